@@ -1,0 +1,245 @@
+/**
+ * A small rtnetlink wrapper for the host-side state sluice manages (links, addresses, routes,
+ * rules, neighbours), with the `netlink` package's sharp edges handled in one place
+ * (see shared/reference/toolchain-notes.md §1):
+ * - a large receive buffer and ONE request in flight at a time (more than ~256 in flight aborts the process);
+ * - request flags set explicitly (the package defaults to 0);
+ * - table ids above 255 passed as attrs.table with data.table = 252 (RT_TABLE_COMPAT);
+ * - `onlink` as the raw RTNH_F_ONLINK flag; scope-link routes deleted with scope NOWHERE;
+ * - dumps filtered here (the kernel does not filter them).
+ * It works in the calling process's network namespace.
+ */
+import { createRtNetlink, FlagsNew, type RtNetlinkSocket } from 'netlink';
+
+const AF_INET = 2;
+const RTNH_F_ONLINK = 4;
+const RT_TABLE_MAIN = 254;
+const RT_TABLE_COMPAT = 252;
+
+export interface RouteSpec {
+  /** "10.1.0.11/32" or "default" */
+  dst: string;
+  dev: string;
+  via?: string;
+  onlink?: boolean;
+  table?: number;
+  scope?: 'link' | 'universe';
+}
+
+export interface RouteEntry {
+  dst: string;
+  ifindex?: number;
+  via?: string;
+  table: number;
+  scope: string;
+}
+
+export interface RuleEntry {
+  priority?: number;
+  fwmark?: number;
+  fwmask?: number;
+  iifname?: string;
+  table: number;
+}
+
+export interface NeighborEntry {
+  ip: string;
+  ifindex: number;
+  mac?: string;
+  permanent: boolean;
+}
+
+export function ipToBuffer(ip: string): Buffer {
+  const parts = ip.split('.').map(Number);
+  if (parts.length !== 4 || parts.some((p) => !Number.isInteger(p) || p < 0 || p > 255)) {
+    throw new Error(`not an IPv4 address: ${ip}`);
+  }
+  return Buffer.from(parts);
+}
+
+export function bufferToIp(b: Buffer): string {
+  return [...b].join('.');
+}
+
+export function macToBuffer(mac: string): Buffer {
+  return Buffer.from(mac.split(':').map((h) => parseInt(h, 16)));
+}
+
+export function bufferToMac(b: Buffer): string {
+  return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
+}
+
+export class Rtnl {
+  private readonly sock: RtNetlinkSocket;
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor() {
+    this.sock = createRtNetlink({ recvBufferSize: 4 << 20 } as never);
+  }
+
+  close(): void {
+    this.sock.socket.close();
+  }
+
+  /** Runs netlink requests one at a time (see the module comment). */
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(fn, fn);
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  async linkIndex(name: string): Promise<number | undefined> {
+    const links = await this.serial(() => this.sock.getLinks());
+    return links.find((l) => l.attrs.ifname === name)?.data.index;
+  }
+
+  async linkName(index: number): Promise<string | undefined> {
+    const links = await this.serial(() => this.sock.getLinks());
+    return links.find((l) => l.data.index === index)?.attrs.ifname;
+  }
+
+  async requireLink(name: string): Promise<number> {
+    const index = await this.linkIndex(name);
+    if (index === undefined) throw new Error(`network interface ${name} not found`);
+    return index;
+  }
+
+  async linkIsUp(name: string): Promise<boolean> {
+    const links = await this.serial(() => this.sock.getLinks());
+    return Boolean(links.find((l) => l.attrs.ifname === name)?.data.flags?.up);
+  }
+
+  async setLinkUp(name: string): Promise<void> {
+    const index = await this.requireLink(name);
+    await this.serial(() => this.sock.setLink({ index, flags: { up: true }, change: { up: true } }));
+  }
+
+  async addresses(name: string): Promise<string[]> {
+    const index = await this.requireLink(name);
+    const addrs = await this.serial(() => this.sock.getAddresses());
+    return addrs
+      .filter((a) => a.data.index === index && a.data.family === AF_INET && a.attrs.address)
+      .map((a) => `${bufferToIp(a.attrs.address!)}/${a.data.prefixlen}`);
+  }
+
+  async addAddress(name: string, cidr: string): Promise<void> {
+    const index = await this.requireLink(name);
+    const [ip, len] = cidr.split('/');
+    await this.serial(() =>
+      this.sock.newAddress(
+        { family: AF_INET, prefixlen: Number(len), index, scope: 'UNIVERSE' as never },
+        { address: ipToBuffer(ip!), local: ipToBuffer(ip!) },
+        { flags: FlagsNew.CREATE | FlagsNew.REPLACE },
+      ),
+    );
+  }
+
+  /** IPv4 routes of one table (default: main). */
+  async routes(table = RT_TABLE_MAIN): Promise<RouteEntry[]> {
+    const all = await this.serial(() => this.sock.getRoutes({ family: AF_INET }));
+    return all
+      .filter((r) => (r.attrs.table ?? r.data.table) === table && r.data.family === AF_INET)
+      .map((r) => ({
+        dst: r.attrs.dst ? `${bufferToIp(r.attrs.dst)}/${r.data.dstLen}` : 'default',
+        ifindex: r.attrs.oif,
+        via: r.attrs.gateway ? bufferToIp(r.attrs.gateway) : undefined,
+        table,
+        scope: String(r.data.scope),
+      }));
+  }
+
+  async replaceRoute(spec: RouteSpec): Promise<void> {
+    await this.routeRequest(spec, 'replace');
+  }
+
+  async deleteRoute(spec: RouteSpec): Promise<void> {
+    await this.routeRequest(spec, 'delete');
+  }
+
+  private async routeRequest(spec: RouteSpec, op: 'replace' | 'delete'): Promise<void> {
+    const oif = await this.requireLink(spec.dev);
+    const table = spec.table ?? RT_TABLE_MAIN;
+    const isDefault = spec.dst === 'default';
+    const [ip, len] = isDefault ? ['0.0.0.0', '0'] : spec.dst.split('/');
+    const scope = op === 'delete' ? 'NOWHERE' : spec.scope === 'link' ? 'LINK' : 'UNIVERSE';
+    const data = {
+      family: AF_INET,
+      dstLen: Number(len ?? 32),
+      table: table > 255 ? RT_TABLE_COMPAT : table,
+      protocol: 'BOOT' as const,
+      scope: scope as never,
+      type: 'UNICAST' as const,
+      flags: spec.onlink ? ({ __unknown: RTNH_F_ONLINK } as never) : undefined,
+    };
+    const attrs = {
+      ...(isDefault ? {} : { dst: ipToBuffer(ip!) }),
+      oif,
+      ...(spec.via ? { gateway: ipToBuffer(spec.via) } : {}),
+      table,
+    };
+    if (op === 'replace') {
+      await this.serial(() => this.sock.newRoute(data, attrs, { flags: FlagsNew.CREATE | FlagsNew.REPLACE }));
+    } else {
+      await this.serial(() => this.sock.delRoute(data, attrs));
+    }
+  }
+
+  async rules(): Promise<RuleEntry[]> {
+    const all = await this.serial(() => this.sock.getRules({ family: AF_INET }));
+    return all.map((r) => ({
+      priority: r.attrs.priority,
+      fwmark: r.attrs.fwmark,
+      fwmask: r.attrs.fwmask,
+      iifname: r.attrs.iifname,
+      table: r.attrs.table ?? r.data.table ?? 0,
+    }));
+  }
+
+  async addRule(rule: Required<Pick<RuleEntry, 'priority' | 'table'>> & RuleEntry): Promise<void> {
+    await this.serial(() =>
+      this.sock.newRule(
+        { family: AF_INET, table: rule.table > 255 ? RT_TABLE_COMPAT : rule.table, action: 'toTbl' as never },
+        {
+          priority: rule.priority,
+          table: rule.table,
+          ...(rule.fwmark !== undefined ? { fwmark: rule.fwmark, fwmask: rule.fwmask ?? 0xffffffff } : {}),
+          ...(rule.iifname ? { iifname: rule.iifname } : {}),
+        },
+        { flags: FlagsNew.CREATE | FlagsNew.EXCL },
+      ),
+    );
+  }
+
+  async deleteRule(rule: Required<Pick<RuleEntry, 'priority' | 'table'>>): Promise<void> {
+    await this.serial(() =>
+      this.sock.delRule(
+        { family: AF_INET, table: rule.table > 255 ? RT_TABLE_COMPAT : rule.table, action: 'toTbl' as never },
+        { priority: rule.priority, table: rule.table },
+      ),
+    );
+  }
+
+  async neighbors(dev: string): Promise<NeighborEntry[]> {
+    const ifindex = await this.requireLink(dev);
+    const all = await this.serial(() => this.sock.getNeighbors({ family: AF_INET }));
+    return all
+      .filter((n) => n.data.ifindex === ifindex && n.attrs.dst)
+      .map((n) => ({
+        ip: bufferToIp(n.attrs.dst!),
+        ifindex,
+        mac: n.attrs.lladdr ? bufferToMac(n.attrs.lladdr) : undefined,
+        permanent: Boolean(n.data.state?.permanent),
+      }));
+  }
+
+  async replacePermanentNeighbor(dev: string, ip: string, mac: string): Promise<void> {
+    const ifindex = await this.requireLink(dev);
+    await this.serial(() =>
+      this.sock.newNeighbor(
+        { family: AF_INET, ifindex, state: { permanent: true } },
+        { dst: ipToBuffer(ip), lladdr: macToBuffer(mac) },
+        { flags: FlagsNew.CREATE | FlagsNew.REPLACE },
+      ),
+    );
+  }
+}

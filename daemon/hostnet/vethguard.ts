@@ -1,0 +1,33 @@
+/**
+ * Userspace (netdev) datapath only: OVS reads the host veth with AF_PACKET, so the kernel would
+ * ALSO route every packet arriving on it (duplicates). A netdev-family nftables ingress chain with
+ * policy drop on each attached veth stops the kernel's copy. One table, one chain per device.
+ */
+import { execa } from 'execa';
+
+const TABLE = 'sluice_veth_guard';
+
+function chainName(ifName: string): string {
+  return `in_${ifName.replace(/[^A-Za-z0-9_]/g, '_')}`;
+}
+
+export async function guardVeth(ifName: string): Promise<void> {
+  const chain = chainName(ifName);
+  const script = [
+    `add table netdev ${TABLE}`,
+    `add chain netdev ${TABLE} ${chain} { type filter hook ingress device "${ifName}" priority 0; policy drop; }`,
+  ].join('\n');
+  await execa('nft', ['-f', '-'], { input: script });
+}
+
+export async function unguardVeth(ifName: string): Promise<void> {
+  // The kernel drops the chain's hook when the device goes away; deleting a missing chain is fine.
+  await execa('nft', ['delete', 'chain', 'netdev', TABLE, chainName(ifName)], { reject: false });
+}
+
+export async function guardedVeths(): Promise<string[]> {
+  const r = await execa('nft', ['-j', 'list', 'table', 'netdev', TABLE], { reject: false });
+  if (r.exitCode !== 0) return [];
+  const parsed = JSON.parse(r.stdout) as { nftables: { chain?: { dev?: string | string[] } }[] };
+  return parsed.nftables.flatMap((e) => (e.chain?.dev ? [e.chain.dev].flat() : []));
+}

@@ -1,0 +1,116 @@
+/**
+ * Host networking against the real kernel: netlink routes/rules/neighbours, iptables (nft backend)
+ * and nftables, inside throw-away network namespaces. A veth named antrea-gw0 stands in for the
+ * OVS internal port (hostnet only needs a link of that name).
+ */
+import t from 'tap';
+import { execFileSync, execSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+
+const NS = 'hn-node';
+const POD = 'hn-pod';
+const DRIVER = 'dist/test/lab/fixtures/hostnet-driver.js';
+
+function sh(cmd: string): string {
+  return execSync(cmd, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+}
+function driver(op: string, ...args: string[]): unknown {
+  const out = execFileSync('ip', ['netns', 'exec', NS, process.execPath, DRIVER, op, ...args], {
+    encoding: 'utf8',
+    env: { ...process.env, NODE_IP: '192.168.5.1', SERVICE_CIDRS: '10.96.0.0/16' },
+  });
+  return JSON.parse(out);
+}
+function cleanup(): void {
+  for (const ns of [NS, POD]) execSync(`ip netns del ${ns} 2>/dev/null || true`);
+}
+
+const missing = ['ip', 'iptables', 'nft', 'nsenter'].filter((c) => {
+  try { execSync(`command -v ${c}`); return false; } catch { return true; }
+});
+if (process.getuid?.() !== 0) t.plan(0, 'skipped: needs root (network namespaces, iptables)');
+else if (missing.length) t.plan(0, `skipped: missing tools ${missing.join(', ')}`);
+else if (!existsSync(DRIVER)) t.plan(0, `skipped: ${DRIVER} not built (run npm run build)`);
+else {
+  cleanup();
+  t.teardown(cleanup);
+  sh(`ip netns add ${NS} && ip -n ${NS} link set lo up`);
+  sh(`ip -n ${NS} link add antrea-gw0 type veth peer name gwpeer`);
+  sh(`ip netns add ${POD} && ip -n ${NS} link add vethpod type veth peer name eth0 netns ${POD}`);
+  sh(`ip -n ${NS} link set vethpod up && ip -n ${POD} link set eth0 up && ip -n ${POD} addr add 10.1.0.5/32 dev eth0`);
+  sh(`ip -n ${NS} route add 10.1.0.5/32 dev vethpod scope link`);
+
+  t.test('ensureBase creates the seed shapes, and a second run changes nothing', async (t) => {
+    const first = driver('ensure') as string[];
+    t.ok(first.length >= 4, `first run reports what it created: ${first.join('; ')}`);
+    t.match(sh(`ip -n ${NS} rule`), /^300:\s+from all fwmark 0x800\/0x800 iif antrea-gw0 lookup 300\s*$/m);
+    t.match(sh(`ip -n ${NS} route show table 300`), /^default via 169\.254\.253\.1 dev antrea-gw0 onlink/m);
+    t.match(sh(`ip -n ${NS} neigh show dev antrea-gw0`), /^169\.254\.253\.1 lladdr 12:34:56:78:9a:bc PERMANENT/m);
+    t.match(sh(`ip -n ${NS} addr show dev antrea-gw0`), /inet 192\.168\.5\.1\/32/);
+    const mangle = sh(`ip netns exec ${NS} iptables -t mangle -S ANTREA-MANGLE`);
+    t.match(mangle, /-A ANTREA-MANGLE -d 10\.96\.0\.0\/16 -i antrea-gw0 -m comment --comment "Antrea: mark service traffic" -j MARK --set-xmark 0x800\/0x800/);
+    t.match(mangle, /-A ANTREA-MANGLE ! -d 10\.96\.0\.0\/16 -m comment --comment "Antrea: unmark post LB service traffic" -j MARK --set-xmark 0x0\/0x800/);
+    t.match(sh(`ip netns exec ${NS} iptables -t raw -S ANTREA-RAW`),
+      /-A ANTREA-RAW -i antrea-gw0 -m mac --mac-source de:ad:be:ef:de:ad .*-j CT --notrack/);
+    t.match(sh(`ip netns exec ${NS} iptables -t mangle -S PREROUTING`), /-j ANTREA-MANGLE/);
+    t.match(sh(`ip netns exec ${NS} iptables -t raw -S PREROUTING`), /-j ANTREA-RAW/);
+    t.match(sh(`ip netns exec ${NS} iptables -S ANTREA-FORWARD`), /-i antrea-gw0 .*-j ACCEPT[\s\S]*-o antrea-gw0 .*-j ACCEPT/);
+    t.same(driver('ensure'), [], 'second run: nothing to do');
+    t.equal(sh(`ip netns exec ${NS} iptables -t mangle -S PREROUTING`).match(/-j ANTREA-MANGLE/g)?.length, 1, 'one jump rule, not two');
+  });
+
+  t.test('other components\' rules are left alone', async (t) => {
+    sh(`ip netns exec ${NS} iptables -t mangle -A PREROUTING -j MARK --set-xmark 0x4000/0x4000`);
+    driver('ensure');
+    t.match(sh(`ip netns exec ${NS} iptables -t mangle -S PREROUTING`), /--set-xmark 0x4000\/0x4000/);
+  });
+
+  t.test('what something else removed is repaired and reported', async (t) => {
+    sh(`ip -n ${NS} rule del pref 300; ip -n ${NS} route flush table 300; ip -n ${NS} neigh del 169.254.253.1 dev antrea-gw0`);
+    const repaired = driver('ensure') as string[];
+    t.ok(repaired.some((r) => r.startsWith('rule 300')), 'rule repaired');
+    t.ok(repaired.some((r) => r.startsWith('route default')), 'table 300 route repaired');
+    t.ok(repaired.some((r) => r.startsWith('neighbour')), 'neighbour repaired');
+    t.match(sh(`ip -n ${NS} rule`), /fwmark 0x800\/0x800 iif antrea-gw0 lookup 300/);
+    const iptRepairs = driver('ensure-tamper-ensure', `ip netns exec ${NS} iptables -t raw -F ANTREA-RAW`) as string[];
+    t.ok(iptRepairs.some((r) => r.startsWith('iptables')), `iptables tampering detected: ${iptRepairs.join('; ')}`);
+    t.match(sh(`ip netns exec ${NS} iptables -t raw -S ANTREA-RAW`), /CT --notrack/);
+    const jumpRepairs = driver('ensure-tamper-ensure',
+      `ip netns exec ${NS} iptables -t mangle -D PREROUTING -m comment --comment "Antrea: jump to ANTREA-MANGLE" -j ANTREA-MANGLE`) as string[];
+    t.ok(jumpRepairs.length > 0, 'removed jump detected');
+    t.match(sh(`ip netns exec ${NS} iptables -t mangle -S PREROUTING`), /-j ANTREA-MANGLE/);
+  });
+
+  t.test('Pod routes move to the gateway and back', async (t) => {
+    t.same(driver('check', '10.1.0.5'), ['host route for 10.1.0.5 does not point at antrea-gw0']);
+    driver('move', '10.1.0.5', 'vethpod');
+    t.match(sh(`ip -n ${NS} route show 10.1.0.5`), /10\.1\.0\.5 dev antrea-gw0 scope link/);
+    t.same(driver('check', '10.1.0.5'), []);
+    sh(`ip -n ${NS} route del 10.1.0.5/32`);
+    t.same(driver('resync', '10.1.0.5'), ['no host route for 10.1.0.5: restored'], 'resync restores a deleted Pod route');
+    driver('restore', '10.1.0.5', 'vethpod');
+    t.match(sh(`ip -n ${NS} route show 10.1.0.5`), /10\.1\.0\.5 dev vethpod scope link/);
+  });
+
+  t.test('the host side of a Pod interface is found through its netns', async (t) => {
+    const found = driver('findveth', `/var/run/netns/${POD}`, 'eth0') as { hostIfName: string; podMac: string };
+    t.equal(found.hostIfName, 'vethpod');
+    t.equal(found.podMac, sh(`ip -n ${POD} -j link show eth0`).match(/"address":"([^"]+)"/)![1]);
+    t.throws(() => driver('findveth', `/var/run/netns/${POD}`, 'eth9'), 'an unknown interface is an error');
+  });
+
+  t.test('veth guard: netdev ingress drop chain per attached veth', async (t) => {
+    driver('guard', 'vethpod');
+    t.match(sh(`ip netns exec ${NS} nft list table netdev sluice_veth_guard`),
+      /hook ingress device "vethpod" priority filter; policy drop;/);
+    driver('unguard', 'vethpod');
+    t.notMatch(sh(`ip netns exec ${NS} nft list table netdev sluice_veth_guard`), /vethpod/);
+  });
+
+  t.test('removeBase uninstalls everything it created', async (t) => {
+    driver('remove');
+    t.notMatch(sh(`ip -n ${NS} rule`), /lookup 300/);
+    t.equal(sh(`ip -n ${NS} route show table 300`).trim(), '');
+    t.notMatch(sh(`ip netns exec ${NS} iptables-save`), /ANTREA/);
+  });
+}
