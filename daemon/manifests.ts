@@ -4,7 +4,9 @@ import yaml from 'js-yaml';
 import type { KubeObject } from './policy/types.js';
 
 /** A manifest that could not be read or parsed, with where and why. */
-export class ManifestError extends Error {}
+export class ManifestError extends Error {
+  override name = 'ManifestError';
+}
 
 /**
  * Reads Kubernetes manifests the way kubectl -f does: a file (multi-document YAML or JSON) or a

@@ -1,7 +1,9 @@
 import type { Probe, ProbeResult, Verdict } from './types.js';
 
 /** Thrown for unusable probe input; the message says what and where. */
-export class ProbeSyntaxError extends Error {}
+export class ProbeSyntaxError extends Error {
+  override name = 'ProbeSyntaxError';
+}
 
 export type ParsedEndpoint =
   | { kind: 'pod'; namespace: string; name: string }

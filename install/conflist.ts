@@ -1,0 +1,61 @@
+/**
+ * Chaining sluice into a node's CNI configuration (pure): sluice goes right after the primary
+ * (the first plugin, which creates the interface), so later chained plugins (portmap, bandwidth)
+ * still see the primary's result. Idempotent, and reversible by `unchainSluice`.
+ */
+
+export const SLUICE_PLUGIN_TYPE = 'sluice-cni';
+
+export interface PluginConf {
+  type: string;
+  [key: string]: unknown;
+}
+
+export interface ConfList {
+  cniVersion: string;
+  name: string;
+  plugins: PluginConf[];
+  [key: string]: unknown;
+}
+
+export class ConfListError extends Error {
+  override name = 'ConfListError';
+}
+
+/** Accepts a .conflist or a single-plugin .conf document and returns a conflist. */
+export function toConfList(doc: unknown, source = 'CNI config'): ConfList {
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw new ConfListError(`${source}: not a JSON object`);
+  const d = doc as Record<string, unknown>;
+  if (typeof d.name !== 'string' || !d.name) throw new ConfListError(`${source}: missing "name"`);
+  if (typeof d.cniVersion !== 'string' || !d.cniVersion) throw new ConfListError(`${source}: missing "cniVersion"`);
+  if (Array.isArray(d.plugins)) {
+    if (d.plugins.length === 0) throw new ConfListError(`${source}: "plugins" is empty: no primary CNI to chain after`);
+    d.plugins.forEach((p, i) => {
+      if (typeof p !== 'object' || p === null || typeof (p as PluginConf).type !== 'string') {
+        throw new ConfListError(`${source}: plugins[${i}] has no "type"`);
+      }
+    });
+    return d as ConfList;
+  }
+  if (typeof d.type !== 'string') throw new ConfListError(`${source}: neither "plugins" nor "type": not a CNI network configuration`);
+  const { name, cniVersion, ...plugin } = d;
+  return { cniVersion: cniVersion as string, name: name as string, plugins: [plugin as PluginConf] };
+}
+
+/** The conflist with sluice chained after the primary; an existing sluice entry is replaced in place. */
+export function chainSluice(list: ConfList, sluice: Record<string, unknown> = {}): ConfList {
+  const entry: PluginConf = { ...sluice, type: SLUICE_PLUGIN_TYPE };
+  const without = list.plugins.filter((p) => p.type !== SLUICE_PLUGIN_TYPE);
+  if (without.length === 0) throw new ConfListError('the conflist has only sluice in it: no primary CNI to chain after');
+  const at = list.plugins.findIndex((p) => p.type === SLUICE_PLUGIN_TYPE);
+  const plugins = at > 0 ? list.plugins.map((p, i) => (i === at ? entry : p)) : [without[0]!, entry, ...without.slice(1)];
+  return { ...list, plugins };
+}
+
+export function unchainSluice(list: ConfList): ConfList {
+  return { ...list, plugins: list.plugins.filter((p) => p.type !== SLUICE_PLUGIN_TYPE) };
+}
+
+export function isChained(list: ConfList): boolean {
+  return list.plugins.some((p) => p.type === SLUICE_PLUGIN_TYPE);
+}

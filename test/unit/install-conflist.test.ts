@@ -1,0 +1,68 @@
+import t from 'tap';
+import { mkdtemp, readFile, readdir, writeFile, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chainSluice, toConfList, unchainSluice } from '../../install/conflist.js';
+import { installCni, uninstallCni } from '../../install/cni-install.js';
+
+const awsLike = {
+  cniVersion: '0.4.0',
+  name: 'aws-cni',
+  disableCheck: true,
+  plugins: [
+    { type: 'aws-cni', name: 'aws-cni', mtu: '9001' },
+    { type: 'egress-cni', enabled: 'false' },
+    { type: 'portmap', capabilities: { portMappings: true }, snat: true },
+  ],
+};
+
+t.test('sluice goes right after the primary; other fields are kept', async (t) => {
+  const out = chainSluice(toConfList(awsLike), { socketPath: '/run/s.sock' });
+  t.same(out.plugins.map((p) => p.type), ['aws-cni', 'sluice-cni', 'egress-cni', 'portmap']);
+  t.equal(out.plugins[1]!.socketPath, '/run/s.sock');
+  t.equal(out.disableCheck, true);
+  t.same(chainSluice(out, { socketPath: '/run/s.sock' }), out, 'chaining twice changes nothing');
+  t.same(unchainSluice(out), awsLike, 'unchain restores the original');
+});
+
+t.test('a single-plugin .conf becomes a conflist', async (t) => {
+  const out = chainSluice(toConfList({ cniVersion: '1.0.0', name: 'n', type: 'ptp', ipam: { type: 'host-local' } }));
+  t.same(out, { cniVersion: '1.0.0', name: 'n', plugins: [{ type: 'ptp', ipam: { type: 'host-local' } }, { type: 'sluice-cni' }] });
+});
+
+t.test('bad configurations are refused with a reason', async (t) => {
+  t.throws(() => toConfList([]), { name: 'ConfListError', message: /not a JSON object/ });
+  t.throws(() => toConfList({ cniVersion: '1.0.0', plugins: [] }), /missing "name"/);
+  t.throws(() => toConfList({ cniVersion: '1.0.0', name: 'x', plugins: [] }), /no primary CNI/);
+  t.throws(() => toConfList({ cniVersion: '1.0.0', name: 'x', plugins: [{}] }), /plugins\[0\] has no "type"/);
+  t.throws(() => chainSluice({ cniVersion: '1.0.0', name: 'x', plugins: [{ type: 'sluice-cni' }] }), /no primary/);
+});
+
+t.test('install and uninstall on a node directory', async (t) => {
+  const root = await mkdtemp(join(tmpdir(), 'sluice-install-'));
+  const conf = join(root, 'net.d');
+  const bin = join(root, 'bin');
+  await import('node:fs/promises').then((fs) => Promise.all([fs.mkdir(conf), fs.mkdir(bin)]));
+  await t.rejects(installCni({ confDir: conf, binDir: bin }), /install the primary CNI first/);
+  await writeFile(join(conf, '10-aws.conflist'), JSON.stringify(awsLike));
+  await writeFile(join(conf, '99-other.conf'), JSON.stringify({ cniVersion: '1.0.0', name: 'z', type: 'bridge' }));
+  const fakeBinary = join(root, 'sluice-cni-built');
+  await writeFile(fakeBinary, '#!/bin/sh\n');
+
+  const first = await installCni({ confDir: conf, binDir: bin, pluginBinary: fakeBinary });
+  t.same(first, { config: join(conf, '10-aws.conflist'), changed: true });
+  const written = JSON.parse(await readFile(first.config, 'utf8'));
+  t.same(written.plugins.map((p: { type: string }) => p.type), ['aws-cni', 'sluice-cni', 'egress-cni', 'portmap']);
+  t.equal((await stat(join(bin, 'sluice-cni'))).mode & 0o777, 0o755);
+  t.same((await installCni({ confDir: conf, binDir: bin })).changed, false, 'second install changes nothing');
+  t.same((await readdir(conf)).sort(), ['10-aws.conflist', '99-other.conf'], 'no temp files left');
+
+  const removed = await uninstallCni({ confDir: conf, binDir: bin });
+  t.equal(removed.changed, true);
+  t.same(JSON.parse(await readFile(first.config, 'utf8')), awsLike);
+  t.same(await readdir(bin), []);
+  t.same((await uninstallCni({ confDir: conf, binDir: bin })).changed, false, 'uninstall is idempotent');
+
+  await writeFile(join(conf, '10-aws.conflist'), '{not json');
+  await t.rejects(installCni({ confDir: conf, binDir: bin }), /not valid JSON/);
+});
