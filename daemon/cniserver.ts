@@ -1,0 +1,264 @@
+/**
+ * The agent's end of the sluice-cni socket: accepts one JSON request line per connection
+ * (cni/protocol.ts), validates it, runs the handler — one operation at a time per container,
+ * different containers concurrently, GC exclusively — and answers one JSON line.
+ *
+ * A handler runs to completion even if the plugin went away meanwhile (its runtime timed out):
+ * half an ADD or DEL is worse than a late one, and the runtime's retry finds the work done.
+ */
+import { constants as fsConstants } from 'node:fs';
+import { chmod, lstat, mkdir, unlink } from 'node:fs/promises';
+import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import { dirname } from 'node:path';
+import type { Logger } from 'pino';
+import { CniErrorCode, type CniCommand, type CniResponse } from '../cni/protocol.js';
+import { CniError } from './cni/errors.js';
+import { parseRequest, type GcAttachment, type PodRequest } from './cni/request.js';
+import { convertResult, type CniResult } from './cni/result.js';
+import { OperationSerializer } from './cni/serializer.js';
+
+export { CniError } from './cni/errors.js';
+export type { PodRequest, GcAttachment } from './cni/request.js';
+export type { CniResult, CniInterface, CniIpConfig, CniRoute, CniDns } from './cni/result.js';
+
+export interface CniHandler {
+  /** Attach; throw CniError on failure (after rolling back). */
+  add(req: PodRequest): Promise<void>;
+  /** Detach; an unknown container is a success. */
+  del(req: PodRequest): Promise<void>;
+  /** Throw CniError(CheckFailed, "<what is missing>") when the attachment is incomplete. */
+  check(req: PodRequest): Promise<void>;
+  /** Throw CniError(50, why) when not ready to serve ADD. */
+  status(): Promise<void>;
+  gc(valid: GcAttachment[], req: { networkName: string }): Promise<void>;
+}
+
+export interface CniServer {
+  /** Stops accepting, waits for running operations, removes the socket file. */
+  close(): Promise<void>;
+}
+
+/** Largest request line accepted; a prevResult is a few KiB. */
+const MAX_REQUEST_BYTES = 4 << 20;
+/** A client that connects and sends no complete request within this time is dropped. */
+const REQUEST_READ_TIMEOUT_MS = 30_000;
+
+/** Code for an unexpected (non-CniError) exception from the handler, per command. */
+const UNEXPECTED_FAILURE_CODE: Record<Exclude<CniCommand, 'VERSION'>, number> = {
+  ADD: CniErrorCode.AttachFailed,
+  DEL: CniErrorCode.DetachFailed,
+  CHECK: CniErrorCode.CheckFailed,
+  GC: CniErrorCode.GcFailed,
+  STATUS: CniErrorCode.PluginNotAvailable,
+};
+
+export async function startCniServer(socketPath: string, handler: CniHandler, log: Logger): Promise<CniServer> {
+  await prepareSocketPath(socketPath, log);
+
+  const serializer = new OperationSerializer();
+  const inFlight = new Set<Promise<void>>();
+  const connections = new Set<Socket>();
+
+  const server: Server = createServer({ allowHalfOpen: true }, (sock) => {
+    connections.add(sock);
+    sock.on('close', () => connections.delete(sock));
+    const work = serveConnection(sock, handler, serializer, log).catch((err: unknown) => {
+      log.error({ err }, 'cni: unexpected failure serving a connection');
+    });
+    inFlight.add(work);
+    void work.finally(() => inFlight.delete(work));
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(socketPath, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  server.on('error', (err) => log.error({ err }, 'cni: socket server error'));
+  // Only root (the runtime) may talk to the agent: the socket drives host networking.
+  await chmod(socketPath, 0o600);
+  log.info({ socketPath }, 'cni: listening');
+
+  let closing: Promise<void> | undefined;
+  return {
+    close() {
+      closing ??= (async () => {
+        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+        // Idle connections (no request yet) would keep close() waiting; running ones finish first.
+        for (const sock of connections) if (sock.bytesRead === 0) sock.destroy();
+        await Promise.all([...inFlight]);
+        await stopped;
+        await unlink(socketPath).catch(() => undefined);
+        log.info({ socketPath }, 'cni: closed');
+      })();
+      return closing;
+    },
+  };
+}
+
+/**
+ * Creates the socket's directory (0700) and removes a stale socket left by a crashed agent. A live
+ * socket (another agent answers) or a path that is not a socket is refused, never deleted.
+ */
+async function prepareSocketPath(socketPath: string, log: Logger): Promise<void> {
+  await mkdir(dirname(socketPath), { recursive: true, mode: 0o700 });
+  let info;
+  try {
+    info = await lstat(socketPath);
+  } catch {
+    return;
+  }
+  if ((info.mode & fsConstants.S_IFMT) !== fsConstants.S_IFSOCK) {
+    throw new Error(`cannot listen on ${socketPath}: it exists and is not a socket; remove it or choose another socket path`);
+  }
+  if (await socketAnswers(socketPath)) {
+    throw new Error(`cannot listen on ${socketPath}: another process (a second sluice-agent?) is already listening on it`);
+  }
+  await unlink(socketPath);
+  log.info({ socketPath }, 'cni: removed stale socket');
+}
+
+function socketAnswers(socketPath: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const probe = createConnection(socketPath);
+    probe.once('connect', () => {
+      probe.destroy();
+      resolve(true);
+    });
+    probe.once('error', () => resolve(false));
+  });
+}
+
+/** Reads the request line, runs it, writes the response line. Never rejects for client faults. */
+async function serveConnection(sock: Socket, handler: CniHandler, serializer: OperationSerializer, log: Logger): Promise<void> {
+  // A client that vanishes (its runtime timed out) makes the answer fail with EPIPE/ECONNRESET:
+  // worth a warning, never a crash. Before a request arrives it is just noise.
+  let request: { command?: string; containerId?: string } | undefined;
+  const vanished = () => log.warn({ ...request }, 'cni: client went away before the answer; the operation completed anyway');
+  sock.on('error', (err) => (request ? vanished() : log.debug({ err }, 'cni: client connection error')));
+  const line = await readLine(sock);
+  if (line === undefined) {
+    sock.destroy();
+    return;
+  }
+  const started = Date.now();
+  const { response, command, containerId } = await respond(line, handler, serializer, log);
+  request = { command, containerId };
+  const fields = { command, containerId, ms: Date.now() - started, ...(response.ok ? {} : { code: response.code, msg: response.msg }) };
+  if (response.ok) log.info(fields, 'cni: request done');
+  else log.warn(fields, 'cni: request failed');
+  if (sock.destroyed || !sock.writable) {
+    vanished();
+    return;
+  }
+  sock.end(JSON.stringify(response) + '\n');
+}
+
+/** Resolves with the first line (without "\n"), or undefined if the client left or misbehaved. */
+function readLine(sock: Socket): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let done = false;
+    const finish = (value: string | undefined) => {
+      if (done) return;
+      done = true;
+      sock.setTimeout(0);
+      sock.off('data', onData);
+      resolve(value);
+    };
+    const onData = (chunk: Buffer) => {
+      const nl = chunk.indexOf(0x0a);
+      if (nl >= 0) {
+        chunks.push(chunk.subarray(0, nl));
+        finish(Buffer.concat(chunks).toString('utf8'));
+        return;
+      }
+      chunks.push(chunk);
+      size += chunk.length;
+      if (size > MAX_REQUEST_BYTES) {
+        sock.end(JSON.stringify({ ok: false, code: CniErrorCode.IoFailure, msg: `request larger than ${MAX_REQUEST_BYTES} bytes` } satisfies CniResponse) + '\n');
+        finish(undefined);
+      }
+    };
+    sock.on('data', onData);
+    // A request without the final newline, then end-of-stream, is still one request.
+    sock.on('end', () => finish(size > 0 ? Buffer.concat(chunks).toString('utf8') : undefined));
+    sock.on('close', () => finish(undefined));
+    sock.setTimeout(REQUEST_READ_TIMEOUT_MS, () => finish(undefined));
+  });
+}
+
+async function respond(
+  line: string,
+  handler: CniHandler,
+  serializer: OperationSerializer,
+  log: Logger,
+): Promise<{ response: CniResponse; command?: string; containerId?: string }> {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(line);
+  } catch (err) {
+    return { response: errorResponse(new CniError(CniErrorCode.DecodeFailure, `request is not valid JSON: ${(err as Error).message}`)) };
+  }
+  const command = (raw as { command?: unknown } | null)?.command;
+  const label = typeof command === 'string' ? command : undefined;
+  let parsed;
+  try {
+    parsed = parseRequest(raw);
+  } catch (err) {
+    return { response: toResponse(err, CniErrorCode.Internal), command: label };
+  }
+  for (const w of parsed.warnings) log.warn({ command: parsed.command }, `cni: ${w}`);
+
+  switch (parsed.command) {
+    case 'STATUS':
+      return { command: 'STATUS', response: await attempt('STATUS', () => handler.status()) };
+    case 'GC': {
+      const { valid, networkName } = parsed;
+      return { command: 'GC', response: await attempt('GC', () => serializer.runExclusive(() => handler.gc(valid, { networkName }))) };
+    }
+    default: {
+      const { pod } = parsed;
+      const op = parsed.command;
+      log.info({ command: op, containerId: pod.containerId, pod: pod.podName ? `${pod.podNamespace}/${pod.podName}` : undefined }, 'cni: request received');
+      const response = await attempt(op, () =>
+        serializer.run(pod.containerId, async () => {
+          if (op === 'ADD') {
+            await handler.add(pod);
+            // prevResult was validated on parse; hand it on in the config's version, otherwise unchanged.
+            return convertResult(pod.prevResult as CniResult, pod.cniVersion);
+          }
+          if (op === 'DEL') await handler.del(pod);
+          else await handler.check(pod);
+          return undefined;
+        }),
+      );
+      return { command: op, containerId: pod.containerId, response };
+    }
+  }
+}
+
+/** Runs one handler call; maps its outcome to a response. */
+async function attempt(command: Exclude<CniCommand, 'VERSION'>, fn: () => Promise<unknown>): Promise<CniResponse> {
+  try {
+    const result = await fn();
+    return result === undefined ? { ok: true } : { ok: true, result };
+  } catch (err) {
+    return toResponse(err, UNEXPECTED_FAILURE_CODE[command]);
+  }
+}
+
+function toResponse(err: unknown, unexpectedCode: number): CniResponse {
+  if (err instanceof CniError) return errorResponse(err);
+  const e = err instanceof Error ? err : new Error(String(err));
+  return { ok: false, code: unexpectedCode, msg: e.message || e.name, details: e.stack?.split('\n').slice(0, 4).join('\n') };
+}
+
+function errorResponse(err: CniError): CniResponse {
+  // Code 0 would read as success to a runtime; keep whatever the handler meant as a failure.
+  const code = Number.isInteger(err.code) && err.code > 0 ? err.code : CniErrorCode.Internal;
+  return err.details === undefined ? { ok: false, code, msg: err.message } : { ok: false, code, msg: err.message, details: err.details };
+}
