@@ -1,0 +1,434 @@
+// REST semantics on top of the object store: what create/update/patch/delete do to an object
+// of each kind (server-set metadata, defaults, ClusterIP allocation, namespace cascade, CRD
+// serving) and the Kubernetes Status errors they fail with. No HTTP here.
+import { randomUUID } from 'node:crypto';
+import { applyPatch, deepEqual, PatchError } from './patch.js';
+import {
+  builtinTypes, compareKubeVersions, crdProblem, crdStorageKey, seedCrds, typesFromCrd, type ResourceType,
+} from './resources.js';
+import { parseFieldSelector, parseLabelSelector, SelectorError } from './selectors.js';
+import { objectKey, type KObject, type ObjectMeta, type ObjectStore } from './store.js';
+
+/** A failure the API reports as a Kubernetes Status object. */
+export class ApiError extends Error {
+  constructor(readonly code: number, readonly reason: string, message: string,
+    readonly details?: Record<string, unknown>) {
+    super(message);
+  }
+
+  toStatus(): Record<string, unknown> {
+    return {
+      kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: this.message,
+      reason: this.reason, ...(this.details ? { details: this.details } : {}), code: this.code,
+    };
+  }
+}
+
+const notFound = (rt: ResourceType, name: string) =>
+  new ApiError(404, 'NotFound', `${qualified(rt)} "${name}" not found`, { name, group: rt.group, kind: rt.plural });
+const qualified = (rt: ResourceType) => (rt.group ? `${rt.plural}.${rt.group}` : rt.plural);
+const invalid = (rt: ResourceType, name: string, field: string, message: string) =>
+  new ApiError(422, 'Invalid', `${rt.kind} "${name}" is invalid: ${field}: ${message}`, {
+    name, group: rt.group, kind: rt.kind, causes: [{ reason: 'FieldValueInvalid', message, field }],
+  });
+const badRequest = (message: string) => new ApiError(400, 'BadRequest', message);
+
+const dnsSubdomain = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const dnsLabel = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const dns1035Label = /^[a-z]([-a-z0-9]*[a-z0-9])?$/;
+
+function nameProblem(rt: ResourceType, name: string): string | undefined {
+  if (rt.storageKey === '/namespaces') {
+    return dnsLabel.test(name) && name.length <= 63 ? undefined
+      : 'a lowercase RFC 1123 label must consist of lower case alphanumeric characters or \'-\', start and end with an alphanumeric character, at most 63 characters';
+  }
+  if (rt.storageKey === '/services') {
+    return dns1035Label.test(name) && name.length <= 63 ? undefined
+      : 'a DNS-1035 label must consist of lower case alphanumeric characters or \'-\', start with a letter and end with an alphanumeric character, at most 63 characters';
+  }
+  return dnsSubdomain.test(name) && name.length <= 253 ? undefined
+    : 'a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, \'-\' or \'.\', and must start and end with an alphanumeric character';
+}
+
+const generateSuffixChars = 'bcdfghjklmnpqrstvwxz2456789';
+const randomSuffix = () => Array.from({ length: 5 }, () => generateSuffixChars[Math.floor(Math.random() * generateSuffixChars.length)]).join('');
+const now = () => new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+/** Everything but metadata and status: a change there bumps metadata.generation. */
+function specPart(obj: KObject): Record<string, unknown> {
+  const { metadata: _m, status: _s, apiVersion: _a, kind: _k, ...rest } = obj;
+  return rest;
+}
+
+function ipToInt(ip: string): number | undefined {
+  const parts = ip.split('.');
+  if (parts.length !== 4 || parts.some((p) => !/^(0|[1-9][0-9]{0,2})$/.test(p) || Number(p) > 255)) return undefined;
+  return parts.reduce((acc, p) => acc * 256 + Number(p), 0);
+}
+const intToIp = (n: number) => [24, 16, 8, 0].map((s) => Math.floor(n / 2 ** s) % 256).join('.');
+
+export interface ServiceRange { base: number; size: number }
+
+export function parseServiceCIDR(cidr: string): ServiceRange {
+  const m = /^([0-9.]+)\/([0-9]{1,2})$/.exec(cidr);
+  const addr = m ? ipToInt(m[1]) : undefined;
+  const bits = m ? Number(m[2]) : NaN;
+  if (addr === undefined || !(bits >= 8 && bits <= 30)) throw new Error(`serviceCIDR "${cidr}" must be an IPv4 CIDR with a prefix length between /8 and /30`);
+  const size = 2 ** (32 - bits);
+  return { base: addr - (addr % size), size };
+}
+
+export interface Selection { labelSelector?: string; fieldSelector?: string }
+
+export class Registry {
+  private readonly serviceRange: ServiceRange;
+  /** Types defined by CRD objects; recomputed after any CRD change. */
+  private crdTypes: ResourceType[] | undefined;
+
+  constructor(readonly store: ObjectStore, serviceCIDR: string) {
+    this.serviceRange = parseServiceCIDR(serviceCIDR);
+    store.subscribe((e) => {
+      if (e.resource === crdStorageKey) this.crdTypes = undefined;
+    });
+  }
+
+  /** Creates what a fresh cluster has (system namespaces) and, if asked, the policy CRDs; existing objects are kept. */
+  seed(installCRDs: boolean): void {
+    const nsType = this.resolve('', 'v1', 'namespaces')!;
+    for (const name of ['default', 'kube-system', 'kube-public', 'kube-node-lease']) {
+      if (!this.store.get('/namespaces', name)) this.create(nsType, undefined, { metadata: { name } });
+    }
+    if (!installCRDs) return;
+    const crdType = this.resolve('apiextensions.k8s.io', 'v1', 'customresourcedefinitions')!;
+    for (const crd of seedCrds()) {
+      if (!this.store.get(crdStorageKey, crd.metadata.name!)) this.create(crdType, undefined, crd);
+    }
+  }
+
+  /** Every resource currently served: the built-ins and each served version of each CRD. */
+  servedTypes(): ResourceType[] {
+    this.crdTypes ??= this.store.list(crdStorageKey).flatMap(typesFromCrd);
+    return [...builtinTypes, ...this.crdTypes];
+  }
+
+  resolve(group: string, version: string, plural: string): ResourceType | undefined {
+    return this.servedTypes().find((t) => t.group === group && t.version === version && t.plural === plural);
+  }
+
+  /** Served group versions, preferred (highest) version first within each group. */
+  groupVersions(): Map<string, string[]> {
+    const groups = new Map<string, string[]>();
+    for (const t of this.servedTypes()) {
+      const versions = groups.get(t.group) ?? [];
+      if (!versions.includes(t.version)) versions.push(t.version);
+      groups.set(t.group, versions);
+    }
+    for (const versions of groups.values()) versions.sort(compareKubeVersions);
+    return groups;
+  }
+
+  /** The object as clients see it through this resource's group/version. */
+  present(rt: ResourceType, obj: KObject): KObject {
+    const { apiVersion: _a, kind: _k, ...rest } = obj;
+    return { apiVersion: rt.apiVersion, kind: rt.kind, ...rest } as KObject;
+  }
+
+  /** Builds the filter for a list or watch; bad selectors are 400 BadRequest. */
+  matcher(rt: ResourceType, namespace: string | undefined, sel: Selection): (obj: KObject) => boolean {
+    try {
+      const labels = parseLabelSelector(sel.labelSelector);
+      const fields = parseFieldSelector(sel.fieldSelector, rt.storageKey);
+      return (obj) => (namespace === undefined || obj.metadata.namespace === namespace)
+        && labels(obj.metadata.labels) && fields(obj as Record<string, unknown>);
+    } catch (e) {
+      if (e instanceof SelectorError) throw badRequest(`unable to parse requirement: ${e.message}`);
+      throw e;
+    }
+  }
+
+  list(rt: ResourceType, namespace: string | undefined, sel: Selection): KObject[] {
+    const matches = this.matcher(rt, namespace, sel);
+    return this.store.list(rt.storageKey).filter(matches)
+      .sort((a, b) => objectKey(a.metadata).localeCompare(objectKey(b.metadata)));
+  }
+
+  private key(rt: ResourceType, namespace: string | undefined, name: string): string {
+    return objectKey({ name, namespace: rt.namespaced ? namespace : undefined });
+  }
+
+  get(rt: ResourceType, namespace: string | undefined, name: string): KObject {
+    const obj = this.store.get(rt.storageKey, this.key(rt, namespace, name));
+    if (!obj) throw notFound(rt, name);
+    return obj;
+  }
+
+  /** Checks that a request body is an object of this resource; fills in apiVersion/kind when absent. */
+  private checkBody(rt: ResourceType, body: unknown, namespace: string | undefined): KObject {
+    if (!isRecord(body)) throw badRequest(`the request body must be a JSON object (a ${rt.kind})`);
+    const obj = body as KObject;
+    if (!isRecord(obj.metadata)) obj.metadata = {};
+    const name = typeof obj.metadata.name === 'string' ? obj.metadata.name : '';
+    if (obj.kind !== undefined && obj.kind !== rt.kind) {
+      throw invalid(rt, name, 'kind', `Invalid value: "${String(obj.kind)}": must be ${rt.kind} for ${qualified(rt)}`);
+    }
+    if (obj.apiVersion !== undefined && obj.apiVersion !== rt.apiVersion) {
+      throw invalid(rt, name, 'apiVersion', `Invalid value: "${String(obj.apiVersion)}": must be ${rt.apiVersion} on this path`);
+    }
+    if (rt.namespaced) {
+      if (obj.metadata.namespace !== undefined && obj.metadata.namespace !== '' && obj.metadata.namespace !== namespace) {
+        throw badRequest(`the namespace of the provided object (${String(obj.metadata.namespace)}) does not match the namespace sent on the request (${namespace})`);
+      }
+      obj.metadata.namespace = namespace;
+    } else {
+      delete obj.metadata.namespace;
+    }
+    return obj;
+  }
+
+  create(rt: ResourceType, namespace: string | undefined, body: unknown): KObject {
+    if (rt.namespaced && !namespace) throw new ApiError(405, 'MethodNotAllowed', `create ${qualified(rt)} needs a namespace in the path`);
+    const obj = this.checkBody(rt, body, namespace);
+    const meta = obj.metadata;
+    if ((meta.name === undefined || meta.name === '') && typeof meta.generateName === 'string' && meta.generateName !== '') {
+      do meta.name = meta.generateName + randomSuffix();
+      while (this.store.get(rt.storageKey, this.key(rt, namespace, meta.name)));
+    }
+    if (typeof meta.name !== 'string' || meta.name === '') {
+      throw invalid(rt, '', 'metadata.name', 'Required value: name or generateName is required');
+    }
+    const problem = nameProblem(rt, meta.name);
+    if (problem) throw invalid(rt, meta.name, 'metadata.name', `Invalid value: "${meta.name}": ${problem}`);
+    if (meta.resourceVersion !== undefined && meta.resourceVersion !== '') {
+      throw badRequest('resourceVersion should not be set on objects to be created');
+    }
+    if (rt.namespaced && !this.store.get('/namespaces', namespace!)) {
+      throw new ApiError(404, 'NotFound', `namespaces "${namespace}" not found`, { name: namespace, kind: 'namespaces' });
+    }
+    if (this.store.get(rt.storageKey, this.key(rt, namespace, meta.name))) {
+      throw new ApiError(409, 'AlreadyExists', `${qualified(rt)} "${meta.name}" already exists`, { name: meta.name, group: rt.group, kind: rt.plural });
+    }
+    delete meta.resourceVersion;
+    delete meta.deletionTimestamp;
+    meta.uid = randomUUID();
+    meta.creationTimestamp = now();
+    meta.generation = 1;
+    obj.apiVersion = rt.apiVersion;
+    obj.kind = rt.kind;
+    this.prepareForCreate(rt, obj);
+    const stored = this.store.write(rt.storageKey, obj);
+    if (rt.storageKey === '/namespaces') {
+      const sa = this.resolve('', 'v1', 'serviceaccounts')!;
+      this.create(sa, meta.name, { metadata: { name: 'default' } });
+    }
+    return stored;
+  }
+
+  /** PUT of the main resource (subresource undefined) or of its status. */
+  update(rt: ResourceType, namespace: string | undefined, name: string, body: unknown, subresource?: 'status'): KObject {
+    const existing = this.get(rt, namespace, name);
+    const obj = this.checkBody(rt, body, namespace);
+    if (obj.metadata.name !== undefined && obj.metadata.name !== name) {
+      throw badRequest(`the name of the object (${String(obj.metadata.name)}) does not match the name on the URL (${name})`);
+    }
+    const rv = obj.metadata.resourceVersion;
+    if (rv !== undefined && rv !== '' && rv !== existing.metadata.resourceVersion) {
+      throw new ApiError(409, 'Conflict',
+        `Operation cannot be fulfilled on ${qualified(rt)} "${name}": the object has been modified; please apply your changes to the latest version and try again`,
+        { name, group: rt.group, kind: rt.plural });
+    }
+    let next: KObject;
+    if (subresource === 'status') {
+      next = { ...existing, status: obj.status };
+      if (obj.status === undefined) delete next.status;
+    } else {
+      const serverSet: ObjectMeta = {
+        name, namespace: existing.metadata.namespace, uid: existing.metadata.uid,
+        creationTimestamp: existing.metadata.creationTimestamp, generation: existing.metadata.generation,
+        resourceVersion: existing.metadata.resourceVersion,
+      };
+      next = { ...obj, apiVersion: rt.apiVersion, kind: rt.kind, metadata: { ...obj.metadata, ...serverSet } };
+      if (!rt.namespaced) delete next.metadata.namespace;
+      if (rt.statusSubresource) {
+        if (existing.status === undefined) delete next.status;
+        else next.status = existing.status;
+      }
+      this.prepareForUpdate(rt, next, existing);
+      if (!deepEqual(specPart(next), specPart(existing))) next.metadata.generation = (existing.metadata.generation ?? 0) + 1;
+    }
+    next.apiVersion = existing.apiVersion;
+    // A no-op write keeps the resourceVersion and sends no event, as Kubernetes does.
+    if (deepEqual(next, existing)) return existing;
+    return this.store.write(rt.storageKey, next);
+  }
+
+  patch(rt: ResourceType, namespace: string | undefined, name: string, contentType: string, patch: unknown, subresource?: 'status'): KObject {
+    const existing = this.present(rt, this.get(rt, namespace, name));
+    let patched: unknown;
+    try {
+      patched = applyPatch(existing, contentType, patch);
+    } catch (e) {
+      if (!(e instanceof PatchError)) throw e;
+      if (e.invalid) throw badRequest(e.message);
+      throw new ApiError(422, 'Invalid', `${rt.kind} "${name}" could not be patched: ${e.message}`, { name, group: rt.group, kind: rt.kind });
+    }
+    return this.update(rt, namespace, name, patched, subresource);
+  }
+
+  delete(rt: ResourceType, namespace: string | undefined, name: string, options?: unknown): KObject {
+    const existing = this.get(rt, namespace, name);
+    const pre = isRecord(options) && isRecord(options.preconditions) ? options.preconditions : {};
+    for (const field of ['resourceVersion', 'uid'] as const) {
+      if (pre[field] !== undefined && pre[field] !== existing.metadata[field]) {
+        throw new ApiError(409, 'Conflict',
+          `Operation cannot be fulfilled on ${qualified(rt)} "${name}": Precondition failed: ${field}: ${String(pre[field])}, object's ${field}: ${String(existing.metadata[field])}`,
+          { name, group: rt.group, kind: rt.plural });
+      }
+    }
+    const key = this.key(rt, namespace, name);
+    if (rt.storageKey === '/namespaces') {
+      // Like Kubernetes: the namespace turns Terminating, its contents go, then it goes.
+      const terminating = structuredClone(existing);
+      terminating.metadata.deletionTimestamp = now();
+      terminating.status = { ...(isRecord(existing.status) ? existing.status : {}), phase: 'Terminating' };
+      this.store.write(rt.storageKey, terminating);
+      for (const resource of this.store.resources()) {
+        for (const obj of this.store.list(resource)) {
+          if (obj.metadata.namespace === name) this.store.remove(resource, objectKey(obj.metadata));
+        }
+      }
+    }
+    if (rt.storageKey === crdStorageKey) {
+      // Deleting a CRD deletes every custom object of it.
+      const gone = typesFromCrd(existing)[0]?.storageKey;
+      if (gone) for (const obj of this.store.list(gone)) this.store.remove(gone, objectKey(obj.metadata));
+    }
+    return this.store.remove(rt.storageKey, key)!;
+  }
+
+  deleteCollection(rt: ResourceType, namespace: string | undefined, sel: Selection): KObject[] {
+    return this.list(rt, namespace, sel).map((o) => this.delete(rt, o.metadata.namespace, o.metadata.name!));
+  }
+
+  private prepareForCreate(rt: ResourceType, obj: KObject): void {
+    const spec = isRecord(obj.spec) ? obj.spec : undefined;
+    switch (rt.storageKey) {
+      case '/namespaces':
+        obj.metadata.labels = { ...obj.metadata.labels, 'kubernetes.io/metadata.name': obj.metadata.name! };
+        obj.spec = { finalizers: ['kubernetes'] };
+        obj.status = { phase: 'Active' };
+        return;
+      case '/pods': {
+        const containers = spec?.containers;
+        if (!Array.isArray(containers) || containers.length === 0 || containers.some((c) => !isRecord(c) || typeof c.name !== 'string' || c.name === '')) {
+          throw invalid(rt, obj.metadata.name!, 'spec.containers', 'Required value: at least one container, each with a name');
+        }
+        spec!.serviceAccountName ??= 'default';
+        spec!.serviceAccount = spec!.serviceAccountName;
+        for (const c of containers) for (const p of Array.isArray(c.ports) ? c.ports : []) if (isRecord(p)) p.protocol ??= 'TCP';
+        obj.status = { phase: 'Pending' };
+        return;
+      }
+      case '/services':
+        this.defaultService(rt, obj, undefined);
+        obj.status = { loadBalancer: {} };
+        return;
+      case crdStorageKey: {
+        const problem = crdProblem(obj);
+        if (problem) throw invalid(rt, obj.metadata.name!, problem.split(':')[0], problem.slice(problem.indexOf(':') + 2));
+        const s = obj.spec as { names: unknown; versions: Array<{ name: string; storage?: boolean }> };
+        obj.status = {
+          conditions: [
+            { type: 'NamesAccepted', status: 'True', reason: 'NoConflicts', message: 'no conflicts found', lastTransitionTime: now() },
+            { type: 'Established', status: 'True', reason: 'InitialNamesAccepted', message: 'the initial names have been accepted', lastTransitionTime: now() },
+          ],
+          acceptedNames: s.names,
+          storedVersions: [(s.versions.find((v) => v.storage) ?? s.versions[0]).name],
+        };
+        return;
+      }
+      default:
+        if (rt.statusSubresource && rt.group !== '') delete obj.status;
+    }
+  }
+
+  private prepareForUpdate(rt: ResourceType, next: KObject, existing: KObject): void {
+    switch (rt.storageKey) {
+      case '/namespaces':
+        next.metadata.labels = { ...next.metadata.labels, 'kubernetes.io/metadata.name': next.metadata.name! };
+        next.spec = existing.spec;
+        return;
+      case '/services':
+        this.defaultService(rt, next, existing);
+        return;
+      case crdStorageKey: {
+        const problem = crdProblem(next);
+        if (problem) throw invalid(rt, next.metadata.name!, problem.split(':')[0], problem.slice(problem.indexOf(':') + 2));
+      }
+    }
+  }
+
+  /** Service defaults and ClusterIP allocation; the ClusterIP is immutable once set. */
+  private defaultService(rt: ResourceType, obj: KObject, existing: KObject | undefined): void {
+    const spec = (isRecord(obj.spec) ? obj.spec : (obj.spec = {})) as Record<string, unknown>;
+    const name = obj.metadata.name!;
+    spec.type ??= 'ClusterIP';
+    spec.sessionAffinity ??= 'None';
+    for (const p of Array.isArray(spec.ports) ? spec.ports : []) {
+      if (!isRecord(p)) continue;
+      p.protocol ??= 'TCP';
+      p.targetPort ??= p.port;
+    }
+    if (spec.type === 'ExternalName') return;
+    spec.internalTrafficPolicy ??= 'Cluster';
+    const requested = typeof spec.clusterIP === 'string' && spec.clusterIP !== '' ? spec.clusterIP
+      : Array.isArray(spec.clusterIPs) && typeof spec.clusterIPs[0] === 'string' ? spec.clusterIPs[0] : undefined;
+    const oldSpec = existing && isRecord(existing.spec) ? existing.spec : undefined;
+    let ip: string;
+    if (oldSpec && typeof oldSpec.clusterIP === 'string') {
+      if (requested !== undefined && requested !== oldSpec.clusterIP) {
+        throw invalid(rt, name, 'spec.clusterIPs[0]', `Invalid value: ${JSON.stringify(requested)}: may not change once set`);
+      }
+      ip = oldSpec.clusterIP;
+    } else if (requested === 'None') {
+      ip = 'None';
+    } else if (requested !== undefined) {
+      const n = ipToInt(requested);
+      const { base, size } = this.serviceRange;
+      if (n === undefined || n <= base || n >= base + size - 1) {
+        throw invalid(rt, name, 'spec.clusterIPs', `Invalid value: "${requested}": provided IP is not in the valid range; the range of valid IPs is ${intToIp(base)}/${32 - Math.log2(size)}`);
+      }
+      if (this.allocatedClusterIPs().has(requested)) {
+        throw invalid(rt, name, 'spec.clusterIPs', `Invalid value: "${requested}": provided IP is already allocated`);
+      }
+      ip = requested;
+    } else {
+      ip = this.allocateClusterIP();
+    }
+    spec.clusterIP = ip;
+    spec.clusterIPs = [ip];
+    if (ip !== 'None' || spec.ipFamilies === undefined) {
+      spec.ipFamilies ??= ['IPv4'];
+      spec.ipFamilyPolicy ??= 'SingleStack';
+    }
+  }
+
+  private allocatedClusterIPs(): Set<string> {
+    return new Set(this.store.list('/services').map((s) => (isRecord(s.spec) ? s.spec.clusterIP : undefined))
+      .filter((ip): ip is string => typeof ip === 'string'));
+  }
+
+  private allocateClusterIP(): string {
+    const used = this.allocatedClusterIPs();
+    const { base, size } = this.serviceRange;
+    // .1 is the kubernetes Service's address in a real cluster; start after it.
+    for (let n = base + 2; n < base + size - 1; n++) {
+      const ip = intToIp(n);
+      if (!used.has(ip)) return ip;
+    }
+    throw new ApiError(500, 'InternalError', `failed to allocate a serviceIP: the range ${intToIp(base)}/${32 - Math.log2(size)} is full`);
+  }
+}

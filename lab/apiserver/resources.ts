@@ -1,0 +1,132 @@
+// The catalogue of served resources: built-in kinds, plus resources defined by
+// apiextensions.k8s.io/v1 CustomResourceDefinition objects (the Antrea and network-policy-api
+// CRDs are provided as seeds). All versions of a resource share one storage key.
+import type { KObject } from './store.js';
+
+export interface ResourceType {
+  group: string;            // '' for the core group
+  version: string;
+  apiVersion: string;       // 'v1' or '<group>/<version>'
+  plural: string;
+  singular: string;
+  kind: string;
+  listKind: string;
+  namespaced: boolean;
+  /** status is written only through the /status subresource; writes to the main resource keep it. */
+  statusSubresource: boolean;
+  shortNames: string[];
+  /** '<group>/<plural>': the same for every version of the resource. */
+  storageKey: string;
+}
+
+function builtin(group: string, version: string, plural: string, kind: string, namespaced: boolean,
+  statusSubresource: boolean, shortNames: string[] = []): ResourceType {
+  return {
+    group, version, apiVersion: group ? `${group}/${version}` : version, plural, singular: kind.toLowerCase(), kind,
+    listKind: `${kind}List`, namespaced, statusSubresource, shortNames, storageKey: `${group}/${plural}`,
+  };
+}
+
+export const builtinTypes: readonly ResourceType[] = [
+  builtin('', 'v1', 'pods', 'Pod', true, true, ['po']),
+  builtin('', 'v1', 'namespaces', 'Namespace', false, true, ['ns']),
+  builtin('', 'v1', 'nodes', 'Node', false, true, ['no']),
+  builtin('', 'v1', 'services', 'Service', true, true, ['svc']),
+  builtin('', 'v1', 'serviceaccounts', 'ServiceAccount', true, false, ['sa']),
+  builtin('', 'v1', 'endpoints', 'Endpoints', true, false, ['ep']),
+  builtin('discovery.k8s.io', 'v1', 'endpointslices', 'EndpointSlice', true, false),
+  builtin('networking.k8s.io', 'v1', 'networkpolicies', 'NetworkPolicy', true, false, ['netpol']),
+  builtin('apiextensions.k8s.io', 'v1', 'customresourcedefinitions', 'CustomResourceDefinition', false, true, ['crd', 'crds']),
+];
+
+export const crdStorageKey = 'apiextensions.k8s.io/customresourcedefinitions';
+
+export const verbs = ['create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch'];
+
+interface CrdVersion { name?: unknown; served?: unknown; storage?: unknown; subresources?: { status?: unknown } }
+interface CrdSpec {
+  group?: unknown;
+  scope?: unknown;
+  names?: { plural?: unknown; singular?: unknown; kind?: unknown; listKind?: unknown; shortNames?: unknown };
+  versions?: CrdVersion[];
+}
+
+/** Why a CustomResourceDefinition is unacceptable, or undefined when it is fine. */
+export function crdProblem(crd: KObject): string | undefined {
+  const spec = crd.spec as CrdSpec | undefined;
+  if (!spec || typeof spec !== 'object') return 'spec: Required value';
+  if (typeof spec.group !== 'string' || !spec.group.includes('.')) return 'spec.group: Invalid value: should be a domain with at least one dot';
+  if (typeof spec.names?.plural !== 'string' || spec.names.plural === '') return 'spec.names.plural: Required value';
+  if (typeof spec.names.kind !== 'string' || spec.names.kind === '') return 'spec.names.kind: Required value';
+  if (spec.scope !== 'Namespaced' && spec.scope !== 'Cluster') return 'spec.scope: Unsupported value: must be "Namespaced" or "Cluster"';
+  if (!Array.isArray(spec.versions) || spec.versions.length === 0) return 'spec.versions: Required value';
+  if (spec.versions.some((v) => typeof v.name !== 'string' || !/^v[0-9]+((alpha|beta)[0-9]+)?$/.test(v.name))) {
+    return 'spec.versions[].name: Invalid value: must look like v1, v1beta1 or v1alpha2';
+  }
+  if (crd.metadata.name !== `${spec.names.plural}.${spec.group}`) {
+    return `metadata.name: Invalid value: "${crd.metadata.name}": must be spec.names.plural+"."+spec.group`;
+  }
+  return undefined;
+}
+
+/** The served (group, version, resource) triples of a valid CRD. */
+export function typesFromCrd(crd: KObject): ResourceType[] {
+  if (crdProblem(crd)) return [];
+  const spec = crd.spec as Required<CrdSpec> & { names: Record<string, unknown> };
+  const group = spec.group as string;
+  const plural = spec.names.plural as string;
+  const kind = spec.names.kind as string;
+  const shortNames = Array.isArray(spec.names.shortNames) ? spec.names.shortNames.map(String) : [];
+  return spec.versions.filter((v) => v.served !== false).map((v) => ({
+    group, version: v.name as string, apiVersion: `${group}/${v.name as string}`, plural,
+    singular: typeof spec.names.singular === 'string' ? spec.names.singular : kind.toLowerCase(),
+    kind, listKind: typeof spec.names.listKind === 'string' ? spec.names.listKind : `${kind}List`,
+    namespaced: spec.scope === 'Namespaced', statusSubresource: Boolean(v.subresources?.status), shortNames,
+    storageKey: `${group}/${plural}`,
+  }));
+}
+
+function crd(group: string, plural: string, kind: string, scope: 'Namespaced' | 'Cluster', versions: string[],
+  status: boolean, shortNames: string[]): KObject {
+  return {
+    apiVersion: 'apiextensions.k8s.io/v1',
+    kind: 'CustomResourceDefinition',
+    metadata: { name: `${plural}.${group}` },
+    spec: {
+      group, scope,
+      names: { plural, singular: kind.toLowerCase(), kind, listKind: `${kind}List`, shortNames },
+      versions: versions.map((name, i) => ({
+        name, served: true, storage: i === 0,
+        schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } },
+        ...(status ? { subresources: { status: {} } } : {}),
+      })),
+    },
+  };
+}
+
+/** The CRDs installCRDs:true creates: every crd.antrea.io and policy.networking.k8s.io resource sluice watches. */
+export function seedCrds(): KObject[] {
+  const antrea = ['v1beta1', 'v1alpha1'];
+  return [
+    crd('crd.antrea.io', 'tiers', 'Tier', 'Cluster', antrea, false, ['tr']),
+    crd('crd.antrea.io', 'clusternetworkpolicies', 'ClusterNetworkPolicy', 'Cluster', antrea, true, ['acnp']),
+    crd('crd.antrea.io', 'networkpolicies', 'NetworkPolicy', 'Namespaced', antrea, true, ['anp']),
+    crd('crd.antrea.io', 'clustergroups', 'ClusterGroup', 'Cluster', antrea, true, ['cg']),
+    crd('crd.antrea.io', 'groups', 'Group', 'Namespaced', antrea, true, ['grp']),
+    crd('policy.networking.k8s.io', 'adminnetworkpolicies', 'AdminNetworkPolicy', 'Cluster', ['v1alpha1'], true, ['anp']),
+    crd('policy.networking.k8s.io', 'baselineadminnetworkpolicies', 'BaselineAdminNetworkPolicy', 'Cluster', ['v1alpha1'], true, ['banp']),
+    crd('policy.networking.k8s.io', 'clusternetworkpolicies', 'ClusterNetworkPolicy', 'Cluster', ['v1alpha2'], true, ['cnp']),
+  ];
+}
+
+/** Kubernetes version priority: GA > beta > alpha, then higher numbers first. Negative when a sorts first. */
+export function compareKubeVersions(a: string, b: string): number {
+  const rank = (v: string): [number, number, number] => {
+    const m = /^v([0-9]+)(?:(alpha|beta)([0-9]+))?$/.exec(v);
+    if (!m) return [0, 0, 0];
+    return [m[2] === undefined ? 3 : m[2] === 'beta' ? 2 : 1, Number(m[1]), Number(m[3] ?? 0)];
+  };
+  const [ra, rb] = [rank(a), rank(b)];
+  for (let i = 0; i < 3; i++) if (ra[i] !== rb[i]) return rb[i] - ra[i];
+  return a.localeCompare(b);
+}

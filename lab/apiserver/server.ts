@@ -1,0 +1,422 @@
+// HTTP front end of the lab's Kubernetes API server: routing of /api and /apis paths,
+// discovery documents, bearer-token check, and list/watch streaming (newline-delimited JSON
+// events, resumable from a resourceVersion, 410 Gone when history no longer reaches back).
+import { existsSync, unlinkSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import yaml from 'js-yaml';
+import { patchContentTypes } from './patch.js';
+import { ApiError, Registry, type Selection } from './registry.js';
+import { crdStorageKey, type ResourceType } from './resources.js';
+import { ObjectStore, type ChangeEvent, type KObject } from './store.js';
+
+export interface ApiServerOptions {
+  host?: string;            // default 127.0.0.1
+  port?: number;            // default 0 = pick a free port
+  unixSocket?: string;      // also listen on this unix socket path
+  token?: string;           // bearer token required when set (401 otherwise)
+  dataFile?: string;        // persist objects + current resourceVersion here; reload at start
+  installCRDs?: boolean;    // default true: serve the crd.antrea.io and policy.networking.k8s.io resources
+  historyLimit?: number;    // watch events kept for resuming; older resourceVersions get 410 Gone (default 1000)
+  serviceCIDR?: string;     // ClusterIP allocation range, default 10.96.0.0/16
+  bookmarkIntervalMs?: number; // period of BOOKMARK events on watches that allow them (default 10000)
+  /**
+   * How a watch from an expired resourceVersion fails: 'http' (default) answers HTTP 410;
+   * 'event' answers 200 with one ERROR event carrying the 410 Status, then closes, as a
+   * kube-apiserver serving the watch from its watch cache does.
+   */
+  expiredWatch?: 'http' | 'event';
+}
+
+export interface ApiServer {
+  url: string;
+  port: number;
+  close(): Promise<void>;
+  compact(): void;
+  dropWatches(): void;
+}
+
+const maxBodyBytes = 8 * 1024 * 1024;
+const openPaths = new Set(['/healthz', '/readyz', '/livez', '/version']);
+
+interface Route {
+  rt: ResourceType;
+  namespace?: string;
+  name?: string;
+  subresource?: 'status';
+}
+
+interface OpenWatch {
+  res: http.ServerResponse;
+  end(): void;
+}
+
+function sendJson(res: http.ServerResponse, code: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(code, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+function sendError(res: http.ServerResponse, err: ApiError): void {
+  sendJson(res, err.code, err.toStatus());
+}
+
+async function readBody(req: http.IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > maxBodyBytes) throw new ApiError(413, 'RequestEntityTooLarge', `request body larger than ${maxBodyBytes} bytes`);
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** A request body: JSON, or YAML when the Content-Type says so (as kube-apiserver accepts). */
+function parseBody(req: http.IncomingMessage, text: string): unknown {
+  if (text.trim() === '') return undefined;
+  const yamlBody = /^application\/(x-)?yaml\b/.test(req.headers['content-type'] ?? '');
+  try {
+    return yamlBody ? yaml.load(text) : JSON.parse(text);
+  } catch (e) {
+    throw new ApiError(400, 'BadRequest', `the request body is not valid ${yamlBody ? 'YAML' : 'JSON'}: ${(e as Error).message}`);
+  }
+}
+
+export class ApiServerImpl {
+  readonly store: ObjectStore;
+  readonly registry: Registry;
+  private readonly watches = new Set<OpenWatch>();
+  private readonly servers: http.Server[] = [];
+  private readonly bookmarkIntervalMs: number;
+
+  constructor(private readonly opts: ApiServerOptions) {
+    this.store = new ObjectStore(opts.historyLimit ?? 1000, opts.dataFile);
+    this.registry = new Registry(this.store, opts.serviceCIDR ?? '10.96.0.0/16');
+    this.registry.seed(opts.installCRDs ?? true);
+    this.bookmarkIntervalMs = opts.bookmarkIntervalMs ?? 10_000;
+  }
+
+  async listen(): Promise<ApiServer> {
+    const handler = (req: http.IncomingMessage, res: http.ServerResponse) => {
+      this.handle(req, res).catch((e: unknown) => {
+        const err = e instanceof ApiError ? e : new ApiError(500, 'InternalError', `internal error: ${(e as Error).message}`);
+        if (!res.headersSent) sendError(res, err);
+        else res.destroy();
+      });
+    };
+    const listen = (server: http.Server, start: (done: () => void) => void) => new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      start(() => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    const tcp = http.createServer(handler);
+    try {
+      await listen(tcp, (done) => tcp.listen(this.opts.port ?? 0, this.opts.host ?? '127.0.0.1', done));
+      this.servers.push(tcp);
+      if (this.opts.unixSocket) {
+        const path = this.opts.unixSocket;
+        if (existsSync(path)) unlinkSync(path); // a stale socket from a crashed run
+        const unix = http.createServer(handler);
+        await listen(unix, (done) => unix.listen(path, done));
+        this.servers.push(unix);
+      }
+    } catch (e) {
+      // Nothing half-started: close what did listen.
+      await this.close();
+      const where = this.opts.unixSocket ? ` / ${this.opts.unixSocket}` : '';
+      throw new Error(`API server cannot listen on ${this.opts.host ?? '127.0.0.1'}:${this.opts.port ?? 0}${where}: ${(e as Error).message}`);
+    }
+    const port = (tcp.address() as AddressInfo).port;
+    const host = this.opts.host ?? '127.0.0.1';
+    return {
+      url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+      port,
+      close: () => this.close(),
+      compact: () => this.store.compact(),
+      dropWatches: () => {
+        for (const w of [...this.watches]) w.res.socket?.destroy();
+      },
+    };
+  }
+
+  private async close(): Promise<void> {
+    for (const w of [...this.watches]) w.end();
+    // Let ended watch streams flush their last chunk before cutting what is left.
+    await Promise.all(this.servers.map((s) => new Promise<void>((resolve) => {
+      const force = setTimeout(() => s.closeAllConnections(), 500);
+      s.close(() => {
+        clearTimeout(force);
+        resolve();
+      });
+      s.closeIdleConnections();
+    })));
+    this.store.close();
+    if (this.opts.unixSocket && existsSync(this.opts.unixSocket)) unlinkSync(this.opts.unixSocket);
+  }
+
+  private authorized(req: http.IncomingMessage, path: string): boolean {
+    if (!this.opts.token || openPaths.has(path)) return true;
+    return req.headers.authorization === `Bearer ${this.opts.token}`;
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://apiserver');
+    const path = url.pathname.replace(/\/+$/, '') || '/';
+    if (!this.authorized(req, path)) throw new ApiError(401, 'Unauthorized', 'Unauthorized');
+    const method = req.method ?? 'GET';
+
+    if (path === '/healthz' || path === '/readyz' || path === '/livez') {
+      res.writeHead(200, { 'Content-Type': 'text/plain' });
+      res.end('ok');
+      return;
+    }
+    if (path === '/version') {
+      sendJson(res, 200, { major: '1', minor: '31', gitVersion: 'v1.31.0-sluice-lab', platform: `${process.platform}/${process.arch}` });
+      return;
+    }
+    const segments = path.split('/').filter(Boolean).map(decodeURIComponent);
+    const discovery = this.discovery(segments);
+    if (discovery) {
+      if (method !== 'GET') throw new ApiError(405, 'MethodNotAllowed', `${method} is not allowed on ${path}`);
+      sendJson(res, 200, discovery);
+      return;
+    }
+
+    const { route, watchPrefix } = this.route(segments);
+    const q = url.searchParams;
+    const sel: Selection = { labelSelector: q.get('labelSelector') ?? undefined, fieldSelector: q.get('fieldSelector') ?? undefined };
+    const { rt, namespace, name, subresource } = route;
+    const watch = watchPrefix || q.get('watch') === '1' || q.get('watch') === 'true';
+
+    if (name === undefined) {
+      switch (method) {
+        case 'GET':
+          if (watch) this.serveWatch(res, route, sel, q);
+          else this.serveList(res, route, sel);
+          return;
+        case 'POST':
+          sendJson(res, 201, this.registry.present(rt, this.registry.create(rt, namespace, parseBody(req, await readBody(req)))));
+          return;
+        case 'DELETE': {
+          const items = this.registry.deleteCollection(rt, namespace, sel).map((o) => this.registry.present(rt, o));
+          sendJson(res, 200, { apiVersion: rt.apiVersion, kind: rt.listKind, metadata: { resourceVersion: String(this.store.resourceVersion) }, items });
+          return;
+        }
+      }
+    } else {
+      if (watch && method === 'GET') {
+        // Watching one object: the list watch narrowed to its name.
+        const byName = `metadata.name=${name}`;
+        this.serveWatch(res, { rt, namespace }, { ...sel, fieldSelector: sel.fieldSelector ? `${sel.fieldSelector},${byName}` : byName }, q);
+        return;
+      }
+      switch (method) {
+        case 'GET':
+          sendJson(res, 200, this.registry.present(rt, this.registry.get(rt, namespace, name)));
+          return;
+        case 'PUT':
+          sendJson(res, 200, this.registry.present(rt, this.registry.update(rt, namespace, name, parseBody(req, await readBody(req)), subresource)));
+          return;
+        case 'PATCH': {
+          const contentType = (req.headers['content-type'] ?? '').split(';')[0].trim();
+          if (!(patchContentTypes as readonly string[]).includes(contentType)) {
+            throw new ApiError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${patchContentTypes.join(', ')}`);
+          }
+          const body = parseBody(req, await readBody(req));
+          sendJson(res, 200, this.registry.present(rt, this.registry.patch(rt, namespace, name, contentType, body, subresource)));
+          return;
+        }
+        case 'DELETE':
+          if (subresource) break;
+          sendJson(res, 200, this.registry.present(rt, this.registry.delete(rt, namespace, name, parseBody(req, await readBody(req)))));
+          return;
+      }
+    }
+    throw new ApiError(405, 'MethodNotAllowed', `${method} is not allowed on ${path}`);
+  }
+
+  /** /api, /api/v1, /apis, /apis/<group>, /apis/<group>/<version>; undefined for other paths. */
+  private discovery(seg: string[]): unknown {
+    const groups = this.registry.groupVersions();
+    const resourceList = (group: string, version: string) => {
+      const types = this.registry.servedTypes().filter((t) => t.group === group && t.version === version);
+      if (types.length === 0) return undefined;
+      const resources = types.flatMap((t) => {
+        const main = { name: t.plural, singularName: t.singular, namespaced: t.namespaced, kind: t.kind,
+          verbs: ['create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch'],
+          ...(t.shortNames.length ? { shortNames: t.shortNames } : {}) };
+        const status = { name: `${t.plural}/status`, singularName: '', namespaced: t.namespaced, kind: t.kind, verbs: ['get', 'patch', 'update'] };
+        return t.statusSubresource ? [main, status] : [main];
+      });
+      return { kind: 'APIResourceList', apiVersion: 'v1', groupVersion: group ? `${group}/${version}` : version, resources };
+    };
+    const apiGroup = (name: string, versions: string[]) => {
+      const gv = versions.map((v) => ({ groupVersion: `${name}/${v}`, version: v }));
+      return { name, versions: gv, preferredVersion: gv[0] };
+    };
+    if (seg[0] === 'api') {
+      if (seg.length === 1) return { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress: '127.0.0.1' }] };
+      if (seg.length === 2) return resourceList('', seg[1]) ?? this.notFound();
+    }
+    if (seg[0] === 'apis') {
+      if (seg.length === 1) {
+        return { kind: 'APIGroupList', apiVersion: 'v1',
+          groups: [...groups].filter(([g]) => g !== '').map(([g, versions]) => apiGroup(g, versions)) };
+      }
+      if (seg.length === 2) {
+        const versions = groups.get(seg[1]);
+        if (!versions || seg[1] === '') return this.notFound();
+        return { kind: 'APIGroup', apiVersion: 'v1', ...apiGroup(seg[1], versions) };
+      }
+      if (seg.length === 3) return resourceList(seg[1], seg[2]) ?? this.notFound();
+    }
+    if (seg.length === 0) return { paths: ['/api', '/api/v1', '/apis', '/healthz', '/readyz', '/version'] };
+    return undefined;
+  }
+
+  private notFound(): never {
+    throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+  }
+
+  /** Resolves a resource path; a legacy /watch/ segment after the version means watch. */
+  private route(seg: string[]): { route: Route; watchPrefix: boolean } {
+    let group: string;
+    let version: string;
+    let rest: string[];
+    if (seg[0] === 'api' && seg.length >= 3) [group, version, rest] = ['', seg[1], seg.slice(2)];
+    else if (seg[0] === 'apis' && seg.length >= 4) [group, version, rest] = [seg[1], seg[2], seg.slice(3)];
+    else return this.notFound();
+    const watchPrefix = rest[0] === 'watch';
+    if (watchPrefix) rest = rest.slice(1);
+    const resolve = (plural: string) => this.registry.resolve(group, version, plural);
+    // namespaces/<ns>/<plural>[/<name>[/status]] for namespaced kinds
+    if (rest[0] === 'namespaces' && rest.length >= 3 && rest.length <= 5) {
+      const rt = resolve(rest[2]);
+      if (rt?.namespaced) {
+        return { route: { rt, namespace: rest[1], name: rest[3], subresource: this.subresource(rt, rest[4]) }, watchPrefix };
+      }
+    }
+    // <plural>[/<name>[/status]]: cluster-scoped kinds, or a namespaced kind across all namespaces (list/watch only)
+    if (rest.length >= 1 && rest.length <= 3) {
+      const rt = resolve(rest[0]);
+      if (rt && (!rt.namespaced || rest.length === 1)) {
+        return { route: { rt, name: rest[1], subresource: this.subresource(rt, rest[2]) }, watchPrefix };
+      }
+    }
+    return this.notFound();
+  }
+
+  private subresource(rt: ResourceType, segment: string | undefined): 'status' | undefined {
+    if (segment === undefined) return undefined;
+    if (segment === 'status' && rt.statusSubresource) return 'status';
+    return this.notFound();
+  }
+
+  private serveList(res: http.ServerResponse, route: Route, sel: Selection): void {
+    const { rt, namespace } = route;
+    const items = this.registry.list(rt, namespace, sel).map((o) => this.registry.present(rt, o));
+    sendJson(res, 200, { kind: rt.listKind, apiVersion: rt.apiVersion, metadata: { resourceVersion: String(this.store.resourceVersion) }, items });
+  }
+
+  private serveWatch(res: http.ServerResponse, route: Route, sel: Selection, q: URLSearchParams): void {
+    const { rt, namespace } = route;
+    const matches = this.registry.matcher(rt, namespace, sel);
+    const from = q.get('resourceVersion') ?? '';
+    const timeout = q.get('timeoutSeconds');
+    if (timeout !== null && !/^[0-9]+$/.test(timeout)) throw new ApiError(400, 'BadRequest', `timeoutSeconds "${timeout}" is not a non-negative integer`);
+    const bookmarks = q.get('allowWatchBookmarks') === 'true' || q.get('allowWatchBookmarks') === '1';
+
+    let backlog: ChangeEvent[] = [];
+    const initial = from === '' || from === '0';
+    if (!initial) {
+      if (!/^[0-9]+$/.test(from)) throw new ApiError(400, 'BadRequest', `resourceVersion "${from}" is not a valid resource version`);
+      const events = this.store.eventsSince(Number(from));
+      if (events === 'expired') {
+        const gone = new ApiError(410, 'Expired', `too old resource version: ${from} (${this.store.oldestResumable})`);
+        if (this.opts.expiredWatch !== 'event') throw gone;
+        res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private' });
+        res.end(`${JSON.stringify({ type: 'ERROR', object: gone.toStatus() })}\n`);
+        return;
+      }
+      backlog = events;
+    }
+
+    res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private' });
+    res.flushHeaders();
+    const send = (type: string, object: KObject) => {
+      if (!res.destroyed && !res.writableEnded) res.write(`${JSON.stringify({ type, object })}\n`);
+    };
+    const timers: NodeJS.Timeout[] = [];
+    let unsubscribe = () => {};
+    const bookmark = () => send('BOOKMARK', { apiVersion: rt.apiVersion, kind: rt.kind, metadata: { resourceVersion: String(this.store.resourceVersion) } });
+    const cleanup = () => {
+      unsubscribe();
+      timers.forEach((t) => clearTimeout(t));
+      this.watches.delete(entry);
+    };
+    const entry: OpenWatch = {
+      res,
+      end: () => {
+        if (res.writableEnded) return;
+        cleanup();
+        if (bookmarks) bookmark();
+        res.end();
+      },
+    };
+    // An event seen through the selector: objects moving out of it are DELETED, into it ADDED.
+    const deliver = (e: ChangeEvent) => {
+      // A deleted CRD stops serving its resource: end the watch (after its objects' DELETED events).
+      if (e.resource === crdStorageKey && e.type === 'DELETED' && !this.registry.resolve(rt.group, rt.version, rt.plural)) {
+        entry.end();
+        return;
+      }
+      if (e.resource !== rt.storageKey) return;
+      const now = matches(e.object);
+      const before = e.previous !== undefined && matches(e.previous);
+      if (e.type === 'ADDED') {
+        if (now) send('ADDED', this.registry.present(rt, e.object));
+      } else if (e.type === 'DELETED') {
+        if (before) send('DELETED', this.registry.present(rt, e.object));
+      } else if (now && before) send('MODIFIED', this.registry.present(rt, e.object));
+      else if (now) send('ADDED', this.registry.present(rt, e.object));
+      else if (before) {
+        const last = structuredClone(e.previous!);
+        last.metadata.resourceVersion = String(e.rv);
+        send('DELETED', this.registry.present(rt, last));
+      }
+    };
+
+    if (initial) for (const obj of this.registry.list(rt, namespace, sel)) send('ADDED', this.registry.present(rt, obj));
+    for (const e of backlog) deliver(e);
+    if (res.writableEnded) return;
+    unsubscribe = this.store.subscribe(deliver);
+    if (bookmarks) timers.push(setInterval(bookmark, this.bookmarkIntervalMs));
+    if (timeout !== null) timers.push(setTimeout(entry.end, Number(timeout) * 1000));
+    this.watches.add(entry);
+    // 'close' on the response: the stream ended or the client went away.
+    res.on('close', cleanup);
+  }
+}
+
+export async function startApiServer(opts: ApiServerOptions = {}): Promise<ApiServer> {
+  return new ApiServerImpl(opts).listen();
+}
+
+/**
+ * An ordinary kubeconfig that points at the lab API server. For a plain-HTTP server it sets
+ * insecure-skip-tls-verify: @kubernetes/client-node refuses http:// clusters without it.
+ */
+export function kubeconfigYaml(server: string, token?: string): string {
+  return yaml.dump({
+    apiVersion: 'v1',
+    kind: 'Config',
+    clusters: [{ name: 'sluice-lab', cluster: { server, ...(server.startsWith('http:') ? { 'insecure-skip-tls-verify': true } : {}) } }],
+    users: [{ name: 'sluice-lab', user: token ? { token } : {} }],
+    contexts: [{ name: 'sluice-lab', context: { cluster: 'sluice-lab', user: 'sluice-lab' } }],
+    'current-context': 'sluice-lab',
+    preferences: {},
+  });
+}
