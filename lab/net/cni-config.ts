@@ -1,0 +1,46 @@
+/** The per-node CNI network configuration list (pure). */
+import { cniBinDir, ipamDir, podRange, sluiceSocketPath } from './names.js';
+
+export type PrimaryFlavour = 'ptp' | 'eks';
+export const PRIMARY_FLAVOURS: readonly PrimaryFlavour[] = ['ptp', 'eks'];
+export const NETWORK_NAME = 'lab';
+export const CNI_VERSION = '1.0.0';
+
+export type PluginConf = { type: string } & Record<string, unknown>;
+export interface Conflist {
+  cniVersion: string;
+  name: string;
+  plugins: PluginConf[];
+}
+
+function hostLocalIpam(lab: string, node: string): Record<string, unknown> {
+  return {
+    type: 'host-local',
+    ranges: [[podRange(node)]],
+    routes: [{ dst: '0.0.0.0/0' }],
+    dataDir: ipamDir(lab, node),
+  };
+}
+
+export function primaryPlugin(lab: string, node: string, flavour: PrimaryFlavour): PluginConf {
+  switch (flavour) {
+    case 'ptp':
+      return { type: 'ptp', ipMasq: false, mtu: 1500, ipam: hostLocalIpam(lab, node) };
+    case 'eks':
+      return { type: 'eks-sim', mtu: 1500, ipam: hostLocalIpam(lab, node) };
+    default:
+      throw new Error(`primary flavour ${JSON.stringify(flavour)} is not one of ${PRIMARY_FLAVOURS.join(', ')}`);
+  }
+}
+
+export const sluicePlugin = (lab: string, node: string): PluginConf => ({ type: 'sluice-cni', socketPath: sluiceSocketPath(lab, node) });
+
+/** `[primary]`, or `[primary, sluice-cni]` when sluice is chained. */
+export function nodeConflist(lab: string, node: string, flavour: PrimaryFlavour, chainSluice: boolean): Conflist {
+  const plugins = [primaryPlugin(lab, node, flavour)];
+  if (chainSluice) plugins.push(sluicePlugin(lab, node));
+  return { cniVersion: CNI_VERSION, name: NETWORK_NAME, plugins };
+}
+
+/** Where a plugin type is looked up (CNI_PATH has a single directory in the lab). */
+export const pluginPath = (lab: string, type: string): string => `${cniBinDir(lab)}/${type}`;

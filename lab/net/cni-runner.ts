@@ -1,0 +1,176 @@
+/**
+ * Executes a CNI network configuration list the way a container runtime does (CNI spec 1.x,
+ * like libcni): ADD runs the plugins in order, each getting the previous plugin's result as
+ * `prevResult`; DEL runs them in reverse and CHECK in order, both with the cached ADD result as
+ * `prevResult`. Plugins run inside the node namespace. The final ADD result is cached under the
+ * node's state dir so DEL/CHECK work from a fresh process.
+ */
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Conflist, PluginConf } from './cni-config.js';
+import { run } from './exec.js';
+import { cniBinDir, cniCacheDir, netnsPath, nodeNetns } from './names.js';
+
+export type CniCommand = 'ADD' | 'DEL' | 'CHECK';
+
+export interface CniInvocation {
+  lab: string;
+  node: string;
+  containerId: string;
+  /** The Pod's network namespace name (under /var/run/netns). */
+  netns: string;
+  podNamespace: string;
+  podName: string;
+  ifName?: string;
+}
+
+export interface CniIp { address: string; gateway?: string; interface?: number; version?: string }
+export interface CniResult {
+  cniVersion: string;
+  interfaces?: { name: string; mac?: string; sandbox?: string }[];
+  ips?: CniIp[];
+  routes?: { dst: string; gw?: string }[];
+  dns?: unknown;
+  [k: string]: unknown;
+}
+
+/** A plugin answered with a CNI error object (or died without one). */
+export class CniPluginError extends Error {
+  constructor(
+    readonly plugin: string,
+    readonly command: CniCommand,
+    readonly code: number,
+    readonly msg: string,
+    readonly details: string | undefined,
+    readonly stderr: string,
+  ) {
+    super(`CNI ${command} failed in plugin ${plugin}: [${code}] ${msg}${details ? ` (${details})` : ''}`);
+  }
+}
+
+interface CacheEntry {
+  kind: 'cniCacheV1';
+  containerId: string;
+  ifName: string;
+  netns: string;
+  podNamespace: string;
+  podName: string;
+  config: Conflist;
+  result: CniResult;
+}
+
+export const cacheFile = (inv: CniInvocation, network: string): string =>
+  join(cniCacheDir(inv.lab, inv.node), `${network}-${inv.containerId}-${inv.ifName ?? 'eth0'}.json`);
+
+export function readCache(inv: CniInvocation, network: string): CacheEntry | null {
+  try {
+    return JSON.parse(readFileSync(cacheFile(inv, network), 'utf8')) as CacheEntry;
+  } catch {
+    return null;
+  }
+}
+
+/** The cached ADD for this container: by network name when known, else any network's entry. */
+function findCache(inv: CniInvocation, network: string | undefined): CacheEntry | null {
+  if (network) return readCache(inv, network);
+  const dir = cniCacheDir(inv.lab, inv.node);
+  if (!existsSync(dir)) return null;
+  const suffix = `-${inv.containerId}-${inv.ifName ?? 'eth0'}.json`;
+  const file = readdirSync(dir).find((f) => f.endsWith(suffix));
+  return file ? readCache(inv, file.slice(0, -suffix.length)) : null;
+}
+
+export function cniArgs(inv: CniInvocation): string {
+  return `IgnoreUnknown=1;K8S_POD_NAMESPACE=${inv.podNamespace};K8S_POD_NAME=${inv.podName};K8S_POD_INFRA_CONTAINER_ID=${inv.containerId}`;
+}
+
+/** stdin for one plugin: its own config plus the list's name/cniVersion and, when given, prevResult. */
+export function pluginStdin(list: Conflist, plugin: PluginConf, prevResult: CniResult | undefined): Record<string, unknown> {
+  const conf: Record<string, unknown> = { ...plugin, name: list.name, cniVersion: list.cniVersion };
+  if (prevResult !== undefined) conf.prevResult = prevResult;
+  return conf;
+}
+
+function validateConflist(list: Conflist): void {
+  if (!list || typeof list.name !== 'string' || !list.name) throw new Error('conflist: "name" must be a non-empty string');
+  if (typeof list.cniVersion !== 'string') throw new Error(`conflist ${list.name}: "cniVersion" must be a string`);
+  if (!Array.isArray(list.plugins) || list.plugins.length === 0) throw new Error(`conflist ${list.name}: "plugins" must be a non-empty array`);
+  list.plugins.forEach((p, i) => {
+    if (!p || typeof p.type !== 'string' || !/^[A-Za-z0-9._-]+$/.test(p.type)) {
+      throw new Error(`conflist ${list.name}: plugins[${i}].type must be a plugin file name`);
+    }
+  });
+}
+
+async function execPlugin(inv: CniInvocation, command: CniCommand, list: Conflist, plugin: PluginConf, prevResult: CniResult | undefined): Promise<string> {
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+    CNI_COMMAND: command,
+    CNI_CONTAINERID: inv.containerId,
+    CNI_NETNS: netnsPath(inv.netns),
+    CNI_IFNAME: inv.ifName ?? 'eth0',
+    CNI_ARGS: cniArgs(inv),
+    CNI_PATH: cniBinDir(inv.lab),
+  };
+  const file = join(cniBinDir(inv.lab), plugin.type);
+  if (!existsSync(file)) {
+    throw new CniPluginError(plugin.type, command, 999, `failed to find plugin "${plugin.type}" in path [${cniBinDir(inv.lab)}]`, undefined, '');
+  }
+  const input = JSON.stringify(pluginStdin(list, plugin, prevResult));
+  const res = await run('ip', ['netns', 'exec', nodeNetns(inv.lab, inv.node), file], { env, input, allowFail: true, timeoutMs: 60_000 });
+  if (res.exitCode === 0) return res.stdout;
+  let err: { code?: unknown; msg?: unknown; details?: unknown } = {};
+  try {
+    err = JSON.parse(res.stdout) as typeof err;
+  } catch {
+    // not a CNI error object: report what we have
+  }
+  throw new CniPluginError(
+    plugin.type,
+    command,
+    typeof err.code === 'number' ? err.code : 999,
+    typeof err.msg === 'string' ? err.msg : `exit ${res.exitCode}: ${res.stderr.trim() || res.stdout.trim() || 'no output'}`,
+    typeof err.details === 'string' ? err.details : undefined,
+    res.stderr,
+  );
+}
+
+export async function cniAdd(inv: CniInvocation, list: Conflist): Promise<CniResult> {
+  validateConflist(list);
+  let prev: CniResult | undefined;
+  for (const plugin of list.plugins) {
+    const out = await execPlugin(inv, 'ADD', list, plugin, prev);
+    try {
+      prev = JSON.parse(out) as CniResult;
+    } catch {
+      throw new CniPluginError(plugin.type, 'ADD', 999, 'ADD printed no valid result on stdout', out.slice(0, 200), '');
+    }
+  }
+  const entry: CacheEntry = {
+    kind: 'cniCacheV1', containerId: inv.containerId, ifName: inv.ifName ?? 'eth0', netns: inv.netns,
+    podNamespace: inv.podNamespace, podName: inv.podName, config: list, result: prev!,
+  };
+  mkdirSync(cniCacheDir(inv.lab, inv.node), { recursive: true });
+  writeFileSync(cacheFile(inv, list.name), JSON.stringify(entry, null, 2));
+  return prev!;
+}
+
+/** DEL in reverse order with the cached ADD result; uses the cached config when none is given. Removes the cache. */
+export async function cniDel(inv: CniInvocation, list?: Conflist): Promise<void> {
+  const cached = findCache(inv, list?.name);
+  const config = list ?? cached?.config;
+  if (!config) return; // never added (or already deleted) and nothing to run
+  validateConflist(config);
+  for (const plugin of [...config.plugins].reverse()) {
+    await execPlugin(inv, 'DEL', config, plugin, cached?.result);
+  }
+  rmSync(cacheFile(inv, config.name), { force: true });
+}
+
+/** CHECK in order with the cached ADD result; throws CniPluginError from the first plugin that objects. */
+export async function cniCheck(inv: CniInvocation, list?: Conflist): Promise<void> {
+  const cached = findCache(inv, list?.name);
+  if (!cached) throw new Error(`CNI CHECK: no cached ADD result for container ${inv.containerId} on ${inv.node}`);
+  const config = list ?? cached.config;
+  for (const plugin of config.plugins) await execPlugin(inv, 'CHECK', config, plugin, cached.result);
+}
