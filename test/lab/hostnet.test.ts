@@ -1,7 +1,8 @@
 /**
  * Host networking against the real kernel: netlink routes/rules/neighbours, iptables (nft backend)
  * and nftables, inside throw-away network namespaces. A veth named antrea-gw0 stands in for the
- * OVS internal port (hostnet only needs a link of that name).
+ * OVS internal port (hostnet only needs a link of that name). `ip rule` prints table 300 by name
+ * when antrea_service is registered in rt_tables.d on this machine, so both forms are accepted.
  */
 import t from 'tap';
 import { execFileSync, execSync } from 'node:child_process';
@@ -43,7 +44,7 @@ else {
   t.test('ensureBase creates the seed shapes, and a second run changes nothing', async (t) => {
     const first = driver('ensure') as string[];
     t.ok(first.length >= 4, `first run reports what it created: ${first.join('; ')}`);
-    t.match(sh(`ip -n ${NS} rule`), /^300:\s+from all fwmark 0x800\/0x800 iif antrea-gw0 lookup 300\s*$/m);
+    t.match(sh(`ip -n ${NS} rule`), /^300:\s+from all fwmark 0x800\/0x800 iif antrea-gw0 lookup (300|antrea_service)\s*$/m);
     t.match(sh(`ip -n ${NS} route show table 300`), /^default via 169\.254\.253\.1 dev antrea-gw0 onlink/m);
     t.match(sh(`ip -n ${NS} neigh show dev antrea-gw0`), /^169\.254\.253\.1 lladdr 12:34:56:78:9a:bc PERMANENT/m);
     t.match(sh(`ip -n ${NS} addr show dev antrea-gw0`), /inet 192\.168\.5\.1\/32/);
@@ -71,7 +72,7 @@ else {
     t.ok(repaired.some((r) => r.startsWith('rule 300')), 'rule repaired');
     t.ok(repaired.some((r) => r.startsWith('route default')), 'table 300 route repaired');
     t.ok(repaired.some((r) => r.startsWith('neighbour')), 'neighbour repaired');
-    t.match(sh(`ip -n ${NS} rule`), /fwmark 0x800\/0x800 iif antrea-gw0 lookup 300/);
+    t.match(sh(`ip -n ${NS} rule`), /fwmark 0x800\/0x800 iif antrea-gw0 lookup (300|antrea_service)/);
     const iptRepairs = driver('ensure-tamper-ensure', `ip netns exec ${NS} iptables -t raw -F ANTREA-RAW`) as string[];
     t.ok(iptRepairs.some((r) => r.startsWith('iptables')), `iptables tampering detected: ${iptRepairs.join('; ')}`);
     t.match(sh(`ip netns exec ${NS} iptables -t raw -S ANTREA-RAW`), /CT --notrack/);
@@ -109,7 +110,7 @@ else {
 
   t.test('removeBase uninstalls everything it created', async (t) => {
     driver('remove');
-    t.notMatch(sh(`ip -n ${NS} rule`), /lookup 300/);
+    t.notMatch(sh(`ip -n ${NS} rule`), /lookup (300|antrea_service)/);
     t.equal(sh(`ip -n ${NS} route show table 300`).trim(), '');
     t.notMatch(sh(`ip netns exec ${NS} iptables-save`), /ANTREA/);
   });
