@@ -1,0 +1,472 @@
+/**
+ * The agent's OpenFlow connection to br-int, used only for the packet-in path (Reject replies, audit
+ * logging, DNS learning) and the meters that rate-limit it. Flows are still programmed with
+ * ovs-ofctl bundles by the pipeline code.
+ *
+ * Topology: the agent is the *client* of the bridge's management socket
+ * `<ovs rundir>/<bridge>.mgmt`, which ovs-vswitchd always listens on. Nothing is written to OVSDB
+ * (no set-controller), so the bridge's fail-mode and flows are unaffected by the agent being up or
+ * down, and either side can restart: the agent reconnects with backoff when the socket closes or
+ * stops answering echoes, and replays its setup (packet-in format, meters) on every connection.
+ * OVS sends asynchronous messages (packet-ins) to such a "service" connection only after it sets a
+ * non-zero miss_send_len, which the handshake does.
+ *
+ * Back-pressure: the socket is always read promptly (echoes and errors must not wait behind
+ * packet-ins); packet-ins go into a bounded queue that drops and counts when the consumer falls
+ * behind. Packet-outs are dropped and counted when the socket's write buffer is over a limit.
+ */
+import { EventEmitter } from 'node:events';
+import { createConnection, type Socket } from 'node:net';
+import { BoundedQueue } from './queue.js';
+import {
+  decodeError,
+  decodeExperimenter,
+  decodeFeaturesReply,
+  decodeHeader,
+  decodeHelloVersions,
+  decodePacketIn2,
+  decodeStandardPacketIn,
+  encodeBarrierRequest,
+  encodeEchoReply,
+  encodeEchoRequest,
+  encodeFeaturesRequest,
+  encodeHello,
+  encodeMeterMod,
+  encodePacketOut,
+  encodeSetConfig,
+  encodeSetPacketInFormat,
+  MessageFramer,
+  type MeterSpec,
+  NX_EXPERIMENTER_ID,
+  NXT,
+  OFP15_VERSION,
+  OFPET,
+  OFPMC,
+  OFPMMFC_METER_EXISTS,
+  type OfpErrorInfo,
+  OFPT,
+  type PacketIn,
+  type PacketOut,
+  type SwitchFeatures,
+} from './wire.js';
+
+export interface ControllerLog {
+  debug(obj: object, msg?: string): void;
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+}
+
+export interface ControllerOptions {
+  /** The bridge's management socket, e.g. /var/run/openvswitch/br-int.mgmt. */
+  socketPath: string;
+  /** Packet-ins held for the consumer before new ones are dropped. */
+  queueSize?: number;
+  /** Meters (re)installed on every connection, before the controller reports itself connected. */
+  meters?: MeterSpec[];
+  reconnectMinMs?: number;
+  reconnectMaxMs?: number;
+  /** Echo request interval; a switch that misses two is considered gone. */
+  echoIntervalMs?: number;
+  /** Time allowed for the handshake and for request/reply round trips. */
+  requestTimeoutMs?: number;
+  /** Packet-outs are dropped while this many bytes are waiting to be written. */
+  maxWriteBufferBytes?: number;
+  log?: ControllerLog;
+}
+
+export interface ControllerStats {
+  connected: boolean;
+  connects: number;
+  packetIns: number;
+  packetInsDropped: number;
+  packetInsMalformed: number;
+  queued: number;
+  packetOuts: number;
+  packetOutsDropped: number;
+  switchErrors: number;
+}
+
+export class OpenFlowError extends Error {
+  constructor(
+    message: string,
+    readonly info?: OfpErrorInfo,
+  ) {
+    super(message);
+  }
+}
+
+interface Pending {
+  resolve: (msg: Buffer) => void;
+  reject: (e: Error) => void;
+  timer: NodeJS.Timeout;
+}
+
+const noopLog: ControllerLog = { debug() {}, info() {}, warn() {} };
+
+/**
+ * Events: 'connected' (SwitchFeatures), 'disconnected' (reason: string), 'switchError'
+ * (OfpErrorInfo, xid) for errors not tied to a request of this class.
+ */
+export class OpenFlowController extends EventEmitter {
+  private readonly opts: Required<Omit<ControllerOptions, 'log' | 'meters'>> & { meters: MeterSpec[] };
+  private readonly log: ControllerLog;
+  private readonly queue: BoundedQueue<PacketIn>;
+  private socket?: Socket;
+  private ready = false;
+  private stopped = true;
+  private xid = 0;
+  private pending = new Map<number, Pending>();
+  private helloWaiter?: (msg: Buffer) => void;
+  /** xids of fire-and-forget requests whose errors are collected until the next barrier. */
+  private watched = new Map<number, OfpErrorInfo | undefined>();
+  private reconnectTimer?: NodeJS.Timeout;
+  private echoTimer?: NodeJS.Timeout;
+  private attempt = 0;
+  private connectedWaiters: { resolve: (f: SwitchFeatures) => void; reject: (e: Error) => void }[] = [];
+  private features?: SwitchFeatures;
+  private s = { connects: 0, packetIns: 0, packetInsMalformed: 0, packetOuts: 0, packetOutsDropped: 0, switchErrors: 0 };
+
+  constructor(options: ControllerOptions) {
+    super();
+    if (!options.socketPath) throw new Error('OpenFlowController: socketPath is required');
+    this.opts = {
+      socketPath: options.socketPath,
+      queueSize: options.queueSize ?? 1024,
+      meters: options.meters ?? [],
+      reconnectMinMs: options.reconnectMinMs ?? 100,
+      reconnectMaxMs: options.reconnectMaxMs ?? 5000,
+      echoIntervalMs: options.echoIntervalMs ?? 5000,
+      requestTimeoutMs: options.requestTimeoutMs ?? 5000,
+      maxWriteBufferBytes: options.maxWriteBufferBytes ?? 4 << 20,
+    };
+    this.log = options.log ?? noopLog;
+    this.queue = new BoundedQueue<PacketIn>(this.opts.queueSize);
+  }
+
+  /** Starts connecting (and reconnecting until close()). */
+  start(): this {
+    if (!this.stopped) return this;
+    this.stopped = false;
+    this.connect();
+    return this;
+  }
+
+  get isConnected(): boolean {
+    return this.ready;
+  }
+
+  /** Resolves with the switch's features once a connection has completed its setup. */
+  waitConnected(timeoutMs = 10_000): Promise<SwitchFeatures> {
+    if (this.ready && this.features) return Promise.resolve(this.features);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.connectedWaiters = this.connectedWaiters.filter((w) => w.resolve !== done);
+        reject(new OpenFlowError(`no OpenFlow connection to ${this.opts.socketPath} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      const done = (f: SwitchFeatures) => {
+        clearTimeout(timer);
+        resolve(f);
+      };
+      this.connectedWaiters.push({ resolve: done, reject: (e) => (clearTimeout(timer), reject(e)) });
+    });
+  }
+
+  /** The packet-in stream (shared: each packet-in goes to one consumer). Ends after close(). */
+  packetIns(): AsyncIterableIterator<PacketIn> {
+    return this.queue[Symbol.asyncIterator]();
+  }
+
+  /** Takes one queued packet-in without waiting (for batch consumers). */
+  takePacketIn(): PacketIn | undefined {
+    return this.queue.shift();
+  }
+
+  /** Sends a packet out; false (and counted) when disconnected or the write buffer is full. */
+  packetOut(po: PacketOut): boolean {
+    const sock = this.socket;
+    if (!this.ready || !sock || sock.writableLength > this.opts.maxWriteBufferBytes) {
+      this.s.packetOutsDropped++;
+      return false;
+    }
+    sock.write(encodePacketOut(this.nextXid(), po));
+    this.s.packetOuts++;
+    return true;
+  }
+
+  /** Round trip through the switch: every message sent before has been processed when it resolves. */
+  async barrier(): Promise<void> {
+    await this.request(encodeBarrierRequest(this.nextXid()));
+  }
+
+  /** Adds or replaces a meter now and on every future connection. */
+  async setMeter(m: MeterSpec): Promise<void> {
+    encodeMeterMod(0, OFPMC.ADD, m); // validates before anything is recorded
+    this.opts.meters = [...this.opts.meters.filter((x) => x.meterId !== m.meterId), m];
+    if (this.ready) await this.installMeters([m]);
+  }
+
+  stats(): ControllerStats {
+    return {
+      connected: this.ready,
+      connects: this.s.connects,
+      packetIns: this.s.packetIns,
+      packetInsDropped: this.queue.dropped,
+      packetInsMalformed: this.s.packetInsMalformed,
+      queued: this.queue.length,
+      packetOuts: this.s.packetOuts,
+      packetOutsDropped: this.s.packetOutsDropped,
+      switchErrors: this.s.switchErrors,
+    };
+  }
+
+  async close(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.reconnectTimer);
+    this.teardown('controller closed');
+    this.queue.end();
+    for (const w of this.connectedWaiters.splice(0)) w.reject(new OpenFlowError('controller closed'));
+  }
+
+  // ---- connection lifecycle ----
+
+  private nextXid(): number {
+    this.xid = (this.xid + 1) >>> 0 || 1;
+    return this.xid;
+  }
+
+  private connect(): void {
+    if (this.stopped) return;
+    const sock = createConnection(this.opts.socketPath);
+    this.socket = sock;
+    const framer = new MessageFramer();
+    let closedReason = 'connection closed by the switch';
+    sock.on('connect', () => {
+      this.handshake(sock).catch((e: Error) => {
+        if (this.socket !== sock) return; // this connection is already gone
+        closedReason = `handshake failed: ${e.message}`;
+        this.log.warn({ socket: this.opts.socketPath, err: e.message }, 'OpenFlow handshake failed');
+        sock.destroy();
+      });
+    });
+    sock.on('data', (chunk: Buffer) => {
+      let msgs: Buffer[];
+      try {
+        msgs = framer.push(chunk);
+      } catch (e) {
+        closedReason = `bad framing: ${(e as Error).message}`;
+        sock.destroy();
+        return;
+      }
+      for (const m of msgs) this.handle(m, sock);
+    });
+    sock.on('error', (e: NodeJS.ErrnoException) => {
+      closedReason = `${e.code ?? 'error'}: ${e.message}`;
+    });
+    sock.on('close', () => {
+      if (this.socket !== sock) return;
+      const wasReady = this.ready;
+      this.teardown(closedReason);
+      if (wasReady) {
+        this.log.warn({ socket: this.opts.socketPath, reason: closedReason }, 'OpenFlow connection lost');
+        this.emit('disconnected', closedReason);
+      }
+      this.scheduleReconnect(closedReason);
+    });
+  }
+
+  private scheduleReconnect(reason: string): void {
+    if (this.stopped) return;
+    const delay = Math.min(this.opts.reconnectMaxMs, this.opts.reconnectMinMs * 2 ** Math.min(this.attempt, 16));
+    this.attempt++;
+    if (this.attempt === 1 || this.attempt % 20 === 0) this.log.debug({ socket: this.opts.socketPath, reason, delay }, 'OpenFlow reconnect scheduled');
+    this.reconnectTimer = setTimeout(() => this.connect(), delay);
+  }
+
+  private teardown(reason: string): void {
+    this.ready = false;
+    clearInterval(this.echoTimer);
+    this.echoTimer = undefined;
+    this.helloWaiter = undefined;
+    this.watched.clear();
+    for (const [xid, p] of this.pending) {
+      clearTimeout(p.timer);
+      p.reject(new OpenFlowError(`request ${xid} aborted: ${reason}`));
+    }
+    this.pending.clear();
+    const sock = this.socket;
+    this.socket = undefined;
+    sock?.destroy();
+  }
+
+  private async handshake(sock: Socket): Promise<void> {
+    const hello = new Promise<Buffer>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new OpenFlowError(`no HELLO within ${this.opts.requestTimeoutMs} ms`)), this.opts.requestTimeoutMs);
+      this.helloWaiter = (m) => {
+        clearTimeout(timer);
+        resolve(m);
+      };
+    });
+    sock.write(encodeHello(this.nextXid()));
+    const versions = decodeHelloVersions(await hello);
+    if (!versions.includes(OFP15_VERSION)) {
+      throw new OpenFlowError(`the bridge offers OpenFlow versions [${versions.map((v) => `0x0${v.toString(16)}`).join(', ')}], not 1.5 (0x06): set Bridge protocols=OpenFlow15`);
+    }
+    const features = decodeFeaturesReply(await this.request(encodeFeaturesRequest(this.nextXid())));
+    const errors = await this.sendChecked([encodeSetConfig(this.nextXid()), encodeSetPacketInFormat(this.nextXid())]);
+    if (errors[0]) throw new OpenFlowError(`SET_CONFIG rejected (type ${errors[0].type} code ${errors[0].code})`, errors[0]);
+    if (errors[1]) this.log.warn({ type: errors[1].type, code: errors[1].code }, 'NXT_PACKET_IN2 unsupported; using standard packet-ins (no userdata)');
+    // Meters are installed before the connection is announced, so flows that use them can follow.
+    await this.installMeters(this.opts.meters);
+    if (this.socket !== sock) throw new OpenFlowError('connection lost during the handshake');
+    this.ready = true;
+    this.features = features;
+    this.attempt = 0;
+    this.s.connects++;
+    this.startEcho(sock);
+    this.log.info({ socket: this.opts.socketPath, datapathId: features.datapathId.toString(16) }, 'OpenFlow connection ready');
+    for (const w of this.connectedWaiters.splice(0)) w.resolve(features);
+    this.emit('connected', features);
+  }
+
+  private async installMeters(meters: MeterSpec[]): Promise<void> {
+    if (meters.length === 0) return;
+    const adds = meters.map((m) => encodeMeterMod(this.nextXid(), OFPMC.ADD, m));
+    const errors = await this.sendChecked(adds);
+    const existing = meters.filter((_, i) => errors[i]?.type === OFPET.METER_MOD_FAILED && errors[i]?.code === OFPMMFC_METER_EXISTS);
+    meters.forEach((m, i) => {
+      const e = errors[i];
+      if (e && !existing.includes(m)) throw new OpenFlowError(`meter ${m.meterId} rejected by the switch (type ${e.type} code ${e.code})`, e);
+    });
+    if (existing.length === 0) return;
+    const mods = await this.sendChecked(existing.map((m) => encodeMeterMod(this.nextXid(), OFPMC.MODIFY, m)));
+    const bad = mods.findIndex((e) => e !== undefined);
+    if (bad >= 0) throw new OpenFlowError(`meter ${existing[bad]!.meterId} could not be modified (type ${mods[bad]!.type} code ${mods[bad]!.code})`, mods[bad]);
+  }
+
+  private startEcho(sock: Socket): void {
+    let outstanding = 0;
+    this.echoTimer = setInterval(() => {
+      if (outstanding >= 2) {
+        this.log.warn({ socket: this.opts.socketPath }, 'OpenFlow switch stopped answering echo requests');
+        sock.destroy();
+        return;
+      }
+      outstanding++;
+      this.request(encodeEchoRequest(this.nextXid()), this.opts.echoIntervalMs * 2)
+        .then(() => {
+          outstanding = 0;
+        })
+        .catch(() => undefined);
+    }, this.opts.echoIntervalMs);
+    this.echoTimer.unref();
+  }
+
+  private request(msg: Buffer, timeoutMs = this.opts.requestTimeoutMs): Promise<Buffer> {
+    const sock = this.socket;
+    if (!sock) return Promise.reject(new OpenFlowError('not connected'));
+    const xid = msg.readUInt32BE(4);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(xid);
+        reject(new OpenFlowError(`no reply to message type ${msg[1]} (xid ${xid}) within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.pending.set(xid, { resolve, reject, timer });
+      sock.write(msg);
+    });
+  }
+
+  /** Sends messages that have no reply, then a barrier; returns the error (if any) of each message. */
+  private async sendChecked(msgs: Buffer[]): Promise<(OfpErrorInfo | undefined)[]> {
+    const sock = this.socket;
+    if (!sock) throw new OpenFlowError('not connected');
+    const xids = msgs.map((m) => m.readUInt32BE(4));
+    for (const x of xids) this.watched.set(x, undefined);
+    try {
+      for (const m of msgs) sock.write(m);
+      await this.request(encodeBarrierRequest(this.nextXid()));
+      return xids.map((x) => this.watched.get(x));
+    } finally {
+      for (const x of xids) this.watched.delete(x);
+    }
+  }
+
+  private handle(msg: Buffer, sock: Socket): void {
+    const h = decodeHeader(msg);
+    switch (h.type) {
+      case OFPT.HELLO:
+        this.helloWaiter?.(msg);
+        this.helloWaiter = undefined;
+        return;
+      case OFPT.ECHO_REQUEST:
+        sock.write(encodeEchoReply(h.xid, msg.subarray(8)));
+        return;
+      case OFPT.ECHO_REPLY:
+      case OFPT.FEATURES_REPLY:
+      case OFPT.BARRIER_REPLY:
+        this.resolvePending(h.xid, msg);
+        return;
+      case OFPT.ERROR:
+        this.handleError(h.xid, msg);
+        return;
+      case OFPT.EXPERIMENTER: {
+        if (msg.length < 16) return;
+        const { experimenter, subtype } = decodeExperimenter(msg);
+        if (experimenter === NX_EXPERIMENTER_ID && subtype === NXT.PACKET_IN2) this.enqueue(msg, decodePacketIn2);
+        return;
+      }
+      case OFPT.PACKET_IN:
+        this.enqueue(msg, decodeStandardPacketIn);
+        return;
+      default:
+        return; // port status, role status, flow removed…: not used here
+    }
+  }
+
+  private resolvePending(xid: number, msg: Buffer): void {
+    const p = this.pending.get(xid);
+    if (!p) return;
+    this.pending.delete(xid);
+    clearTimeout(p.timer);
+    p.resolve(msg);
+  }
+
+  private handleError(xid: number, msg: Buffer): void {
+    let info: OfpErrorInfo;
+    try {
+      info = decodeError(msg);
+    } catch {
+      return;
+    }
+    if (this.watched.has(xid)) {
+      this.watched.set(xid, info);
+      return;
+    }
+    const p = this.pending.get(xid);
+    if (p) {
+      this.pending.delete(xid);
+      clearTimeout(p.timer);
+      this.s.switchErrors++;
+      p.reject(new OpenFlowError(`switch error type ${info.type} code ${info.code} for xid ${xid}`, info));
+      return;
+    }
+    this.s.switchErrors++;
+    this.log.warn({ xid, type: info.type, code: info.code }, 'OpenFlow error from the switch');
+    this.emit('switchError', info, xid);
+  }
+
+  private enqueue(msg: Buffer, decode: (m: Buffer) => PacketIn): void {
+    let pin: PacketIn;
+    try {
+      // Copy the packet so the queued item does not pin the socket's read buffer.
+      pin = decode(msg);
+      pin.packet = Buffer.from(pin.packet);
+      if (pin.userdata) pin.userdata = Buffer.from(pin.userdata);
+    } catch (e) {
+      this.s.packetInsMalformed++;
+      this.log.debug({ err: (e as Error).message }, 'malformed packet-in ignored');
+      return;
+    }
+    this.s.packetIns++;
+    this.queue.push(pin);
+  }
+}

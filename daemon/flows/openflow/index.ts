@@ -1,0 +1,5 @@
+export { type ControllerLog, type ControllerOptions, type ControllerStats, OpenFlowController, OpenFlowError } from './controller.js';
+export { BoundedQueue } from './queue.js';
+export * from './punt.js';
+export { CT_STATE, type MeterSpec, OFPP, OFPR, type PacketIn, type PacketOut, type PacketOutAction, type SwitchFeatures } from './wire.js';
+export { type DispatchStats, type PacketInHandler, runPacketInLoop, sendRejectReply } from './dispatch.js';

@@ -1,0 +1,85 @@
+/**
+ * IPv6 reject replies: TCP RST, or ICMPv6 destination unreachable code 1 "communication with
+ * destination administratively prohibited" quoting as much of the packet as fits in the minimum
+ * IPv6 MTU (RFC 4443 §2.4(c)). Same refusals as IPv4: no reply to RSTs, ICMPv6 errors (types < 128),
+ * later fragments, or multicast/unspecified addresses. Pure.
+ */
+import type { RejectResult } from './reject.js';
+import { decodeIpv6Packet, ETH_P_8021Q, ETH_P_IPV6, IPPROTO, ipv6TransportChecksum, type Ipv6Summary, TCP_FLAGS } from './packet.js';
+
+export const ICMPV6_DEST_UNREACH = 1;
+export const ICMPV6_ADMIN_PROHIBITED = 1;
+const IPV6_MIN_MTU = 1280;
+const REPLY_HOP_LIMIT = 64;
+
+const isMulticast6 = (a: Buffer): boolean => a[0] === 0xff;
+const isUnspecified6 = (a: Buffer): boolean => a.every((b) => b === 0);
+
+export function buildRejectReply6(frame: Buffer): RejectResult {
+  const pkt = decodeIpv6Packet(frame);
+  if (pkt.eth.src[0]! & 1) return { ok: false, reason: 'source MAC is multicast' };
+  if (isMulticast6(pkt.src) || isUnspecified6(pkt.src)) return { ok: false, reason: 'IPv6 source is not a unicast address' };
+  if (isMulticast6(pkt.dst) || isUnspecified6(pkt.dst)) return { ok: false, reason: 'IPv6 destination is not a unicast address' };
+  if (pkt.laterFragment) return { ok: false, reason: 'packet is a non-first fragment' };
+  if (pkt.protocol === IPPROTO.TCP) {
+    if (!pkt.tcp) return { ok: false, reason: 'TCP header is truncated' };
+    if (pkt.tcp.flags & TCP_FLAGS.RST) return { ok: false, reason: 'packet is a TCP RST' };
+    return { ok: true, kind: 'tcp-rst', frame: tcpReset6(pkt) };
+  }
+  if (pkt.protocol === IPPROTO.ICMPV6) {
+    if (!pkt.icmp) return { ok: false, reason: 'ICMPv6 header is truncated' };
+    if (pkt.icmp.type < 128) return { ok: false, reason: `packet is an ICMPv6 error (type ${pkt.icmp.type})` };
+  }
+  return { ok: true, kind: 'icmpv6-admin-prohibited', frame: icmp6AdminProhibited(frame, pkt) };
+}
+
+function replyFrame(pkt: Ipv6Summary, upperLength: number, protocol: number): [Buffer, number] {
+  const l3 = pkt.eth.vlanTci === undefined ? 14 : 18;
+  const out = Buffer.alloc(l3 + 40 + upperLength);
+  pkt.eth.src.copy(out, 0);
+  pkt.eth.dst.copy(out, 6);
+  if (pkt.eth.vlanTci !== undefined) {
+    out.writeUInt16BE(ETH_P_8021Q, 12);
+    out.writeUInt16BE(pkt.eth.vlanTci, 14);
+  }
+  out.writeUInt16BE(ETH_P_IPV6, l3 - 2);
+  out.writeUInt32BE(0x60000000, l3);
+  out.writeUInt16BE(upperLength, l3 + 4);
+  out[l3 + 6] = protocol;
+  out[l3 + 7] = REPLY_HOP_LIMIT;
+  pkt.dst.copy(out, l3 + 8);
+  pkt.src.copy(out, l3 + 24);
+  return [out, l3];
+}
+
+function tcpReset6(pkt: Ipv6Summary): Buffer {
+  const tcp = pkt.tcp!;
+  const [out, l3] = replyFrame(pkt, 20, IPPROTO.TCP);
+  const th = l3 + 40;
+  out.writeUInt16BE(tcp.dstPort, th);
+  out.writeUInt16BE(tcp.srcPort, th + 2);
+  if (tcp.flags & TCP_FLAGS.ACK) {
+    out.writeUInt32BE(tcp.ack, th + 4);
+    out[th + 13] = TCP_FLAGS.RST;
+  } else {
+    const payload = Math.max(0, pkt.l4Length - tcp.dataOffset);
+    const occupied = payload + (tcp.flags & TCP_FLAGS.SYN ? 1 : 0) + (tcp.flags & TCP_FLAGS.FIN ? 1 : 0);
+    out.writeUInt32BE((tcp.seq + occupied) >>> 0, th + 8);
+    out[th + 13] = TCP_FLAGS.RST | TCP_FLAGS.ACK;
+  }
+  out[th + 12] = 5 << 4;
+  out.writeUInt16BE(ipv6TransportChecksum(out.subarray(l3 + 8, l3 + 24), out.subarray(l3 + 24, l3 + 40), IPPROTO.TCP, out.subarray(th)), th + 16);
+  return out;
+}
+
+function icmp6AdminProhibited(frame: Buffer, pkt: Ipv6Summary): Buffer {
+  const packetEnd = Math.min(frame.length, pkt.offset + 40 + pkt.payloadLength);
+  const quote = frame.subarray(pkt.offset, Math.min(packetEnd, pkt.offset + IPV6_MIN_MTU - 40 - 8));
+  const [out, l3] = replyFrame(pkt, 8 + quote.length, IPPROTO.ICMPV6);
+  const ic = l3 + 40;
+  out[ic] = ICMPV6_DEST_UNREACH;
+  out[ic + 1] = ICMPV6_ADMIN_PROHIBITED;
+  quote.copy(out, ic + 8);
+  out.writeUInt16BE(ipv6TransportChecksum(out.subarray(l3 + 8, l3 + 24), out.subarray(l3 + 24, l3 + 40), IPPROTO.ICMPV6, out.subarray(ic)), ic + 2);
+  return out;
+}

@@ -1,0 +1,159 @@
+/**
+ * Test helpers for the OpenFlow controller: message encoders written from the specs independently
+ * of daemon/flows/openflow/wire.ts, and a scriptable fake switch listening on a unix socket.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+// Test-side encoders, written from the specs independently of the module under test.
+export function header(type: number, len: number, xid: number): Buffer {
+  const b = Buffer.alloc(8);
+  b[0] = 6;
+  b[1] = type;
+  b.writeUInt16BE(len, 2);
+  b.writeUInt32BE(xid, 4);
+  return b;
+}
+export function prop(type: number, value: Buffer, alignPad = 0): Buffer {
+  const len = 4 + alignPad + value.length;
+  const b = Buffer.alloc((len + 7) & ~7);
+  b.writeUInt16BE(type, 0);
+  b.writeUInt16BE(len, 2);
+  value.copy(b, 4 + alignPad);
+  return b;
+}
+export function oxm(cls: number, field: number, value: Buffer): Buffer {
+  const b = Buffer.alloc(4 + value.length);
+  b.writeUInt32BE(((cls << 16) | (field << 9) | value.length) >>> 0, 0);
+  value.copy(b, 4);
+  return b;
+}
+export const u32 = (n: number) => {
+  const b = Buffer.alloc(4);
+  b.writeUInt32BE(n >>> 0);
+  return b;
+};
+export const u64 = (n: bigint) => {
+  const b = Buffer.alloc(8);
+  b.writeBigUInt64BE(n);
+  return b;
+};
+export function packetIn2(xid: number, parts: { packet: Buffer; table: number; cookie: bigint; reason: number; metadata: Buffer; userdata?: Buffer; extra?: Buffer[] }): Buffer {
+  const props = [
+    prop(0, parts.packet),
+    prop(3, Buffer.from([parts.table])),
+    prop(4, u64(parts.cookie), 4),
+    prop(5, Buffer.from([parts.reason])),
+    prop(6, parts.metadata),
+    ...(parts.userdata ? [prop(7, parts.userdata)] : []),
+    ...(parts.extra ?? []),
+  ];
+  const body = Buffer.concat([u32(0x2320), u32(30), ...props]);
+  return Buffer.concat([header(4, 8 + body.length, xid), body]);
+}
+
+export function errorMsg(xid: number, type: number, code: number, data: Buffer): Buffer {
+  const body = Buffer.concat([Buffer.from([type >> 8, type & 0xff, code >> 8, code & 0xff]), data.subarray(0, 64)]);
+  return Buffer.concat([header(1, 8 + body.length, xid), body]);
+}
+
+export interface Received {
+  type: number;
+  xid: number;
+  msg: Buffer;
+}
+
+/** A fake OVS: answers the handshake, records everything, and lets the test push messages. */
+export class FakeSwitch {
+  readonly dir = mkdtempSync(join(tmpdir(), 'of-fake-'));
+  readonly path = join(this.dir, 'br-int.mgmt');
+  server?: Server;
+  conns: Socket[] = [];
+  received: Received[] = [];
+  /** Versions offered in our HELLO bitmap. */
+  versions = [1, 4, 6];
+  /** Meter ids that already exist: ADD gets OFPMMFC_METER_EXISTS. */
+  existingMeters = new Set<number>();
+  /** Answer echo requests (false simulates a hung switch). */
+  answerEcho = true;
+  private listeners: ((r: Received) => void)[] = [];
+
+  async listen(): Promise<void> {
+    const server = createServer((sock) => this.accept(sock));
+    this.server = server;
+    await new Promise<void>((resolve) => server.listen(this.path, resolve));
+  }
+
+  private accept(sock: Socket): void {
+    this.conns.push(sock);
+    let pending = Buffer.alloc(0);
+    let bitmap = 0;
+    for (const v of this.versions) bitmap |= 1 << v;
+    const hello = Buffer.concat([header(0, 16, 1), Buffer.from([0, 1, 0, 8]), u32(bitmap)]);
+    hello[0] = Math.max(...this.versions);
+    sock.write(hello);
+    sock.on('error', () => undefined);
+    sock.on('data', (chunk: Buffer) => {
+      pending = Buffer.concat([pending, chunk]);
+      while (pending.length >= 8 && pending.length >= pending.readUInt16BE(2)) {
+        const len = pending.readUInt16BE(2);
+        const msg = pending.subarray(0, len);
+        pending = pending.subarray(len);
+        this.onMessage(sock, msg);
+      }
+    });
+  }
+
+  private onMessage(sock: Socket, msg: Buffer): void {
+    const r = { type: msg[1]!, xid: msg.readUInt32BE(4), msg: Buffer.from(msg) };
+    this.received.push(r);
+    if (r.type === 5) {
+      const body = Buffer.alloc(24);
+      body.writeBigUInt64BE(0xabcn, 0);
+      body[12] = 254;
+      sock.write(Buffer.concat([header(6, 32, r.xid), body]));
+    } else if (r.type === 20) sock.write(header(21, 8, r.xid));
+    else if (r.type === 2 && this.answerEcho) sock.write(Buffer.concat([header(3, msg.length, r.xid), msg.subarray(8)]));
+    else if (r.type === 29 && msg.readUInt16BE(8) === 0 && this.existingMeters.has(msg.readUInt32BE(12))) sock.write(errorMsg(r.xid, 12, 1, msg));
+    else if (r.type === 29 && msg.readUInt16BE(8) === 0) this.existingMeters.add(msg.readUInt32BE(12));
+    for (const l of this.listeners) l(r);
+  }
+
+  /** Resolves with the next received message matching `pred` (or an already received one after `from`). */
+  waitFor(pred: (r: Received) => boolean, from = 0, timeoutMs = 5000): Promise<Received> {
+    const seen = this.received.slice(from).find(pred);
+    if (seen) return Promise.resolve(seen);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('fake switch: expected message not received')), timeoutMs);
+      const l = (r: Received) => {
+        if (!pred(r)) return;
+        clearTimeout(timer);
+        this.listeners = this.listeners.filter((x) => x !== l);
+        resolve(r);
+      };
+      this.listeners.push(l);
+    });
+  }
+
+  send(msg: Buffer): void {
+    const sock = this.conns[this.conns.length - 1];
+    if (!sock) throw new Error('fake switch: no connection');
+    sock.write(msg);
+  }
+
+  /** Drops every connection and stops listening (a switch restart's first half). */
+  async stop(): Promise<void> {
+    for (const c of this.conns) c.destroy();
+    this.conns = [];
+    const server = this.server;
+    this.server = undefined;
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  async destroy(): Promise<void> {
+    await this.stop();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
