@@ -72,8 +72,8 @@ export function formatMatrices(results: ProbeResult[]): string {
   }
   const blocks: string[] = [];
   for (const [key, rs] of groups) {
-    const froms = [...new Set(rs.map((r) => r.from))];
-    const tos = [...new Set(rs.map((r) => r.to))];
+    const froms = [...new Set(rs.map((r) => r.from))].sort();
+    const tos = [...new Set(rs.map((r) => r.to))].sort();
     const cell = new Map(rs.map((r) => [`${r.from}\u0000${r.to}`, MARK[r.verdict]]));
     const width = Math.max(...froms.map((f) => f.length), 4);
     const colWidth = Math.max(...tos.map((t) => t.length));

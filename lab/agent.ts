@@ -1,0 +1,65 @@
+/**
+ * Starting sluice-agent in a lab node (`sluice-lab up --sluice`): the agent config file, the
+ * detached process in the node namespace, and the wait for its CNI socket. Kept apart from the
+ * rest of the control plane because the agent is developed separately.
+ */
+import { spawn } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import yaml from 'js-yaml';
+import { sleep } from './net/exec.js';
+import { nodeNetns, nodeStateDir, ovsDir, repoRoot, sluiceSocketPath } from './net/names.js';
+
+export const agentConfigPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.yaml');
+export const agentLogPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.log');
+export const agentPidPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.pid');
+export const nodeKubeconfigPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'kubeconfig');
+
+/** The agent's config (the contract with daemon/): pure. */
+export function agentConfig(lab: string, node: string): Record<string, unknown> {
+  return {
+    nodeName: node,
+    kubeconfig: nodeKubeconfigPath(lab, node),
+    bridge: 'br-int',
+    datapath: 'netdev',
+    gateway: 'antrea-gw0',
+    serviceCIDRs: ['10.96.0.0/16'],
+    socketPath: sluiceSocketPath(lab, node),
+    ovsRunDir: ovsDir(lab, node),
+    stateDir: join(nodeStateDir(lab, node), 'agent'),
+    healthAddress: '127.0.0.1:10349',
+    logLevel: 'info',
+    // The lab shares the machine's /etc: registering the table name there would outlive `down`.
+    rtTablesFile: '',
+  };
+}
+
+/** Writes agent.yaml, starts the agent detached in the node namespace, waits for its socket. */
+export async function startAgent(lab: string, node: string, timeoutMs = 30_000): Promise<number> {
+  const main = join(repoRoot(), 'dist', 'daemon', 'main.js');
+  if (!existsSync(main)) throw new Error(`--sluice: ${main} is missing (the agent is not built)`);
+  const config = agentConfigPath(lab, node);
+  mkdirSync(join(nodeStateDir(lab, node), 'agent'), { recursive: true });
+  writeFileSync(config, yaml.dump(agentConfig(lab, node)));
+  const log = openSync(agentLogPath(lab, node), 'a');
+  const child = spawn('ip', ['netns', 'exec', nodeNetns(lab, node), process.execPath, main, '--config', config], {
+    detached: true,
+    stdio: ['ignore', log, log],
+  });
+  closeSync(log);
+  let exited: number | null | undefined;
+  child.on('exit', (code) => (exited = code));
+  child.unref();
+  writeFileSync(agentPidPath(lab, node), `${child.pid}\n`);
+  const socket = sluiceSocketPath(lab, node);
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (existsSync(socket)) return child.pid!;
+    if (exited !== undefined) break;
+    await sleep(100);
+  }
+  const tail = readFileSync(agentLogPath(lab, node), 'utf8').trim().split('\n').slice(-5).join('\n  ');
+  throw new Error(
+    `sluice-agent on ${node} ${exited !== undefined ? `exited (${exited})` : `did not create ${socket} within ${timeoutMs / 1000} s`}; log ${agentLogPath(lab, node)}:\n  ${tail}`,
+  );
+}

@@ -1,0 +1,116 @@
+/**
+ * `sluice-lab` command-line parsing (no I/O): argv -> a typed command, or a UsageError saying what
+ * is wrong. The CLI (lab/cli.ts) only dispatches on the result.
+ */
+import yargs from 'yargs';
+import { DEFAULT_LAB, LAB_NAME, MAX_NODES } from './net/names.js';
+
+export class UsageError extends Error {
+  override name = 'UsageError';
+}
+
+export type Primary = 'ptp' | 'eks';
+export type Output = 'table' | 'json';
+
+export type Command =
+  | { cmd: 'up'; name: string; nodes: number; primary: Primary; sluice: boolean; files: string[] }
+  | { cmd: 'down'; name: string; all: boolean }
+  | { cmd: 'apply'; name: string; files: string[] }
+  | { cmd: 'delete'; name: string; files: string[] }
+  | { cmd: 'label'; name: string; kind: string; ref: string; labels: string[] }
+  | { cmd: 'get'; name: string; kind: string; ref?: string; output: Output }
+  | { cmd: 'kubeconfig'; name: string }
+  | { cmd: 'probe'; name: string; probes?: string; output: Output }
+  | { cmd: 'demo'; name: string; nodes: number; primary: Primary; sluice: boolean }
+  | { cmd: 'help'; text: string };
+
+const COMMANDS = ['up', 'down', 'apply', 'delete', 'label', 'get', 'kubeconfig', 'probe', 'demo'] as const;
+
+function parser(argv: string[]) {
+  return yargs(argv)
+    .scriptName('sluice-lab')
+    .usage('$0 <command> [options]\n\nA self-contained Kubernetes-node lab on this machine (run as root).')
+    .option('name', { type: 'string', default: process.env.SLUICE_LAB ?? DEFAULT_LAB, describe: 'lab name (namespaces <name>-*, state /run/sluice-lab/<name>)' })
+    .command('up', 'create a lab: nodes, API server, controllers, scenario Pods', (y) =>
+      y
+        .option('nodes', { type: 'number', default: 2, describe: 'number of lab nodes' })
+        .option('primary', { type: 'string', choices: ['ptp', 'eks'], default: 'ptp', describe: 'primary CNI flavour' })
+        .option('sluice', { type: 'boolean', default: false, describe: 'chain sluice after the primary and run sluice-agent per node' })
+        .option('f', { alias: 'filename', type: 'string', array: true, default: [], describe: 'scenario manifest file or directory' }),
+    )
+    .command('down', 'remove a lab completely (works after a crash)', (y) =>
+      y.option('all', { type: 'boolean', default: false, describe: 'remove every lab on this machine' }),
+    )
+    .command('apply', 'create or update objects from manifests', (y) =>
+      y.option('f', { alias: 'filename', type: 'string', array: true, demandOption: 'apply needs -f FILE', describe: 'manifest file or directory' }),
+    )
+    .command('delete', 'delete the objects named in manifests', (y) =>
+      y.option('f', { alias: 'filename', type: 'string', array: true, demandOption: 'delete needs -f FILE', describe: 'manifest file or directory' }),
+    )
+    .command('label <kind> <ref> [labels..]', 'set (k=v) or remove (k-) labels of an object')
+    .command('get <kind> [ref]', 'show objects as the API server holds them', (y) =>
+      y.option('o', { alias: 'output', type: 'string', choices: ['table', 'json'], default: 'table' }),
+    )
+    .command('kubeconfig', "print the path of the lab's kubeconfig")
+    .command('probe', 'send real packets and report reachability', (y) =>
+      y
+        .option('probes', { type: 'string', describe: 'JSON probe file (default: every Pod to every Pod on every served port)' })
+        .option('o', { alias: 'output', type: 'string', choices: ['table', 'json'], default: 'table' }),
+    )
+    .command('demo', 'the README main job: a 2-node lab, the example workload and policies, two matrices', (y) =>
+      y
+        .option('nodes', { type: 'number', default: 2 })
+        .option('primary', { type: 'string', choices: ['ptp', 'eks'], default: 'ptp' })
+        .option('sluice', { type: 'boolean', default: false }),
+    )
+    .strict()
+    .help(false)
+    .version(false)
+    .exitProcess(false)
+    .fail((msg, err) => {
+      throw new UsageError(msg ?? err?.message ?? 'bad arguments');
+    });
+}
+
+export function usage(): string {
+  let text = '';
+  parser([]).showHelp((s: string) => (text = s));
+  return text;
+}
+
+export function parseArgs(argv: string[]): Command {
+  if (argv.length === 0 || argv[0] === 'help' || argv.includes('--help') || argv.includes('-h')) return { cmd: 'help', text: usage() };
+  const a = parser(argv).parseSync() as Record<string, unknown> & { _: (string | number)[] };
+  const cmd = String(a._[0] ?? '');
+  if (!(COMMANDS as readonly string[]).includes(cmd)) throw new UsageError(`unknown command "${cmd}"; commands: ${COMMANDS.join(', ')}`);
+  if (a._.length > 1 && cmd !== 'label') throw new UsageError(`${cmd}: unexpected argument "${a._[1]}"`);
+  const name = String(a.name);
+  if (!LAB_NAME.test(name)) throw new UsageError(`--name ${JSON.stringify(name)}: a lab name is 1-6 lowercase letters/digits starting with a letter`);
+  const files = (a.f as string[] | undefined) ?? [];
+  const checkNodes = (): number => {
+    const n = a.nodes as number;
+    if (!Number.isInteger(n) || n < 1 || n > MAX_NODES) throw new UsageError(`--nodes must be an integer 1-${MAX_NODES}, got ${a.nodes}`);
+    return n;
+  };
+  switch (cmd) {
+    case 'up':
+      return { cmd, name, nodes: checkNodes(), primary: a.primary as Primary, sluice: Boolean(a.sluice), files };
+    case 'down':
+      return { cmd, name, all: Boolean(a.all) };
+    case 'apply':
+    case 'delete':
+      if (files.length === 0) throw new UsageError(`${cmd} needs -f FILE`);
+      return { cmd, name, files };
+    case 'label':
+      if (!a.labels || (a.labels as string[]).length === 0) throw new UsageError('label needs at least one k=v or k- argument');
+      return { cmd, name, kind: String(a.kind), ref: String(a.ref), labels: (a.labels as unknown[]).map(String) };
+    case 'get':
+      return { cmd, name, kind: String(a.kind), ...(a.ref !== undefined ? { ref: String(a.ref) } : {}), output: a.o as Output };
+    case 'kubeconfig':
+      return { cmd, name };
+    case 'probe':
+      return { cmd, name, ...(a.probes ? { probes: String(a.probes) } : {}), output: a.o as Output };
+    default:
+      return { cmd: 'demo', name, nodes: checkNodes(), primary: a.primary as Primary, sluice: Boolean(a.sluice) };
+  }
+}

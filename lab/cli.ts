@@ -1,0 +1,57 @@
+#!/usr/bin/env node
+/**
+ * sluice-lab: a self-contained Kubernetes-node lab on this machine. See `sluice-lab --help`.
+ * Parsing is in lab/args.ts, the commands in lab/ops.ts and lab/demo.ts.
+ */
+import { parseArgs, UsageError } from './args.js';
+import { demo } from './demo.js';
+import { apply, down, get, kubeconfig, label, probe, remove, up } from './ops.js';
+
+const out = (text: string): void => void process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);
+
+async function main(argv: string[]): Promise<number> {
+  const cmd = parseArgs(argv);
+  switch (cmd.cmd) {
+    case 'help':
+      out(cmd.text);
+      return 0;
+    case 'up':
+      await up(cmd, out);
+      return 0;
+    case 'down':
+      await down(cmd, out);
+      return 0;
+    case 'apply':
+      await apply(cmd, out);
+      return 0;
+    case 'delete':
+      await remove(cmd, out);
+      return 0;
+    case 'label':
+      await label(cmd, out);
+      return 0;
+    case 'get':
+      await get(cmd, out);
+      return 0;
+    case 'kubeconfig':
+      kubeconfig(cmd, out);
+      return 0;
+    case 'probe':
+      await probe(cmd, out);
+      return 0;
+    case 'demo':
+      await demo(cmd, out);
+      return 0;
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    const e = err as Error;
+    process.stderr.write(`sluice-lab: ${e?.message ?? String(err)}\n`);
+    if (err instanceof UsageError) process.stderr.write('run "sluice-lab --help" for usage\n');
+    else if (process.env.SLUICE_LAB_DEBUG && e?.stack) process.stderr.write(`${e.stack}\n`);
+    process.exit(err instanceof UsageError ? 2 : 1);
+  },
+);

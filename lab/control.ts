@@ -1,0 +1,76 @@
+/**
+ * The control plane's files in a lab's state dir (/run/sluice-lab/<L>/) and how the CLI finds a
+ * running lab. lab/net owns lab.json, the node dirs' network files and pods/; these are ours.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { stateDir } from './net/names.js';
+
+export const supervisorPidPath = (lab: string): string => join(stateDir(lab), 'supervisor.pid');
+export const supervisorLogPath = (lab: string): string => join(stateDir(lab), 'supervisor.log');
+export const controlPath = (lab: string): string => join(stateDir(lab), 'control.json');
+export const apiSocketPath = (lab: string): string => join(stateDir(lab), 'apiserver.sock');
+export const apiDataPath = (lab: string): string => join(stateDir(lab), 'apiserver.json');
+export const hostKubeconfigPath = (lab: string): string => join(stateDir(lab), 'kubeconfig');
+
+/** Written by the supervisor once everything it runs is up. */
+export interface ControlInfo {
+  name: string;
+  nodes: string[];
+  primary: 'ptp' | 'eks';
+  sluice: boolean;
+  apiUrl: string;
+  token: string;
+  supervisorPid: number;
+  startedAt: string;
+}
+
+export function readControl(lab: string): ControlInfo | null {
+  try {
+    return JSON.parse(readFileSync(controlPath(lab), 'utf8')) as ControlInfo;
+  } catch {
+    return null;
+  }
+}
+
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** The supervisor's pid when it runs (checked against its command line, not just the number). */
+export function supervisorPid(lab: string): number | null {
+  let pid: number;
+  try {
+    pid = Number(readFileSync(supervisorPidPath(lab), 'utf8').trim());
+  } catch {
+    return null;
+  }
+  if (!Number.isInteger(pid) || pid <= 1 || !isAlive(pid)) return null;
+  try {
+    const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    return cmd.includes('supervisor.js') && cmd.includes(`${stateDir(lab)}/`) ? pid : null;
+  } catch {
+    return null;
+  }
+}
+
+export class NoLabError extends Error {
+  override name = 'NoLabError';
+}
+
+/** The running lab's control info; throws NoLabError saying what is wrong otherwise. */
+export function requireRunningLab(lab: string): ControlInfo {
+  const info = readControl(lab);
+  const pid = supervisorPid(lab);
+  if (info && pid !== null) return info;
+  if (!existsSync(stateDir(lab))) throw new NoLabError(`no lab "${lab}" is running (start one with: sluice-lab up --name ${lab})`);
+  throw new NoLabError(
+    `lab "${lab}" is not running (its supervisor is gone${pid === null ? '' : ' or not ready'}); ` +
+      `clean up with: sluice-lab down --name ${lab}`,
+  );
+}

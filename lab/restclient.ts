@@ -1,0 +1,148 @@
+/**
+ * A small REST client for the lab's API server (create/get/list/update/delete by kind), used by
+ * the CLI and the lab's controllers for writes. Watches go through @kubernetes/client-node
+ * informers; this only does request/response. Errors carry the Kubernetes Status message.
+ */
+import type { KubeObject } from '../daemon/policy/types.js';
+import { resourcePath, type ResourceKind } from './kinds.js';
+
+export class ApiError extends Error {
+  override name = 'ApiError';
+  constructor(
+    readonly code: number,
+    readonly reason: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface KubeList {
+  apiVersion: string;
+  kind: string;
+  metadata: { resourceVersion?: string };
+  items: KubeObject[];
+}
+
+export class RestClient {
+  constructor(
+    readonly server: string,
+    private readonly token?: string,
+  ) {}
+
+  async request<T>(method: string, path: string, body?: unknown, contentType = 'application/json'): Promise<T> {
+    let res: Response;
+    try {
+      res = await fetch(`${this.server}${path}`, {
+        method,
+        headers: {
+          accept: 'application/json',
+          ...(body !== undefined ? { 'content-type': contentType } : {}),
+          ...(this.token ? { authorization: `Bearer ${this.token}` } : {}),
+        },
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      });
+    } catch (err) {
+      const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+      throw new ApiError(0, 'Unreachable', `cannot reach the lab API server at ${this.server}: ${cause?.code ?? cause?.message ?? (err as Error).message}`);
+    }
+    const text = await res.text();
+    let json: unknown;
+    try {
+      json = text ? JSON.parse(text) : undefined;
+    } catch {
+      json = undefined;
+    }
+    if (!res.ok) {
+      const status = json as { message?: string; reason?: string } | undefined;
+      throw new ApiError(res.status, status?.reason ?? res.statusText, status?.message ?? `${method} ${path}: HTTP ${res.status} ${text.slice(0, 200)}`);
+    }
+    return json as T;
+  }
+
+  list(kind: ResourceKind, opts: { namespace?: string; labelSelector?: string; fieldSelector?: string } = {}): Promise<KubeList> {
+    const q = new URLSearchParams();
+    if (opts.labelSelector) q.set('labelSelector', opts.labelSelector);
+    if (opts.fieldSelector) q.set('fieldSelector', opts.fieldSelector);
+    const qs = q.toString();
+    return this.request<KubeList>('GET', `${resourcePath(kind, opts.namespace)}${qs ? `?${qs}` : ''}`);
+  }
+
+  get(kind: ResourceKind, name: string, namespace?: string): Promise<KubeObject> {
+    return this.request('GET', resourcePath(kind, namespace, name));
+  }
+
+  /** The object, or undefined when it does not exist. */
+  async tryGet(kind: ResourceKind, name: string, namespace?: string): Promise<KubeObject | undefined> {
+    try {
+      return await this.get(kind, name, namespace);
+    } catch (err) {
+      if (err instanceof ApiError && err.code === 404) return undefined;
+      throw err;
+    }
+  }
+
+  create(kind: ResourceKind, obj: KubeObject): Promise<KubeObject> {
+    return this.request('POST', resourcePath(kind, kind.namespaced ? obj.metadata.namespace ?? 'default' : undefined), obj);
+  }
+
+  update(kind: ResourceKind, obj: KubeObject, subresource?: 'status'): Promise<KubeObject> {
+    const path = resourcePath(kind, kind.namespaced ? obj.metadata.namespace ?? 'default' : undefined, obj.metadata.name);
+    return this.request('PUT', subresource ? `${path}/${subresource}` : path, obj);
+  }
+
+  patch(kind: ResourceKind, name: string, namespace: string | undefined, patch: unknown, subresource?: 'status'): Promise<KubeObject> {
+    const path = resourcePath(kind, namespace, name);
+    return this.request('PATCH', subresource ? `${path}/${subresource}` : path, patch, 'application/merge-patch+json');
+  }
+
+  delete(kind: ResourceKind, name: string, namespace?: string): Promise<unknown> {
+    return this.request('DELETE', resourcePath(kind, namespace, name));
+  }
+
+  /**
+   * create, or update when it exists (like `kubectl apply` without the last-applied annotation:
+   * the object replaces the stored one, keeping server-owned status).
+   */
+  async apply(kind: ResourceKind, obj: KubeObject): Promise<{ action: 'created' | 'configured' | 'unchanged'; obj: KubeObject }> {
+    const ns = kind.namespaced ? obj.metadata.namespace ?? 'default' : undefined;
+    const existing = await this.tryGet(kind, obj.metadata.name, ns);
+    if (!existing) {
+      try {
+        return { action: 'created', obj: await this.create(kind, obj) };
+      } catch (err) {
+        if (!(err instanceof ApiError && err.code === 409)) throw err;
+        return this.apply(kind, obj); // created meanwhile: update instead
+      }
+    }
+    const merged: KubeObject = {
+      ...obj,
+      metadata: { ...existing.metadata, labels: obj.metadata.labels, annotations: obj.metadata.annotations },
+      ...(existing.status !== undefined ? { status: existing.status } : {}),
+    };
+    if (!merged.metadata.labels) delete merged.metadata.labels;
+    if (!merged.metadata.annotations) delete merged.metadata.annotations;
+    if (kind.kind === 'Pod' && existing.spec?.nodeName && !obj.spec?.nodeName) merged.spec = { ...obj.spec, nodeName: existing.spec.nodeName };
+    if (kind.kind === 'Service' && existing.spec?.clusterIP && !obj.spec?.clusterIP) {
+      merged.spec = { ...obj.spec, clusterIP: existing.spec.clusterIP, ...(existing.spec.clusterIPs ? { clusterIPs: existing.spec.clusterIPs } : {}) };
+    }
+    if (sameContent(existing, merged)) return { action: 'unchanged', obj: existing };
+    return { action: 'configured', obj: await this.update(kind, merged) };
+  }
+}
+
+function sameContent(a: KubeObject, b: KubeObject): boolean {
+  const strip = (o: KubeObject): unknown => {
+    const { status: _s, metadata, ...rest } = o;
+    return { rest, labels: metadata.labels ?? {}, annotations: metadata.annotations ?? {} };
+  };
+  return stableJson(strip(a)) === stableJson(strip(b));
+}
+
+export function stableJson(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(stableJson).join(',')}]`;
+  if (v && typeof v === 'object') {
+    return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${stableJson((v as Record<string, unknown>)[k])}`).join(',')}}`;
+  }
+  return JSON.stringify(v) ?? 'null';
+}

@@ -1,0 +1,202 @@
+/**
+ * The lab supervisor: one detached process per lab (started by `sluice-lab up`) that runs the
+ * control plane a real cluster would have — the API server (TCP on 127.0.0.1 plus a unix socket in
+ * the state dir), a 127.0.0.1:6443 forwarder in every node namespace, the Node objects, the
+ * scheduler, the EndpointSlice controller, and per node a kubelet and a kube-proxy (and, with
+ * --sluice, sluice-agent). It writes control.json once all of that runs; SIGTERM stops it.
+ *
+ * usage: supervisor.js --name L --nodes N --primary ptp|eks [--sluice] --state-dir /run/sluice-lab/L/
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { KubeObject } from '../daemon/policy/types.js';
+import { kubeconfigYaml, startApiServer } from './apiserver/server.js';
+import { nodeKubeconfigPath, startAgent } from './agent.js';
+import { apiDataPath, apiSocketPath, controlPath, hostKubeconfigPath, readControl, supervisorPidPath, type ControlInfo } from './control.js';
+import { startEndpointSliceController, startScheduler, type Controller } from './controllers.js';
+import { kubeConfigFor } from './informers.js';
+import { resolveKind } from './kinds.js';
+import { startKubelet } from './kubelet.js';
+import { startKubeProxy } from './kubeproxy.js';
+import { sleep } from './net/exec.js';
+import { nodeIP, nodeName, nodeNetns, nodeStateDir, podCidr, repoRoot, stateDir } from './net/names.js';
+import { ApiError, RestClient } from './restclient.js';
+import { jsonLog } from './workqueue.js';
+
+const NODE = resolveKind('nodes');
+export const API_PORT_IN_NODE = 6443;
+
+export interface SupervisorArgs {
+  name: string;
+  nodes: number;
+  primary: 'ptp' | 'eks';
+  sluice: boolean;
+}
+
+/** The Node object a kubelet registers (pure). */
+export function nodeObject(node: string): KubeObject {
+  return {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {
+      name: node,
+      labels: { 'kubernetes.io/hostname': node, 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': process.arch === 'arm64' ? 'arm64' : 'amd64' },
+    },
+    spec: { podCIDR: podCidr(node), podCIDRs: [podCidr(node)] },
+  };
+}
+
+export function nodeStatus(node: string, now: string): Record<string, unknown> {
+  return {
+    addresses: [
+      { type: 'InternalIP', address: nodeIP(node) },
+      { type: 'Hostname', address: node },
+    ],
+    conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'sluice-lab kubelet is posting ready status', lastHeartbeatTime: now, lastTransitionTime: now }],
+    nodeInfo: { operatingSystem: 'linux', architecture: process.arch, kubeletVersion: 'v1.31.0-sluice-lab', kubeProxyVersion: 'v1.31.0-sluice-lab', containerRuntimeVersion: 'sluice-lab://1', osImage: 'sluice lab node', kernelVersion: '', machineID: '', systemUUID: '', bootID: '' },
+  };
+}
+
+/** Registers a lab node (keeping labels someone added, like a kubelet re-registering). */
+async function registerNode(rest: RestClient, node: string): Promise<void> {
+  const want = nodeObject(node);
+  const existing = await rest.tryGet(NODE, node);
+  if (!existing) {
+    await rest.create(NODE, want);
+  } else {
+    const labels = { ...(existing.metadata.labels ?? {}), ...want.metadata.labels };
+    await rest.update(NODE, { ...existing, metadata: { ...existing.metadata, labels }, spec: { ...existing.spec, ...want.spec } });
+  }
+  await rest.patch(NODE, node, undefined, { status: nodeStatus(node, new Date().toISOString()) }, 'status');
+}
+
+function startForwarder(lab: string, node: string, log: ReturnType<typeof jsonLog>): ChildProcess {
+  const script = join(repoRoot(), 'dist', 'lab', 'forwarder.js');
+  const logFile = openSync(join(nodeStateDir(lab, node), 'forwarder.log'), 'a');
+  const child = spawn(
+    'ip',
+    ['netns', 'exec', nodeNetns(lab, node), process.execPath, script, '--listen', `127.0.0.1:${API_PORT_IN_NODE}`, '--unix', apiSocketPath(lab), '--parent', String(process.pid)],
+    { stdio: ['ignore', logFile, logFile] },
+  );
+  closeSync(logFile);
+  child.on('exit', (code, signal) => {
+    if (!stopping) log('error', `forwarder in ${node} exited`, { code, signal });
+  });
+  return child;
+}
+
+/** Waits until something accepts connections on 127.0.0.1:6443 inside the node namespace. */
+async function waitForForwarder(lab: string, node: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const c = spawn('ip', ['netns', 'exec', nodeNetns(lab, node), 'nc', '-z', '-w', '1', '127.0.0.1', String(API_PORT_IN_NODE)], { stdio: 'ignore' });
+      c.on('exit', (code) => resolve(code === 0));
+      c.on('error', () => resolve(false));
+    });
+    if (ok) return;
+    await sleep(50);
+  }
+  throw new Error(`the API forwarder in ${node} does not listen on 127.0.0.1:${API_PORT_IN_NODE}`);
+}
+
+let stopping = false;
+
+export function parseSupervisorArgs(argv: string[]): SupervisorArgs {
+  const get = (flag: string): string | undefined => {
+    const i = argv.indexOf(flag);
+    return i >= 0 ? argv[i + 1] : undefined;
+  };
+  const name = get('--name');
+  const nodes = Number(get('--nodes'));
+  const primary = get('--primary');
+  if (!name || !Number.isInteger(nodes) || nodes < 1 || (primary !== 'ptp' && primary !== 'eks')) {
+    throw new Error('usage: supervisor.js --name L --nodes N --primary ptp|eks [--sluice] --state-dir DIR/');
+  }
+  return { name, nodes, primary, sluice: argv.includes('--sluice') };
+}
+
+export async function runSupervisor(args: SupervisorArgs): Promise<void> {
+  const lab = args.name;
+  const log = jsonLog('supervisor');
+  const nodes = Array.from({ length: args.nodes }, (_, k) => nodeName(k + 1));
+  if (!existsSync(stateDir(lab))) throw new Error(`lab ${lab} has no state dir ${stateDir(lab)}: create its network first`);
+  writeFileSync(supervisorPidPath(lab), `${process.pid}\n`);
+  rmSync(controlPath(lab), { force: true });
+
+  const token = readControl(lab)?.token ?? randomBytes(16).toString('hex');
+  const api = await startApiServer({ host: '127.0.0.1', port: 0, unixSocket: apiSocketPath(lab), token, dataFile: apiDataPath(lab), installCRDs: true });
+  log('info', 'API server listening', { url: api.url, unix: apiSocketPath(lab) });
+  writeFileSync(hostKubeconfigPath(lab), kubeconfigYaml(api.url, token), { mode: 0o600 });
+  for (const node of nodes) {
+    mkdirSync(nodeStateDir(lab, node), { recursive: true });
+    writeFileSync(nodeKubeconfigPath(lab, node), kubeconfigYaml(`http://127.0.0.1:${API_PORT_IN_NODE}`, token), { mode: 0o600 });
+  }
+
+  const forwarders = nodes.map((node) => startForwarder(lab, node, log));
+  const rest = new RestClient(api.url, token);
+  const kc = kubeConfigFor(api.url, token);
+  await Promise.all(nodes.map((node) => registerNode(rest, node)));
+  await Promise.all(nodes.map((node) => waitForForwarder(lab, node)));
+
+  // The agents start now; each node's kubelet creates its first Pod only once its agent listens.
+  const agents = new Map<string, Promise<void>>();
+  if (args.sluice) {
+    for (const node of nodes) {
+      const started = startAgent(lab, node).then((pid) => log('info', 'sluice-agent running', { node, pid }));
+      started.catch((err) => log('error', (err as Error).message, { node }));
+      agents.set(node, started);
+    }
+  }
+
+  const controllers: Controller[] = [
+    startScheduler(kc, rest, jsonLog('scheduler')),
+    startEndpointSliceController(kc, rest, jsonLog('endpointslice-controller')),
+    ...nodes.flatMap((node) => [
+      startKubelet(lab, node, kc, rest, jsonLog(`kubelet/${node}`), { beforeFirstPod: () => agents.get(node) ?? Promise.resolve() }),
+      startKubeProxy(lab, node, kc, rest, jsonLog(`kube-proxy/${node}`)),
+    ]),
+  ];
+  await Promise.all(controllers.map((c) => c.synced));
+  if (args.sluice) await Promise.all(agents.values());
+
+  const info: ControlInfo = { name: lab, nodes, primary: args.primary, sluice: args.sluice, apiUrl: api.url, token, supervisorPid: process.pid, startedAt: new Date().toISOString() };
+  writeFileSync(controlPath(lab), JSON.stringify(info, null, 2) + '\n', { mode: 0o600 });
+  log('info', 'lab control plane ready', { nodes });
+
+  const shutdown = async (signal: string): Promise<void> => {
+    if (stopping) return;
+    stopping = true;
+    log('info', 'stopping', { signal });
+    rmSync(controlPath(lab), { force: true });
+    await Promise.race([Promise.all(controllers.map((c) => c.stop())), sleep(2000)]);
+    for (const f of forwarders) f.kill('SIGTERM');
+    await Promise.race([api.close(), sleep(2000)]);
+    try {
+      if (readFileSync(supervisorPidPath(lab), 'utf8').trim() === String(process.pid)) rmSync(supervisorPidPath(lab), { force: true });
+    } catch {
+      // already gone
+    }
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+}
+
+// Run when executed as a script (not when imported by tests).
+if (process.argv[1] && /supervisor\.js$/.test(process.argv[1])) {
+  let args: SupervisorArgs;
+  try {
+    args = parseSupervisorArgs(process.argv.slice(2));
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n`);
+    process.exit(2);
+  }
+  runSupervisor(args).catch((err) => {
+    const msg = err instanceof ApiError ? `API error: ${err.message}` : (err as Error).stack ?? String(err);
+    process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level: 'fatal', component: 'supervisor', msg })}\n`);
+    process.exit(1);
+  });
+}
