@@ -54,3 +54,53 @@ export function selectorError(selector: unknown): string | undefined {
   }
   return undefined;
 }
+
+const QUALIFIED_NAME = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+/** Why a label key is invalid ("[prefix/]name", as the API server checks it), or undefined. */
+export function labelKeyError(key: string): string | undefined {
+  if (typeof key !== 'string' || key === '') return 'label key must be non-empty';
+  const parts = key.split('/');
+  if (parts.length > 2) return `label key "${key}" has more than one "/"`;
+  const name = parts[parts.length - 1]!;
+  if (parts.length === 2) {
+    const prefix = parts[0]!;
+    if (prefix.length > 253 || !DNS_SUBDOMAIN.test(prefix)) return `label key prefix "${prefix}" must be a DNS subdomain`;
+  }
+  if (name.length > 63 || !QUALIFIED_NAME.test(name)) {
+    return `label key "${key}": name must be 63 characters or less, alphanumeric, '-', '_' or '.', starting and ending alphanumeric`;
+  }
+  return undefined;
+}
+
+/** Why a label value is invalid, or undefined ("" is valid). */
+export function labelValueError(value: string): string | undefined {
+  if (typeof value !== 'string') return 'label value must be a string';
+  if (value === '') return undefined;
+  if (value.length > 63 || !QUALIFIED_NAME.test(value)) {
+    return `label value "${value}" must be 63 characters or less, alphanumeric, '-', '_' or '.', starting and ending alphanumeric`;
+  }
+  return undefined;
+}
+
+/** selectorError plus label key/value syntax checks (what the API server's ValidateLabelSelector adds). */
+export function strictSelectorError(selector: unknown): string | undefined {
+  const basic = selectorError(selector);
+  if (basic) return basic;
+  const s = selector as LabelSelector;
+  for (const [k, v] of Object.entries(s.matchLabels ?? {})) {
+    const e = labelKeyError(k) ?? labelValueError(v);
+    if (e) return `matchLabels: ${e}`;
+  }
+  for (const [i, req] of (s.matchExpressions ?? []).entries()) {
+    const e = labelKeyError(req.key) ?? (req.values ?? []).map(labelValueError).find((x) => x);
+    if (e) return `matchExpressions[${i}]: ${e}`;
+  }
+  return undefined;
+}
+
+/** Whether a name is a valid DNS subdomain (metadata.name of most objects). */
+export function isDnsSubdomain(name: string): boolean {
+  return typeof name === 'string' && name.length <= 253 && DNS_SUBDOMAIN.test(name);
+}

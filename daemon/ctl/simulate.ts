@@ -1,0 +1,190 @@
+/**
+ * `sluicectl simulate`: offline what-if. Loads a scenario (ordinary manifests), feeds it to the
+ * policy engine and answers probes: from a probe file, one --from/--to probe, or (neither given)
+ * every Pod to every other Pod on every port/protocol a Pod declares.
+ *
+ * Exit status: 0 when the probes were answered (whatever the verdicts); 1 for unusable input
+ * (unreadable or unparsable file, bad probe syntax, a probe naming something not in the scenario).
+ * Invalid objects in the scenario are listed on stderr and skipped; the run goes on.
+ */
+import { readFile } from 'node:fs/promises';
+import type { Argv, CommandModule } from 'yargs';
+import { ManifestError, loadManifests } from '../manifests.js';
+import { PolicyEngine, UnknownEndpointError, type SideDecision } from '../policy/engine.js';
+import { ProbeSyntaxError, formatMatrices, parseProbes } from '../policy/probes.js';
+import type { DecidedBy, KubeObject, Probe, ProbeResult, ValidationError } from '../policy/types.js';
+
+export interface SimulateOptions {
+  files: string[];
+  probes?: string;
+  from?: string;
+  to?: string;
+  port?: number;
+  protocol?: string;
+  output?: 'table' | 'json';
+}
+
+export interface Output {
+  stdout(text: string): void;
+  stderr(text: string): void;
+}
+
+/** Input the run cannot use; the message says what and where. */
+export class UsageError extends Error {}
+
+export function formatValidationError(e: ValidationError): string {
+  return `invalid ${e.kind} ${e.namespace ? `${e.namespace}/` : ''}${e.name}: ${e.field}: ${e.message}`;
+}
+
+/** Every Pod to every other Pod, on each (port, protocol) some Pod declares. */
+export function defaultProbes(engine: PolicyEngine): Probe[] {
+  const pods = [...engine.cluster.pods.values()].sort((a, b) => `${a.namespace}/${a.name}`.localeCompare(`${b.namespace}/${b.name}`));
+  const ports = new Map<string, { port: number; protocol: Probe['protocol'] }>();
+  for (const p of pods) for (const c of p.ports) ports.set(`${c.containerPort}/${c.protocol}`, { port: c.containerPort, protocol: c.protocol });
+  const sorted = [...ports.values()].sort((a, b) => a.port - b.port || a.protocol.localeCompare(b.protocol));
+  const probes: Probe[] = [];
+  for (const { port, protocol } of sorted) {
+    for (const from of pods) for (const to of pods) {
+      if (from === to) continue;
+      probes.push({ from: `${from.namespace}/${from.name}`, to: `${to.namespace}/${to.name}`, port, protocol });
+    }
+  }
+  return probes;
+}
+
+/** Builds the probe list from the options (throws UsageError / ProbeSyntaxError). */
+export async function probesFromOptions(opts: SimulateOptions, engine: PolicyEngine): Promise<Probe[]> {
+  const single = opts.from !== undefined || opts.to !== undefined || opts.port !== undefined;
+  if (opts.probes !== undefined && single) throw new UsageError('give either --probes FILE or --from/--to/--port/--protocol, not both');
+  if (opts.probes !== undefined) {
+    let text: string;
+    try {
+      text = await readFile(opts.probes, 'utf8');
+    } catch (err) {
+      throw new UsageError(`--probes ${opts.probes}: cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch (err) {
+      throw new UsageError(`--probes ${opts.probes}: not valid JSON: ${(err as Error).message}`);
+    }
+    try {
+      return parseProbes(json);
+    } catch (err) {
+      throw new UsageError(`--probes ${opts.probes}: ${(err as Error).message}`);
+    }
+  }
+  if (single) {
+    if (opts.from === undefined || opts.to === undefined) throw new UsageError('--from and --to are both required for a single probe');
+    const protocol = (opts.protocol ?? 'TCP').toUpperCase();
+    if (opts.port === undefined && protocol !== 'ICMP') throw new UsageError('--port is required (except for --protocol ICMP)');
+    return parseProbes([{ from: opts.from, to: opts.to, port: opts.port, protocol }]);
+  }
+  return defaultProbes(engine);
+}
+
+function describeRule(d: DecidedBy): string {
+  if (d.kind === 'K8sNetworkPolicyIsolation') {
+    return `isolated by Kubernetes NetworkPolicy ${d.namespace}/${d.name} (${d.direction}) and no NetworkPolicy rule allows it`;
+  }
+  return `${d.kind} ${d.namespace ? `${d.namespace}/` : ''}${d.name}, rule ${d.rule ?? '?'} (${d.direction}${d.tier ? `, tier ${d.tier}` : ''}), action ${d.action}`;
+}
+
+/** The explanation printed under the matrix for a single probe. */
+export function describeDecision(r: ProbeResult, sides: SideDecision[]): string {
+  const lines = [`${r.from} -> ${r.to} ${r.port}/${r.protocol}: ${r.verdict}`];
+  lines.push(`  decided by: ${r.decidedBy ? describeRule(r.decidedBy) : 'no rule (the default: allow)'}`);
+  for (const s of sides) {
+    lines.push(`  ${s.direction === 'Egress' ? 'egress of' : 'ingress of'} ${s.pod}: ${s.verdict} (${s.decidedBy ? describeRule(s.decidedBy) : 'no rule applies: default'})`);
+  }
+  if (r.note) lines.push(`  note: ${r.note}`);
+  return lines.join('\n');
+}
+
+/** Runs a simulation; returns the exit status. */
+export async function runSimulate(opts: SimulateOptions, out: Output): Promise<number> {
+  try {
+    if (opts.files.length === 0) throw new UsageError('at least one -f SCENARIO (file or directory) is required');
+    const output = opts.output ?? 'table';
+    if (output !== 'table' && output !== 'json') throw new UsageError(`-o ${String(output)}: must be table or json`);
+    let objects: KubeObject[];
+    try {
+      objects = await loadManifests(opts.files);
+    } catch (err) {
+      if (err instanceof ManifestError) throw new UsageError(err.message);
+      throw err;
+    }
+    const engine = new PolicyEngine();
+    // Namespaces, Nodes and Tiers first so dependent objects see them (order in files is free-form).
+    const rank = (o: KubeObject) => (o.kind === 'Namespace' || o.kind === 'Node' ? 0 : o.kind === 'Tier' ? 1 : 2);
+    for (const o of [...objects].sort((a, b) => rank(a) - rank(b))) engine.upsert(o);
+    for (const e of engine.errors()) out.stderr(formatValidationError(e));
+
+    const probes = await probesFromOptions(opts, engine);
+    const results: ProbeResult[] = [];
+    for (const p of probes) {
+      try {
+        results.push(engine.evaluate(p));
+      } catch (err) {
+        if (err instanceof UnknownEndpointError) throw new UsageError(err.message);
+        throw err;
+      }
+    }
+    if (output === 'json') {
+      out.stdout(JSON.stringify(results.map((r) => ({ ...r, decidedBy: r.decidedBy ?? null })), null, 2));
+    } else {
+      out.stdout(results.length > 0 ? formatMatrices(results) : '(no probes: the scenario has no Pods with declared ports)');
+      if (results.length === 1) {
+        const { result, sides } = engine.explain(probes[0]!);
+        out.stdout(`\n${describeDecision(result, sides)}`);
+      }
+    }
+    return 0;
+  } catch (err) {
+    if (err instanceof UsageError || err instanceof ProbeSyntaxError) {
+      out.stderr(`sluicectl simulate: ${err.message}`);
+      return 1;
+    }
+    throw err;
+  }
+}
+
+interface SimulateArgs {
+  f: string[];
+  probes?: string;
+  from?: string;
+  to?: string;
+  port?: number;
+  protocol?: string;
+  o: string;
+}
+
+export const simulateCommand: CommandModule<object, SimulateArgs> = {
+  command: 'simulate',
+  describe: 'evaluate probes against a scenario of manifests, offline (no cluster needed)',
+  builder: (y) =>
+    (y as Argv)
+      .option('f', { alias: 'filename', type: 'string', array: true, demandOption: true, describe: 'scenario manifest file or directory (repeatable)' })
+      .option('probes', { type: 'string', describe: 'JSON probe file: [{from, to, port, protocol}]' })
+      .option('from', { type: 'string', describe: 'source endpoint: ns/pod, service:ns/name or ip:A.B.C.D' })
+      .option('to', { type: 'string', describe: 'destination endpoint' })
+      .option('port', { type: 'number', describe: 'destination port' })
+      .option('protocol', { type: 'string', describe: 'TCP, UDP, SCTP or ICMP (default TCP)' })
+      .option('o', { alias: 'output', type: 'string', choices: ['table', 'json'], default: 'table', describe: 'output format' }) as unknown as Argv<SimulateArgs>,
+  handler: async (argv) => {
+    const code = await runSimulate(
+      {
+        files: argv.f,
+        ...(argv.probes !== undefined ? { probes: argv.probes } : {}),
+        ...(argv.from !== undefined ? { from: argv.from } : {}),
+        ...(argv.to !== undefined ? { to: argv.to } : {}),
+        ...(argv.port !== undefined ? { port: argv.port } : {}),
+        ...(argv.protocol !== undefined ? { protocol: argv.protocol } : {}),
+        output: argv.o as 'table' | 'json',
+      },
+      { stdout: (s) => process.stdout.write(`${s}\n`), stderr: (s) => process.stderr.write(`${s}\n`) },
+    );
+    process.exitCode = code;
+  },
+};

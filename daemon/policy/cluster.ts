@@ -1,0 +1,328 @@
+/**
+ * The cluster view the policy engine evaluates against: Pods, Namespaces, Nodes, Services,
+ * EndpointSlices and ServiceAccounts converted from Kubernetes objects into the IR's *Info shapes.
+ * Pure: no I/O.
+ *
+ * Pod addresses: `status.podIPs`/`status.podIP` when present. A hostNetwork Pod has its Node's
+ * addresses. A Pod without an IP (not yet started, or a hand-written scenario) gets a deterministic
+ * one: FNV-1a of "<nodeName>/<namespace>/<name>" mapped into 10.128.0.0/9 (never .0 or .255 in the
+ * last octet); on a collision with another Pod the hash is re-drawn with a counter suffix. So the
+ * same scenario always yields the same addresses, whatever order the objects arrive in (unless two
+ * Pods collide, which is rare: ~8M slots).
+ */
+import type { ContainerPort, KubeObject, NamespaceInfo, NodeInfo, PodInfo, ServiceInfo, ServicePortInfo } from './types.js';
+
+export const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
+
+export interface EndpointSliceInfo {
+  namespace: string;
+  name: string;
+  service: string;
+  /** Pod references ("ns/name") of ready endpoints, or bare IPs when no targetRef is given. */
+  pods: string[];
+  ips: string[];
+}
+
+/** Terminated Pods hold no address and are not policy endpoints. */
+function isTerminated(obj: KubeObject): boolean {
+  const phase = obj.status?.phase;
+  return phase === 'Succeeded' || phase === 'Failed';
+}
+
+function stringMap(value: unknown): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (value && typeof value === 'object') {
+    for (const [k, v] of Object.entries(value as Record<string, unknown>)) if (typeof v === 'string') out[k] = v;
+  }
+  return out;
+}
+
+function podPorts(spec: any): ContainerPort[] {
+  const ports: ContainerPort[] = [];
+  for (const list of [spec?.containers, spec?.initContainers]) {
+    if (!Array.isArray(list)) continue;
+    for (const c of list) {
+      for (const p of Array.isArray(c?.ports) ? c.ports : []) {
+        if (typeof p?.containerPort !== 'number') continue;
+        const protocol = p.protocol === 'UDP' || p.protocol === 'SCTP' ? p.protocol : 'TCP';
+        ports.push({ ...(typeof p.name === 'string' && p.name ? { name: p.name } : {}), containerPort: p.containerPort, protocol });
+      }
+    }
+  }
+  return ports;
+}
+
+/** Pod object → PodInfo (ips from status only; the caller fills the rest). */
+export function podInfoFromObject(obj: KubeObject): PodInfo {
+  const spec = obj.spec ?? {};
+  const ips: string[] = [];
+  if (Array.isArray(obj.status?.podIPs)) for (const p of obj.status.podIPs) if (typeof p?.ip === 'string') ips.push(p.ip);
+  if (ips.length === 0 && typeof obj.status?.podIP === 'string' && obj.status.podIP) ips.push(obj.status.podIP);
+  return {
+    namespace: obj.metadata.namespace ?? 'default',
+    name: obj.metadata.name,
+    labels: stringMap(obj.metadata.labels),
+    ...(typeof spec.nodeName === 'string' && spec.nodeName ? { nodeName: spec.nodeName } : {}),
+    ips,
+    hostNetwork: spec.hostNetwork === true,
+    serviceAccount: (typeof spec.serviceAccountName === 'string' && spec.serviceAccountName) ||
+      (typeof spec.serviceAccount === 'string' && spec.serviceAccount) || 'default',
+    ports: podPorts(spec),
+  };
+}
+
+export function namespaceInfoFromObject(obj: KubeObject): NamespaceInfo {
+  // The API server always sets kubernetes.io/metadata.name; hand-written manifests may omit it.
+  return {
+    name: obj.metadata.name,
+    labels: { ...stringMap(obj.metadata.labels), [NAMESPACE_NAME_LABEL]: obj.metadata.name },
+    annotations: stringMap(obj.metadata.annotations),
+  };
+}
+
+export function nodeInfoFromObject(obj: KubeObject): NodeInfo {
+  const ips: string[] = [];
+  const addresses = Array.isArray(obj.status?.addresses) ? obj.status.addresses : [];
+  for (const type of ['InternalIP', 'ExternalIP']) {
+    for (const a of addresses) if (a?.type === type && typeof a.address === 'string' && !ips.includes(a.address)) ips.push(a.address);
+  }
+  return { name: obj.metadata.name, labels: stringMap(obj.metadata.labels), ips };
+}
+
+export function serviceInfoFromObject(obj: KubeObject): ServiceInfo {
+  const spec = obj.spec ?? {};
+  const clusterIPs: string[] = [];
+  const candidates = Array.isArray(spec.clusterIPs) ? spec.clusterIPs : spec.clusterIP ? [spec.clusterIP] : [];
+  for (const ip of candidates) if (typeof ip === 'string' && ip && ip !== 'None') clusterIPs.push(ip);
+  const ports: ServicePortInfo[] = [];
+  for (const p of Array.isArray(spec.ports) ? spec.ports : []) {
+    if (typeof p?.port !== 'number') continue;
+    const protocol = p.protocol === 'UDP' || p.protocol === 'SCTP' ? p.protocol : 'TCP';
+    const targetPort = typeof p.targetPort === 'number' || (typeof p.targetPort === 'string' && p.targetPort) ? p.targetPort : p.port;
+    ports.push({ ...(typeof p.name === 'string' && p.name ? { name: p.name } : {}), protocol, port: p.port, targetPort });
+  }
+  const selector = spec.selector && typeof spec.selector === 'object' ? stringMap(spec.selector) : undefined;
+  return {
+    namespace: obj.metadata.namespace ?? 'default',
+    name: obj.metadata.name,
+    clusterIPs,
+    ...(selector && Object.keys(selector).length > 0 ? { selector } : {}),
+    ports,
+  };
+}
+
+export function endpointSliceInfoFromObject(obj: KubeObject): EndpointSliceInfo {
+  const namespace = obj.metadata.namespace ?? 'default';
+  const pods: string[] = [];
+  const ips: string[] = [];
+  for (const ep of Array.isArray((obj as any).endpoints) ? (obj as any).endpoints : []) {
+    if (ep?.conditions?.ready === false) continue;
+    const ref = ep?.targetRef;
+    if (ref?.kind === 'Pod' && typeof ref.name === 'string') pods.push(`${ref.namespace ?? namespace}/${ref.name}`);
+    else for (const a of Array.isArray(ep?.addresses) ? ep.addresses : []) if (typeof a === 'string') ips.push(a);
+  }
+  return { namespace, name: obj.metadata.name, service: obj.metadata.labels?.['kubernetes.io/service-name'] ?? '', pods, ips };
+}
+
+/** FNV-1a 32-bit. */
+export function fnv1a(text: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h >>> 0;
+}
+
+/** The deterministic address for a Pod without one (see the module comment). `attempt` re-draws. */
+export function deterministicPodIp(nodeName: string | undefined, namespace: string, name: string, attempt = 0): string {
+  const h = fnv1a(`${nodeName ?? ''}/${namespace}/${name}${attempt ? `#${attempt}` : ''}`);
+  const second = 128 + (h & 127);
+  const third = (h >>> 7) & 255;
+  const fourth = 1 + ((h >>> 15) % 254);
+  return `10.${second}.${third}.${fourth}`;
+}
+
+export const podKey = (p: { namespace: string; name: string }) => `${p.namespace}/${p.name}`;
+
+/**
+ * The cluster objects, indexed for the evaluator (by IP, by namespace, by node).
+ * Every mutator returns what it changed so the engine can re-evaluate only that.
+ */
+export class ClusterState {
+  readonly pods = new Map<string, PodInfo>();
+  readonly namespaces = new Map<string, NamespaceInfo>();
+  readonly nodes = new Map<string, NodeInfo>();
+  readonly services = new Map<string, ServiceInfo>();
+  readonly endpointSlices = new Map<string, EndpointSliceInfo>();
+  readonly serviceAccounts = new Set<string>();
+  /** Pod (non-hostNetwork) by IP. */
+  readonly podByIp = new Map<string, PodInfo>();
+  readonly nodeByIp = new Map<string, NodeInfo>();
+  readonly serviceByIp = new Map<string, ServiceInfo>();
+  readonly podsByNamespace = new Map<string, Map<string, PodInfo>>();
+  /** The raw Pod objects, kept to recompute hostNetwork Pod addresses when their Node changes. */
+  private readonly podObjects = new Map<string, KubeObject>();
+
+  /** Bumped whenever a Namespace changes: caches of namespace-selector results key on it. */
+  namespaceGeneration = 0;
+
+  namespaceLabels(name: string): Record<string, string> {
+    return this.namespaces.get(name)?.labels ?? { [NAMESPACE_NAME_LABEL]: name };
+  }
+
+  /** Adds or replaces a Pod; returns [old, new] (either may be undefined). */
+  upsertPod(obj: KubeObject): [PodInfo | undefined, PodInfo | undefined] {
+    const key = `${obj.metadata.namespace ?? 'default'}/${obj.metadata.name}`;
+    const old = this.pods.get(key);
+    if (old) this.unindexPod(old);
+    this.podObjects.delete(key);
+    if (isTerminated(obj)) return [old, undefined];
+    this.podObjects.set(key, obj);
+    const pod = this.resolvePod(obj);
+    this.indexPod(pod);
+    return [old, pod];
+  }
+
+  removePod(namespace: string, name: string): PodInfo | undefined {
+    const key = `${namespace}/${name}`;
+    const old = this.pods.get(key);
+    if (old) this.unindexPod(old);
+    this.podObjects.delete(key);
+    return old;
+  }
+
+  private resolvePod(obj: KubeObject): PodInfo {
+    const pod = podInfoFromObject(obj);
+    if (pod.hostNetwork) {
+      const node = pod.nodeName ? this.nodes.get(pod.nodeName) : undefined;
+      if (node && node.ips.length > 0) pod.ips = [...node.ips];
+      return pod;
+    }
+    if (pod.ips.length === 0) {
+      for (let attempt = 0; ; attempt++) {
+        const ip = deterministicPodIp(pod.nodeName, pod.namespace, pod.name, attempt);
+        if (!this.podByIp.has(ip) && !this.nodeByIp.has(ip)) {
+          pod.ips = [ip];
+          break;
+        }
+      }
+    }
+    return pod;
+  }
+
+  private indexPod(pod: PodInfo): void {
+    const key = podKey(pod);
+    this.pods.set(key, pod);
+    if (!pod.hostNetwork) for (const ip of pod.ips) this.podByIp.set(ip, pod);
+    let ns = this.podsByNamespace.get(pod.namespace);
+    if (!ns) this.podsByNamespace.set(pod.namespace, (ns = new Map()));
+    ns.set(key, pod);
+  }
+
+  private unindexPod(pod: PodInfo): void {
+    const key = podKey(pod);
+    this.pods.delete(key);
+    for (const ip of pod.ips) if (this.podByIp.get(ip) === pod) this.podByIp.delete(ip);
+    const ns = this.podsByNamespace.get(pod.namespace);
+    ns?.delete(key);
+    if (ns && ns.size === 0) this.podsByNamespace.delete(pod.namespace);
+  }
+
+  upsertNamespace(obj: KubeObject): [NamespaceInfo | undefined, NamespaceInfo] {
+    const info = namespaceInfoFromObject(obj);
+    const old = this.namespaces.get(info.name);
+    this.namespaces.set(info.name, info);
+    this.namespaceGeneration++;
+    return [old, info];
+  }
+
+  removeNamespace(name: string): NamespaceInfo | undefined {
+    const old = this.namespaces.get(name);
+    this.namespaces.delete(name);
+    this.namespaceGeneration++;
+    return old;
+  }
+
+  /** Adds or replaces a Node; returns the hostNetwork Pods whose addresses changed as [old, new] pairs. */
+  upsertNode(obj: KubeObject): { old?: NodeInfo; node: NodeInfo; pods: [PodInfo, PodInfo][] } {
+    const node = nodeInfoFromObject(obj);
+    const old = this.nodes.get(node.name);
+    if (old) for (const ip of old.ips) if (this.nodeByIp.get(ip) === old) this.nodeByIp.delete(ip);
+    this.nodes.set(node.name, node);
+    for (const ip of node.ips) this.nodeByIp.set(ip, node);
+    return { ...(old ? { old } : {}), node, pods: this.refreshHostPods(node.name) };
+  }
+
+  removeNode(name: string): { old?: NodeInfo; pods: [PodInfo, PodInfo][] } {
+    const old = this.nodes.get(name);
+    if (!old) return { pods: [] };
+    for (const ip of old.ips) if (this.nodeByIp.get(ip) === old) this.nodeByIp.delete(ip);
+    this.nodes.delete(name);
+    return { old, pods: this.refreshHostPods(name) };
+  }
+
+  private refreshHostPods(nodeName: string): [PodInfo, PodInfo][] {
+    const changed: [PodInfo, PodInfo][] = [];
+    for (const [key, obj] of this.podObjects) {
+      const pod = this.pods.get(key)!;
+      if (!pod.hostNetwork || pod.nodeName !== nodeName) continue;
+      this.unindexPod(pod);
+      const fresh = this.resolvePod(obj);
+      this.indexPod(fresh);
+      changed.push([pod, fresh]);
+    }
+    return changed;
+  }
+
+  upsertService(obj: KubeObject): ServiceInfo {
+    const svc = serviceInfoFromObject(obj);
+    this.removeService(svc.namespace, svc.name);
+    this.services.set(`${svc.namespace}/${svc.name}`, svc);
+    for (const ip of svc.clusterIPs) this.serviceByIp.set(ip, svc);
+    return svc;
+  }
+
+  removeService(namespace: string, name: string): ServiceInfo | undefined {
+    const old = this.services.get(`${namespace}/${name}`);
+    if (!old) return undefined;
+    for (const ip of old.clusterIPs) if (this.serviceByIp.get(ip) === old) this.serviceByIp.delete(ip);
+    this.services.delete(`${namespace}/${name}`);
+    return old;
+  }
+
+  upsertEndpointSlice(obj: KubeObject): EndpointSliceInfo {
+    const info = endpointSliceInfoFromObject(obj);
+    this.endpointSlices.set(`${info.namespace}/${info.name}`, info);
+    return info;
+  }
+
+  removeEndpointSlice(namespace: string, name: string): EndpointSliceInfo | undefined {
+    const old = this.endpointSlices.get(`${namespace}/${name}`);
+    this.endpointSlices.delete(`${namespace}/${name}`);
+    return old;
+  }
+
+  /**
+   * The Pods behind a Service: from its EndpointSlices when any exist, else from its selector.
+   * Sorted by "ns/name" so every caller sees the same order.
+   */
+  serviceEndpoints(namespace: string, name: string): PodInfo[] {
+    const slices = [...this.endpointSlices.values()].filter((s) => s.namespace === namespace && s.service === name);
+    const out = new Map<string, PodInfo>();
+    if (slices.length > 0) {
+      for (const s of slices) {
+        for (const ref of s.pods) { const p = this.pods.get(ref); if (p) out.set(ref, p); }
+        for (const ip of s.ips) { const p = this.podByIp.get(ip); if (p) out.set(podKey(p), p); }
+      }
+    } else {
+      const svc = this.services.get(`${namespace}/${name}`);
+      if (svc?.selector) {
+        for (const p of this.podsByNamespace.get(namespace)?.values() ?? []) {
+          if (Object.entries(svc.selector).every(([k, v]) => p.labels[k] === v)) out.set(podKey(p), p);
+        }
+      }
+    }
+    return [...out.keys()].sort().map((k) => out.get(k)!);
+  }
+}

@@ -1,0 +1,494 @@
+/**
+ * The policy engine: fed Kubernetes objects (any kind), it keeps the cluster view (cluster.ts)
+ * and every policy normalized to the IR by its kind's registry (k8s/, antrea/, admin/), answers
+ * "is this connection allowed and which rule decided?" (evaluator.ts), and maintains the
+ * node-scoped internal objects the enforcement side programs (AddressGroups, AppliedToGroups,
+ * internal rules and isolations; internal.ts) incrementally: every upsert/remove returns the
+ * ChangeSet of what it changed.
+ */
+import { normalizers as adminNormalizers } from './admin/index.js';
+import { normalizers as antreaNormalizers } from './antrea/index.js';
+import { ClusterState, podKey } from './cluster.js';
+import { Evaluator, UnknownEndpointError, type SideDecision } from './evaluator.js';
+import { InternalModel, type ComputedIsolation, type NodeIsolation, type ChangeSet, type NodeRule, type AddressGroup, type AppliedToGroup, type ComputedRule } from './internal.js';
+import { normalizers as k8sNormalizers } from './k8s/index.js';
+import type { MatchEnv } from './match.js';
+import type {
+  GroupDef, InternalRule, Isolation, KubeObject, NormalizeContext, NormalizeResult, Normalizer, PodInfo, Probe, ProbeResult, TierDef, ValidationError,
+} from './types.js';
+
+export type { SideDecision, ChangeSet, NodeRule, NodeIsolation, AddressGroup, AppliedToGroup, ComputedRule, ComputedIsolation };
+
+export interface ObjectRef {
+  apiVersion: string;
+  kind: string;
+  namespace?: string;
+  name: string;
+}
+
+export interface NormalizerEntry {
+  group: string;
+  versions: string[];
+  kind: string;
+  normalize: Normalizer;
+}
+
+export { UnknownEndpointError };
+
+/** Antrea's six static tiers; Tier objects add custom ones. */
+export const STATIC_TIER_PRIORITIES: Readonly<Record<string, number>> = Object.freeze({
+  emergency: 50, securityops: 100, networkops: 150, platform: 200, application: 250, baseline: 253,
+});
+
+const ANTREA_GROUP = 'crd.antrea.io';
+const CORE_KINDS = new Set(['Pod', 'Namespace', 'Node', 'Service', 'ServiceAccount']);
+
+interface PolicyEntry {
+  key: string;
+  obj: KubeObject;
+  group: string;
+  kind: string;
+  normalize: Normalizer;
+  result: NormalizeResult;
+  /** Set while a Tier cannot be used (its priority is taken by an earlier Tier). */
+  tierErrors?: ValidationError[];
+}
+
+function splitApiVersion(apiVersion: string): { group: string; version: string } {
+  const slash = apiVersion.indexOf('/');
+  return slash < 0 ? { group: '', version: apiVersion } : { group: apiVersion.slice(0, slash), version: apiVersion.slice(slash + 1) };
+}
+
+export class PolicyEngine {
+  readonly nodeName?: string;
+  readonly cluster = new ClusterState();
+  private readonly log?: (e: ValidationError) => void;
+  private readonly now: () => number;
+  private readonly registry = new Map<string, NormalizerEntry>();
+  private readonly policies = new Map<string, PolicyEntry>();
+  /** Objects of kinds/versions the engine does not handle, with the reason. */
+  private readonly rejected = new Map<string, ValidationError>();
+  private readonly tiers = new Map<string, TierDef & { owner: string }>();
+  private readonly groupDefs = new Map<string, GroupDef>();
+  private readonly fqdnNames = new Map<string, { ips: string[]; expiresAt?: number }>();
+  private readonly model: InternalModel;
+  private readonly env: MatchEnv;
+
+  private readonly evaluator: Evaluator;
+  // Lookup caches for the matchers.
+  private serviceEndpointCache = new Map<string, Set<string>>();
+  private fqdnCache = new Map<string, Set<string>>();
+  /** The cache holds until the earliest TTL expiry among learned names. */
+  private fqdnCacheValidUntil = -Infinity;
+
+  constructor(opts: { nodeName?: string; log?: (e: ValidationError) => void; now?: () => number; normalizers?: NormalizerEntry[] } = {}) {
+    if (opts.nodeName !== undefined) this.nodeName = opts.nodeName;
+    if (opts.log) this.log = opts.log;
+    this.now = opts.now ?? (() => Date.now());
+    for (const n of opts.normalizers ?? [...k8sNormalizers, ...antreaNormalizers, ...adminNormalizers]) {
+      this.registry.set(`${n.group}/${n.kind}`, n);
+    }
+    this.env = {
+      cluster: this.cluster,
+      group: (namespace, name) => this.groupDefs.get(`${namespace ?? ''}/${name}`),
+      serviceEndpointKeys: (namespace, name) => this.serviceEndpointKeys(namespace, name),
+      fqdnMatches: (pattern, ip) => this.fqdnIps(pattern).has(ip),
+    };
+    this.model = new InternalModel(this.env, this.nodeName, (pattern) => this.fqdnMembers(pattern));
+    this.evaluator = new Evaluator(this.cluster, this.env, (key) => this.model.appliedToGroupIdsOf(key), () => {
+      const rules: InternalRule[] = [];
+      const isolations: Isolation[] = [];
+      for (const entry of this.policies.values()) {
+        rules.push(...entry.result.rules);
+        isolations.push(...entry.result.isolations);
+      }
+      return { rules, isolations };
+    });
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Input
+
+  upsert(obj: KubeObject): ChangeSet {
+    const { group, version } = splitApiVersion(obj.apiVersion);
+    const ns = obj.metadata.namespace;
+    this.model.begin();
+    if (group === '' && CORE_KINDS.has(obj.kind)) {
+      this.upsertCore(obj);
+    } else if (group === 'discovery.k8s.io' && obj.kind === 'EndpointSlice') {
+      this.cluster.upsertEndpointSlice(obj);
+      this.servicesChanged();
+    } else {
+      const entry = this.registry.get(`${group}/${obj.kind}`);
+      const rejectKey = `${obj.apiVersion}/${obj.kind}/${ns ?? ''}/${obj.metadata.name}`;
+      this.rejected.delete(rejectKey);
+      if (!entry) {
+        this.reject(rejectKey, obj, 'apiVersion', `unsupported kind ${obj.kind} in ${obj.apiVersion}; it is ignored`);
+      } else if (!entry.versions.includes(version)) {
+        this.reject(rejectKey, obj, 'apiVersion', `${obj.kind} is not served in ${obj.apiVersion} (served: ${entry.versions.map((v) => `${group}/${v}`).join(', ')})`);
+      } else {
+        const key = `${group}/${obj.kind}/${ns ?? ''}/${obj.metadata.name}`;
+        this.setPolicy(key, { key, obj, group, kind: obj.kind, normalize: entry.normalize, result: emptyResult() });
+      }
+    }
+    return this.finish();
+  }
+
+  remove(ref: ObjectRef): ChangeSet {
+    const { group } = splitApiVersion(ref.apiVersion);
+    this.model.begin();
+    if (group === '' && CORE_KINDS.has(ref.kind)) {
+      this.removeCore(ref);
+    } else if (group === 'discovery.k8s.io' && ref.kind === 'EndpointSlice') {
+      this.cluster.removeEndpointSlice(ref.namespace ?? 'default', ref.name);
+      this.servicesChanged();
+    } else {
+      this.rejected.delete(`${ref.apiVersion}/${ref.kind}/${ref.namespace ?? ''}/${ref.name}`);
+      const key = `${group}/${ref.kind}/${ref.namespace ?? ''}/${ref.name}`;
+      if (this.policies.has(key)) this.setPolicy(key, undefined);
+    }
+    return this.finish();
+  }
+
+  /** Records resolved addresses of a DNS name (for fqdn peers). `ttlSeconds` undefined = no expiry. */
+  learnFqdn(name: string, ips: string[], ttlSeconds?: number): ChangeSet {
+    this.model.begin();
+    const canonical = canonicalName(name);
+    if (ips.length === 0) this.fqdnNames.delete(canonical);
+    else this.fqdnNames.set(canonical, { ips: [...new Set(ips)].sort(), ...(ttlSeconds !== undefined ? { expiresAt: this.now() + ttlSeconds * 1000 } : {}) });
+    this.fqdnCache.clear();
+    this.fqdnCacheValidUntil = -Infinity;
+    this.model.fqdnChanged();
+    return this.finish();
+  }
+
+  /**
+   * Forgets learned names whose TTL has passed (call periodically): fqdn AddressGroups lose
+   * their addresses, reported in the ChangeSet. Evaluation already ignores expired names.
+   */
+  expireFqdns(): ChangeSet {
+    this.model.begin();
+    const now = this.now();
+    let changed = false;
+    for (const [name, rec] of [...this.fqdnNames]) {
+      if (rec.expiresAt !== undefined && rec.expiresAt <= now) {
+        this.fqdnNames.delete(name);
+        changed = true;
+      }
+    }
+    if (changed) {
+      this.fqdnCache.clear();
+      this.fqdnCacheValidUntil = -Infinity;
+      this.model.fqdnChanged();
+    }
+    return this.finish();
+  }
+
+  /** Ends a change: collects the ChangeSet and drops the evaluation caches it made stale. */
+  private finish(): ChangeSet {
+    const cs = this.model.end();
+    for (const key of this.model.takeChangedTargets()) {
+      const pod = this.cluster.pods.get(key);
+      if (pod) this.evaluator.podChanged(pod);
+    }
+    this.evaluator.changed();
+    return cs;
+  }
+
+  /** Current invalid objects and why, sorted by object. */
+  errors(): ValidationError[] {
+    const out: ValidationError[] = [...this.rejected.values()];
+    for (const e of this.policies.values()) out.push(...e.result.errors, ...(e.tierErrors ?? []));
+    const key = (e: ValidationError) => `${e.kind}/${e.namespace ?? ''}/${e.name}/${e.field}`;
+    return out.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
+  }
+
+  /** Every valid rule (all policies, all nodes), in evaluation order. */
+  rules(): InternalRule[] {
+    return this.evaluator.rules();
+  }
+
+  isolations(): Isolation[] {
+    return this.evaluator.isolations();
+  }
+
+  /** Verdict and deciding rule for one probe (see evaluator.ts). Throws UnknownEndpointError. */
+  evaluate(probe: Probe & { sourcePort?: number }): ProbeResult {
+    return this.evaluator.evaluate(probe);
+  }
+
+  /** The verdict plus each side's own decision (see Evaluator.explain). */
+  explain(probe: Probe & { sourcePort?: number }): { result: ProbeResult; sides: SideDecision[] } {
+    return this.evaluator.explain(probe);
+  }
+
+  tierPriority(name: string): number | undefined {
+    return this.tiers.get(name)?.priority ?? STATIC_TIER_PRIORITIES[name];
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Internal objects for the enforcement side
+
+  addressGroups(): AddressGroup[] { return this.model.addressGroups(); }
+  appliedToGroups(): AppliedToGroup[] { return this.model.appliedToGroups(); }
+  internalRules(): ComputedRule[] { return this.model.rules(); }
+  /** The rules this node enforces: local targets, resolved peer addresses and ports. */
+  nodeRuleSet(): NodeRule[] { return this.model.nodeRuleSet(); }
+  /** K8s NetworkPolicy isolations as internal objects (targets as AppliedToGroups). */
+  internalIsolations(): ComputedIsolation[] { return this.model.isolations(); }
+  /** The isolations this node enforces: local targets default-dropped per direction. */
+  nodeIsolations(): NodeIsolation[] { return this.model.nodeIsolations(); }
+
+  // ---------------------------------------------------------------------------------------
+  // Cluster objects
+
+  private upsertCore(obj: KubeObject): void {
+    switch (obj.kind) {
+      case 'Pod': {
+        const [old, pod] = this.cluster.upsertPod(obj);
+        this.podChanged(old, pod);
+        break;
+      }
+      case 'Namespace': {
+        const [old, info] = this.cluster.upsertNamespace(obj);
+        this.namespaceChanged(info.name, old?.labels, info.labels, old?.annotations, info.annotations);
+        break;
+      }
+      case 'Node': {
+        const { old, node, pods } = this.cluster.upsertNode(obj);
+        for (const [a, b] of pods) this.podChanged(a, b);
+        this.evaluator.targetsChanged();
+        this.model.nodeChanged(old, node);
+        break;
+      }
+      case 'Service':
+        this.cluster.upsertService(obj);
+        this.servicesChanged();
+        break;
+      case 'ServiceAccount':
+        this.cluster.serviceAccounts.add(`${obj.metadata.namespace ?? 'default'}/${obj.metadata.name}`);
+        break;
+    }
+  }
+
+  private removeCore(ref: ObjectRef): void {
+    const ns = ref.namespace ?? 'default';
+    switch (ref.kind) {
+      case 'Pod': {
+        const old = this.cluster.removePod(ns, ref.name);
+        if (old) this.podChanged(old, undefined);
+        break;
+      }
+      case 'Namespace': {
+        const old = this.cluster.removeNamespace(ref.name);
+        if (old) this.namespaceChanged(ref.name, old.labels, undefined, old.annotations, undefined);
+        break;
+      }
+      case 'Node': {
+        const { old, pods } = this.cluster.removeNode(ref.name);
+        for (const [a, b] of pods) this.podChanged(a, b);
+        this.evaluator.targetsChanged();
+        if (old) this.model.nodeChanged(old, undefined);
+        break;
+      }
+      case 'Service':
+        this.cluster.removeService(ns, ref.name);
+        this.servicesChanged();
+        break;
+      case 'ServiceAccount':
+        this.cluster.serviceAccounts.delete(`${ns}/${ref.name}`);
+        break;
+    }
+  }
+
+  private podChanged(old: PodInfo | undefined, pod: PodInfo | undefined): void {
+    if (old) this.evaluator.podChanged(old);
+    // Service endpoints may follow Pod labels; appliedTo by serviceRef then changes for that Pod only.
+    this.serviceEndpointCache.clear();
+    this.model.podChanged(old, pod);
+  }
+
+  private namespaceChanged(
+    name: string,
+    oldLabels: Record<string, string> | undefined,
+    labels: Record<string, string> | undefined,
+    oldAnnotations: Record<string, string> | undefined,
+    annotations: Record<string, string> | undefined,
+  ): void {
+    if (JSON.stringify(oldLabels ?? null) !== JSON.stringify(labels ?? null)) {
+      this.evaluator.targetsChanged();
+      this.model.namespaceChanged(name);
+    }
+    if (JSON.stringify(oldAnnotations ?? {}) !== JSON.stringify(annotations ?? {})) {
+      // Namespaced policies read their Namespace's annotations (audit logging).
+      for (const entry of [...this.policies.values()]) {
+        if (entry.obj.metadata.namespace === name) this.setPolicy(entry.key, entry);
+      }
+    }
+  }
+
+  private servicesChanged(): void {
+    this.serviceEndpointCache.clear();
+    this.evaluator.targetsChanged();
+    this.model.servicesChanged();
+  }
+
+  private reject(key: string, obj: KubeObject, field: string, message: string): void {
+    const err: ValidationError = { kind: obj.kind, ...(obj.metadata.namespace ? { namespace: obj.metadata.namespace } : {}), name: obj.metadata.name, field, message };
+    this.rejected.set(key, err);
+    this.log?.(err);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Policies
+
+  private normalizeContext(): NormalizeContext {
+    return {
+      tierPriority: (name) => this.tierPriority(name),
+      namespaceAnnotations: (ns) => this.cluster.namespaces.get(ns)?.annotations,
+    };
+  }
+
+  /** Sets (or, with undefined, removes) one policy-kind object, then follows dependencies (tiers, groups). */
+  private setPolicy(key: string, entry: PolicyEntry | undefined): void {
+    const oldResult = this.policies.get(key)?.result;
+    const tiersBefore = this.tierSignature();
+    if (entry) {
+      entry.result = this.runNormalizer(entry);
+      this.policies.set(key, entry);
+    } else {
+      this.policies.delete(key);
+    }
+    this.applyPolicyResult(key, oldResult, entry?.result);
+    // Antrea policies depend on which Tiers exist: re-normalize them when Tiers change.
+    this.rebuildTiers();
+    if (this.tierSignature() !== tiersBefore) {
+      for (const other of [...this.policies.values()]) {
+        if (other.group !== ANTREA_GROUP || other.kind === 'Tier' || other.key === key) continue;
+        const old = other.result;
+        other.result = this.runNormalizer(other);
+        this.applyPolicyResult(other.key, old, other.result);
+      }
+    }
+  }
+
+  private runNormalizer(entry: PolicyEntry): NormalizeResult {
+    let result: NormalizeResult;
+    try {
+      result = entry.normalize(entry.obj, this.normalizeContext());
+    } catch (err) {
+      result = { ...emptyResult(), errors: [{ kind: entry.kind, ...(entry.obj.metadata.namespace ? { namespace: entry.obj.metadata.namespace } : {}), name: entry.obj.metadata.name, field: 'spec', message: `could not be read: ${(err as Error).message}` }] };
+    }
+    if (result.errors.length > 0) {
+      result = { ...emptyResult(), errors: result.errors };
+      for (const e of result.errors) this.log?.(e);
+    }
+    return result;
+  }
+
+  private applyPolicyResult(key: string, old: NormalizeResult | undefined, fresh: NormalizeResult | undefined): void {
+    const groupsChanged = canonical(old?.groups ?? []) !== canonical(fresh?.groups ?? []);
+    if (groupsChanged) {
+      for (const g of old?.groups ?? []) this.groupDefs.delete(`${g.namespace ?? ''}/${g.name}`);
+      for (const g of fresh?.groups ?? []) this.groupDefs.set(`${g.namespace ?? ''}/${g.name}`, g);
+    }
+    const rulesChanged = canonical(old?.rules ?? []) !== canonical(fresh?.rules ?? []);
+    const isolationsChanged = canonical(old?.isolations ?? []) !== canonical(fresh?.isolations ?? []);
+    if (rulesChanged || isolationsChanged || groupsChanged) {
+      this.evaluator.rulesChanged();
+    }
+    if (rulesChanged) this.model.setPolicyRules(key, fresh?.rules ?? []);
+    if (isolationsChanged) this.model.setPolicyIsolations(key, fresh?.isolations ?? []);
+    if (groupsChanged) this.model.groupDefsChanged();
+  }
+
+  private rebuildTiers(): void {
+    this.tiers.clear();
+    const byPriority = new Map<number, string>(Object.entries(STATIC_TIER_PRIORITIES).map(([n, p]) => [p, n]));
+    // Creation order (insertion order) decides which of two same-priority Tiers is refused, as admission would.
+    for (const entry of this.policies.values()) {
+      const before = entry.tierErrors;
+      delete entry.tierErrors;
+      for (const t of entry.result.tiers) {
+        const clash = byPriority.get(t.priority);
+        if (clash !== undefined && clash !== t.name) {
+          entry.tierErrors = [{ kind: entry.kind, name: entry.obj.metadata.name, field: 'spec.priority', message: `priority ${t.priority} is already used by Tier "${clash}"` }];
+          if (!before) this.log?.(entry.tierErrors[0]!);
+          continue;
+        }
+        byPriority.set(t.priority, t.name);
+        this.tiers.set(t.name, { ...t, owner: entry.key });
+      }
+    }
+  }
+
+  private tierSignature(): string {
+    return [...this.tiers.values()].map((t) => `${t.name}=${t.priority}`).sort().join(',');
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Lookups used by matchers
+
+  private serviceEndpointKeys(namespace: string, name: string): Set<string> {
+    const key = `${namespace}/${name}`;
+    let set = this.serviceEndpointCache.get(key);
+    if (!set) {
+      set = new Set(this.cluster.serviceEndpoints(namespace, name).map(podKey));
+      this.serviceEndpointCache.set(key, set);
+    }
+    return set;
+  }
+
+  /** Addresses learned for names matching an fqdn pattern ("*" matches any characters). */
+  fqdnIps(pattern: string): Set<string> {
+    const p = canonicalName(pattern);
+    if (this.now() >= this.fqdnCacheValidUntil) {
+      this.fqdnCache.clear();
+      this.fqdnCacheValidUntil = Math.min(Infinity, ...[...this.fqdnNames.values()].map((r) => r.expiresAt ?? Infinity));
+    }
+    let set = this.fqdnCache.get(p);
+    if (!set) {
+      set = new Set(this.fqdnMembers(p).flatMap((m) => m.ips));
+      this.fqdnCache.set(p, set);
+    }
+    return set;
+  }
+
+  /** Learned names matching an fqdn pattern, with their addresses (the members of an fqdn group). */
+  private fqdnMembers(pattern: string): { name: string; ips: string[] }[] {
+    const p = canonicalName(pattern);
+    const re = p.includes('*') ? new RegExp(`^${p.split('*').map(escapeRegExp).join('.*')}$`) : undefined;
+    const now = this.now();
+    const out: { name: string; ips: string[] }[] = [];
+    for (const [name, rec] of [...this.fqdnNames].sort(([a], [b]) => (a < b ? -1 : 1))) {
+      if (rec.expiresAt !== undefined && rec.expiresAt <= now) continue;
+      if (re ? re.test(name) : name === p) out.push({ name, ips: rec.ips });
+    }
+    return out;
+  }
+
+}
+
+// -----------------------------------------------------------------------------------------
+// helpers
+
+function emptyResult(): NormalizeResult {
+  return { rules: [], isolations: [], groups: [], tiers: [], errors: [] };
+}
+
+function canonical(value: unknown): string {
+  return JSON.stringify(value);
+}
+
+function canonicalName(name: string): string {
+  return name.toLowerCase().replace(/\.$/, '');
+}
+
+function escapeRegExp(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+
+
+
+

@@ -1,0 +1,721 @@
+/**
+ * The internal objects of the seed "NetworkPolicy computation", kept incrementally:
+ *
+ * - AddressGroup: the members (Pods, Nodes, Service ClusterIPs, learned FQDN addresses) of one
+ *   peer term, with their IPs and named-port maps. One group per distinct peer term, shared by
+ *   every rule (of any policy) that uses the same term.
+ * - AppliedToGroup: the target Pods of one appliedTo term, with the subset on this node.
+ * - Internal rule (ComputedRule): an IR rule with its peers replaced by AddressGroup ids and its
+ *   ipBlocks turned into non-overlapping CIDRs. A rule with `self`/`sameLabels` peers is
+ *   expanded into one rule per target namespace (the peer is relative to the target).
+ *
+ * Every mutation runs between begin() and end(); end() returns the exact set of ids whose
+ * content changed (compared as canonical JSON, so "touched but equal" is not reported).
+ * Work is proportional to the change: a Pod change re-checks only that Pod against the groups
+ * that could contain it (namespace-scoped groups of its namespace plus the cluster-wide ones).
+ */
+import { formatCidr, parseCidr, subtractCidrs } from './cidr.js';
+import { podKey } from './cluster.js';
+import { compilePeer, ipv4ToNumber, podEndpoint, realizableMembers, type Endpoint, type MatchEnv, type PeerMatcher } from './match.js';
+import { buildNodeRules, type NodeRule } from './noderules.js';
+import { canonicalJson, compareRules, stableHash } from './order.js';
+import type { ContainerPort, Direction, InternalRule, Isolation, NamespaceMatch, NodeInfo, Peer, PodInfo, PortMatch, RulePriority, RuleRef } from './types.js';
+
+export type { NodeRule };
+export { resolveNamedPorts } from './noderules.js';
+
+export interface GroupMember {
+  kind: 'pod' | 'node' | 'service' | 'fqdn';
+  /** "ns/name" for Pods and Services, the Node name, or the DNS name. */
+  ref: string;
+  /** Node of a Pod member. */
+  nodeName?: string;
+  ips: string[];
+  /** Named-port map of a Pod (its container ports), or a Service's ports (containerPort = Service port). */
+  ports: ContainerPort[];
+}
+
+export interface AddressGroup {
+  id: string;
+  peer: Peer;
+  members: GroupMember[];
+  /** Non-overlapping CIDRs a Group/ClusterGroup contributes through ipBlock members. */
+  ipBlocks: string[];
+}
+
+export interface AppliedToGroup {
+  id: string;
+  peer: Peer;
+  members: GroupMember[];
+  /** The members on this engine's node (all members when the engine has no nodeName). */
+  localMembers: GroupMember[];
+}
+
+export interface ComputedRule {
+  id: string;
+  /** The IR rule this was computed from. */
+  ruleId: string;
+  ref: RuleRef;
+  direction: Direction;
+  action: InternalRule['action'];
+  priority: RulePriority;
+  appliedToGroups: string[];
+  /** Set when the rule was expanded per target namespace: only targets in it. */
+  targetNamespace?: string;
+  /** No peer restriction at all. */
+  anyPeer: boolean;
+  addressGroups: string[];
+  /** Non-overlapping CIDRs (ipBlock cidr minus except). */
+  ipBlocks: string[];
+  ports: PortMatch[];
+  logging?: { enabled: boolean; label?: string };
+}
+
+export interface IdDelta {
+  added: string[];
+  updated: string[];
+  removed: string[];
+}
+
+export interface ChangeSet {
+  addressGroups: IdDelta;
+  appliedToGroups: IdDelta;
+  rules: IdDelta;
+  /** Kubernetes NetworkPolicy isolations (default drop per direction for their targets). */
+  isolations: IdDelta;
+}
+
+/** A Kubernetes NetworkPolicy isolation, with its targets as AppliedToGroups. */
+export interface ComputedIsolation {
+  /** "<kind>/<ns>/<name>/<Direction>" */
+  id: string;
+  ref: RuleRef;
+  direction: Direction;
+  appliedToGroups: string[];
+  logging?: { enabled: boolean; label?: string };
+}
+
+/** An isolation as this node enforces it: the local targets to default-drop in that direction. */
+export interface NodeIsolation {
+  id: string;
+  ref: RuleRef;
+  direction: Direction;
+  targets: { ref: string; ips: string[] }[];
+  logging?: { enabled: boolean; label?: string };
+}
+
+
+type GroupKind = 'address' | 'appliedTo';
+
+interface GroupRecord {
+  id: string;
+  kind: GroupKind;
+  peer: Peer;
+  matcher: PeerMatcher;
+  /** Namespaces the peer is confined to (names match), else undefined. */
+  namespaces?: Set<string>;
+  members: Map<string, GroupMember>;
+  ipBlocks: string[];
+  refs: number;
+  peerJson: string;
+  /** A label every member must carry (from the Pod selector's matchLabels), to skip Pods quickly. */
+  requiredLabel?: [string, string];
+}
+
+interface GroupState {
+  peer: string;
+  ipBlocks: string;
+  members: Map<string, GroupMember>;
+}
+
+function sameMembers(a: Map<string, GroupMember>, b: Map<string, GroupMember>): boolean {
+  if (a.size !== b.size) return false;
+  for (const [k, m] of a) {
+    const o = b.get(k);
+    if (o !== m && !sameMember(m, o)) return false;
+  }
+  return true;
+}
+
+function sameGroupState(a: GroupState, b: GroupState): boolean {
+  return a.peer === b.peer && a.ipBlocks === b.ipBlocks && sameMembers(a.members, b.members);
+}
+
+const EMPTY: ReadonlySet<string> = new Set();
+const ALL_PODS: Peer = { kind: 'pods', namespaces: { kind: 'all' }, pods: {} };
+const PODS_CAPABLE = new Set(['pods', 'group', 'serviceRef']);
+const NODES_CAPABLE = new Set(['nodes', 'group']);
+
+function isRelative(m: NamespaceMatch): boolean {
+  return m.kind === 'self' || m.kind === 'sameLabels';
+}
+
+function sameMember(a: GroupMember | undefined, b: GroupMember | undefined): boolean {
+  return canonicalJson(a ?? null) === canonicalJson(b ?? null);
+}
+
+export class InternalModel {
+  private readonly groups = { address: new Map<string, GroupRecord>(), appliedTo: new Map<string, GroupRecord>() };
+  /** Namespace → ids of groups confined to it; other groups are in `unscoped`. */
+  private readonly scoped = new Map<string, Set<GroupRecord>>();
+  private readonly unscoped = new Set<GroupRecord>();
+  private readonly policyRules = new Map<string, InternalRule[]>();
+  private readonly sourceRules = new Map<string, InternalRule>();
+  /** IR rule id → computed rule ids. */
+  private readonly expansions = new Map<string, string[]>();
+  private readonly computed = new Map<string, ComputedRule>();
+  private readonly relativeRules = new Set<string>();
+  private touched?: {
+    address: Map<string, GroupState | null>;
+    appliedTo: Map<string, GroupState | null>;
+    rules: Map<string, string | null>;
+    isolations: Map<string, string | null>;
+  };
+  private readonly policyIsolations = new Map<string, ComputedIsolation[]>();
+  private readonly isolationById = new Map<string, ComputedIsolation>();
+  private nodeIsolationCache?: NodeIsolation[];
+  private nodeRuleCache?: NodeRule[];
+  /** Member key ("pod:ns/name") → ids of the AppliedToGroups containing it. */
+  private readonly targetIndex = new Map<string, Set<string>>();
+  private readonly changedTargets = new Set<string>();
+  private readonly podMembers = new WeakMap<PodInfo, GroupMember>();
+
+  constructor(
+    private readonly env: MatchEnv,
+    private readonly nodeName: string | undefined,
+    private readonly fqdnMembers: (pattern: string) => { name: string; ips: string[] }[] = () => [],
+  ) {}
+
+  // ---------------------------------------------------------------------------------------
+  // change tracking
+
+  begin(): void {
+    this.touched = { address: new Map(), appliedTo: new Map(), rules: new Map(), isolations: new Map() };
+  }
+
+  end(): ChangeSet {
+    const t = this.touched ?? { address: new Map(), appliedTo: new Map(), rules: new Map(), isolations: new Map() };
+    this.touched = undefined;
+    const delta = <S>(before: Map<string, S | null>, now: (id: string) => S | null, equal: (a: S, b: S) => boolean): IdDelta => {
+      const d: IdDelta = { added: [], updated: [], removed: [] };
+      for (const [id, was] of before) {
+        const is = now(id);
+        if (was === null && is !== null) d.added.push(id);
+        else if (was !== null && is === null) d.removed.push(id);
+        else if (was !== null && is !== null && !equal(was, is)) d.updated.push(id);
+      }
+      for (const list of [d.added, d.updated, d.removed]) list.sort();
+      return d;
+    };
+    const cs: ChangeSet = {
+      addressGroups: delta(t.address, (id) => this.groupState('address', id), sameGroupState),
+      appliedToGroups: delta(t.appliedTo, (id) => this.groupState('appliedTo', id), sameGroupState),
+      rules: delta(t.rules, (id) => this.ruleJson(id), (a, b) => a === b),
+      isolations: delta(t.isolations, (id) => this.isolationJson(id), (a, b) => a === b),
+    };
+    if (cs.rules.added.length + cs.rules.updated.length + cs.rules.removed.length + cs.addressGroups.updated.length +
+        cs.addressGroups.added.length + cs.addressGroups.removed.length + cs.appliedToGroups.added.length +
+        cs.appliedToGroups.updated.length + cs.appliedToGroups.removed.length + cs.isolations.added.length +
+        cs.isolations.updated.length + cs.isolations.removed.length > 0) {
+      this.nodeRuleCache = undefined;
+      this.nodeIsolationCache = undefined;
+    }
+    return cs;
+  }
+
+  /** What a group's content is, cheap to take and compare (members by identity, then by value). */
+  private groupState(kind: GroupKind, id: string): GroupState | null {
+    const g = this.groups[kind].get(id);
+    return g ? { peer: g.peerJson, ipBlocks: g.ipBlocks.join(','), members: new Map(g.members) } : null;
+  }
+
+  private isolationJson(id: string): string | null {
+    const i = this.isolationById.get(id);
+    return i ? canonicalJson(i) : null;
+  }
+
+  private ruleJson(id: string): string | null {
+    const r = this.computed.get(id);
+    return r ? canonicalJson(r) : null;
+  }
+
+  private touchGroup(g: GroupRecord): void {
+    const map = this.touched?.[g.kind];
+    if (map && !map.has(g.id)) map.set(g.id, this.groupState(g.kind, g.id));
+  }
+
+  private touchRule(id: string): void {
+    const map = this.touched?.rules;
+    if (map && !map.has(id)) map.set(id, this.ruleJson(id));
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // read side
+
+  addressGroups(): AddressGroup[] {
+    return [...this.groups.address.values()].sort(byId).map((g) => this.toAddressGroup(g));
+  }
+
+  appliedToGroups(): AppliedToGroup[] {
+    return [...this.groups.appliedTo.values()].sort(byId).map((g) => this.toAppliedToGroup(g));
+  }
+
+  rules(): ComputedRule[] {
+    return [...this.computed.values()].sort((a, b) => compareRules(a as unknown as InternalRule, b as unknown as InternalRule));
+  }
+
+  private toAddressGroup(g: GroupRecord): AddressGroup {
+    return { id: g.id, peer: g.peer, members: sortedMembers(g), ipBlocks: g.ipBlocks };
+  }
+
+  private toAppliedToGroup(g: GroupRecord): AppliedToGroup {
+    const members = sortedMembers(g);
+    return { id: g.id, peer: g.peer, members, localMembers: members.filter((m) => this.isLocal(m)) };
+  }
+
+  private isLocal(m: GroupMember): boolean {
+    return this.nodeName === undefined || m.nodeName === this.nodeName || (m.kind === 'node' && m.ref === this.nodeName);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // policies
+
+  /** Replaces one policy's isolations (acquiring the new AppliedToGroups before releasing the old). */
+  setPolicyIsolations(policyKey: string, isolations: Isolation[]): void {
+    const old = this.policyIsolations.get(policyKey) ?? [];
+    const fresh: ComputedIsolation[] = isolations.map((iso) => {
+      const groups: string[] = [];
+      for (const p of uniquePeers(iso.appliedTo)) groups.push(this.acquire('appliedTo', p).id);
+      return {
+        id: `${iso.ref.kind}/${iso.ref.namespace ?? ''}/${iso.ref.name}/${iso.direction}`,
+        ref: iso.ref, direction: iso.direction, appliedToGroups: [...new Set(groups)].sort(), ...(iso.logging ? { logging: iso.logging } : {}),
+      };
+    });
+    for (const i of [...old, ...fresh]) {
+      const map = this.touched?.isolations;
+      if (map && !map.has(i.id)) map.set(i.id, this.isolationJson(i.id));
+    }
+    for (const i of old) this.isolationById.delete(i.id);
+    for (const i of fresh) this.isolationById.set(i.id, i);
+    if (fresh.length > 0) this.policyIsolations.set(policyKey, fresh);
+    else this.policyIsolations.delete(policyKey);
+    for (const i of old) for (const id of i.appliedToGroups) this.release(this.groups.appliedTo.get(id)!);
+  }
+
+  isolations(): ComputedIsolation[] {
+    return [...this.isolationById.values()].sort(byId);
+  }
+
+  /** Isolations with local targets: what the node default-drops per direction. */
+  nodeIsolations(): NodeIsolation[] {
+    if (this.nodeIsolationCache) return this.nodeIsolationCache;
+    const out: NodeIsolation[] = [];
+    for (const iso of this.isolations()) {
+      const targets = new Map<string, GroupMember>();
+      for (const id of iso.appliedToGroups) for (const m of this.groups.appliedTo.get(id)!.members.values()) if (this.isLocal(m)) targets.set(m.ref, m);
+      if (targets.size === 0) continue;
+      out.push({
+        id: iso.id, ref: iso.ref, direction: iso.direction,
+        targets: [...targets.values()].sort((a, b) => (a.ref < b.ref ? -1 : 1)).map((m) => ({ ref: m.ref, ips: m.ips })),
+        ...(iso.logging ? { logging: iso.logging } : {}),
+      });
+    }
+    this.nodeIsolationCache = out;
+    return out;
+  }
+
+  setPolicyRules(policyKey: string, rules: InternalRule[]): void {
+    const old = this.policyRules.get(policyKey) ?? [];
+    if (rules.length > 0) this.policyRules.set(policyKey, rules);
+    else this.policyRules.delete(policyKey);
+    const fresh = new Map(rules.map((r) => [r.id, r]));
+    for (const r of old) {
+      const next = fresh.get(r.id);
+      if (next && canonicalJson(next) === canonicalJson(r)) fresh.delete(r.id);
+      else if (!next) this.setSourceRule(r.id, undefined);
+    }
+    for (const r of fresh.values()) this.setSourceRule(r.id, r);
+  }
+
+  private setSourceRule(id: string, rule: InternalRule | undefined): void {
+    const old = this.sourceRules.get(id);
+    const wasRelative = this.relativeRules.has(id);
+    if (rule) this.sourceRules.set(id, rule);
+    else this.sourceRules.delete(id);
+    const relative = !!rule?.peers?.some((p) => p.kind === 'pods' && isRelative(p.namespaces));
+    // A relative rule keeps its appliedTo groups alive even while it has no target namespace,
+    // so it notices the first target appearing.
+    if (relative) for (const p of uniquePeers(rule!.appliedTo)) this.acquire('appliedTo', p);
+    if (relative) this.relativeRules.add(id);
+    else this.relativeRules.delete(id);
+    this.expand(id);
+    if (wasRelative && old) for (const p of uniquePeers(old.appliedTo)) this.release(this.groups.appliedTo.get(groupId('appliedTo', p))!);
+  }
+
+  /** (Re)computes the internal rules of one IR rule, acquiring groups before releasing old ones. */
+  private expand(ruleId: string): void {
+    const rule = this.sourceRules.get(ruleId);
+    const next = rule ? this.computeRules(rule) : [];
+    const oldIds = this.expansions.get(ruleId) ?? [];
+    const oldRules = oldIds.map((id) => this.computed.get(id)!);
+    const nextIds = new Set(next.map((r) => r.id));
+    for (const r of next) {
+      const prev = this.computed.get(r.id);
+      if (prev && canonicalJson(prev) === canonicalJson(r)) {
+        // the groups acquired by computeRules for an unchanged rule are released again below
+        this.releaseRuleGroups(r);
+        continue;
+      }
+      this.touchRule(r.id);
+      this.computed.set(r.id, r);
+      if (prev) this.releaseRuleGroups(prev);
+    }
+    for (const prev of oldRules) {
+      if (nextIds.has(prev.id)) continue;
+      this.touchRule(prev.id);
+      this.computed.delete(prev.id);
+      this.releaseRuleGroups(prev);
+    }
+    if (next.length > 0) this.expansions.set(ruleId, next.map((r) => r.id));
+    else this.expansions.delete(ruleId);
+  }
+
+  private computeRules(rule: InternalRule): ComputedRule[] {
+    const appliedToGroups: string[] = [];
+    for (const p of rule.appliedTo) {
+      const id = groupId('appliedTo', p);
+      if (!appliedToGroups.includes(id)) appliedToGroups.push(this.acquire('appliedTo', p).id);
+    }
+    const base = {
+      ruleId: rule.id, ref: rule.ref, direction: rule.direction, action: rule.action, priority: rule.priority,
+      appliedToGroups: [...new Set(appliedToGroups)].sort(), ports: rule.ports, ...(rule.logging ? { logging: rule.logging } : {}),
+    };
+    const build = (id: string, peers: Peer[] | undefined, targetNamespace?: string): ComputedRule => {
+      const addressGroups = new Set<string>();
+      const blocks: string[] = [];
+      // Egress to any peer on a named port: the port resolves on every Pod, so the rule holds the
+      // all-Pods group (its changes then reach the rule through the ChangeSet).
+      const namedAnywhere = peers === undefined && rule.direction === 'Egress' && rule.ports.some((p) => typeof p.port === 'string');
+      for (const p of namedAnywhere ? [ALL_PODS] : peers ?? []) {
+        if (p.kind === 'ipBlock') blocks.push(...ipBlockCidrs(p.cidr, p.except));
+        else if (!addressGroups.has(groupId('address', p))) addressGroups.add(this.acquire('address', p).id);
+      }
+      return {
+        id, ...base, ...(targetNamespace !== undefined ? { targetNamespace } : {}), anyPeer: peers === undefined,
+        addressGroups: [...addressGroups].sort(), ipBlocks: [...new Set(blocks)].sort(),
+      };
+    };
+    if (!this.relativeRules.has(rule.id)) {
+      // each computed rule holds one reference per appliedTo group (released with the rule)
+      return [build(rule.id, rule.peers)];
+    }
+    const namespaces = new Set<string>();
+    for (const id of base.appliedToGroups) for (const m of this.groups.appliedTo.get(id)!.members.values()) if (m.kind === 'pod') namespaces.add(m.ref.split('/')[0]!);
+    const out: ComputedRule[] = [];
+    // every expansion holds its own reference to the appliedTo groups
+    for (const ns of [...namespaces].sort()) {
+      for (const id of base.appliedToGroups) this.groups.appliedTo.get(id)!.refs++;
+      out.push(build(`${rule.id}@${ns}`, rule.peers!.flatMap((p) => this.concretize(p, ns)), ns));
+    }
+    for (const id of base.appliedToGroups) this.release(this.groups.appliedTo.get(id)!);
+    return out;
+  }
+
+  /** A `self`/`sameLabels` peer as seen from targets in namespace `ns`. */
+  private concretize(p: Peer, ns: string): Peer[] {
+    if (p.kind !== 'pods') return [p];
+    if (p.namespaces.kind === 'self') return [{ ...p, namespaces: { kind: 'names', names: [ns] } }];
+    if (p.namespaces.kind === 'sameLabels') {
+      const labels = this.env.cluster.namespaceLabels(ns);
+      const matchLabels: Record<string, string> = {};
+      for (const k of p.namespaces.keys) {
+        if (labels[k] === undefined) return [];
+        matchLabels[k] = labels[k];
+      }
+      return [{ ...p, namespaces: { kind: 'selector', selector: { matchLabels } } }];
+    }
+    return [p];
+  }
+
+  private releaseRuleGroups(r: ComputedRule): void {
+    for (const id of r.appliedToGroups) this.release(this.groups.appliedTo.get(id)!);
+    for (const id of r.addressGroups) this.release(this.groups.address.get(id)!);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // groups
+
+  private acquire(kind: GroupKind, peer: Peer): GroupRecord {
+    const id = groupId(kind, peer);
+    let g = this.groups[kind].get(id);
+    if (g) {
+      g.refs++;
+      return g;
+    }
+    this.touchGroup({ id, kind } as GroupRecord);
+    const namespaces = peer.kind === 'pods' && peer.namespaces.kind === 'names' ? new Set(peer.namespaces.names) : undefined;
+    g = { id, kind, peer, matcher: compilePeer(peer, this.env, 0, kind === 'appliedTo'), ...(namespaces ? { namespaces } : {}), members: new Map(), ipBlocks: [], refs: 1, peerJson: canonicalJson(peer) };
+    const first = peer.kind === 'pods' ? Object.entries(peer.pods.matchLabels ?? {})[0] : undefined;
+    if (first) g.requiredLabel = first;
+    this.groups[kind].set(id, g);
+    if (namespaces) for (const ns of namespaces) { let s = this.scoped.get(ns); if (!s) this.scoped.set(ns, (s = new Set())); s.add(g); }
+    else this.unscoped.add(g);
+    this.recomputeGroup(g);
+    return g;
+  }
+
+  private release(g: GroupRecord): void {
+    if (--g.refs > 0) return;
+    this.touchGroup(g);
+    this.groups[g.kind].delete(g.id);
+    if (g.kind === 'appliedTo') for (const key of g.members.keys()) this.unindexTarget(g, key);
+    if (g.namespaces) for (const ns of g.namespaces) this.scoped.get(ns)?.delete(g);
+    else this.unscoped.delete(g);
+  }
+
+  /** Full membership computation (new group, or a dependency it cannot track finely changed). */
+  private recomputeGroup(g: GroupRecord): boolean {
+    const members = new Map<string, GroupMember>();
+    const cluster = this.env.cluster;
+    if (PODS_CAPABLE.has(g.peer.kind)) {
+      const pods = g.namespaces ? [...g.namespaces].flatMap((ns) => [...(cluster.podsByNamespace.get(ns)?.values() ?? [])]) : [...cluster.pods.values()];
+      for (const pod of pods) {
+        const m = this.podMember(g, pod);
+        if (m) members.set(`pod:${m.ref}`, m);
+      }
+    }
+    if (NODES_CAPABLE.has(g.peer.kind)) {
+      for (const node of cluster.nodes.values()) {
+        const m = this.nodeMember(g, node);
+        if (m) members.set(`node:${m.ref}`, m);
+      }
+    }
+    if (g.peer.kind === 'service') {
+      const svc = cluster.services.get(`${g.peer.namespace}/${g.peer.name}`);
+      if (svc) members.set(`service:${svc.namespace}/${svc.name}`, {
+        kind: 'service', ref: `${svc.namespace}/${svc.name}`, ips: [...svc.clusterIPs],
+        ports: svc.ports.map((p) => ({ ...(p.name ? { name: p.name } : {}), containerPort: p.port, protocol: p.protocol })),
+      });
+    }
+    if (g.peer.kind === 'fqdn') {
+      for (const { name, ips } of this.fqdnMembers(g.peer.pattern)) members.set(`fqdn:${name}`, { kind: 'fqdn', ref: name, ips: [...ips].sort(), ports: [] });
+    }
+    const ipBlocks = g.peer.kind === 'group' && g.kind === 'address' ? this.groupIpBlocks(g.peer.namespace, g.peer.name) : [];
+    const changed = !sameMembers(members, g.members) || ipBlocks.join(',') !== g.ipBlocks.join(',');
+    if (!changed) return false;
+    this.touchGroup(g);
+    if (g.kind === 'appliedTo') {
+      for (const key of g.members.keys()) if (!members.has(key)) this.unindexTarget(g, key);
+      for (const key of members.keys()) this.indexTarget(g, key);
+    }
+    g.members = members;
+    g.ipBlocks = ipBlocks;
+    return true;
+  }
+
+  private groupIpBlocks(namespace: string | undefined, name: string): string[] {
+    const def = this.env.group(namespace, name);
+    const members = def ? realizableMembers(def, this.env, false) : undefined;
+    const out = new Set<string>();
+    for (const m of members ?? []) if (m.kind === 'ipBlock') for (const c of ipBlockCidrs(m.cidr, m.except)) out.add(c);
+    return [...out].sort();
+  }
+
+  private podMember(g: GroupRecord, pod: PodInfo): GroupMember | undefined {
+    // hostNetwork Pods have their Node's address: they are Node traffic, not Pod group members.
+    if (pod.hostNetwork || !PODS_CAPABLE.has(g.peer.kind)) return undefined;
+    if (!g.matcher(podEndpoint(pod), { target: pod })) return undefined;
+    // one member object per Pod version, so unchanged members compare by identity
+    return this.memberFor(pod);
+  }
+
+  private nodeMember(g: GroupRecord, node: NodeInfo): GroupMember | undefined {
+    if (!NODES_CAPABLE.has(g.peer.kind)) return undefined;
+    const ip = node.ips[0] ?? '';
+    const ep: Endpoint = { kind: 'host', ip, ipNum: ipv4ToNumber(ip), node, nodeName: node.name };
+    const target: PodInfo = { namespace: '', name: '', labels: {}, ips: [], hostNetwork: true, serviceAccount: '', ports: [] };
+    if (!g.matcher(ep, { target })) return undefined;
+    return { kind: 'node', ref: node.name, ips: [...node.ips], ports: [] };
+  }
+
+  private setMember(g: GroupRecord, key: string, member: GroupMember | undefined): void {
+    if (member) {
+      g.members.set(key, member);
+      if (g.kind === 'appliedTo') this.indexTarget(g, key);
+    } else {
+      g.members.delete(key);
+      if (g.kind === 'appliedTo') this.unindexTarget(g, key);
+    }
+  }
+
+  private indexTarget(g: GroupRecord, key: string): void {
+    let set = this.targetIndex.get(key);
+    if (!set) this.targetIndex.set(key, (set = new Set()));
+    if (!set.has(g.id)) {
+      set.add(g.id);
+      this.changedTargets.add(key);
+    }
+  }
+
+  private unindexTarget(g: GroupRecord, key: string): void {
+    const set = this.targetIndex.get(key);
+    if (!set?.delete(g.id)) return;
+    if (set.size === 0) this.targetIndex.delete(key);
+    this.changedTargets.add(key);
+  }
+
+  /** Ids of the AppliedToGroups holding a Pod ("ns/name"): the evaluator's index of rules by target. */
+  appliedToGroupIdsOf(podKey: string): ReadonlySet<string> {
+    return this.targetIndex.get(`pod:${podKey}`) ?? EMPTY;
+  }
+
+  /** Pods ("ns/name") whose AppliedToGroup memberships changed since the last call. */
+  takeChangedTargets(): string[] {
+    const out = [...this.changedTargets].filter((k) => k.startsWith('pod:')).map((k) => k.slice(4));
+    this.changedTargets.clear();
+    return out;
+  }
+
+  private candidateGroups(namespace: string): GroupRecord[] {
+    return [...this.unscoped, ...(this.scoped.get(namespace) ?? [])];
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // cluster events
+
+  podChanged(old: PodInfo | undefined, pod: PodInfo | undefined): void {
+    const ns = (pod ?? old)!.namespace;
+    const key = `pod:${podKey((pod ?? old)!)}`;
+    const changedAppliedTo = new Set<string>();
+    for (const g of this.candidateGroups(ns)) {
+      if (!PODS_CAPABLE.has(g.peer.kind)) continue;
+      // A selector requiring label k=v cannot match a Pod that has it neither before nor after.
+      const req = g.requiredLabel;
+      if (req && old?.labels[req[0]] !== req[1] && pod?.labels[req[0]] !== req[1]) continue;
+      if (g.peer.kind === 'serviceRef' || (g.peer.kind === 'group' && this.groupUsesServices(g))) {
+        // endpoints may change for Pods other than this one (EndpointSlice by IP): recompute
+        if (this.recomputeGroup(g) && g.kind === 'appliedTo') changedAppliedTo.add(g.id);
+        continue;
+      }
+      const was = g.members.get(key);
+      const now = pod ? this.podMember(g, pod) : undefined;
+      if (sameMember(was, now)) continue;
+      this.touchGroup(g);
+      this.setMember(g, key, now);
+      if (g.kind === 'appliedTo') changedAppliedTo.add(g.id);
+    }
+    this.reexpandRelative((r) => r.appliedTo.some((p) => changedAppliedTo.has(groupId('appliedTo', p))));
+  }
+
+  namespaceChanged(name: string): void {
+    const pods = [...(this.env.cluster.podsByNamespace.get(name)?.values() ?? [])];
+    const changedAppliedTo = new Set<string>();
+    for (const g of this.unscoped) {
+      if (!PODS_CAPABLE.has(g.peer.kind)) continue;
+      for (const pod of pods) {
+        const key = `pod:${podKey(pod)}`;
+        const was = g.members.get(key);
+        const now = this.podMember(g, pod);
+        if (sameMember(was, now)) continue;
+        this.touchGroup(g);
+        this.setMember(g, key, now);
+        if (g.kind === 'appliedTo') changedAppliedTo.add(g.id);
+      }
+    }
+    // sameLabels peers depend on namespace labels; self peers on which namespaces hold targets.
+    this.reexpandRelative(() => true);
+  }
+
+  nodeChanged(_old: NodeInfo | undefined, node: NodeInfo | undefined): void {
+    const name = (node ?? _old)!.name;
+    for (const g of this.unscoped) {
+      if (!NODES_CAPABLE.has(g.peer.kind)) continue;
+      const key = `node:${name}`;
+      const was = g.members.get(key);
+      const now = node ? this.nodeMember(g, node) : undefined;
+      if (sameMember(was, now)) continue;
+      this.touchGroup(g);
+      this.setMember(g, key, now);
+    }
+  }
+
+  servicesChanged(): void {
+    for (const g of this.unscoped) if (g.peer.kind === 'serviceRef' || g.peer.kind === 'service' || g.peer.kind === 'group') this.recomputeGroup(g);
+    this.reexpandRelative(() => true);
+  }
+
+  groupDefsChanged(): void {
+    for (const g of this.unscoped) if (g.peer.kind === 'group') {
+      g.matcher = compilePeer(g.peer, this.env, 0, g.kind === 'appliedTo');
+      this.recomputeGroup(g);
+    }
+    this.reexpandRelative(() => true);
+  }
+
+  fqdnChanged(): void {
+    for (const g of this.unscoped) if (g.peer.kind === 'fqdn') this.recomputeGroup(g);
+  }
+
+  private groupUsesServices(g: GroupRecord): boolean {
+    if (g.peer.kind !== 'group') return false;
+    const def = this.env.group(g.peer.namespace, g.peer.name);
+    return !!def && def.members.some((m) => m.kind === 'serviceRef' || m.kind === 'group');
+  }
+
+  private reexpandRelative(pred: (r: InternalRule) => boolean): void {
+    for (const id of [...this.relativeRules].sort()) {
+      const r = this.sourceRules.get(id);
+      if (r && pred(r)) this.expand(id);
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // node rule set
+
+  nodeRuleSet(): NodeRule[] {
+    if (this.nodeRuleCache) return this.nodeRuleCache;
+    this.nodeRuleCache = buildNodeRules(this.rules(), {
+      appliedToMembers: (id) => [...this.groups.appliedTo.get(id)!.members.values()],
+      addressGroup: (id) => {
+        const g = this.groups.address.get(id)!;
+        return { members: [...g.members.values()], ipBlocks: g.ipBlocks };
+      },
+      isLocal: (m) => this.isLocal(m),
+    });
+    return this.nodeRuleCache;
+  }
+
+  private memberFor(pod: PodInfo): GroupMember {
+    let m = this.podMembers.get(pod);
+    if (!m) this.podMembers.set(pod, (m = { kind: 'pod', ref: podKey(pod), ...(pod.nodeName ? { nodeName: pod.nodeName } : {}), ips: [...pod.ips], ports: pod.ports }));
+    return m;
+  }
+
+}
+
+/** Same peer term → same group id, whichever policy uses it. */
+export function groupId(kind: GroupKind, peer: Peer): string {
+  return `${kind === 'address' ? 'ag' : 'atg'}-${stableHash(canonicalJson(peer))}`;
+}
+
+function uniquePeers(peers: Peer[]): Peer[] {
+  const seen = new Map<string, Peer>();
+  for (const p of peers) seen.set(canonicalJson(p), p);
+  return [...seen.values()];
+}
+
+function byId(a: { id: string }, b: { id: string }): number {
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+}
+
+function sortedMembers(g: GroupRecord): GroupMember[] {
+  return [...g.members.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, m]) => m);
+}
+
+/** ipBlock as non-overlapping CIDR text. */
+export function ipBlockCidrs(cidr: string, except: string[]): string[] {
+  const base = parseCidr(cidr);
+  if (!base) return [];
+  return subtractCidrs(base, except.map(parseCidr).filter((c): c is NonNullable<typeof c> => !!c)).map(formatCidr);
+}
+

@@ -1,0 +1,16 @@
+#!/usr/bin/env node
+/** sluicectl: the operator's command line. Each subcommand lives in daemon/ctl/<name>.ts. */
+import yargs from 'yargs';
+import { hideBin } from 'yargs/helpers';
+import { cniCommand } from './ctl/cni.js';
+import { simulateCommand } from './ctl/simulate.js';
+
+const commands = [simulateCommand, cniCommand];
+
+export async function main(argv: string[]): Promise<void> {
+  let cli = yargs(hideBin(argv)).scriptName('sluicectl').strict().demandCommand(1, 'name a command (see --help)').help();
+  for (const c of commands) cli = cli.command(c as never);
+  await cli.parseAsync();
+}
+
+await main(process.argv);
