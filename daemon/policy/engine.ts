@@ -10,14 +10,14 @@ import { normalizers as adminNormalizers } from './admin/index.js';
 import { normalizers as antreaNormalizers } from './antrea/index.js';
 import { ClusterState, podKey } from './cluster.js';
 import { Evaluator, UnknownEndpointError, type SideDecision } from './evaluator.js';
-import { InternalModel, type ComputedIsolation, type NodeIsolation, type ChangeSet, type NodeRule, type AddressGroup, type AppliedToGroup, type ComputedRule } from './internal.js';
+import { InternalModel, type ComputedIsolation, type NodeIsolation, type ChangeSet, type NodeRule, type NodeTarget, type AddressGroup, type AppliedToGroup, type ComputedRule } from './internal.js';
 import { normalizers as k8sNormalizers } from './k8s/index.js';
 import type { MatchEnv } from './match.js';
 import type {
   GroupDef, InternalRule, Isolation, KubeObject, NormalizeContext, NormalizeResult, Normalizer, PodInfo, Probe, ProbeResult, TierDef, ValidationError,
 } from './types.js';
 
-export type { SideDecision, ChangeSet, NodeRule, NodeIsolation, AddressGroup, AppliedToGroup, ComputedRule, ComputedIsolation };
+export type { SideDecision, ChangeSet, NodeRule, NodeTarget, NodeIsolation, AddressGroup, AppliedToGroup, ComputedRule, ComputedIsolation };
 
 export interface ObjectRef {
   apiVersion: string;

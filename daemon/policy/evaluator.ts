@@ -8,29 +8,44 @@
  * destination Pod; the first non-allow (egress first) is the verdict.
  *
  * Speed: the rules that apply to a Pod come from the AppliedToGroups of the internal model (an
- * index by target), cached per Pod version; only peers and ports are matched per query.
+ * index by target), cached per Pod version; only peers and ports are matched per query. Each
+ * probe endpoint string resolves, through one map lookup, to a slot holding the endpoint, its
+ * rule lists and a small array caching whether it is a member of each Pod-selecting peer (one
+ * byte per distinct peer term): with many Pods, a random query then touches few memory lines.
+ * Slots are dropped after every change (they are rebuilt lazily).
  */
 import { ipv4ToNumber } from './cidr.js';
 import { podKey, type ClusterState } from './cluster.js';
 import { groupId } from './internal.js';
-import { compilePeer, compilePorts, podEndpoint, type Endpoint, type MatchContext, type MatchEnv, type PeerMatcher, type PortMatcher, type PortProbe } from './match.js';
-import { compareRules } from './order.js';
+import { compilePeer, compilePorts, podEndpoint, realizableMembers, type Endpoint, type MatchContext, type MatchEnv, type PeerMatcher, type PortMatcher, type PortProbe } from './match.js';
+import { canonicalJson, compareRules } from './order.js';
 import { parseEndpoint, type ParsedEndpoint } from './probes.js';
-import type { DecidedBy, Direction, InternalRule, Isolation, PodInfo, Probe, ProbeResult, ServiceInfo } from './types.js';
+import type { DecidedBy, Direction, InternalRule, Isolation, Peer, PodInfo, Probe, ProbeResult, ServiceInfo } from './types.js';
 
 /** Thrown by evaluate() for a probe naming something the cluster does not have. */
 export class UnknownEndpointError extends Error {}
 
+/**
+ * A compiled peer. `slot` >= 0: whether a Pod is a member depends on the Pod alone (not on the
+ * target or the Service of the probe), so the answer is cached per Pod at that index.
+ */
+interface CompiledPeer {
+  match: PeerMatcher;
+  slot: number;
+}
+
 interface CompiledRule {
   rule: InternalRule;
   /** undefined = any peer */
-  peers?: PeerMatcher[];
+  peers?: CompiledPeer[];
   ports: PortMatcher;
   decidedBy: DecidedBy;
   /** The (shared, frozen) result when this rule decides. */
   outcome: Outcome;
   /** Position in the evaluation order. */
   order: number;
+  /** action === 'Pass' */
+  pass: boolean;
 }
 
 interface Outcome {
@@ -39,13 +54,53 @@ interface Outcome {
 }
 
 const DEFAULT_ALLOW: Outcome = Object.freeze({ verdict: 'allow', decidedBy: null });
+const SAME_NODE_HOST = Object.freeze({ verdict: 'allow' as const, decidedBy: null, note: 'host to a Pod on the same Node is always allowed' });
+const LOOPBACK = Object.freeze({ verdict: 'allow' as const, decidedBy: null, note: 'loopback: traffic to the Pod itself stays inside the Pod' });
 
-function ruleMatches(r: CompiledRule, other: Endpoint, ctx: MatchContext, portProbe: PortProbe): boolean {
+/** A resolved probe endpoint with what queries about it reuse. */
+interface Slot {
+  endpoint: Resolved;
+  /** The Pod's rules (pod endpoints). */
+  rules?: PodRules;
+  /** Per cacheable peer: 0 unknown, 1 not a member, 2 member (pod endpoints). */
+  members?: Uint8Array;
+  /** Match context when this Pod is the deciding side (no Service). */
+  ctx?: MatchContext;
+}
+
+function ruleMatches(r: CompiledRule, other: Slot, ctx: MatchContext, portProbe: PortProbe): boolean {
   if (!r.ports(portProbe)) return false;
   const peers = r.peers;
   if (!peers) return true;
-  for (let i = 0; i < peers.length; i++) if (peers[i]!(other, ctx)) return true;
+  const ep = other.endpoint as Endpoint;
+  const members = other.members;
+  for (let i = 0; i < peers.length; i++) {
+    const p = peers[i]!;
+    if (p.slot >= 0 && members) {
+      let v = members[p.slot]!;
+      if (v === 0) members[p.slot] = v = p.match(ep, ctx) ? 2 : 1;
+      if (v === 2) return true;
+    } else if (p.match(ep, ctx)) return true;
+  }
   return false;
+}
+
+/**
+ * Peers whose membership for a Pod depends on the Pod alone (not on the target, the probe's
+ * Service or the clock), for the current group definitions (a definition change recompiles).
+ */
+function cacheablePeer(p: Peer, env: MatchEnv, depth = 0): boolean {
+  switch (p.kind) {
+    case 'pods': return p.namespaces.kind !== 'self' && p.namespaces.kind !== 'sameLabels';
+    case 'serviceRef': case 'ipBlock': case 'nodes': return true;
+    case 'group': {
+      const def = env.group(p.namespace, p.name);
+      if (!def || depth > 3) return false;
+      const members = realizableMembers(def, env, false);
+      return !!members && members.every((m) => cacheablePeer(m, env, depth + 1));
+    }
+    default: return false;
+  }
 }
 
 interface CompiledIsolation {
@@ -55,20 +110,29 @@ interface CompiledIsolation {
   order: number;
 }
 
-/** The rules that apply to one Pod, per direction, in evaluation order. */
+/** The rules that apply to one Pod in one direction, in evaluation order. */
+interface DirectionRules {
+  list: CompiledRule[];
+  /** Index of the first stage-1 / stage-2 rule. */
+  stage1: number;
+  stage2: number;
+  /** The K8s isolation drop, when an isolation covers the Pod in this direction. */
+  isolated: Outcome | undefined;
+}
+
+/** The rules that apply to a Pod, per direction (shared by Pods with the same rules). */
 interface PodRules {
-  pod: PodInfo;
-  Ingress: CompiledRule[];
-  Egress: CompiledRule[];
-  /** Index of the first stage-1 / stage-2 rule in each list. */
-  stage1: { Ingress: number; Egress: number };
-  stage2: { Ingress: number; Egress: number };
-  isolated: { Ingress?: Outcome; Egress?: Outcome };
+  Ingress: DirectionRules;
+  Egress: DirectionRules;
 }
 
 
 interface Compiled {
   rules: CompiledRule[];
+  /** Number of cacheable peer slots (length of Slot.members). */
+  peerSlots: number;
+  /** Rule lists by content (see rulesFor). */
+  shared: Map<string, PodRules>;
   isolations: CompiledIsolation[];
   /** AppliedToGroup id → the rules applied through it (targets come from the internal model's groups). */
   rulesByGroup: Map<string, CompiledRule[]>;
@@ -88,10 +152,11 @@ export interface SideDecision {
 export class Evaluator {
   private compiled?: Compiled;
   private podRules = new WeakMap<PodInfo, PodRules>();
-  /** Bumped by every change; endpoint resolutions cached under an older value are stale. */
-  private generation = 0;
-  private readonly resolveCache = new Map<string, { generation: number; endpoint: Resolved }>();
+  /** Endpoint string -> slot; cleared by every change. */
+  private slots = new Map<string, Slot>();
   private readonly endpointParseCache = new Map<string, ParsedEndpoint>();
+  /** Reused for every query (evaluation is synchronous and not re-entrant). */
+  private readonly portProbe: PortProbe = { protocol: '', port: 0, sourcePort: undefined, dstPod: undefined };
 
   constructor(
     private readonly cluster: ClusterState,
@@ -106,6 +171,7 @@ export class Evaluator {
   rulesChanged(): void {
     this.compiled = undefined;
     this.podRules = new WeakMap();
+    this.slots = new Map();
   }
 
   /** Something every Pod's rule list may depend on changed (Namespace labels, groups, Services). */
@@ -118,9 +184,9 @@ export class Evaluator {
     this.podRules.delete(pod);
   }
 
-  /** Called after every change: cached endpoint resolutions are stale. */
+  /** Called after every change: cached endpoint resolutions (and peer memberships) are stale. */
   changed(): void {
-    this.generation++;
+    if (this.slots.size > 0) this.slots = new Map();
   }
 
   rules(): InternalRule[] {
@@ -139,14 +205,24 @@ export class Evaluator {
     const isolations = [...isoInput];
     isolations.sort((a, b) => (isolationKey(a) < isolationKey(b) ? -1 : isolationKey(a) > isolationKey(b) ? 1 : 0));
     const rulesByGroup = new Map<string, CompiledRule[]>();
+    // One compiled matcher (and cache slot) per distinct peer term.
+    const peerByKey = new Map<string, CompiledPeer>();
+    let peerSlots = 0;
+    const peerOf = (p: Peer): CompiledPeer => {
+      const key = canonicalJson(p);
+      let c = peerByKey.get(key);
+      if (!c) peerByKey.set(key, (c = { match: compilePeer(p, this.env), slot: p.kind !== 'ipBlock' && cacheablePeer(p, this.env) ? peerSlots++ : -1 }));
+      return c;
+    };
     const rules = all.map((rule, order): CompiledRule => {
       const compiled: CompiledRule = {
         rule,
-        ...(rule.peers ? { peers: rule.peers.map((p) => compilePeer(p, this.env)) } : {}),
+        ...(rule.peers ? { peers: rule.peers.map(peerOf) } : {}),
         ports: compilePorts(rule.ports),
         decidedBy: decidedByRule(rule),
         outcome: Object.freeze({ verdict: verdictOf(rule.action), decidedBy: decidedByRule(rule) }),
         order,
+        pass: rule.action === 'Pass',
       };
       for (const id of new Set(rule.appliedTo.map((p) => groupId('appliedTo', p)))) {
         let list = rulesByGroup.get(id);
@@ -172,7 +248,7 @@ export class Evaluator {
       }
       return compiled;
     });
-    this.compiled = { rules, isolations: compiledIsolations, rulesByGroup, isolationsByGroup };
+    this.compiled = { rules, peerSlots, shared: new Map(), isolations: compiledIsolations, rulesByGroup, isolationsByGroup };
     return this.compiled;
   }
 
@@ -189,28 +265,36 @@ export class Evaluator {
       for (const i of c.isolationsByGroup.get(id) ?? []) isolations.add(i);
     }
     const candidates = [...found].sort((a, b) => a.order - b.order);
-    const entry: PodRules = { pod, Ingress: [], Egress: [], stage1: { Ingress: 0, Egress: 0 }, stage2: { Ingress: 0, Egress: 0 }, isolated: {} };
-    for (const r of candidates) entry[r.rule.direction].push(r);
-    for (const dir of ['Ingress', 'Egress'] as const) {
-      const list = entry[dir];
-      entry.stage1[dir] = firstIndex(list, (r) => r.rule.priority.stage >= 1);
-      entry.stage2[dir] = firstIndex(list, (r) => r.rule.priority.stage >= 2);
-    }
     // The first isolating policy (by kind/namespace/name) is the one reported.
-    for (const iso of [...isolations].sort((a, b) => a.order - b.order)) {
-      const dir = iso.isolation.direction;
-      if (!entry.isolated[dir]) entry.isolated[dir] = iso.outcome;
+    const sortedIsolations = [...isolations].sort((a, b) => a.order - b.order);
+    // Pods with the same rules share one entry (fewer distinct objects for queries to touch).
+    const shareKey = `${candidates.map((r) => r.order).join(',')}/${sortedIsolations.map((i) => `${i.isolation.direction[0]}${i.order}`).join(',')}`;
+    let entry = c.shared.get(shareKey);
+    if (!entry) {
+      const forDirection = (dir: Direction): DirectionRules => {
+        const list = candidates.filter((r) => r.rule.direction === dir);
+        return {
+          list,
+          stage1: firstIndex(list, (r) => r.rule.priority.stage >= 1),
+          stage2: firstIndex(list, (r) => r.rule.priority.stage >= 2),
+          isolated: sortedIsolations.find((i) => i.isolation.direction === dir)?.outcome,
+        };
+      };
+      entry = { Ingress: forDirection('Ingress'), Egress: forDirection('Egress') };
+      c.shared.set(shareKey, entry);
     }
     this.podRules.set(pod, entry);
     return entry;
   }
 
   evaluate(probe: Probe & { sourcePort?: number }): ProbeResult {
-    const src = this.resolve(probe.from, 'from');
-    const dst = this.resolve(probe.to, 'to');
+    const srcSlot = this.slot(probe.from, 'from');
+    const dstSlot = this.slot(probe.to, 'to');
+    const src = srcSlot.endpoint;
+    const dst = dstSlot.endpoint;
     if (src.kind === 'service') throw new UnknownEndpointError(`${probe.from}: a Service cannot be a probe source; use one of its Pods`);
     if (dst.kind !== 'service') {
-      const d = this.decide(src, dst, probe.protocol, probe.port, probe.sourcePort, undefined);
+      const d = this.decide(srcSlot, dstSlot, probe.protocol, probe.port, probe.sourcePort, undefined);
       const result: ProbeResult = { from: probe.from, to: probe.to, port: probe.port, protocol: probe.protocol, verdict: d.verdict, decidedBy: d.decidedBy ?? null };
       if (d.note) result.note = d.note;
       return result;
@@ -224,7 +308,7 @@ export class Evaluator {
     for (const pod of this.cluster.serviceEndpoints(svc.namespace, svc.name)) {
       const port = typeof sp.targetPort === 'number' ? sp.targetPort : pod.ports.find((p) => p.name === sp.targetPort && p.protocol === sp.protocol)?.containerPort;
       if (port === undefined) continue;
-      outcomes.push({ pod, r: this.decide(src, podOrHostEndpoint(pod, this.cluster), probe.protocol, port, probe.sourcePort, svc) });
+      outcomes.push({ pod, r: this.decide(srcSlot, this.podSlot(pod), probe.protocol, port, probe.sourcePort, svc) });
     }
     if (outcomes.length === 0) return { ...base, verdict: 'reject', decidedBy: null, note: `Service ${svc.namespace}/${svc.name} has no ready endpoints` };
     const chosen = outcomes.find((o) => o.r.verdict !== 'allow') ?? outcomes[0]!;
@@ -239,36 +323,65 @@ export class Evaluator {
    */
   explain(probe: Probe & { sourcePort?: number }): { result: ProbeResult; sides: SideDecision[] } {
     const result = this.evaluate(probe);
-    const src = this.resolve(probe.from, 'from') as Endpoint;
-    let dst = this.resolve(probe.to, 'to');
+    const srcSlot = this.slot(probe.from, 'from');
+    const src = srcSlot.endpoint as Endpoint;
+    let dstSlot = this.slot(probe.to, 'to');
     let port = probe.port;
     let service: ServiceInfo | undefined;
-    if (dst.kind === 'service') {
-      service = dst.service;
+    if (dstSlot.endpoint.kind === 'service') {
+      service = dstSlot.endpoint.service;
       const via = / via endpoint ([^;]+)/.exec(` ${result.note ?? ''}`)?.[1];
       const pod = via ? this.cluster.pods.get(via) : undefined;
       const sp = service.ports.find((p) => p.port === probe.port && p.protocol === probe.protocol);
       if (!pod || !sp) return { result, sides: [] };
       port = typeof sp.targetPort === 'number' ? sp.targetPort : pod.ports.find((p) => p.name === sp.targetPort && p.protocol === sp.protocol)?.containerPort ?? port;
-      dst = podOrHostEndpoint(pod, this.cluster);
+      dstSlot = this.podSlot(pod);
     }
+    const dst = dstSlot.endpoint as Endpoint;
     // Same-node host traffic and loopback are decided before either side.
     if ((src.kind === 'host' && dst.kind === 'pod' && src.nodeName !== undefined && src.nodeName === dst.pod.nodeName) ||
         (!service && src.kind === 'pod' && dst.kind === 'pod' && src.pod === dst.pod)) return { result, sides: [] };
-    const portProbe: PortProbe = { protocol: probe.protocol, port, sourcePort: probe.sourcePort, dstPod: dst.kind === 'pod' ? dst.pod : undefined };
+    const portProbe = this.setPortProbe(probe.protocol, port, probe.sourcePort, dst.kind === 'pod' ? dst.pod : undefined);
     const sides: SideDecision[] = [];
-    if (src.kind === 'pod') sides.push({ direction: 'Egress', pod: podKey(src.pod), ...this.decideDirection('Egress', src.pod, dst, portProbe, service) });
-    if (dst.kind === 'pod') sides.push({ direction: 'Ingress', pod: podKey(dst.pod), ...this.decideDirection('Ingress', dst.pod, src, portProbe, undefined) });
+    if (src.kind === 'pod') {
+      const d = this.decideDirection('Egress', srcSlot, dstSlot, portProbe, service);
+      sides.push({ direction: 'Egress', pod: podKey(src.pod), verdict: d.verdict, decidedBy: d.decidedBy });
+    }
+    if (dst.kind === 'pod') {
+      const d = this.decideDirection('Ingress', dstSlot, srcSlot, portProbe, undefined);
+      sides.push({ direction: 'Ingress', pod: podKey(dst.pod), verdict: d.verdict, decidedBy: d.decidedBy });
+    }
     return { result, sides };
   }
 
-  private resolve(ref: string, which: string): Resolved {
-    const hit = this.resolveCache.get(ref);
-    if (hit && hit.generation === this.generation) return hit.endpoint;
-    const endpoint = this.resolveUncached(ref, which);
-    if (this.resolveCache.size > 100_000) this.resolveCache.clear();
-    this.resolveCache.set(ref, { generation: this.generation, endpoint });
-    return endpoint;
+  /** The slot of a probe endpoint string (resolved once per change). Throws UnknownEndpointError. */
+  private slot(ref: string, which: string): Slot {
+    let slot = this.slots.get(ref);
+    if (slot) return slot;
+    slot = this.newSlot(this.resolveUncached(ref, which));
+    if (this.slots.size > 100_000) this.slots.clear();
+    this.slots.set(ref, slot);
+    return slot;
+  }
+
+  /** The slot of a Pod reached through a Service (post-DNAT destination). */
+  private podSlot(pod: PodInfo): Slot {
+    return pod.hostNetwork ? this.newSlot(podOrHostEndpoint(pod, this.cluster)) : this.slot(podKey(pod), 'to');
+  }
+
+  private newSlot(endpoint: Resolved): Slot {
+    if (endpoint.kind !== 'pod') return { endpoint };
+    const peerSlots = this.compile().peerSlots;
+    return { endpoint, members: new Uint8Array(peerSlots), ctx: { target: endpoint.pod } };
+  }
+
+  private setPortProbe(protocol: string, port: number, sourcePort: number | undefined, dstPod: PodInfo | undefined): PortProbe {
+    const p = this.portProbe;
+    p.protocol = protocol;
+    p.port = port;
+    p.sourcePort = sourcePort;
+    p.dstPod = dstPod;
+    return p;
   }
 
   private resolveUncached(ref: string, which: string): Resolved {
@@ -303,57 +416,61 @@ export class Evaluator {
   }
 
   private decide(
-    src: Endpoint, dst: Endpoint, protocol: string, port: number, sourcePort: number | undefined, service: ServiceInfo | undefined,
+    srcSlot: Slot, dstSlot: Slot, protocol: string, port: number, sourcePort: number | undefined, service: ServiceInfo | undefined,
   ): Pick<ProbeResult, 'verdict' | 'decidedBy' | 'note'> {
+    const src = srcSlot.endpoint as Endpoint;
+    const dst = dstSlot.endpoint as Endpoint;
     // Kubelet probes: a Node (or hostNetwork Pod) reaches the Pods on its own Node unconditionally.
     if (src.kind === 'host' && dst.kind === 'pod' && src.nodeName !== undefined && src.nodeName === dst.pod.nodeName) {
-      return { verdict: 'allow', decidedBy: null, note: 'host to a Pod on the same Node is always allowed' };
+      return SAME_NODE_HOST;
     }
     // A Pod talking to its own address never leaves its network namespace (not so via a Service: hairpin).
     if (!service && src.kind === 'pod' && dst.kind === 'pod' && src.pod === dst.pod) {
-      return { verdict: 'allow', decidedBy: null, note: 'loopback: traffic to the Pod itself stays inside the Pod' };
+      return LOOPBACK;
     }
-    const dstPod = dst.kind === 'pod' ? dst.pod : undefined;
-    const portProbe: PortProbe = { protocol, port, sourcePort, dstPod };
-    let egress: { verdict: ProbeResult['verdict']; decidedBy: DecidedBy | null } | undefined;
+    const portProbe = this.setPortProbe(protocol, port, sourcePort, dst.kind === 'pod' ? dst.pod : undefined);
+    let egress: Outcome | undefined;
     if (src.kind === 'pod') {
-      egress = this.decideDirection('Egress', src.pod, dst, portProbe, service);
+      egress = this.decideDirection('Egress', srcSlot, dstSlot, portProbe, service);
       if (egress.verdict !== 'allow') return egress;
     }
-    let ingress: typeof egress;
+    let ingress: Outcome | undefined;
     if (dst.kind === 'pod') {
       // Ingress sees the post-DNAT flow: toServices peers (pre-DNAT) never match here.
-      ingress = this.decideDirection('Ingress', dst.pod, src, portProbe, undefined);
+      ingress = this.decideDirection('Ingress', dstSlot, srcSlot, portProbe, undefined);
       if (ingress.verdict !== 'allow') return ingress;
     }
-    return { verdict: 'allow', decidedBy: egress?.decidedBy ?? ingress?.decidedBy ?? null };
+    // Both allow: report the egress rule that allowed, else the ingress one, else the default.
+    if (egress && egress.decidedBy) return egress;
+    if (ingress && ingress.decidedBy) return ingress;
+    return DEFAULT_ALLOW;
   }
 
-  private decideDirection(
-    dir: Direction, self: PodInfo, other: Endpoint, portProbe: { protocol: string; port: number; sourcePort?: number; dstPod?: PodInfo }, service: ServiceInfo | undefined,
-  ): { verdict: ProbeResult['verdict']; decidedBy: DecidedBy | null } {
-    const pr = this.rulesFor(self);
-    const list = pr[dir];
-    const ctx: MatchContext = service ? { target: self, service } : { target: self };
-    const s1 = pr.stage1[dir];
-    const s2 = pr.stage2[dir];
+  private decideDirection(dir: Direction, selfSlot: Slot, other: Slot, portProbe: PortProbe, service: ServiceInfo | undefined): Outcome {
+    const self = (selfSlot.endpoint as Extract<Endpoint, { kind: 'pod' }>).pod;
+    const pr = selfSlot.rules ?? (selfSlot.rules = this.rulesFor(self));
+    const d = dir === 'Egress' ? pr.Egress : pr.Ingress;
+    const list = d.list;
+    const ctx: MatchContext = service ? { target: self, service } : selfSlot.ctx!;
+    const s1 = d.stage1;
+    const s2 = d.stage2;
     let i = 0;
     for (; i < s1; i++) {
       const r = list[i]!;
       if (!ruleMatches(r, other, ctx, portProbe)) continue;
-      if (r.rule.action === 'Pass') break;
+      if (r.pass) break;
       return r.outcome;
     }
     for (i = s1; i < s2; i++) {
       const r = list[i]!;
       if (ruleMatches(r, other, ctx, portProbe)) return r.outcome;
     }
-    const iso = pr.isolated[dir];
+    const iso = d.isolated;
     if (iso) return iso;
     for (i = s2; i < list.length; i++) {
       const r = list[i]!;
       if (!ruleMatches(r, other, ctx, portProbe)) continue;
-      if (r.rule.action === 'Pass') break;
+      if (r.pass) break;
       return r.outcome;
     }
     return DEFAULT_ALLOW;

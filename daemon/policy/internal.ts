@@ -5,6 +5,10 @@
  *   peer term, with their IPs and named-port maps. One group per distinct peer term, shared by
  *   every rule (of any policy) that uses the same term.
  * - AppliedToGroup: the target Pods of one appliedTo term, with the subset on this node.
+ * - Named-port AddressGroup (egress rules with named ports): the Pods of one peer term (ipBlock
+ *   and fqdn included: the Pods at addresses inside) that have one of the rule's port names, the
+ *   only destinations a named port resolves on. So every input of the node rule set is a group
+ *   or a rule the ChangeSet names, and Pods without the names never touch such a rule.
  * - Internal rule (ComputedRule): an IR rule with its peers replaced by AddressGroup ids and its
  *   ipBlocks turned into non-overlapping CIDRs. A rule with `self`/`sameLabels` peers is
  *   expanded into one rule per target namespace (the peer is relative to the target).
@@ -17,11 +21,11 @@
 import { formatCidr, parseCidr, subtractCidrs } from './cidr.js';
 import { podKey } from './cluster.js';
 import { compilePeer, ipv4ToNumber, podEndpoint, realizableMembers, type Endpoint, type MatchEnv, type PeerMatcher } from './match.js';
-import { buildNodeRules, type NodeRule } from './noderules.js';
+import { buildNodeRules, type NodeRule, type NodeTarget } from './noderules.js';
 import { canonicalJson, compareRules, stableHash } from './order.js';
 import type { ContainerPort, Direction, InternalRule, Isolation, NamespaceMatch, NodeInfo, Peer, PodInfo, PortMatch, RulePriority, RuleRef } from './types.js';
 
-export type { NodeRule };
+export type { NodeRule, NodeTarget };
 export { resolveNamedPorts } from './noderules.js';
 
 export interface GroupMember {
@@ -41,6 +45,13 @@ export interface AddressGroup {
   members: GroupMember[];
   /** Non-overlapping CIDRs a Group/ClusterGroup contributes through ipBlock members. */
   ipBlocks: string[];
+  /**
+   * Set on the groups of egress rules with named ports: the members are only the Pods matching
+   * the peer (ipBlock and fqdn peers included: Pods whose address is inside) that have one of
+   * these container ports, the destinations a named port can resolve on. Pod changes that do
+   * not concern these ports leave such a group (and its rules) untouched.
+   */
+  namedPorts?: { protocol: string; name: string }[];
 }
 
 export interface AppliedToGroup {
@@ -100,7 +111,7 @@ export interface NodeIsolation {
   id: string;
   ref: RuleRef;
   direction: Direction;
-  targets: { ref: string; ips: string[] }[];
+  targets: NodeTarget[];
   logging?: { enabled: boolean; label?: string };
 }
 
@@ -120,6 +131,9 @@ interface GroupRecord {
   peerJson: string;
   /** A label every member must carry (from the Pod selector's matchLabels), to skip Pods quickly. */
   requiredLabel?: [string, string];
+  /** Named-port filter ("TCP/http" keys; see AddressGroup.namedPorts). */
+  namedPorts?: string[];
+  portFilter?: ReadonlySet<string>;
 }
 
 interface GroupState {
@@ -145,6 +159,27 @@ const EMPTY: ReadonlySet<string> = new Set();
 const ALL_PODS: Peer = { kind: 'pods', namespaces: { kind: 'all' }, pods: {} };
 const PODS_CAPABLE = new Set(['pods', 'group', 'serviceRef']);
 const NODES_CAPABLE = new Set(['nodes', 'group']);
+/** Peers whose destinations can carry a named port: Pods, and Pods inside address ranges. */
+const NAMED_PORT_PEERS = new Set(['pods', 'group', 'serviceRef', 'ipBlock', 'fqdn']);
+
+/** Whether a group's members include Pods (a filtered ipBlock/fqdn group holds the Pods inside it). */
+function holdsPods(g: GroupRecord): boolean {
+  return PODS_CAPABLE.has(g.peer.kind) || (g.portFilter !== undefined && NAMED_PORT_PEERS.has(g.peer.kind));
+}
+
+function hasNamedPort(pod: PodInfo | undefined, filter: ReadonlySet<string>): boolean {
+  if (!pod) return false;
+  for (const p of pod.ports) if (p.name !== undefined && filter.has(`${p.protocol}/${p.name}`)) return true;
+  return false;
+}
+
+/** The named destination ports of an egress rule as sorted "PROTOCOL/name" keys, or undefined. */
+export function egressNamedPorts(direction: Direction, ports: PortMatch[]): string[] | undefined {
+  if (direction !== 'Egress') return undefined;
+  const keys = new Set<string>();
+  for (const p of ports) if (typeof p.port === 'string') keys.add(`${p.protocol}/${p.port}`);
+  return keys.size > 0 ? [...keys].sort() : undefined;
+}
 
 function isRelative(m: NamespaceMatch): boolean {
   return m.kind === 'self' || m.kind === 'sameLabels';
@@ -265,7 +300,10 @@ export class InternalModel {
   }
 
   private toAddressGroup(g: GroupRecord): AddressGroup {
-    return { id: g.id, peer: g.peer, members: sortedMembers(g), ipBlocks: g.ipBlocks };
+    return {
+      id: g.id, peer: g.peer, members: sortedMembers(g), ipBlocks: g.ipBlocks,
+      ...(g.namedPorts ? { namedPorts: g.namedPorts.map((k) => ({ protocol: k.slice(0, k.indexOf('/')), name: k.slice(k.indexOf('/') + 1) })) } : {}),
+    };
   }
 
   private toAppliedToGroup(g: GroupRecord): AppliedToGroup {
@@ -316,7 +354,7 @@ export class InternalModel {
       if (targets.size === 0) continue;
       out.push({
         id: iso.id, ref: iso.ref, direction: iso.direction,
-        targets: [...targets.values()].sort((a, b) => (a.ref < b.ref ? -1 : 1)).map((m) => ({ ref: m.ref, ips: m.ips })),
+        targets: [...targets.values()].sort((a, b) => (a.ref < b.ref ? -1 : 1)).map((m): NodeTarget => ({ kind: m.kind === 'node' ? 'node' : 'pod', ref: m.ref, ips: m.ips })),
         ...(iso.logging ? { logging: iso.logging } : {}),
       });
     }
@@ -390,16 +428,24 @@ export class InternalModel {
       ruleId: rule.id, ref: rule.ref, direction: rule.direction, action: rule.action, priority: rule.priority,
       appliedToGroups: [...new Set(appliedToGroups)].sort(), ports: rule.ports, ...(rule.logging ? { logging: rule.logging } : {}),
     };
+    // Egress named ports resolve on the destination Pod: the rule holds, per peer, the group of
+    // the Pods matching it that have one of the names (for any peer: all such Pods). Other
+    // ports (numeric, or none) need the peers' full groups; a named-only rule needs nothing else,
+    // so Pods without the names never concern it.
+    const named = egressNamedPorts(rule.direction, rule.ports);
+    const unnamed = !named || rule.ports.some((p) => typeof p.port !== 'string');
     const build = (id: string, peers: Peer[] | undefined, targetNamespace?: string): ComputedRule => {
       const addressGroups = new Set<string>();
       const blocks: string[] = [];
-      // Egress to any peer on a named port: the port resolves on every Pod, so the rule holds the
-      // all-Pods group (its changes then reach the rule through the ChangeSet).
-      const namedAnywhere = peers === undefined && rule.direction === 'Egress' && rule.ports.some((p) => typeof p.port === 'string');
-      for (const p of namedAnywhere ? [ALL_PODS] : peers ?? []) {
+      const hold = (p: Peer, ports?: string[]) => {
+        if (!addressGroups.has(groupId('address', p, ports))) addressGroups.add(this.acquire('address', p, ports).id);
+      };
+      for (const p of peers ?? []) {
         if (p.kind === 'ipBlock') blocks.push(...ipBlockCidrs(p.cidr, p.except));
-        else if (!addressGroups.has(groupId('address', p))) addressGroups.add(this.acquire('address', p).id);
+        else if (unnamed) hold(p);
+        if (named && NAMED_PORT_PEERS.has(p.kind)) hold(p, named);
       }
+      if (named && peers === undefined) hold(ALL_PODS, named);
       return {
         id, ...base, ...(targetNamespace !== undefined ? { targetNamespace } : {}), anyPeer: peers === undefined,
         addressGroups: [...addressGroups].sort(), ipBlocks: [...new Set(blocks)].sort(),
@@ -445,8 +491,8 @@ export class InternalModel {
   // ---------------------------------------------------------------------------------------
   // groups
 
-  private acquire(kind: GroupKind, peer: Peer): GroupRecord {
-    const id = groupId(kind, peer);
+  private acquire(kind: GroupKind, peer: Peer, namedPorts?: string[]): GroupRecord {
+    const id = groupId(kind, peer, namedPorts);
     let g = this.groups[kind].get(id);
     if (g) {
       g.refs++;
@@ -454,7 +500,10 @@ export class InternalModel {
     }
     this.touchGroup({ id, kind } as GroupRecord);
     const namespaces = peer.kind === 'pods' && peer.namespaces.kind === 'names' ? new Set(peer.namespaces.names) : undefined;
-    g = { id, kind, peer, matcher: compilePeer(peer, this.env, 0, kind === 'appliedTo'), ...(namespaces ? { namespaces } : {}), members: new Map(), ipBlocks: [], refs: 1, peerJson: canonicalJson(peer) };
+    g = {
+      id, kind, peer, matcher: compilePeer(peer, this.env, 0, kind === 'appliedTo'), ...(namespaces ? { namespaces } : {}), members: new Map(), ipBlocks: [], refs: 1,
+      peerJson: canonicalJson(namedPorts ? { peer, namedPorts } : peer), ...(namedPorts ? { namedPorts, portFilter: new Set(namedPorts) } : {}),
+    };
     const first = peer.kind === 'pods' ? Object.entries(peer.pods.matchLabels ?? {})[0] : undefined;
     if (first) g.requiredLabel = first;
     this.groups[kind].set(id, g);
@@ -477,30 +526,30 @@ export class InternalModel {
   private recomputeGroup(g: GroupRecord): boolean {
     const members = new Map<string, GroupMember>();
     const cluster = this.env.cluster;
-    if (PODS_CAPABLE.has(g.peer.kind)) {
+    if (holdsPods(g)) {
       const pods = g.namespaces ? [...g.namespaces].flatMap((ns) => [...(cluster.podsByNamespace.get(ns)?.values() ?? [])]) : [...cluster.pods.values()];
       for (const pod of pods) {
         const m = this.podMember(g, pod);
         if (m) members.set(`pod:${m.ref}`, m);
       }
     }
-    if (NODES_CAPABLE.has(g.peer.kind)) {
+    if (NODES_CAPABLE.has(g.peer.kind) && !g.portFilter) {
       for (const node of cluster.nodes.values()) {
         const m = this.nodeMember(g, node);
         if (m) members.set(`node:${m.ref}`, m);
       }
     }
-    if (g.peer.kind === 'service') {
+    if (g.peer.kind === 'service' && !g.portFilter) {
       const svc = cluster.services.get(`${g.peer.namespace}/${g.peer.name}`);
       if (svc) members.set(`service:${svc.namespace}/${svc.name}`, {
         kind: 'service', ref: `${svc.namespace}/${svc.name}`, ips: [...svc.clusterIPs],
         ports: svc.ports.map((p) => ({ ...(p.name ? { name: p.name } : {}), containerPort: p.port, protocol: p.protocol })),
       });
     }
-    if (g.peer.kind === 'fqdn') {
+    if (g.peer.kind === 'fqdn' && !g.portFilter) {
       for (const { name, ips } of this.fqdnMembers(g.peer.pattern)) members.set(`fqdn:${name}`, { kind: 'fqdn', ref: name, ips: [...ips].sort(), ports: [] });
     }
-    const ipBlocks = g.peer.kind === 'group' && g.kind === 'address' ? this.groupIpBlocks(g.peer.namespace, g.peer.name) : [];
+    const ipBlocks = g.peer.kind === 'group' && g.kind === 'address' && !g.portFilter ? this.groupIpBlocks(g.peer.namespace, g.peer.name) : [];
     const changed = !sameMembers(members, g.members) || ipBlocks.join(',') !== g.ipBlocks.join(',');
     if (!changed) return false;
     this.touchGroup(g);
@@ -523,14 +572,15 @@ export class InternalModel {
 
   private podMember(g: GroupRecord, pod: PodInfo): GroupMember | undefined {
     // hostNetwork Pods have their Node's address: they are Node traffic, not Pod group members.
-    if (pod.hostNetwork || !PODS_CAPABLE.has(g.peer.kind)) return undefined;
+    if (pod.hostNetwork || !holdsPods(g)) return undefined;
+    if (g.portFilter && !hasNamedPort(pod, g.portFilter)) return undefined;
     if (!g.matcher(podEndpoint(pod), { target: pod })) return undefined;
     // one member object per Pod version, so unchanged members compare by identity
     return this.memberFor(pod);
   }
 
   private nodeMember(g: GroupRecord, node: NodeInfo): GroupMember | undefined {
-    if (!NODES_CAPABLE.has(g.peer.kind)) return undefined;
+    if (!NODES_CAPABLE.has(g.peer.kind) || g.portFilter) return undefined;
     const ip = node.ips[0] ?? '';
     const ep: Endpoint = { kind: 'host', ip, ipNum: ipv4ToNumber(ip), node, nodeName: node.name };
     const target: PodInfo = { namespace: '', name: '', labels: {}, ips: [], hostNetwork: true, serviceAccount: '', ports: [] };
@@ -588,10 +638,12 @@ export class InternalModel {
     const key = `pod:${podKey((pod ?? old)!)}`;
     const changedAppliedTo = new Set<string>();
     for (const g of this.candidateGroups(ns)) {
-      if (!PODS_CAPABLE.has(g.peer.kind)) continue;
+      if (!holdsPods(g)) continue;
       // A selector requiring label k=v cannot match a Pod that has it neither before nor after.
       const req = g.requiredLabel;
       if (req && old?.labels[req[0]] !== req[1] && pod?.labels[req[0]] !== req[1]) continue;
+      // Nor can a named-port group hold a Pod without the ports before and after.
+      if (g.portFilter && !hasNamedPort(old, g.portFilter) && !hasNamedPort(pod, g.portFilter)) continue;
       if (g.peer.kind === 'serviceRef' || (g.peer.kind === 'group' && this.groupUsesServices(g))) {
         // endpoints may change for Pods other than this one (EndpointSlice by IP): recompute
         if (this.recomputeGroup(g) && g.kind === 'appliedTo') changedAppliedTo.add(g.id);
@@ -611,7 +663,7 @@ export class InternalModel {
     const pods = [...(this.env.cluster.podsByNamespace.get(name)?.values() ?? [])];
     const changedAppliedTo = new Set<string>();
     for (const g of this.unscoped) {
-      if (!PODS_CAPABLE.has(g.peer.kind)) continue;
+      if (!holdsPods(g)) continue;
       for (const pod of pods) {
         const key = `pod:${podKey(pod)}`;
         const was = g.members.get(key);
@@ -678,7 +730,7 @@ export class InternalModel {
       appliedToMembers: (id) => [...this.groups.appliedTo.get(id)!.members.values()],
       addressGroup: (id) => {
         const g = this.groups.address.get(id)!;
-        return { members: [...g.members.values()], ipBlocks: g.ipBlocks };
+        return { members: [...g.members.values()], ipBlocks: g.ipBlocks, namedPorts: g.portFilter !== undefined };
       },
       isLocal: (m) => this.isLocal(m),
     });
@@ -694,8 +746,8 @@ export class InternalModel {
 }
 
 /** Same peer term → same group id, whichever policy uses it. */
-export function groupId(kind: GroupKind, peer: Peer): string {
-  return `${kind === 'address' ? 'ag' : 'atg'}-${stableHash(canonicalJson(peer))}`;
+export function groupId(kind: GroupKind, peer: Peer, namedPorts?: string[]): string {
+  return `${kind === 'address' ? 'ag' : 'atg'}-${stableHash(canonicalJson(namedPorts ? { peer, namedPorts } : peer))}`;
 }
 
 function uniquePeers(peers: Peer[]): Peer[] {

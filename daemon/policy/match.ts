@@ -108,10 +108,15 @@ export function compileIpBlock(cidr: string, except: string[]): (ip: string, ipN
   if (!base) return () => false;
   const pieces = subtractCidrs(base, except.map(parseCidr).filter((c): c is NonNullable<typeof c> => !!c));
   if (base.family === 4) {
-    const ranges = pieces.map((p) => [Number(p.start), Number(p.end)] as const);
+    // [start0, end0, start1, end1, ...]
+    const bounds = pieces.flatMap((p) => [Number(p.start), Number(p.end)]);
+    if (bounds.length === 2) {
+      const lo = bounds[0]!, hi = bounds[1]!;
+      return (_ip, n) => n >= lo && n <= hi;
+    }
     return (_ip, n) => {
       if (n < 0) return false;
-      for (const [s, e] of ranges) if (n >= s && n <= e) return true;
+      for (let i = 0; i < bounds.length; i += 2) if (n >= bounds[i]! && n <= bounds[i + 1]!) return true;
       return false;
     };
   }
@@ -215,9 +220,10 @@ export type PortMatcher = (p: PortProbe) => boolean;
 /** `[]` = any traffic; otherwise any entry matching is enough. */
 export function compilePorts(ports: PortMatch[]): PortMatcher {
   if (ports.length === 0) return () => true;
+  if (ports.length === 1) return compilePort(ports[0]!);
   const each = ports.map(compilePort);
   return (p) => {
-    for (const m of each) if (m(p)) return true;
+    for (let i = 0; i < each.length; i++) if (each[i]!(p)) return true;
     return false;
   };
 }
@@ -231,7 +237,7 @@ function compilePort(pm: PortMatch): PortMatcher {
   if (protocol === 'IGMP') return () => false;
   const srcLo = pm.sourcePort;
   const srcHi = pm.sourceEndPort ?? pm.sourcePort;
-  const srcOk = (p: PortProbe) => srcLo === undefined || (p.sourcePort !== undefined && p.sourcePort >= srcLo && p.sourcePort <= srcHi!);
+  const srcOk = srcLo === undefined ? () => true : (p: PortProbe) => p.sourcePort !== undefined && p.sourcePort >= srcLo && p.sourcePort <= srcHi!;
   if (typeof pm.port === 'string') {
     const name = pm.port;
     return (p) => {
@@ -240,9 +246,10 @@ function compilePort(pm: PortMatch): PortMatcher {
       return false;
     };
   }
-  if (pm.port === undefined) return (p) => p.protocol === protocol && srcOk(p);
+  if (pm.port === undefined) return srcLo === undefined ? (p) => p.protocol === protocol : (p) => p.protocol === protocol && srcOk(p);
   const lo = pm.port;
   const hi = pm.endPort ?? pm.port;
+  if (srcLo === undefined) return (p) => p.port >= lo && p.port <= hi && p.protocol === protocol;
   return (p) => p.protocol === protocol && p.port >= lo && p.port <= hi && srcOk(p);
 }
 

@@ -3,6 +3,13 @@
  * targets, its peers' addresses (Pod/Node/FQDN member IPs, ipBlock CIDRs, Service ClusterIP and
  * port for toServices) and numeric ports. Named ports resolve on the destination Pod (the target
  * for ingress, the peer for egress), so one rule may become several, one per resolution.
+ *
+ * Egress named ports: the destinations are the Pods of the rule's named-port AddressGroups (per
+ * peer, the Pods matching it that have one of the names, whatever the peer kind: selectors,
+ * groups, Service endpoints, Pods inside ipBlocks, Pods at learned fqdn addresses; any peer = all
+ * Pods). A named port never resolves on a Node, an external address or a hostNetwork Pod (the
+ * model has no destination Pod there), so those get only the rule's other ports ("#numeric").
+ * (toServices peers cannot carry ports in any kind: Antrea rejects `toServices` with `ports`.)
  */
 import type { ComputedRule, GroupMember } from './internal.js';
 import { canonicalJson, stableHash } from './order.js';
@@ -19,7 +26,7 @@ export interface NodeRule {
   priority: RulePriority;
   /** Position in the global evaluation order (0 = evaluated first). */
   order: number;
-  targets: { ref: string; ips: string[] }[];
+  targets: NodeTarget[];
   /** 'any', or the addresses of the other side. */
   peers: 'any' | { ips: string[]; cidrs: string[]; services: { ip: string; protocol: string; port: number }[] };
   /** Named ports replaced by numbers. `[]` = any traffic. */
@@ -27,16 +34,28 @@ export interface NodeRule {
   logging?: { enabled: boolean; label?: string };
 }
 
+/**
+ * A local endpoint a node rule or isolation applies to. `kind` says what `ref` names: a Pod
+ * ("ns/name") or a Node (Antrea nodeSelector appliedTo: host traffic). The engine always sets it;
+ * it is optional in the type only so rule sets built by hand (tests of consumers) stay valid.
+ */
+export interface NodeTarget {
+  kind?: 'pod' | 'node';
+  ref: string;
+  ips: string[];
+}
+
 /** What building the node rule set reads from the internal model. */
 export interface NodeRuleGroups {
   appliedToMembers(id: string): GroupMember[];
-  addressGroup(id: string): { members: GroupMember[]; ipBlocks: string[] };
+  /** `namedPorts`: the group holds only the Pods having the rule's egress named ports. */
+  addressGroup(id: string): { members: GroupMember[]; ipBlocks: string[]; namedPorts: boolean };
   isLocal(member: GroupMember): boolean;
 }
 
 export function buildNodeRules(rules: ComputedRule[], groups: NodeRuleGroups): NodeRule[] {
-const out: NodeRule[] = [];
-rules.forEach((r, order) => {
+  const out: NodeRule[] = [];
+  rules.forEach((r, order) => {
     const targets: GroupMember[] = [];
     const seen = new Set<string>();
     for (const id of r.appliedToGroups) {
@@ -50,9 +69,15 @@ rules.forEach((r, order) => {
     if (targets.length === 0) return;
     targets.sort((a, b) => (a.ref < b.ref ? -1 : 1));
     const peerMembers: GroupMember[] = [];
+    /** Pods an egress named port may resolve on (members of the rule's named-port groups). */
+    const namedDestinations = new Map<string, GroupMember>();
     const cidrs = new Set(r.ipBlocks);
     for (const id of r.addressGroups) {
       const g = groups.addressGroup(id);
+      if (g.namedPorts) {
+        for (const m of g.members) if (m.kind === 'pod') namedDestinations.set(m.ref, m);
+        continue;
+      }
       peerMembers.push(...g.members);
       for (const c of g.ipBlocks) cidrs.add(c);
     }
@@ -68,35 +93,38 @@ rules.forEach((r, order) => {
       }
       return { ips: [...ips].sort(), cidrs: withCidrs ? [...cidrs].sort() : [], services };
     };
-    const targetList = (ms: GroupMember[]) => ms.map((m) => ({ ref: m.ref, ips: m.ips }));
+    const targetList = (ms: GroupMember[]): NodeTarget[] => ms.map((m) => ({ kind: m.kind === 'node' ? 'node' : 'pod', ref: m.ref, ips: m.ips }));
     if (!named) {
       out.push({ id: r.id, ...base, targets: targetList(targets), peers: peersOf(peerMembers, true), ports: r.ports });
       return;
     }
     // Named ports resolve on the destination Pod: the target for ingress, the peer for egress.
     const partitions = new Map<string, { ports: PortMatch[]; members: GroupMember[] }>();
-    // Egress to any peer holds the all-Pods AddressGroup for this (see internal.ts).
-    const side = r.direction === 'Ingress' ? targets : peerMembers.filter((m) => m.kind === 'pod');
-    for (const m of side) {
-      const ports = resolveNamedPorts(r.ports, m.ports);
-      if (ports.length === 0) continue;
+    const partition = (m: GroupMember, ports: PortMatch[]) => {
+      if (ports.length === 0) return;
       const key = canonicalJson(ports);
       let p = partitions.get(key);
       if (!p) partitions.set(key, (p = { ports, members: [] }));
       p.members.push(m);
+    };
+    if (r.direction === 'Ingress') {
+      for (const m of targets) partition(m, resolveNamedPorts(r.ports, m.ports));
+      for (const [key, p] of [...partitions].sort(([a], [b]) => (a < b ? -1 : 1))) {
+        out.push({ id: `${r.id}#${stableHash(key)}`, ...base, targets: targetList(p.members), peers: peersOf(peerMembers, true), ports: p.ports });
+      }
+      return;
     }
-    const numericOnly = r.ports.filter((p) => typeof p.port !== 'string');
+    // Egress: the named ports, per destination Pod having them (inside any peer kind that can hold
+    // Pods: selectors, groups, Services' endpoints, ipBlocks, fqdn addresses; any peer = all Pods) ...
+    const namedOnly = r.ports.filter((p) => typeof p.port === 'string');
+    for (const m of [...namedDestinations.values()].sort((a, b) => (a.ref < b.ref ? -1 : 1))) partition(m, resolveNamedPorts(namedOnly, m.ports));
     for (const [key, p] of [...partitions].sort(([a], [b]) => (a < b ? -1 : 1))) {
-      const id = `${r.id}#${stableHash(key)}`;
-      if (r.direction === 'Ingress') out.push({ id, ...base, targets: targetList(p.members), peers: peersOf(peerMembers, true), ports: p.ports });
-      else out.push({ id, ...base, targets: targetList(targets), peers: peersOf(p.members, false, true), ports: p.ports });
+      out.push({ id: `${r.id}#${stableHash(key)}`, ...base, targets: targetList(targets), peers: peersOf(p.members, false, true), ports: p.ports });
     }
-    // Egress to non-Pod peers (ipBlocks, Nodes) or any peer: only the numeric ports apply.
-    if (r.direction === 'Egress' && numericOnly.length > 0 && (r.anyPeer || cidrs.size > 0 || peerMembers.some((m) => m.kind !== 'pod'))) {
-      out.push({
-        id: `${r.id}#numeric`, ...base, targets: targetList(targets),
-        peers: r.anyPeer ? 'any' : peersOf(peerMembers.filter((m) => m.kind !== 'pod'), true), ports: numericOnly,
-      });
+    // ... and the other ports, to every peer.
+    const numericOnly = r.ports.filter((p) => typeof p.port !== 'string');
+    if (numericOnly.length > 0) {
+      out.push({ id: `${r.id}#numeric`, ...base, targets: targetList(targets), peers: peersOf(peerMembers, true), ports: numericOnly });
     }
   });
   return out;

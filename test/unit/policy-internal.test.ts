@@ -46,7 +46,7 @@ t.test('members carry IPs and named-port maps; AppliedToGroups know the local su
   e.upsert(netpol('x', 'q', { podSelector: { matchLabels: { pod: 'b' } }, ingress: [{ from: [{ ipBlock: { cidr: '10.0.0.0/8', except: ['10.244.0.0/16'] } }] }] }));
   const rules = e.nodeRuleSet();
   t.equal(rules.length, 1);
-  t.same(rules[0]!.targets, [{ ref: 'x/b', ips: [podIp('x', 'b')] }]);
+  t.same(rules[0]!.targets, [{ kind: 'pod', ref: 'x/b', ips: [podIp('x', 'b')] }]);
   t.same(rules[0]!.peers, { ips: [], cidrs: ipBlockCidrs('10.0.0.0/8', ['10.244.0.0/16']), services: [] });
 });
 
