@@ -3,9 +3,10 @@
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { cniCommand } from './ctl/cni.js';
+import { nodeCommand } from './ctl/node-commands.js';
 import { simulateCommand } from './ctl/simulate.js';
 
-const commands = [simulateCommand, cniCommand];
+const commands = [simulateCommand, nodeCommand, cniCommand];
 
 export async function main(argv: string[]): Promise<void> {
   let cli = yargs(hideBin(argv)).scriptName('sluicectl').strict().demandCommand(1, 'name a command (see --help)').help();

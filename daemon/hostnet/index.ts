@@ -12,6 +12,7 @@ import { Rtnl } from './netlink.js';
 import { guardVeth, unguardVeth } from './vethguard.js';
 
 export { findHostVeth, disablePodTxOffload } from './podlink.js';
+export { guardedVeths } from './vethguard.js';
 
 export const SERVICE_ROUTE_TABLE = 300;
 export const SERVICE_ROUTE_TABLE_NAME = 'antrea_service';

@@ -25,9 +25,9 @@ export async function unguardVeth(ifName: string): Promise<void> {
   await execa('nft', ['delete', 'chain', 'netdev', TABLE, chainName(ifName)], { reject: false });
 }
 
+/** Host veths carrying the guard. Parsed from the text listing: nft 1.0.6's JSON omits netdev chains' device. */
 export async function guardedVeths(): Promise<string[]> {
-  const r = await execa('nft', ['-j', 'list', 'table', 'netdev', TABLE], { reject: false });
+  const r = await execa('nft', ['list', 'table', 'netdev', TABLE], { reject: false });
   if (r.exitCode !== 0) return [];
-  const parsed = JSON.parse(r.stdout) as { nftables: { chain?: { dev?: string | string[] } }[] };
-  return parsed.nftables.flatMap((e) => (e.chain?.dev ? [e.chain.dev].flat() : []));
+  return [...r.stdout.matchAll(/hook ingress device "?([A-Za-z0-9_.@-]+)"?/g)].map((m) => m[1]!);
 }

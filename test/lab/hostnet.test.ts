@@ -104,8 +104,10 @@ else {
     driver('guard', 'vethpod');
     t.match(sh(`ip netns exec ${NS} nft list table netdev sluice_veth_guard`),
       /hook ingress device "vethpod" priority filter; policy drop;/);
+    t.same(driver('guarded'), ['vethpod'], 'the guarded veths are listed');
     driver('unguard', 'vethpod');
     t.notMatch(sh(`ip netns exec ${NS} nft list table netdev sluice_veth_guard`), /vethpod/);
+    t.same(driver('guarded'), []);
   });
 
   t.test('removeBase uninstalls everything it created', async (t) => {

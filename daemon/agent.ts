@@ -1,0 +1,488 @@
+/**
+ * sluice-agent: start-up (OVSDB, API server, bridge + gateway, flows, host networking, reconcile
+ * with what a previous run left), the CNI handler, and the periodic convergence loops.
+ *
+ * Restart safety: all Pod state lives in OVSDB external_ids, flows are diffed by cookie, host
+ * networking converges; so a restarted agent recomputes the same desired state and touches
+ * nothing that is already right.
+ */
+import { EventEmitter } from 'node:events';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdir } from 'node:fs/promises';
+import type { Logger } from 'pino';
+import type { AgentConfig } from './config.js';
+import { type CniHandler, type CniServer, type GcAttachment, type PodRequest, startCniServer } from './cniserver.js';
+import { diffFlows } from './flows/diff.js';
+import type { Flow } from './flows/flow.js';
+import { FlowSync, type GatewayInfo, Ovs } from './flows/ovs.js';
+import { computeFlows } from './flows/pipeline.js';
+import { type HealthServer, startHealthServer } from './health.js';
+import { disablePodTxOffload, findHostVeth, guardedVeths, HostNetwork } from './hostnet/index.js';
+import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './podattach.js';
+
+export interface AgentOptions {
+  config: AgentConfig;
+  log: Logger;
+  /** Test hook: make every ADD fail after this step (exercises rollback end to end). */
+  failAfter?: AttachStep;
+  /** Start the CNI socket server (false in tests that drive the handler directly). */
+  serveCni?: boolean;
+  /**
+   * Flow sources present from the first sync (e.g. policy). A source added later with
+   * addFlowSource() is missing from the start-up sync, whose flows it would then delete and re-add.
+   */
+  flowSources?: (() => Flow[])[];
+}
+
+export class StartupError extends Error {}
+
+const API_TIMEOUT_MS = 10_000;
+const API_START_DEADLINE_MS = 30_000;
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_r, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** The API server, only as much as the datapath needs today (Pod/policy informers come later). */
+class Kube {
+  private constructor(
+    private readonly core: import('@kubernetes/client-node').CoreV1Api,
+    readonly server: string,
+  ) {}
+
+  static async connect(kubeconfig: string | undefined): Promise<Kube> {
+    const k8s = await import('@kubernetes/client-node');
+    const kc = new k8s.KubeConfig();
+    if (kubeconfig) kc.loadFromFile(kubeconfig);
+    else kc.loadFromCluster();
+    return new Kube(kc.makeApiClient(k8s.CoreV1Api), kc.getCurrentCluster()?.server ?? '(none)');
+  }
+
+  async nodeInternalIP(nodeName: string): Promise<string | undefined> {
+    const node = await withTimeout(this.core.readNode({ name: nodeName }), API_TIMEOUT_MS, `reading Node ${nodeName}`);
+    return node.status?.addresses?.find((a) => a.type === 'InternalIP' && /^\d+\.\d+\.\d+\.\d+$/.test(a.address))?.address;
+  }
+
+  /** "namespace/name" of every Pod the API schedules on this node. */
+  async nodePods(nodeName: string): Promise<Set<string>> {
+    const list = await withTimeout(
+      this.core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${nodeName}` }),
+      API_TIMEOUT_MS,
+      'listing Pods',
+    );
+    return new Set(list.items.map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`));
+  }
+}
+
+/**
+ * Whether an `ip -o monitor route rule neigh` line reports the removal of something sluice keeps:
+ * a route via the gateway (Pod routes, table 300's default), the fwmark rule, or the permanent
+ * 169.254.253.1 neighbour. Ordinary neighbour garbage collection on the gateway is not.
+ */
+export function isRepairEvent(line: string, gateway: string): boolean {
+  if (!line.startsWith('Deleted')) return false;
+  if (/fwmark/.test(line)) return /\blookup (300|antrea_service)\b/.test(line);
+  if (!new RegExp(`\\bdev ${gateway.replace(/[.]/g, '\\.')}\\b`).test(line)) return false;
+  if (/\blladdr\b/.test(line)) return line.includes('169.254.253.1 ');
+  return true;
+}
+
+/** Many CNI operations at once, or one resync alone (so a resync never races a DEL's route restore). */
+class SharedExclusiveLock {
+  private shared = 0;
+  private exclusive: Promise<void> | undefined;
+  private drained: (() => void) | undefined;
+
+  async runShared<T>(fn: () => Promise<T>): Promise<T> {
+    while (this.exclusive) await this.exclusive;
+    this.shared++;
+    try {
+      return await fn();
+    } finally {
+      if (--this.shared === 0) this.drained?.();
+    }
+  }
+
+  async runExclusive<T>(fn: () => Promise<T>): Promise<T> {
+    while (this.exclusive) await this.exclusive;
+    let release!: () => void;
+    this.exclusive = new Promise((r) => (release = r));
+    try {
+      if (this.shared > 0) await new Promise<void>((r) => (this.drained = r));
+      this.drained = undefined;
+      return await fn();
+    } finally {
+      this.exclusive = undefined;
+      release();
+    }
+  }
+}
+
+export interface AgentStatus {
+  ready: boolean;
+  node: string;
+  nodeIP?: string;
+  bridge: string;
+  datapath: string;
+  gateway?: GatewayInfo;
+  pods: PodAttachment[];
+  lastResync?: { at: string; repairs: string[]; error?: string };
+  ovsReachable: boolean;
+}
+
+/** What the policy side listens to: 'pod-attached' / 'pod-detached' with the PodAttachment. */
+export interface PodEvents {
+  on(event: 'pod-attached' | 'pod-detached', listener: (pod: PodAttachment) => void): this;
+}
+
+export class Agent {
+  readonly pods = new Map<string, PodAttachment>();
+  readonly podEvents: PodEvents & EventEmitter = new EventEmitter();
+  readonly ovs: Ovs;
+  private readonly flowSync: FlowSync;
+  private readonly lock = new SharedExclusiveLock();
+  private hostnet?: HostNetwork;
+  private gateway?: GatewayInfo;
+  private nodeIP?: string;
+  private ready = false;
+  private ovsReachable = true;
+  private cni?: CniServer;
+  private health?: HealthServer;
+  private timers: NodeJS.Timeout[] = [];
+  private lastResync?: AgentStatus['lastResync'];
+  private monitor?: ChildProcess;
+  private monitorTimer?: NodeJS.Timeout;
+  private closed = false;
+  readonly attacher: PodAttacher;
+
+  private constructor(
+    readonly config: AgentConfig,
+    private readonly log: Logger,
+    failAfter?: AttachStep,
+  ) {
+    this.ovs = new Ovs({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
+    this.flowSync = new FlowSync(this.ovs, log);
+    this.attacher = new PodAttacher({
+      datapath: config.datapath,
+      bridge: config.bridge,
+      ovs: this.ovs,
+      hostnet: {
+        movePodRoutes: (ips, veth) => this.net.movePodRoutes(ips, veth),
+        restorePodRoutes: (ips, veth) => this.net.restorePodRoutes(ips, veth),
+        checkPodRoutes: (ips) => this.net.checkPodRoutes(ips),
+        isolateHostVeth: (veth) => this.net.isolateHostVeth(veth),
+        releaseHostVeth: (veth) => this.net.releaseHostVeth(veth),
+        isolatedVeths: () => guardedVeths(),
+      },
+      // Reuse the agent's rtnetlink socket instead of opening one per ADD.
+      findHostVeth: (netns, ifName) => findHostVeth(netns, ifName, this.net.netlink),
+      disablePodTxOffload,
+      pods: this.pods,
+      syncFlows: (opts) => this.syncFlows(opts),
+      isReady: () => this.ready,
+      onPodAttached: (p) => this.podEvents.emit('pod-attached', p),
+      onPodDetached: (p) => this.podEvents.emit('pod-detached', p),
+      ...(failAfter ? { failAfter } : {}),
+      log,
+    });
+  }
+
+  private get net(): HostNetwork {
+    if (!this.hostnet) throw new Error('host networking is not initialised yet');
+    return this.hostnet;
+  }
+
+  /** The CNI handler the socket server calls: CNI operations share, resyncs exclude. */
+  get handler(): CniHandler {
+    const a = this.attacher;
+    return {
+      add: (req: PodRequest) => this.lock.runShared(() => a.add(req)),
+      del: (req: PodRequest) => this.lock.runShared(() => a.del(req)),
+      check: (req: PodRequest) => this.lock.runShared(() => a.check(req)),
+      status: () => a.status(),
+      gc: (valid: GcAttachment[], req: { networkName: string }) => this.lock.runShared(() => a.gc(valid, req)),
+    };
+  }
+
+  static async start(opts: AgentOptions): Promise<Agent> {
+    const agent = new Agent(opts.config, opts.log, opts.failAfter);
+    for (const source of opts.flowSources ?? []) agent.addFlowSource(source);
+    try {
+      await agent.startUp(opts.serveCni ?? true);
+    } catch (err) {
+      await agent.close();
+      throw err;
+    }
+    return agent;
+  }
+
+  private async startUp(serveCni: boolean): Promise<void> {
+    const { config: cfg, log } = this;
+    const t0 = Date.now();
+    this.health = await startHealthServer(cfg.healthAddress, () => this.status(), log);
+    await mkdir(cfg.stateDir, { recursive: true });
+
+    await this.waitForOvsdb();
+    log.info({ db: this.ovs.db }, 'startup: OVSDB reachable');
+
+    const { nodeIP, livePods } = await this.connectApi();
+    this.nodeIP = nodeIP;
+
+    const bridgeChanges = await this.ovs.ensureBridge();
+    const gw = await this.ovs.ensureGateway(cfg.gateway);
+    this.gateway = gw.gateway;
+    log.info({ bridge: cfg.bridge, gateway: gw.gateway, changes: [...bridgeChanges, ...gw.changes] }, 'startup: bridge and gateway');
+
+    const stale = await this.loadAttachments(livePods);
+    const diff = await this.syncFlows({ verify: true });
+    log.info({ added: diff.add.length, removed: diff.remove.length, unchanged: diff.unchanged, pods: this.pods.size }, 'startup: flows converged');
+
+    this.hostnet = await HostNetwork.create({
+      gateway: cfg.gateway,
+      serviceCIDRs: cfg.serviceCIDRs,
+      ...(nodeIP ? { nodeIP } : {}),
+      rtTablesFile: cfg.rtTablesFile,
+      log,
+    });
+    const repairs = await this.hostnet.resync(this.podRoutes());
+    log.info({ repairs }, 'startup: host networking converged');
+
+    for (const { pod, reason } of stale) {
+      log.warn({ containerId: pod.containerId, veth: pod.hostVeth, reason }, 'startup: removing leftover attachment');
+      const failures = await this.attacher.detach(pod);
+      if (failures.length) log.error({ containerId: pod.containerId, failures }, 'startup: leftover not fully removed');
+    }
+
+    if (serveCni) this.cni = await startCniServer(cfg.socketPath, this.handler, log);
+    this.ready = true;
+    log.info({ ms: Date.now() - t0, pods: this.pods.size, nodeIP }, 'startup: ready');
+
+    this.watchNetlink();
+    this.timers.push(
+      setInterval(() => void this.resync('periodic'), cfg.resyncIntervalSeconds * 1000),
+      setInterval(() => void this.checkFlows(), cfg.flowCheckIntervalSeconds * 1000),
+    );
+  }
+
+  /** OVS may start after the agent (e.g. two DaemonSet containers): wait up to 30 s for OVSDB. */
+  private async waitForOvsdb(): Promise<void> {
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      try {
+        await this.ovs.ping();
+        return;
+      } catch (err) {
+        if (Date.now() > deadline || this.closed) throw err;
+        this.log.warn({ err: (err as Error).message }, 'startup: OVSDB not reachable yet, retrying');
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    }
+  }
+
+  /** nodeIP (configured or the Node's InternalIP) and, when the API answers, the Pods on this node. */
+  private async connectApi(): Promise<{ nodeIP?: string; livePods?: Set<string> }> {
+    const { config: cfg, log } = this;
+    const deadline = Date.now() + API_START_DEADLINE_MS;
+    let lastErr: unknown;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const kube = await Kube.connect(cfg.kubeconfig);
+        const nodeIP = cfg.nodeIP ?? (await kube.nodeInternalIP(cfg.nodeName));
+        if (!nodeIP) throw new StartupError(`Node ${cfg.nodeName} has no IPv4 InternalIP; set nodeIP in the config`);
+        const livePods = await kube.nodePods(cfg.nodeName);
+        log.info({ server: kube.server, nodeIP, pods: livePods.size }, 'startup: API server reachable');
+        return { nodeIP, livePods };
+      } catch (err) {
+        lastErr = err;
+        if (err instanceof StartupError) throw err;
+        if (cfg.nodeIP) {
+          // Enough to run the datapath; leftovers are then judged by their netns alone.
+          log.warn({ err: (err as Error).message }, 'startup: API server unavailable; continuing with the configured nodeIP');
+          return { nodeIP: cfg.nodeIP };
+        }
+        if (Date.now() > deadline) break;
+        log.warn({ err: (err as Error).message, attempt }, 'startup: API server not reachable yet, retrying');
+        await new Promise((r) => setTimeout(r, Math.min(1000 * 2 ** attempt, 5000)));
+      }
+    }
+    throw new StartupError(
+      `cannot learn this node's IP: nodeIP is not configured and the Node ${cfg.nodeName} could not be read from the API server ` +
+        `(${cfg.kubeconfig ? `kubeconfig ${cfg.kubeconfig}` : 'in-cluster config'}): ${(lastErr as Error)?.message}`,
+    );
+  }
+
+  /** Rebuilds the registry from OVSDB; returns attachments whose Pod is gone. */
+  private async loadAttachments(livePods?: Set<string>): Promise<{ pod: PodAttachment; reason: string }[]> {
+    const stale: { pod: PodAttachment; reason: string }[] = [];
+    for (const rec of await this.ovs.listPodPorts()) {
+      const pod = attachmentFromPort(rec);
+      if (!pod) {
+        this.log.warn({ port: rec.name }, 'startup: removing a sluice port with incomplete external_ids');
+        await this.ovs.removePort(rec.name);
+        continue;
+      }
+      const reason =
+        rec.ofport < 1 ? `interface gone (${rec.error ?? 'no OpenFlow port'})`
+        : !pod.netns || !existsSync(pod.netns) ? `netns ${pod.netns} gone`
+        : livePods && pod.podName && !livePods.has(`${pod.podNamespace}/${pod.podName}`) ? `Pod ${pod.podNamespace}/${pod.podName} is not on this node in the API`
+        : undefined;
+      if (reason) stale.push({ pod, reason });
+      else this.pods.set(pod.containerId, pod);
+    }
+    return stale;
+  }
+
+  private readonly flowSources: (() => Flow[])[] = [];
+
+  /**
+   * Adds flows to the desired set (policy enforcement plugs in here). Call syncFlows() after the
+   * source's output changed; the periodic resync and the watchdog include it automatically.
+   */
+  addFlowSource(source: () => Flow[]): void {
+    this.flowSources.push(source);
+  }
+
+  desiredFlows(): Flow[] {
+    const base = this.pipelineFlows();
+    if (this.flowSources.length === 0) return base;
+    // Same cookie = same flow content, so a flow two sources both want is installed once.
+    const byCookie = new Map(base.map((f) => [f.cookie, f]));
+    for (const source of this.flowSources) for (const f of source()) if (!byCookie.has(f.cookie)) byCookie.set(f.cookie, f);
+    return [...byCookie.values()];
+  }
+
+  private pipelineFlows(): Flow[] {
+    if (!this.gateway) throw new Error('gateway not initialised');
+    return computeFlows({
+      gatewayOfport: this.gateway.ofport,
+      gatewayMac: this.gateway.mac,
+      ...(this.nodeIP ? { nodeIP: this.nodeIP } : {}),
+      serviceCIDRs: this.config.serviceCIDRs,
+      pods: [...this.pods.values()].map((p) => ({ containerId: p.containerId, ofport: p.ofport, mac: p.mac, ips: p.ips })),
+    });
+  }
+
+  syncFlows(opts: { verify?: boolean } = {}) {
+    return this.flowSync.sync(() => this.desiredFlows(), opts);
+  }
+
+  private podRoutes(): { ips: string[]; hostVeth: string }[] {
+    return [...this.pods.values()].map((p) => ({ ips: p.ips, hostVeth: p.hostVeth }));
+  }
+
+  /**
+   * Full convergence: bridge, gateway, Pod ofports, flows, host networking. Logs what it repaired.
+   * Runs alone (no CNI operation in between).
+   */
+  resync(reason: string): Promise<string[]> {
+    return this.lock.runExclusive(async () => {
+      if (this.closed) return [];
+      const repairs: string[] = [];
+      try {
+        repairs.push(...(await this.ovs.ensureBridge()));
+        const gw = await this.ovs.ensureGateway(this.config.gateway);
+        repairs.push(...gw.changes);
+        this.gateway = gw.gateway;
+        const ports = new Map((await this.ovs.listPodPorts()).map((r) => [r.name, r]));
+        for (const pod of this.pods.values()) {
+          const rec = ports.get(pod.hostVeth);
+          if (!rec) {
+            repairs.push(`re-attached port ${pod.hostVeth} (container ${pod.containerId})`);
+            pod.ofport = await this.ovs.addPodPort(pod.hostVeth, portIds(pod));
+          } else if (rec.ofport > 0 && rec.ofport !== pod.ofport) {
+            repairs.push(`port ${pod.hostVeth} moved from OpenFlow port ${pod.ofport} to ${rec.ofport}`);
+            pod.ofport = rec.ofport;
+          }
+        }
+        const diff = await this.syncFlows({ verify: true });
+        if (diff.add.length || diff.remove.length) repairs.push(`flows: +${diff.add.length} -${diff.remove.length}`);
+        repairs.push(...(await this.net.resync(this.podRoutes())));
+        if (this.config.datapath === 'netdev') {
+          const isolated = new Set(await guardedVeths());
+          for (const pod of this.pods.values()) {
+            if (isolated.has(pod.hostVeth)) continue;
+            await this.net.isolateHostVeth(pod.hostVeth);
+            repairs.push(`re-isolated host veth ${pod.hostVeth} (container ${pod.containerId})`);
+          }
+        }
+        this.ovsReachable = true;
+        this.lastResync = { at: new Date().toISOString(), repairs };
+        if (repairs.length) this.log.warn({ reason, repairs }, 'resync: repaired');
+        else this.log.debug({ reason }, 'resync: nothing to repair');
+      } catch (err) {
+        this.lastResync = { at: new Date().toISOString(), repairs, error: (err as Error).message };
+        this.log.error({ reason, err: (err as Error).message }, 'resync: failed');
+      }
+      return repairs;
+    });
+  }
+
+  /**
+   * Event-driven repair: `ip monitor` reports deleted routes, rules and neighbours at once, so
+   * something removing table 300's route or a Pod route is repaired in a moment instead of at the
+   * next periodic resync. Bursts (a Pod teardown) collapse into one resync.
+   */
+  private watchNetlink(): void {
+    const child = spawn('ip', ['-o', 'monitor', 'route', 'rule', 'neigh'], { stdio: ['ignore', 'pipe', 'ignore'] });
+    child.on('error', (err) => this.log.warn({ err: err.message }, 'netlink monitor unavailable; relying on the periodic resync'));
+    let buf = '';
+    child.stdout!.setEncoding('utf8').on('data', (d: string) => {
+      buf += d;
+      const lines = buf.split('\n');
+      buf = lines.pop() ?? '';
+      const relevant = lines.filter((l) => isRepairEvent(l, this.config.gateway));
+      if (relevant.length === 0 || this.closed) return;
+      clearTimeout(this.monitorTimer);
+      this.monitorTimer = setTimeout(() => void this.resync(`netlink: ${relevant[0]!.trim()}`), 200);
+    });
+    this.monitor = child;
+  }
+
+  /** Cheap watchdog: if OVS lost sluice's flows (ovs-vswitchd restarted), converge everything now. */
+  private async checkFlows(): Promise<void> {
+    if (this.closed || !this.ready) return;
+    try {
+      const diff = diffFlows(this.desiredFlows(), await this.ovs.installedCookies());
+      this.ovsReachable = true;
+      if (diff.add.length) {
+        this.log.warn({ missing: diff.add.length }, 'flows missing from the bridge (ovs-vswitchd restarted?); converging');
+        await this.resync('flows missing');
+      }
+    } catch (err) {
+      if (this.ovsReachable) this.log.error({ err: (err as Error).message }, 'flow check: OVS unreachable');
+      this.ovsReachable = false;
+    }
+  }
+
+  status(): AgentStatus {
+    return {
+      ready: this.ready,
+      node: this.config.nodeName,
+      ...(this.nodeIP ? { nodeIP: this.nodeIP } : {}),
+      bridge: this.config.bridge,
+      datapath: this.config.datapath,
+      ...(this.gateway ? { gateway: this.gateway } : {}),
+      pods: [...this.pods.values()],
+      ...(this.lastResync ? { lastResync: this.lastResync } : {}),
+      ovsReachable: this.ovsReachable,
+    };
+  }
+
+  /** Stops serving; leaves bridge, flows, ports and routes in place (restart must not disturb Pods). */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.ready = false;
+    for (const t of this.timers) clearInterval(t);
+    clearTimeout(this.monitorTimer);
+    this.monitor?.kill();
+    await this.cni?.close();
+    await this.health?.close();
+    await this.hostnet?.close();
+  }
+}

@@ -1,0 +1,184 @@
+/**
+ * sluice-agent configuration: a YAML file, every field optional except where noted, validated
+ * strictly (unknown keys are errors, so a typo never silently falls back to a default).
+ *
+ * ```yaml
+ * nodeName: node-1              # default: $NODE_NAME, else the host name
+ * kubeconfig: /etc/sluice/kubeconfig   # absent = in-cluster service account
+ * bridge: br-int
+ * datapath: system              # system | netdev (userspace; needs veth isolation + TX csum off)
+ * gateway: antrea-gw0
+ * serviceCIDRs: [10.96.0.0/12]
+ * socketPath: /var/run/sluice/cni.sock
+ * ovsRunDir: /var/run/openvswitch   # holds db.sock and <bridge>.mgmt
+ * stateDir: /var/lib/sluice
+ * healthAddress: 127.0.0.1:9376     # /healthz, /readyz
+ * logLevel: info                # fatal error warn info debug trace
+ * nodeIP: 192.168.77.11         # default: the Node object's InternalIP
+ * resyncIntervalSeconds: 60     # host networking + flows convergence
+ * flowCheckIntervalSeconds: 5   # quick check that OVS still has the flows (ovs-vswitchd restart)
+ * rtTablesFile: /etc/iproute2/rt_tables.d/sluice.conf   # "" = do not register the table name
+ * ```
+ */
+import { readFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
+import { isAbsolute } from 'node:path';
+import { isIPv4 } from 'node:net';
+import yaml from 'js-yaml';
+import { checkCIDR, PipelineInputError } from './flows/pipeline.js';
+
+export interface AgentConfig {
+  nodeName: string;
+  kubeconfig?: string;
+  bridge: string;
+  datapath: 'system' | 'netdev';
+  gateway: string;
+  serviceCIDRs: string[];
+  socketPath: string;
+  ovsRunDir: string;
+  stateDir: string;
+  healthAddress: { host: string; port: number };
+  logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
+  nodeIP?: string;
+  resyncIntervalSeconds: number;
+  flowCheckIntervalSeconds: number;
+  /** null: do not register the route table name. */
+  rtTablesFile: string | null;
+}
+
+export const CONFIG_DEFAULTS = {
+  bridge: 'br-int',
+  datapath: 'system',
+  gateway: 'antrea-gw0',
+  serviceCIDRs: ['10.96.0.0/12'],
+  socketPath: '/var/run/sluice/cni.sock',
+  ovsRunDir: '/var/run/openvswitch',
+  stateDir: '/var/lib/sluice',
+  healthAddress: '127.0.0.1:9376',
+  logLevel: 'info',
+  resyncIntervalSeconds: 60,
+  flowCheckIntervalSeconds: 5,
+  rtTablesFile: '/etc/iproute2/rt_tables.d/sluice.conf',
+} as const;
+
+export const DEFAULT_CONFIG_PATH = '/etc/sluice/agent.yaml';
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
+const KEYS = [
+  'nodeName', 'kubeconfig', 'bridge', 'datapath', 'gateway', 'serviceCIDRs', 'socketPath', 'ovsRunDir', 'stateDir',
+  'healthAddress', 'logLevel', 'nodeIP', 'resyncIntervalSeconds', 'flowCheckIntervalSeconds', 'rtTablesFile',
+] as const;
+/** Linux interface names: 1-15 bytes, no '/', whitespace or ':'. */
+const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
+
+/** Parses and validates the YAML text; `source` names the file in messages. */
+export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv = process.env): AgentConfig {
+  let doc: unknown;
+  try {
+    doc = yaml.load(text);
+  } catch (err) {
+    throw new ConfigError(`${source}: not valid YAML: ${(err as Error).message.split('\n')[0]}`);
+  }
+  if (doc === undefined || doc === null) doc = {};
+  if (typeof doc !== 'object' || Array.isArray(doc)) throw new ConfigError(`${source}: must be a YAML mapping of settings`);
+  const raw = doc as Record<string, unknown>;
+  const bad = (field: string, why: string): never => {
+    throw new ConfigError(`${source}: ${field}: ${why}`);
+  };
+  for (const k of Object.keys(raw)) {
+    if (!(KEYS as readonly string[]).includes(k)) bad(k, `unknown setting (known: ${KEYS.join(', ')})`);
+  }
+  const str = (field: string, dflt?: string): string | undefined => {
+    const v = raw[field];
+    if (v === undefined || v === null) return dflt;
+    if (typeof v !== 'string' || v.trim() === '') return bad(field, `must be a non-empty string, got ${JSON.stringify(v)}`);
+    return v;
+  };
+  const path = (field: string, dflt?: string): string | undefined => {
+    const v = str(field, dflt);
+    if (v !== undefined && !isAbsolute(v)) bad(field, `must be an absolute path, got "${v}"`);
+    return v;
+  };
+  const ifname = (field: string, dflt: string): string => {
+    const v = str(field, dflt)!;
+    if (!IFNAME.test(v)) bad(field, `"${v}" is not a valid interface name (1-15 of A-Z a-z 0-9 _ . -)`);
+    return v;
+  };
+  const seconds = (field: string, dflt: number): number => {
+    const v = raw[field] ?? dflt;
+    if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) bad(field, `must be a positive number of seconds, got ${JSON.stringify(v)}`);
+    return v as number;
+  };
+
+  const nodeName = str('nodeName') ?? env.NODE_NAME ?? hostname();
+  const datapath = str('datapath', CONFIG_DEFAULTS.datapath)!;
+  if (datapath !== 'system' && datapath !== 'netdev') return bad('datapath', `must be "system" or "netdev", got "${datapath}"`);
+
+  const cidrs = raw.serviceCIDRs ?? CONFIG_DEFAULTS.serviceCIDRs;
+  const cidrList = typeof cidrs === 'string' ? [cidrs] : cidrs;
+  if (!Array.isArray(cidrList) || cidrList.length === 0) bad('serviceCIDRs', 'must be a non-empty list of IPv4 CIDRs');
+  const serviceCIDRs = (cidrList as unknown[]).map((c, i) => {
+    if (typeof c !== 'string') return bad(`serviceCIDRs[${i}]`, `must be a string, got ${JSON.stringify(c)}`);
+    try {
+      checkCIDR(c, `serviceCIDRs[${i}]`);
+    } catch (err) {
+      if (err instanceof PipelineInputError) throw new ConfigError(`${source}: ${err.message}`);
+      throw err;
+    }
+    return c;
+  });
+
+  const health = str('healthAddress', CONFIG_DEFAULTS.healthAddress)!;
+  const hm = /^(.*):(\d{1,5})$/.exec(health);
+  const port = hm ? Number(hm[2]) : NaN;
+  if (!hm || !hm[1] || port > 65535) bad('healthAddress', `must be host:port (port 0-65535), got "${health}"`);
+
+  const logLevel = str('logLevel', CONFIG_DEFAULTS.logLevel)!;
+  if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) bad('logLevel', `must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`);
+
+  const nodeIP = str('nodeIP');
+  if (nodeIP !== undefined && !isIPv4(nodeIP)) bad('nodeIP', `"${nodeIP}" is not an IPv4 address`);
+
+  let rtTablesFile: string | null = CONFIG_DEFAULTS.rtTablesFile;
+  if ('rtTablesFile' in raw) {
+    const v = raw.rtTablesFile;
+    if (v === null || v === '') rtTablesFile = null;
+    else rtTablesFile = path('rtTablesFile')!;
+  }
+
+  const bridge = ifname('bridge', CONFIG_DEFAULTS.bridge);
+  const gateway = ifname('gateway', CONFIG_DEFAULTS.gateway);
+  if (bridge === gateway) bad('gateway', `must differ from bridge "${bridge}"`);
+
+  return {
+    nodeName,
+    ...(raw.kubeconfig !== undefined && raw.kubeconfig !== null ? { kubeconfig: path('kubeconfig')! } : {}),
+    bridge,
+    datapath,
+    gateway,
+    serviceCIDRs,
+    socketPath: path('socketPath', CONFIG_DEFAULTS.socketPath)!,
+    ovsRunDir: path('ovsRunDir', CONFIG_DEFAULTS.ovsRunDir)!,
+    stateDir: path('stateDir', CONFIG_DEFAULTS.stateDir)!,
+    healthAddress: { host: hm![1]!, port },
+    logLevel: logLevel as AgentConfig['logLevel'],
+    ...(nodeIP !== undefined ? { nodeIP } : {}),
+    resyncIntervalSeconds: seconds('resyncIntervalSeconds', CONFIG_DEFAULTS.resyncIntervalSeconds),
+    flowCheckIntervalSeconds: seconds('flowCheckIntervalSeconds', CONFIG_DEFAULTS.flowCheckIntervalSeconds),
+    rtTablesFile,
+  };
+}
+
+export async function loadConfig(path: string, env: NodeJS.ProcessEnv = process.env): Promise<AgentConfig> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`cannot read config ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  return parseConfig(text, path, env);
+}

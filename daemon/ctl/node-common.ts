@@ -1,0 +1,54 @@
+/** Shared plumbing of the `sluicectl node …` troubleshooting commands (read-only). */
+import { request } from 'node:http';
+import { pino } from 'pino';
+import type { Argv } from 'yargs';
+import type { AgentStatus } from '../agent.js';
+import { type AgentConfig, DEFAULT_CONFIG_PATH, loadConfig } from '../config.js';
+import { Ovs } from '../flows/ovs.js';
+
+export interface NodeArgs {
+  config: string;
+}
+
+export function withConfig<T>(y: Argv<T>): Argv<T & NodeArgs> {
+  return y.option('config', {
+    alias: 'c',
+    type: 'string',
+    default: DEFAULT_CONFIG_PATH,
+    describe: "the agent's configuration file (bridge, OVS run dir, health address)",
+  }) as Argv<T & NodeArgs>;
+}
+
+export async function nodeContext(configPath: string): Promise<{ config: AgentConfig; ovs: Ovs }> {
+  const config = await loadConfig(configPath);
+  const ovs = new Ovs({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log: pino({ level: 'silent' }) });
+  return { config, ovs };
+}
+
+/** GET /status from the agent's health endpoint (on this node, so run in the node's network namespace). */
+export function agentStatus(config: AgentConfig, timeoutMs = 3000): Promise<AgentStatus> {
+  const { host, port } = config.healthAddress;
+  return new Promise((resolve, reject) => {
+    const req = request({ host, port, path: '/status', timeout: timeoutMs }, (res) => {
+      let body = '';
+      res.setEncoding('utf8').on('data', (d: string) => (body += d));
+      res.on('end', () => {
+        try {
+          resolve(JSON.parse(body) as AgentStatus);
+        } catch (err) {
+          reject(new Error(`agent status at ${host}:${port}: bad answer: ${(err as Error).message}`));
+        }
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error('timed out')));
+    req.on('error', (err) => reject(new Error(`agent not reachable at http://${host}:${port}/status (${err.message}); is sluice-agent running on this node?`)));
+    req.end();
+  });
+}
+
+/** Left-aligned text table. */
+export function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (r: string[]) => r.map((c, i) => (c ?? '').padEnd(widths[i]!)).join('  ').trimEnd();
+  return [line(header), ...rows.map(line)].join('\n');
+}

@@ -1,0 +1,26 @@
+/** `sluicectl node status`: what the agent on this node reports (readiness, gateway, Pods, last resync). */
+import type { CommandModule } from 'yargs';
+import { agentStatus, type NodeArgs, nodeContext, withConfig } from './node-common.js';
+
+export const nodeStatusCommand: CommandModule<object, NodeArgs & { json: boolean }> = {
+  command: 'status',
+  describe: "the local agent's state: ready, node IP, gateway, attached Pods, last resync repairs",
+  builder: (y) => withConfig(y).option('json', { type: 'boolean', default: false, describe: 'print the raw JSON' }),
+  handler: async (argv) => {
+    const { config } = await nodeContext(argv.config);
+    const s = await agentStatus(config);
+    if (argv.json) {
+      console.log(JSON.stringify(s, null, 2));
+      return;
+    }
+    console.log(`node ${s.node}: ${s.ready ? 'ready' : 'NOT READY'}${s.ovsReachable ? '' : ' (OVS unreachable)'}`);
+    console.log(`  bridge ${s.bridge} (datapath ${s.datapath}), node IP ${s.nodeIP ?? '(none)'}`);
+    if (s.gateway) console.log(`  gateway ${s.gateway.name} ofport ${s.gateway.ofport} mac ${s.gateway.mac}`);
+    console.log(`  ${s.pods.length} Pod(s) attached`);
+    if (s.lastResync) {
+      const r = s.lastResync;
+      console.log(`  last resync ${r.at}: ${r.error ? `FAILED: ${r.error}` : r.repairs.length ? `repaired ${r.repairs.join('; ')}` : 'nothing to repair'}`);
+    }
+    if (!s.ready) process.exitCode = 1;
+  },
+};

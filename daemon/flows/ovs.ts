@@ -1,0 +1,312 @@
+/**
+ * Thin OVS adapter: ovs-vsctl against the node's OVSDB socket and ovs-ofctl against the bridge's
+ * management socket, both under `ovsRunDir`, so a node's private OVS (the lab) and the machine's
+ * OVS are addressed the same way. Every method converges and reports what it changed.
+ */
+import { randomBytes } from 'node:crypto';
+import { execa } from 'execa';
+import type { Logger } from 'pino';
+import { bundleText, diffFlows, type FlowDiff, isEmptyDiff, parseSluiceCookies } from './diff.js';
+import { type Flow, SLUICE_COOKIE_FILTER } from './flow.js';
+import { GATEWAY_OFPORT, TABLES } from './tables.js';
+
+export type Datapath = 'system' | 'netdev';
+
+export interface OvsOptions {
+  ovsRunDir: string;
+  bridge: string;
+  datapath: Datapath;
+  log: Logger;
+  /** Per-command timeout (seconds) for ovs-vsctl/ovs-ofctl. */
+  timeoutSec?: number;
+}
+
+export class OvsError extends Error {}
+
+/** external_ids of a Pod port (on its Interface row): everything needed to rebuild its flows. */
+export interface PodPortIds {
+  'sluice-type': 'container';
+  'container-id': string;
+  'pod-namespace': string;
+  'pod-name': string;
+  /** Comma-separated IPv4 addresses. */
+  'ip-address': string;
+  /** MAC of the Pod's own interface. */
+  'attached-mac': string;
+  'net-ns': string;
+  'if-name': string;
+}
+
+export interface PodPortRecord {
+  name: string;
+  /** -1 when OVS could not attach the interface (e.g. the veth is gone). */
+  ofport: number;
+  ids: PodPortIds;
+  error?: string;
+}
+
+export interface GatewayInfo {
+  name: string;
+  ofport: number;
+  mac: string;
+}
+
+type OvsJsonTable = { headings: string[]; data: unknown[][] };
+
+/** Decodes ovs-vsctl --format=json cells: ["map",[[k,v]…]], ["set",[…]], ["uuid",…], scalars. */
+function cell(v: unknown): unknown {
+  if (Array.isArray(v) && v.length === 2 && typeof v[0] === 'string') {
+    const [kind, body] = v as [string, unknown];
+    if (kind === 'map') return Object.fromEntries((body as [unknown, unknown][]).map(([k, x]) => [String(cell(k)), cell(x)]));
+    if (kind === 'set') return (body as unknown[]).map(cell);
+    if (kind === 'uuid' || kind === 'named-uuid') return body;
+  }
+  return v;
+}
+
+function rows(json: string): Record<string, unknown>[] {
+  const t = JSON.parse(json) as OvsJsonTable;
+  return t.data.map((r) => Object.fromEntries(t.headings.map((h, i) => [h, cell(r[i])])));
+}
+
+/** A one-element OVSDB set is printed as the bare element. */
+const asSet = (v: unknown): unknown[] => (Array.isArray(v) ? v : v === undefined || v === null ? [] : [v]);
+const scalar = (v: unknown): unknown => (Array.isArray(v) ? v[0] : v);
+const asString = (v: unknown): string => {
+  const s = scalar(v);
+  return typeof s === 'string' ? s : '';
+};
+const asNumber = (v: unknown): number => {
+  const s = scalar(v);
+  return typeof s === 'number' ? s : -1;
+};
+/** ovs-vsctl value quoting: a JSON string is accepted for any string column/key. */
+const q = (s: string): string => JSON.stringify(s);
+
+export function randomGatewayMac(): string {
+  const b = randomBytes(6);
+  b[0] = (b[0]! & 0xfe) | 0x02; // unicast, locally administered
+  return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
+}
+
+export class Ovs {
+  readonly db: string;
+  readonly target: string;
+  private readonly timeout: number;
+
+  constructor(readonly opts: OvsOptions) {
+    this.db = `unix:${opts.ovsRunDir}/db.sock`;
+    this.target = `unix:${opts.ovsRunDir}/${opts.bridge}.mgmt`;
+    this.timeout = opts.timeoutSec ?? 15;
+  }
+
+  get bridge(): string {
+    return this.opts.bridge;
+  }
+
+  async vsctl(args: string[]): Promise<string> {
+    const r = await execa('ovs-vsctl', [`--db=${this.db}`, `--timeout=${this.timeout}`, ...args], { reject: false });
+    if (r.exitCode !== 0) throw new OvsError(`ovs-vsctl ${args.join(' ')}: ${r.stderr.trim() || `exit ${r.exitCode}`}`);
+    return r.stdout;
+  }
+
+  async ofctl(args: string[], input?: string): Promise<string> {
+    const r = await execa('ovs-ofctl', ['-O', 'OpenFlow15', `--timeout=${this.timeout}`, ...args], {
+      reject: false,
+      input: input ?? '',
+    });
+    if (r.exitCode !== 0) throw new OvsError(`ovs-ofctl ${args.join(' ')}: ${r.stderr.trim() || `exit ${r.exitCode}`}`);
+    return r.stdout;
+  }
+
+  async appctl(args: string[]): Promise<string> {
+    const r = await execa('ovs-appctl', args, { reject: false, env: { OVS_RUNDIR: this.opts.ovsRunDir } });
+    if (r.exitCode !== 0) throw new OvsError(`ovs-appctl ${args.join(' ')}: ${r.stderr.trim() || `exit ${r.exitCode}`}`);
+    return r.stdout;
+  }
+
+  /** Fails with a message saying where OVSDB was expected when it does not answer. */
+  async ping(): Promise<void> {
+    try {
+      await this.vsctl(['show']);
+    } catch (err) {
+      throw new OvsError(`cannot reach OVSDB at ${this.db} (is ovsdb-server running with ovsRunDir ${this.opts.ovsRunDir}?): ${(err as Error).message}`);
+    }
+  }
+
+  /** Creates or adopts the bridge: datapath, fail-mode secure, OpenFlow 1.5, named tables. */
+  async ensureBridge(): Promise<string[]> {
+    const br = this.opts.bridge;
+    const found = rows(await this.vsctl(['--format=json', '--columns=name,datapath_type,fail_mode,protocols,flow_tables', 'find', 'Bridge', `name=${br}`]));
+    const changes: string[] = [];
+    const want = { datapath_type: this.opts.datapath, fail_mode: 'secure', protocols: ['OpenFlow15'] };
+    const cur = found[0];
+    if (!cur) changes.push(`created bridge ${br} (datapath ${this.opts.datapath})`);
+    else {
+      if (asString(cur.datapath_type) !== want.datapath_type) changes.push(`datapath_type ${asString(cur.datapath_type) || '(default)'} -> ${want.datapath_type}`);
+      if (asString(cur.fail_mode) !== 'secure') changes.push(`fail_mode ${asString(cur.fail_mode) || '(standalone)'} -> secure`);
+      const protos = asSet(cur.protocols).map(String);
+      if (protos.length !== 1 || protos[0] !== 'OpenFlow15') changes.push(`protocols [${protos.join(',')}] -> OpenFlow15`);
+    }
+    if (changes.length) {
+      await this.vsctl([
+        '--', '--may-exist', 'add-br', br,
+        '--', 'set', 'Bridge', br, `datapath_type=${want.datapath_type}`, 'fail_mode=secure', 'protocols=OpenFlow15',
+        'external_ids:sluice-managed=true',
+      ]);
+    }
+    if (await this.ensureTableNames()) changes.push('named the pipeline tables');
+    return changes;
+  }
+
+  /** Registers TABLES as Flow_Table names so ovs-ofctl --names and ofproto/trace print them. */
+  private async ensureTableNames(): Promise<boolean> {
+    const br = this.opts.bridge;
+    const tables = rows(await this.vsctl(['--format=json', '--columns=_uuid,name', 'list', 'Flow_Table']));
+    const nameOf = new Map(tables.map((r) => [asString(r._uuid), asString(r.name)]));
+    const bridge = rows(await this.vsctl(['--format=json', '--columns=flow_tables', 'find', 'Bridge', `name=${br}`]))[0];
+    const current = (bridge?.flow_tables ?? {}) as Record<string, unknown>;
+    const same =
+      Object.keys(current).length === TABLES.length && TABLES.every((name, i) => nameOf.get(asString(current[String(i)])) === name);
+    if (same) return false;
+    const args = ['--', 'clear', 'Bridge', br, 'flow_tables'];
+    TABLES.forEach((name, i) => args.push('--', `--id=@t${i}`, 'create', 'Flow_Table', `name=${name}`));
+    args.push('--', 'set', 'Bridge', br, ...TABLES.map((_n, i) => `flow_tables:${i}=@t${i}`));
+    await this.vsctl(args);
+    return true;
+  }
+
+  /**
+   * Creates or adopts the gateway internal port. Its MAC is kept in Interface.mac so it survives
+   * agent and OVS restarts (a MAC change would strand the host's neighbour entries).
+   */
+  async ensureGateway(name: string): Promise<{ gateway: GatewayInfo; changes: string[] }> {
+    const br = this.opts.bridge;
+    const changes: string[] = [];
+    let cur = await this.findInterface(name);
+    if (cur) {
+      const onBridge = (await this.vsctl(['port-to-br', name]).catch(() => '')).trim();
+      if (onBridge && onBridge !== br) throw new OvsError(`${name} exists on bridge ${onBridge}, not ${br}: remove it or choose another gateway name`);
+      if (asString(cur.type) !== 'internal') throw new OvsError(`${name} exists in OVSDB with type "${asString(cur.type)}", expected an internal port`);
+    }
+    const persistedMac = cur ? asString(cur.mac) : '';
+    const mac = persistedMac || (cur ? asString(cur.mac_in_use) : '') || randomGatewayMac();
+    const ids = (cur?.external_ids ?? {}) as Record<string, string>;
+    if (!cur || !persistedMac || ids['sluice-type'] !== 'gateway') {
+      await this.vsctl([
+        '--', '--may-exist', 'add-port', br, name,
+        '--', 'set', 'Interface', name, 'type=internal', `ofport_request=${GATEWAY_OFPORT}`, `mac=${q(mac)}`, 'external_ids:sluice-type=gateway',
+      ]);
+      changes.push(cur ? `adopted gateway ${name} (mac ${mac})` : `created gateway ${name} (mac ${mac})`);
+      cur = await this.findInterface(name);
+    }
+    const ofport = asNumber(cur?.ofport);
+    if (ofport < 1) throw new OvsError(`gateway ${name} has no OpenFlow port: ${asString(cur?.error) || 'ovs-vswitchd did not attach it'}`);
+    return { gateway: { name, ofport, mac }, changes };
+  }
+
+  /** Read-only look-up of the gateway (troubleshooting tools must not change anything). */
+  async findGateway(name: string): Promise<GatewayInfo | undefined> {
+    const cur = await this.findInterface(name);
+    if (!cur) return undefined;
+    return { name, ofport: asNumber(cur.ofport), mac: asString(cur.mac) || asString(cur.mac_in_use) };
+  }
+
+  private async findInterface(name: string): Promise<Record<string, unknown> | undefined> {
+    return rows(await this.vsctl(['--format=json', '--columns=name,type,ofport,mac,mac_in_use,external_ids,error', 'find', 'Interface', `name=${q(name)}`]))[0];
+  }
+
+  /** Attaches (or re-labels) a Pod's host veth; returns its OpenFlow port number. */
+  async addPodPort(name: string, ids: PodPortIds): Promise<number> {
+    const sets = Object.entries(ids).map(([k, v]) => `external_ids:${k}=${q(v)}`);
+    await this.vsctl(['--', '--may-exist', 'add-port', this.opts.bridge, name, '--', 'set', 'Interface', name, ...sets]);
+    const cur = await this.findInterface(name);
+    const ofport = asNumber(cur?.ofport);
+    if (ofport < 1) throw new OvsError(`OVS could not attach ${name}: ${asString(cur?.error) || 'no OpenFlow port assigned'}`);
+    return ofport;
+  }
+
+  async removePort(name: string): Promise<void> {
+    await this.vsctl(['--if-exists', 'del-port', this.opts.bridge, name]);
+  }
+
+  /** Every Pod port sluice attached (identified by external_ids:sluice-type=container). */
+  async listPodPorts(): Promise<PodPortRecord[]> {
+    const out = await this.vsctl(['--format=json', '--columns=name,ofport,external_ids,error', 'find', 'Interface', 'external_ids:sluice-type=container']);
+    return rows(out)
+      .map((r) => ({
+        name: asString(r.name),
+        ofport: asNumber(r.ofport),
+        ids: r.external_ids as PodPortIds,
+        ...(asString(r.error) ? { error: asString(r.error) } : {}),
+      }))
+      .sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  /** Cookies of sluice's installed flows. */
+  async installedCookies(): Promise<string[]> {
+    return parseSluiceCookies(await this.ofctl(['dump-flows', '--no-names', '--no-stats', this.target, SLUICE_COOKIE_FILTER]));
+  }
+
+  /** All flows of the bridge as ovs-ofctl prints them (names on), for troubleshooting. */
+  async dumpFlows(extra: string[] = []): Promise<string> {
+    return this.ofctl(['dump-flows', '--names', this.target, ...extra]);
+  }
+
+  /** One atomic OpenFlow bundle. */
+  async applyBundle(text: string): Promise<void> {
+    if (!text) return;
+    await this.ofctl(['--bundle', 'add-flows', this.target, '-'], text);
+  }
+}
+
+/**
+ * Desired-state flow programming. One sync runs at a time; callers that arrive while one runs share
+ * the next one (it computes the desired set when it starts, so it covers all of them). The set of
+ * installed cookies is remembered after each successful bundle so a CNI ADD/DEL costs one
+ * ovs-ofctl call; `verify` (start-up, resync, the flow watchdog's repairs) dumps the bridge first.
+ */
+export class FlowSync {
+  private running: Promise<unknown> = Promise.resolve();
+  private next?: { promise: Promise<FlowDiff>; verify: boolean };
+  private installed?: Set<string>;
+
+  constructor(
+    private readonly ovs: Ovs,
+    private readonly log: Logger,
+  ) {}
+
+  sync(desired: () => Flow[], opts: { verify?: boolean } = {}): Promise<FlowDiff> {
+    const verify = opts.verify ?? false;
+    if (this.next && (this.next.verify || !verify)) return this.next.promise;
+    const slot: { promise: Promise<FlowDiff>; verify: boolean } = { verify, promise: undefined as never };
+    slot.promise = this.running.then(() => {
+      if (this.next === slot) this.next = undefined;
+      return this.apply(desired(), verify);
+    });
+    this.next = slot;
+    this.running = slot.promise.catch(() => undefined);
+    return slot.promise;
+  }
+
+  /** Forget the remembered state (e.g. ovs-vswitchd restarted): the next sync dumps. */
+  invalidate(): void {
+    this.installed = undefined;
+  }
+
+  private async apply(flows: Flow[], verify: boolean): Promise<FlowDiff> {
+    const installed = verify || !this.installed ? new Set(await this.ovs.installedCookies()) : this.installed;
+    const diff = diffFlows(flows, installed);
+    if (!isEmptyDiff(diff)) {
+      try {
+        await this.ovs.applyBundle(bundleText(diff));
+      } catch (err) {
+        this.installed = undefined;
+        throw err;
+      }
+      this.log.info({ added: diff.add.length, removed: diff.remove.length, unchanged: diff.unchanged }, 'flows: applied');
+    }
+    this.installed = new Set(flows.map((f) => f.cookie));
+    return diff;
+  }
+}

@@ -1,0 +1,521 @@
+/**
+ * Policy rules -> OpenFlow flows for the policy hook tables, kept incrementally (pure, no I/O).
+ *
+ * Each node rule becomes a conjunctive match over the dimensions it restricts, numbered in this
+ * order over the dimensions present: source addresses, destination addresses, services.
+ *   egress:  1 = local target IPs (nw_src), 2 = peer IPs/CIDRs (nw_dst), 3 = protocol/ports
+ *   ingress: 1 = peer IPs/CIDRs (nw_src), 2 = local target IPs (nw_dst), 3 = protocol/ports
+ * so a rule costs (sum of the dimension sizes) + 1 flows instead of their product. A rule with one
+ * dimension needs no conjunction: its flows carry the action. Clause flows with the same table,
+ * priority and match (shared by several rules, e.g. the same Pod in two Kubernetes rules) are one
+ * flow with several conjunction() actions.
+ *
+ * Pod -> Service: the Pod's packet to the ClusterIP (reg0 toService, before kube-proxy's DNAT)
+ * only meets `toServices` rules (a clause matching proto,nw_dst=ClusterIP,tp_dst=port): every
+ * other stage-0/baseline egress rule requires reg0 toService = 0, the Kubernetes rules are skipped
+ * (EgressRule 65000), and an egress-isolated Pod's pre-DNAT packet is let through (its endpoint is
+ * judged after DNAT). The post-DNAT packet re-entering from antrea-gw0 (source = the client Pod IP,
+ * destination = the endpoint, reg0 toService = 0) is then decided by the egress rules of the client
+ * Pod, which match by nw_src whatever the in_port, and by the endpoint's ingress rules if local.
+ * toServices rules match both packets (see ruleUnits): the pre-DNAT one decides Drop/Reject (so a
+ * Reject answers for the ClusterIP), the post-DNAT one keeps Allow/Pass in order with the rules
+ * that judge the endpoint.
+ *
+ * See priorities.ts for the table/priority layout, conjids.ts for conjunction ids, punt.ts for the
+ * packet-in contract of Reject and audit logging.
+ */
+import { isIPv4 } from 'node:net';
+import type { ChangeSet, ComputedRule, NodeRule } from '../../policy/internal.js';
+import type { Direction, PolicyKind, PortMatch } from '../../policy/types.js';
+import { type Flow, FlowCategory, withCookie } from '../flow.js';
+import { masked, REG0, tableId, type TableName } from '../tables.js';
+import { allocateConjIds } from './conjids.js';
+import { maskedPortText, rangeToMasks } from './portmasks.js';
+import { allocatePriorities, PRIORITY } from './priorities.js';
+import { Disposition, policyCopyActions, policyPuntActions } from './punt.js';
+
+export class PolicyFlowError extends Error {
+  override name = 'PolicyFlowError';
+}
+
+/** Kubernetes NetworkPolicy isolation of local Pods (the default drop of stage 1). */
+export interface NodeIsolation {
+  direction: Direction;
+  ref: { kind: PolicyKind; namespace?: string; name: string };
+  targets: { ref: string; ips: string[] }[];
+  logging?: { enabled: boolean; label?: string };
+}
+
+/** The endpoints (post-DNAT address and port) behind one Service address/protocol/port. */
+export type ServiceResolver = (clusterIP: string, protocol: string, port: number) => { ip: string; port: number }[];
+
+export interface PolicyFlowInput {
+  rules: readonly NodeRule[];
+  isolations: readonly NodeIsolation[];
+  /** For toServices rules: where kube-proxy sends each Service port (see ruleUnits). */
+  serviceEndpoints?: ServiceResolver;
+}
+
+export interface PolicyFlowDelta {
+  add: Flow[];
+  remove: Flow[];
+}
+
+/** What a conjunction id stands for (audit log). */
+export interface RuleIdentity {
+  conjId: number;
+  nodeRuleId: string;
+  ruleId: string;
+  ref: NodeRule['ref'];
+  direction: Direction;
+  action: NodeRule['action'];
+  table: TableName;
+  priority: number;
+  logging?: { enabled: boolean; label?: string };
+}
+
+export const DIRECTION_TABLES: Record<Direction, { stage0: TableName; k8s: TableName; dflt: TableName; metric: TableName; self: 'nw_src' | 'nw_dst'; peer: 'nw_src' | 'nw_dst' }> = {
+  Egress: { stage0: 'AntreaPolicyEgressRule', k8s: 'EgressRule', dflt: 'EgressDefaultRule', metric: 'EgressMetric', self: 'nw_src', peer: 'nw_dst' },
+  Ingress: { stage0: 'AntreaPolicyIngressRule', k8s: 'IngressRule', dflt: 'IngressDefaultRule', metric: 'IngressMetric', self: 'nw_dst', peer: 'nw_src' },
+};
+
+/** Match that keeps a stage-0 egress rule off Pod->ClusterIP packets (decided after DNAT). */
+const NOT_PRE_DNAT = `reg0=${masked(0, REG0.toService)}`;
+/** A Pod's packet re-entering from the gateway after the host's DNAT (from the gateway, not to a ClusterIP). */
+const POST_DNAT = `reg0=${masked(REG0.srcGateway, REG0.srcMask | REG0.toService)}`;
+const PRE_DNAT = `reg0=${masked(REG0.toService, REG0.toService)}`;
+
+export function ruleTable(rule: Pick<NodeRule, 'direction' | 'priority'>): TableName {
+  const t = DIRECTION_TABLES[rule.direction];
+  return rule.priority.stage === 0 ? t.stage0 : rule.priority.stage === 1 ? t.k8s : t.dflt;
+}
+
+/** Flows that do not depend on rules: established bypass and the pre-DNAT skip. */
+export function staticPolicyFlows(): Flow[] {
+  const out: Flow[] = [];
+  for (const dir of ['Egress', 'Ingress'] as const) {
+    const t = DIRECTION_TABLES[dir];
+    for (const state of ['-new+est+trk', '-new+rel+trk']) {
+      out.push(policyFlow(t.stage0, PRIORITY.bypass, `ct_state=${state},ip`, `goto_table:${t.metric}`));
+    }
+  }
+  // Pod->ClusterIP before DNAT: no Kubernetes rule can judge it (they judge the endpoint); only
+  // baseline toServices rules are left, for Pods that are not isolated (see isolationContributions).
+  out.push(policyFlow('EgressRule', PRIORITY.preDnatSkip, `ip,${PRE_DNAT}`, 'goto_table:EgressDefaultRule'));
+  return out;
+}
+
+const policyFlow = (table: TableName, priority: number, match: string, actions: string): Flow =>
+  withCookie({ table, priority, match, actions, category: FlowCategory.policy });
+
+// ---------------------------------------------------------------------------------------------
+// services (protocol/port) clause
+
+const L4 = { TCP: 'tcp', UDP: 'udp', SCTP: 'sctp' } as const;
+
+function portBlocks(lo: number | undefined, hi: number | undefined): (string | undefined)[] {
+  if (lo === undefined) return [undefined];
+  return rangeToMasks(lo, hi ?? lo).map((m) => (m.mask === 0 ? undefined : maskedPortText(m)));
+}
+
+/** Matches for one port condition; [] when flows cannot express it (the engine never matches it either). */
+export function portMatches(p: PortMatch): string[] {
+  if (p.protocol === 'ICMP') {
+    return [['icmp', p.icmpType !== undefined ? `icmp_type=${p.icmpType}` : '', p.icmpCode !== undefined ? `icmp_code=${p.icmpCode}` : ''].filter(Boolean).join(',')];
+  }
+  if (p.protocol === 'IGMP') return [];
+  const proto = L4[p.protocol];
+  if (!proto) return [];
+  if (typeof p.port === 'string') return []; // unresolved named port: the destination has no such port
+  const out: string[] = [];
+  for (const dst of portBlocks(p.port, p.endPort)) {
+    for (const src of portBlocks(p.sourcePort, p.sourceEndPort)) {
+      out.push([proto, dst !== undefined ? `tp_dst=${dst}` : '', src !== undefined ? `tp_src=${src}` : ''].filter(Boolean).join(','));
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// one rule -> contributions to (shared) flows
+
+interface Contribution {
+  key: string;
+  table: TableName;
+  priority: number;
+  match: string;
+  /** `conjunction(id,k/n)` text, or undefined for a flow that carries the action itself. */
+  conj?: string;
+  direct?: { owner: string; actions: string; logs: boolean };
+}
+
+interface Unit {
+  /** Conjunction-id key. */
+  key: string;
+  clauses: string[][];
+  /**
+   * Extra match on every flow of the first clause (egress: the targets). It must sit on a clause,
+   * not on the conj_id flow: when a conjunction completes but its conj_id flow does not match, OVS
+   * does not reliably go on to lower-priority conjunctions (measured with ofproto/trace, OVS 3.1).
+   */
+  extra: string;
+}
+
+const flowKey = (table: TableName, priority: number, match: string): string => `${table}|${priority}|${match}`;
+
+/** The pipeline is IPv4-only (`ip` matches): IPv6 addresses of dual-stack peers are left out. */
+const isIPv4Address = (a: string): boolean => isIPv4(a.split('/')[0]!);
+const uniqSorted = (xs: Iterable<string>): string[] => [...new Set(xs)].sort();
+
+/**
+ * The conjunction units of a rule: main (addresses) and, for egress toServices, `svc` (the Pod's
+ * pre-DNAT packet: proto,nw_dst=ClusterIP,tp_dst=port) and `svc-post` (the same connection after
+ * the host's DNAT, re-entering from the gateway with the Pod's source IP: proto,nw_dst=endpoint,
+ * tp_dst=target port). The post-DNAT unit keeps the rule in its place among the rules that judge
+ * the endpoint (a toServices Allow before a drop-all works); a packet from the gateway with a local
+ * Pod's source is always such a re-entered Service packet, so direct traffic to the endpoint is not
+ * matched. (An endpoint shared by two Services matches for both.)
+ */
+function ruleUnits(rule: NodeRule, resolve?: ServiceResolver): Unit[] {
+  const t = DIRECTION_TABLES[rule.direction];
+  // Only Pods are enforced on the bridge: a Node target (Antrea nodeSelector appliedTo) is host
+  // traffic, which the bridge never judges. (Hand-built rules without a kind are Pods when "ns/name".)
+  const targets = uniqSorted(rule.targets.filter((x) => (x.kind ?? (x.ref.includes('/') ? 'pod' : 'node')) === 'pod').flatMap((x) => x.ips).filter(isIPv4).map((ip) => `ip,${t.self}=${ip}`));
+  let services: string[] | undefined;
+  if (rule.ports.length > 0) {
+    services = uniqSorted(rule.ports.flatMap(portMatches));
+    if (services.length === 0) return []; // only conditions that never match
+  }
+  const withPorts = (cl: string[][]) => (services ? [...cl, services] : cl);
+  const egress = rule.direction === 'Egress';
+  // Stage-0 and baseline egress tables see the Pod's pre-DNAT packet: only toServices may match it.
+  const judgesEndpoint = egress && rule.priority.stage !== 1;
+  if (rule.peers === 'any') {
+    return [{ key: rule.id, clauses: withPorts([targets]), extra: judgesEndpoint ? NOT_PRE_DNAT : '' }];
+  }
+  const units: Unit[] = [];
+  const addrs = uniqSorted([...rule.peers.ips, ...rule.peers.cidrs].filter(isIPv4Address).map((a) => (a === '0.0.0.0/0' ? 'ip' : `ip,${t.peer}=${a}`)));
+  if (addrs.length > 0) {
+    units.push({ key: rule.id, clauses: withPorts(egress ? [targets, addrs] : [addrs, targets]), extra: judgesEndpoint ? NOT_PRE_DNAT : '' });
+  }
+  if (egress && rule.peers.services.length > 0) {
+    const svc = uniqSorted(rule.peers.services.filter((s) => isIPv4(s.ip)).flatMap((s) => {
+      const proto = L4[s.protocol as keyof typeof L4];
+      return proto ? [`${proto},nw_dst=${s.ip},tp_dst=${s.port}`] : [];
+    }));
+    if (svc.length > 0) units.push({ key: `${rule.id}/svc`, clauses: withPorts([targets, svc]), extra: '' });
+    const post = uniqSorted(resolvedEndpoints(rule, resolve).map((e) => `${e.proto},nw_dst=${e.ip},tp_dst=${e.port}`));
+    if (post.length > 0) units.push({ key: `${rule.id}/svc-post`, clauses: withPorts([targets, post]), extra: POST_DNAT });
+  }
+  return units;
+}
+
+function resolvedEndpoints(rule: NodeRule, resolve?: ServiceResolver): { proto: string; ip: string; port: number }[] {
+  if (!resolve || rule.direction !== 'Egress' || rule.peers === 'any') return [];
+  const out: { proto: string; ip: string; port: number }[] = [];
+  for (const s of rule.peers.services) {
+    const proto = L4[s.protocol as keyof typeof L4];
+    if (!proto || !isIPv4(s.ip)) continue;
+    for (const e of resolve(s.ip, s.protocol, s.port)) if (isIPv4(e.ip)) out.push({ proto, ip: e.ip, port: e.port });
+  }
+  return out;
+}
+
+/** What a rule's flows depend on besides the rule itself: its Services' endpoints. */
+const endpointsSignature = (rule: NodeRule, resolve?: ServiceResolver): string =>
+  uniqSorted(resolvedEndpoints(rule, resolve).map((e) => `${e.proto}/${e.ip}/${e.port}`)).join(',');
+
+/** Unit keys of a rule without building its clauses (for conjunction-id allocation). */
+function unitKeys(rule: NodeRule): string[] {
+  const keys = [rule.id];
+  if (rule.direction === 'Egress' && rule.peers !== 'any' && rule.peers.services.length > 0) keys.push(`${rule.id}/svc`, `${rule.id}/svc-post`);
+  return keys;
+}
+
+function actionsFor(rule: NodeRule, table: TableName, priority: number, conjId: number): { actions: string; logs: boolean } {
+  const t = DIRECTION_TABLES[rule.direction];
+  const log = !!rule.logging?.enabled;
+  const punt = (disposition: Disposition, reject = false) => policyPuntActions({ table, disposition, priority, conjId, log, reject });
+  const copy = (disposition: Disposition) => `${policyCopyActions({ table, disposition, priority, conjId })},`;
+  switch (rule.action) {
+    case 'Allow':
+      return { actions: `${log ? copy(Disposition.allow) : ''}goto_table:${t.metric}`, logs: log };
+    case 'Pass': {
+      const next = rule.priority.stage === 0 ? t.k8s : t.metric;
+      return { actions: `${log ? copy(Disposition.pass) : ''}goto_table:${next}`, logs: log };
+    }
+    case 'Drop':
+      return { actions: log ? punt(Disposition.drop) : 'drop', logs: log };
+    case 'Reject':
+      return { actions: punt(Disposition.reject, true), logs: log };
+  }
+}
+
+function ruleContributions(rule: NodeRule, table: TableName, priority: number, conjIds: Map<string, number>, resolve?: ServiceResolver): Contribution[] {
+  const out: Contribution[] = [];
+  for (const unit of ruleUnits(rule, resolve)) {
+    if (unit.clauses.some((c) => c.length === 0)) continue;
+    const conjId = conjIds.get(unit.key)!;
+    const { actions, logs } = actionsFor(rule, table, priority, conjId);
+    const n = unit.clauses.length;
+    const clauses = unit.clauses.map((c, i) => (i === 0 && unit.extra ? c.map((m) => `${m},${unit.extra}`) : c));
+    if (n === 1) {
+      for (const match of clauses[0]!) out.push({ key: flowKey(table, priority, match), table, priority, match, direct: { owner: unit.key, actions, logs } });
+      continue;
+    }
+    clauses.forEach((clause, i) => {
+      for (const match of clause) out.push({ key: flowKey(table, priority, match), table, priority, match, conj: `conjunction(${conjId},${i + 1}/${n})` });
+    });
+    const match = `conj_id=${conjId}`;
+    out.push({ key: flowKey(table, priority, match), table, priority, match, direct: { owner: unit.key, actions, logs } });
+  }
+  return out;
+}
+
+function isolationContributions(isolations: readonly NodeIsolation[]): Map<string, Contribution> {
+  // One drop flow per (direction, local Pod IP), logging if any isolating policy logs.
+  const want = new Map<string, { dir: Direction; ip: string; log: boolean }>();
+  for (const iso of isolations) {
+    for (const target of iso.targets) {
+      for (const ip of target.ips.filter(isIPv4)) {
+        const owner = `iso/${iso.direction}/${ip}`;
+        const cur = want.get(owner);
+        want.set(owner, { dir: iso.direction, ip, log: (cur?.log ?? false) || !!iso.logging?.enabled });
+      }
+    }
+  }
+  const out = new Map<string, Contribution>();
+  const put = (owner: string, table: TableName, match: string, actions: string, logs: boolean) =>
+    out.set(owner, { key: flowKey(table, PRIORITY.isolation, match), table, priority: PRIORITY.isolation, match, direct: { owner, actions, logs } });
+  for (const [owner, w] of want) {
+    const t = DIRECTION_TABLES[w.dir];
+    const actions = w.log ? policyPuntActions({ table: t.dflt, disposition: Disposition.drop, priority: PRIORITY.isolation, conjId: 0, log: true, reject: false }) : 'drop';
+    if (w.dir === 'Ingress') {
+      put(owner, t.dflt, `ip,${t.self}=${w.ip}`, actions, w.log);
+      continue;
+    }
+    // An isolated Pod's packet to a ClusterIP goes on: its endpoint is judged after DNAT, and
+    // baseline rules (its only other judges) are never reached by an isolated Pod.
+    put(owner, t.dflt, `ip,${t.self}=${w.ip},${NOT_PRE_DNAT}`, actions, w.log);
+    put(`${owner}/pre-dnat`, t.dflt, `ip,${t.self}=${w.ip},${PRE_DNAT}`, `goto_table:${t.metric}`, false);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// shared flow table
+
+interface SharedFlow {
+  table: TableName;
+  priority: number;
+  match: string;
+  conj: Map<string, number>;
+  direct: Map<string, { actions: string; logs: boolean }>;
+}
+
+function render(s: SharedFlow): Flow | undefined {
+  if (s.direct.size > 0) {
+    // Several flows with one match and priority: only K8s allow rules (all allow) can meet here;
+    // a flow that logs is preferred so the audit log sees the connection.
+    const [, chosen] = [...s.direct].sort(([a, x], [b, y]) => Number(y.logs) - Number(x.logs) || (a < b ? -1 : a > b ? 1 : 0))[0]!;
+    return policyFlow(s.table, s.priority, s.match, chosen.actions);
+  }
+  if (s.conj.size === 0) return undefined;
+  const conj = [...s.conj.keys()].sort((a, b) => {
+    const [ia, ka] = conjSortKey(a);
+    const [ib, kb] = conjSortKey(b);
+    return ia - ib || ka.localeCompare(kb);
+  });
+  return policyFlow(s.table, s.priority, s.match, conj.join(','));
+}
+
+function conjSortKey(c: string): [number, string] {
+  const m = /^conjunction\((\d+),(.*)\)$/.exec(c);
+  return [Number(m?.[1] ?? 0), m?.[2] ?? ''];
+}
+
+interface RuleEntry {
+  rule: NodeRule;
+  table: TableName;
+  priority: number;
+  conjIds: number[];
+  endpoints: string;
+  contributions: Contribution[];
+}
+
+/**
+ * The compiled policy flows of one node. `sync()` takes the current rule set (and optionally the
+ * ChangeSet that led to it) and returns the flows to add and delete; `flows()` is the whole set.
+ */
+export class PolicyFlows {
+  private readonly rules = new Map<string, RuleEntry>();
+  private readonly isolations = new Map<string, Contribution>();
+  private readonly shared = new Map<string, SharedFlow>();
+  private readonly rendered = new Map<string, Flow>();
+  private readonly identities = new Map<number, RuleIdentity>();
+  private initialized = false;
+
+  /** `naturalConjId` replaces the conjunction-id hash (tests force collisions with it). */
+  constructor(private readonly opts: { naturalConjId?: (key: string) => number } = {}) {}
+
+  /**
+   * Brings the compiled state to `input`. `dirtyRuleIds` = the computed-rule ids (NodeRule.ruleId)
+   * whose content may have changed; undefined = recompile every rule (full compile). Rules that
+   * appear or disappear, and rules whose priority or conjunction id moved, are always handled.
+   */
+  sync(input: PolicyFlowInput, dirtyRuleIds?: ReadonlySet<string>): PolicyFlowDelta {
+    const touched = new Set<string>();
+    if (!this.initialized) {
+      for (const f of staticPolicyFlows()) {
+        const key = flowKey(f.table, f.priority, f.match);
+        this.addContribution({ key, table: f.table, priority: f.priority, match: f.match, direct: { owner: 'static', actions: f.actions, logs: false } }, touched);
+      }
+      this.initialized = true;
+    }
+    const next = new Map<string, NodeRule>();
+    for (const r of input.rules) {
+      if (next.has(r.id)) throw new PolicyFlowError(`node rule id ${r.id} appears twice in the rule set`);
+      next.set(r.id, r);
+    }
+    const { priorities, conjIds } = allocate(input.rules, this.opts.naturalConjId);
+    for (const [id, entry] of this.rules) {
+      if (next.has(id)) continue;
+      for (const c of entry.contributions) this.removeContribution(c, touched);
+      this.rules.delete(id);
+    }
+    for (const rule of input.rules) {
+      const table = ruleTable(rule);
+      const priority = priorities.get(rule.id)!;
+      const ids = unitKeys(rule).map((k) => conjIds.get(k)!);
+      const endpoints = endpointsSignature(rule, input.serviceEndpoints);
+      const prev = this.rules.get(rule.id);
+      const dirty = !prev || !dirtyRuleIds || dirtyRuleIds.has(rule.ruleId) || prev.table !== table || prev.priority !== priority ||
+        prev.conjIds.join() !== ids.join() || prev.endpoints !== endpoints;
+      if (!dirty) {
+        prev.rule = rule; // same content; keep the latest object (its `order` may have moved)
+        continue;
+      }
+      if (prev) for (const c of prev.contributions) this.removeContribution(c, touched);
+      const contributions = ruleContributions(rule, table, priority, conjIds, input.serviceEndpoints);
+      for (const c of contributions) this.addContribution(c, touched);
+      this.rules.set(rule.id, { rule, table, priority, conjIds: ids, endpoints, contributions });
+    }
+    const iso = isolationContributions(input.isolations);
+    for (const [owner, c] of this.isolations) {
+      const now = iso.get(owner);
+      if (now && now.key === c.key && now.direct!.actions === c.direct!.actions) continue;
+      this.removeContribution(c, touched);
+      this.isolations.delete(owner);
+    }
+    for (const [owner, c] of iso) {
+      if (this.isolations.has(owner)) continue;
+      this.addContribution(c, touched);
+      this.isolations.set(owner, c);
+    }
+    this.rebuildIdentities();
+    return this.renderTouched(touched);
+  }
+
+  /** Every policy flow, in a deterministic order. */
+  flows(): Flow[] {
+    return [...this.rendered.values()].sort(compareFlows);
+  }
+
+  /** The rule behind a conjunction id (from a punt's userdata), or undefined. */
+  describe(conjId: number): RuleIdentity | undefined {
+    return this.identities.get(conjId);
+  }
+
+  private rebuildIdentities(): void {
+    this.identities.clear();
+    for (const [id, e] of this.rules) {
+      for (const conjId of e.conjIds) {
+        this.identities.set(conjId, {
+          conjId, nodeRuleId: id, ruleId: e.rule.ruleId, ref: e.rule.ref, direction: e.rule.direction, action: e.rule.action,
+          table: e.table, priority: e.priority, ...(e.rule.logging ? { logging: e.rule.logging } : {}),
+        });
+      }
+    }
+  }
+
+  private addContribution(c: Contribution, touched: Set<string>): void {
+    let s = this.shared.get(c.key);
+    if (!s) this.shared.set(c.key, (s = { table: c.table, priority: c.priority, match: c.match, conj: new Map(), direct: new Map() }));
+    if (c.conj) s.conj.set(c.conj, (s.conj.get(c.conj) ?? 0) + 1);
+    if (c.direct) s.direct.set(c.direct.owner, { actions: c.direct.actions, logs: c.direct.logs });
+    touched.add(c.key);
+  }
+
+  private removeContribution(c: Contribution, touched: Set<string>): void {
+    const s = this.shared.get(c.key);
+    if (!s) return;
+    if (c.conj) {
+      const n = (s.conj.get(c.conj) ?? 0) - 1;
+      if (n > 0) s.conj.set(c.conj, n);
+      else s.conj.delete(c.conj);
+    }
+    if (c.direct) s.direct.delete(c.direct.owner);
+    if (s.conj.size === 0 && s.direct.size === 0) this.shared.delete(c.key);
+    touched.add(c.key);
+  }
+
+  private renderTouched(touched: Set<string>): PolicyFlowDelta {
+    const add: Flow[] = [];
+    const remove: Flow[] = [];
+    for (const key of touched) {
+      const old = this.rendered.get(key);
+      const s = this.shared.get(key);
+      const now = s ? render(s) : undefined;
+      if (old && now && old.cookie === now.cookie) continue;
+      if (old) {
+        remove.push(old);
+        this.rendered.delete(key);
+      }
+      if (now) {
+        add.push(now);
+        this.rendered.set(key, now);
+      }
+    }
+    return { add: add.sort(compareFlows), remove: remove.sort(compareFlows) };
+  }
+}
+
+function compareFlows(a: Flow, b: Flow): number {
+  return tableId(a.table) - tableId(b.table) || b.priority - a.priority || a.match.localeCompare(b.match) || a.actions.localeCompare(b.actions);
+}
+
+/** Priorities of the ordered tables and conjunction ids, from the whole rule set. */
+function allocate(rules: readonly NodeRule[], natural?: (key: string) => number): { priorities: Map<string, number>; conjIds: Map<string, number> } {
+  const byTable = new Map<TableName, NodeRule[]>();
+  const priorities = new Map<string, number>();
+  for (const r of rules) {
+    if (r.priority.stage === 1) {
+      priorities.set(r.id, PRIORITY.k8s);
+      continue;
+    }
+    const t = ruleTable(r);
+    let list = byTable.get(t);
+    if (!list) byTable.set(t, (list = []));
+    list.push(r);
+  }
+  for (const [table, list] of byTable) for (const [id, p] of allocatePriorities(table, list)) priorities.set(id, p);
+  return { priorities, conjIds: allocateConjIds(rules.flatMap(unitKeys), natural) };
+}
+
+/**
+ * The computed-rule ids a ChangeSet may have changed: its rules and the rules using its groups
+ * (named egress ports have groups of their own, so a Pod gaining or losing one is named too).
+ */
+export function dirtyRuleIds(changes: ChangeSet, computedRules: readonly ComputedRule[]): Set<string> {
+  const out = new Set<string>([...changes.rules.added, ...changes.rules.updated, ...changes.rules.removed]);
+  const groups = new Set<string>([
+    ...changes.addressGroups.added, ...changes.addressGroups.updated, ...changes.addressGroups.removed,
+    ...changes.appliedToGroups.added, ...changes.appliedToGroups.updated, ...changes.appliedToGroups.removed,
+  ]);
+  if (groups.size > 0) {
+    for (const r of computedRules) {
+      if (r.appliedToGroups.some((g) => groups.has(g)) || r.addressGroups.some((g) => groups.has(g))) out.add(r.id);
+    }
+  }
+  return out;
+}

@@ -1,0 +1,6 @@
+export * from './compile.js';
+export * from './conjids.js';
+export * from './input.js';
+export * from './portmasks.js';
+export * from './priorities.js';
+export * from './punt.js';

@@ -1,0 +1,87 @@
+/**
+ * The OVS pipeline's vocabulary: table names and numbers, register bits, conntrack marks and the
+ * fixed MACs of policy-only mode. Pure constants; every other module refers to tables by name
+ * through this map, and the OVS adapter registers the names in OVSDB (Bridge.flow_tables) so that
+ * `ovs-ofctl --names dump-flows` and `ofproto/trace` show them.
+ */
+
+/** Tables in pipeline order (OpenFlow goto_table only jumps forward, so order = numbering). */
+export const TABLES = [
+  'Classifier', // 0: where did the packet come from (gateway / local Pod), ARP vs IP
+  'ARPSpoofGuard', // Pod ARP only for its own IP+MAC
+  'ARPResponder', // every ARP request -> aa:bb:cc:dd:ee:ff
+  'SpoofGuard', // Pod IP only from its own IP+MAC
+  'ConntrackZone', // ct(zone=65520)
+  'ConntrackState', // +inv drop
+  // Egress policy hooks (filled by the enforcement issue; today they pass everything).
+  'AntreaPolicyEgressRule',
+  'EgressRule',
+  'EgressDefaultRule',
+  'EgressMetric',
+  'L3Forwarding', // local Pod by destination IP, Service CIDR and everything else -> gateway
+  'L3DecTTL', // Pod -> local Pod: the hop the host kernel used to make
+  'IngressSecurityClassifier', // ingress rules apply only to local Pod destinations
+  // Ingress policy hooks (filled by the enforcement issue; today they pass everything).
+  'AntreaPolicyIngressRule',
+  'IngressRule',
+  'IngressDefaultRule',
+  'IngressMetric',
+  'ConntrackCommit', // commit new connections; re-entrance skips it
+  'Output', // output:reg1, or IN_PORT with the re-entrance MAC
+] as const;
+
+export type TableName = (typeof TABLES)[number];
+
+export const tableId = (name: TableName): number => TABLES.indexOf(name);
+
+/** The table after `name` (hook tables miss to it). */
+export function nextTable(name: TableName): TableName {
+  const i = TABLES.indexOf(name);
+  const next = TABLES[i + 1];
+  if (next === undefined) throw new Error(`table ${name} is the last table`);
+  return next;
+}
+
+/** Policy hook tables: empty today apart from a pass-through miss flow. */
+export const POLICY_HOOK_TABLES: readonly TableName[] = [
+  'AntreaPolicyEgressRule',
+  'EgressRule',
+  'EgressDefaultRule',
+  'EgressMetric',
+  'AntreaPolicyIngressRule',
+  'IngressRule',
+  'IngressDefaultRule',
+  'IngressMetric',
+];
+
+export const VIRTUAL_MAC = 'aa:bb:cc:dd:ee:ff';
+export const REENTRANCE_MAC = 'de:ad:be:ef:de:ad';
+export const CT_ZONE = 65520;
+/** Fixed OpenFlow port number requested for antrea-gw0 (Pod ports get OVS-assigned numbers below it). */
+export const GATEWAY_OFPORT = 32769;
+
+/**
+ * reg0 layout (value/mask pairs used in matches and set_field):
+ *  [0..3]  packet source: 1 = gateway, 2 = local Pod
+ *  [4]     host-originated: from the gateway with the node IP as source (policy exempts it)
+ *  [5]     destination in a Service CIDR (goes to the host untouched; policy decides post-DNAT)
+ *  [8..11] packet destination: 1 = gateway, 2 = local Pod
+ * reg1 = output ofport.
+ */
+export const REG0 = {
+  srcMask: 0xf,
+  srcGateway: 0x1,
+  srcPod: 0x2,
+  fromHost: 0x10,
+  toService: 0x20,
+  dstMask: 0xf00,
+  dstGateway: 0x100,
+  dstPod: 0x200,
+} as const;
+
+/** ct_mark bit: the connection entered the bridge from the gateway (its replies go back there). */
+export const CT_MARK_FROM_GATEWAY = 0x20;
+
+export const hex = (n: number): string => `0x${n.toString(16)}`;
+/** `reg0=0x1/0xf` style match or set_field operand. */
+export const masked = (value: number, mask: number): string => `${hex(value)}/${hex(mask)}`;

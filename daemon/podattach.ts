@@ -1,0 +1,335 @@
+/**
+ * The CNI handler: attaches a Pod's host veth to br-int behind the primary CNI (ADD), detaches it
+ * (DEL), verifies it (CHECK), collects leftovers (GC). Every ADD step is undone in reverse order
+ * if a later one fails, so a failed ADD leaves nothing behind; a repeated ADD finds everything in
+ * place and changes nothing.
+ */
+import { existsSync } from 'node:fs';
+import { isIPv4 } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import type { Logger } from 'pino';
+import { CniErrorCode } from '../cni/protocol.js';
+import { CniError, type CniHandler, type GcAttachment, type PodRequest } from './cniserver.js';
+import { podFlows } from './flows/pipeline.js';
+import type { PodPortIds, PodPortRecord } from './flows/ovs.js';
+
+/** What the agent knows about one attached Pod (rebuilt from OVSDB external_ids after a restart). */
+export interface PodAttachment {
+  containerId: string;
+  podNamespace: string;
+  podName: string;
+  netns: string;
+  ifName: string;
+  hostVeth: string;
+  ofport: number;
+  /** MAC of the Pod's own interface. */
+  mac: string;
+  ips: string[];
+}
+
+export const ATTACH_STEPS = ['find-veth', 'isolate-veth', 'attach-port', 'move-routes', 'install-flows'] as const;
+export type AttachStep = (typeof ATTACH_STEPS)[number];
+
+/** The parts of the agent PodAttacher drives (real: Ovs, HostNetwork, podlink; tests may wrap them). */
+export interface AttachDeps {
+  datapath: 'system' | 'netdev';
+  bridge: string;
+  ovs: {
+    addPodPort(name: string, ids: PodPortIds): Promise<number>;
+    removePort(name: string): Promise<void>;
+    listPodPorts(): Promise<PodPortRecord[]>;
+    installedCookies(): Promise<string[]>;
+  };
+  hostnet: {
+    movePodRoutes(ips: string[], hostVeth: string): Promise<void>;
+    restorePodRoutes(ips: string[], hostVeth: string): Promise<void>;
+    checkPodRoutes(ips: string[]): Promise<string[]>;
+    isolateHostVeth(ifName: string): Promise<void>;
+    releaseHostVeth(ifName: string): Promise<void>;
+    /** Host veths that currently have the netdev ingress drop. */
+    isolatedVeths(): Promise<string[]>;
+  };
+  findHostVeth(netnsPath: string, ifName: string): Promise<{ hostIfName: string; podMac: string }>;
+  disablePodTxOffload(netnsPath: string, ifName: string): Promise<void>;
+  /** The attached Pods; the desired flows are computed from it. */
+  pods: Map<string, PodAttachment>;
+  /** Converges the bridge's flows to the current `pods` (verify: dump the bridge instead of trusting memory). */
+  syncFlows(opts?: { verify?: boolean }): Promise<unknown>;
+  isReady(): boolean;
+  /** Tells the policy side a local Pod appeared / went away. */
+  onPodAttached?(pod: PodAttachment): void;
+  onPodDetached?(pod: PodAttachment): void;
+  /** Test hook (SLUICE_FAILPOINT): throw after this step completed, to exercise the rollback. */
+  failAfter?: AttachStep;
+  log: Logger;
+}
+
+export function portIds(p: PodAttachment): PodPortIds {
+  return {
+    'sluice-type': 'container',
+    'container-id': p.containerId,
+    'pod-namespace': p.podNamespace,
+    'pod-name': p.podName,
+    'ip-address': p.ips.join(','),
+    'attached-mac': p.mac,
+    'net-ns': p.netns,
+    'if-name': p.ifName,
+  };
+}
+
+/** Rebuilds an attachment from its OVSDB port; undefined when the record is not usable. */
+export function attachmentFromPort(r: PodPortRecord): PodAttachment | undefined {
+  const ids = r.ids;
+  if (!ids['container-id'] || !ids['attached-mac'] || !ids['ip-address']) return undefined;
+  return {
+    containerId: ids['container-id'],
+    podNamespace: ids['pod-namespace'] ?? '',
+    podName: ids['pod-name'] ?? '',
+    netns: ids['net-ns'] ?? '',
+    ifName: ids['if-name'] ?? 'eth0',
+    hostVeth: r.name,
+    ofport: r.ofport,
+    mac: ids['attached-mac'],
+    ips: ids['ip-address'].split(',').filter(Boolean),
+  };
+}
+
+/** The Pod's IPv4 addresses from prevResult: those on CNI_IFNAME (or unassigned ones). */
+export function podIPs(req: PodRequest): string[] {
+  const result = req.prevResult;
+  const ifaces = result?.interfaces ?? [];
+  const ips = (result?.ips ?? [])
+    .filter((ip) => ip.interface === undefined || ifaces[ip.interface]?.name === req.ifName)
+    .map((ip) => ip.address.split('/')[0]!)
+    .filter((a) => isIPv4(a));
+  return [...new Set(ips)].sort();
+}
+
+const describe = (err: unknown): string => (err instanceof Error ? err.message : String(err));
+
+export class PodAttacher implements CniHandler {
+  constructor(private readonly d: AttachDeps) {}
+
+  async status(): Promise<void> {
+    if (!this.d.isReady()) throw new CniError(CniErrorCode.PluginNotAvailable, 'sluice-agent is starting (bridge, flows and host networking not yet converged)');
+  }
+
+  async add(req: PodRequest): Promise<void> {
+    const { log } = this.d;
+    if (!this.d.isReady()) throw new CniError(CniErrorCode.TryAgainLater, 'sluice-agent is not ready yet; retry shortly');
+    // Step 1: the host side of the Pod's interface.
+    if (!existsSync(req.netns)) throw new CniError(CniErrorCode.InvalidEnvironment, `CNI_NETNS ${req.netns} does not exist`);
+    let veth: { hostIfName: string; podMac: string };
+    const findStart = performance.now();
+    try {
+      veth = await this.d.findHostVeth(req.netns, req.ifName);
+    } catch (err) {
+      throw new CniError(CniErrorCode.InvalidEnvironment, `CNI_IFNAME ${req.ifName}: ${describe(err)}`);
+    }
+    const ips = podIPs(req);
+    if (ips.length === 0) {
+      throw new CniError(
+        CniErrorCode.InvalidNetworkConfig,
+        `prevResult has no IPv4 address for interface ${req.ifName}: sluice needs the primary CNI's Pod IPs to route them through ${this.d.bridge}`,
+      );
+    }
+    const want: PodAttachment = {
+      containerId: req.containerId,
+      podNamespace: req.podNamespace ?? '',
+      podName: req.podName ?? '',
+      netns: req.netns,
+      ifName: req.ifName,
+      hostVeth: veth.hostIfName,
+      ofport: -1,
+      mac: veth.podMac.toLowerCase(),
+      ips,
+    };
+    const existing = this.d.pods.get(req.containerId);
+    if (existing && sameAttachment(existing, want)) {
+      const repaired = await this.repair(existing);
+      if (repaired.length) log.warn({ containerId: req.containerId, repaired }, 'add: repeated ADD repaired a partial attachment');
+      else log.info({ containerId: req.containerId }, 'add: already attached, nothing to do');
+      return;
+    }
+    if (existing) {
+      log.warn({ containerId: req.containerId, old: existing.hostVeth, new: want.hostVeth }, 'add: attachment changed, detaching the old one first');
+      await this.detach(existing);
+    }
+    let clash = [...this.d.pods.values()].find((p) => p.ips.some((ip) => ips.includes(ip)) || p.hostVeth === want.hostVeth);
+    if (clash && !existsSync(clash.netns)) {
+      // Its Pod is gone and its DEL never reached us (e.g. the agent was down): the IP was reused.
+      log.warn({ containerId: clash.containerId, veth: clash.hostVeth }, 'add: removing a stale attachment whose netns is gone');
+      await this.detach(clash);
+      clash = undefined;
+    }
+    if (clash) {
+      throw new CniError(
+        CniErrorCode.AttachFailed,
+        `cannot attach container ${req.containerId}: ${clash.hostVeth === want.hostVeth ? `veth ${want.hostVeth}` : `IP ${ips.find((ip) => clash.ips.includes(ip))}`} is still attached for container ${clash.containerId} (DEL it first)`,
+      );
+    }
+    await this.attach(want, Math.round(performance.now() - findStart));
+  }
+
+  private async attach(pod: PodAttachment, findMs = 0): Promise<void> {
+    const { d } = this;
+    const undo: { step: AttachStep; run: () => Promise<unknown> }[] = [];
+    let step: AttachStep = 'find-veth';
+    const timings: Partial<Record<AttachStep, number>> = { 'find-veth': findMs };
+    let mark = performance.now();
+    const done = (s: AttachStep) => {
+      const now = performance.now();
+      timings[s] = (timings[s] ?? 0) + Math.round(now - mark);
+      mark = now;
+      if (d.failAfter === s) throw new Error(`failpoint after step ${s}`);
+    };
+    try {
+      done('find-veth');
+      step = 'isolate-veth';
+      if (d.datapath === 'netdev') {
+        undo.push({ step, run: () => d.hostnet.releaseHostVeth(pod.hostVeth) });
+        await Promise.all([d.hostnet.isolateHostVeth(pod.hostVeth), d.disablePodTxOffload(pod.netns, pod.ifName)]);
+      }
+      done(step);
+      step = 'attach-port';
+      undo.push({ step, run: () => d.ovs.removePort(pod.hostVeth) });
+      pod.ofport = await d.ovs.addPodPort(pod.hostVeth, portIds(pod));
+      done(step);
+      step = 'move-routes';
+      undo.push({ step, run: () => d.hostnet.restorePodRoutes(pod.ips, pod.hostVeth) });
+      await d.hostnet.movePodRoutes(pod.ips, pod.hostVeth);
+      done(step);
+      step = 'install-flows';
+      undo.push({
+        step,
+        run: async () => {
+          d.pods.delete(pod.containerId);
+          await d.syncFlows();
+        },
+      });
+      d.pods.set(pod.containerId, pod);
+      await d.syncFlows();
+      done(step);
+    } catch (err) {
+      const failures: string[] = [];
+      for (const u of undo.reverse()) {
+        try {
+          await u.run();
+        } catch (e) {
+          failures.push(`undo ${u.step}: ${describe(e)}`);
+        }
+      }
+      d.log.error({ containerId: pod.containerId, step, err: describe(err), rollbackFailures: failures }, 'add: failed, rolled back');
+      throw new CniError(
+        CniErrorCode.AttachFailed,
+        `attaching container ${pod.containerId} (${pod.hostVeth}) to ${d.bridge} failed at step ${step}: ${describe(err)}`,
+        failures.length ? `rollback incomplete: ${failures.join('; ')}` : `rolled back: ${undo.map((u) => u.step).join(', ') || 'nothing to undo'}`,
+      );
+    }
+    d.log.info({ containerId: pod.containerId, pod: `${pod.podNamespace}/${pod.podName}`, veth: pod.hostVeth, ofport: pod.ofport, ips: pod.ips, ms: timings }, 'add: attached');
+    d.onPodAttached?.(pod);
+  }
+
+  /** Re-applies whatever is missing of an existing attachment; returns what it fixed. */
+  private async repair(pod: PodAttachment): Promise<string[]> {
+    const problems = await this.problems(pod);
+    if (problems.length === 0) return [];
+    if (this.d.datapath === 'netdev') await this.d.hostnet.isolateHostVeth(pod.hostVeth);
+    pod.ofport = await this.d.ovs.addPodPort(pod.hostVeth, portIds(pod));
+    await this.d.hostnet.movePodRoutes(pod.ips, pod.hostVeth);
+    await this.d.syncFlows({ verify: true });
+    return problems;
+  }
+
+  /** What is missing of an attachment: port, routes, flows. Empty = complete. */
+  async problems(pod: PodAttachment): Promise<string[]> {
+    const out: string[] = [];
+    const port = (await this.d.ovs.listPodPorts()).find((p) => p.name === pod.hostVeth);
+    if (!port) out.push(`port ${pod.hostVeth} is not on ${this.d.bridge}`);
+    else {
+      if (port.ids['container-id'] !== pod.containerId) out.push(`port ${pod.hostVeth} belongs to container ${port.ids['container-id']}`);
+      if (port.ofport < 1) out.push(`port ${pod.hostVeth} has no OpenFlow port (${port.error ?? 'interface missing'})`);
+      else if (port.ofport !== pod.ofport) out.push(`port ${pod.hostVeth} has OpenFlow port ${port.ofport}, flows use ${pod.ofport}`);
+    }
+    out.push(...(await this.d.hostnet.checkPodRoutes(pod.ips)));
+    if (this.d.datapath === 'netdev' && !(await this.d.hostnet.isolatedVeths()).includes(pod.hostVeth)) {
+      out.push(`host veth ${pod.hostVeth} is not isolated (netdev ingress drop missing: packets would be duplicated)`);
+    }
+    const installed = new Set(await this.d.ovs.installedCookies());
+    const expected = pod.ofport > 0 ? podFlows(pod) : [];
+    const missing = expected.filter((f) => !installed.has(f.cookie));
+    if (missing.length) {
+      const tables = [...new Set(missing.map((f) => f.table))].join(', ');
+      out.push(`${missing.length} of ${expected.length} flows missing (tables ${tables})`);
+    }
+    return out;
+  }
+
+  async check(req: PodRequest): Promise<void> {
+    const pod = this.d.pods.get(req.containerId);
+    if (!pod) throw new CniError(CniErrorCode.CheckFailed, `container ${req.containerId} is not attached to ${this.d.bridge}`);
+    const problems = await this.problems(pod);
+    const ips = podIPs(req);
+    if (req.prevResult && ips.join(',') !== pod.ips.join(',')) problems.push(`prevResult IPs ${ips.join(',') || '(none)'} differ from the attached IPs ${pod.ips.join(',')}`);
+    if (req.ifName !== pod.ifName) problems.push(`attached interface is ${pod.ifName}, not ${req.ifName}`);
+    if (problems.length) throw new CniError(CniErrorCode.CheckFailed, `container ${req.containerId}: ${problems.join('; ')}`);
+  }
+
+  async del(req: PodRequest): Promise<void> {
+    const pod = this.d.pods.get(req.containerId) ?? (await this.fromOvsdb(req.containerId));
+    if (!pod) {
+      this.d.log.info({ containerId: req.containerId }, 'del: container not attached, nothing to do');
+      return;
+    }
+    const failures = await this.detach(pod);
+    if (failures.length) throw new CniError(CniErrorCode.DetachFailed, `detaching container ${req.containerId}: ${failures.join('; ')}`);
+  }
+
+  /** A port the registry lost track of (e.g. an earlier failed start) is still found by its external_ids. */
+  private async fromOvsdb(containerId: string): Promise<PodAttachment | undefined> {
+    const rec = (await this.d.ovs.listPodPorts()).find((p) => p.ids['container-id'] === containerId);
+    return rec ? attachmentFromPort(rec) : undefined;
+  }
+
+  /** Flows, port, veth isolation, routes back onto the veth. Tries every step; returns failures. */
+  async detach(pod: PodAttachment): Promise<string[]> {
+    const { d } = this;
+    const failures: string[] = [];
+    const attempt = async (what: string, fn: () => Promise<unknown>) => {
+      try {
+        await fn();
+      } catch (err) {
+        failures.push(`${what}: ${describe(err)}`);
+      }
+    };
+    const wasRegistered = d.pods.delete(pod.containerId);
+    await attempt('remove flows', () => d.syncFlows());
+    await attempt('remove port', () => d.ovs.removePort(pod.hostVeth));
+    if (d.datapath === 'netdev') await attempt('release veth', () => d.hostnet.releaseHostVeth(pod.hostVeth));
+    await attempt('restore routes', () => d.hostnet.restorePodRoutes(pod.ips, pod.hostVeth));
+    if (failures.length) d.log.error({ containerId: pod.containerId, failures }, 'del: incomplete');
+    else d.log.info({ containerId: pod.containerId, veth: pod.hostVeth }, 'del: detached');
+    if (wasRegistered) d.onPodDetached?.(pod);
+    return failures;
+  }
+
+  async gc(valid: GcAttachment[], _req: { networkName: string }): Promise<void> {
+    const keep = new Set(valid.map((v) => `${v.containerId}\u0000${v.ifName}`));
+    const known = new Map(this.d.pods);
+    for (const rec of await this.d.ovs.listPodPorts()) {
+      const a = attachmentFromPort(rec);
+      if (a && !known.has(a.containerId)) known.set(a.containerId, a);
+    }
+    const failures: string[] = [];
+    for (const pod of known.values()) {
+      if (keep.has(`${pod.containerId}\u0000${pod.ifName}`)) continue;
+      this.d.log.info({ containerId: pod.containerId, veth: pod.hostVeth }, 'gc: removing an attachment not in cni.dev/valid-attachments');
+      failures.push(...(await this.detach(pod)).map((f) => `${pod.containerId}: ${f}`));
+    }
+    if (failures.length) throw new CniError(CniErrorCode.GcFailed, `GC could not remove everything: ${failures.join('; ')}`);
+  }
+}
+
+function sameAttachment(a: PodAttachment, b: PodAttachment): boolean {
+  return a.hostVeth === b.hostVeth && a.mac === b.mac && a.ips.join(',') === b.ips.join(',') && a.ifName === b.ifName && a.netns === b.netns;
+}

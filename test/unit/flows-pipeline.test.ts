@@ -1,0 +1,167 @@
+import t from 'tap';
+import { bundleText, diffFlows, isEmptyDiff, parseSluiceCookies } from '../../daemon/flows/diff.js';
+import { type Flow, flowText, resolveTableNames } from '../../daemon/flows/flow.js';
+import { computeFlows, type PipelineInput, PipelineInputError, podFlows } from '../../daemon/flows/pipeline.js';
+import { POLICY_HOOK_TABLES, TABLES, tableId } from '../../daemon/flows/tables.js';
+
+const GWMAC = '0a:00:00:00:00:01';
+const p1 = { containerId: 'c1', ofport: 11, mac: '2a:00:00:00:00:11', ips: ['10.1.0.11'] };
+const p3 = { containerId: 'c3', ofport: 13, mac: '2a:00:00:00:00:13', ips: ['10.1.0.13'] };
+const input = (over: Partial<PipelineInput> = {}): PipelineInput => ({
+  gatewayOfport: 32769,
+  gatewayMac: GWMAC,
+  nodeIP: '192.168.77.11',
+  serviceCIDRs: ['10.96.0.0/12'],
+  pods: [p1, p3],
+  ...over,
+});
+const inTable = (flows: Flow[], table: string) => flows.filter((f) => f.table === table);
+const one = (flows: Flow[], pred: (f: Flow) => boolean, what: string): Flow => {
+  const found = flows.filter(pred);
+  if (found.length !== 1) throw new Error(`expected exactly one flow for ${what}, got ${found.length}`);
+  return found[0]!;
+};
+
+t.test('deterministic and independent of Pod order', async (t) => {
+  const a = computeFlows(input());
+  const b = computeFlows(input({ pods: [p3, p1] }));
+  t.same(a.map(flowText), b.map(flowText));
+  t.equal(new Set(a.map((f) => f.cookie)).size, a.length, 'cookies are unique');
+  for (const f of a) t.match(f.cookie, /^0x51ce0[01][0-9a-f]{10}$/, `cookie of ${f.table} ${f.match}`);
+  t.ok(a.filter((f) => f.owner === 'c1').every((f) => f.cookie.startsWith('0x51ce01')), 'Pod flows carry category 1');
+  t.ok(a.filter((f) => !f.owner).every((f) => f.cookie.startsWith('0x51ce00')), 'base flows carry category 0');
+});
+
+t.test('every goto_table jumps forward and every table has a miss flow', async (t) => {
+  const flows = computeFlows(input());
+  for (const f of flows) {
+    for (const m of flowText(f).matchAll(/(?:goto_table:|table=)(\d+)(?=[,)]|$)/g)) {
+      if (m[0].startsWith('table=') && Number(m[1]) === tableId(f.table)) continue; // its own table= prefix
+      t.ok(Number(m[1]) > tableId(f.table), `${f.table} -> table ${m[1]}`);
+    }
+  }
+  for (const table of TABLES.filter((x) => x !== 'Output')) {
+    t.ok(inTable(flows, table).some((f) => f.priority === 0 && f.match === ''), `${table} has a priority-0 miss flow`);
+  }
+});
+
+t.test('ARP responder answers every request with the virtual MAC out IN_PORT', async (t) => {
+  const flows = computeFlows(input());
+  const f = one(flows, (f) => f.table === 'ARPResponder' && f.priority > 0, 'ARP responder');
+  t.equal(f.match, 'arp,arp_op=1');
+  t.match(f.actions, /set_field:aa:bb:cc:dd:ee:ff->eth_src/);
+  t.match(f.actions, /set_field:aa:bb:cc:dd:ee:ff->arp_sha/);
+  t.match(f.actions, /set_field:2->arp_op/);
+  t.match(f.actions, /IN_PORT$/);
+  t.ok(flows.some((f) => f.table === 'ARPSpoofGuard' && f.match === 'arp,in_port=32769'), 'the host may ARP for anything');
+  one(flows, (f) => f.table === 'ARPSpoofGuard' && f.match === `arp,in_port=11,dl_src=${p1.mac},arp_spa=10.1.0.11,arp_sha=${p1.mac}`, 'p1 ARP guard');
+});
+
+t.test('spoof guard: a Pod port passes only with its own MAC and IP', async (t) => {
+  const flows = computeFlows(input({ pods: [{ ...p1, ips: ['10.1.0.11', '10.1.0.12'] }] }));
+  const guards = inTable(flows, 'SpoofGuard').filter((f) => f.owner === 'c1');
+  t.same(guards.map((f) => f.match).sort(), [`ip,in_port=11,dl_src=${p1.mac},nw_src=10.1.0.11`, `ip,in_port=11,dl_src=${p1.mac},nw_src=10.1.0.12`]);
+  t.ok(inTable(flows, 'SpoofGuard').some((f) => f.priority === 0 && f.actions === 'drop'), 'anything else is dropped');
+  t.ok(inTable(flows, 'Classifier').some((f) => f.priority === 0 && f.actions === 'drop'), 'unknown ports and non-IP are dropped');
+});
+
+t.test('conntrack zone 65520 and invalid drop', async (t) => {
+  const flows = computeFlows(input());
+  t.ok(inTable(flows, 'ConntrackZone').filter((f) => f.match.startsWith('ip')).every((f) => f.actions.includes('ct(table=ConntrackState,zone=65520)')), 'every IP packet is tracked in zone 65520');
+  one(flows, (f) => f.table === 'ConntrackState' && f.match === 'ct_state=+inv+trk,ip' && f.actions === 'drop', 'inv drop');
+  t.match(resolveTableNames('ct(table=ConntrackState,zone=65520)'), `ct(table=${tableId('ConntrackState')},zone=65520)`);
+});
+
+t.test('L3 forwarding: local Pods by destination IP, everything else and Services to the gateway', async (t) => {
+  const flows = computeFlows(input());
+  const toP3 = one(flows, (f) => f.table === 'L3Forwarding' && f.match === 'ip,nw_dst=10.1.0.13', 'to p3');
+  t.match(toP3.actions, `set_field:aa:bb:cc:dd:ee:ff->eth_src,set_field:${p3.mac}->eth_dst,set_field:13->reg1`);
+  const dflt = one(flows, (f) => f.table === 'L3Forwarding' && f.match === 'ip', 'default');
+  t.match(dflt.actions, `set_field:${GWMAC}->eth_dst,set_field:32769->reg1`);
+  t.notMatch(dflt.actions, /eth_src/, 'the default route does not touch the source MAC');
+  const svc = one(flows, (f) => f.table === 'L3Forwarding' && f.match === 'ip,nw_dst=10.96.0.0/12', 'service');
+  t.notMatch(svc.actions, /eth_src/, 'Service traffic leaves untouched apart from the gateway MAC');
+  t.ok(svc.priority < toP3.priority && svc.priority > dflt.priority);
+  const rpl = one(flows, (f) => f.table === 'L3Forwarding' && f.match.startsWith('ct_state=+rpl+trk'), 'reply to gateway');
+  t.match(rpl.match, 'ct_mark=0x20/0x20');
+  t.match(rpl.match, 'reg0=0x2/0xf');
+  t.ok(rpl.priority > toP3.priority, 'replies of gateway connections beat local delivery (un-DNAT in the host)');
+  const ttl = one(flows, (f) => f.table === 'L3DecTTL' && f.priority > 0, 'dec_ttl');
+  t.equal(ttl.match, 'ip,reg0=0x202/0xf0f', 'only Pod -> local Pod loses the hop the host used to make');
+});
+
+t.test('re-entrance: from the gateway back to the gateway', async (t) => {
+  const flows = computeFlows(input());
+  const out = one(flows, (f) => f.table === 'Output' && f.priority === 210, 're-entrance output');
+  t.equal(out.match, 'ip,reg0=0x101/0xf0f');
+  t.equal(out.actions, 'set_field:de:ad:be:ef:de:ad->eth_src,IN_PORT');
+  const skip = one(flows, (f) => f.table === 'ConntrackCommit' && f.match === 'ip,reg0=0x101/0xf0f', 'commit skip');
+  t.notMatch(skip.actions, /ct\(/);
+  for (const c of inTable(flows, 'ConntrackCommit').filter((f) => f.actions.includes('ct(commit'))) {
+    t.ok(c.priority < skip.priority, 'the skip beats every commit');
+  }
+  const mark = one(flows, (f) => f.table === 'ConntrackCommit' && f.actions.includes('ct_mark'), 'commit with mark');
+  t.match(mark.match, 'reg0=0x1/0xf');
+  t.match(mark.actions, 'ct(commit,zone=65520,exec(set_field:0x20/0x20->ct_mark))');
+});
+
+t.test('host-originated packets are marked and skip ingress hooks', async (t) => {
+  const flows = computeFlows(input());
+  const host = one(flows, (f) => f.table === 'Classifier' && f.priority === 210, 'host classifier');
+  t.equal(host.match, 'ip,in_port=32769,nw_src=192.168.77.11');
+  t.match(host.actions, 'set_field:0x11/0x1f->reg0');
+  one(flows, (f) => f.table === 'IngressSecurityClassifier' && f.match === 'reg0=0x10/0x10', 'exemption');
+  t.notOk(computeFlows(input({ nodeIP: undefined })).some((f) => f.match.includes('nw_src=192.168.77.11')), 'no node IP, no host flow');
+});
+
+t.test('policy hook tables exist and pass everything to the next table', async (t) => {
+  const flows = computeFlows(input());
+  for (const table of POLICY_HOOK_TABLES) {
+    const fs = inTable(flows, table);
+    t.equal(fs.length, 1, `${table} has one flow`);
+    t.equal(fs[0]!.actions, `goto_table:${TABLES[tableId(table) + 1]}`);
+  }
+});
+
+t.test('bad input names the field', async (t) => {
+  t.throws(() => computeFlows(input({ gatewayMac: 'zz' })), new PipelineInputError('gatewayMac: "zz" is not a lower-case MAC address'));
+  t.throws(() => computeFlows(input({ serviceCIDRs: ['10.96.0.1/12'] })), /serviceCIDRs\[0\].*host bits/);
+  t.throws(() => computeFlows(input({ serviceCIDRs: ['10.96.0.0/33'] })), /serviceCIDRs\[0\].*not an IPv4 CIDR/);
+  t.throws(() => computeFlows(input({ pods: [p1, { ...p3, ofport: 11 }] })), /pods\[1\] \(container c3\)\.ofport 11 is already used by container c1/);
+  t.throws(() => computeFlows(input({ pods: [p1, { ...p3, ips: ['10.1.0.11'] }] })), /IP 10.1.0.11 is already used by container c1/);
+  t.throws(() => computeFlows(input({ pods: [{ ...p1, ips: ['fd00::1'] }] })), /ips: "fd00::1" is not an IPv4 address/);
+  t.throws(() => computeFlows(input({ pods: [{ ...p1, ofport: 32769 }] })), /already used by the gateway/);
+  t.throws(() => computeFlows(input({ nodeIP: '1.2.3' })), /nodeIP/);
+});
+
+t.test('diff: adding and removing a Pod touches only its flows', async (t) => {
+  const before = computeFlows(input({ pods: [p1] }));
+  const after = computeFlows(input());
+  const added = diffFlows(after, before.map((f) => f.cookie));
+  t.same(added.add.map((f) => f.cookie).sort(), podFlows(p3).map((f) => f.cookie).sort());
+  t.same(added.remove, []);
+  t.equal(added.unchanged, before.length);
+  const removed = diffFlows(before, after.map((f) => f.cookie));
+  t.same(removed.add, []);
+  t.same(removed.remove, podFlows(p3).map((f) => f.cookie).sort());
+  t.ok(isEmptyDiff(diffFlows(after, after.map((f) => f.cookie))), 'same set: nothing to do');
+  const svc = diffFlows(computeFlows(input({ serviceCIDRs: ['10.100.0.0/16'] })), after.map((f) => f.cookie));
+  t.equal(svc.add.length, 2, 'a Service CIDR change replaces its two flows');
+  t.equal(svc.remove.length, 2);
+});
+
+t.test('bundle text: deletions first, by exact cookie; parse of dump output', async (t) => {
+  const flows = computeFlows(input());
+  const text = bundleText({ add: flows.slice(0, 2), remove: ['0x51ce000000000001'], unchanged: 0 });
+  const lines = text.trim().split('\n');
+  t.equal(lines[0], 'delete cookie=0x51ce000000000001/-1');
+  t.match(lines[1], /^add table=0,priority=\d+,cookie=0x51ce00[0-9a-f]{10},/);
+  t.equal(bundleText({ add: [], remove: [], unchanged: 3 }), '');
+  const dump = [
+    'OFPST_FLOW reply (OF1.5) (xid=0x2):',
+    ' cookie=0x51ce01abcdef0123, duration=1.2s, table=3, n_packets=0, priority=200,ip actions=drop',
+    ' cookie=0x0, duration=1.2s, table=0, priority=0 actions=drop',
+    ' cookie=0x1234, table=0, priority=1 actions=drop',
+  ].join('\n');
+  t.same(parseSluiceCookies(dump), ['0x51ce01abcdef0123'], 'foreign cookies are ignored');
+});

@@ -1,0 +1,201 @@
+/**
+ * PodAttacher against an in-memory model of OVS + host networking: the order of the ADD steps,
+ * the reverse-order rollback after a failure at each step, idempotency, DEL and GC. (The same
+ * behaviour against the real system is in test/lab/datapath-agent.test.ts.)
+ */
+import t from 'tap';
+import { pino } from 'pino';
+import type { PodRequest } from '../../daemon/cniserver.js';
+import type { PodPortIds, PodPortRecord } from '../../daemon/flows/ovs.js';
+import { podFlows } from '../../daemon/flows/pipeline.js';
+import { ATTACH_STEPS, type AttachDeps, type AttachStep, type PodAttachment, PodAttacher } from '../../daemon/podattach.js';
+
+const NETNS = '/proc/self/ns/net'; // any path that exists
+
+class World {
+  ports = new Map<string, { ofport: number; ids: PodPortIds }>();
+  routes = new Map<string, string>(); // ip -> dev
+  isolated = new Set<string>();
+  txOff = new Set<string>();
+  installed = new Set<string>();
+  calls: string[] = [];
+  nextOfport = 1;
+  failOn?: string;
+  pods = new Map<string, PodAttachment>();
+
+  private call(name: string) {
+    this.calls.push(name);
+    if (this.failOn === name) throw new Error(`${name} exploded`);
+  }
+
+  deps(over: Partial<AttachDeps> = {}): AttachDeps {
+    const w = this;
+    return {
+      datapath: 'netdev',
+      bridge: 'br-int',
+      ovs: {
+        async addPodPort(name, ids) {
+          w.call('addPodPort');
+          const ofport = w.ports.get(name)?.ofport ?? w.nextOfport++;
+          w.ports.set(name, { ofport, ids });
+          return ofport;
+        },
+        async removePort(name) {
+          w.call('removePort');
+          w.ports.delete(name);
+        },
+        async listPodPorts(): Promise<PodPortRecord[]> {
+          return [...w.ports].map(([name, p]) => ({ name, ofport: p.ofport, ids: p.ids }));
+        },
+        async installedCookies() {
+          return [...w.installed];
+        },
+      },
+      hostnet: {
+        async movePodRoutes(ips) {
+          w.call('movePodRoutes');
+          for (const ip of ips) w.routes.set(ip, 'antrea-gw0');
+        },
+        async restorePodRoutes(ips, veth) {
+          w.call('restorePodRoutes');
+          for (const ip of ips) w.routes.set(ip, veth);
+        },
+        async checkPodRoutes(ips) {
+          return ips.filter((ip) => w.routes.get(ip) !== 'antrea-gw0').map((ip) => `host route for ${ip} does not point at antrea-gw0`);
+        },
+        async isolateHostVeth(v) {
+          w.call('isolateHostVeth');
+          w.isolated.add(v);
+        },
+        async releaseHostVeth(v) {
+          w.call('releaseHostVeth');
+          w.isolated.delete(v);
+        },
+        async isolatedVeths() {
+          return [...w.isolated];
+        },
+      },
+      async findHostVeth() {
+        return { hostIfName: 'eni1', podMac: '2A:00:00:00:00:01' };
+      },
+      async disablePodTxOffload(_ns, ifName) {
+        w.call('disablePodTxOffload');
+        w.txOff.add(ifName);
+      },
+      pods: w.pods,
+      async syncFlows() {
+        w.call('syncFlows');
+        w.installed = new Set([...w.pods.values()].flatMap((p) => podFlows(p).map((f) => f.cookie)));
+      },
+      isReady: () => true,
+      log: pino({ level: 'silent' }),
+      ...over,
+    };
+  }
+}
+
+const req = (over: Partial<PodRequest> = {}): PodRequest => ({
+  containerId: 'c1',
+  netns: NETNS,
+  ifName: 'eth0',
+  podNamespace: 'default',
+  podName: 'p1',
+  cniVersion: '1.1.0',
+  networkName: 'n',
+  config: {},
+  prevResult: { cniVersion: '1.1.0', interfaces: [{ name: 'eth0', sandbox: NETNS }], ips: [{ address: '10.1.0.11/32', interface: 0 }] },
+  ...over,
+});
+
+t.test('ADD runs the steps in order and records everything in OVSDB', async (t) => {
+  const w = new World();
+  w.routes.set('10.1.0.11', 'eni1');
+  const events: string[] = [];
+  await new PodAttacher(w.deps({ onPodAttached: (p) => events.push(p.containerId) })).add(req());
+  t.same(w.calls, ['isolateHostVeth', 'disablePodTxOffload', 'addPodPort', 'movePodRoutes', 'syncFlows']);
+  t.same(w.ports.get('eni1')?.ids, {
+    'sluice-type': 'container', 'container-id': 'c1', 'pod-namespace': 'default', 'pod-name': 'p1',
+    'ip-address': '10.1.0.11', 'attached-mac': '2a:00:00:00:00:01', 'net-ns': NETNS, 'if-name': 'eth0',
+  });
+  t.equal(w.routes.get('10.1.0.11'), 'antrea-gw0');
+  t.same(events, ['c1'], 'the policy side hears about the Pod');
+});
+
+t.test('a repeated ADD changes nothing; a damaged attachment is repaired', async (t) => {
+  const w = new World();
+  const a = new PodAttacher(w.deps());
+  await a.add(req());
+  w.calls = [];
+  await a.add(req());
+  t.same(w.calls, [], 'no step ran again');
+  w.routes.set('10.1.0.11', 'eni1');
+  await t.rejects(a.check(req()), { code: 102, message: /host route for 10.1.0.11 does not point at antrea-gw0/ });
+  await a.add(req());
+  t.equal(w.routes.get('10.1.0.11'), 'antrea-gw0', 'repaired');
+  await a.check(req());
+  w.isolated.clear();
+  await t.rejects(a.check(req()), { code: 102, message: /host veth eni1 is not isolated/ });
+  await a.add(req());
+  await a.check(req());
+});
+
+for (const step of ATTACH_STEPS) {
+  t.test(`a failure after ${step} is rolled back completely`, async (t) => {
+    const w = new World();
+    w.routes.set('10.1.0.11', 'eni1');
+    const a = new PodAttacher(w.deps({ failAfter: step as AttachStep }));
+    await t.rejects(a.add(req()), { code: 100, message: new RegExp(`failed at step ${step}`) });
+    t.same([...w.ports.keys()], [], 'no port');
+    t.equal(w.routes.get('10.1.0.11'), 'eni1', 'route on the veth');
+    t.same([...w.isolated], [], 'veth not isolated');
+    t.same([...w.installed], [], 'no flows');
+    t.same([...w.pods.keys()], [], 'not registered');
+  });
+}
+
+t.test('an error inside a step is rolled back in reverse order', async (t) => {
+  const w = new World();
+  w.routes.set('10.1.0.11', 'eni1');
+  w.failOn = 'syncFlows';
+  const a = new PodAttacher(w.deps());
+  const err = (await a.add(req()).then(
+    () => ({ code: 0, message: "no error", details: "" }),
+    (e: unknown) => e as { code: number; message: string; details: string },
+  ));
+  t.match(err, { code: 100, message: /failed at step install-flows: syncFlows exploded/ });
+  t.same(w.calls.slice(5), ['syncFlows', 'restorePodRoutes', 'removePort', 'releaseHostVeth'], 'undo in reverse order');
+  t.match(err.details, /rollback incomplete: undo install-flows: syncFlows exploded/, 'a failing undo is reported, the others still run');
+  t.same([...w.ports.keys()], []);
+});
+
+t.test('DEL: unknown is fine; otherwise flows, port, isolation, routes; GC keeps only valid attachments', async (t) => {
+  const w = new World();
+  const a = new PodAttacher(w.deps());
+  await a.del(req({ containerId: 'never' }));
+  await a.add(req());
+  w.calls = [];
+  await a.del(req());
+  t.same(w.calls, ['syncFlows', 'removePort', 'releaseHostVeth', 'restorePodRoutes']);
+  t.equal(w.routes.get('10.1.0.11'), 'eni1');
+  await a.del(req());
+  await a.add(req());
+  await a.gc([{ containerId: 'other', ifName: 'eth0' }], { networkName: 'n' });
+  t.same([...w.ports.keys()], [], 'GC removed the attachment missing from valid-attachments');
+  await a.add(req());
+  await a.gc([{ containerId: 'c1', ifName: 'eth0' }], { networkName: 'n' });
+  t.same([...w.ports.keys()], ['eni1'], 'GC keeps a valid attachment');
+});
+
+t.test('bad input', async (t) => {
+  const w = new World();
+  const a = new PodAttacher(w.deps());
+  await t.rejects(a.add(req({ netns: '/nonexistent/ns' })), { code: 4, message: 'CNI_NETNS /nonexistent/ns does not exist' });
+  await t.rejects(new PodAttacher(w.deps({ findHostVeth: async () => Promise.reject(new Error('no such device')) })).add(req()), {
+    code: 4,
+    message: 'CNI_IFNAME eth0: no such device',
+  });
+  await t.rejects(a.add(req({ prevResult: { cniVersion: '1.1.0', ips: [{ address: 'fd00::1/128' }] } })), { code: 7, message: /no IPv4 address for interface eth0/ });
+  await t.rejects(new PodAttacher(w.deps({ isReady: () => false })).add(req()), { code: 11 });
+  await t.rejects(new PodAttacher(w.deps({ isReady: () => false })).status(), { code: 50 });
+  t.same(w.calls, [], 'nothing was touched');
+});
