@@ -15,11 +15,15 @@ export interface CniInstallOptions {
   socketPath?: string;        // written into sluice's entry when not the default
 }
 
-async function atomicWrite(path: string, text: string, mode?: number): Promise<void> {
+/** Puts a file at `path` atomically: `write` fills a temporary file beside it, renamed over `path`. */
+async function replaceAtomically(path: string, write: (tmp: string) => Promise<void>): Promise<void> {
   const tmp = `${path}.sluice-tmp`;
-  await writeFile(tmp, text, mode ? { mode } : undefined);
+  await write(tmp);
   await rename(tmp, path);
 }
+
+/** A configuration list as it is written to the configuration directory. */
+const conflistText = (list: ConfList): string => JSON.stringify(list, null, 2) + '\n';
 
 /** The primary's config: the lexically first .conflist/.conf/.json file, as the runtime picks it. */
 export async function findPrimaryConfig(confDir: string): Promise<string> {
@@ -45,20 +49,21 @@ async function readConfList(path: string): Promise<ConfList> {
 /** Returns the path of the configuration now in use and whether anything changed. */
 export async function installCni(opts: CniInstallOptions): Promise<{ config: string; changed: boolean }> {
   if (opts.pluginBinary) {
-    const target = join(opts.binDir, 'sluice-cni');
-    await copyFile(opts.pluginBinary, `${target}.sluice-tmp`);
-    await chmod(`${target}.sluice-tmp`, 0o755);
-    await rename(`${target}.sluice-tmp`, target);
+    const binary = opts.pluginBinary;
+    await replaceAtomically(join(opts.binDir, 'sluice-cni'), async (tmp) => {
+      await copyFile(binary, tmp);
+      await chmod(tmp, 0o755);
+    });
   }
   const path = await findPrimaryConfig(opts.confDir);
   const list = await readConfList(path);
   const chained = chainSluice(list, opts.socketPath ? { socketPath: opts.socketPath } : {});
-  const text = JSON.stringify(chained, null, 2) + '\n';
+  const text = conflistText(chained);
   // A single-plugin .conf becomes a .conflist of the same base name (the runtime reads both).
   const target = path.endsWith('.conflist') ? path : path.replace(/\.(conf|json)$/, '.conflist');
   const before = await readFile(target, 'utf8').catch(() => undefined);
   if (before === text) return { config: target, changed: false };
-  await atomicWrite(target, text, 0o644);
+  await replaceAtomically(target, (tmp) => writeFile(tmp, text, { mode: 0o644 }));
   if (target !== path) await unlink(path);
   return { config: target, changed: true };
 }
@@ -73,7 +78,7 @@ export async function uninstallCni(opts: Pick<CniInstallOptions, 'confDir' | 'bi
   const list = await readConfList(path);
   let changed = false;
   if (isChained(list)) {
-    await atomicWrite(path, JSON.stringify(unchainSluice(list), null, 2) + '\n', 0o644);
+    await replaceAtomically(path, (tmp) => writeFile(tmp, conflistText(unchainSluice(list)), { mode: 0o644 }));
     changed = true;
   }
   await unlink(join(opts.binDir, 'sluice-cni')).then(() => { changed = true; }, () => undefined);

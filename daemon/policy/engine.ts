@@ -7,11 +7,12 @@
  * ChangeSet of what it changed.
  */
 import { normalizers as adminNormalizers } from './admin/index.js';
-import { normalizers as antreaNormalizers } from './antrea/index.js';
+import { ANTREA_GROUP, STATIC_TIERS, normalizers as antreaNormalizers, staticTierPriority } from './antrea/index.js';
 import { ClusterState, podKey } from './cluster.js';
 import { Evaluator, UnknownEndpointError, type SideDecision } from './evaluator.js';
 import { InternalModel, type ComputedIsolation, type NodeIsolation, type ChangeSet, type NodeRule, type NodeTarget, type AddressGroup, type AppliedToGroup, type ComputedRule } from './internal.js';
 import { normalizers as k8sNormalizers } from './k8s/index.js';
+import { emptyResult } from './problems.js';
 import type { MatchEnv } from './match.js';
 import type {
   GroupDef, InternalRule, Isolation, KubeObject, NormalizeContext, NormalizeResult, Normalizer, PodInfo, Probe, ProbeResult, TierDef, ValidationError,
@@ -35,23 +36,37 @@ export interface NormalizerEntry {
 
 export { UnknownEndpointError };
 
-/** Antrea's six static tiers; Tier objects add custom ones. */
-export const STATIC_TIER_PRIORITIES: Readonly<Record<string, number>> = Object.freeze({
-  emergency: 50, securityops: 100, networkops: 150, platform: 200, application: 250, baseline: 253,
-});
-
-const ANTREA_GROUP = 'crd.antrea.io';
 const CORE_KINDS = new Set(['Pod', 'Namespace', 'Node', 'Service', 'ServiceAccount']);
 
 interface PolicyEntry {
   key: string;
   obj: KubeObject;
+  /** API group of obj.apiVersion (the kind is obj.kind). */
   group: string;
-  kind: string;
   normalize: Normalizer;
   result: NormalizeResult;
   /** Set while a Tier cannot be used (its priority is taken by an earlier Tier). */
   tierErrors?: ValidationError[];
+}
+
+/** An object of a kind/version the engine refused; each apiVersion is judged on its own. */
+function rejectedKey(ref: ObjectRef): string {
+  return `${ref.apiVersion}/${ref.kind}/${ref.namespace ?? ''}/${ref.name}`;
+}
+
+/** A policy-side object: one entry per group, kind, namespace and name, whatever its version. */
+function policyKey(group: string, ref: ObjectRef): string {
+  return `${group}/${ref.kind}/${ref.namespace ?? ''}/${ref.name}`;
+}
+
+/** An error about `obj` as a whole (not found by its kind's normalizer). */
+function objectError(obj: KubeObject, field: string, message: string): ValidationError {
+  return { kind: obj.kind, ...(obj.metadata.namespace ? { namespace: obj.metadata.namespace } : {}), name: obj.metadata.name, field, message };
+}
+
+/** A ClusterGroup (no namespace) or Group, as policies refer to it. */
+function groupDefKey(namespace: string | undefined, name: string): string {
+  return `${namespace ?? ''}/${name}`;
 }
 
 function splitApiVersion(apiVersion: string): { group: string; version: string } {
@@ -90,7 +105,7 @@ export class PolicyEngine {
     }
     this.env = {
       cluster: this.cluster,
-      group: (namespace, name) => this.groupDefs.get(`${namespace ?? ''}/${name}`),
+      group: (namespace, name) => this.groupDefs.get(groupDefKey(namespace, name)),
       serviceEndpointKeys: (namespace, name) => this.serviceEndpointKeys(namespace, name),
       fqdnMatches: (pattern, ip) => this.fqdnIps(pattern).has(ip),
     };
@@ -120,15 +135,16 @@ export class PolicyEngine {
       this.servicesChanged();
     } else {
       const entry = this.registry.get(`${group}/${obj.kind}`);
-      const rejectKey = `${obj.apiVersion}/${obj.kind}/${ns ?? ''}/${obj.metadata.name}`;
+      const ref: ObjectRef = { apiVersion: obj.apiVersion, kind: obj.kind, namespace: ns, name: obj.metadata.name };
+      const rejectKey = rejectedKey(ref);
       this.rejected.delete(rejectKey);
       if (!entry) {
         this.reject(rejectKey, obj, 'apiVersion', `unsupported kind ${obj.kind} in ${obj.apiVersion}; it is ignored`);
       } else if (!entry.versions.includes(version)) {
         this.reject(rejectKey, obj, 'apiVersion', `${obj.kind} is not served in ${obj.apiVersion} (served: ${entry.versions.map((v) => `${group}/${v}`).join(', ')})`);
       } else {
-        const key = `${group}/${obj.kind}/${ns ?? ''}/${obj.metadata.name}`;
-        this.setPolicy(key, { key, obj, group, kind: obj.kind, normalize: entry.normalize, result: emptyResult() });
+        const key = policyKey(group, ref);
+        this.setPolicy(key, { key, obj, group, normalize: entry.normalize, result: emptyResult() });
       }
     }
     return this.finish();
@@ -143,8 +159,8 @@ export class PolicyEngine {
       this.cluster.removeEndpointSlice(ref.namespace ?? 'default', ref.name);
       this.servicesChanged();
     } else {
-      this.rejected.delete(`${ref.apiVersion}/${ref.kind}/${ref.namespace ?? ''}/${ref.name}`);
-      const key = `${group}/${ref.kind}/${ref.namespace ?? ''}/${ref.name}`;
+      this.rejected.delete(rejectedKey(ref));
+      const key = policyKey(group, ref);
       if (this.policies.has(key)) this.setPolicy(key, undefined);
     }
     return this.finish();
@@ -223,7 +239,7 @@ export class PolicyEngine {
   }
 
   tierPriority(name: string): number | undefined {
-    return this.tiers.get(name)?.priority ?? STATIC_TIER_PRIORITIES[name];
+    return this.tiers.get(name)?.priority ?? staticTierPriority(name);
   }
 
   // ---------------------------------------------------------------------------------------
@@ -334,7 +350,7 @@ export class PolicyEngine {
   }
 
   private reject(key: string, obj: KubeObject, field: string, message: string): void {
-    const err: ValidationError = { kind: obj.kind, ...(obj.metadata.namespace ? { namespace: obj.metadata.namespace } : {}), name: obj.metadata.name, field, message };
+    const err = objectError(obj, field, message);
     this.rejected.set(key, err);
     this.log?.(err);
   }
@@ -364,7 +380,7 @@ export class PolicyEngine {
     this.rebuildTiers();
     if (this.tierSignature() !== tiersBefore) {
       for (const other of [...this.policies.values()]) {
-        if (other.group !== ANTREA_GROUP || other.kind === 'Tier' || other.key === key) continue;
+        if (other.group !== ANTREA_GROUP || other.obj.kind === 'Tier' || other.key === key) continue;
         const old = other.result;
         other.result = this.runNormalizer(other);
         this.applyPolicyResult(other.key, old, other.result);
@@ -377,10 +393,10 @@ export class PolicyEngine {
     try {
       result = entry.normalize(entry.obj, this.normalizeContext());
     } catch (err) {
-      result = { ...emptyResult(), errors: [{ kind: entry.kind, ...(entry.obj.metadata.namespace ? { namespace: entry.obj.metadata.namespace } : {}), name: entry.obj.metadata.name, field: 'spec', message: `could not be read: ${(err as Error).message}` }] };
+      result = emptyResult([objectError(entry.obj, 'spec', `could not be read: ${(err as Error).message}`)]);
     }
     if (result.errors.length > 0) {
-      result = { ...emptyResult(), errors: result.errors };
+      result = emptyResult(result.errors);
       for (const e of result.errors) this.log?.(e);
     }
     return result;
@@ -389,8 +405,8 @@ export class PolicyEngine {
   private applyPolicyResult(key: string, old: NormalizeResult | undefined, fresh: NormalizeResult | undefined): void {
     const groupsChanged = canonical(old?.groups ?? []) !== canonical(fresh?.groups ?? []);
     if (groupsChanged) {
-      for (const g of old?.groups ?? []) this.groupDefs.delete(`${g.namespace ?? ''}/${g.name}`);
-      for (const g of fresh?.groups ?? []) this.groupDefs.set(`${g.namespace ?? ''}/${g.name}`, g);
+      for (const g of old?.groups ?? []) this.groupDefs.delete(groupDefKey(g.namespace, g.name));
+      for (const g of fresh?.groups ?? []) this.groupDefs.set(groupDefKey(g.namespace, g.name), g);
     }
     const rulesChanged = canonical(old?.rules ?? []) !== canonical(fresh?.rules ?? []);
     const isolationsChanged = canonical(old?.isolations ?? []) !== canonical(fresh?.isolations ?? []);
@@ -404,7 +420,7 @@ export class PolicyEngine {
 
   private rebuildTiers(): void {
     this.tiers.clear();
-    const byPriority = new Map<number, string>(Object.entries(STATIC_TIER_PRIORITIES).map(([n, p]) => [p, n]));
+    const byPriority = new Map<number, string>(STATIC_TIERS.map((t) => [t.priority, t.name]));
     // Creation order (insertion order) decides which of two same-priority Tiers is refused, as admission would.
     for (const entry of this.policies.values()) {
       const before = entry.tierErrors;
@@ -412,7 +428,7 @@ export class PolicyEngine {
       for (const t of entry.result.tiers) {
         const clash = byPriority.get(t.priority);
         if (clash !== undefined && clash !== t.name) {
-          entry.tierErrors = [{ kind: entry.kind, name: entry.obj.metadata.name, field: 'spec.priority', message: `priority ${t.priority} is already used by Tier "${clash}"` }];
+          entry.tierErrors = [{ kind: entry.obj.kind, name: entry.obj.metadata.name, field: 'spec.priority', message: `priority ${t.priority} is already used by Tier "${clash}"` }];
           if (!before) this.log?.(entry.tierErrors[0]!);
           continue;
         }
@@ -472,9 +488,6 @@ export class PolicyEngine {
 // -----------------------------------------------------------------------------------------
 // helpers
 
-function emptyResult(): NormalizeResult {
-  return { rules: [], isolations: [], groups: [], tiers: [], errors: [] };
-}
 
 function canonical(value: unknown): string {
   return JSON.stringify(value);

@@ -149,6 +149,15 @@ export interface SideDecision {
   decidedBy: DecidedBy | null;
 }
 
+/** Files `item` under each distinct AppliedToGroup of its `appliedTo` (the index rulesFor reads). */
+function indexByAppliedToGroup<T>(index: Map<string, T[]>, appliedTo: Peer[], item: T): void {
+  for (const id of new Set(appliedTo.map((p) => groupId('appliedTo', p)))) {
+    let list = index.get(id);
+    if (!list) index.set(id, (list = []));
+    list.push(item);
+  }
+}
+
 export class Evaluator {
   private compiled?: Compiled;
   private podRules = new WeakMap<PodInfo, PodRules>();
@@ -224,11 +233,7 @@ export class Evaluator {
         order,
         pass: rule.action === 'Pass',
       };
-      for (const id of new Set(rule.appliedTo.map((p) => groupId('appliedTo', p)))) {
-        let list = rulesByGroup.get(id);
-        if (!list) rulesByGroup.set(id, (list = []));
-        list.push(compiled);
-      }
+      indexByAppliedToGroup(rulesByGroup, rule.appliedTo, compiled);
       return compiled;
     });
     const isolationsByGroup = new Map<string, CompiledIsolation[]>();
@@ -241,11 +246,7 @@ export class Evaluator {
         action: 'IsolationDrop',
       };
       const compiled: CompiledIsolation = { isolation: iso, decidedBy, outcome: Object.freeze({ verdict: 'drop', decidedBy }), order };
-      for (const id of new Set(iso.appliedTo.map((p) => groupId('appliedTo', p)))) {
-        let list = isolationsByGroup.get(id);
-        if (!list) isolationsByGroup.set(id, (list = []));
-        list.push(compiled);
-      }
+      indexByAppliedToGroup(isolationsByGroup, iso.appliedTo, compiled);
       return compiled;
     });
     this.compiled = { rules, peerSlots, shared: new Map(), isolations: compiledIsolations, rulesByGroup, isolationsByGroup };

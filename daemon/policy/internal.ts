@@ -588,6 +588,14 @@ export class InternalModel {
     return { kind: 'node', ref: node.name, ips: [...node.ips], ports: [] };
   }
 
+  /** Puts `member` (undefined: none) under `key`, recording the change; false when it was already so. */
+  private updateMember(g: GroupRecord, key: string, member: GroupMember | undefined): boolean {
+    if (sameMember(g.members.get(key), member)) return false;
+    this.touchGroup(g);
+    this.setMember(g, key, member);
+    return true;
+  }
+
   private setMember(g: GroupRecord, key: string, member: GroupMember | undefined): void {
     if (member) {
       g.members.set(key, member);
@@ -649,31 +657,18 @@ export class InternalModel {
         if (this.recomputeGroup(g) && g.kind === 'appliedTo') changedAppliedTo.add(g.id);
         continue;
       }
-      const was = g.members.get(key);
-      const now = pod ? this.podMember(g, pod) : undefined;
-      if (sameMember(was, now)) continue;
-      this.touchGroup(g);
-      this.setMember(g, key, now);
-      if (g.kind === 'appliedTo') changedAppliedTo.add(g.id);
+      if (this.updateMember(g, key, pod ? this.podMember(g, pod) : undefined) && g.kind === 'appliedTo') changedAppliedTo.add(g.id);
     }
     this.reexpandRelative((r) => r.appliedTo.some((p) => changedAppliedTo.has(groupId('appliedTo', p))));
   }
 
   namespaceChanged(name: string): void {
     const pods = [...(this.env.cluster.podsByNamespace.get(name)?.values() ?? [])];
-    const changedAppliedTo = new Set<string>();
     for (const g of this.unscoped) {
       if (!holdsPods(g)) continue;
-      for (const pod of pods) {
-        const key = `pod:${podKey(pod)}`;
-        const was = g.members.get(key);
-        const now = this.podMember(g, pod);
-        if (sameMember(was, now)) continue;
-        this.touchGroup(g);
-        this.setMember(g, key, now);
-        if (g.kind === 'appliedTo') changedAppliedTo.add(g.id);
-      }
+      for (const pod of pods) this.updateMember(g, `pod:${podKey(pod)}`, this.podMember(g, pod));
     }
+    // Every relative rule is re-expanded (not only those whose AppliedToGroups changed):
     // sameLabels peers depend on namespace labels; self peers on which namespaces hold targets.
     this.reexpandRelative(() => true);
   }
@@ -682,12 +677,7 @@ export class InternalModel {
     const name = (node ?? _old)!.name;
     for (const g of this.unscoped) {
       if (!NODES_CAPABLE.has(g.peer.kind)) continue;
-      const key = `node:${name}`;
-      const was = g.members.get(key);
-      const now = node ? this.nodeMember(g, node) : undefined;
-      if (sameMember(was, now)) continue;
-      this.touchGroup(g);
-      this.setMember(g, key, now);
+      this.updateMember(g, `node:${name}`, node ? this.nodeMember(g, node) : undefined);
     }
   }
 

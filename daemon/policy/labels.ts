@@ -55,8 +55,10 @@ export function selectorError(selector: unknown): string | undefined {
   return undefined;
 }
 
-const QUALIFIED_NAME = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
-const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+/** Syntax of a label name and of a non-empty label value (length, at most 63, checked apart). */
+export const QUALIFIED_NAME = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
+/** Syntax of an RFC 1123 DNS subdomain (length, at most 253, checked apart). */
+export const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
 /** Why a label key is invalid ("[prefix/]name", as the API server checks it), or undefined. */
 export function labelKeyError(key: string): string | undefined {

@@ -73,10 +73,6 @@ export interface PacketSummary {
 
 export class PacketDecodeError extends Error {}
 
-export function macToString(mac: Buffer): string {
-  return [...mac].map((b) => b.toString(16).padStart(2, '0')).join(':');
-}
-
 export function ipv4ToString(buf: Buffer, offset: number): string {
   return `${buf[offset]}.${buf[offset + 1]}.${buf[offset + 2]}.${buf[offset + 3]}`;
 }
@@ -141,22 +137,32 @@ export function decodePacket(frame: Buffer): PacketSummary {
   const l4Length = Math.max(0, l4End - l4Offset);
   const summary: PacketSummary = { eth, ip, protocol: ip.protocol, l4Length, l4Offset };
   if (ip.fragmentOffset !== 0) return summary; // no transport header in a non-first fragment
-  if (ip.protocol === IPPROTO.TCP && l4Length >= 20) {
-    summary.tcp = {
-      srcPort: frame.readUInt16BE(l4Offset),
-      dstPort: frame.readUInt16BE(l4Offset + 2),
-      seq: frame.readUInt32BE(l4Offset + 4),
-      ack: frame.readUInt32BE(l4Offset + 8),
-      dataOffset: (frame[l4Offset + 12]! >> 4) * 4,
-      flags: frame[l4Offset + 13]!,
-      window: frame.readUInt16BE(l4Offset + 14),
+  return Object.assign(summary, decodeTransport(frame, ip.protocol, l4Offset, l4Length, IPPROTO.ICMP));
+}
+
+/**
+ * The transport header at `at` when enough of it is present: TCP, UDP/SCTP ports, or the ICMP
+ * type/code of the family (`icmpProtocol`: ICMP for IPv4, ICMPv6 for IPv6).
+ */
+function decodeTransport(frame: Buffer, protocol: number, at: number, l4Length: number, icmpProtocol: number): Pick<PacketSummary, 'tcp' | 'ports' | 'icmp'> {
+  if (protocol === IPPROTO.TCP && l4Length >= 20) {
+    return {
+      tcp: {
+        srcPort: frame.readUInt16BE(at),
+        dstPort: frame.readUInt16BE(at + 2),
+        seq: frame.readUInt32BE(at + 4),
+        ack: frame.readUInt32BE(at + 8),
+        dataOffset: (frame[at + 12]! >> 4) * 4,
+        flags: frame[at + 13]!,
+        window: frame.readUInt16BE(at + 14),
+      },
     };
-  } else if ((ip.protocol === IPPROTO.UDP || ip.protocol === IPPROTO.SCTP) && l4Length >= 4) {
-    summary.ports = { srcPort: frame.readUInt16BE(l4Offset), dstPort: frame.readUInt16BE(l4Offset + 2) };
-  } else if (ip.protocol === IPPROTO.ICMP && l4Length >= 2) {
-    summary.icmp = { type: frame[l4Offset]!, code: frame[l4Offset + 1]! };
   }
-  return summary;
+  if ((protocol === IPPROTO.UDP || protocol === IPPROTO.SCTP) && l4Length >= 4) {
+    return { ports: { srcPort: frame.readUInt16BE(at), dstPort: frame.readUInt16BE(at + 2) } };
+  }
+  if (protocol === icmpProtocol && l4Length >= 2) return { icmp: { type: frame[at]!, code: frame[at + 1]! } };
+  return {};
 }
 
 /** RFC 1071 one's-complement sum of `data`, continued from `initial` (not yet folded or inverted). */
@@ -256,22 +262,7 @@ export function decodeIpv6Packet(frame: Buffer): Ipv6Summary {
   const l4Length = Math.max(0, end - at);
   const s: Ipv6Summary = { eth, offset: o, payloadLength, src: frame.subarray(o + 8, o + 24), dst: frame.subarray(o + 24, o + 40), protocol: next, l4Offset: at, l4Length, laterFragment };
   if (laterFragment) return s;
-  if (next === IPPROTO.TCP && l4Length >= 20) {
-    s.tcp = {
-      srcPort: frame.readUInt16BE(at),
-      dstPort: frame.readUInt16BE(at + 2),
-      seq: frame.readUInt32BE(at + 4),
-      ack: frame.readUInt32BE(at + 8),
-      dataOffset: (frame[at + 12]! >> 4) * 4,
-      flags: frame[at + 13]!,
-      window: frame.readUInt16BE(at + 14),
-    };
-  } else if ((next === IPPROTO.UDP || next === IPPROTO.SCTP) && l4Length >= 4) {
-    s.ports = { srcPort: frame.readUInt16BE(at), dstPort: frame.readUInt16BE(at + 2) };
-  } else if (next === IPPROTO.ICMPV6 && l4Length >= 2) {
-    s.icmp = { type: frame[at]!, code: frame[at + 1]! };
-  }
-  return s;
+  return Object.assign(s, decodeTransport(frame, next, at, l4Length, IPPROTO.ICMPV6));
 }
 
 /** Upper-layer checksum over the IPv6 pseudo-header and `segment` (0 when verifying a valid one). */

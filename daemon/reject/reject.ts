@@ -9,10 +9,10 @@
  * broadcast/multicast/unspecified addresses.
  */
 import { buildRejectReply6 } from './reject6.js';
+import { replyEthernet, writeTcpReset } from './replyframe.js';
 import {
   decodeEthernet,
   decodePacket,
-  ETH_P_8021Q,
   ETH_P_IPV4,
   ETH_P_IPV6,
   internetChecksum,
@@ -73,20 +73,6 @@ function whyNoReply(pkt: PacketSummary): string | undefined {
   return undefined;
 }
 
-/** Ethernet header of the reply: MACs swapped, the original VLAN tag kept. Returns [buffer, l3Offset]. */
-function replyEthernet(pkt: PacketSummary, l3Length: number): [Buffer, number] {
-  const l3Offset = pkt.eth.vlanTci === undefined ? 14 : 18;
-  const out = Buffer.alloc(l3Offset + l3Length);
-  pkt.eth.src.copy(out, 0);
-  pkt.eth.dst.copy(out, 6);
-  if (pkt.eth.vlanTci !== undefined) {
-    out.writeUInt16BE(ETH_P_8021Q, 12);
-    out.writeUInt16BE(pkt.eth.vlanTci, 14);
-  }
-  out.writeUInt16BE(ETH_P_IPV4, l3Offset - 2);
-  return [out, l3Offset];
-}
-
 /** A 20-byte IPv4 header from the original destination back to the original source. */
 function writeReplyIpv4(out: Buffer, at: number, pkt: PacketSummary, protocol: number, totalLength: number): void {
   out[at] = 0x45;
@@ -102,32 +88,12 @@ function writeReplyIpv4(out: Buffer, at: number, pkt: PacketSummary, protocol: n
   out.writeUInt16BE(internetChecksum(out.subarray(at, at + 20)), at + 10);
 }
 
-/**
- * RFC 793 reset generation: if the offending segment carries an ACK, the RST takes its sequence
- * number from that ACK; otherwise the RST has sequence 0 and acknowledges everything the segment
- * occupied (payload + SYN + FIN), so a client in SYN-SENT accepts it and reports ECONNREFUSED.
- */
+/** A TCP RST from the original destination (see writeTcpReset). */
 function tcpReset(pkt: PacketSummary): Buffer {
-  const tcp = pkt.tcp!;
-  const [out, ip] = replyEthernet(pkt, 40);
+  const [out, ip] = replyEthernet(pkt.eth, ETH_P_IPV4, 40);
   writeReplyIpv4(out, ip, pkt, IPPROTO.TCP, 40);
   const th = ip + 20;
-  out.writeUInt16BE(tcp.dstPort, th);
-  out.writeUInt16BE(tcp.srcPort, th + 2);
-  if (tcp.flags & TCP_FLAGS.ACK) {
-    out.writeUInt32BE(tcp.ack, th + 4);
-    out.writeUInt32BE(0, th + 8);
-    out[th + 13] = TCP_FLAGS.RST;
-  } else {
-    const payload = Math.max(0, pkt.l4Length - tcp.dataOffset);
-    const occupied = payload + (tcp.flags & TCP_FLAGS.SYN ? 1 : 0) + (tcp.flags & TCP_FLAGS.FIN ? 1 : 0);
-    out.writeUInt32BE(0, th + 4);
-    out.writeUInt32BE((tcp.seq + occupied) >>> 0, th + 8);
-    out[th + 13] = TCP_FLAGS.RST | TCP_FLAGS.ACK;
-  }
-  out[th + 12] = 5 << 4;
-  out.writeUInt16BE(0, th + 14); // window
-  out.writeUInt16BE(0, th + 18); // urgent pointer
+  writeTcpReset(out, th, pkt.tcp!, pkt.l4Length);
   const segment = out.subarray(th, th + 20);
   out.writeUInt16BE(ipv4TransportChecksum(out.subarray(ip + 12, ip + 16), out.subarray(ip + 16, ip + 20), IPPROTO.TCP, segment), th + 16);
   return out;
@@ -138,7 +104,7 @@ function icmpAdminProhibited(frame: Buffer, pkt: PacketSummary): Buffer {
   const quoteEnd = Math.min(frame.length, pkt.ip.offset + pkt.ip.totalLength, pkt.l4Offset + 8);
   const quote = frame.subarray(pkt.ip.offset, quoteEnd);
   const totalLength = 20 + 8 + quote.length;
-  const [out, ip] = replyEthernet(pkt, totalLength);
+  const [out, ip] = replyEthernet(pkt.eth, ETH_P_IPV4, totalLength);
   writeReplyIpv4(out, ip, pkt, IPPROTO.ICMP, totalLength);
   const ic = ip + 20;
   out[ic] = ICMP_DEST_UNREACH;

@@ -5,7 +5,8 @@
  * later fragments, or multicast/unspecified addresses. Pure.
  */
 import type { RejectResult } from './reject.js';
-import { decodeIpv6Packet, ETH_P_8021Q, ETH_P_IPV6, IPPROTO, ipv6TransportChecksum, type Ipv6Summary, TCP_FLAGS } from './packet.js';
+import { decodeIpv6Packet, ETH_P_IPV6, IPPROTO, ipv6TransportChecksum, type Ipv6Summary, TCP_FLAGS } from './packet.js';
+import { replyEthernet, writeTcpReset } from './replyframe.js';
 
 export const ICMPV6_DEST_UNREACH = 1;
 export const ICMPV6_ADMIN_PROHIBITED = 1;
@@ -34,15 +35,7 @@ export function buildRejectReply6(frame: Buffer): RejectResult {
 }
 
 function replyFrame(pkt: Ipv6Summary, upperLength: number, protocol: number): [Buffer, number] {
-  const l3 = pkt.eth.vlanTci === undefined ? 14 : 18;
-  const out = Buffer.alloc(l3 + 40 + upperLength);
-  pkt.eth.src.copy(out, 0);
-  pkt.eth.dst.copy(out, 6);
-  if (pkt.eth.vlanTci !== undefined) {
-    out.writeUInt16BE(ETH_P_8021Q, 12);
-    out.writeUInt16BE(pkt.eth.vlanTci, 14);
-  }
-  out.writeUInt16BE(ETH_P_IPV6, l3 - 2);
+  const [out, l3] = replyEthernet(pkt.eth, ETH_P_IPV6, 40 + upperLength);
   out.writeUInt32BE(0x60000000, l3);
   out.writeUInt16BE(upperLength, l3 + 4);
   out[l3 + 6] = protocol;
@@ -53,21 +46,9 @@ function replyFrame(pkt: Ipv6Summary, upperLength: number, protocol: number): [B
 }
 
 function tcpReset6(pkt: Ipv6Summary): Buffer {
-  const tcp = pkt.tcp!;
   const [out, l3] = replyFrame(pkt, 20, IPPROTO.TCP);
   const th = l3 + 40;
-  out.writeUInt16BE(tcp.dstPort, th);
-  out.writeUInt16BE(tcp.srcPort, th + 2);
-  if (tcp.flags & TCP_FLAGS.ACK) {
-    out.writeUInt32BE(tcp.ack, th + 4);
-    out[th + 13] = TCP_FLAGS.RST;
-  } else {
-    const payload = Math.max(0, pkt.l4Length - tcp.dataOffset);
-    const occupied = payload + (tcp.flags & TCP_FLAGS.SYN ? 1 : 0) + (tcp.flags & TCP_FLAGS.FIN ? 1 : 0);
-    out.writeUInt32BE((tcp.seq + occupied) >>> 0, th + 8);
-    out[th + 13] = TCP_FLAGS.RST | TCP_FLAGS.ACK;
-  }
-  out[th + 12] = 5 << 4;
+  writeTcpReset(out, th, pkt.tcp!, pkt.l4Length);
   out.writeUInt16BE(ipv6TransportChecksum(out.subarray(l3 + 8, l3 + 24), out.subarray(l3 + 24, l3 + 40), IPPROTO.TCP, out.subarray(th)), th + 16);
   return out;
 }

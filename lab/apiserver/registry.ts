@@ -33,6 +33,12 @@ const invalid = (rt: ResourceType, name: string, field: string, message: string)
   });
 const badRequest = (message: string) => new ApiError(400, 'BadRequest', message);
 
+/** A CustomResourceDefinition is checked on create and on update alike. */
+function assertValidCrd(rt: ResourceType, crd: KObject): void {
+  const problem = crdProblem(crd);
+  if (problem) throw invalid(rt, crd.metadata.name!, problem.field, problem.message);
+}
+
 const dnsSubdomain = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const dnsLabel = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const dns1035Label = /^[a-z]([-a-z0-9]*[a-z0-9])?$/;
@@ -337,8 +343,7 @@ export class Registry {
         obj.status = { loadBalancer: {} };
         return;
       case crdStorageKey: {
-        const problem = crdProblem(obj);
-        if (problem) throw invalid(rt, obj.metadata.name!, problem.split(':')[0], problem.slice(problem.indexOf(':') + 2));
+        assertValidCrd(rt, obj);
         const s = obj.spec as { names: unknown; versions: Array<{ name: string; storage?: boolean }> };
         obj.status = {
           conditions: [
@@ -364,10 +369,8 @@ export class Registry {
       case '/services':
         this.defaultService(rt, next, existing);
         return;
-      case crdStorageKey: {
-        const problem = crdProblem(next);
-        if (problem) throw invalid(rt, next.metadata.name!, problem.split(':')[0], problem.slice(problem.indexOf(':') + 2));
-      }
+      case crdStorageKey:
+        assertValidCrd(rt, next);
     }
   }
 

@@ -51,20 +51,23 @@ interface CrdSpec {
   versions?: CrdVersion[];
 }
 
-/** Why a CustomResourceDefinition is unacceptable, or undefined when it is fine. */
-export function crdProblem(crd: KObject): string | undefined {
+/** A Kubernetes API version name (v1, v1beta1, v1alpha2): major, stability, stability number. */
+const KUBE_VERSION = /^v([0-9]+)(?:(alpha|beta)([0-9]+))?$/;
+
+/** Which field of a CustomResourceDefinition is unacceptable and why, or undefined when it is fine. */
+export function crdProblem(crd: KObject): { field: string; message: string } | undefined {
   const spec = crd.spec as CrdSpec | undefined;
-  if (!spec || typeof spec !== 'object') return 'spec: Required value';
-  if (typeof spec.group !== 'string' || !spec.group.includes('.')) return 'spec.group: Invalid value: should be a domain with at least one dot';
-  if (typeof spec.names?.plural !== 'string' || spec.names.plural === '') return 'spec.names.plural: Required value';
-  if (typeof spec.names.kind !== 'string' || spec.names.kind === '') return 'spec.names.kind: Required value';
-  if (spec.scope !== 'Namespaced' && spec.scope !== 'Cluster') return 'spec.scope: Unsupported value: must be "Namespaced" or "Cluster"';
-  if (!Array.isArray(spec.versions) || spec.versions.length === 0) return 'spec.versions: Required value';
-  if (spec.versions.some((v) => typeof v.name !== 'string' || !/^v[0-9]+((alpha|beta)[0-9]+)?$/.test(v.name))) {
-    return 'spec.versions[].name: Invalid value: must look like v1, v1beta1 or v1alpha2';
+  if (!spec || typeof spec !== 'object') return { field: 'spec', message: 'Required value' };
+  if (typeof spec.group !== 'string' || !spec.group.includes('.')) return { field: 'spec.group', message: 'Invalid value: should be a domain with at least one dot' };
+  if (typeof spec.names?.plural !== 'string' || spec.names.plural === '') return { field: 'spec.names.plural', message: 'Required value' };
+  if (typeof spec.names.kind !== 'string' || spec.names.kind === '') return { field: 'spec.names.kind', message: 'Required value' };
+  if (spec.scope !== 'Namespaced' && spec.scope !== 'Cluster') return { field: 'spec.scope', message: 'Unsupported value: must be "Namespaced" or "Cluster"' };
+  if (!Array.isArray(spec.versions) || spec.versions.length === 0) return { field: 'spec.versions', message: 'Required value' };
+  if (spec.versions.some((v) => typeof v.name !== 'string' || !KUBE_VERSION.test(v.name))) {
+    return { field: 'spec.versions[].name', message: 'Invalid value: must look like v1, v1beta1 or v1alpha2' };
   }
   if (crd.metadata.name !== `${spec.names.plural}.${spec.group}`) {
-    return `metadata.name: Invalid value: "${crd.metadata.name}": must be spec.names.plural+"."+spec.group`;
+    return { field: 'metadata.name', message: `Invalid value: "${crd.metadata.name}": must be spec.names.plural+"."+spec.group` };
   }
   return undefined;
 }
@@ -122,7 +125,7 @@ export function seedCrds(): KObject[] {
 /** Kubernetes version priority: GA > beta > alpha, then higher numbers first. Negative when a sorts first. */
 export function compareKubeVersions(a: string, b: string): number {
   const rank = (v: string): [number, number, number] => {
-    const m = /^v([0-9]+)(?:(alpha|beta)([0-9]+))?$/.exec(v);
+    const m = KUBE_VERSION.exec(v);
     if (!m) return [0, 0, 0];
     return [m[2] === undefined ? 3 : m[2] === 'beta' ? 2 : 1, Number(m[1]), Number(m[3] ?? 0)];
   };

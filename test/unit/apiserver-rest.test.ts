@@ -294,12 +294,17 @@ t.test('installCRDs:false: 404 until the CRD exists, served after, gone (with it
     spec: { group: 'policy.networking.k8s.io', scope: 'Cluster', names: { plural: 'adminnetworkpolicies', kind: 'AdminNetworkPolicy' }, versions: [{ name: 'v1alpha1', served: true, storage: true }] },
   } }));
   t.match(bad, { code: 422, body: { message: /metadata\.name/ } }, 'CRD name must be plural.group');
+  t.same((bad.body.details as { causes: unknown }).causes, [{
+    reason: 'FieldValueInvalid', field: 'metadata.name', message: 'Invalid value: "wrong.policy.networking.k8s.io": must be spec.names.plural+"."+spec.group',
+  }], 'the cause names the field and keeps the whole message');
   const crd = await ext.createCustomResourceDefinition({ body: {
     metadata: { name: 'adminnetworkpolicies.policy.networking.k8s.io' },
     spec: { group: 'policy.networking.k8s.io', scope: 'Cluster', names: { plural: 'adminnetworkpolicies', kind: 'AdminNetworkPolicy' },
       versions: [{ name: 'v1alpha1', served: true, storage: true, subresources: { status: {} } }] },
   } });
   t.match(crd.status!.conditions, [{ type: 'NamesAccepted', status: 'True' }, { type: 'Established', status: 'True' }]);
+  const badUpdate = await failureCode(ext.replaceCustomResourceDefinition({ name: crd.metadata!.name!, body: { ...crd, spec: { ...crd.spec, scope: 'Global' } } }));
+  t.match(badUpdate, { code: 422, body: { message: /spec\.scope: Unsupported value/, details: { causes: [{ field: 'spec.scope', message: 'Unsupported value: must be "Namespaced" or "Cluster"' }] } } }, 'an update is checked as a create is');
   t.same(((await list()) as Record<string, any>).items, []);
   const group = (await apis.getAPIVersions()).groups.find((g) => g.name === 'policy.networking.k8s.io');
   t.same(group?.versions.map((v) => v.version), ['v1alpha1']);

@@ -3,22 +3,11 @@
 // Also: updates to Namespaces, Pods and policies give the same answers as a fresh engine.
 import t from 'tap';
 import type { KubeObject } from '../../daemon/policy/types.js';
+import { rng } from './policy-core-helpers.js';
 import { NAMESPACES, PODS, allMatrices, engineWith, toClusterNetworkPolicy, xyzModel } from './policy-admin-model.js';
 
-/** Small deterministic PRNG (mulberry32) so failures are reproducible from the seed. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = a;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 function generate(seed: number): KubeObject[] {
-  const r = rng(seed);
+  const r = rng(seed).next;
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
   const maybe = (p: number) => r() < p;
   const nsSel = () => (maybe(0.2) ? {} : { matchLabels: { ns: pick(NAMESPACES) } });

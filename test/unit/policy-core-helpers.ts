@@ -114,3 +114,17 @@ export function rule(r: Partial<InternalRule> & { direction: InternalRule['direc
 }
 
 export const podsIn = (ns: string, labels: Record<string, string> = {}): Peer => ({ kind: 'pods', namespaces: { kind: 'names', names: [ns] }, pods: { matchLabels: labels } });
+
+/** Small deterministic PRNG (mulberry32) for property tests, so a failure is reproducible from its seed. */
+export function rng(seed: number) {
+  let a = seed >>> 0;
+  const next = () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let x = a;
+    x = Math.imul(x ^ (x >>> 15), x | 1);
+    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
+    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
+  };
+  return { next, int: (n: number) => Math.floor(next() * n), pick: <T>(xs: readonly T[]) => xs[Math.floor(next() * xs.length)]! };
+}
+export type Rng = ReturnType<typeof rng>;

@@ -12,19 +12,7 @@ import { normalizers as k8s } from '../../daemon/policy/k8s/index.js';
 import { canonicalJson } from '../../daemon/policy/order.js';
 import type { ChangeSet } from '../../daemon/policy/internal.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
-import { namespace, netpol, pod, podsIn, rule, rulesObject, testKind } from './policy-core-helpers.js';
-
-function rng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = a;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-  return { next, int: (n: number) => Math.floor(next() * n), pick: <T>(xs: readonly T[]) => xs[Math.floor(next() * xs.length)]! };
-}
+import { namespace, netpol, pod, podsIn, rng, rule, rulesObject, testKind } from './policy-core-helpers.js';
 
 type Snap = { ag: Map<string, string>; atg: Map<string, string>; rules: Map<string, string>; isolations: Map<string, string> };
 

@@ -13,7 +13,7 @@ import { PolicyEngine, type ChangeSet, type ComputedRule, type NodeIsolation, ty
 import { normalizers as k8s } from '../../daemon/policy/k8s/index.js';
 import { canonicalJson } from '../../daemon/policy/order.js';
 import type { InternalRule, KubeObject, Peer, PortMatch, Probe } from '../../daemon/policy/types.js';
-import { namespace, netpol, node, pod, rule, rulesObject, testKind } from './policy-core-helpers.js';
+import { namespace, netpol, node, pod, rng, type Rng, rule, rulesObject, testKind } from './policy-core-helpers.js';
 
 // ---------------------------------------------------------------------------------------
 // A reference interpreter of the node rule set (IPs, CIDRs, numeric ports only).
@@ -192,19 +192,6 @@ t.test('node rule targets say whether they are Pods or Nodes', async (t) => {
 
 // ---------------------------------------------------------------------------------------
 // Property test: random scenarios, the node rule set against the evaluator
-
-function rng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = a;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-  return { next, int: (n: number) => Math.floor(next() * n), pick: <T>(xs: readonly T[]) => xs[Math.floor(next() * xs.length)]! };
-}
-type Rng = ReturnType<typeof rng>;
 
 const NS = ['x', 'y'];
 const NAMES = ['a', 'b', 'c', 'd'];

@@ -2,26 +2,15 @@ import t from 'tap';
 import { packetFields } from '../../daemon/auditlog/format.js';
 import { ipv6ToString } from '../../daemon/reject/packet.js';
 import { buildRejectReply } from '../../daemon/reject/reject.js';
+import { CLIENT_MAC, csum, mac, macStr, SERVER_MAC } from './reject-helpers.js';
 
 // Independent test-side encoding and checking (RFC 8200 / RFC 4443 / RFC 793).
-const CLIENT_MAC = '0a:00:00:00:00:0a';
-const SERVER_MAC = '0a:00:00:00:00:0b';
 const CLIENT = 'fd00:10:0:0:0:0:0:41';
 const SERVER = 'fd00:10:0:0:0:0:0:5';
-
-const mac = (s: string) => Buffer.from(s.split(':').map((h) => parseInt(h, 16)));
-const macStr = (b: Buffer) => [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
 function ip6(s: string): Buffer {
   const b = Buffer.alloc(16);
   s.split(':').forEach((g, i) => b.writeUInt16BE(parseInt(g, 16), i * 2));
   return b;
-}
-function csum(...parts: Buffer[]): number {
-  const data = Buffer.concat(parts);
-  let sum = 0;
-  for (let i = 0; i < data.length; i += 2) sum += (data[i]! << 8) + (i + 1 < data.length ? data[i + 1]! : 0);
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return ~sum & 0xffff;
 }
 function pseudoOk(out: Buffer, l3: number, proto: number): boolean {
   const upper = out.subarray(l3 + 40);

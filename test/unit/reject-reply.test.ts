@@ -1,25 +1,14 @@
 import t, { type Test } from 'tap';
 import { buildRejectReply } from '../../daemon/reject/reject.js';
 import { decodePacket } from '../../daemon/reject/packet.js';
+import { CLIENT_MAC, csum, mac, macStr, SERVER_MAC } from './reject-helpers.js';
 
 // Frames are built and checked here with an independent, straightforward implementation.
-const CLIENT_MAC = '0a:00:00:00:00:0a';
-const SERVER_MAC = '0a:00:00:00:00:0b';
 const CLIENT_IP = '10.10.1.65';
 const SERVER_IP = '10.0.0.5';
 
-const mac = (s: string) => Buffer.from(s.split(':').map((h) => parseInt(h, 16)));
 const ip4 = (s: string) => Buffer.from(s.split('.').map(Number));
 const ipStr = (b: Buffer) => [...b].join('.');
-const macStr = (b: Buffer) => [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
-
-function csum(...parts: Buffer[]): number {
-  const data = Buffer.concat(parts);
-  let sum = 0;
-  for (let i = 0; i < data.length; i += 2) sum += (data[i]! << 8) + (i + 1 < data.length ? data[i + 1]! : 0);
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return ~sum & 0xffff;
-}
 
 function ipv4(proto: number, payload: Buffer, opts: { options?: Buffer; fragOffset?: number; src?: string; dst?: string } = {}): Buffer {
   const options = opts.options ?? Buffer.alloc(0);

@@ -22,30 +22,40 @@ export function canonicalCidr(v: unknown): string | { error: string } {
   return formatCidr(parsed);
 }
 
-/** `networks`: 1–25 distinct CIDRs (a list-type set), each one an ipBlock peer. */
-export function networks(v: unknown, field: string, p: Problems): Peer[] | undefined {
+/**
+ * A list-type set of 1–25 address peers (the CRDs' `networks` and `domainNames`): each item
+ * becomes a peer or is reported with why not, and a duplicate (as written) is refused.
+ */
+function peerSet(v: unknown, field: string, p: Problems, toPeer: (item: unknown) => Peer | { error: string }): Peer[] | undefined {
   const list = listField(v, field, { min: 1, max: 25, required: true }, p);
   if (!list) return undefined;
   const out: Peer[] = [];
-  const seen = new Set<string>();
+  const seen = new Set<unknown>();
   let ok = true;
   for (const [i, item] of list.entries()) {
-    const parsed = canonicalCidr(item);
-    if (typeof parsed !== 'string') {
-      p.add(`${field}[${i}]`, parsed.error);
+    const peer = toPeer(item);
+    if ('error' in peer) {
+      p.add(`${field}[${i}]`, peer.error);
       ok = false;
       continue;
     }
-    // A list-type set rejects duplicate entries (as written, before canonicalization).
-    if (seen.has(item as string)) {
+    if (seen.has(item)) {
       p.add(`${field}[${i}]`, `duplicate entry "${String(item)}"`);
       ok = false;
       continue;
     }
-    seen.add(item as string);
-    out.push({ kind: 'ipBlock', cidr: parsed, except: [] });
+    seen.add(item);
+    out.push(peer);
   }
   return ok ? out : undefined;
+}
+
+/** `networks`: 1–25 distinct CIDRs (a list-type set), each one an ipBlock peer. */
+export function networks(v: unknown, field: string, p: Problems): Peer[] | undefined {
+  return peerSet(v, field, p, (item) => {
+    const cidr = canonicalCidr(item);
+    return typeof cidr === 'string' ? { kind: 'ipBlock', cidr, except: [] } : cidr;
+  });
 }
 
 // One DNS label: letters, digits, '-' and '_' inside, alphanumeric at both ends.
@@ -54,25 +64,9 @@ const DOMAIN_NAME = new RegExp(`^(\\*\\.)?(${DNS_LABEL}\\.)+${DNS_LABEL}\\.?$`);
 
 /** `domainNames`: 1–25 distinct names, exact or with a leading `*.` wildcard. */
 export function domainNames(v: unknown, field: string, p: Problems): Peer[] | undefined {
-  const list = listField(v, field, { min: 1, max: 25, required: true }, p);
-  if (!list) return undefined;
-  const out: Peer[] = [];
-  const seen = new Set<string>();
-  let ok = true;
-  for (const [i, item] of list.entries()) {
-    if (typeof item !== 'string' || !DOMAIN_NAME.test(item)) {
-      p.add(`${field}[${i}]`, `${JSON.stringify(item)} is not a domain name (exact, or "*." followed by a domain)`);
-      ok = false;
-      continue;
-    }
-    if (seen.has(item)) {
-      p.add(`${field}[${i}]`, `duplicate entry "${item}"`);
-      ok = false;
-      continue;
-    }
-    seen.add(item);
-    out.push({ kind: 'fqdn', pattern: item.toLowerCase().replace(/\.$/, '') });
-  }
-  return ok ? out : undefined;
+  return peerSet(v, field, p, (item) =>
+    typeof item === 'string' && DOMAIN_NAME.test(item)
+      ? { kind: 'fqdn', pattern: item.toLowerCase().replace(/\.$/, '') }
+      : { error: `${JSON.stringify(item)} is not a domain name (exact, or "*." followed by a domain)` },
+  );
 }
-

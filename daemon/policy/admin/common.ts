@@ -1,40 +1,24 @@
 /**
  * Pieces shared by the upstream admin-policy kinds (policy.networking.k8s.io v1alpha1
  * AdminNetworkPolicy / BaselineAdminNetworkPolicy and v1alpha2 ClusterNetworkPolicy):
- * field-path error collection, schema checks that mirror the CRDs' OpenAPI rules,
+ * field-path error collection (../problems.ts, shared by every kind), schema checks that mirror the CRDs' OpenAPI rules,
  * and the subject/peer shapes both API versions share.
  *
  * Pure: no I/O.
  */
 import { isDnsSubdomain, strictSelectorError } from '../labels.js';
+import type { Problems } from '../problems.js';
 import type {
   Direction,
   KubeObject,
   LabelSelector,
   NamespaceMatch,
-  NormalizeResult,
   Peer,
   PolicyKind,
   PortMatch,
-  ValidationError,
 } from '../types.js';
 
-/** Collects validation errors for one object; every error names the object and a field path. */
-export class Problems {
-  readonly list: ValidationError[] = [];
-  constructor(
-    private readonly kind: string,
-    private readonly name: string,
-  ) {}
-
-  add(field: string, message: string): void {
-    this.list.push({ kind: this.kind, name: this.name, field, message });
-  }
-
-  get count(): number {
-    return this.list.length;
-  }
-}
+export { Problems, emptyResult } from '../problems.js';
 
 export type Json = Record<string, unknown>;
 
@@ -48,9 +32,6 @@ export function objectName(obj: KubeObject): string {
   return typeof n === 'string' && n !== '' ? n : '<unnamed>';
 }
 
-export function emptyResult(errors: ValidationError[] = []): NormalizeResult {
-  return { rules: [], isolations: [], groups: [], tiers: [], errors };
-}
 
 /** Checks metadata.name and that spec is an object; returns the spec or undefined. */
 export function checkObjectBasics(obj: KubeObject, p: Problems): Json | undefined {
@@ -247,6 +228,15 @@ export function subject(
 export const PORT_PROTOCOLS = ['TCP', 'UDP', 'SCTP'] as const;
 export type PortProtocol = (typeof PORT_PROTOCOLS)[number];
 
+/** A port number both API versions require: present, an integer in 1–65535. */
+export function requiredPort(v: unknown, field: string, p: Problems): number | undefined {
+  if (v === undefined || v === null) {
+    p.add(field, 'is required');
+    return undefined;
+  }
+  return intInRange(v, field, 1, 65535, p);
+}
+
 /**
  * A named port has no protocol of its own in these APIs: it matches the container port of
  * that name whatever its protocol. The IR resolves named ports per protocol, so it becomes
@@ -260,6 +250,15 @@ export function namedPortMatches(name: string): PortMatch[] {
 export function namedPortError(v: unknown): string | undefined {
   if (typeof v !== 'string' || v === '') return 'must be a non-empty port name';
   return undefined;
+}
+
+/** `spec.priority` of ANP and CNP: required, 0–1000 (0 when invalid; the error is recorded). */
+export function policyPriority(spec: Json, p: Problems): number {
+  if (spec.priority === undefined || spec.priority === null) {
+    p.add('spec.priority', 'is required (0–1000, lower is checked first)');
+    return 0;
+  }
+  return intInRange(spec.priority, 'spec.priority', 0, 1000, p) ?? 0;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ export function normalizeAdminPolicy(
   resolve: (spec: Json, p: Problems) => KindRules,
 ): NormalizeResult {
   const name = objectName(obj);
-  const p = new Problems(kind, name);
+  const p = new Problems(kind, undefined, name);
   const spec = checkObjectBasics(obj, p);
   if (!spec) return emptyResult(p.list);
   const rules = resolve(spec, p);

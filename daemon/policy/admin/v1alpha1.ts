@@ -13,10 +13,11 @@ import {
   type PortProtocol,
   Problems,
   exactlyOne,
-  intInRange,
   isObject,
   namedPortError,
   namedPortMatches,
+  policyPriority,
+  requiredPort,
 } from './common.js';
 import { type KindRules, type ParsedPorts, normalizeAdminPolicy } from './rules.js';
 
@@ -36,14 +37,6 @@ function portProtocol(v: unknown, field: string, p: Problems): PortProtocol | un
     return undefined;
   }
   return v as PortProtocol;
-}
-
-function portNumber(v: unknown, field: string, p: Problems): number | undefined {
-  if (v === undefined || v === null) {
-    p.add(field, 'is required');
-    return undefined;
-  }
-  return intInRange(v, field, 1, 65535, p);
 }
 
 /** `ports`: each item exactly one of portNumber {protocol, port}, namedPort, portRange {protocol, start, end}. */
@@ -69,12 +62,12 @@ function parseV1alpha1Ports(list: unknown[], field: string, p: Problems): Parsed
     }
     const protocol = portProtocol(value.protocol, `${at}.${which}.protocol`, p);
     if (which === 'portNumber') {
-      const port = portNumber(value.port, `${at}.portNumber.port`, p);
+      const port = requiredPort(value.port, `${at}.portNumber.port`, p);
       if (protocol && port !== undefined) matches.push({ protocol, port });
       continue;
     }
-    const start = portNumber(value.start, `${at}.portRange.start`, p);
-    const end = portNumber(value.end, `${at}.portRange.end`, p);
+    const start = requiredPort(value.start, `${at}.portRange.start`, p);
+    const end = requiredPort(value.end, `${at}.portRange.end`, p);
     if (start !== undefined && end !== undefined && start >= end) {
       p.add(`${at}.portRange`, `start (${start}) must be less than end (${end})`);
       continue;
@@ -96,9 +89,7 @@ const SHARED = {
 
 export function normalizeAdminNetworkPolicy(obj: KubeObject, _ctx?: NormalizeContext): NormalizeResult {
   return normalizeAdminPolicy(obj, 'AdminNetworkPolicy', (spec, p): KindRules => {
-    let priority = 0;
-    if (spec.priority === undefined || spec.priority === null) p.add('spec.priority', 'is required (0–1000, lower is checked first)');
-    else priority = intInRange(spec.priority, 'spec.priority', 0, 1000, p) ?? 0;
+    const priority = policyPriority(spec, p);
     return {
       ...SHARED,
       kind: 'AdminNetworkPolicy',

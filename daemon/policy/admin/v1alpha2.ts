@@ -21,7 +21,9 @@ import {
   isObject,
   namedPortError,
   namedPortMatches,
+  policyPriority,
   type PortProtocol,
+  requiredPort,
 } from './common.js';
 import { type KindRules, type ParsedPorts, normalizeAdminPolicy } from './rules.js';
 import { ADMIN_TIER_PRIORITY, BASELINE_TIER_PRIORITY } from './v1alpha1.js';
@@ -31,14 +33,6 @@ const CNP_MAX_PEERS = 25;
 const CNP_MAX_PROTOCOLS = 25;
 
 const PROTOCOL_FIELDS: Record<string, PortProtocol> = { tcp: 'TCP', udp: 'UDP', sctp: 'SCTP' };
-
-function requiredPort(v: unknown, field: string, p: Problems): number | undefined {
-  if (v === undefined || v === null) {
-    p.add(field, 'is required');
-    return undefined;
-  }
-  return intInRange(v, field, 1, 65535, p);
-}
 
 /** `destinationPort`: exactly one of `number` or `range {start, end}` (start < end). */
 function destinationPort(v: unknown, field: string, protocol: PortProtocol, p: Problems): PortMatch | undefined {
@@ -100,9 +94,7 @@ export function normalizeClusterNetworkPolicy(obj: KubeObject, _ctx?: NormalizeC
     } else if (spec.tier !== 'Admin') {
       p.add('spec.tier', `${JSON.stringify(spec.tier)} is not a tier; use Admin or Baseline`);
     }
-    let priority = 0;
-    if (spec.priority === undefined || spec.priority === null) p.add('spec.priority', 'is required (0–1000, lower is checked first)');
-    else priority = intInRange(spec.priority, 'spec.priority', 0, 1000, p) ?? 0;
+    const priority = policyPriority(spec, p);
     return {
       kind: 'ClusterNetworkPolicy',
       tierName: baseline ? 'Baseline' : 'Admin',

@@ -1,39 +1,19 @@
 /**
- * Shared helpers for the crd.antrea.io normalizers: an error collector that names the object and
- * field, JSON-shape checks (what the CRD's structural schema would reject), and the label-key /
+ * Shared helpers for the crd.antrea.io normalizers: the error collector (../problems.ts, shared by
+ * every kind) and the result of an invalid object, JSON-shape checks (what the CRD's structural schema would reject), and the label-key /
  * label-value rules the Antrea webhook applies to selectors.
  */
-import { selectorError } from '../labels.js';
-import type { KubeObject, LabelSelector, NormalizeResult, ValidationError } from '../types.js';
+import { DNS_SUBDOMAIN, QUALIFIED_NAME, selectorError } from '../labels.js';
+import { emptyResult, type Problems } from '../problems.js';
+import type { KubeObject, LabelSelector, NormalizeResult } from '../types.js';
 
 export const ANTREA_GROUP = 'crd.antrea.io';
 
-/** Collects validation errors for one object. */
-export class Problems {
-  readonly list: ValidationError[] = [];
-  constructor(
-    readonly kind: string,
-    readonly namespace: string | undefined,
-    readonly name: string,
-  ) {}
+export { Problems, emptyResult } from '../problems.js';
 
-  add(field: string, message: string): void {
-    const e: ValidationError = { kind: this.kind, name: this.name, field, message };
-    if (this.namespace !== undefined) e.namespace = this.namespace;
-    this.list.push(e);
-  }
-
-  get any(): boolean {
-    return this.list.length > 0;
-  }
-}
-
-export function emptyResult(): NormalizeResult {
-  return { rules: [], isolations: [], groups: [], tiers: [], errors: [] };
-}
 
 export function errorResult(problems: Problems): NormalizeResult {
-  return { ...emptyResult(), errors: problems.list };
+  return emptyResult(problems.list);
 }
 
 export function isObject(v: unknown): v is Record<string, any> {
@@ -83,10 +63,8 @@ export function intField(p: Problems, value: unknown, field: string, min: number
   return value;
 }
 
-// Label syntax (k8s.io/apimachinery validation.IsQualifiedName / IsValidLabelValue).
-const LABEL_NAME = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
-const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
+// Label syntax (k8s.io/apimachinery validation.IsQualifiedName / IsValidLabelValue), with the
+// messages the Antrea webhook gives.
 
 /** Why `key` is not a qualified name ("[prefix/]name"), or undefined. */
 export function qualifiedNameError(key: string): string | undefined {
@@ -96,13 +74,13 @@ export function qualifiedNameError(key: string): string | undefined {
     const prefix = parts[0]!;
     name = parts[1]!;
     if (prefix.length === 0) return `"${key}": prefix part must be non-empty`;
-    if (prefix.length > 253 || !DNS1123_SUBDOMAIN.test(prefix)) return `"${key}": prefix part must be a DNS subdomain`;
+    if (prefix.length > 253 || !DNS_SUBDOMAIN.test(prefix)) return `"${key}": prefix part must be a DNS subdomain`;
   } else if (parts.length > 2) {
     return `"${key}": a qualified name has at most one "/"`;
   }
   if (name.length === 0) return `"${key}": name part must be non-empty`;
   if (name.length > 63) return `"${key}": name part must be no more than 63 characters`;
-  if (!LABEL_NAME.test(name)) {
+  if (!QUALIFIED_NAME.test(name)) {
     return `"${key}": name part must consist of alphanumerics, "-", "_" or ".", and start and end with an alphanumeric`;
   }
   return undefined;
@@ -110,7 +88,7 @@ export function qualifiedNameError(key: string): string | undefined {
 
 export function labelValueError(value: string): string | undefined {
   if (value.length > 63) return `"${value}": a label value must be no more than 63 characters`;
-  if (!LABEL_VALUE.test(value)) {
+  if (value !== '' && !QUALIFIED_NAME.test(value)) {
     return `"${value}": a label value must be empty or consist of alphanumerics, "-", "_" or ".", and start and end with an alphanumeric`;
   }
   return undefined;

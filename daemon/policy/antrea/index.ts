@@ -12,7 +12,8 @@ import { normalizeGroup } from './groups.js';
 import { normalizeAntreaPolicy } from './policy.js';
 import { normalizeTier } from './tiers.js';
 
-export { STATIC_TIERS, canonicalTierName, tierStage } from './tiers.js';
+export { ANTREA_GROUP } from './common.js';
+export { STATIC_TIERS, canonicalTierName, staticTierPriority, tierStage } from './tiers.js';
 export { appliedToMembers, expandGroupMembers, hasChildGroups } from './groups.js';
 export { generatedRuleName } from './rulename.js';
 

@@ -17,6 +17,7 @@
  */
 import { cidrWithin, parseCidr } from '../cidr.js';
 import { isDnsSubdomain, strictSelectorError } from '../labels.js';
+import { emptyResult } from '../problems.js';
 import type {
   Direction, InternalRule, Isolation, KubeObject, LabelSelector, NormalizeContext, NormalizeResult, Peer, PortMatch, RuleRef, ValidationError,
 } from '../types.js';
@@ -41,7 +42,7 @@ export function normalizeNetworkPolicy(obj: KubeObject, ctx: NormalizeContext): 
   const namespace = obj.metadata.namespace ?? 'default';
   const errors: ValidationError[] = [];
   const fail = (field: string, message: string) => errors.push({ kind: 'NetworkPolicy', namespace, name, field, message });
-  const empty: NormalizeResult = { rules: [], isolations: [], groups: [], tiers: [], errors };
+  const empty = emptyResult(errors);
 
   if (!isDnsSubdomain(name)) fail('metadata.name', `"${name}" is not a valid DNS subdomain name`);
   const spec = obj.spec ?? {};

@@ -1,0 +1,34 @@
+import type { NormalizeResult, ValidationError } from './types.js';
+
+/**
+ * Collects the validation errors of one object while a kind's normalizer checks it; every error
+ * names the object (kind, namespace when it has one, name) and a field path. Shared by the
+ * normalizers of all kinds.
+ */
+export class Problems {
+  readonly list: ValidationError[] = [];
+  constructor(
+    readonly kind: string,
+    readonly namespace: string | undefined,
+    readonly name: string,
+  ) {}
+
+  add(field: string, message: string): void {
+    const e: ValidationError = { kind: this.kind, name: this.name, field, message };
+    if (this.namespace !== undefined) e.namespace = this.namespace;
+    this.list.push(e);
+  }
+
+  get count(): number {
+    return this.list.length;
+  }
+
+  get any(): boolean {
+    return this.list.length > 0;
+  }
+}
+
+/** What an object yields when it yields nothing: no IR, only its errors (an invalid object yields no rules). */
+export function emptyResult(errors: ValidationError[] = []): NormalizeResult {
+  return { rules: [], isolations: [], groups: [], tiers: [], errors };
+}
