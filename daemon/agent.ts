@@ -33,6 +33,24 @@ export interface AgentOptions {
    * addFlowSource() is missing from the start-up sync, whose flows it would then delete and re-add.
    */
   flowSources?: (() => Flow[])[];
+  /** Policy enforcement (daemon/enforcement): its flows join the desired set from the first sync. */
+  enforcement?: EnforcementHooks;
+}
+
+/**
+ * What the agent calls on the policy side. Ordering guarantees: `prepare` runs after the bridge
+ * exists and before the first flow sync (so the first bundle already has every policy flow and a
+ * restart deletes nothing); `podAttaching` runs before a new Pod's flows are installed (the same
+ * bundle makes the Pod reachable and installs its policy flows).
+ */
+export interface EnforcementHooks {
+  flows(): Flow[];
+  prepare(agent: Agent, localPods: PodAttachment[]): Promise<void>;
+  podAttaching(pod: PodAttachment): Promise<void>;
+  podDetached(pod: PodAttachment): void;
+  close(): Promise<void>;
+  /** Shown under `enforcement` in the agent status (/status, sluicectl node status). */
+  status?(): unknown;
 }
 
 export class StartupError extends Error {}
@@ -133,6 +151,7 @@ export interface AgentStatus {
   pods: PodAttachment[];
   lastResync?: { at: string; repairs: string[]; error?: string };
   ovsReachable: boolean;
+  enforcement?: unknown;
 }
 
 /** What the policy side listens to: 'pod-attached' / 'pod-detached' with the PodAttachment. */
@@ -164,6 +183,7 @@ export class Agent {
     readonly config: AgentConfig,
     private readonly log: Logger,
     failAfter?: AttachStep,
+    private readonly enforcement?: EnforcementHooks,
   ) {
     this.ovs = new Ovs({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
     this.flowSync = new FlowSync(this.ovs, log);
@@ -186,7 +206,13 @@ export class Agent {
       syncFlows: (opts) => this.syncFlows(opts),
       isReady: () => this.ready,
       onPodAttached: (p) => this.podEvents.emit('pod-attached', p),
-      onPodDetached: (p) => this.podEvents.emit('pod-detached', p),
+      onPodDetached: (p) => {
+        this.enforcement?.podDetached(p);
+        this.podEvents.emit('pod-detached', p);
+      },
+      ...(enforcement
+        ? { beforePodFlows: (p: PodAttachment) => enforcement.podAttaching(p), podFlowsUndone: (p: PodAttachment) => enforcement.podDetached(p) }
+        : {}),
       ...(failAfter ? { failAfter } : {}),
       log,
     });
@@ -210,8 +236,12 @@ export class Agent {
   }
 
   static async start(opts: AgentOptions): Promise<Agent> {
-    const agent = new Agent(opts.config, opts.log, opts.failAfter);
+    const agent = new Agent(opts.config, opts.log, opts.failAfter, opts.enforcement);
     for (const source of opts.flowSources ?? []) agent.addFlowSource(source);
+    if (opts.enforcement) {
+      const e = opts.enforcement;
+      agent.addFlowSource(() => e.flows());
+    }
     try {
       await agent.startUp(opts.serveCni ?? true);
     } catch (err) {
@@ -239,6 +269,10 @@ export class Agent {
     log.info({ bridge: cfg.bridge, gateway: gw.gateway, changes: [...bridgeChanges, ...gw.changes] }, 'startup: bridge and gateway');
 
     const stale = await this.loadAttachments(livePods);
+    if (this.enforcement) {
+      await this.enforcement.prepare(this, [...this.pods.values()]);
+      log.info({ ms: Date.now() - t0 }, 'startup: policy enforcement prepared');
+    }
     const diff = await this.syncFlows({ verify: true });
     log.info({ added: diff.add.length, removed: diff.remove.length, unchanged: diff.unchanged, pods: this.pods.size }, 'startup: flows converged');
 
@@ -367,6 +401,13 @@ export class Agent {
     });
   }
 
+  /** MAC of the interface behind an OpenFlow port of the bridge: the gateway or a local Pod. */
+  portMac(ofport: number): string | undefined {
+    if (this.gateway && this.gateway.ofport === ofport) return this.gateway.mac;
+    for (const p of this.pods.values()) if (p.ofport === ofport) return p.mac;
+    return undefined;
+  }
+
   syncFlows(opts: { verify?: boolean } = {}) {
     return this.flowSync.sync(() => this.desiredFlows(), opts);
   }
@@ -470,6 +511,7 @@ export class Agent {
       pods: [...this.pods.values()],
       ...(this.lastResync ? { lastResync: this.lastResync } : {}),
       ovsReachable: this.ovsReachable,
+      ...(this.enforcement?.status ? { enforcement: this.enforcement.status() } : {}),
     };
   }
 
@@ -482,6 +524,7 @@ export class Agent {
     clearTimeout(this.monitorTimer);
     this.monitor?.kill();
     await this.cni?.close();
+    await this.enforcement?.close();
     await this.health?.close();
     await this.hostnet?.close();
   }

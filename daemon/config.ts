@@ -18,6 +18,8 @@
  * resyncIntervalSeconds: 60     # host networking + flows convergence
  * flowCheckIntervalSeconds: 5   # quick check that OVS still has the flows (ovs-vswitchd restart)
  * rtTablesFile: /etc/iproute2/rt_tables.d/sluice.conf   # "" = do not register the table name
+ * auditLogPath: /var/log/antrea/networkpolicy/np.log     # policy audit log (rules with logging)
+ * enforcePolicies: true         # default: on when an API server is configured (kubeconfig or in-cluster)
  * ```
  */
 import { readFile } from 'node:fs/promises';
@@ -44,6 +46,9 @@ export interface AgentConfig {
   flowCheckIntervalSeconds: number;
   /** null: do not register the route table name. */
   rtTablesFile: string | null;
+  auditLogPath: string;
+  /** undefined: enforce when an API server is configured; false: datapath only. */
+  enforcePolicies?: boolean;
 }
 
 export const CONFIG_DEFAULTS = {
@@ -59,6 +64,7 @@ export const CONFIG_DEFAULTS = {
   resyncIntervalSeconds: 60,
   flowCheckIntervalSeconds: 5,
   rtTablesFile: '/etc/iproute2/rt_tables.d/sluice.conf',
+  auditLogPath: '/var/log/antrea/networkpolicy/np.log',
 } as const;
 
 export const DEFAULT_CONFIG_PATH = '/etc/sluice/agent.yaml';
@@ -71,6 +77,7 @@ const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const
 const KEYS = [
   'nodeName', 'kubeconfig', 'bridge', 'datapath', 'gateway', 'serviceCIDRs', 'socketPath', 'ovsRunDir', 'stateDir',
   'healthAddress', 'logLevel', 'nodeIP', 'resyncIntervalSeconds', 'flowCheckIntervalSeconds', 'rtTablesFile',
+  'auditLogPath', 'enforcePolicies',
 ] as const;
 /** Linux interface names: 1-15 bytes, no '/', whitespace or ':'. */
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
@@ -150,6 +157,9 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     else rtTablesFile = path('rtTablesFile')!;
   }
 
+  const enforce = raw.enforcePolicies;
+  if (enforce !== undefined && enforce !== null && typeof enforce !== 'boolean') bad('enforcePolicies', `must be true or false, got ${JSON.stringify(enforce)}`);
+
   const bridge = ifname('bridge', CONFIG_DEFAULTS.bridge);
   const gateway = ifname('gateway', CONFIG_DEFAULTS.gateway);
   if (bridge === gateway) bad('gateway', `must differ from bridge "${bridge}"`);
@@ -170,6 +180,8 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     resyncIntervalSeconds: seconds('resyncIntervalSeconds', CONFIG_DEFAULTS.resyncIntervalSeconds),
     flowCheckIntervalSeconds: seconds('flowCheckIntervalSeconds', CONFIG_DEFAULTS.flowCheckIntervalSeconds),
     rtTablesFile,
+    auditLogPath: path('auditLogPath', CONFIG_DEFAULTS.auditLogPath)!,
+    ...(typeof enforce === 'boolean' ? { enforcePolicies: enforce } : {}),
   };
 }
 

@@ -9,6 +9,7 @@ import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { Agent } from './agent.js';
 import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig } from './config.js';
+import { enforcementWanted, startEnforcement } from './enforcement/index.js';
 import { ATTACH_STEPS, type AttachStep } from './podattach.js';
 
 async function main(): Promise<number> {
@@ -42,7 +43,10 @@ async function main(): Promise<number> {
 
   let agent: Agent;
   try {
-    agent = await Agent.start({ config, log, ...(failpoint ? { failAfter: failpoint as AttachStep } : {}) });
+    const wanted = enforcementWanted(config);
+    log.info({ reason: wanted.why }, wanted.on ? 'policy enforcement on' : 'policy enforcement OFF (datapath only)');
+    const enforcement = wanted.on ? (await startEnforcement(config, log)).hooks : undefined;
+    agent = await Agent.start({ config, log, ...(failpoint ? { failAfter: failpoint as AttachStep } : {}), ...(enforcement ? { enforcement } : {}) });
   } catch (err) {
     log.fatal({ err: (err as Error).message }, 'startup failed');
     process.stderr.write(`sluice-agent: startup failed: ${(err as Error).message}\n`);

@@ -59,6 +59,10 @@ export interface AttachDeps {
   /** Tells the policy side a local Pod appeared / went away. */
   onPodAttached?(pod: PodAttachment): void;
   onPodDetached?(pod: PodAttachment): void;
+  /** Policy side: learn the Pod before its flows go in (its policy flows join the same bundle). */
+  beforePodFlows?(pod: PodAttachment): Promise<void>;
+  /** Policy side: a Pod whose ADD was rolled back after beforePodFlows. */
+  podFlowsUndone?(pod: PodAttachment): void;
   /** Test hook (SLUICE_FAILPOINT): throw after this step completed, to exercise the rollback. */
   failAfter?: AttachStep;
   log: Logger;
@@ -204,9 +208,11 @@ export class PodAttacher implements CniHandler {
         step,
         run: async () => {
           d.pods.delete(pod.containerId);
+          d.podFlowsUndone?.(pod);
           await d.syncFlows();
         },
       });
+      await d.beforePodFlows?.(pod);
       d.pods.set(pod.containerId, pod);
       await d.syncFlows();
       done(step);

@@ -13,6 +13,7 @@ import { nodeNetns, nodeStateDir, ovsDir, repoRoot, sluiceSocketPath } from './n
 export const agentConfigPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.yaml');
 export const agentLogPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.log');
 export const agentPidPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.pid');
+export const agentAuditLogPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'np.log');
 export const nodeKubeconfigPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'kubeconfig');
 
 /** The agent's config (the contract with daemon/): pure. */
@@ -31,6 +32,8 @@ export function agentConfig(lab: string, node: string): Record<string, unknown> 
     logLevel: 'info',
     // The lab shares the machine's /etc: registering the table name there would outlive `down`.
     rtTablesFile: '',
+    // The audit log stays with the node's state (removed by `down`), not in the machine's /var/log.
+    auditLogPath: agentAuditLogPath(lab, node),
   };
 }
 

@@ -35,7 +35,7 @@ function parser(argv: string[]) {
       y
         .option('nodes', { type: 'number', default: 2, describe: 'number of lab nodes' })
         .option('primary', { type: 'string', choices: ['ptp', 'eks'], default: 'ptp', describe: 'primary CNI flavour' })
-        .option('sluice', { type: 'boolean', default: false, describe: 'chain sluice after the primary and run sluice-agent per node' })
+        .option('sluice', { type: 'boolean', default: true, describe: 'chain sluice after the primary and run an enforcing sluice-agent per node (--no-sluice: primary CNI only)' })
         .option('f', { alias: 'filename', type: 'string', array: true, default: [], describe: 'scenario manifest file or directory' }),
     )
     .command('down', 'remove a lab completely (works after a crash)', (y) =>
@@ -57,11 +57,13 @@ function parser(argv: string[]) {
         .option('probes', { type: 'string', describe: 'JSON probe file (default: every Pod to every Pod on every served port)' })
         .option('o', { alias: 'output', type: 'string', choices: ['table', 'json'], default: 'table' }),
     )
+    // Listed for --help only: lab/cli.ts hands `verify` to lab/verify.ts before this parser runs.
+    .command('verify', 'apply scenario files step by step and compare real packets with sluicectl simulate (verify --help)')
     .command('demo', 'the README main job: a 2-node lab, the example workload and policies, two matrices', (y) =>
       y
         .option('nodes', { type: 'number', default: 2 })
         .option('primary', { type: 'string', choices: ['ptp', 'eks'], default: 'ptp' })
-        .option('sluice', { type: 'boolean', default: false }),
+        .option('sluice', { type: 'boolean', default: true, describe: 'with enforcing sluice-agents (--no-sluice: without, policies have no effect)' }),
     )
     .strict()
     .help(false)

@@ -1,7 +1,8 @@
 /**
  * `sluice-lab demo` (what `npm run lab` runs): a 2-node lab with the x/y/z × a/b/c workload,
  * the reachability matrix, the example policies applied one by one with their one-line
- * explanations, the matrix again and whether it changed. The lab stays up afterwards.
+ * explanations, the matrix again, what changed (with enforcing agents, the default) and whether
+ * every real-packet verdict agrees with the policy engine. The lab stays up afterwards.
  */
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -12,7 +13,9 @@ import type { Primary } from './args.js';
 import { hostKubeconfigPath, readControl, supervisorPid } from './control.js';
 import { repoRoot } from './net/names.js';
 import { apply, clientFor, down, probeLab, summary, up, waitForServices, type Out } from './ops.js';
-import { kindOfObject } from './kinds.js';
+import { apiVersionOf, KINDS, kindOfObject } from './kinds.js';
+import { PolicyEngine } from '../daemon/policy/engine.js';
+import type { KubeObject } from '../daemon/policy/types.js';
 import { ApiError } from './restclient.js';
 
 export const EXPLAIN_ANNOTATION = 'sluice.dev/explain';
@@ -82,13 +85,24 @@ export async function demo(opts: { name: string; nodes: number; primary: Primary
   const diffs = matrixDifferences(before, after);
   if (diffs.length === 0) {
     out(
-      '\nThe two matrices are IDENTICAL: nothing in this lab enforces the policies yet' +
-        (info.sluice ? ' (sluice-agent runs, but does not enforce them).' : ' (sluice is not chained; try --sluice once enforcement lands).'),
+      '\nThe two matrices are IDENTICAL: nothing in this lab enforces the policies' +
+        (info.sluice ? ' (sluice-agent runs, yet nothing changed: check node-<i>/agent.log).' : ' (sluice is not chained: --no-sluice; run the demo without it to see them enforced).'),
     );
   } else {
-    out(`\nThe two matrices DIFFER in ${diffs.length} of ${after.length} probes:`);
+    out(
+      `\nThe two matrices DIFFER in ${diffs.length} of ${after.length} probes: ` +
+        (info.sluice ? "each node's sluice-agent compiled the example policies to flows on its br-int, and these connections are now dropped or rejected there:" : 'what changed:'),
+    );
     for (const d of diffs.slice(0, 40)) out(`  ${d}`);
     if (diffs.length > 40) out(`  ... and ${diffs.length - 40} more`);
+  }
+  if (info.sluice) {
+    const disagree = await engineDisagreements(info, after);
+    out(
+      disagree.length === 0
+        ? `Every one of the ${after.length} real-packet verdicts is what the policy engine computes for the same objects (sluicectl simulate).`
+        : `${disagree.length} of ${after.length} real-packet verdicts differ from the policy engine (sluicectl simulate):\n${disagree.slice(0, 20).map((d) => `  ${d}`).join('\n')}`,
+    );
   }
 
   const nameFlag = opts.name === 'sl' ? '' : ` --name ${opts.name}`;
@@ -102,6 +116,23 @@ export async function demo(opts: { name: string; nodes: number; primary: Primary
   ];
   out(`\nLab "${opts.name}" stays up (${reusable ? 'reused' : 'came up'} in ${(upMs / 1000).toFixed(1)} s; ${after.length}-probe matrix in ${(probeMs / 1000).toFixed(1)} s). Next:`);
   for (const [cmd, what] of next) out(`  ${cmd}\n      ${what}`);
+}
+
+/** Probes whose real verdict differs from the policy engine fed the lab's current objects. */
+async function engineDisagreements(info: NonNullable<ReturnType<typeof readControl>>, results: ProbeResult[]): Promise<string[]> {
+  const rest = clientFor(info);
+  const engine = new PolicyEngine();
+  const lists = await Promise.all(KINDS.map((k) => rest.list(k).catch(() => ({ items: [] as KubeObject[] }))));
+  for (const [i, l] of lists.entries()) {
+    const k = KINDS[i]!;
+    for (const o of l.items as KubeObject[]) engine.upsert({ ...o, apiVersion: apiVersionOf(k), kind: k.kind });
+  }
+  const out: string[] = [];
+  for (const r of results) {
+    const v = engine.evaluate({ from: r.from, to: r.to, port: r.port, protocol: r.protocol }).verdict;
+    if (v !== r.verdict) out.push(`${r.from} -> ${r.to} ${r.port}/${r.protocol}: packets ${r.verdict}, engine ${v}`);
+  }
+  return out;
 }
 
 /**

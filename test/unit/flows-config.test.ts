@@ -19,6 +19,7 @@ t.test('empty file gives the documented defaults', async (t) => {
     resyncIntervalSeconds: 60,
     flowCheckIntervalSeconds: 5,
     rtTablesFile: CONFIG_DEFAULTS.rtTablesFile,
+    auditLogPath: '/var/log/antrea/networkpolicy/np.log',
   });
   t.notOk('kubeconfig' in c, 'absent kubeconfig = in-cluster');
   t.notOk('nodeIP' in c, 'absent nodeIP = from the Node object');

@@ -135,6 +135,7 @@ t.test('kubelet status, Node object, agent config, supervisor args', async (t) =
     healthAddress: '127.0.0.1:10349',
     logLevel: 'info',
     rtTablesFile: '',
+    auditLogPath: '/run/sluice-lab/sl/node-1/np.log',
   });
 
   t.same(parseSupervisorArgs(['--name', 'lb1', '--nodes', '3', '--primary', 'eks', '--sluice', '--state-dir', '/run/sluice-lab/lb1/']), { name: 'lb1', nodes: 3, primary: 'eks', sluice: true });

@@ -49,8 +49,8 @@ t.test('kinds: names, aliases, groups and paths', async (t) => {
 });
 
 t.test('args: commands, defaults and errors', async (t) => {
-  t.same(parseArgs(['up']), { cmd: 'up', name: 'sl', nodes: 2, primary: 'ptp', sluice: false, files: [] });
-  t.same(parseArgs(['up', '--name', 'lb1', '--nodes', '3', '--primary', 'eks', '-f', 'a.yaml', '-f', 'dir']), {
+  t.same(parseArgs(['up']), { cmd: 'up', name: 'sl', nodes: 2, primary: 'ptp', sluice: true, files: [] });
+  t.same(parseArgs(['up', '--name', 'lb1', '--nodes', '3', '--primary', 'eks', '-f', 'a.yaml', '-f', 'dir', '--no-sluice']), {
     cmd: 'up', name: 'lb1', nodes: 3, primary: 'eks', sluice: false, files: ['a.yaml', 'dir'],
   });
   t.equal((parseArgs(['up', '--sluice']) as { sluice: boolean }).sluice, true);
@@ -62,6 +62,8 @@ t.test('args: commands, defaults and errors', async (t) => {
   t.same(parseArgs(['down', '--all']), { cmd: 'down', name: 'sl', all: true });
   t.same(parseArgs(['apply', '-f', 'x.yaml']), { cmd: 'apply', name: 'sl', files: ['x.yaml'] });
   t.equal(parseArgs(['demo']).cmd, 'demo');
+  t.equal((parseArgs(['demo']) as { sluice: boolean }).sluice, true, 'the demo runs enforcing agents by default');
+  t.equal((parseArgs(['demo', '--no-sluice']) as { sluice: boolean }).sluice, false);
   t.equal(parseArgs([]).cmd, 'help');
   t.throws(() => parseArgs(['apply']), UsageError);
   t.throws(() => parseArgs(['frobnicate']), UsageError);

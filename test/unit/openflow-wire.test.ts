@@ -150,8 +150,8 @@ t.test('METER_MOD: pktps drop band, validation', async (t) => {
 });
 
 t.test('punt contract: metered controller action and userdata', async (t) => {
-  t.equal(puntActions({ category: PuntCategory.policy, ops: PuntOp.log | PuntOp.reject }), 'meter:256,controller(userdata=01.03)');
-  t.equal(puntActions({ category: PuntCategory.dns, maxLen: 512 }), 'meter:258,controller(max_len=512,userdata=02.00)');
+  t.equal(puntActions({ category: PuntCategory.policy, ops: PuntOp.log | PuntOp.reject }), 'controller(userdata=01.03,meter_id=256)');
+  t.equal(puntActions({ category: PuntCategory.dns, maxLen: 512 }), 'controller(max_len=512,userdata=02.00,meter_id=258)');
   t.same(decodePuntUserdata(Buffer.from([1, 2, 7])), { category: 1, ops: 2, extra: Buffer.from([7]) });
   t.equal(decodePuntUserdata(undefined), undefined);
   t.same(packetInMeters(100), [{ meterId: 256, rate: 100, burst: 200 }, { meterId: 258, rate: 100, burst: 200 }]);

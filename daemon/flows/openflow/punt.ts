@@ -44,10 +44,15 @@ export function puntUserdata(p: Punt): Buffer {
   return Buffer.concat([Buffer.from([p.category, ops]), p.extra ?? Buffer.alloc(0)]);
 }
 
-/** ovs-ofctl actions that send the packet to the agent through the category's meter. */
+/**
+ * ovs-ofctl actions that send the packet to the agent through the category's meter. The meter is
+ * the controller action's own `meter_id` (as the policy compiler's punts, ../policy/punt.ts): OVS
+ * 3.1 refuses a `meter:N` action while meter N does not exist, which would fail a whole flow
+ * bundle replayed before the controller connection re-created the meters.
+ */
 export function puntActions(p: Punt): string {
   const maxLen = p.maxLen === undefined ? '' : `max_len=${p.maxLen},`;
-  return `meter:${PUNT_METER_ID[p.category]},controller(${maxLen}userdata=${hexBytes(puntUserdata(p))})`;
+  return `controller(${maxLen}userdata=${hexBytes(puntUserdata(p))},meter_id=${PUNT_METER_ID[p.category]})`;
 }
 
 export interface DecodedPunt {

@@ -1,0 +1,389 @@
+/**
+ * Policy enforcement in the agent: API objects -> PolicyEngine -> PolicyFlows -> the agent's one
+ * desired flow set (policy flows are one of its flow sources), plus the packet-in loop (Reject
+ * replies, audit log, DNS learning hook).
+ *
+ * Consistency: the engine is updated synchronously per event; the flow compile and the bridge
+ * bundle are coalesced over `debounceMs`, and whatever bundle the agent applies (a debounced flush,
+ * a CNI ADD, a resync) first compiles every change received so far, so each applied state is the
+ * engine's state at one moment. Nothing is ever flushed to "allow": a lost watch keeps the last
+ * state until the relist reports the differences.
+ */
+import type { Logger } from 'pino';
+import { AuditLogger, DEFAULT_AUDIT_LOG_PATH } from '../auditlog/index.js';
+import type { Flow } from '../flows/flow.js';
+import { OpenFlowController, packetInMeters, PuntCategory, runPacketInLoop, type DecodedPunt, type PacketInHandler } from '../flows/openflow/index.js';
+import { buildRejectReply } from '../reject/index.js';
+import type { PacketIn, PacketOut } from '../flows/openflow/wire.js';
+import { dirtyRuleIds, PolicyFlows, policyFlowInput } from '../flows/policy/index.js';
+import { PolicyEngine, type ChangeSet } from '../policy/engine.js';
+import type { KubeObject } from '../policy/types.js';
+import type { PodAttachment } from '../podattach.js';
+import { ClusterWatch, getJson, type WatchEvent } from '../watch/clusterwatch.js';
+import { PodView } from './podview.js';
+import { decidePolicyPunt, rejectReplyMacs } from './punthandler.js';
+
+/** What DNS learning plugs in (daemon/fqdn): called for every DNS punt; returns the engine's ChangeSet if it learned something. */
+export type DnsPuntHook = (pin: PacketIn, punt: DecodedPunt, engine: PolicyEngine) => ChangeSet | undefined | Promise<ChangeSet | undefined>;
+
+/** FQDN learning as the enforcer drives it (daemon/fqdn FqdnLearning has this shape). */
+export interface DnsLearning {
+  hook: DnsPuntHook;
+  /** Wraps each flow apply (held DNS responses are released after the apply that carries what they taught). */
+  wrapApply<T>(apply: () => Promise<T>): () => Promise<T>;
+  setPacketOut(fn: (po: PacketOut) => boolean): void;
+  /** Forgets expired names; the engine's change. */
+  expire(engine: PolicyEngine): ChangeSet;
+  /** DNS interception flows for the local Pods that need them. */
+  interceptFlows(engine: PolicyEngine): Flow[];
+  stats(): unknown;
+  close(): void;
+}
+
+export interface EnforcerOptions {
+  nodeName: string;
+  kubeconfig?: string;
+  ovsRunDir: string;
+  bridge: string;
+  auditLogPath?: string;
+  log: Logger;
+  /** Coalescing window for bursts of API events. */
+  debounceMs?: number;
+  /** Packet-in rate per punt meter. */
+  packetInRate?: number;
+  dns?: DnsLearning;
+}
+
+export interface EnforcerStatus {
+  synced: boolean;
+  rules: number;
+  policyFlows: number;
+  errors: number;
+  applies: number;
+  lastApplyMs?: number;
+  packetIns: { handled: number; unclaimed: number; failed: number };
+  rejects: number;
+  auditLines: number;
+  relists: number;
+  openflow?: ReturnType<OpenFlowController['stats']>;
+  fqdn?: unknown;
+}
+
+/** Kinds whose changes can move Service endpoints. */
+const ENDPOINT_KINDS = new Set(['Pod', 'Service', 'EndpointSlice']);
+
+const isCoreKind = (o: { apiVersion: string; kind: string }, kind: string) => o.apiVersion === 'v1' && o.kind === kind;
+
+export class Enforcer {
+  readonly engine: PolicyEngine;
+  readonly policyFlows = new PolicyFlows();
+  private readonly pods: PodView;
+  private watch?: ClusterWatch;
+  private controller?: OpenFlowController;
+  private audit?: AuditLogger;
+  private applyFlows?: () => Promise<unknown>;
+  private dirty = new Set<string>();
+  private dirtySince?: number;
+  private fullCompile = true;
+  private pending = false;
+  private timer?: NodeJS.Timeout;
+  private expiryTimer?: NodeJS.Timeout;
+  private closed = false;
+  private readonly dispatch = { handled: 0, unclaimed: 0, failed: 0 };
+  private rejects = 0;
+  private applies = 0;
+  private lastApplyMs?: number;
+  private firstConnect = true;
+  private portMac: (ofport: number) => string | undefined = () => undefined;
+
+  constructor(private readonly opts: EnforcerOptions) {
+    this.engine = new PolicyEngine({
+      nodeName: opts.nodeName,
+      log: (e) => opts.log.warn({ kind: e.kind, namespace: e.namespace, name: e.name, field: e.field, err: e.message }, 'policy: invalid object ignored'),
+    });
+    this.pods = new PodView(opts.nodeName);
+  }
+
+  // ------------------------------------------------------------------ inputs
+
+  /** Starts the informers (returns at once; see waitSynced). */
+  async startWatch(tuning: { retryMs?: number; maxRetryMs?: number } = {}): Promise<void> {
+    const { log } = this.opts;
+    this.watch = await ClusterWatch.start({ ...(this.opts.kubeconfig ? { kubeconfig: this.opts.kubeconfig } : {}), log, onEvent: (ev) => this.onWatchEvent(ev), ...tuning });
+  }
+
+  /** The informers (status, relist count). */
+  get clusterWatch(): ClusterWatch | undefined {
+    return this.watch;
+  }
+
+  /** Waits until every resource has been listed once, logging what is still missing. */
+  async waitSynced(): Promise<void> {
+    if (!this.watch) return;
+    const t0 = Date.now();
+    const tick = setInterval(() => this.opts.log.warn({ pending: this.watch?.pending(), waitedMs: Date.now() - t0 }, 'startup: waiting for the initial lists of policy inputs'), 5000);
+    try {
+      await this.watch.waitSynced();
+    } finally {
+      clearInterval(tick);
+    }
+    this.compileNow();
+    this.opts.log.info({ ms: Date.now() - t0, rules: this.engine.nodeRuleSet().length, policyFlows: this.policyFlows.flows().length, invalid: this.engine.errors().length }, 'startup: policy inputs listed');
+  }
+
+  /** One object event (from the informers, or tests). */
+  onWatchEvent(ev: WatchEvent): void {
+    const o = ev.object;
+    try {
+      if (isCoreKind(o, 'Pod')) {
+        const ns = o.metadata.namespace ?? 'default';
+        const obj = ev.type === 'upsert' ? this.pods.setApi(o) : this.pods.removeApi(ns, o.metadata.name);
+        this.feedPod(obj ?? o, obj !== undefined);
+      } else {
+        this.feed(o, ev.type);
+      }
+    } catch (err) {
+      this.opts.log.error({ kind: o.kind, name: o.metadata?.name, namespace: o.metadata?.namespace, err: (err as Error).message }, 'policy: event not applied');
+    }
+  }
+
+  /**
+   * A Pod without an address (not started yet) cannot send or receive: it is kept out of the engine,
+   * which would otherwise give it a made-up address (for offline scenarios) that the bridge would
+   * then match on. hostNetwork Pods use their Node's addresses.
+   */
+  private feedPod(obj: KubeObject, present: boolean): void {
+    const addressed = obj.spec?.hostNetwork === true || Boolean(obj.status?.podIP) || (Array.isArray(obj.status?.podIPs) && obj.status.podIPs.length > 0);
+    this.feed(obj, present && addressed ? 'upsert' : 'remove');
+  }
+
+  private feed(obj: KubeObject, type: 'upsert' | 'remove'): void {
+    const cs =
+      type === 'upsert'
+        ? this.engine.upsert(obj)
+        : this.engine.remove({ apiVersion: obj.apiVersion, kind: obj.kind, name: obj.metadata.name, ...(obj.metadata.namespace ? { namespace: obj.metadata.namespace } : {}) });
+    // Service endpoints (toServices rules after DNAT) are not in the ChangeSet: the compiler finds
+    // their changes itself, so these kinds always get a compile.
+    this.changed(cs, ENDPOINT_KINDS.has(obj.kind));
+  }
+
+  private changed(cs: ChangeSet, force = false): void {
+    const dirty = dirtyRuleIds(cs, this.engine.internalRules());
+    const any = dirty.size > 0 || cs.isolations.added.length + cs.isolations.updated.length + cs.isolations.removed.length > 0 ||
+      cs.addressGroups.added.length + cs.addressGroups.updated.length + cs.addressGroups.removed.length > 0 ||
+      cs.appliedToGroups.added.length + cs.appliedToGroups.updated.length + cs.appliedToGroups.removed.length > 0;
+    if (!any && !force) return;
+    for (const id of dirty) this.dirty.add(id);
+    this.pending = true;
+    this.dirtySince ??= Date.now();
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.timer || this.closed) return;
+    this.timer = setTimeout(() => void this.flush(), this.opts.debounceMs ?? 20);
+  }
+
+  /** Brings the compiled policy flows to the engine's current state (pure, synchronous). */
+  compileNow(): void {
+    if (!this.fullCompile && !this.pending) return;
+    const dirty = this.fullCompile ? undefined : this.dirty;
+    this.policyFlows.sync(policyFlowInput(this.engine), dirty);
+    this.fullCompile = false;
+    this.pending = false;
+    this.dirty = new Set();
+  }
+
+  private async flush(): Promise<void> {
+    this.timer = undefined;
+    if (this.closed) return;
+    const since = this.dirtySince;
+    this.compileNow();
+    this.dirtySince = undefined;
+    if (!this.applyFlows) return; // the agent's first sync will carry them
+    try {
+      await this.applyFlows();
+      this.applies++;
+      if (since !== undefined) {
+        this.lastApplyMs = Date.now() - since;
+        this.opts.log.info({ ms: this.lastApplyMs, policyFlows: this.policyFlows.flows().length }, 'policy: flows committed');
+      }
+    } catch (err) {
+      this.opts.log.error({ err: (err as Error).message }, 'policy: applying flows failed; the periodic resync retries');
+    }
+  }
+
+  /** The flow source for the agent: policy flows of the engine's current state (+ DNS interception). */
+  flows(): Flow[] {
+    this.compileNow();
+    const flows = this.policyFlows.flows();
+    return this.opts.dns ? [...flows, ...this.opts.dns.interceptFlows(this.engine)] : flows;
+  }
+
+  /** A packet-out on the bridge's controller connection (false: not connected or backlogged). */
+  packetOut(po: PacketOut): boolean {
+    return this.controller?.packetOut(po) ?? false;
+  }
+
+  // ------------------------------------------------------------------ local Pods (CNI)
+
+  /**
+   * CNI ADD, before the Pod's flows are installed: the engine learns the Pod with its IPs (and its
+   * labels from the API, read now if the informer has not shown it yet), so the same bundle that
+   * makes the Pod reachable carries its policy flows.
+   */
+  async podAttaching(pod: PodAttachment): Promise<void> {
+    if (!pod.podName) return;
+    const kc = this.watch?.kc;
+    if (!this.pods.hasApi(pod.podNamespace, pod.podName) && kc) {
+      try {
+        const path = `/api/v1/namespaces/${encodeURIComponent(pod.podNamespace)}/pods/${encodeURIComponent(pod.podName)}`;
+        const obj = (await getJson(kc, path, 5000)) as KubeObject;
+        obj.apiVersion = 'v1';
+        obj.kind = 'Pod';
+        // Only if the informer still has not delivered it (it is newer when it has).
+        if (!this.pods.hasApi(pod.podNamespace, pod.podName)) this.pods.setApi(obj);
+      } catch (err) {
+        this.opts.log.warn({ pod: `${pod.podNamespace}/${pod.podName}`, err: (err as Error).message }, 'policy: Pod not readable from the API at ADD; enforcing with what is known');
+      }
+    }
+    this.feedPod(this.pods.setLocal({ namespace: pod.podNamespace, name: pod.podName, ips: pod.ips }), true);
+    this.compileNow();
+  }
+
+  /** Local attachments found at start-up (before the first sync). */
+  localPodsAtStart(pods: PodAttachment[]): void {
+    for (const p of pods) if (p.podName) this.feedPod(this.pods.setLocal({ namespace: p.podNamespace, name: p.podName, ips: p.ips }), true);
+  }
+
+  podDetached(pod: PodAttachment): void {
+    if (!pod.podName) return;
+    const obj = this.pods.removeLocal(pod.podNamespace, pod.podName);
+    this.feedPod(obj ?? { apiVersion: 'v1', kind: 'Pod', metadata: { namespace: pod.podNamespace, name: pod.podName } }, obj !== undefined);
+  }
+
+  // ------------------------------------------------------------------ bridge side
+
+  /**
+   * Connects the packet-in path (installs the punt meters) and hands the enforcer the agent's flow
+   * sync. Waits for the controller up to `connectTimeoutMs` (punt flows use `controller(meter_id=)`,
+   * which OVS accepts before the meter exists, so a slow connection only delays metering).
+   */
+  async attach(opts: {
+    applyFlows: () => Promise<unknown>;
+    resync: (reason: string) => Promise<unknown>;
+    /** MAC of what is behind an OpenFlow port (gateway, local Pod), for reject replies. */
+    portMac: (ofport: number) => string | undefined;
+    connectTimeoutMs?: number;
+  }): Promise<void> {
+    this.portMac = opts.portMac;
+    const { log } = this.opts;
+    this.audit = new AuditLogger({ path: this.opts.auditLogPath ?? DEFAULT_AUDIT_LOG_PATH });
+    const controller = new OpenFlowController({
+      socketPath: `${this.opts.ovsRunDir}/${this.opts.bridge}.mgmt`,
+      meters: packetInMeters(this.opts.packetInRate),
+      // After an ovs-vswitchd restart the flows are replayed on reconnection: retry at least every 500 ms.
+      reconnectMaxMs: 500,
+      log: { debug: (o, m) => log.debug(o, m), info: (o, m) => log.info(o, m), warn: (o, m) => log.warn(o, m) },
+    });
+    this.controller = controller;
+    controller.on('connected', () => {
+      if (this.firstConnect) {
+        this.firstConnect = false;
+        return;
+      }
+      // ovs-vswitchd restarted (or the socket was lost): meters are back; replay every flow now.
+      log.warn('openflow: reconnected to the bridge; replaying flows');
+      void opts.resync('openflow reconnected');
+    });
+    controller.on('disconnected', (reason: string) => log.warn({ reason }, 'openflow: disconnected from the bridge'));
+    controller.start();
+    const timeout = opts.connectTimeoutMs ?? 10_000;
+    const ok = await Promise.race([controller.waitConnected().then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), timeout).unref())]);
+    if (ok) log.info({ socket: `${this.opts.ovsRunDir}/${this.opts.bridge}.mgmt` }, 'openflow: connected, punt meters installed');
+    else log.warn({ timeoutMs: timeout }, 'openflow: not connected yet; continuing (Reject and audit logging start once it connects)');
+    const handlers: Record<number, PacketInHandler> = {
+      [PuntCategory.policy]: (pin, punt) => this.onPolicyPunt(pin, punt),
+      [PuntCategory.dns]: (pin, punt) => this.onDnsPunt(pin, punt),
+    };
+    void runPacketInLoop(controller, handlers, (err) => log.warn({ err: (err as Error).message }, 'packet-in: handler failed'), this.dispatch);
+    this.bindFlows(opts.applyFlows);
+  }
+
+  /**
+   * From now on every engine change is compiled and applied (debounced) with `applyFlows`, and
+   * learned DNS names expire. attach() calls it; tests without a bridge call it alone.
+   */
+  bindFlows(applyFlows: () => Promise<unknown>): void {
+    const dns = this.opts.dns;
+    if (dns) dns.setPacketOut((po) => this.packetOut(po));
+    this.applyFlows = dns ? dns.wrapApply(applyFlows) : applyFlows;
+    clearInterval(this.expiryTimer);
+    this.expiryTimer = setInterval(() => this.changed(dns ? dns.expire(this.engine) : this.engine.expireFqdns()), 1000);
+    this.expiryTimer.unref();
+  }
+
+  private onPolicyPunt(pin: PacketIn, punt: DecodedPunt): void {
+    const d = decidePolicyPunt(pin, punt, (id) => this.policyFlows.describe(id));
+    if (d.reject && this.controller) this.reject(pin);
+    if (d.audit) this.audit?.log(d.audit);
+  }
+
+  /** TCP RST / ICMP admin-prohibited back out of the port the packet came in on. */
+  private reject(pin: PacketIn): void {
+    const reply = buildRejectReply(pin.packet);
+    if (!reply.ok) {
+      this.opts.log.debug({ reason: reply.reason }, 'packet-in: no reject reply');
+      return;
+    }
+    const macs = rejectReplyMacs(this.portMac(pin.inPort));
+    if (!macs) {
+      this.opts.log.warn({ inPort: pin.inPort }, 'packet-in: reject for a packet from an unknown port; not answered');
+      return;
+    }
+    macs.dst.copy(reply.frame, 0);
+    macs.src.copy(reply.frame, 6);
+    if (this.controller!.packetOut({ packet: reply.frame, actions: [{ type: 'output', port: pin.inPort }] })) this.rejects++;
+  }
+
+  private async onDnsPunt(pin: PacketIn, punt: DecodedPunt): Promise<void> {
+    // FQDN learning (daemon/fqdn): without it DNS punts are only counted.
+    if (!this.opts.dns) return;
+    const cs = await this.opts.dns.hook(pin, punt, this.engine);
+    if (!cs) return;
+    this.changed(cs);
+    // A held DNS response waits for this apply: no debounce.
+    if (this.timer) {
+      clearTimeout(this.timer);
+      void this.flush();
+    }
+  }
+
+  status(): EnforcerStatus {
+    return {
+      synced: this.watch?.isSynced() ?? false,
+      rules: this.engine.nodeRuleSet().length,
+      policyFlows: this.policyFlows.flows().length,
+      errors: this.engine.errors().length,
+      applies: this.applies,
+      ...(this.lastApplyMs !== undefined ? { lastApplyMs: this.lastApplyMs } : {}),
+      packetIns: { ...this.dispatch },
+      rejects: this.rejects,
+      auditLines: this.audit?.linesWritten ?? 0,
+      relists: this.watch?.relists ?? 0,
+      ...(this.controller ? { openflow: this.controller.stats() } : {}),
+      ...(this.opts.dns ? { fqdn: this.opts.dns.stats() } : {}),
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearTimeout(this.timer);
+    clearInterval(this.expiryTimer);
+    await this.watch?.stop();
+    this.opts.dns?.close();
+    await this.controller?.close().catch(() => undefined);
+    this.audit?.close();
+  }
+}

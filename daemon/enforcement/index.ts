@@ -1,0 +1,50 @@
+/**
+ * Wiring of policy enforcement into the agent (see enforcer.ts): whether it runs, and the hooks the
+ * agent calls.
+ */
+import type { Logger } from 'pino';
+import type { EnforcementHooks } from '../agent.js';
+import type { AgentConfig } from '../config.js';
+import { FqdnLearning } from '../fqdn/index.js';
+import { Enforcer } from './enforcer.js';
+
+export { Enforcer, type DnsLearning, type DnsPuntHook, type EnforcerOptions, type EnforcerStatus } from './enforcer.js';
+export { PodView } from './podview.js';
+export { decidePolicyPunt } from './punthandler.js';
+
+/** Enforcement runs when configured so, or by default when an API server is configured. */
+export function enforcementWanted(cfg: AgentConfig, env: NodeJS.ProcessEnv = process.env): { on: boolean; why: string } {
+  if (cfg.enforcePolicies === false) return { on: false, why: 'enforcePolicies: false' };
+  const api = Boolean(cfg.kubeconfig) || Boolean(env.KUBERNETES_SERVICE_HOST);
+  if (cfg.enforcePolicies === true) return { on: true, why: 'enforcePolicies: true' };
+  return api ? { on: true, why: cfg.kubeconfig ? `kubeconfig ${cfg.kubeconfig}` : 'in-cluster API server' } : { on: false, why: 'no API server configured (no kubeconfig, not in a cluster)' };
+}
+
+/** Starts the informers now (in parallel with the agent's start-up) and returns the agent hooks. */
+export async function startEnforcement(cfg: AgentConfig, log: Logger): Promise<{ enforcer: Enforcer; hooks: EnforcementHooks }> {
+  // FQDN peers follow what DNS tells local Pods (daemon/fqdn).
+  const dns = new FqdnLearning({ log: { debug: (o, m) => log.debug(o, m), warn: (o, m) => log.warn(o, m) } });
+  const enforcer = new Enforcer({
+    nodeName: cfg.nodeName,
+    ...(cfg.kubeconfig ? { kubeconfig: cfg.kubeconfig } : {}),
+    ovsRunDir: cfg.ovsRunDir,
+    bridge: cfg.bridge,
+    auditLogPath: cfg.auditLogPath,
+    log,
+    dns,
+  });
+  await enforcer.startWatch();
+  const hooks: EnforcementHooks = {
+    flows: () => enforcer.flows(),
+    prepare: async (agent, localPods) => {
+      enforcer.localPodsAtStart(localPods);
+      await enforcer.waitSynced();
+      await enforcer.attach({ applyFlows: () => agent.syncFlows(), resync: (reason) => agent.resync(reason), portMac: (ofport) => agent.portMac(ofport) });
+    },
+    podAttaching: (pod) => enforcer.podAttaching(pod),
+    podDetached: (pod) => enforcer.podDetached(pod),
+    close: () => enforcer.close(),
+    status: () => enforcer.status(),
+  };
+  return { enforcer, hooks };
+}

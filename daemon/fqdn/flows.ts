@@ -1,0 +1,95 @@
+/**
+ * DNS interception: the flows that send DNS responses bound for local Pods to the agent, so fqdn
+ * rules follow what the Pods resolve. Pure.
+ *
+ * Where: table IngressSecurityClassifier, priority 220 — above its 210 (to the gateway) and 200
+ * (host-originated: skip ingress policy) flows, so a response reaches the agent whoever sent it
+ * (a DNS Pod, a host-network resolver on the node, or a server behind the gateway), and after
+ * L3Forwarding has already rewritten the MACs, decremented the TTL and put the Pod's ofport in reg1:
+ * the frame is final, and the agent releases it with `output:<reg1>`.
+ * Match: `ct_state=+rpl+trk` (a reply to a query the Pod itself sent: unsolicited packets from
+ * port 53 teach nothing), `reg0=0x200/0xf00` (to a local Pod), udp/tcp `tp_src=53`, and per Pod
+ * `nw_dst=<ip>` unless every local Pod is intercepted.
+ *
+ * Hold (default): the response goes only to the agent (`controller(userdata=02.00,meter_id=258)`).
+ * The agent learns the addresses, commits the changed policy flows, then packet-outs the response,
+ * so the Pod cannot connect before its rule allows the address (the race Antrea avoids the same
+ * way). Cost: each intercepted response waits one engine update + one flow bundle (measured in
+ * test/lab/fqdn-intercept.test.ts), nothing when no address changed; if the agent is down or the
+ * packet-in meter/queue overflows, the response is lost and the client retries (DNS is built for
+ * that). Only Pods targeted by fqdn rules are held by default, so other Pods never depend on it.
+ * Copy: the agent gets a copy (`controller(userdata=02.01,…)`) and the response goes on at once
+ * (no dependency on the agent, but the Pod's first connection may race the rule update).
+ *
+ * DNS is never blocked here: the flows only punt replies and the agent releases every held packet
+ * it receives, parseable or not. Queries are ordinary egress traffic, judged by the user's policies.
+ */
+import { type Flow, FlowCategory, withCookie } from '../flows/flow.js';
+import { PUNT_METER_ID, PuntCategory, puntUserdata } from '../flows/openflow/punt.js';
+import { masked, REG0, type TableName } from '../flows/tables.js';
+import type { PolicyEngine } from '../policy/engine.js';
+import { DNS_PORT } from './frame.js';
+
+export const DNS_INTERCEPT_TABLE: TableName = 'IngressSecurityClassifier';
+export const DNS_INTERCEPT_PRIORITY = 220;
+
+/** userdata ops byte of a DNS punt: whether the agent must release the packet. */
+export const DnsPuntOp = { hold: 0x00, copy: 0x01 } as const;
+
+export type DnsInterceptMode = 'hold' | 'copy';
+
+export interface DnsInterceptInput {
+  /** Local Pod IPv4 addresses whose DNS responses are intercepted, or 'all' local Pods. */
+  pods: readonly string[] | 'all';
+  mode?: DnsInterceptMode;
+}
+
+export function dnsPuntActions(mode: DnsInterceptMode): string {
+  const ud = puntUserdata({ category: PuntCategory.dns, ops: mode === 'hold' ? DnsPuntOp.hold : DnsPuntOp.copy });
+  const hex = [...ud].map((x) => x.toString(16).padStart(2, '0')).join('.');
+  const punt = `controller(userdata=${hex},meter_id=${PUNT_METER_ID[PuntCategory.dns]})`;
+  // Copy: the pipeline goes on where the miss of this table would have sent it.
+  return mode === 'hold' ? punt : `${punt},goto_table:AntreaPolicyIngressRule`;
+}
+
+/** The interception flows (category policy, so policy syncs own them). Empty list = none to install. */
+export function dnsInterceptFlows(input: DnsInterceptInput): Flow[] {
+  const mode = input.mode ?? 'hold';
+  const actions = dnsPuntActions(mode);
+  const dsts = input.pods === 'all' ? [undefined] : [...new Set(input.pods)].sort();
+  const flows: Flow[] = [];
+  for (const ip of dsts) {
+    if (ip !== undefined && !/^\d{1,3}(\.\d{1,3}){3}$/.test(ip)) throw new Error(`dnsInterceptFlows: Pod address "${ip}" is not IPv4`);
+    for (const proto of ['udp', 'tcp']) {
+      flows.push(withCookie({
+        table: DNS_INTERCEPT_TABLE,
+        priority: DNS_INTERCEPT_PRIORITY,
+        match: `ct_state=+rpl+trk,${proto},reg0=${masked(REG0.dstPod, REG0.dstMask)}${ip ? `,nw_dst=${ip}` : ''},tp_src=${DNS_PORT}`,
+        actions,
+        category: FlowCategory.policy,
+      }));
+    }
+  }
+  return flows;
+}
+
+/**
+ * The local Pod addresses targeted by an egress rule with an fqdn peer (what to pass as `pods`).
+ * [] when no such rule applies on this node: then no DNS response is intercepted at all.
+ */
+export function fqdnTargetPodIps(engine: Pick<PolicyEngine, 'rules' | 'internalRules' | 'nodeRuleSet'>): string[] {
+  const irIds = new Set(engine.rules().filter((r) => r.direction === 'Egress' && (r.peers ?? []).some((p) => p.kind === 'fqdn')).map((r) => r.id));
+  if (irIds.size === 0) return [];
+  const computed = new Set(engine.internalRules().filter((c) => irIds.has(c.ruleId)).map((c) => c.id));
+  const ips = new Set<string>();
+  for (const nr of engine.nodeRuleSet()) {
+    if (!computed.has(nr.ruleId)) continue;
+    for (const t of nr.targets) if (t.kind !== 'node') for (const ip of t.ips) if (/^\d{1,3}(\.\d{1,3}){3}$/.test(ip)) ips.add(ip);
+  }
+  return [...ips].sort();
+}
+
+/** Convenience: both in one step, for the agent's desired flow set. */
+export function dnsInterceptFlowsFor(engine: Pick<PolicyEngine, 'rules' | 'internalRules' | 'nodeRuleSet'>, mode: DnsInterceptMode = 'hold'): Flow[] {
+  return dnsInterceptFlows({ pods: fqdnTargetPodIps(engine), mode });
+}

@@ -1,0 +1,147 @@
+/**
+ * FQDN learning as the agent plugs it in: one object that owns the learner, answers the enforcer's
+ * DNS punt hook, holds each response whose learning changed the engine until the flows carrying
+ * that change are on the bridge, and then releases it.
+ *
+ *   const fqdn = new FqdnLearning();
+ *   dnsHook: fqdn.hook                                       // (pin, punt, engine) => ChangeSet | undefined
+ *   applyFlows: fqdn.wrapApply(() => agent.syncFlows())      // release what this apply covers
+ *   fqdn.setPacketOut((po) => controller.packetOut(po))      // once the controller exists
+ *   flows: () => [...enforcer.flows(), ...fqdn.interceptFlows(enforcer.engine)]
+ *   every second / at fqdn.nextExpiryAt(): changed(fqdn.expire(engine))
+ *
+ * Release rule: a held response is released after the first apply that *started* after its engine
+ * update (so the compiled flows include it), whether that apply succeeded or failed, or after
+ * `maxHoldMs` at the latest — DNS is never blocked by this mechanism, only delayed.
+ */
+import type { Flow } from '../flows/flow.js';
+import type { DecodedPunt } from '../flows/openflow/punt.js';
+import type { PacketIn, PacketOut } from '../flows/openflow/wire.js';
+import type { ChangeSet, PolicyEngine } from '../policy/engine.js';
+import { dnsInterceptFlowsFor, DnsPuntOp, type DnsInterceptMode } from './flows.js';
+import { expireFqdnsDue, handleDnsPacketIn, isEmptyChangeSet, releaseOf, resyncFqdns } from './handler.js';
+import { FqdnLearner, type LearnerOptions } from './learner.js';
+
+export interface FqdnLearningOptions {
+  learner?: FqdnLearner;
+  learnerOptions?: LearnerOptions;
+  mode?: DnsInterceptMode;
+  /** Longest a response waits for its flows (default 1000 ms). */
+  maxHoldMs?: number;
+  log?: { debug?: (o: object, msg: string) => void; warn?: (o: object, msg: string) => void };
+}
+
+export interface FqdnLearningStats {
+  punts: number;
+  learned: number;
+  releasedAtOnce: number;
+  releasedAfterApply: number;
+  releasedByTimeout: number;
+  releaseFailed: number;
+  held: number;
+  names: number;
+}
+
+interface Held {
+  po: PacketOut;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+export class FqdnLearning {
+  readonly learner: FqdnLearner;
+  private readonly mode: DnsInterceptMode;
+  private readonly maxHoldMs: number;
+  private packetOut?: (po: PacketOut) => boolean;
+  private held = new Set<Held>();
+  private readonly s = { punts: 0, learned: 0, releasedAtOnce: 0, releasedAfterApply: 0, releasedByTimeout: 0, releaseFailed: 0 };
+
+  constructor(private readonly opts: FqdnLearningOptions = {}) {
+    this.learner = opts.learner ?? new FqdnLearner(opts.learnerOptions);
+    this.mode = opts.mode ?? 'hold';
+    this.maxHoldMs = opts.maxHoldMs ?? 1000;
+  }
+
+  setPacketOut(fn: (po: PacketOut) => boolean): void {
+    this.packetOut = fn;
+  }
+
+  /** The enforcer's DNS punt hook: learns, returns the engine change (undefined = nothing to apply). */
+  readonly hook = (pin: PacketIn, punt: DecodedPunt, engine: PolicyEngine): ChangeSet | undefined => {
+    this.s.punts++;
+    let result;
+    try {
+      result = handleDnsPacketIn(pin, { engine, learner: this.learner });
+    } catch (e) {
+      // An engine failure must not swallow the response.
+      if (punt.ops === DnsPuntOp.hold) this.send(releaseOf(pin), 'releasedAtOnce');
+      throw e;
+    }
+    if (result.note) this.opts.log?.debug?.({ note: result.note }, 'fqdn: DNS response not learned');
+    this.s.learned += result.learned.length;
+    if (isEmptyChangeSet(result.changes)) {
+      this.send(result.release, 'releasedAtOnce');
+      return undefined;
+    }
+    if (result.release) this.hold(result.release);
+    return result.changes;
+  };
+
+  /** Wraps the agent's flow apply: responses held before it starts are released when it ends. */
+  wrapApply<T>(apply: () => Promise<T>): () => Promise<T> {
+    return async () => {
+      const covered = [...this.held];
+      try {
+        return await apply();
+      } finally {
+        for (const h of covered) this.release(h, 'releasedAfterApply');
+      }
+    };
+  }
+
+  /** Expires due addresses (learner and engine); hand the ChangeSet to the enforcer. */
+  expire(engine: PolicyEngine): ChangeSet {
+    return expireFqdnsDue({ engine, learner: this.learner }).changes;
+  }
+
+  /** After the policies changed or the engine was rebuilt: re-push learned names, drop unreferenced ones. */
+  resync(engine: PolicyEngine): ChangeSet {
+    return resyncFqdns({ engine, learner: this.learner });
+  }
+
+  nextExpiryAt(): number | undefined {
+    return this.learner.nextExpiryAt();
+  }
+
+  /** The DNS interception flows for the engine's current fqdn rules (add to the desired flow set). */
+  interceptFlows(engine: PolicyEngine): Flow[] {
+    return dnsInterceptFlowsFor(engine, this.mode);
+  }
+
+  stats(): FqdnLearningStats {
+    return { ...this.s, held: this.held.size, names: this.learner.size };
+  }
+
+  /** Releases everything still held (agent shutdown). */
+  close(): void {
+    for (const h of [...this.held]) this.release(h, 'releasedAfterApply');
+  }
+
+  private hold(po: PacketOut): void {
+    const h: Held = { po, timer: setTimeout(() => this.release(h, 'releasedByTimeout'), this.maxHoldMs) };
+    h.timer.unref?.();
+    this.held.add(h);
+  }
+
+  private release(h: Held, how: 'releasedAfterApply' | 'releasedByTimeout'): void {
+    if (!this.held.delete(h)) return;
+    clearTimeout(h.timer);
+    if (how === 'releasedByTimeout') this.opts.log?.warn?.({ maxHoldMs: this.maxHoldMs }, 'fqdn: DNS response released before its flows were applied');
+    this.send(h.po, how);
+  }
+
+  private send(po: PacketOut | undefined, how: 'releasedAtOnce' | 'releasedAfterApply' | 'releasedByTimeout'): void {
+    if (!po) return;
+    if (this.packetOut?.(po)) this.s[how]++;
+    else this.s.releaseFailed++;
+  }
+}

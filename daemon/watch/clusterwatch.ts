@@ -1,0 +1,229 @@
+/**
+ * Informers (client-node ListWatch) for every resource the policy engine needs, reporting each
+ * add/update/delete as an upsert or remove of a plain object with apiVersion and kind set.
+ *
+ * client-node 1.4 restarts an informer by itself only after 410 Gone or a clean close; every
+ * other failure (socket reset, HTTP 5xx, API server restart) stops it, so the 'error' handler
+ * restarts it (resuming at the last resourceVersion; a 410 then relists, and objects missing from
+ * the new list are reported deleted). A resource answered by 404 (CRD not installed) is retried
+ * until it appears and counts as synced-and-empty meanwhile. Nothing is ever flushed here: until
+ * a relist completes, consumers keep the last state they were told.
+ */
+import http from 'node:http';
+import https from 'node:https';
+import type * as K8s from '@kubernetes/client-node';
+import type { KubeObject } from '../policy/types.js';
+import { isNotFound, WATCHED_RESOURCES, type WatchedResource } from './resources.js';
+
+export type WatchEvent = { type: 'upsert'; object: KubeObject } | { type: 'remove'; object: KubeObject };
+
+export interface WatchLog {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  debug(obj: object, msg?: string): void;
+}
+
+export interface ClusterWatchOptions {
+  kubeconfig?: string;
+  /** Called for every object event, in the order the informers report them. */
+  onEvent: (ev: WatchEvent) => void;
+  log: WatchLog;
+  resources?: readonly WatchedResource[];
+  /** Restart delay after an informer stopped on an error (doubles up to maxRetryMs). */
+  retryMs?: number;
+  maxRetryMs?: number;
+}
+
+type ListObject = { items: unknown[]; metadata?: { resourceVersion?: string } };
+
+/** Loads the kubeconfig file, or the in-cluster service account when none is given. */
+export async function loadKubeConfig(kubeconfig: string | undefined): Promise<K8s.KubeConfig> {
+  const k8s = await import('@kubernetes/client-node');
+  const kc = new k8s.KubeConfig();
+  if (kubeconfig) kc.loadFromFile(kubeconfig);
+  else kc.loadFromCluster();
+  return kc;
+}
+
+/**
+ * GET of an API path as plain JSON. Not the typed clients: they turn objects into model classes
+ * whose property names differ from the wire format (NetworkPolicy peers `from` become `_from`),
+ * which the policy normalizers would then not see. Errors carry `statusCode`.
+ */
+export async function getJson(kc: K8s.KubeConfig, path: string, timeoutMs = 30_000): Promise<unknown> {
+  const server = kc.getCurrentCluster()?.server;
+  if (!server) throw new Error('kubeconfig has no current cluster');
+  const url = new URL(server.replace(/\/$/, '') + path);
+  const opts: https.RequestOptions = { method: 'GET', headers: { accept: 'application/json' }, timeout: timeoutMs };
+  await kc.applyToHTTPSOptions(opts);
+  const mod = url.protocol === 'https:' ? https : http;
+  return new Promise((resolve, reject) => {
+    const req = mod.request(url, opts, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('error', reject);
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        if (res.statusCode !== 200) {
+          const err = new Error(`GET ${path}: HTTP ${res.statusCode}: ${text.slice(0, 200)}`) as Error & { statusCode?: number };
+          err.statusCode = res.statusCode;
+          reject(err);
+          return;
+        }
+        try {
+          resolve(JSON.parse(text));
+        } catch (e) {
+          reject(new Error(`GET ${path}: not JSON: ${(e as Error).message}`));
+        }
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error(`GET ${path}: no answer within ${timeoutMs} ms`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+function makeLister(kc: K8s.KubeConfig, r: WatchedResource): () => Promise<ListObject> {
+  return async () => {
+    const l = (await getJson(kc, r.path)) as ListObject;
+    if (!l || !Array.isArray(l.items)) throw new Error(`GET ${r.path}: not a list`);
+    return l;
+  };
+}
+
+/** A list item with apiVersion and kind (list items carry neither). */
+function plain(item: unknown, r: WatchedResource): KubeObject {
+  const o = item as KubeObject;
+  o.apiVersion = r.apiVersion;
+  o.kind = r.kind;
+  return o;
+}
+
+interface InformerState {
+  resource: WatchedResource;
+  informer: K8s.ListWatch<K8s.KubernetesObject>;
+  synced: boolean;
+  absent: boolean;
+  failures: number;
+  timer?: NodeJS.Timeout;
+  lastError?: string;
+}
+
+export class ClusterWatch {
+  private readonly states: InformerState[] = [];
+  private stopped = false;
+  private syncWaiters: (() => void)[] = [];
+  /** Relists done after the first (watch loss, 410): for status and tests. */
+  relists = 0;
+  /** The loaded kubeconfig (for direct reads). */
+  kc?: K8s.KubeConfig;
+
+  private constructor(private readonly opts: ClusterWatchOptions) {}
+
+  static async start(opts: ClusterWatchOptions): Promise<ClusterWatch> {
+    const w = new ClusterWatch(opts);
+    await w.startAll();
+    return w;
+  }
+
+  private async startAll(): Promise<void> {
+    const k8s = await import('@kubernetes/client-node');
+    const kc = await loadKubeConfig(this.opts.kubeconfig);
+    this.kc = kc;
+    for (const r of this.opts.resources ?? WATCHED_RESOURCES) {
+      const list = makeLister(kc, r);
+      let state!: InformerState;
+      const listFn = async (): Promise<K8s.KubernetesListObject<K8s.KubernetesObject>> => {
+        let l: ListObject;
+        try {
+          l = await list();
+        } catch (err) {
+          if (r.optional && isNotFound(err)) {
+            if (!state.absent) this.opts.log.info({ resource: r.path }, 'watch: resource not served (CRD not installed); retrying until it appears');
+            state.absent = true;
+            this.markSynced(state);
+          }
+          throw err;
+        }
+        if (state.absent) this.opts.log.info({ resource: r.path }, 'watch: resource appeared');
+        state.absent = false;
+        if (state.synced) this.relists++;
+        // ListWatch fills its cache and fires add/update/delete right after this returns.
+        setImmediate(() => this.markSynced(state));
+        return { ...l, items: l.items.map((i) => plain(i, r)) } as unknown as K8s.KubernetesListObject<K8s.KubernetesObject>;
+      };
+      const informer = new k8s.ListWatch<K8s.KubernetesObject>(r.path, new k8s.Watch(kc), listFn, false);
+      state = { resource: r, informer, synced: false, absent: false, failures: 0 };
+      const emit = (type: WatchEvent['type']) => (o: K8s.KubernetesObject) => {
+        if (this.stopped) return;
+        const obj = o as unknown as KubeObject;
+        // Watch events carry apiVersion/kind; stamp them anyway (a CRD served at several versions).
+        obj.apiVersion = r.apiVersion;
+        obj.kind = r.kind;
+        state.failures = 0;
+        this.opts.onEvent({ type, object: obj });
+      };
+      informer.on('add', emit('upsert'));
+      informer.on('update', emit('upsert'));
+      informer.on('delete', emit('remove'));
+      informer.on('error', (err) => this.restartLater(state, err));
+      this.states.push(state);
+      informer.start().catch((err) => this.restartLater(state, err));
+    }
+  }
+
+  private restartLater(state: InformerState, err: unknown): void {
+    if (this.stopped || state.timer) return;
+    const msg = (err as Error)?.message ?? String(err);
+    state.failures++;
+    const base = this.opts.retryMs ?? 500;
+    const delay = Math.min(base * 2 ** Math.min(state.failures - 1, 6), this.opts.maxRetryMs ?? 5000);
+    if (!(state.absent && isNotFound(err))) {
+      if (msg !== state.lastError || state.failures === 1) this.opts.log.warn({ resource: state.resource.path, err: msg, retryMs: delay }, 'watch: informer stopped; restarting');
+    }
+    state.lastError = msg;
+    state.timer = setTimeout(() => {
+      state.timer = undefined;
+      if (this.stopped) return;
+      state.informer.start().catch((e) => this.restartLater(state, e));
+    }, delay);
+  }
+
+  private markSynced(state: InformerState): void {
+    if (state.synced) return;
+    state.synced = true;
+    if (this.isSynced()) for (const w of this.syncWaiters.splice(0)) w();
+  }
+
+  /** Every resource listed once (or answered 404 for an optional one). */
+  isSynced(): boolean {
+    return this.states.length > 0 && this.states.every((s) => s.synced);
+  }
+
+  /** Resolves when every resource has been listed once. */
+  waitSynced(): Promise<void> {
+    if (this.isSynced()) return Promise.resolve();
+    return new Promise((resolve) => this.syncWaiters.push(resolve));
+  }
+
+  /** Resources not listed yet, with their last error (for start-up logs). */
+  pending(): { resource: string; error?: string }[] {
+    return this.states.filter((s) => !s.synced).map((s) => ({ resource: s.resource.path, ...(s.lastError ? { error: s.lastError } : {}) }));
+  }
+
+  status(): { resource: string; synced: boolean; absent: boolean; objects: number }[] {
+    return this.states.map((s) => ({ resource: s.resource.path, synced: s.synced, absent: s.absent, objects: s.informer.list().length }));
+  }
+
+  /** The cached object, if the informer has it. */
+  get(apiVersion: string, kind: string, name: string, namespace?: string): KubeObject | undefined {
+    const s = this.states.find((x) => x.resource.apiVersion === apiVersion && x.resource.kind === kind);
+    return s?.informer.get(name, namespace) as unknown as KubeObject | undefined;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const s of this.states) clearTimeout(s.timer);
+    await Promise.all(this.states.map((s) => s.informer.stop().catch(() => undefined)));
+  }
+}

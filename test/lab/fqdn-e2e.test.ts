@@ -1,0 +1,128 @@
+/**
+ * FQDN egress end to end through `sluice-lab up --sluice` (lab "fqe", one node, ptp): the real
+ * agent (its enforcer drives daemon/fqdn's FqdnLearning), an Antrea ClusterNetworkPolicy
+ *   egress: Allow UDP/TCP 53 to the external host (the user's own DNS rule), Allow TCP 80 to
+ *   fqdn "*.example.com", Drop everything else
+ * and a DNS server on the lab's external host answering www.example.com A 198.51.100.10 (the
+ * external host's "Internet" address, which serves TCP 80) with TTL 5.
+ * Shown with real packets (sluice-lab probe and a query from inside the Pod's namespace): before
+ * DNS the address is dropped; the Pod's query is answered and a connection opened right after it
+ * succeeds; the address is then allowed while the external host's other address stays dropped; and
+ * after the TTL (raised to the agent's 10 s floor) the address is dropped again.
+ */
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { execa, type ResultPromise } from 'execa';
+import t from 'tap';
+import { EXT_IP, EXT_PUBLIC_IP, extNetns, podNetns } from '../../lab/net/names.js';
+import { simpleQuery } from '../unit/fqdn-helpers.js';
+import { cli, cliJson, skipReason, writeTemp, type ProbeJson } from './labcli-helpers.js';
+import { dnsServerProgram, nodeIn, queryProgram } from './fqdn-programs.js';
+
+const LAB = 'fqe';
+const n = ['--name', LAB];
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+const SCENARIO = `apiVersion: v1
+kind: Namespace
+metadata: {name: fqe, labels: {ns: fqe}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client, namespace: fqe, labels: {app: client}}
+spec:
+  containers: [{name: s, ports: [{name: http, containerPort: 80}]}]
+`;
+
+const POLICY = `apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: fqe-fqdn}
+spec:
+  priority: 1
+  appliedTo: [{podSelector: {matchLabels: {app: client}}}]
+  egress:
+    - action: Allow
+      name: dns
+      to: [{ipBlock: {cidr: ${EXT_IP}/32}}]
+      ports: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]
+    - action: Allow
+      name: web
+      to: [{fqdn: "*.example.com"}]
+      ports: [{protocol: TCP, port: 80}]
+    - action: Drop
+      name: rest
+`;
+
+const reason = skipReason();
+if (reason) {
+  t.plan(0, reason);
+} else {
+  const dir = writeTemp({ 'scenario.yaml': SCENARIO, 'policy.yaml': POLICY });
+  let dns: ResultPromise | undefined;
+  const probe = async (probes: object[]): Promise<ProbeJson[]> => {
+    const file = join(dir, `probes-${Math.random().toString(36).slice(2)}.json`);
+    (await import('node:fs')).writeFileSync(file, JSON.stringify(probes));
+    return cliJson<ProbeJson[]>(['probe', '--probes', file, '-o', 'json', ...n]);
+  };
+  const web = (ip: string, port = 80) => ({ from: 'fqe/client', to: `ip:${ip}`, port, protocol: 'TCP' });
+  const verdicts = async (...ps: object[]) => (await probe(ps)).map((r) => `${r.to}:${r.port} ${r.verdict}`);
+  /** Polls until the probe gives `want` (flows follow API events asynchronously), up to `ms`. */
+  const until = async (p: object, want: string, ms: number): Promise<string> => {
+    const end = Date.now() + ms;
+    let got = '';
+    do {
+      got = (await probe([p]))[0]!.verdict;
+      if (got === want) return got;
+      await sleep(500);
+    } while (Date.now() < end);
+    return got;
+  };
+
+  t.before(async () => {
+    await cli(['down', ...n]);
+  });
+  t.teardown(async () => {
+    if (dns?.pid) {
+      try {
+        process.kill(dns.pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
+    await cli(['down', ...n]);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  t.test('fqdn egress follows DNS through the real agent', async (t) => {
+    const up = await cli(['up', ...n, '--nodes', '1', '--primary', 'ptp', '--sluice', '-f', join(dir, 'scenario.yaml')]);
+    t.equal(up.code, 0, `up exits 0 (stderr: ${up.stderr.slice(-2000)})`);
+    if (up.code !== 0) return;
+    t.same(await verdicts(web(EXT_PUBLIC_IP), web(EXT_IP)), [`ip:${EXT_PUBLIC_IP}:80 allow`, `ip:${EXT_IP}:80 allow`], 'without policy the external host is reachable');
+
+    const ap = await cli(['apply', '-f', join(dir, 'policy.yaml'), ...n]);
+    t.equal(ap.code, 0, `apply exits 0 (stderr: ${ap.stderr})`);
+    t.equal(await until(web(EXT_PUBLIC_IP), 'drop', 15_000), 'drop', 'policy applied: before DNS the address is dropped');
+    t.same(await verdicts(web(EXT_IP)), [`ip:${EXT_IP}:80 drop`], 'and so is the external host\'s other address');
+
+    const proc = execa('ip', ['netns', 'exec', extNetns(LAB), process.execPath, '--input-type=module', '-e', dnsServerProgram(EXT_IP, { 'www.example.com': [EXT_PUBLIC_IP, 5] }, false)], { reject: false });
+    dns = proc;
+    await new Promise<void>((resolve, reject) => {
+      proc.stdout?.on('data', (d: Buffer) => { if (d.toString().includes('ready')) resolve(); });
+      void proc.then((r) => reject(new Error(`DNS server exited: ${String(r.stderr)}`)));
+    });
+
+    const q = await nodeIn(podNetns(LAB, 'fqe', 'client'), queryProgram(EXT_IP, simpleQuery('www.example.com', 0x6666), 'udp', true));
+    t.equal(q.code, 'ANSWER', 'the Pod\'s DNS query is answered through the agent\'s hold');
+    t.equal(q.connect, 'CONNECTED', 'a connection opened right after the answer is allowed');
+    t.comment(`query RTT seen by the Pod: ${Number(q.ms).toFixed(1)} ms`);
+    t.same(await verdicts(web(EXT_PUBLIC_IP), web(EXT_IP), web(EXT_PUBLIC_IP, 81)), [
+      `ip:${EXT_PUBLIC_IP}:80 allow`, `ip:${EXT_IP}:80 drop`, `ip:${EXT_PUBLIC_IP}:81 drop`,
+    ], 'the learned address is allowed on the rule\'s port only; other addresses stay dropped');
+
+    const nx = await nodeIn(podNetns(LAB, 'fqe', 'client'), queryProgram(EXT_IP, simpleQuery('nothing.example.com', 0x7777), 'udp', false));
+    t.same([nx.code, nx.rcode], ['ANSWER', 3], 'NXDOMAIN answers reach the Pod');
+
+    // TTL 5 is raised to the agent's 10 s floor; expiry runs every second.
+    t.equal(await until(web(EXT_PUBLIC_IP), 'drop', 25_000), 'drop', 'after the TTL the address is dropped again');
+  });
+}

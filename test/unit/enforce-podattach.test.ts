@@ -1,0 +1,75 @@
+/**
+ * CNI ADD with enforcement: the Pod's policy flows exist when its forwarding flows are installed
+ * (same flow sync), even before the API shows the Pod's IP; a rolled-back ADD removes what the
+ * engine learned; DEL gives the engine the API's view back.
+ */
+import t from 'tap';
+import { pino } from 'pino';
+import { Enforcer } from '../../daemon/enforcement/enforcer.js';
+import type { PodRequest } from '../../daemon/cniserver.js';
+import type { Flow } from '../../daemon/flows/flow.js';
+import { podFlows } from '../../daemon/flows/pipeline.js';
+import { type AttachDeps, type PodAttachment, PodAttacher } from '../../daemon/podattach.js';
+
+const NETNS = '/proc/self/ns/net';
+const log = pino({ level: 'silent' });
+
+function setup(failSync = false) {
+  const enforcer = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log });
+  enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x', labels: { ns: 'x' } } } });
+  enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace: 'x', name: 'deny' }, spec: { podSelector: {}, policyTypes: ['Ingress'] } } });
+  // The API knows the Pod, without an IP yet (the kubelet posts it after CNI ADD).
+  enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 'p1', labels: { app: 'p' } }, spec: { nodeName: 'node-1' }, status: { phase: 'Pending' } } });
+  const pods = new Map<string, PodAttachment>();
+  const syncs: Flow[][] = [];
+  const deps: AttachDeps = {
+    datapath: 'system',
+    bridge: 'br-int',
+    ovs: { addPodPort: async () => 7, removePort: async () => undefined, listPodPorts: async () => [], installedCookies: async () => [] },
+    hostnet: {
+      movePodRoutes: async () => undefined, restorePodRoutes: async () => undefined, checkPodRoutes: async () => [],
+      isolateHostVeth: async () => undefined, releaseHostVeth: async () => undefined, isolatedVeths: async () => [],
+    },
+    findHostVeth: async () => ({ hostIfName: 'veth1', podMac: '2a:00:00:00:00:01' }),
+    disablePodTxOffload: async () => undefined,
+    pods,
+    syncFlows: async () => {
+      // What one bundle would carry: Pod flows + policy flows, computed together.
+      syncs.push([...[...pods.values()].flatMap((p) => podFlows(p)), ...enforcer.flows()]);
+      if (failSync && pods.size > 0) throw new Error('bundle refused');
+    },
+    isReady: () => true,
+    beforePodFlows: (p) => enforcer.podAttaching(p),
+    podFlowsUndone: (p) => enforcer.podDetached(p),
+    onPodDetached: (p) => enforcer.podDetached(p),
+    log,
+  };
+  const req: PodRequest = {
+    containerId: 'c1', netns: NETNS, ifName: 'eth0', podNamespace: 'x', podName: 'p1', cniVersion: '1.1.0', networkName: 'n', config: {},
+    prevResult: { cniVersion: '1.1.0', interfaces: [{ name: 'eth0', sandbox: NETNS }], ips: [{ address: '10.1.0.11/32', interface: 0 }] },
+  };
+  return { enforcer, attacher: new PodAttacher(deps), syncs, req };
+}
+
+const isolationOf = (flows: Flow[], ip: string) => flows.some((f) => f.table === 'IngressDefaultRule' && f.match.includes(`nw_dst=${ip}`) && f.actions === 'drop');
+const forwardingOf = (flows: Flow[], ip: string) => flows.some((f) => f.table === 'L3Forwarding' && f.match.includes(`nw_dst=${ip}`));
+
+t.test('ADD: the first bundle with the Pod forwarding also isolates it', async (t) => {
+  const { enforcer, attacher, syncs, req } = setup();
+  t.teardown(() => enforcer.close());
+  await attacher.add(req);
+  const first = syncs.find((s) => forwardingOf(s, '10.1.0.11'));
+  t.ok(first, 'a sync installed the forwarding flow');
+  t.ok(isolationOf(first!, '10.1.0.11'), 'the same sync carries the Pod\'s isolation drop (prevResult IP, before the API has it)');
+  t.equal(enforcer.engine.evaluate({ from: 'ip:10.9.9.9', to: 'x/p1', port: 80, protocol: 'TCP' }).verdict, 'drop', 'the engine judges the Pod by its CNI IP');
+  await attacher.del(req);
+  t.notOk(isolationOf(enforcer.flows(), '10.1.0.11'), 'after DEL the CNI IP is no longer isolated (the API Pod has no IP)');
+  t.same(enforcer.flows().filter((f) => f.table === 'IngressDefaultRule' && f.actions === 'drop'), [], 'and a Pod without an address gets no flows (no made-up address on the bridge)');
+});
+
+t.test('a rolled-back ADD leaves nothing in the engine', async (t) => {
+  const { enforcer, attacher, req } = setup(true);
+  t.teardown(() => enforcer.close());
+  await t.rejects(attacher.add(req), /install-flows/);
+  t.notOk(isolationOf(enforcer.flows(), '10.1.0.11'), 'no policy flows for the IP of the failed ADD');
+});

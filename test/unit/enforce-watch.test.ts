@@ -1,0 +1,203 @@
+/**
+ * The agent's informers against the lab API server (the Kubernetes list/watch protocol): every
+ * event reaches the policy engine; CRD kinds that are not installed do not block start-up and are
+ * picked up once their CRD appears; dropped watches resume; an expired resourceVersion (410) relists
+ * and reports what was deleted meanwhile, without ever dropping objects that still exist.
+ * Plus the enforcer's debounced flow application and order independence of its compiled flows.
+ */
+import t from 'tap';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { Enforcer } from '../../daemon/enforcement/enforcer.js';
+import { PolicyFlows, policyFlowInput } from '../../daemon/flows/policy/index.js';
+import { PolicyEngine } from '../../daemon/policy/engine.js';
+import type { KubeObject } from '../../daemon/policy/types.js';
+import { seedCrds } from '../../lab/apiserver/resources.js';
+import { startLab } from './apiserver-helpers.js';
+
+const log = pino({ level: 'silent' });
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function until(what: string, cond: () => boolean, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for: ${what}`);
+    await sleep(20);
+  }
+}
+
+const podObj = (ns: string, name: string, ip: string, node: string, labels: Record<string, string>) => ({
+  metadata: { name, namespace: ns, labels },
+  spec: { nodeName: node, containers: [{ name: 'c', image: 'i', ports: [{ name: 'http', containerPort: 80 }] }] },
+  status: { phase: 'Running', podIP: ip, podIPs: [{ ip }] },
+});
+
+t.test('informers feed the engine; CRDs appear later; watch loss and 410 converge', async (t) => {
+  const lab = await startLab(t, { installCRDs: false, historyLimit: 5 });
+  const dir = mkdtempSync(join(tmpdir(), 'enforce-watch-'));
+  const kubeconfig = join(dir, 'kubeconfig');
+  writeFileSync(kubeconfig, lab.kc.exportConfig());
+
+  for (const n of ['x', 'y']) await lab.core.createNamespace({ body: { metadata: { name: n, labels: { ns: n } } } });
+  // Pods with IPs through the status subresource, as a kubelet does.
+  const pods: [string, string, string, string, Record<string, string>][] = [
+    ['x', 'a', '10.1.0.2', 'node-1', { app: 'a' }], ['x', 'b', '10.1.0.3', 'node-1', { app: 'b' }], ['y', 'c', '10.2.0.2', 'node-2', { app: 'c' }],
+  ];
+  for (const [ns, name, ip, node, labels] of pods) {
+    const p = podObj(ns, name, ip, node, labels);
+    await lab.core.createNamespacedPod({ namespace: ns, body: { metadata: p.metadata, spec: p.spec } });
+    await lab.core.replaceNamespacedPodStatus({ namespace: ns, name, body: p });
+  }
+  await lab.net.createNamespacedNetworkPolicy({
+    namespace: 'x',
+    body: { metadata: { name: 'from-y' }, spec: { podSelector: { matchLabels: { app: 'a' } }, policyTypes: ['Ingress'], ingress: [{ _from: [{ namespaceSelector: { matchLabels: { ns: 'y' } } }] }] } },
+  });
+
+  const enforcer = new Enforcer({ nodeName: 'node-1', kubeconfig, ovsRunDir: dir, bridge: 'br-int', log });
+  t.teardown(() => enforcer.close());
+  let applies = 0;
+  enforcer.bindFlows(async () => {
+    applies++;
+  });
+  await enforcer.startWatch({ retryMs: 100, maxRetryMs: 300 });
+  await enforcer.waitSynced();
+  t.ok(enforcer.status().synced, 'synced although no CRD is installed (404 = not there yet)');
+  const verdict = (from: string, to: string) => enforcer.engine.evaluate({ from, to, port: 80, protocol: 'TCP' }).verdict;
+  t.equal(verdict('y/c', 'x/a'), 'allow', 'y may reach x/a');
+  t.equal(verdict('x/b', 'x/a'), 'drop', 'x/b may not: the NetworkPolicy (peers sent as "from") arrived intact');
+  const k8sFlows = () => enforcer.flows().filter((f) => f.table === 'IngressRule');
+  t.ok(k8sFlows().some((f) => f.match.includes('nw_src=10.2.0.2') && f.actions.includes('conjunction(')), 'peer clause for y/c compiled');
+
+  await t.test('a CRD installed later is watched from then on', async (t) => {
+    for (const crd of seedCrds()) {
+      await lab.custom.createClusterCustomObject({ group: 'apiextensions.k8s.io', version: 'v1', plural: 'customresourcedefinitions', body: crd });
+    }
+    await lab.custom.createClusterCustomObject({
+      group: 'crd.antrea.io', version: 'v1beta1', plural: 'clusternetworkpolicies',
+      body: {
+        apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'drop-yc' },
+        spec: { priority: 1, tier: 'securityops', appliedTo: [{ podSelector: { matchLabels: { app: 'a' } } }], ingress: [{ action: 'Drop', from: [{ podSelector: { matchLabels: { app: 'c' } } }] }] },
+      },
+    });
+    await until('the ACNP reaches the engine', () => verdict('y/c', 'x/a') === 'drop');
+    t.match(enforcer.engine.evaluate({ from: 'y/c', to: 'x/a', port: 80, protocol: 'TCP' }).decidedBy, { kind: 'AntreaClusterNetworkPolicy', name: 'drop-yc' });
+  });
+
+  await t.test('a dropped watch resumes and sees later changes', async (t) => {
+    lab.server.dropWatches();
+    await lab.core.patchNamespacedPod({ namespace: 'x', name: 'b', body: [{ op: 'replace', path: '/metadata/labels', value: { app: 'a' } }] });
+    await until('relabel of x/b seen', () => enforcer.engine.rules().length > 0 && verdict('y/c', 'x/b') === 'drop');
+    t.pass('x/b now selected by the ACNP (label app=a)');
+  });
+
+  await t.test('410 Gone: relist reports the deletion, keeps everything else', async (t) => {
+    const removed: string[] = [];
+    const orig = enforcer.onWatchEvent.bind(enforcer);
+    enforcer.onWatchEvent = (ev) => {
+      if (ev.type === 'remove') removed.push(`${ev.object.kind}/${ev.object.metadata.namespace ?? ''}/${ev.object.metadata.name}`);
+      orig(ev);
+    };
+    const relists = enforcer.clusterWatch!.relists;
+    lab.server.dropWatches();
+    // While the informers are down: delete, then make history too short to resume (410 on re-watch).
+    await lab.net.deleteNamespacedNetworkPolicy({ namespace: 'x', name: 'from-y' });
+    for (let i = 0; i < 8; i++) await lab.core.patchNamespace({ name: 'y', body: [{ op: 'add', path: '/metadata/annotations', value: { n: String(i) } }] });
+    lab.server.compact();
+    await until('NetworkPolicy deletion seen', () => removed.includes('NetworkPolicy/x/from-y'));
+    await until('relisted', () => enforcer.clusterWatch!.relists > relists);
+    t.same(removed.filter((r) => r !== 'NetworkPolicy/x/from-y'), [], 'nothing that still exists was removed (no flush to allow)');
+    t.equal(verdict('x/b', 'x/a'), 'allow', 'the deleted policy no longer isolates x/a');
+    t.equal(verdict('y/c', 'x/a'), 'drop', 'the ACNP still applies');
+  });
+
+  t.ok(applies > 0, `engine changes were applied to the bridge (${applies} debounced applies)`);
+});
+
+t.test('debounce: a burst of changes is one apply, with every change in it', async (t) => {
+  const enforcer = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 30 });
+  t.teardown(() => enforcer.close());
+  const applied: number[] = [];
+  enforcer.bindFlows(async () => {
+    applied.push(enforcer.flows().length);
+  });
+  enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x', labels: { ns: 'x' } } } });
+  for (let i = 0; i < 20; i++) {
+    enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: `p${i}`, labels: { app: 'p' } }, spec: { nodeName: 'node-1' }, status: { phase: 'Running', podIP: `10.1.1.${i + 1}` } } });
+  }
+  enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace: 'x', name: 'deny' }, spec: { podSelector: {}, policyTypes: ['Ingress'] } } });
+  await sleep(120);
+  t.equal(applied.length, 1, 'one apply for the burst');
+  t.equal(enforcer.flows().filter((f) => f.table === 'IngressDefaultRule' && f.actions === 'drop').length, 20, 'all 20 isolation drops in it');
+});
+
+t.test('compiled flows do not depend on event order (incremental = full compile)', async (t) => {
+  const objs: KubeObject[] = [
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x', labels: { ns: 'x' } } },
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'y', labels: { ns: 'y' } } },
+    ...[['x', 'a', '10.1.0.2', 'node-1'], ['x', 'b', '10.1.0.3', 'node-2'], ['y', 'a', '10.2.0.2', 'node-1'], ['y', 'b', '10.2.0.3', 'node-2']].map(
+      ([ns, name, ip, node]) => ({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: ns!, name: name!, labels: { pod: name! } }, spec: { nodeName: node }, status: { phase: 'Running', podIP: ip } }) as KubeObject,
+    ),
+    { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace: 'x', name: 'from-y' }, spec: { podSelector: {}, ingress: [{ from: [{ namespaceSelector: { matchLabels: { ns: 'y' } } }] }] } },
+    { apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'r' }, spec: { priority: 1, tier: 'application', appliedTo: [{ podSelector: { matchLabels: { pod: 'a' } } }], ingress: [{ action: 'Reject', from: [{ podSelector: { matchLabels: { pod: 'b' } } }] }] } },
+    { apiVersion: 'policy.networking.k8s.io/v1alpha1', kind: 'AdminNetworkPolicy', metadata: { name: 'anp' }, spec: { priority: 3, subject: { namespaces: {} }, egress: [{ action: 'Deny', to: [{ pods: { namespaceSelector: { matchLabels: { ns: 'x' } }, podSelector: { matchLabels: { pod: 'b' } } } }] }] } },
+  ];
+  const full = new PolicyEngine({ nodeName: 'node-1' });
+  for (const o of objs) full.upsert(o);
+  const pf = new PolicyFlows();
+  pf.sync(policyFlowInput(full));
+  const want = pf.flows().map((f) => f.cookie).sort();
+  t.ok(want.length > 10, `${want.length} flows in the full compile`);
+  let seed = 7;
+  const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  for (let trial = 0; trial < 30; trial++) {
+    const order = [...objs].sort(() => rand() - 0.5);
+    const e = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log });
+    for (const o of order) {
+      e.onWatchEvent({ type: 'upsert', object: structuredClone(o) });
+      if (rand() < 0.5) e.compileNow(); // some orders compile between events
+    }
+    const got = e.flows().map((f) => f.cookie).sort();
+    if (got.join() !== want.join()) {
+      t.fail(`order ${order.map((o) => o.metadata.name).join(',')} gives different flows`);
+      return;
+    }
+    await e.close();
+  }
+  t.pass('30 random orders give the full compile exactly');
+});
+
+t.test('an EndpointSlice change alone re-targets toServices flows after DNAT', async (t) => {
+  const e = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 5 });
+  t.teardown(() => e.close());
+  let applies = 0;
+  e.bindFlows(async () => {
+    applies++;
+  });
+  const up = (o: KubeObject) => e.onWatchEvent({ type: 'upsert', object: o });
+  up({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x', labels: { ns: 'x' } } });
+  up({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 'client', labels: { app: 'c' } }, spec: { nodeName: 'node-1' }, status: { phase: 'Running', podIP: '10.1.0.5' } });
+  for (const [name, ip] of [['s1', '10.2.0.5'], ['s2', '10.2.0.6']] as const) {
+    up({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name, labels: { app: 's' } }, spec: { nodeName: 'node-2', containers: [{ name: 'c', ports: [{ containerPort: 8080 }] }] }, status: { phase: 'Running', podIP: ip } });
+  }
+  up({ apiVersion: 'v1', kind: 'Service', metadata: { namespace: 'x', name: 's' }, spec: { clusterIP: '10.96.0.10', selector: { app: 's' }, ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] } });
+  const slice = (pod: string, ip: string): KubeObject => ({
+    apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { namespace: 'x', name: 's-abc', labels: { 'kubernetes.io/service-name': 's' } },
+    addressType: 'IPv4', endpoints: [{ addresses: [ip], conditions: { ready: true }, targetRef: { kind: 'Pod', namespace: 'x', name: pod } }], ports: [{ port: 8080, protocol: 'TCP' }],
+  });
+  up(slice('s1', '10.2.0.5'));
+  up({
+    apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'only-svc' },
+    spec: { priority: 1, tier: 'application', appliedTo: [{ podSelector: { matchLabels: { app: 'c' } } }], egress: [{ action: 'Allow', toServices: [{ name: 's', namespace: 'x' }] }, { action: 'Drop', to: [{ namespaceSelector: {} }] }] },
+  });
+  const postDnat = (ip: string) => e.flows().some((f) => f.table === 'AntreaPolicyEgressRule' && f.match.includes(`nw_dst=${ip}`) && f.match.includes('tp_dst=8080'));
+  t.ok(postDnat('10.2.0.5'), 'post-DNAT toServices flow for the endpoint s1');
+  t.notOk(postDnat('10.2.0.6'));
+  await sleep(30);
+  const before = applies;
+  up(slice('s2', '10.2.0.6'));
+  await sleep(60);
+  t.ok(applies > before, 'the EndpointSlice change was applied to the bridge');
+  t.ok(postDnat('10.2.0.6') && !postDnat('10.2.0.5'), 'the flow follows the endpoint to s2');
+});
