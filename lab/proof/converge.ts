@@ -1,0 +1,172 @@
+/**
+ * "Have the agents applied what the API server now holds?" — the wait between an API write and a
+ * probe that must see its effect. Two signals, the first one available wins:
+ *
+ *  1. generation: the agent's GET /status carries `enforcement.resourceVersion` (or
+ *     `policy.resourceVersion`): the API resourceVersion whose effects are committed on the bridge
+ *     (watches delivered everything up to it, the resulting flows bundled). Converged when every
+ *     node's value is >= the API server's current resourceVersion.
+ *  2. rules + quiescence (agents without it, as today): every node's `enforcement.rules` in /status
+ *     equals the node rule count the policy engine computes for the API server's objects, its
+ *     `synced` flag is true, and its flows, `applies` counter and rule count stayed unchanged for
+ *     `stableMs`, at least `settleMs` after the write. If the counts still differ after `giveUpMs`
+ *     of total quiet, the wait ends anyway and says so (signal `quiescence` with a note).
+ */
+import { pino } from 'pino';
+import { Ovs } from '../../daemon/flows/ovs.js';
+import { PolicyEngine } from '../../daemon/policy/engine.js';
+import type { KubeObject } from '../../daemon/policy/types.js';
+import type { ControlInfo } from '../control.js';
+import { exportState as exportAll } from './simulate.js';
+import { resolveKind } from '../kinds.js';
+import { nodeNetns, ovsDir } from '../net/names.js';
+import { runIn, sleep } from '../net/exec.js';
+import type { RestClient } from '../restclient.js';
+
+export interface ConvergeOptions {
+  timeoutMs?: number;
+  /** Quiescence: minimum time after the write before the flows may be called settled. */
+  settleMs?: number;
+  /** Quiescence: how long the flows must stay unchanged. */
+  stableMs?: number;
+  pollMs?: number;
+  /** Quiescence while the agents' rule counts still differ from the engine's: accept after this long. */
+  giveUpMs?: number;
+  /** The API state, to compute each node's expected rule count (fetched when absent). */
+  state?: KubeObject[];
+}
+
+export interface ConvergeResult {
+  /**
+   * generation: the agents reported the API's resourceVersion; rules+quiescence: every agent's
+   * node rule count equals the engine's for the API state and nothing moved; quiescence: nothing
+   * moved for `giveUpMs` although the rule counts still differ (reported, never silent).
+   */
+  signal: 'generation' | 'rules+quiescence' | 'quiescence' | 'no-agent';
+  ms: number;
+  note?: string;
+}
+
+/** The policy generation an agent reports in /status, or undefined when it reports none (pure). */
+export function reportedGeneration(status: unknown): bigint | undefined {
+  const s = status as { policy?: { resourceVersion?: unknown }; enforcement?: { resourceVersion?: unknown } } | null | undefined;
+  const rv = s?.enforcement?.resourceVersion ?? s?.policy?.resourceVersion;
+  if (typeof rv === 'string' && /^\d+$/.test(rv)) return BigInt(rv);
+  if (typeof rv === 'number' && Number.isInteger(rv)) return BigInt(rv);
+  return undefined;
+}
+
+/** The flows of a dump without counters, durations or order: what decides packets (pure). */
+export function flowFingerprint(dump: string): string {
+  return dump
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l && !l.startsWith('OFPST_FLOW') && !l.startsWith('NXST_FLOW'))
+    .map((l) => l.replace(/\b(duration|n_packets|n_bytes|idle_age|hard_age|reset_counts)=[^,\s]*,?\s*/g, ''))
+    .sort()
+    .join('\n');
+}
+
+async function agentStatus(lab: string, node: string): Promise<unknown> {
+  const r = await runIn(nodeNetns(lab, node), 'curl', ['-s', '--max-time', '2', 'http://127.0.0.1:10349/status'], { allowFail: true, timeoutMs: 5000 });
+  if (r.exitCode !== 0) return undefined;
+  try {
+    return JSON.parse(r.stdout);
+  } catch {
+    return undefined;
+  }
+}
+
+const bridges = new Map<string, Ovs>();
+function bridgeOf(lab: string, node: string): Ovs {
+  const key = `${lab}/${node}`;
+  if (!bridges.has(key)) bridges.set(key, new Ovs({ ovsRunDir: ovsDir(lab, node), bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) }));
+  return bridges.get(key)!;
+}
+
+/** What the enforcement part of /status says about being busy (pure): "" when it has none. */
+export function enforcementActivity(status: unknown): { text: string; synced: boolean; rules?: number } {
+  const e = (status as { enforcement?: { synced?: unknown; applies?: unknown; rules?: unknown } } | null | undefined)?.enforcement;
+  if (!e) return { text: '', synced: true };
+  return { text: `synced=${String(e.synced)} applies=${String(e.applies)} rules=${String(e.rules)}`, synced: e.synced === true, ...(typeof e.rules === 'number' ? { rules: e.rules } : {}) };
+}
+
+/**
+ * Each node's rule count as the policy engine computes it for these objects (what an agent that
+ * has seen all of them reports as enforcement.rules).
+ */
+export function expectedRuleCounts(objects: KubeObject[], nodes: string[]): Record<string, number> {
+  const rank = (o: KubeObject) => (o.kind === 'Namespace' || o.kind === 'Node' ? 0 : o.kind === 'Tier' ? 1 : 2);
+  const sorted = [...objects].sort((a, b) => rank(a) - rank(b));
+  return Object.fromEntries(
+    nodes.map((node) => {
+      const engine = new PolicyEngine({ nodeName: node, log: () => undefined });
+      for (const o of sorted) engine.upsert(o);
+      return [node, engine.nodeRuleSet().length];
+    }),
+  );
+}
+
+async function fingerprints(lab: string, nodes: string[], expected: Record<string, number>): Promise<{ text: string; synced: boolean; rulesMatch: boolean; reported: boolean; rules: string }> {
+  const parts = await Promise.all(nodes.map(async (n) => {
+    const ovs = bridgeOf(lab, n);
+    const [dump, status] = await Promise.all([ovs.ofctl(['dump-flows', '--no-names', '--no-stats', ovs.target]), agentStatus(lab, n)]);
+    const activity = enforcementActivity(status);
+    return { text: `${n} ${activity.text}\n${flowFingerprint(dump)}`, synced: activity.synced, reported: activity.rules !== undefined, rulesMatch: activity.rules === undefined || activity.rules === expected[n], rules: `${n}: agent ${activity.rules ?? '-'}, engine ${expected[n]}` };
+  }));
+  return { text: parts.map((p) => p.text).join('\n'), synced: parts.every((p) => p.synced), rulesMatch: parts.every((p) => p.rulesMatch), reported: parts.some((p) => p.reported), rules: parts.map((p) => p.rules).join('; ') };
+}
+
+/** Waits until every node's agent has applied the API server's current state (see the module comment). */
+export async function waitForAgents(info: ControlInfo, rest: RestClient, writtenAt: number, opts: ConvergeOptions = {}): Promise<ConvergeResult> {
+  const started = Date.now();
+  if (!info.sluice) return { signal: 'no-agent', ms: 0 };
+  const timeoutMs = opts.timeoutMs ?? 30_000;
+  const pollMs = opts.pollMs ?? 100;
+  const deadline = started + timeoutMs;
+  const target = BigInt((await rest.list(resolveKind('namespaces'))).metadata.resourceVersion ?? '0');
+  const statuses = await Promise.all(info.nodes.map((n) => agentStatus(info.name, n)));
+  if (statuses.every((s) => reportedGeneration(s) !== undefined)) {
+    let behind = '';
+    for (;;) {
+      const gens = await Promise.all(info.nodes.map(async (n) => reportedGeneration(await agentStatus(info.name, n))));
+      behind = info.nodes.flatMap((n, i) => (gens[i] === undefined || gens[i]! < target ? [`${n} at ${gens[i] ?? 'none'}`] : [])).join(', ');
+      if (!behind) return { signal: 'generation', ms: Date.now() - started };
+      if (Date.now() > deadline) throw new Error(`agents did not reach resourceVersion ${target} within ${timeoutMs / 1000} s: ${behind}`);
+      await sleep(pollMs);
+    }
+  }
+  const settleMs = opts.settleMs ?? 500;
+  const stableMs = opts.stableMs ?? 400;
+  const giveUpMs = opts.giveUpMs ?? 5000;
+  const expected = expectedRuleCounts(opts.state ?? (await exportAll(rest)), info.nodes);
+  let last = await fingerprints(info.name, info.nodes, expected);
+  let since = Date.now();
+  for (;;) {
+    await sleep(pollMs);
+    const now = await fingerprints(info.name, info.nodes, expected);
+    if (now.text !== last.text) {
+      last = now;
+      since = Date.now();
+    } else if (now.synced && Date.now() - writtenAt >= settleMs) {
+      const quiet = Date.now() - since;
+      if (now.rulesMatch && quiet >= stableMs) return { signal: now.reported ? 'rules+quiescence' : 'quiescence', ms: Date.now() - started };
+      if (quiet >= giveUpMs) return { signal: 'quiescence', ms: Date.now() - started, note: `rule counts differ after ${giveUpMs / 1000} s of quiet: ${now.rules}` };
+    }
+    if (Date.now() > deadline) throw new Error(`agents not converged within ${timeoutMs / 1000} s (${last.synced ? 'watches synced' : 'watches not synced'}; ${last.rules})`);
+  }
+}
+
+/** Cookie mask of sluice's policy flows: 0x51ce, category byte 2 (daemon/flows/README.md). */
+const POLICY_COOKIE = 'cookie=0x51ce020000000000/0xffffff0000000000';
+
+/** How many policy flows each node's bridge holds: 0 everywhere means the agents do not enforce. */
+export async function policyFlowCounts(info: ControlInfo): Promise<Record<string, number>> {
+  if (!info.sluice) return Object.fromEntries(info.nodes.map((n) => [n, 0])); // no bridges at all
+  const counts = await Promise.all(info.nodes.map(async (n) => {
+    const ovs = bridgeOf(info.name, n);
+    const dump = await ovs.ofctl(['dump-flows', '--no-names', '--no-stats', ovs.target, POLICY_COOKIE]);
+    return dump.split('\n').filter((l) => l.includes('cookie=')).length;
+  }));
+  return Object.fromEntries(info.nodes.map((n, i) => [n, counts[i]!]));
+}

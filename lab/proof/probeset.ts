@@ -1,0 +1,78 @@
+/**
+ * The probes of a model = datapath comparison (pure), built from the lab's running objects:
+ *  - every Pod to every other Pod on every port it serves (TCP/UDP as packets; SCTP container
+ *    ports are probed too, by trace);
+ *  - every Pod to every Service port (service:ns/name), except a Pod reaching a Service that
+ *    selects itself (hairpin: the lab's kube-proxy does not masquerade, see lab/README.md);
+ *  - every Pod to the external host (ip:192.168.77.250, TCP 80 and UDP 81) and the external host
+ *    to every Pod (TCP 80, UDP 81);
+ *  - every node (ip:<InternalIP>, the host network) to every Pod on TCP 80: a node reaching its
+ *    own Pods is never blocked, a remote node is an ordinary peer.
+ */
+import type { KubeObject, Probe } from '../../daemon/policy/types.js';
+import { EXT_IP } from '../net/names.js';
+
+const ref = (o: KubeObject): string => `${o.metadata.namespace ?? 'default'}/${o.metadata.name}`;
+
+type Port = { port: number; protocol: Probe['protocol'] };
+
+function declaredPorts(pod: KubeObject): Port[] {
+  const seen = new Map<string, Port>();
+  for (const c of (pod.spec?.containers ?? []) as { ports?: { containerPort: number; protocol?: string }[] }[]) {
+    for (const p of c.ports ?? []) {
+      const protocol = (p.protocol ?? 'TCP') as Probe['protocol'];
+      if (!['TCP', 'UDP', 'SCTP'].includes(protocol)) continue;
+      seen.set(`${p.containerPort}/${protocol}`, { port: p.containerPort, protocol });
+    }
+  }
+  return [...seen.values()].sort((a, b) => a.port - b.port || a.protocol.localeCompare(b.protocol));
+}
+
+const selects = (svc: KubeObject, pod: KubeObject): boolean => {
+  const sel = (svc.spec?.selector ?? {}) as Record<string, string>;
+  return svc.metadata.namespace === pod.metadata.namespace && Object.keys(sel).length > 0 && Object.entries(sel).every(([k, v]) => pod.metadata.labels?.[k] === v);
+};
+
+export interface ProbeSetOptions {
+  services?: boolean;
+  external?: boolean;
+  /** Node objects (their InternalIP sends the node probes); none: no node probes. */
+  nodes?: KubeObject[];
+}
+
+const internalIp = (n: KubeObject): string | undefined =>
+  ((n.status?.addresses ?? []) as { type: string; address: string }[]).find((a) => a.type === 'InternalIP')?.address;
+
+export function scenarioProbes(pods: KubeObject[], services: KubeObject[], opts: ProbeSetOptions = {}): Probe[] {
+  const running = pods.filter((p) => p.status?.phase === 'Running' && p.status?.podIP && !p.spec?.hostNetwork).sort((a, b) => ref(a).localeCompare(ref(b)));
+  const probes: Probe[] = [];
+  for (const from of running) {
+    for (const to of running) {
+      if (to === from) continue;
+      for (const p of declaredPorts(to)) probes.push({ from: ref(from), to: ref(to), ...p });
+    }
+  }
+  if (opts.services ?? true) {
+    const svcs = services.filter((s) => s.spec?.clusterIP && s.spec.clusterIP !== 'None' && !(s.metadata.namespace === 'default' && s.metadata.name === 'kubernetes'));
+    for (const from of running) {
+      for (const svc of svcs) {
+        if (running.some((p) => selects(svc, p) && p === from)) continue;
+        for (const sp of (svc.spec?.ports ?? []) as { port: number; protocol?: string }[]) {
+          const protocol = (sp.protocol ?? 'TCP') as Probe['protocol'];
+          if (protocol === 'TCP' || protocol === 'UDP') probes.push({ from: ref(from), to: `service:${ref(svc)}`, port: sp.port, protocol });
+        }
+      }
+    }
+  }
+  if (opts.external ?? true) {
+    for (const pod of running) {
+      probes.push({ from: ref(pod), to: `ip:${EXT_IP}`, port: 80, protocol: 'TCP' }, { from: ref(pod), to: `ip:${EXT_IP}`, port: 81, protocol: 'UDP' });
+      probes.push({ from: `ip:${EXT_IP}`, to: ref(pod), port: 80, protocol: 'TCP' }, { from: `ip:${EXT_IP}`, to: ref(pod), port: 81, protocol: 'UDP' });
+    }
+  }
+  for (const node of opts.nodes ?? []) {
+    const ip = internalIp(node);
+    if (ip) for (const pod of running) probes.push({ from: `ip:${ip}`, to: ref(pod), port: 80, protocol: 'TCP' });
+  }
+  return probes;
+}

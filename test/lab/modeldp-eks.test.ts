@@ -1,0 +1,4 @@
+/** Model = datapath on the EKS-style flavour (see modeldp-suite.ts). Lab mde. */
+import { modelDatapathSuite } from './modeldp-suite.js';
+
+modelDatapathSuite('mde', 'eks');
