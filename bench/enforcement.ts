@@ -17,7 +17,7 @@ import { performance } from 'node:perf_hooks';
 import { agentLogPath, agentPidPath } from '../lab/agent.js';
 import { readControl } from '../lab/control.js';
 import { resolveKind } from '../lab/kinds.js';
-import { ovsDir, podNetns, repoRoot } from '../lab/net/names.js';
+import { nodeNetns, ovsDir, podNetns, repoRoot } from '../lab/net/names.js';
 import { clientFor } from '../lab/ops.js';
 import type { KubeObject } from '../daemon/policy/types.js';
 
@@ -93,12 +93,16 @@ async function waitRunning(rest: ReturnType<typeof clientFor>, names: string[]):
   }
 }
 
-/** Completed TCP connections per second from one Pod to another over `seconds`. */
+/**
+ * Completed TCP connections per second from one Pod to another over `seconds`. Each connection is
+ * closed with a RST: a FIN close leaves the client's port in TIME_WAIT for 60 s, and a second run
+ * would then measure the kernel's search for a free ephemeral port (~10x slower), not the bridge.
+ */
 function connectionRate(fromPod: string, ip: string, port: number, seconds = 3): number {
   const script = `
     const net = require('node:net'); let n = 0; const end = Date.now() + ${seconds * 1000}; let active = 0;
     const one = () => { if (Date.now() > end) { if (--active === 0) { console.log(n); process.exit(0); } return; }
-      const s = net.connect({ host: '${ip}', port: ${port} }, () => { n++; s.destroy(); one(); }); s.on('error', () => { s.destroy(); one(); }); };
+      const s = net.connect({ host: '${ip}', port: ${port} }, () => { n++; s.resetAndDestroy(); one(); }); s.on('error', () => { s.destroy(); one(); }); };
     for (let i = 0; i < 8; i++) { active++; one(); }`;
   const r = spawnSync('ip', ['netns', 'exec', podNetns(LAB, 'bench', fromPod), process.execPath, '-e', script], { encoding: 'utf8' });
   return Number(r.stdout.trim()) / seconds;
@@ -109,10 +113,19 @@ function flowCount(): number {
   return Number(/flow_count=(\d+)/.exec(r.stdout)?.[1] ?? NaN);
 }
 
-function agentRssMb(): number {
+/** Agent memory: RSS from /proc, and the JS heap split the agent reports in /status (live vs reserved). */
+function agentMemory(): string {
   const pid = readFileSync(agentPidPath(LAB, NODE), 'utf8').trim();
-  const kb = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
-  return kb / 1024;
+  const rss = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
+  const r = spawnSync('ip', ['netns', 'exec', nodeNetns(LAB, NODE), 'curl', '-s', '--max-time', '5', 'http://127.0.0.1:10349/status'], { encoding: 'utf8' });
+  let heap = '';
+  try {
+    const m = (JSON.parse(r.stdout) as { memory?: { heapUsedMiB: number; heapTotalMiB: number } }).memory;
+    if (m) heap = ` (JS heap ${m.heapUsedMiB.toFixed(0)} of ${m.heapTotalMiB.toFixed(0)} MiB)`;
+  } catch {
+    heap = ' (JS heap: /status unavailable)';
+  }
+  return `agent RSS ${rss.toFixed(0)} MiB${heap}`;
 }
 
 async function settle(tail: LogTail): Promise<void> {
@@ -161,12 +174,12 @@ async function main(): Promise<void> {
   const tail = new LogTail(agentLogPath(LAB, NODE));
   await settle(tail);
   const rate0 = connectionRate('cli', ips.get('srv-0')!, 80);
-  console.log(`connection setup cli (node-2) -> srv-0 (node-1), 0 policies: ${rate0.toFixed(0)} conn/s; flows on ${NODE}: ${flowCount()}; agent RSS ${agentRssMb().toFixed(0)} MiB`);
+  console.log(`connection setup cli (node-2) -> srv-0 (node-1), 0 policies: ${rate0.toFixed(0)} conn/s; flows on ${NODE}: ${flowCount()}; ${agentMemory()}`);
 
   const tPol = performance.now();
   for (let i = 0; i < POLICIES; i++) await rest.create(NETPOL, netpol(i));
   await settle(tail);
-  console.log(`${POLICIES} NetworkPolicies created and enforced in ${((performance.now() - tPol) / 1000).toFixed(1)} s; flows on ${NODE}: ${flowCount()}; agent RSS ${agentRssMb().toFixed(0)} MiB`);
+  console.log(`${POLICIES} NetworkPolicies created and enforced in ${((performance.now() - tPol) / 1000).toFixed(1)} s; flows on ${NODE}: ${flowCount()}; ${agentMemory()}`);
 
   const measure = async (what: string, n: number, act: (i: number) => Promise<unknown>, needles: (i: number) => string[]): Promise<void> => {
     const ms: number[] = [];
@@ -191,7 +204,7 @@ async function main(): Promise<void> {
   await settle(tail);
   const rate500 = connectionRate('cli', ips.get('srv-0')!, 80);
   console.log(`connection setup cli -> srv-0 with ${POLICIES + EVENTS} policies: ${rate500.toFixed(0)} conn/s (ratio to 0 policies: ${(rate500 / rate0).toFixed(2)})`);
-  console.log(`final: flows on ${NODE}: ${flowCount()}; agent RSS ${agentRssMb().toFixed(0)} MiB; Pods known cluster-wide: ${LOCAL + 1 + REMOTE + LOCAL_EVENTS}; bench ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+  console.log(`final: flows on ${NODE}: ${flowCount()}; ${agentMemory()}; Pods known cluster-wide: ${LOCAL + 1 + REMOTE + LOCAL_EVENTS}; bench ${((performance.now() - t0) / 1000).toFixed(0)} s`);
   if (!process.argv.includes('--keep')) spawnSync(process.execPath, [cli, 'down', '--name', LAB], { stdio: 'ignore' });
 }
 

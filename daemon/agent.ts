@@ -151,8 +151,12 @@ export interface AgentStatus {
   pods: PodAttachment[];
   lastResync?: { at: string; repairs: string[]; error?: string };
   ovsReachable: boolean;
+  /** The agent process's memory in MiB: resident set, and the JS heap's live part vs its reservation. */
+  memory: { rssMiB: number; heapUsedMiB: number; heapTotalMiB: number; externalMiB: number };
   enforcement?: unknown;
 }
+
+const mib = (bytes: number) => Math.round((bytes / 1048576) * 10) / 10;
 
 /** What the policy side listens to: 'pod-attached' / 'pod-detached' with the PodAttachment. */
 export interface PodEvents {
@@ -511,6 +515,7 @@ export class Agent {
       pods: [...this.pods.values()],
       ...(this.lastResync ? { lastResync: this.lastResync } : {}),
       ovsReachable: this.ovsReachable,
+      memory: (({ rss, heapUsed, heapTotal, external }) => ({ rssMiB: mib(rss), heapUsedMiB: mib(heapUsed), heapTotalMiB: mib(heapTotal), externalMiB: mib(external) }))(process.memoryUsage()),
       ...(this.enforcement?.status ? { enforcement: this.enforcement.status() } : {}),
     };
   }

@@ -47,13 +47,19 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
+/** Exits once stdout and stderr are flushed: a pipe (`get -o json | jq`) would otherwise lose all but 64 KiB. */
+function exitFlushed(code: number): void {
+  process.exitCode = code;
+  process.stdout.write('', () => process.stderr.write('', () => process.exit(code)));
+}
+
 main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
+  (code) => exitFlushed(code),
   (err: unknown) => {
     const e = err as Error;
     process.stderr.write(`sluice-lab: ${e?.message ?? String(err)}\n`);
     if (err instanceof UsageError) process.stderr.write('run "sluice-lab --help" for usage\n');
     else if (process.env.SLUICE_LAB_DEBUG && e?.stack) process.stderr.write(`${e.stack}\n`);
-    process.exit(err instanceof UsageError ? 2 : 1);
+    exitFlushed(err instanceof UsageError ? 2 : 1);
   },
 );

@@ -215,6 +215,8 @@ if (why) {
     t.equal(status.code, 0, status.stderr);
     t.match(status.stdout, /node dp-node: ready/);
     t.match(status.stdout, /2 Pod\(s\) attached/);
+    const mem = /memory: RSS ([\d.]+) MiB, JS heap ([\d.]+) of ([\d.]+) MiB/.exec(status.stdout);
+    t.ok(mem && Number(mem[1]) > Number(mem[2]) && Number(mem[2]) > 0 && Number(mem[2]) <= Number(mem[3]), `memory line: ${mem?.[0]}`);
     const pods = await ctl(['pods']);
     t.match(pods.stdout, new RegExp(`${p1.hostVeth}\\s+\\d+\\s+default/${p1.ns}\\s+${p1.ip.replace(/\./g, '\\.')}`));
     const check = await ctl(['flows', '--check']);

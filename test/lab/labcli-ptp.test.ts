@@ -6,7 +6,7 @@
  * `down`. One lab (lb1) for the whole file.
  */
 import t from 'tap';
-import { existsSync, rmSync } from 'node:fs';
+import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { netnsPath, podNetns } from '../../lab/net/names.js';
@@ -203,6 +203,18 @@ spec:
     const dn = await cli(['delete', '-f', join(dir, 'ns-ref.yaml'), ...n]);
     t.equal(dn.code, 0, `deleting the namespace exits 0 (${dn.stderr})`);
     t.notOk(existsSync(qNetns), 'and tears down the Pods in it');
+  });
+
+  t.test('large output through a pipe is complete (the CLI flushes before it exits)', async (t) => {
+    // 300 Namespaces print ~150 KiB of JSON: more than a pipe takes at once (64 KiB).
+    const docs = Array.from({ length: 300 }, (_, i) => `apiVersion: v1\nkind: Namespace\nmetadata:\n  name: lbbig-${i}\n  labels: { bulk: "yes", index: "i${i}" }\n`);
+    writeFileSync(join(dir, 'many-ns.yaml'), docs.join('---\n'));
+    t.equal((await cli(['apply', '-f', join(dir, 'many-ns.yaml'), ...n])).code, 0, 'applied 300 Namespaces');
+    const r = await cli(['get', 'namespaces', '-o', 'json', ...n]);
+    t.ok(r.stdout.length > 128 * 1024, `output is ${r.stdout.length} bytes`);
+    const names = (JSON.parse(r.stdout) as ListJson<PodJson>).items.map((o) => o.metadata.name).filter((x) => x.startsWith('lbbig-'));
+    t.equal(names.length, 300, 'every Namespace is in the parsed output');
+    t.equal((await cli(['delete', '-f', join(dir, 'many-ns.yaml'), ...n])).code, 0, 'deleted again');
   });
 
   t.test('errors are clear and exit non-zero', async (t) => {
