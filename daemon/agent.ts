@@ -17,6 +17,7 @@ import { diffFlows } from './flows/diff.js';
 import type { Flow } from './flows/flow.js';
 import { FlowSync, type GatewayInfo, Ovs } from './flows/ovs.js';
 import { computeFlows } from './flows/pipeline.js';
+import { policiesAnswer } from './enforcement/policy-report.js';
 import { type HealthServer, startHealthServer } from './health.js';
 import { disablePodTxOffload, findHostVeth, guardedVeths, HostNetwork } from './hostnet/index.js';
 import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './podattach.js';
@@ -51,6 +52,8 @@ export interface EnforcementHooks {
   close(): Promise<void>;
   /** Shown under `enforcement` in the agent status (/status, sluicectl node status). */
   status?(): unknown;
+  /** The body of GET /policies: what this node enforces and which objects were ignored (sluicectl node policies). */
+  policyReport?(): unknown;
 }
 
 export class StartupError extends Error {}
@@ -258,7 +261,7 @@ export class Agent {
   private async startUp(serveCni: boolean): Promise<void> {
     const { config: cfg, log } = this;
     const t0 = Date.now();
-    this.health = await startHealthServer(cfg.healthAddress, () => this.status(), log);
+    this.health = await startHealthServer(cfg.healthAddress, () => this.status(), log, { '/policies': () => policiesAnswer(this.enforcement?.policyReport?.()) });
     await mkdir(cfg.stateDir, { recursive: true });
 
     await this.waitForOvsdb();

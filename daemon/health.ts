@@ -1,6 +1,7 @@
 /**
  * Health endpoint: GET /healthz (the process serves and OVS answers) and GET /readyz (start-up
  * finished: bridge, flows, host networking converged, CNI socket open). JSON bodies say why.
+ * Further read-only paths (e.g. /policies) come from the caller's `routes`.
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -11,6 +12,9 @@ export interface HealthView {
   ovsReachable: boolean;
 }
 
+/** An extra GET path: computes the status code and JSON body at each request. */
+export type HealthRoute = () => { code: number; body: unknown };
+
 export interface HealthServer {
   port: number;
   close(): Promise<void>;
@@ -20,7 +24,9 @@ export async function startHealthServer(
   address: { host: string; port: number },
   view: () => HealthView,
   log: Logger,
+  routes: Record<string, HealthRoute> = {},
 ): Promise<HealthServer> {
+  const paths = ['/healthz', '/readyz', '/status', ...Object.keys(routes)].join(', ');
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     const answer = (code: number, body: unknown) => {
@@ -28,11 +34,20 @@ export async function startHealthServer(
       res.end(`${JSON.stringify(body)}\n`);
     };
     if (req.method !== 'GET') return answer(405, { error: 'only GET' });
+    const route = Object.hasOwn(routes, path) ? routes[path] : undefined;
+    if (route) {
+      try {
+        const r = route();
+        return answer(r.code, r.body);
+      } catch (err) {
+        return answer(500, { error: `${path}: ${(err as Error).message}` });
+      }
+    }
     const v = view();
     if (path === '/healthz') return answer(v.ovsReachable ? 200 : 503, { status: v.ovsReachable ? 'ok' : 'OVS unreachable' });
     if (path === '/readyz') return answer(v.ready ? 200 : 503, { status: v.ready ? 'ready' : 'starting' });
     if (path === '/status') return answer(200, v);
-    return answer(404, { error: `no such path ${path}; try /healthz, /readyz, /status` });
+    return answer(404, { error: `no such path ${path}; try ${paths}` });
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err) => reject(new Error(`healthAddress ${address.host}:${address.port}: ${err.message}`)));

@@ -1,19 +1,21 @@
-/** `sluicectl node <status|pods|flows|trace>`: troubleshooting the datapath on this node. */
+/** `sluicectl node <status|pods|flows|trace|policies>`: troubleshooting the datapath on this node. */
 import type { CommandModule } from 'yargs';
 import { nodeFlowsCommand } from './node-flows.js';
 import { nodePodsCommand } from './node-pods.js';
+import { nodePoliciesCommand } from './node-policies.js';
 import { nodeStatusCommand } from './node-status.js';
 import { nodeTraceCommand } from './node-trace.js';
 
 export const nodeCommand: CommandModule = {
   command: 'node <command>',
-  describe: "troubleshoot this node's datapath (run on the node: sluicectl node status|pods|flows|trace)",
+  describe: "troubleshoot this node's datapath (run on the node: sluicectl node status|pods|flows|trace|policies)",
   builder: (y) =>
     y
       .command(nodeStatusCommand as never)
       .command(nodePodsCommand as never)
       .command(nodeFlowsCommand as never)
       .command(nodeTraceCommand as never)
-      .demandCommand(1, 'name a node command: status, pods, flows, trace'),
+      .command(nodePoliciesCommand as never)
+      .demandCommand(1, 'name a node command: status, pods, flows, trace, policies'),
   handler: () => undefined,
 };

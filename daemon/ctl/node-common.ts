@@ -25,25 +25,33 @@ export async function nodeContext(configPath: string): Promise<{ config: AgentCo
   return { config, ovs };
 }
 
-/** GET /status from the agent's health endpoint (on this node, so run in the node's network namespace). */
-export function agentStatus(config: AgentConfig, timeoutMs = 3000): Promise<AgentStatus> {
+/**
+ * GET `path` from the agent's health endpoint (on this node, so run in the node's network
+ * namespace): the status code and the parsed JSON body. `what` names the answer in errors.
+ */
+export function agentGet(config: AgentConfig, path: string, what: string, timeoutMs = 3000): Promise<{ code: number; body: unknown }> {
   const { host, port } = config.healthAddress;
   return new Promise((resolve, reject) => {
-    const req = request({ host, port, path: '/status', timeout: timeoutMs }, (res) => {
+    const req = request({ host, port, path, timeout: timeoutMs }, (res) => {
       let body = '';
       res.setEncoding('utf8').on('data', (d: string) => (body += d));
       res.on('end', () => {
         try {
-          resolve(JSON.parse(body) as AgentStatus);
+          resolve({ code: res.statusCode ?? 0, body: JSON.parse(body) as unknown });
         } catch (err) {
-          reject(new Error(`agent status at ${host}:${port}: bad answer: ${(err as Error).message}`));
+          reject(new Error(`agent ${what} at ${host}:${port}: bad answer: ${(err as Error).message}`));
         }
       });
     });
     req.on('timeout', () => req.destroy(new Error('timed out')));
-    req.on('error', (err) => reject(new Error(`agent not reachable at http://${host}:${port}/status (${err.message}); is sluice-agent running on this node?`)));
+    req.on('error', (err) => reject(new Error(`agent not reachable at http://${host}:${port}${path} (${err.message}); is sluice-agent running on this node?`)));
     req.end();
   });
+}
+
+/** GET /status from the agent's health endpoint (on this node, so run in the node's network namespace). */
+export async function agentStatus(config: AgentConfig, timeoutMs = 3000): Promise<AgentStatus> {
+  return (await agentGet(config, '/status', 'status', timeoutMs)).body as AgentStatus;
 }
 
 /** Left-aligned text table. */

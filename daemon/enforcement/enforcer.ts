@@ -20,6 +20,7 @@ import { PolicyEngine, type ChangeSet } from '../policy/engine.js';
 import type { KubeObject } from '../policy/types.js';
 import type { PodAttachment } from '../podattach.js';
 import { ClusterWatch, getJson, type WatchEvent } from '../watch/clusterwatch.js';
+import { buildPolicyReport, type PolicyReport } from './policy-report.js';
 import { PodView } from './podview.js';
 import { decidePolicyPunt, rejectReplyMacs } from './punthandler.js';
 
@@ -374,6 +375,20 @@ export class Enforcer {
       ...(this.controller ? { openflow: this.controller.stats() } : {}),
       ...(this.opts.dns ? { fqdn: this.opts.dns.stats() } : {}),
     };
+  }
+
+  /** What this node enforces per policy and which objects were ignored as invalid (GET /policies). */
+  policyReport(): PolicyReport {
+    const localPods: string[] = [];
+    for (const p of this.engine.cluster.pods.values()) if (p.nodeName === this.opts.nodeName && !p.hostNetwork) localPods.push(`${p.namespace}/${p.name}`);
+    return buildPolicyReport({
+      node: this.opts.nodeName,
+      synced: this.watch?.isSynced() ?? false,
+      rules: this.engine.nodeRuleSet(),
+      isolations: this.engine.nodeIsolations(),
+      errors: this.engine.errors(),
+      localPods,
+    });
   }
 
   async close(): Promise<void> {

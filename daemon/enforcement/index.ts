@@ -10,6 +10,7 @@ import { Enforcer } from './enforcer.js';
 
 export { Enforcer, type DnsLearning, type DnsPuntHook, type EnforcerOptions, type EnforcerStatus } from './enforcer.js';
 export { PodView } from './podview.js';
+export { buildPolicyReport, type EnforcedPolicy, type PolicyReport } from './policy-report.js';
 export { decidePolicyPunt } from './punthandler.js';
 
 /** Enforcement runs when configured so, or by default when an API server is configured. */
@@ -45,6 +46,7 @@ export async function startEnforcement(cfg: AgentConfig, log: Logger): Promise<{
     podDetached: (pod) => enforcer.podDetached(pod),
     close: () => enforcer.close(),
     status: () => enforcer.status(),
+    policyReport: () => enforcer.policyReport(),
   };
   return { enforcer, hooks };
 }

@@ -1,6 +1,7 @@
 // The catalogue of served resources: built-in kinds, plus resources defined by
 // apiextensions.k8s.io/v1 CustomResourceDefinition objects (the Antrea and network-policy-api
 // CRDs are provided as seeds). All versions of a resource share one storage key.
+import { sluiceCrds } from '../../install/crds.js';
 import type { KObject } from './store.js';
 
 export interface ResourceType {
@@ -89,37 +90,10 @@ export function typesFromCrd(crd: KObject): ResourceType[] {
   }));
 }
 
-function crd(group: string, plural: string, kind: string, scope: 'Namespaced' | 'Cluster', versions: string[],
-  status: boolean, shortNames: string[]): KObject {
-  return {
-    apiVersion: 'apiextensions.k8s.io/v1',
-    kind: 'CustomResourceDefinition',
-    metadata: { name: `${plural}.${group}` },
-    spec: {
-      group, scope,
-      names: { plural, singular: kind.toLowerCase(), kind, listKind: `${kind}List`, shortNames },
-      versions: versions.map((name, i) => ({
-        name, served: true, storage: i === 0,
-        schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } },
-        ...(status ? { subresources: { status: {} } } : {}),
-      })),
-    },
-  };
-}
-
-/** The CRDs installCRDs:true creates: every crd.antrea.io and policy.networking.k8s.io resource sluice watches. */
+/** The CRDs installCRDs:true creates: every crd.antrea.io and policy.networking.k8s.io resource sluice
+ * watches, the same definitions as install/crds.yaml (one source: install/crds.ts). */
 export function seedCrds(): KObject[] {
-  const antrea = ['v1beta1', 'v1alpha1'];
-  return [
-    crd('crd.antrea.io', 'tiers', 'Tier', 'Cluster', antrea, false, ['tr']),
-    crd('crd.antrea.io', 'clusternetworkpolicies', 'ClusterNetworkPolicy', 'Cluster', antrea, true, ['acnp']),
-    crd('crd.antrea.io', 'networkpolicies', 'NetworkPolicy', 'Namespaced', antrea, true, ['anp']),
-    crd('crd.antrea.io', 'clustergroups', 'ClusterGroup', 'Cluster', antrea, true, ['cg']),
-    crd('crd.antrea.io', 'groups', 'Group', 'Namespaced', antrea, true, ['grp']),
-    crd('policy.networking.k8s.io', 'adminnetworkpolicies', 'AdminNetworkPolicy', 'Cluster', ['v1alpha1'], true, ['anp']),
-    crd('policy.networking.k8s.io', 'baselineadminnetworkpolicies', 'BaselineAdminNetworkPolicy', 'Cluster', ['v1alpha1'], true, ['banp']),
-    crd('policy.networking.k8s.io', 'clusternetworkpolicies', 'ClusterNetworkPolicy', 'Cluster', ['v1alpha2'], true, ['cnp']),
-  ];
+  return sluiceCrds();
 }
 
 /** Kubernetes version priority: GA > beta > alpha, then higher numbers first. Negative when a sorts first. */

@@ -50,7 +50,8 @@ export async function snapshot(lab: string, dir: string): Promise<string> {
   return dir;
 }
 
-function run(cmd: string, args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+/** Runs a command to completion, collecting its output (never rejects on a non-zero exit). */
+export function run(cmd: string, args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';

@@ -1,0 +1,92 @@
+/**
+ * `sluicectl node policies`: the policies the agent on this node enforces (per policy: tier, rules,
+ * actions, local Pods it applies to) and the objects it ignored as invalid, from GET /policies.
+ */
+import type { CommandModule } from 'yargs';
+import { loadConfig } from '../config.js';
+import type { EnforcedPolicy, PolicyReport } from '../enforcement/policy-report.js';
+import type { ValidationError } from '../policy/types.js';
+import { agentGet, type NodeArgs, table, withConfig } from './node-common.js';
+
+/** At most this many Pod names in the APPLIED-TO column; beyond, a count. */
+const MAX_NAMES = 3;
+
+const policyName = (p: { namespace?: string; name: string }) => (p.namespace ? `${p.namespace}/${p.name}` : p.name);
+
+function rulesCell(p: EnforcedPolicy): string {
+  if (p.rules === 0) return '0';
+  const parts = [p.ingressRules ? `${p.ingressRules} in` : '', p.egressRules ? `${p.egressRules} out` : ''].filter(Boolean);
+  return `${p.rules} (${parts.join(', ')})`;
+}
+
+function actionsCell(p: EnforcedPolicy): string {
+  const cells: string[] = [...p.actions];
+  if (p.isolates.length) cells.push(`isolate ${p.isolates.join('+')}`);
+  return cells.join(', ') || '-';
+}
+
+function appliedToCell(p: EnforcedPolicy): string {
+  const pods = p.pods.length === 0 ? [] : p.pods.length <= MAX_NAMES ? [p.pods.join(', ')] : [`${p.pods.length} Pods`];
+  const nodes = (p.nodes ?? []).map((n) => `node ${n}`);
+  return [...pods, ...nodes].join(', ') || '-';
+}
+
+export function invalidLine(e: ValidationError): string {
+  return `${e.kind} ${policyName(e)}: ${e.field}: ${e.message}`;
+}
+
+/** The human view of a report (pure). */
+export function renderPolicyReport(r: PolicyReport): string {
+  const lines: string[] = [];
+  const covered = r.localPods - r.unselectedPods.length;
+  lines.push(`node ${r.node}: ${r.policies.length} polic${r.policies.length === 1 ? 'y' : 'ies'} enforced; ${covered} of ${r.localPods} local Pod(s) selected by a policy`);
+  if (r.policies.length) {
+    lines.push(
+      table(
+        ['KIND', 'NAMESPACE/NAME', 'TIER', 'PRIORITY', 'RULES', 'ACTIONS', 'APPLIED-TO'],
+        r.policies.map((p) => [
+          p.kind,
+          policyName(p),
+          p.tier ? `${p.tier.name} (${p.tier.priority})` : '-',
+          p.priority !== undefined ? String(p.priority) : '-',
+          rulesCell(p),
+          actionsCell(p),
+          appliedToCell(p),
+        ]),
+      ),
+    );
+  }
+  if (r.unselectedPods.length) lines.push(`local Pods selected by no policy (all traffic allowed): ${r.unselectedPods.join(', ')}`);
+  if (r.invalid.length) {
+    lines.push(`${r.invalid.length} invalid object(s) ignored:`);
+    for (const e of r.invalid) lines.push(`  ${invalidLine(e)}`);
+  } else {
+    lines.push('no invalid objects');
+  }
+  return lines.join('\n');
+}
+
+export const nodePoliciesCommand: CommandModule<object, NodeArgs & { json: boolean }> = {
+  command: 'policies',
+  describe: 'the policies this node enforces (tier, rules, local Pods) and the objects ignored as invalid, with why',
+  builder: (y) => withConfig(y).option('json', { type: 'boolean', default: false, describe: 'print the raw JSON' }),
+  handler: async (argv) => {
+    let answer: { code: number; body: unknown };
+    try {
+      answer = await agentGet(await loadConfig(argv.config), '/policies', 'policies');
+    } catch (err) {
+      console.error(`sluicectl node policies: ${(err as Error).message}`);
+      process.exitCode = 1;
+      return;
+    }
+    if (answer.code !== 200) {
+      const why = (answer.body as { error?: string } | null)?.error ?? JSON.stringify(answer.body);
+      console.error(`sluicectl node policies: the agent answered ${answer.code}: ${why}`);
+      process.exitCode = 1;
+      return;
+    }
+    const report = answer.body as PolicyReport;
+    if (!report.synced) console.error('warning: the agent has not listed every policy input yet (watches not synced); this view may be incomplete');
+    console.log(argv.json ? JSON.stringify(report, null, 2) : renderPolicyReport(report));
+  },
+};
