@@ -3,20 +3,29 @@
  * sluice-agent: `sluice-agent [--config /etc/sluice/agent.yaml]`. Exits 2 on a bad config (the
  * message names the field), 1 when start-up fails; SIGTERM/SIGINT stop serving but leave the
  * datapath in place so Pods keep their connectivity across restarts.
+ *
+ * `--cleanup` (uninstall; daemon/cleanup.ts) instead gives every Pod its primary-CNI route back and
+ * removes everything sluice put on the node, then exits 0 (1 with what failed). With
+ * `--cleanup-then-wait` or env SLUICE_CLEANUP=1 (the uninstall DaemonSet mode) it then idles until
+ * SIGTERM, answering /readyz on the health address, so the Pod stays Ready and `rollout status` ends.
  */
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { Agent } from './agent.js';
-import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig } from './config.js';
+import { type AgentConfig, ConfigError, DEFAULT_CONFIG_PATH, loadConfig } from './config.js';
 import { enforcementWanted, startEnforcement } from './enforcement/index.js';
 import { ATTACH_STEPS, type AttachStep } from './podattach.js';
+import { cleanupNode, runningAgent } from './cleanup.js';
+import { startHealthServer } from './health.js';
 
 async function main(): Promise<number> {
   const argv = yargs(hideBin(process.argv))
     .scriptName('sluice-agent')
     .usage('$0 [--config FILE]\n\nThe sluice node agent: OVS bridge behind the primary CNI, CNI socket, host networking.')
     .option('config', { alias: 'c', type: 'string', default: DEFAULT_CONFIG_PATH, describe: 'YAML configuration file' })
+    .option('cleanup', { type: 'boolean', default: false, describe: 'uninstall: restore every Pod to the primary CNI alone and remove sluice from this node (OVS running, agent stopped), then exit' })
+    .option('cleanup-then-wait', { type: 'boolean', default: false, describe: 'like --cleanup, then idle until SIGTERM (also: env SLUICE_CLEANUP=1)' })
     .strict()
     .help()
     .parseSync();
@@ -30,6 +39,16 @@ async function main(): Promise<number> {
       return 2;
     }
     throw err;
+  }
+  const envCleanup = process.env.SLUICE_CLEANUP ?? '';
+  if (!['', '0', '1'].includes(envCleanup)) {
+    process.stderr.write(`sluice-agent: SLUICE_CLEANUP must be 1 (clean up this node, then idle) or 0/unset, got "${envCleanup}"\n`);
+    return 2;
+  }
+  const wait = argv['cleanup-then-wait'] || envCleanup === '1';
+  if (argv.cleanup || wait) {
+    // stdout carries the cleanup's report, one line per item; the JSON log goes to stderr.
+    return cleanup(config, pino({ level: config.logLevel, base: { node: config.nodeName } }, pino.destination(2)), wait);
   }
   const log = pino({ level: config.logLevel, base: { node: config.nodeName } });
 
@@ -60,6 +79,33 @@ async function main(): Promise<number> {
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
   });
+  return 0;
+}
+
+async function cleanup(config: AgentConfig, log: Logger, wait: boolean): Promise<number> {
+  const busy = await runningAgent(config);
+  if (busy) {
+    process.stderr.write(`sluice-agent: --cleanup refused: ${busy}\n`);
+    return 1;
+  }
+  // Waiting mode serves the health address from the start: alive while cleaning, ready once done.
+  let ready = false;
+  const health = wait ? await startHealthServer(config.healthAddress, () => ({ ready, ovsReachable: true }), log) : undefined;
+  const report = await cleanupNode(config, log, { onDone: (line) => process.stdout.write(`${line}\n`) });
+  if (report.failed.length) {
+    process.stderr.write(`sluice-agent: cleanup incomplete (run it again once fixed; every step is idempotent):\n${report.failed.map((f) => `  FAILED ${f}`).join('\n')}\n`);
+    await health?.close();
+    return 1;
+  }
+  process.stdout.write(`cleanup of ${config.nodeName} complete: sluice removed, Pods use the primary CNI alone\n`);
+  if (!health) return 0;
+  ready = true;
+  log.info('cleanup done; idling until SIGTERM (uninstall DaemonSet mode)');
+  await new Promise<void>((resolve) => {
+    process.once('SIGTERM', () => resolve());
+    process.once('SIGINT', () => resolve());
+  });
+  await health.close();
   return 0;
 }
 

@@ -4,7 +4,7 @@
  * neighbour, the fwmark rule, and sluice's iptables chains. Everything here converges:
  * calling it again changes nothing unless something else removed or altered it.
  */
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { IptablesRules, SERVICE_MARK } from './iptables.js';
@@ -12,7 +12,7 @@ import { Rtnl } from './netlink.js';
 import { guardVeth, unguardVeth } from './vethguard.js';
 
 export { findHostVeth, disablePodTxOffload } from './podlink.js';
-export { guardedVeths } from './vethguard.js';
+export { guardedVeths, removeGuardTable } from './vethguard.js';
 
 export const SERVICE_ROUTE_TABLE = 300;
 export const SERVICE_ROUTE_TABLE_NAME = 'antrea_service';
@@ -160,16 +160,37 @@ export class HostNetwork {
     return repairs;
   }
 
-  /** Uninstall: remove the rule, table 300 route, neighbour and iptables chains. */
-  async removeBase(): Promise<void> {
+  /**
+   * Uninstall: removes the iptables chains and jumps, the fwmark rule, table 300's default route,
+   * the permanent neighbour and the table-name file this agent wrote. Idempotent; returns what it
+   * removed (empty when nothing was left).
+   */
+  async removeBase(): Promise<string[]> {
     const gw = this.opts.gateway;
-    await this.iptables.remove();
-    const rules = await this.rtnl.rules();
-    if (rules.some((r) => r.priority === SERVICE_RULE_PRIORITY && r.table === SERVICE_ROUTE_TABLE)) {
+    const done: string[] = [];
+    if (await this.iptables.remove()) done.push('iptables: ANTREA-MANGLE, ANTREA-RAW, ANTREA-FORWARD chains and their jumps');
+    while ((await this.rtnl.rules()).some((r) => r.priority === SERVICE_RULE_PRIORITY && r.table === SERVICE_ROUTE_TABLE)) {
       await this.rtnl.deleteRule({ priority: SERVICE_RULE_PRIORITY, table: SERVICE_ROUTE_TABLE });
+      done.push(`ip rule ${SERVICE_RULE_PRIORITY} (lookup ${SERVICE_ROUTE_TABLE})`);
     }
-    if ((await this.rtnl.linkIndex(gw)) !== undefined) {
-      await this.rtnl.deleteRoute({ dst: 'default', dev: gw, via: SERVICE_GATEWAY_IP, table: SERVICE_ROUTE_TABLE }).catch(() => undefined);
+    const gwIndex = await this.rtnl.linkIndex(gw);
+    if (gwIndex !== undefined) {
+      for (const r of await this.rtnl.routes(SERVICE_ROUTE_TABLE)) {
+        if (r.dst !== 'default' || r.via !== SERVICE_GATEWAY_IP || r.ifindex !== gwIndex) continue;
+        await this.rtnl.deleteRoute({ dst: 'default', dev: gw, via: SERVICE_GATEWAY_IP, table: SERVICE_ROUTE_TABLE });
+        done.push(`route default via ${SERVICE_GATEWAY_IP} dev ${gw} table ${SERVICE_ROUTE_TABLE}`);
+      }
+      if ((await this.rtnl.neighbors(gw)).some((n) => n.ip === SERVICE_GATEWAY_IP)) {
+        await this.rtnl.deleteNeighbor(gw, SERVICE_GATEWAY_IP);
+        done.push(`neighbour ${SERVICE_GATEWAY_IP} dev ${gw}`);
+      }
     }
+    const file = this.opts.rtTablesFile === undefined ? DEFAULT_RT_TABLES_FILE : this.opts.rtTablesFile;
+    // Only the file exactly as registerTableName() writes it: never someone else's table names.
+    if (file && (await readFile(file, 'utf8').catch(() => undefined)) === `${SERVICE_ROUTE_TABLE} ${SERVICE_ROUTE_TABLE_NAME}\n`) {
+      await rm(file, { force: true });
+      done.push(`table name file ${file}`);
+    }
+    return done;
   }
 }

@@ -121,13 +121,15 @@ export class IptablesRules {
     return repairs;
   }
 
-  /** Removes sluice's jumps and chains (uninstall). */
-  async remove(): Promise<void> {
+  /** Removes sluice's jumps and chains (uninstall); returns whether any was there. */
+  async remove(): Promise<boolean> {
+    let found = false;
     for (const c of desiredChains(this.opts)) {
-      while ((await execa('iptables', ['-t', c.table, '-D', ...jumpRule(c)], { reject: false })).exitCode === 0);
+      while ((await execa('iptables', ['-t', c.table, '-D', ...jumpRule(c)], { reject: false })).exitCode === 0) found = true;
       await execa('iptables', ['-t', c.table, '-F', c.chain], { reject: false });
-      await execa('iptables', ['-t', c.table, '-X', c.chain], { reject: false });
+      if ((await execa('iptables', ['-t', c.table, '-X', c.chain], { reject: false })).exitCode === 0) found = true;
     }
     this.lastSaved = undefined;
+    return found;
   }
 }

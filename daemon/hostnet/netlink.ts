@@ -232,6 +232,11 @@ export class Rtnl {
       }));
   }
 
+  async deleteNeighbor(dev: string, ip: string): Promise<void> {
+    const ifindex = await this.requireLink(dev);
+    await this.serial(() => this.sock.delNeighbor({ family: AF_INET, ifindex }, { dst: ipToBuffer(ip) }));
+  }
+
   async replacePermanentNeighbor(dev: string, ip: string, mac: string): Promise<void> {
     const ifindex = await this.requireLink(dev);
     await this.serial(() =>

@@ -31,3 +31,16 @@ export async function guardedVeths(): Promise<string[]> {
   if (r.exitCode !== 0) return [];
   return [...r.stdout.matchAll(/hook ingress device "?([A-Za-z0-9_.@-]+)"?/g)].map((m) => m[1]!);
 }
+
+/**
+ * Uninstall, once no veth is on the bridge any more: deletes the guard table with whatever chains
+ * are left (a guard without the bridge only drops that veth's traffic). Returns whether the table
+ * existed and the veths it still guarded.
+ */
+export async function removeGuardTable(): Promise<{ existed: boolean; released: string[] }> {
+  const r = await execa('nft', ['list', 'table', 'netdev', TABLE], { reject: false });
+  if (r.exitCode !== 0) return { existed: false, released: [] };
+  const released = await guardedVeths();
+  await execa('nft', ['delete', 'table', 'netdev', TABLE]);
+  return { existed: true, released };
+}

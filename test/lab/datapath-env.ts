@@ -118,7 +118,8 @@ export class Node {
   }
 }
 
-function alive(pid: number): boolean {
+/** Whether a process exists (signal 0). */
+export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

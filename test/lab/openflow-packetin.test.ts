@@ -20,6 +20,7 @@ import { runPacketInLoop, sendRejectReply } from '../../daemon/flows/openflow/di
 import { packetInMeters, PuntCategory, PuntOp, puntActions } from '../../daemon/flows/openflow/punt.js';
 import { CT_STATE, type PacketIn } from '../../daemon/flows/openflow/wire.js';
 import { decodePacket, TCP_FLAGS } from '../../daemon/reject/packet.js';
+import { alive } from './datapath-env.js';
 
 const NODE = 'of-node';
 const NS_A = 'of-a';
@@ -62,14 +63,6 @@ async function missingPrereq(): Promise<string | undefined> {
 function pidOf(daemon: string): number | undefined {
   const f = join(RUN, `${daemon}.pid`);
   return existsSync(f) ? Number(readFileSync(f, 'utf8').trim()) : undefined;
-}
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 async function stopDaemon(daemon: string, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
   const pid = pidOf(daemon);

@@ -264,6 +264,74 @@ function crdProblems(crdDocs: Doc[]): string[] {
   return out;
 }
 
+// ---- the uninstall procedure in uninstall.yaml's header ----
+/** The header's comment text (the lines before the first document), '#' stripped. */
+const headerText = (text: string) => text.split('\n').filter((l, i, a) => a.slice(0, i + 1).every((x) => x.startsWith('#'))).map((l) => l.replace(/^# ?/, '')).join('\n');
+
+/** Applies the JSON patch ops the procedure uses (remove, add with "-" = append) to a copy of `doc`. */
+function jsonPatch<T>(doc: T, ops: { op: string; path: string; value?: unknown }[]): T {
+  const out = clone(doc) as unknown as Record<string, unknown>;
+  for (const o of ops) {
+    const keys = o.path.split('/').slice(1).map((k) => k.replace(/~1/g, '/').replace(/~0/g, '~'));
+    const last = keys.pop()!;
+    let at: unknown = out;
+    for (const k of keys) {
+      at = (at as Record<string, unknown> | undefined)?.[k];
+      if (at === undefined) throw new Error(`${o.op} ${o.path}: ${k} does not exist`);
+    }
+    const parent = at as Record<string, unknown> & unknown[];
+    if (o.op === 'remove') {
+      if (!(last in parent)) throw new Error(`remove ${o.path}: does not exist`);
+      if (Array.isArray(parent)) parent.splice(Number(last), 1);
+      else delete parent[last];
+    } else if (o.op === 'add') {
+      if (Array.isArray(parent) && last === '-') parent.push(o.value);
+      else parent[last] = o.value;
+    } else throw new Error(`unsupported op ${o.op}`);
+  }
+  return out as unknown as T;
+}
+
+/**
+ * The procedure: the steps in order (unchain first, so no new Pod calls sluice during the cleanup;
+ * delete last), and the cleanup-mode patch, applied to sluice.yaml's DaemonSet, yields an agent
+ * container with SLUICE_CLEANUP=1 (its probes still answered: sluice-agent serves /readyz once
+ * the node is clean) and no init container that would chain sluice again.
+ */
+function cleanupProcedureProblems(uninstallText: string, docs: Doc[]): string[] {
+  const out: string[] = [];
+  const header = headerText(uninstallText);
+  const steps = [
+    'kubectl apply -f install/uninstall.yaml',
+    'rollout status daemonset sluice-uninstall',
+    'patch daemonset sluice-agent',
+    'rollout status daemonset sluice-agent',
+    'kubectl delete -f install/uninstall.yaml -f install/sluice.yaml',
+  ];
+  const at = steps.map((s) => header.indexOf(s));
+  steps.forEach((s, i) => {
+    if (at[i]! < 0) out.push(`header lacks the step "${s}"`);
+    else if (i > 0 && at[i - 1]! >= 0 && at[i]! < at[i - 1]!) out.push(`header: "${s}" comes before "${steps[i - 1]}"`);
+  });
+  const m = /patch daemonset sluice-agent --type json -p '([^']*)'/.exec(header);
+  if (!m) return [...out, 'header has no `kubectl patch daemonset sluice-agent --type json -p \'...\'`'];
+  let patched: DaemonSet;
+  try {
+    patched = jsonPatch(agentDs(docs), JSON.parse(m[1]!) as { op: string; path: string; value?: unknown }[]);
+  } catch (err) {
+    return [...out, `the cleanup patch does not apply to sluice.yaml: ${(err as Error).message}`];
+  }
+  const spec = podSpec(patched);
+  const agent = spec.containers.find((c) => c.name === 'sluice-agent');
+  if (!agent) return [...out, 'the patched DaemonSet has no sluice-agent container'];
+  if (!(agent.env ?? []).some((e) => e.name === 'SLUICE_CLEANUP' && e.value === '1')) out.push('the patch does not set SLUICE_CLEANUP=1 on the sluice-agent container');
+  for (const c of spec.containers.filter((x) => x.name !== 'sluice-agent')) if (Array.isArray(c.env) && c.env.some((e) => e.name === 'SLUICE_CLEANUP')) out.push(`the patch sets SLUICE_CLEANUP on container ${c.name}`);
+  for (const c of spec.initContainers ?? []) if ([...(c.command ?? []), ...(c.args ?? [])].includes('install')) out.push(`init container ${c.name} still runs an install (it would chain sluice again)`);
+  if (!agent.readinessProbe?.httpGet || !agent.livenessProbe?.httpGet) out.push('the patched agent lost its probes');
+  out.push(...agentProblems(docs.map((d) => (d === agentDs(docs) ? patched : d))));
+  return out;
+}
+
 // ---- the manifests as they are ----
 const sluice = loadDocs('sluice.yaml');
 const uninstall = loadDocs('uninstall.yaml');
@@ -293,6 +361,24 @@ t.test('uninstall.yaml is correct', async (t) => {
   t.equal(ds.metadata.namespace, find(sluice, 'Namespace').metadata.name, 'the same namespace as sluice.yaml');
   t.same(placementProblems(ds), [], 'uninstall DaemonSet: hostNetwork, tolerates all, system-node-critical');
   t.same(await cniCommandProblems(ds, 'uninstall-cni', 'uninstall', sluice), [], 'uninstall-cni: valid sluicectl cni uninstall');
+  t.same(cleanupProcedureProblems(readFileSync(join(installDir, 'uninstall.yaml'), 'utf8'), sluice), [],
+    'header: unchain, cleanup-mode patch (SLUICE_CLEANUP=1 on the agent, no install-cni), wait, delete; the patch applies to sluice.yaml');
+});
+
+t.test('the uninstall procedure check fails when the procedure is wrong', async (t) => {
+  const text = readFileSync(join(installDir, 'uninstall.yaml'), 'utf8');
+  const cases: [string, string, Doc[], RegExp][] = [
+    ['the patch aims at the ovs container (no env list there)', text.replace('/containers/0/env/-', '/containers/1/env/-'), sluice, /does not apply to sluice.yaml: add \/spec\/template\/spec\/containers\/1\/env\/-: env does not exist/],
+    ['the env added to the ovs container',
+      text.replace('"path": "/spec/template/spec/containers/0/env/-", "value": {"name": "SLUICE_CLEANUP", "value": "1"}', '"path": "/spec/template/spec/containers/1/env", "value": [{"name": "SLUICE_CLEANUP", "value": "1"}]'),
+      sluice, /does not set SLUICE_CLEANUP=1 on the sluice-agent container\nthe patch sets SLUICE_CLEANUP on container ovs/],
+    ['the patch keeps install-cni', text.replace(/\{"op": "remove", "path": "\/spec\/template\/spec\/initContainers"\},\s*#?\s*/, ''), sluice, /install-cni still runs an install/],
+    ['the wrong value', text.replace('"value": "1"}', '"value": "true"}'), sluice, /SLUICE_CLEANUP=1/],
+    ['delete before the cleanup', text.replace('kubectl delete -f install/uninstall.yaml -f install/sluice.yaml', 'x').replace('#  1. ', '#  1. kubectl delete -f install/uninstall.yaml -f install/sluice.yaml '), sluice, /comes before/],
+    ['no patch step', text.replace(/patch daemonset sluice-agent/g, 'edit daemonset sluice-agent'), sluice, /lacks the step "patch daemonset sluice-agent"/],
+    ['sluice.yaml without env on the agent', text, ((d) => { delete agentC(d).env; return d; })(clone(sluice)), /does not apply to sluice.yaml/],
+  ];
+  for (const [name, broken, docs, expected] of cases) t.match(cleanupProcedureProblems(broken, docs).join('\n'), expected, name);
 });
 
 t.test('crds.yaml is generated from install/crds.ts and is what the lab serves', async (t) => {
