@@ -71,7 +71,8 @@ const HEADER = `# CustomResourceDefinitions for the policy kinds sluice enforces
 # would replace their schemas. Deleting these CRDs deletes every object of these kinds.
 #
 # The schemas are deliberately open (x-kubernetes-preserve-unknown-fields): the agent validates every
-# object itself and ignores an invalid one, with the reason (object and field) in its log.
+# object itself and ignores an invalid one, with the reason (object and field) in its log and in
+# "sluicectl node policies" on each node.
 #
 # Generated from install/crds.ts (node dist/install/crds.js > install/crds.yaml); do not edit by hand.
 `;

@@ -56,7 +56,7 @@ export function renderPolicyReport(r: PolicyReport): string {
       ),
     );
   }
-  if (r.unselectedPods.length) lines.push(`local Pods selected by no policy (all traffic allowed): ${r.unselectedPods.join(', ')}`);
+  if (r.unselectedPods.length) lines.push(`local Pods selected by no policy (not restricted on this node): ${r.unselectedPods.join(', ')}`);
   if (r.invalid.length) {
     lines.push(`${r.invalid.length} invalid object(s) ignored:`);
     for (const e of r.invalid) lines.push(`  ${invalidLine(e)}`);

@@ -40,7 +40,7 @@ export interface PolicyReport {
   invalid: ValidationError[];
   /** Local Pods (not hostNetwork) that the engine knows. */
   localPods: number;
-  /** Local Pods no policy applies to (all traffic allowed for them), sorted. */
+  /** Local Pods no policy applies to (this node does not restrict their traffic; the peers' policies still can), sorted. */
   unselectedPods: string[];
 }
 

@@ -131,7 +131,7 @@ t.test('human output: table of policies, unselected Pods, invalid objects', asyn
   t.match(lines[2], /^AntreaClusterNetworkPolicy\s+ya-guard\s+secops \(20\)\s+5\s+2 \(1 in, 1 out\)\s+Allow, Drop\s+y\/a$/);
   t.match(lines[3], /^AdminNetworkPolicy\s+x-no-y-81\s+Admin \(251\)\s+10\s+1 \(1 in\)\s+Drop\s+x\/a$/);
   t.match(lines[4], /^NetworkPolicy\s+x\/allow-from-y\s+-\s+-\s+1 \(1 in\)\s+Allow, isolate Ingress\s+x\/a$/);
-  t.equal(lines[5], 'local Pods selected by no policy (all traffic allowed): y/c');
+  t.equal(lines[5], 'local Pods selected by no policy (not restricted on this node): y/c');
   t.equal(lines[6], '2 invalid object(s) ignored:');
   t.equal(lines[7], '  AntreaClusterNetworkPolicy bad-priority: spec.priority: must be between 1.0 and 10000.0, got 0');
   t.equal(lines[8], '  AntreaClusterNetworkPolicy bad-tier: spec.tier: tier nope does not exist');
