@@ -37,7 +37,8 @@ export interface VerifyOptions {
   /** Fixed probes instead of the generated set. */
   probes?: Probe[];
   probeSet?: ProbeSetOptions;
-  onStep?: (r: StepReport) => void;
+  /** Called after each step's comparison, before the next step changes anything (awaited). */
+  onStep?: (r: StepReport) => void | Promise<void>;
 }
 
 export async function verifyScenario(info: ControlInfo, objects: KubeObject[], opts: VerifyOptions = {}): Promise<StepReport[]> {
@@ -89,7 +90,7 @@ export async function verifyScenario(info: ControlInfo, objects: KubeObject[], o
       ms: { converge: t1 - t0, compare: performance.now() - t1 },
     };
     reports.push(report);
-    opts.onStep?.(report);
+    await opts.onStep?.(report);
   }
   return reports;
 }

@@ -15,8 +15,9 @@ import { run } from '../../lab/net/exec.js';
 import { join } from 'node:path';
 import { loadManifests } from '../../daemon/manifests.js';
 import { readControl } from '../../lab/control.js';
-import { EXT_IP, repoRoot } from '../../lab/net/names.js';
-import { compareVerdicts, mismatchTable } from '../../lab/proof/compare.js';
+import { EXT_IP, nodeNetns, ovsDir, repoRoot } from '../../lab/net/names.js';
+import { resolveKind } from '../../lab/kinds.js';
+import { compareVerdicts, mismatchTable, type Mismatch } from '../../lab/proof/compare.js';
 import { exportState, simulate } from '../../lab/proof/simulate.js';
 import { clientFor } from '../../lab/ops.js';
 import { policyFlowCounts } from '../../lab/proof/converge.js';
@@ -45,6 +46,34 @@ const kinds = (r: StepReport) => ({
   traced: r.lab.filter((x) => x.note?.startsWith(SCTP_NOTE)).length,
 });
 
+/**
+ * What the nodes hold for verdicts that differ on a second probe too (printed, not asserted): the
+ * route to the destination, the veth guards, the bridge's conntrack entries and the flows with
+ * packets that name either address — enough to tell a flow bug from a path around the bridge.
+ */
+async function diagnose(lab: string, mismatches: Mismatch[]): Promise<string> {
+  const info = readControl(lab);
+  if (!info) return 'no lab control file';
+  const pods = (await clientFor(info).list(resolveKind('pods'))).items as { metadata: { namespace?: string; name: string }; status?: { podIP?: string } }[];
+  const ipOf = (ep: string) => (ep.startsWith('ip:') ? ep.slice(3) : pods.find((p) => `${p.metadata.namespace}/${p.metadata.name}` === ep.replace(/^service:/, ''))?.status?.podIP);
+  const out: string[] = [];
+  for (const m of mismatches.slice(0, 2)) {
+    const [src, dst] = [ipOf(m.probe.from), ipOf(m.probe.to)];
+    out.push(`== ${m.probe.from} (${src}) -> ${m.probe.to} (${dst}) ${m.probe.port}/${m.probe.protocol}: lab ${m.lab}, simulate ${m.simulate}`);
+    for (const node of info.nodes) {
+      const ns = nodeNetns(lab, node);
+      const env = { ...process.env, OVS_RUNDIR: ovsDir(lab, node) };
+      const sh = async (cmd: string) => (await run('ip', ['netns', 'exec', ns, 'sh', '-c', cmd], { allowFail: true, env, timeoutMs: 10_000 })).stdout.trim();
+      const ips = [src, dst].filter(Boolean).map((x) => x!.replace(/\./g, '\\.')).join('|');
+      out.push(`-- ${node}: ip route get ${dst}: ${await sh(`ip route get ${dst}`)}`);
+      out.push(`-- ${node}: guarded veths: ${await sh("nft list table netdev sluice_veth_guard 2>/dev/null | grep -o 'device \"[^\"]*\"' | tr '\\n' ' '")}`);
+      out.push(`-- ${node}: conntrack:\n${await sh(`ovs-appctl dpctl/dump-conntrack | grep -E '${ips}' | head -20`)}`);
+      out.push(`-- ${node}: flows with packets naming the pair:\n${await sh(`ovs-ofctl -O OpenFlow15 dump-flows br-int | grep -v 'n_packets=0,' | grep -E '${ips}' | head -30`)}`);
+    }
+  }
+  return out.join('\n');
+}
+
 export function modelDatapathSuite(lab: string, primary: 'ptp' | 'eks'): void {
   const why = reason();
   if (why) {
@@ -63,13 +92,13 @@ export function modelDatapathSuite(lab: string, primary: 'ptp' | 'eks'): void {
     await cli(['down', ...n]);
   });
 
-  const check = (t: Test, r: StepReport, label: string, todo: boolean) => {
+  const check = (t: Test, r: StepReport & { diagnosis?: string }, label: string, todo: boolean) => {
     const k = kinds(r);
     counts.steps++;
     counts.probes += r.probes.length;
     counts.unstable += r.unstable.length;
     if (r.mismatches.length === 0) counts.matching++;
-    else t.comment(`${label}: ${r.mismatches.length} of ${r.probes.length} verdicts differ:\n${mismatchTable(r.mismatches)}`);
+    else t.comment(`${label}: ${r.mismatches.length} of ${r.probes.length} verdicts differ:\n${mismatchTable(r.mismatches)}\n${r.diagnosis ?? ''}`);
     if (r.unstable.length) t.comment(`${label}: ${r.unstable.length} verdict(s) differed once and agreed when probed again:\n${mismatchTable(r.unstable)}`);
     t.same(r.warnings, [], `${label}: simulate accepts every object`);
     t.ok(k.pod > 0 && k.service > 0 && k.external > 0 && k.node > 0 && k.traced > 0, `${label}: probes cover Pods (${k.pod}), Services (${k.service}), the external host (${k.external}), the nodes (${k.node}) and SCTP by ofproto/trace (${k.traced})`);
@@ -106,11 +135,16 @@ export function modelDatapathSuite(lab: string, primary: 'ptp' | 'eks'): void {
   const files = readdirSync(SCENARIOS).filter((f) => f.endsWith('.yaml') && f !== 'model.yaml').sort();
   for (const f of files) {
     t.test(`${primary}: ${f}`, async (t) => {
-      const reports = await verifyScenario(readControl(lab)!, await loadManifests([MODEL, join(SCENARIOS, f)]));
+      // Diagnosed while the step's state is still on the nodes (the next step waits for it).
+      const diagnoses = new Map<string, string>();
+      const onStep = async (r: StepReport) => {
+        if (r.mismatches.length) diagnoses.set(r.step, await diagnose(lab, r.mismatches).catch((err: Error) => `diagnosis failed: ${err.message}`));
+      };
+      const reports = await verifyScenario(readControl(lab)!, await loadManifests([MODEL, join(SCENARIOS, f)]), { onStep });
       const enforcing = Object.values(await policyFlowCounts(readControl(lab)!)).some((x) => x > 0);
       t.ok(reports.length >= 2, `${reports.length} steps`);
       for (const r of reports) {
-        check(t, r, `${primary} ${f} step ${r.step}`, !enforcing);
+        check(t, { ...r, diagnosis: diagnoses.get(r.step) }, `${primary} ${f} step ${r.step}`, !enforcing);
         t.comment(`${f} step ${r.step}: converged (${r.signal}) in ${(r.ms.converge / 1000).toFixed(1)} s, compared ${r.probes.length} probes in ${(r.ms.compare / 1000).toFixed(1)} s`);
       }
     });
