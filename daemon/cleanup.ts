@@ -6,11 +6,11 @@
  * every Pod not yet fully restored: a re-run after a crash finishes the job. Needs Open vSwitch
  * running and no agent serving.
  */
-import { createConnection } from 'node:net';
 import { existsSync, lstatSync } from 'node:fs';
 import { readdir, rm, rmdir } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
+import { socketAnswers } from './cniserver.js';
 import type { AgentConfig } from './config.js';
 import { Ovs } from './flows/ovs.js';
 import { HostNetwork, removeGuardTable } from './hostnet/index.js';
@@ -22,27 +22,13 @@ export interface CleanupReport {
   failed: string[];
 }
 
-/** Whether something accepts a connection (TCP host:port or a unix socket path) within 1 s. */
-function answers(target: { host: string; port: number } | string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const sock = typeof target === 'string' ? createConnection(target) : createConnection(target.port, target.host);
-    const done = (ok: boolean) => {
-      sock.destroy();
-      resolve(ok);
-    };
-    sock.setTimeout(1000, () => done(false));
-    sock.once('connect', () => done(true));
-    sock.once('error', () => done(false));
-  });
-}
-
 /** Why the cleanup must not run now (an agent serves on this node), or undefined. */
 export async function runningAgent(config: AgentConfig): Promise<string | undefined> {
   const h = config.healthAddress;
-  if (await answers(h)) {
+  if (await socketAnswers(h, 1000)) {
     return `something answers on the agent's health address ${h.host}:${h.port} (a running sluice-agent, or one idling after its cleanup): stop it first`;
   }
-  if (existsSync(config.socketPath) && (await answers(config.socketPath))) {
+  if (existsSync(config.socketPath) && (await socketAnswers(config.socketPath, 1000))) {
     return `the CNI socket ${config.socketPath} is live (another sluice-agent is running): stop it first`;
   }
   return undefined;

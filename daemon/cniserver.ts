@@ -120,14 +120,20 @@ async function prepareSocketPath(socketPath: string, log: Logger): Promise<void>
   log.info({ socketPath }, 'cni: removed stale socket');
 }
 
-function socketAnswers(socketPath: string): Promise<boolean> {
+/**
+ * Whether something accepts a connection on a unix socket path or a TCP host:port (another agent
+ * is live). `timeoutMs` bounds the wait for a peer that neither accepts nor refuses.
+ */
+export function socketAnswers(target: string | { host: string; port: number }, timeoutMs?: number): Promise<boolean> {
   return new Promise((resolve) => {
-    const probe = createConnection(socketPath);
-    probe.once('connect', () => {
+    const probe = typeof target === 'string' ? createConnection(target) : createConnection(target.port, target.host);
+    const done = (ok: boolean) => {
       probe.destroy();
-      resolve(true);
-    });
-    probe.once('error', () => resolve(false));
+      resolve(ok);
+    };
+    if (timeoutMs !== undefined) probe.setTimeout(timeoutMs, () => done(false));
+    probe.once('connect', () => done(true));
+    probe.once('error', () => done(false));
   });
 }
 

@@ -12,25 +12,20 @@
  */
 import t from 'tap';
 import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { modelObjects, runCase, type ConformanceCase, type ConformanceSuite, type Driver, type ExpectStep } from '../../daemon/policy/conformance.js';
 import { readControl } from '../../lab/control.js';
-import { repoRoot } from '../../lab/net/names.js';
 import { policyFlowCounts } from '../../lab/proof/converge.js';
 import { LabDriver } from '../../lab/proof/driver.js';
 import { SCTP_NOTE } from '../../lab/proof/probe.js';
-import { cli, skipReason } from './labcli-helpers.js';
+import { cli, sluiceSkipReason } from './labcli-helpers.js';
 
 const LAB = 'mdc';
 const SUITE_FILE = process.env.SLUICE_CONFORMANCE ?? '/work/shared/conformance/k8s-netpol.json';
 const TODO = 'enforcement not yet in the agent (no policy flows on any bridge)';
 
 function reason(): string | undefined {
-  const base = skipReason();
+  const base = sluiceSkipReason();
   if (base) return base;
-  for (const f of [join('dist', 'daemon', 'main.js'), join('dist', 'bin', 'sluice-cni'), join('dist', 'daemon', 'sluicectl.js')]) {
-    if (!existsSync(join(repoRoot(), f))) return `${f} is missing: build first (npm run build)`;
-  }
   if (!existsSync(SUITE_FILE)) return `${SUITE_FILE} is missing`;
   return undefined;
 }

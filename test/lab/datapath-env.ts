@@ -31,6 +31,24 @@ export async function missingPrereq(): Promise<string | undefined> {
   return undefined;
 }
 
+/** Environment that keeps every OVS tool and daemon inside `runDir` (db, sockets, logs). */
+export function privateOvsEnv(runDir: string): Record<string, string> {
+  return { ...(process.env as Record<string, string>), OVS_RUNDIR: runDir, OVS_DBDIR: runDir, OVS_LOGDIR: runDir };
+}
+
+/** ovsdb-server (database created when missing) and ovs-vswitchd inside network namespace `ns`, all files in `runDir`. */
+export async function startPrivateOvs(ns: string, runDir: string): Promise<void> {
+  const env = privateOvsEnv(runDir);
+  if (!existsSync(join(runDir, 'conf.db'))) await sh('ovsdb-tool', ['create', join(runDir, 'conf.db'), '/usr/share/openvswitch/vswitch.ovsschema']);
+  await sh('ip', ['netns', 'exec', ns, 'ovsdb-server', `--remote=punix:${runDir}/db.sock`, `--pidfile=${runDir}/ovsdb-server.pid`, '--detach', `--log-file=${runDir}/ovsdb-server.log`, `${runDir}/conf.db`], { env });
+  await sh('ovs-vsctl', [`--db=unix:${runDir}/db.sock`, '--no-wait', 'init'], { env });
+  await startPrivateVswitchd(ns, runDir);
+}
+
+export async function startPrivateVswitchd(ns: string, runDir: string): Promise<void> {
+  await sh('ip', ['netns', 'exec', ns, 'ovs-vswitchd', `--pidfile=${runDir}/ovs-vswitchd.pid`, '--detach', `--log-file=${runDir}/ovs-vswitchd.log`, `unix:${runDir}/db.sock`], { env: privateOvsEnv(runDir) });
+}
+
 export class Node {
   readonly dir: string;
   readonly runDir: string;
@@ -55,21 +73,15 @@ export class Node {
   }
 
   ovsEnv(): Record<string, string> {
-    return { ...(process.env as Record<string, string>), OVS_RUNDIR: this.runDir, OVS_DBDIR: this.runDir, OVS_LOGDIR: this.runDir };
+    return privateOvsEnv(this.runDir);
   }
 
-  async startOvs(): Promise<void> {
-    const d = this.runDir;
-    const env = this.ovsEnv();
-    if (!existsSync(join(d, 'conf.db'))) await sh('ovsdb-tool', ['create', join(d, 'conf.db'), '/usr/share/openvswitch/vswitch.ovsschema']);
-    await sh('ip', ['netns', 'exec', this.ns, 'ovsdb-server', `--remote=punix:${d}/db.sock`, `--pidfile=${d}/ovsdb-server.pid`, '--detach', `--log-file=${d}/ovsdb-server.log`, `${d}/conf.db`], { env });
-    await sh('ovs-vsctl', [`--db=unix:${d}/db.sock`, '--no-wait', 'init'], { env });
-    await this.startVswitchd();
+  startOvs(): Promise<void> {
+    return startPrivateOvs(this.ns, this.runDir);
   }
 
-  async startVswitchd(): Promise<void> {
-    const d = this.runDir;
-    await sh('ip', ['netns', 'exec', this.ns, 'ovs-vswitchd', `--pidfile=${d}/ovs-vswitchd.pid`, '--detach', `--log-file=${d}/ovs-vswitchd.log`, `unix:${d}/db.sock`], { env: this.ovsEnv() });
+  startVswitchd(): Promise<void> {
+    return startPrivateVswitchd(this.ns, this.runDir);
   }
 
   async killVswitchd(): Promise<void> {

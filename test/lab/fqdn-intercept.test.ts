@@ -36,6 +36,7 @@ import type { ChangeSet } from '../../daemon/policy/internal.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import { simpleQuery } from '../unit/fqdn-helpers.js';
 import { connectProgram, dnsServerProgram, nodeIn, queryProgram as queryProgramTo } from './fqdn-programs.js';
+import { startPrivateOvs } from './datapath-env.js';
 
 const NODE = 'fq-node';
 const POD_NS = 'fq-pod';
@@ -91,11 +92,8 @@ async function setupLab(): Promise<void> {
     await sh('ip', ['netns', 'add', ns]);
     await inNs(ns, ['ip', 'link', 'set', 'lo', 'up']);
   }
-  await sh('ovsdb-tool', ['create', join(RUN, 'conf.db'), '/usr/share/openvswitch/vswitch.ovsschema']);
-  await inNs(NODE, ['ovsdb-server', `--remote=punix:${RUN}/db.sock`, `--pidfile=${RUN}/ovsdb-server.pid`, '--detach', `--log-file=${RUN}/ovsdb-server.log`, join(RUN, 'conf.db')]);
+  await startPrivateOvs(NODE, RUN);
   const vsctl = (args: string[]) => sh('ovs-vsctl', [`--db=unix:${RUN}/db.sock`, '--timeout=10', ...args]);
-  await sh('ovs-vsctl', [`--db=unix:${RUN}/db.sock`, '--no-wait', 'init']);
-  await inNs(NODE, ['ovs-vswitchd', `--pidfile=${RUN}/ovs-vswitchd.pid`, '--detach', `--log-file=${RUN}/ovs-vswitchd.log`, `unix:${RUN}/db.sock`]);
   await vsctl(['add-br', 'br-int', '--', 'set', 'Bridge', 'br-int', 'datapath_type=netdev', 'fail_mode=secure', 'protocols=OpenFlow15']);
   const nft: string[] = ['add table netdev fq_guard'];
   for (const [ns, host, mac, ofport] of [[POD_NS, 'fqp-h', POD_MAC, POD_OFPORT], [EXT_NS, 'fqg-h', GW_MAC, GATEWAY_OFPORT]] as const) {

@@ -18,6 +18,16 @@ export function skipReason(): string | undefined {
   return undefined;
 }
 
+/** skipReason() for labs with enforcing agents: the agent, the CNI binary and sluicectl must be built too. */
+export function sluiceSkipReason(): string | undefined {
+  const base = skipReason();
+  if (base) return base;
+  for (const f of [join('dist', 'daemon', 'main.js'), join('dist', 'bin', 'sluice-cni'), join('dist', 'daemon', 'sluicectl.js')]) {
+    if (!existsSync(join(repoRoot(), f))) return `${f} is missing: build first (npm run build)`;
+  }
+  return undefined;
+}
+
 export interface CliResult {
   code: number | null;
   stdout: string;

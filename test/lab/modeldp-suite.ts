@@ -9,7 +9,7 @@
  * differs is a tap todo; once any policy flow is on a bridge, every difference fails.
  */
 import t, { type Test } from 'tap';
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { run } from '../../lab/net/exec.js';
 import { join } from 'node:path';
@@ -23,20 +23,11 @@ import { clientFor } from '../../lab/ops.js';
 import { policyFlowCounts } from '../../lab/proof/converge.js';
 import { SCTP_NOTE } from '../../lab/proof/probe.js';
 import { verifyScenario, type StepReport } from '../../lab/proof/verify.js';
-import { cli, skipReason } from './labcli-helpers.js';
+import { cli, sluiceSkipReason } from './labcli-helpers.js';
 
 export const SCENARIOS = join(repoRoot(), 'test', 'scenarios');
 const MODEL = join(SCENARIOS, 'model.yaml');
 const TODO = 'enforcement not yet in the agent (no policy flows on any bridge)';
-
-function reason(): string | undefined {
-  const base = skipReason();
-  if (base) return base;
-  for (const f of [join('dist', 'daemon', 'main.js'), join('dist', 'bin', 'sluice-cni'), join('dist', 'daemon', 'sluicectl.js')]) {
-    if (!existsSync(join(repoRoot(), f))) return `${f} is missing: build first (npm run build)`;
-  }
-  return undefined;
-}
 
 const kinds = (r: StepReport) => ({
   pod: r.probes.filter((p) => !p.to.includes(':')).length,
@@ -75,7 +66,7 @@ async function diagnose(lab: string, mismatches: Mismatch[]): Promise<string> {
 }
 
 export function modelDatapathSuite(lab: string, primary: 'ptp' | 'eks'): void {
-  const why = reason();
+  const why = sluiceSkipReason();
   if (why) {
     t.plan(0, why);
     return;

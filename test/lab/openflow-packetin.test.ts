@@ -20,7 +20,7 @@ import { runPacketInLoop, sendRejectReply } from '../../daemon/flows/openflow/di
 import { packetInMeters, PuntCategory, PuntOp, puntActions } from '../../daemon/flows/openflow/punt.js';
 import { CT_STATE, type PacketIn } from '../../daemon/flows/openflow/wire.js';
 import { decodePacket, TCP_FLAGS } from '../../daemon/reject/packet.js';
-import { alive } from './datapath-env.js';
+import { alive, startPrivateOvs, startPrivateVswitchd } from './datapath-env.js';
 
 const NODE = 'of-node';
 const NS_A = 'of-a';
@@ -84,8 +84,7 @@ async function teardown(): Promise<void> {
   rmSync(DIR, { recursive: true, force: true });
 }
 
-const startVswitchd = () =>
-  inNs(NODE, ['ovs-vswitchd', `--pidfile=${RUN}/ovs-vswitchd.pid`, '--detach', `--log-file=${RUN}/ovs-vswitchd.log`, `unix:${RUN}/db.sock`]);
+const startVswitchd = () => startPrivateVswitchd(NODE, RUN);
 
 async function setupLab(): Promise<void> {
   await teardown();
@@ -94,10 +93,7 @@ async function setupLab(): Promise<void> {
     await sh('ip', ['netns', 'add', ns]);
     await inNs(ns, ['ip', 'link', 'set', 'lo', 'up']);
   }
-  await sh('ovsdb-tool', ['create', join(RUN, 'conf.db'), '/usr/share/openvswitch/vswitch.ovsschema']);
-  await inNs(NODE, ['ovsdb-server', `--remote=punix:${RUN}/db.sock`, `--pidfile=${RUN}/ovsdb-server.pid`, '--detach', `--log-file=${RUN}/ovsdb-server.log`, join(RUN, 'conf.db')]);
-  await sh('ovs-vsctl', [`--db=unix:${RUN}/db.sock`, '--no-wait', 'init']);
-  await startVswitchd();
+  await startPrivateOvs(NODE, RUN);
   const vsctl = (args: string[]) => sh('ovs-vsctl', [`--db=unix:${RUN}/db.sock`, '--timeout=10', ...args]);
   await vsctl(['add-br', 'br-int', '--', 'set', 'Bridge', 'br-int', 'datapath_type=netdev', 'fail_mode=secure', 'protocols=OpenFlow15']);
   const nft: string[] = ['add table netdev of_guard'];
