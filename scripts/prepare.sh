@@ -8,7 +8,10 @@ need_pkgs=()
 declare -A probe=(
   [openvswitch-switch]=ovs-vswitchd [iptables]=iptables [nftables]=nft [iproute2]=ip
   [ethtool]=ethtool [conntrack]=conntrack [netcat-openbsd]=nc [iputils-ping]=ping
-  [tcpdump]=tcpdump
+  [tcpdump]=tcpdump [openssl]=openssl
+  # The container image (npm run image) and the lab's DaemonSet kubelet: Debian root filesystem,
+  # podman with runc (crun cannot run containers on this cgroup-v1 hybrid host).
+  [mmdebstrap]=mmdebstrap [podman]=podman [runc]=runc
 )
 for pkg in "${!probe[@]}"; do
   command -v "${probe[$pkg]}" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "${probe[$pkg]}" >/dev/null 2>&1 || need_pkgs+=("$pkg")

@@ -1,6 +1,6 @@
 /**
  * Runner for the upstream Kubernetes NetworkPolicy e2e cases re-expressed as data
- * (/work/shared/conformance/k8s-netpol.json): builds the x/y/z × a/b/c model, substitutes the
+ * (test/fixtures/k8s-netpol.json): builds the x/y/z × a/b/c model, substitutes the
  * Pod-IP placeholders, executes the steps in order against a Driver and compares each `expect`
  * step's full 9×9 matrix. The Driver decides how reachability is measured: the in-process
  * engine (EngineDriver, below), `sluicectl simulate`, or the lab with real packets.

@@ -1,5 +1,5 @@
 /**
- * The 48 upstream Kubernetes NetworkPolicy e2e cases (/work/shared/conformance/k8s-netpol.json) on
+ * The 48 upstream Kubernetes NetworkPolicy e2e cases (test/fixtures/k8s-netpol.json) on
  * one shared 2-node lab (ptp + sluice) with real packets: the model's 9 Pods are built once, each
  * case's steps run in order through the LabDriver (API writes, then a wait until controllers and
  * agents converged), every `expect` compares the full 9×9 matrix. Between cases the driver deletes
@@ -10,6 +10,7 @@
  * whose matrix differs is reported as a tap todo; as soon as any policy flow is on a bridge, every
  * difference fails.
  */
+import { CONFORMANCE_SUITE_FILE } from '../fixtures/conformance.js';
 import t from 'tap';
 import { existsSync, readFileSync } from 'node:fs';
 import { modelObjects, runCase, type ConformanceCase, type ConformanceSuite, type Driver, type ExpectStep } from '../../daemon/policy/conformance.js';
@@ -20,7 +21,7 @@ import { SCTP_NOTE } from '../../lab/proof/probe.js';
 import { cli, sluiceSkipReason } from './labcli-helpers.js';
 
 const LAB = 'mdc';
-const SUITE_FILE = process.env.SLUICE_CONFORMANCE ?? '/work/shared/conformance/k8s-netpol.json';
+const SUITE_FILE = CONFORMANCE_SUITE_FILE;
 const TODO = 'enforcement not yet in the agent (no policy flows on any bridge)';
 
 function reason(): string | undefined {

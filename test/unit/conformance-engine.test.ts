@@ -2,11 +2,12 @@
  * All 48 upstream Kubernetes NetworkPolicy e2e cases (as data) through the policy engine:
  * every cell of every expected 9×9 matrix, TCP/UDP/SCTP.
  */
+import { CONFORMANCE_SUITE_FILE } from '../fixtures/conformance.js';
 import t from 'tap';
 import { readFileSync } from 'node:fs';
 import { EngineDriver, runCase, type ConformanceSuite } from '../../daemon/policy/conformance.js';
 
-const SUITE_PATH = process.env.SLUICE_CONFORMANCE ?? '/work/shared/conformance/k8s-netpol.json';
+const SUITE_PATH = CONFORMANCE_SUITE_FILE;
 const suite = JSON.parse(readFileSync(SUITE_PATH, 'utf8')) as ConformanceSuite;
 
 t.equal(suite.cases.length, 48, 'the suite has 48 cases');

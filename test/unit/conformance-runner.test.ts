@@ -1,9 +1,10 @@
 /** The reusable conformance runner: model objects, placeholders, expected matrices. */
+import { CONFORMANCE_SUITE_FILE } from '../fixtures/conformance.js';
 import t from 'tap';
 import { readFileSync } from 'node:fs';
 import { defaultPodIp, expectedMatrix, modelObjects, modelPairs, substitutePlaceholders, type ConformanceSuite } from '../../daemon/policy/conformance.js';
 
-const suite = JSON.parse(readFileSync(process.env.SLUICE_CONFORMANCE ?? '/work/shared/conformance/k8s-netpol.json', 'utf8')) as ConformanceSuite;
+const suite = JSON.parse(readFileSync(CONFORMANCE_SUITE_FILE, 'utf8')) as ConformanceSuite;
 
 t.test('placeholders: host /32 and the /N prefix holding the Pod IP', async (t) => {
   const ip = (ns: string, name: string) => (ns === 'x' && name === 'b' ? '10.244.1.11' : '192.168.77.5');

@@ -3,6 +3,7 @@
  * each expect step runs the compiled `sluicectl simulate -f DIR --probes FILE -o json`, and the
  * JSON verdicts must give the upstream matrix.
  */
+import { CONFORMANCE_SUITE_FILE } from '../fixtures/conformance.js';
 import t from 'tap';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -14,7 +15,7 @@ import type { KubeObject } from '../../daemon/policy/types.js';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 const CLI = join(ROOT, 'dist/daemon/sluicectl.js');
-const suite = JSON.parse(readFileSync(process.env.SLUICE_CONFORMANCE ?? '/work/shared/conformance/k8s-netpol.json', 'utf8')) as ConformanceSuite;
+const suite = JSON.parse(readFileSync(CONFORMANCE_SUITE_FILE, 'utf8')) as ConformanceSuite;
 
 if (!existsSync(CLI)) execFileSync('npx', ['tsc', '-p', 'tsconfig.json'], { cwd: ROOT, stdio: 'ignore' });
 
