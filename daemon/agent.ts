@@ -261,7 +261,11 @@ export class Agent {
   private async startUp(serveCni: boolean): Promise<void> {
     const { config: cfg, log } = this;
     const t0 = Date.now();
-    this.health = await startHealthServer(cfg.healthAddress, () => this.status(), log, { '/policies': () => policiesAnswer(this.enforcement?.policyReport?.()) });
+    this.health = await startHealthServer(cfg.healthAddress, () => this.status(), log, {
+      '/policies': () => policiesAnswer(this.enforcement?.policyReport?.()),
+      // The desired set `sluicectl node flows --check` compares with the bridge.
+      '/flows': () => (this.gateway ? { code: 200, body: this.desiredFlows() } : { code: 503, body: { error: 'starting: the bridge and gateway are not set up yet' } }),
+    });
     await mkdir(cfg.stateDir, { recursive: true });
 
     await this.waitForOvsdb();

@@ -3,23 +3,22 @@
  * `--check` compares them with what the agent wants installed (missing / unexpected).
  */
 import type { CommandModule } from 'yargs';
-import type { AgentStatus } from '../agent.js';
+import type { AgentConfig } from '../config.js';
 import { diffFlows } from '../flows/diff.js';
 import { type Flow, flowText, SLUICE_COOKIE_FILTER } from '../flows/flow.js';
-import { computeFlows, podFlows } from '../flows/pipeline.js';
+import { podFlows } from '../flows/pipeline.js';
 import { TABLES, type TableName } from '../flows/tables.js';
-import { agentStatus, type NodeArgs, nodeContext, withConfig } from './node-common.js';
+import { agentGet, type NodeArgs, nodeContext, withConfig } from './node-common.js';
 
-/** The agent's desired flow set, from its reported state. */
-export function desiredFromStatus(s: AgentStatus, serviceCIDRs: string[]): Flow[] {
-  if (!s.gateway) throw new Error('the agent reports no gateway yet');
-  return computeFlows({
-    gatewayOfport: s.gateway.ofport,
-    gatewayMac: s.gateway.mac,
-    ...(s.nodeIP ? { nodeIP: s.nodeIP } : {}),
-    serviceCIDRs,
-    pods: s.pods.map((p) => ({ containerId: p.containerId, ofport: p.ofport, mac: p.mac, ips: p.ips })),
-  });
+/**
+ * The agent's whole desired flow set (pipeline, Pods, policy, DNS intercept), as the agent itself
+ * holds it: rebuilding it here from the pipeline alone would report every policy flow as unexpected.
+ */
+export async function agentDesiredFlows(config: AgentConfig): Promise<Flow[]> {
+  const { code, body } = await agentGet(config, '/flows', 'desired flows');
+  if (code !== 200) throw new Error(`agent /flows answered ${code}: ${(body as { error?: string })?.error ?? JSON.stringify(body)}`);
+  if (!Array.isArray(body)) throw new Error('agent /flows: the answer is not a list of flows');
+  return body as Flow[];
 }
 
 /** Human report of a desired-vs-installed comparison. */
@@ -48,7 +47,7 @@ export const nodeFlowsCommand: CommandModule<object, FlowsArgs> = {
       throw new Error(`--table: unknown table "${argv.table}" (known: ${TABLES.join(', ')})`);
     }
     if (argv.check) {
-      const desired = desiredFromStatus(await agentStatus(config), config.serviceCIDRs);
+      const desired = await agentDesiredFlows(config);
       const report = flowCheckReport(desired, await ovs.installedCookies());
       console.log(report.text);
       if (!report.ok) process.exitCode = 1;

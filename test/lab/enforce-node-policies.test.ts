@@ -91,6 +91,11 @@ if (reason) {
       if (xs.length) t.match(human.stdout, new RegExp(`^NetworkPolicy\\s+x/default-deny-ingress\\s+-\\s+-\\s+0\\s+isolate Ingress\\s+${xs.join(', ')}$`, 'm'), `${node}: NetworkPolicy row`);
       if (node === ycNode) t.match(human.stdout, /^AntreaClusterNetworkPolicy\s+y-c-drop-from-z\s+securityops \(100\)\s+5\s+1 \(1 in\)\s+Drop\s+y\/c$/m, `${node}: ACNP row`);
       t.match(human.stdout, /^1 invalid object\(s\) ignored:\n {2}AntreaClusterNetworkPolicy np-bad-tier: spec\.tier: tier no-such-tier does not exist$/m, `${node}: invalid object line`);
+
+      // The agent's whole desired set, policy flows included, is what the bridge holds.
+      const check = await run('ip', ['netns', 'exec', nodeNetns(LAB, node), process.execPath, SLUICECTL, 'node', 'flows', '--check', '--config', agentConfigPath(LAB, node)]);
+      t.equal(check.code, 0, `${node}: node flows --check passes on an enforcing node (${check.stdout.split('\n')[0]}${check.stderr})`);
+      t.notMatch(check.stdout, /unexpected|missing/, `${node}: no policy flow reported as unexpected or missing`);
     }
   });
 }
