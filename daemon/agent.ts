@@ -18,7 +18,8 @@ import type { Flow } from './flows/flow.js';
 import { FlowSync, type GatewayInfo, Ovs } from './flows/ovs.js';
 import { computeFlows } from './flows/pipeline.js';
 import { policiesAnswer } from './enforcement/policy-report.js';
-import { type HealthServer, startHealthServer } from './health.js';
+import { type HealthServer, startEndpoint, startHealthServer } from './health.js';
+import type { AgentMetrics, EnforcementMetrics } from './metrics.js';
 import { disablePodTxOffload, findHostVeth, guardedVeths, HostNetwork } from './hostnet/index.js';
 import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './podattach.js';
 
@@ -36,6 +37,8 @@ export interface AgentOptions {
   flowSources?: (() => Flow[])[];
   /** Policy enforcement (daemon/enforcement): its flows join the desired set from the first sync. */
   enforcement?: EnforcementHooks;
+  /** Prometheus metrics, served on /metrics (health address, and metricsAddress when configured). */
+  metrics?: AgentMetrics;
 }
 
 /**
@@ -54,6 +57,8 @@ export interface EnforcementHooks {
   status?(): unknown;
   /** The body of GET /policies: what this node enforces and which objects were ignored (sluicectl node policies). */
   policyReport?(): unknown;
+  /** Figures for /metrics. */
+  metrics?(): EnforcementMetrics;
 }
 
 export class StartupError extends Error {}
@@ -181,6 +186,8 @@ export class Agent {
   private health?: HealthServer;
   private timers: NodeJS.Timeout[] = [];
   private lastResync?: AgentStatus['lastResync'];
+  private readonly resyncCounts = { ok: 0, failed: 0, repairs: 0 };
+  private metricsServer?: HealthServer;
   private monitor?: ChildProcess;
   private monitorTimer?: NodeJS.Timeout;
   private closed = false;
@@ -191,6 +198,7 @@ export class Agent {
     private readonly log: Logger,
     failAfter?: AttachStep,
     private readonly enforcement?: EnforcementHooks,
+    private readonly metrics?: AgentMetrics,
   ) {
     this.ovs = new Ovs({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
     this.flowSync = new FlowSync(this.ovs, log);
@@ -243,7 +251,7 @@ export class Agent {
   }
 
   static async start(opts: AgentOptions): Promise<Agent> {
-    const agent = new Agent(opts.config, opts.log, opts.failAfter, opts.enforcement);
+    const agent = new Agent(opts.config, opts.log, opts.failAfter, opts.enforcement, opts.metrics);
     for (const source of opts.flowSources ?? []) agent.addFlowSource(source);
     if (opts.enforcement) {
       const e = opts.enforcement;
@@ -265,7 +273,9 @@ export class Agent {
       '/policies': () => policiesAnswer(this.enforcement?.policyReport?.()),
       // The desired set `sluicectl node flows --check` compares with the bridge.
       '/flows': () => (this.gateway ? { code: 200, body: this.desiredFlows() } : { code: 503, body: { error: 'starting: the bridge and gateway are not set up yet' } }),
+      ...this.metricsRoutes(),
     });
+    if (this.metrics && cfg.metricsAddress) this.metricsServer = await startEndpoint('metrics endpoint (metricsAddress)', cfg.metricsAddress, log, this.metricsRoutes());
     await mkdir(cfg.stateDir, { recursive: true });
 
     await this.waitForOvsdb();
@@ -303,7 +313,7 @@ export class Agent {
       if (failures.length) log.error({ containerId: pod.containerId, failures }, 'startup: leftover not fully removed');
     }
 
-    if (serveCni) this.cni = await startCniServer(cfg.socketPath, this.handler, log);
+    if (serveCni) this.cni = await startCniServer(cfg.socketPath, this.handler, log, this.metrics && ((c, r, s) => this.metrics!.observeCniRequest(c, r, s)));
     this.ready = true;
     log.info({ ms: Date.now() - t0, pods: this.pods.size, nodeIP }, 'startup: ready');
 
@@ -412,6 +422,24 @@ export class Agent {
     });
   }
 
+  /** GET /metrics, with the figures read from this agent at each scrape. */
+  private metricsRoutes(): Record<string, () => Promise<{ code: number; body: string; contentType: string }>> {
+    const metrics = this.metrics;
+    if (!metrics) return {};
+    metrics.setSources({
+      pods: () => ({ attached: this.pods.size }),
+      flowsByTable: () => {
+        const byTable: Record<string, number> = {};
+        if (this.gateway) for (const f of this.desiredFlows()) byTable[f.table] = (byTable[f.table] ?? 0) + 1;
+        return byTable;
+      },
+      ovsdbReachable: () => this.ovsReachable,
+      resyncs: () => ({ ...this.resyncCounts }),
+      enforcement: () => this.enforcement?.metrics?.(),
+    });
+    return { '/metrics': async () => ({ code: 200, body: await metrics.text(), contentType: metrics.contentType }) };
+  }
+
   /** MAC of the interface behind an OpenFlow port of the bridge: the gateway or a local Pod. */
   portMac(ofport: number): string | undefined {
     if (this.gateway && this.gateway.ofport === ofport) return this.gateway.mac;
@@ -464,10 +492,13 @@ export class Agent {
         }
         this.ovsReachable = true;
         this.lastResync = { at: new Date().toISOString(), repairs };
+        this.resyncCounts.ok++;
+        this.resyncCounts.repairs += repairs.length;
         if (repairs.length) this.log.warn({ reason, repairs }, 'resync: repaired');
         else this.log.debug({ reason }, 'resync: nothing to repair');
       } catch (err) {
         this.lastResync = { at: new Date().toISOString(), repairs, error: (err as Error).message };
+        this.resyncCounts.failed++;
         this.log.error({ reason, err: (err as Error).message }, 'resync: failed');
       }
       return repairs;
@@ -538,6 +569,7 @@ export class Agent {
     await this.cni?.close();
     await this.enforcement?.close();
     await this.health?.close();
+    await this.metricsServer?.close();
     await this.hostnet?.close();
   }
 }

@@ -52,7 +52,10 @@ const UNEXPECTED_FAILURE_CODE: Record<Exclude<CniCommand, 'VERSION'>, number> = 
   STATUS: CniErrorCode.PluginNotAvailable,
 };
 
-export async function startCniServer(socketPath: string, handler: CniHandler, log: Logger): Promise<CniServer> {
+/** How each answered request went: its command (undefined if unparseable), result and duration. */
+export type CniRequestObserver = (command: string | undefined, result: 'ok' | number, seconds: number) => void;
+
+export async function startCniServer(socketPath: string, handler: CniHandler, log: Logger, observe?: CniRequestObserver): Promise<CniServer> {
   await prepareSocketPath(socketPath, log);
 
   const serializer = new OperationSerializer();
@@ -62,7 +65,7 @@ export async function startCniServer(socketPath: string, handler: CniHandler, lo
   const server: Server = createServer({ allowHalfOpen: true }, (sock) => {
     connections.add(sock);
     sock.on('close', () => connections.delete(sock));
-    const work = serveConnection(sock, handler, serializer, log).catch((err: unknown) => {
+    const work = serveConnection(sock, handler, serializer, log, observe).catch((err: unknown) => {
       log.error({ err }, 'cni: unexpected failure serving a connection');
     });
     inFlight.add(work);
@@ -138,7 +141,7 @@ export function socketAnswers(target: string | { host: string; port: number }, t
 }
 
 /** Reads the request line, runs it, writes the response line. Never rejects for client faults. */
-async function serveConnection(sock: Socket, handler: CniHandler, serializer: OperationSerializer, log: Logger): Promise<void> {
+async function serveConnection(sock: Socket, handler: CniHandler, serializer: OperationSerializer, log: Logger, observe?: CniRequestObserver): Promise<void> {
   // A client that vanishes (its runtime timed out) makes the answer fail with EPIPE/ECONNRESET:
   // worth a warning, never a crash. Before a request arrives it is just noise.
   let request: { command?: string; containerId?: string } | undefined;
@@ -150,9 +153,11 @@ async function serveConnection(sock: Socket, handler: CniHandler, serializer: Op
     return;
   }
   const started = Date.now();
+  const t0 = performance.now();
   const { response, command, containerId } = await respond(line, handler, serializer, log);
   request = { command, containerId };
   const fields = { command, containerId, ms: Date.now() - started, ...(response.ok ? {} : { code: response.code, msg: response.msg }) };
+  observe?.(command, response.ok ? 'ok' : response.code, (performance.now() - t0) / 1000);
   if (response.ok) log.info(fields, 'cni: request done');
   else log.warn(fields, 'cni: request failed');
   if (sock.destroyed || !sock.writable) {

@@ -12,7 +12,9 @@
  * socketPath: /var/run/sluice/cni.sock
  * ovsRunDir: /var/run/openvswitch   # holds db.sock and <bridge>.mgmt
  * stateDir: /var/lib/sluice
- * healthAddress: 127.0.0.1:9376     # /healthz, /readyz
+ * healthAddress: 127.0.0.1:9376     # /healthz, /readyz, /status, /policies, /flows, /metrics
+ * metricsAddress: 0.0.0.0:9377      # default: none; also serve /metrics here (for Prometheus: hostNetwork
+ *                                   # Pods are scraped on the node's address, which 127.0.0.1 is not)
  * logLevel: info                # fatal error warn info debug trace
  * nodeIP: 192.168.77.11         # default: the Node object's InternalIP
  * resyncIntervalSeconds: 60     # host networking + flows convergence
@@ -40,6 +42,7 @@ export interface AgentConfig {
   ovsRunDir: string;
   stateDir: string;
   healthAddress: { host: string; port: number };
+  metricsAddress?: { host: string; port: number };
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
   nodeIP?: string;
   resyncIntervalSeconds: number;
@@ -76,7 +79,7 @@ export class ConfigError extends Error {
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
 const KEYS = [
   'nodeName', 'kubeconfig', 'bridge', 'datapath', 'gateway', 'serviceCIDRs', 'socketPath', 'ovsRunDir', 'stateDir',
-  'healthAddress', 'logLevel', 'nodeIP', 'resyncIntervalSeconds', 'flowCheckIntervalSeconds', 'rtTablesFile',
+  'healthAddress', 'metricsAddress', 'logLevel', 'nodeIP', 'resyncIntervalSeconds', 'flowCheckIntervalSeconds', 'rtTablesFile',
   'auditLogPath', 'enforcePolicies',
 ] as const;
 /** Linux interface names: 1-15 bytes, no '/', whitespace or ':'. */
@@ -139,10 +142,16 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     return c;
   });
 
-  const health = str('healthAddress', CONFIG_DEFAULTS.healthAddress)!;
-  const hm = /^(.*):(\d{1,5})$/.exec(health);
-  const port = hm ? Number(hm[2]) : NaN;
-  if (!hm || !hm[1] || port > 65535) bad('healthAddress', `must be host:port (port 0-65535), got "${health}"`);
+  const hostPort = (field: string, v: string): { host: string; port: number } => {
+    const m = /^(.*):(\d{1,5})$/.exec(v);
+    const port = m ? Number(m[2]) : NaN;
+    if (!m || !m[1] || port > 65535) return bad(field, `must be host:port (port 0-65535), got "${v}"`);
+    return { host: m[1], port };
+  };
+  const healthAddress = hostPort('healthAddress', str('healthAddress', CONFIG_DEFAULTS.healthAddress)!);
+  const metrics = str('metricsAddress');
+  const metricsAddress = metrics === undefined ? undefined : hostPort('metricsAddress', metrics);
+  if (metricsAddress && metricsAddress.port !== 0 && metricsAddress.port === healthAddress.port) bad('metricsAddress', `port ${metricsAddress.port} is healthAddress's port`);
 
   const logLevel = str('logLevel', CONFIG_DEFAULTS.logLevel)!;
   if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) bad('logLevel', `must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`);
@@ -174,7 +183,8 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     socketPath: path('socketPath', CONFIG_DEFAULTS.socketPath)!,
     ovsRunDir: path('ovsRunDir', CONFIG_DEFAULTS.ovsRunDir)!,
     stateDir: path('stateDir', CONFIG_DEFAULTS.stateDir)!,
-    healthAddress: { host: hm![1]!, port },
+    healthAddress,
+    ...(metricsAddress ? { metricsAddress } : {}),
     logLevel: logLevel as AgentConfig['logLevel'],
     ...(nodeIP !== undefined ? { nodeIP } : {}),
     resyncIntervalSeconds: seconds('resyncIntervalSeconds', CONFIG_DEFAULTS.resyncIntervalSeconds),

@@ -18,6 +18,7 @@ import { enforcementWanted, startEnforcement } from './enforcement/index.js';
 import { ATTACH_STEPS, type AttachStep } from './podattach.js';
 import { cleanupNode, runningAgent } from './cleanup.js';
 import { startHealthServer } from './health.js';
+import { AgentMetrics } from './metrics.js';
 
 async function main(): Promise<number> {
   const argv = yargs(hideBin(process.argv))
@@ -64,8 +65,9 @@ async function main(): Promise<number> {
   try {
     const wanted = enforcementWanted(config);
     log.info({ reason: wanted.why }, wanted.on ? 'policy enforcement on' : 'policy enforcement OFF (datapath only)');
-    const enforcement = wanted.on ? (await startEnforcement(config, log)).hooks : undefined;
-    agent = await Agent.start({ config, log, ...(failpoint ? { failAfter: failpoint as AttachStep } : {}), ...(enforcement ? { enforcement } : {}) });
+    const metrics = new AgentMetrics({ node: config.nodeName });
+    const enforcement = wanted.on ? (await startEnforcement(config, log, { onRealized: (s) => metrics.observeRealization(s) })).hooks : undefined;
+    agent = await Agent.start({ config, log, metrics, ...(failpoint ? { failAfter: failpoint as AttachStep } : {}), ...(enforcement ? { enforcement } : {}) });
   } catch (err) {
     log.fatal({ err: (err as Error).message }, 'startup failed');
     process.stderr.write(`sluice-agent: startup failed: ${(err as Error).message}\n`);

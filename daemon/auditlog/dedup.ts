@@ -20,6 +20,8 @@ interface Held {
 export class AuditDeduplicator {
   /** Insertion order = order of first occurrence = order of deadlines. */
   private held = new Map<string, Held>();
+  /** Events folded into a held line instead of a line of their own. */
+  suppressed = 0;
 
   constructor(
     private readonly emit: (line: string) => void,
@@ -36,6 +38,7 @@ export class AuditDeduplicator {
     const h = this.held.get(key);
     if (h) {
       h.count++;
+      this.suppressed++;
       if (e.timeNs > h.lastNs) h.lastNs = e.timeNs;
       return;
     }

@@ -99,6 +99,11 @@ export class AuditLogger {
   private closed = false;
   linesWritten = 0;
 
+  /** Events folded into an earlier identical line by the deduplication window. */
+  get suppressed(): number {
+    return this.dedup.suppressed;
+  }
+
   constructor(opts: AuditLoggerOptions = {}) {
     this.writer = new RotatingFileWriter({ path: opts.path ?? DEFAULT_AUDIT_LOG_PATH, maxBytes: opts.maxBytes ?? 100 << 20, maxBackups: opts.maxBackups ?? 3 });
     this.clock = opts.clock ?? wallClockNs;

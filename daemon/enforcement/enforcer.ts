@@ -23,6 +23,7 @@ import { ClusterWatch, getJson, type WatchEvent } from '../watch/clusterwatch.js
 import { buildPolicyReport, type PolicyReport } from './policy-report.js';
 import { PodView } from './podview.js';
 import { decidePolicyPunt, rejectReplyMacs } from './punthandler.js';
+import type { EnforcementMetrics } from '../metrics.js';
 
 /** What DNS learning plugs in (daemon/fqdn): called for every DNS punt; returns the engine's ChangeSet if it learned something. */
 export type DnsPuntHook = (pin: PacketIn, punt: DecodedPunt, engine: PolicyEngine) => ChangeSet | undefined | Promise<ChangeSet | undefined>;
@@ -53,6 +54,8 @@ export interface EnforcerOptions {
   /** Packet-in rate per punt meter. */
   packetInRate?: number;
   dns?: DnsLearning;
+  /** Each committed batch of API changes: seconds from its first change to the flows on the bridge. */
+  onRealized?: (seconds: number) => void;
 }
 
 export interface EnforcerStatus {
@@ -91,6 +94,8 @@ export class Enforcer {
   private expiryTimer?: NodeJS.Timeout;
   private closed = false;
   private readonly dispatch = { handled: 0, unclaimed: 0, failed: 0 };
+  /** Handled packet-ins by what the agent did with them. */
+  private readonly punts = { reject: 0, log: 0, dns: 0 };
   private rejects = 0;
   private applies = 0;
   private lastApplyMs?: number;
@@ -207,6 +212,7 @@ export class Enforcer {
       this.applies++;
       if (since !== undefined) {
         this.lastApplyMs = Date.now() - since;
+        this.opts.onRealized?.(this.lastApplyMs / 1000);
         this.opts.log.info({ ms: this.lastApplyMs, policyFlows: this.policyFlows.flows().length }, 'policy: flows committed');
       }
     } catch (err) {
@@ -326,6 +332,8 @@ export class Enforcer {
 
   private onPolicyPunt(pin: PacketIn, punt: DecodedPunt): void {
     const d = decidePolicyPunt(pin, punt, (id) => this.policyFlows.describe(id));
+    if (d.reject) this.punts.reject++;
+    else if (d.audit) this.punts.log++;
     if (d.reject && this.controller) this.reject(pin);
     if (d.audit) this.audit?.log(d.audit);
   }
@@ -348,6 +356,7 @@ export class Enforcer {
   }
 
   private async onDnsPunt(pin: PacketIn, punt: DecodedPunt): Promise<void> {
+    this.punts.dns++;
     // FQDN learning (daemon/fqdn): without it DNS punts are only counted.
     if (!this.opts.dns) return;
     const cs = await this.opts.dns.hook(pin, punt, this.engine);
@@ -374,6 +383,23 @@ export class Enforcer {
       relists: this.watch?.relists ?? 0,
       ...(this.controller ? { openflow: this.controller.stats() } : {}),
       ...(this.opts.dns ? { fqdn: this.opts.dns.stats() } : {}),
+    };
+  }
+
+  /** Figures for /metrics. */
+  metrics(): EnforcementMetrics {
+    const of = this.controller?.stats();
+    return {
+      rules: this.engine.nodeRuleSet().length,
+      invalidObjects: this.engine.errors().length,
+      openflowConnected: of?.connected ?? false,
+      openflowConnects: of?.connects ?? 0,
+      packetIns: { ...this.punts, unclaimed: this.dispatch.unclaimed, failed: this.dispatch.failed },
+      packetInsDropped: of?.packetInsDropped ?? 0,
+      rejects: this.rejects,
+      auditLines: this.audit?.linesWritten ?? 0,
+      auditSuppressed: this.audit?.suppressed ?? 0,
+      watch: this.watch?.status().map(({ resource, synced, absent, objects, relists, restarts }) => ({ resource, synced, absent, objects, relists, restarts })) ?? [],
     };
   }
 

@@ -22,7 +22,11 @@ export function enforcementWanted(cfg: AgentConfig, env: NodeJS.ProcessEnv = pro
 }
 
 /** Starts the informers now (in parallel with the agent's start-up) and returns the agent hooks. */
-export async function startEnforcement(cfg: AgentConfig, log: Logger): Promise<{ enforcer: Enforcer; hooks: EnforcementHooks }> {
+export async function startEnforcement(
+  cfg: AgentConfig,
+  log: Logger,
+  opts: { onRealized?: (seconds: number) => void } = {},
+): Promise<{ enforcer: Enforcer; hooks: EnforcementHooks }> {
   // FQDN peers follow what DNS tells local Pods (daemon/fqdn).
   const dns = new FqdnLearning({ log: { debug: (o, m) => log.debug(o, m), warn: (o, m) => log.warn(o, m) } });
   const enforcer = new Enforcer({
@@ -33,6 +37,7 @@ export async function startEnforcement(cfg: AgentConfig, log: Logger): Promise<{
     auditLogPath: cfg.auditLogPath,
     log,
     dns,
+    ...(opts.onRealized ? { onRealized: opts.onRealized } : {}),
   });
   await enforcer.startWatch();
   const hooks: EnforcementHooks = {
@@ -47,6 +52,7 @@ export async function startEnforcement(cfg: AgentConfig, log: Logger): Promise<{
     close: () => enforcer.close(),
     status: () => enforcer.status(),
     policyReport: () => enforcer.policyReport(),
+    metrics: () => enforcer.metrics(),
   };
   return { enforcer, hooks };
 }

@@ -105,6 +105,9 @@ interface InformerState {
   synced: boolean;
   absent: boolean;
   failures: number;
+  /** Lists after the first (watch lost, 410) and restarts after an error, for metrics. */
+  relists: number;
+  restarts: number;
   timer?: NodeJS.Timeout;
   lastError?: string;
 }
@@ -147,13 +150,16 @@ export class ClusterWatch {
         }
         if (state.absent) this.opts.log.info({ resource: r.path }, 'watch: resource appeared');
         state.absent = false;
-        if (state.synced) this.relists++;
+        if (state.synced) {
+          this.relists++;
+          state.relists++;
+        }
         // ListWatch fills its cache and fires add/update/delete right after this returns.
         setImmediate(() => this.markSynced(state));
         return { ...l, items: l.items.map((i) => plain(i, r)) } as unknown as K8s.KubernetesListObject<K8s.KubernetesObject>;
       };
       const informer = new k8s.ListWatch<K8s.KubernetesObject>(r.path, new k8s.Watch(kc), listFn, false);
-      state = { resource: r, informer, synced: false, absent: false, failures: 0 };
+      state = { resource: r, informer, synced: false, absent: false, failures: 0, relists: 0, restarts: 0 };
       const emit = (type: WatchEvent['type']) => (o: K8s.KubernetesObject) => {
         if (this.stopped) return;
         const obj = o as unknown as KubeObject;
@@ -182,6 +188,7 @@ export class ClusterWatch {
       if (msg !== state.lastError || state.failures === 1) this.opts.log.warn({ resource: state.resource.path, err: msg, retryMs: delay }, 'watch: informer stopped; restarting');
     }
     state.lastError = msg;
+    state.restarts++;
     state.timer = setTimeout(() => {
       state.timer = undefined;
       if (this.stopped) return;
@@ -211,8 +218,8 @@ export class ClusterWatch {
     return this.states.filter((s) => !s.synced).map((s) => ({ resource: s.resource.path, ...(s.lastError ? { error: s.lastError } : {}) }));
   }
 
-  status(): { resource: string; synced: boolean; absent: boolean; objects: number }[] {
-    return this.states.map((s) => ({ resource: s.resource.path, synced: s.synced, absent: s.absent, objects: s.informer.list().length }));
+  status(): { resource: string; synced: boolean; absent: boolean; objects: number; relists: number; restarts: number }[] {
+    return this.states.map((s) => ({ resource: s.resource.path, synced: s.synced, absent: s.absent, objects: s.informer.list().length, relists: s.relists, restarts: s.restarts }));
   }
 
   /** The cached object, if the informer has it. */

@@ -27,6 +27,7 @@ interface Container {
   name: string; image?: string; command?: string[]; args?: string[];
   env?: { name: string; value?: string; valueFrom?: { fieldRef?: { fieldPath?: string } } }[];
   volumeMounts?: Mount[]; readinessProbe?: Probe; livenessProbe?: Probe;
+  ports?: { name?: string; containerPort: number; protocol?: string }[];
   resources?: { requests?: Record<string, string>; limits?: Record<string, string> };
 }
 interface Volume { name: string; hostPath?: { path: string; type?: string }; configMap?: { name: string } }
@@ -35,7 +36,7 @@ interface PodSpec {
   tolerations?: { operator?: string; key?: string; effect?: string }[];
   initContainers?: Container[]; containers: Container[]; volumes?: Volume[];
 }
-interface DaemonSet extends Doc { spec: { template: { spec: PodSpec } } }
+interface DaemonSet extends Doc { spec: { template: { metadata?: { annotations?: Record<string, string> }; spec: PodSpec } } }
 interface Rule { apiGroups: string[]; resources: string[]; verbs: string[] }
 
 function loadDocs(file: string): Doc[] {
@@ -146,6 +147,16 @@ function agentProblems(docs: Doc[]): string[] {
     if (get.port !== cfg.healthAddress.port) out.push(`${which} probe port ${get.port} != healthAddress port ${cfg.healthAddress.port}`);
     if (get.host !== cfg.healthAddress.host) out.push(`${which} probe host ${get.host} != healthAddress host ${cfg.healthAddress.host}`);
     if (get.path !== path) out.push(`${which} probe path ${get.path} != ${path}`);
+  }
+  // Prometheus scrapes the Pod (hostNetwork: the node's address) at the annotated port and path.
+  const ann = agentDs(docs).spec.template.metadata?.annotations ?? {};
+  if (!cfg.metricsAddress) out.push('no metricsAddress: /metrics is only on the loopback health address, which Prometheus cannot reach');
+  else {
+    if (/^127\.|^localhost$|^::1$/.test(cfg.metricsAddress.host)) out.push(`metricsAddress ${cfg.metricsAddress.host} is loopback: Prometheus cannot reach it`);
+    if (ann['prometheus.io/scrape'] !== 'true') out.push('the Pod template lacks prometheus.io/scrape: "true"');
+    if (ann['prometheus.io/port'] !== String(cfg.metricsAddress.port)) out.push(`prometheus.io/port ${ann['prometheus.io/port']} != metricsAddress port ${cfg.metricsAddress.port}`);
+    if (ann['prometheus.io/path'] !== '/metrics') out.push(`prometheus.io/path ${ann['prometheus.io/path']} != /metrics`);
+    if (!agent.ports?.some((p) => p.containerPort === cfg.metricsAddress!.port)) out.push(`the agent container declares no port ${cfg.metricsAddress.port} (metricsAddress)`);
   }
   if (!cfg.nodeName || !agent.env?.some((e) => e.name === 'NODE_NAME' && e.valueFrom?.fieldRef?.fieldPath === 'spec.nodeName')) {
     out.push('agent has no NODE_NAME from spec.nodeName (the ConfigMap names no node)');
@@ -422,7 +433,10 @@ const breakages: Breakage[] = [
   ['no priority class', (d) => { delete podSpec(agentDs(d)).priorityClassName; }, (d) => placementProblems(agentDs(d)), /system-node-critical/],
   ['a mount of an undefined volume', (d) => { podSpec(agentDs(d)).volumes = podSpec(agentDs(d)).volumes!.filter((v) => v.name !== 'ovs-log'); }, (d) => placementProblems(agentDs(d)), /undefined volume ovs-log/],
   ['an unknown config key', (d) => setConfig(d, (s) => s + 'bridgeName: br0\n'), agentProblems, /unknown setting/],
-  ['health port differs from the probes', (d) => setConfig(d, (s) => s.replace(':9376', ':9377')), agentProblems, /probe port 9376 != healthAddress port 9377/],
+  ['health port differs from the probes', (d) => setConfig(d, (s) => s.replace(':9376', ':9375')), agentProblems, /probe port 9376 != healthAddress port 9375/],
+  ['metrics port moved in the config only', (d) => setConfig(d, (s) => s.replace('metricsAddress: 0.0.0.0:9377', 'metricsAddress: 0.0.0.0:9378')), agentProblems, /prometheus\.io\/port 9377 != metricsAddress port 9378/],
+  ['no scrape annotation', (d) => { delete agentDs(d).spec.template.metadata!.annotations!['prometheus.io/scrape']; }, agentProblems, /prometheus\.io\/scrape/],
+  ['metrics only on loopback', (d) => setConfig(d, (s) => s.replace('metricsAddress: 0.0.0.0:9377', 'metricsAddress: 127.0.0.1:9377')), agentProblems, /loopback/],
   ['probe on another host', (d) => { agentC(d).livenessProbe!.httpGet!.host = '0.0.0.0'; }, agentProblems, /liveness probe host/],
   ['config moved without moving the mount', (d) => { agentC(d).command = ['sluice-agent', '--config', '/etc/sluice-agent/agent.yaml']; }, agentProblems, /agent reads/],
   ['socket directory not mounted', (d) => { agentC(d).volumeMounts = agentC(d).volumeMounts!.filter((m) => m.mountPath !== '/var/run/sluice'); }, agentProblems, /socketPath directory/],
