@@ -58,9 +58,9 @@ const REALIZATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 class TotalTracker {
   private readonly last = new Map<Counter<string>, Map<string, number>>();
 
-  feed<L extends string>(counter: Counter<L>, labels: Partial<Record<L, string>>, total: number): void {
-    let seen = this.last.get(counter as Counter<string>);
-    if (!seen) this.last.set(counter as Counter<string>, (seen = new Map()));
+  feed(counter: Counter<string>, labels: Record<string, string>, total: number): void {
+    let seen = this.last.get(counter);
+    if (!seen) this.last.set(counter, (seen = new Map()));
     const key = JSON.stringify(labels);
     const prev = seen.get(key) ?? 0;
     // A smaller total means the source started again from 0: everything it has now is new.
@@ -70,6 +70,9 @@ class TotalTracker {
     else counter.inc(labels, 0); // the series exists from the first scrape on
   }
 }
+
+/** `[labels, value]` pairs a scrape-time series reads from a component. */
+type Samples = [Record<string, string>, number][];
 
 export class AgentMetrics {
   readonly registry = new Registry();
@@ -83,9 +86,6 @@ export class AgentMetrics {
     const r = this.registry;
     r.setDefaultLabels({ node: opts.node });
     if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: r });
-    const self = this;
-    const src = () => this.sources;
-    const enf = () => this.sources?.enforcement?.();
 
     this.cniRequests = new Counter({
       name: 'sluice_cni_requests_total',
@@ -107,59 +107,26 @@ export class AgentMetrics {
       registers: [r],
     });
 
-    new Gauge({
-      name: 'sluice_pods',
-      help: 'Local Pods by state',
-      labelNames: ['state'] as const,
-      registers: [r],
-      collect() {
-        this.reset();
-        for (const [state, n] of Object.entries(src()?.pods() ?? {})) this.set({ state }, n);
-      },
+    const src = () => this.sources;
+    const entries = (o: Record<string, number> | undefined, label: string): Samples => Object.entries(o ?? {}).map(([k, n]) => [{ [label]: k }, n]);
+    this.gauge('sluice_pods', 'Local Pods by state', ['state'], () => entries(src()?.pods(), 'state'));
+    this.gauge('sluice_flows', 'Flows the agent keeps on the bridge, by table', ['table'], () => entries(src()?.flowsByTable(), 'table'));
+    this.gauge('sluice_ovs_up', 'Whether the agent reaches Open vSwitch, by connection (ovsdb; openflow when enforcing)', ['connection'], () => {
+      const s = src();
+      const e = s?.enforcement?.();
+      return [
+        ...(s ? [[{ connection: 'ovsdb' }, s.ovsdbReachable() ? 1 : 0] as Samples[number]] : []),
+        ...(e ? [[{ connection: 'openflow' }, e.openflowConnected ? 1 : 0] as Samples[number]] : []),
+      ];
     });
-    new Gauge({
-      name: 'sluice_flows',
-      help: "Flows the agent keeps on the bridge, by table",
-      labelNames: ['table'] as const,
-      registers: [r],
-      collect() {
-        this.reset();
-        for (const [table, n] of Object.entries(src()?.flowsByTable() ?? {})) this.set({ table }, n);
-      },
+    const resyncs = () => src()?.resyncs();
+    this.counter('sluice_resyncs_total', 'Full convergence runs of the datapath, by result', ['result'], () => {
+      const x = resyncs();
+      return x ? [[{ result: 'ok' }, x.ok], [{ result: 'failed' }, x.failed]] : [];
     });
-    new Gauge({
-      name: 'sluice_ovs_up',
-      help: 'Whether the agent reaches Open vSwitch, by connection (ovsdb; openflow when enforcing)',
-      labelNames: ['connection'] as const,
-      registers: [r],
-      collect() {
-        this.reset();
-        const s = src();
-        if (s) this.set({ connection: 'ovsdb' }, s.ovsdbReachable() ? 1 : 0);
-        const e = enf();
-        if (e) this.set({ connection: 'openflow' }, e.openflowConnected ? 1 : 0);
-      },
-    });
-    new Counter({
-      name: 'sluice_resyncs_total',
-      help: 'Full convergence runs of the datapath, by result',
-      labelNames: ['result'] as const,
-      registers: [r],
-      collect() {
-        const s = src()?.resyncs();
-        if (!s) return;
-        self.totals.feed(this, { result: 'ok' }, s.ok);
-        self.totals.feed(this, { result: 'failed' }, s.failed);
-      },
-    });
-    new Counter({
-      name: 'sluice_resync_repairs_total',
-      help: 'Things a convergence run found wrong and repaired (routes, rules, ports, flows, chains)',
-      registers: [r],
-      collect() {
-        const s = src()?.resyncs();
-        if (s) self.totals.feed(this, {}, s.repairs);
-      },
+    this.counter('sluice_resync_repairs_total', 'Things a convergence run found wrong and repaired (routes, rules, ports, flows, chains)', [], () => {
+      const x = resyncs();
+      return x ? [[{}, x.repairs]] : [];
     });
   }
 
@@ -168,122 +135,55 @@ export class AgentMetrics {
    * counter would print 0 from registration on).
    */
   private registerEnforcementMetrics(): void {
-    const r = this.registry;
-    const self = this;
     const enf = () => this.sources?.enforcement?.();
-    new Counter({
-      name: 'sluice_openflow_connects_total',
-      help: 'OpenFlow connections made to the bridge (more than one: ovs-vswitchd restarted or the socket was lost)',
-      registers: [r],
-      collect() {
-        const e = enf();
-        if (e) self.totals.feed(this, {}, e.openflowConnects);
-      },
-    });
+    const one = (read: (e: EnforcementMetrics) => number) => (): Samples => {
+      const e = enf();
+      return e ? [[{}, read(e)]] : [];
+    };
+    const perResource = (read: (w: WatchMetric) => number) => (): Samples => (enf()?.watch ?? []).map((w) => [{ resource: w.resource }, read(w)]);
+    this.counter('sluice_openflow_connects_total', 'OpenFlow connections made to the bridge (more than one: ovs-vswitchd restarted or the socket was lost)', [], one((e) => e.openflowConnects));
+    this.gauge('sluice_policy_rules', 'Policy rules enforced on this node', [], one((e) => e.rules));
+    this.gauge('sluice_policy_invalid_objects', 'Policy objects ignored as invalid (sluicectl node policies names them)', [], one((e) => e.invalidObjects));
+    this.gauge('sluice_watch_synced', 'Whether a watched API resource has been listed (1) or not yet (0); absent resources (CRD not installed) count as listed', ['resource'], perResource((w) => (w.synced ? 1 : 0)));
+    this.gauge('sluice_watch_objects', 'Objects held by the informer of a watched API resource', ['resource'], perResource((w) => w.objects));
+    this.counter('sluice_watch_relists_total', 'Full relists of a watched API resource after the first list (watch lost, 410 Gone)', ['resource'], perResource((w) => w.relists));
+    this.counter('sluice_watch_restarts_total', 'Informer restarts after an error (API unreachable, stream cut)', ['resource'], perResource((w) => w.restarts));
+    this.counter('sluice_packet_ins_total', 'Packets the bridge sent to the agent, by reason (reject, log, dns, unclaimed, failed)', ['reason'], () =>
+      Object.entries(enf()?.packetIns ?? {}).map(([reason, n]) => [{ reason }, n]),
+    );
+    this.counter('sluice_packet_ins_dropped_total', 'Packet-ins dropped by the agent because its queue was full (the bridge meters them first)', [], one((e) => e.packetInsDropped));
+    this.counter('sluice_reject_replies_total', 'TCP RST / ICMP unreachable replies sent for Reject rules', [], one((e) => e.rejects));
+    this.counter('sluice_audit_log_lines_total', 'Lines written to the policy audit log', [], one((e) => e.auditLines));
+    this.counter('sluice_audit_log_suppressed_total', 'Audit events folded into an earlier identical line by the 1 s deduplication ("[N packets in …]")', [], one((e) => e.auditSuppressed));
+  }
+
+  /** A gauge set from `read` at each scrape (series `read` no longer returns disappear). */
+  private gauge(name: string, help: string, labelNames: string[], read: () => Samples): void {
     new Gauge({
-      name: 'sluice_policy_rules',
-      help: 'Policy rules enforced on this node',
-      registers: [r],
+      name,
+      help,
+      labelNames,
+      registers: [this.registry],
       collect() {
         this.reset();
-        const e = enf();
-        if (e) this.set(e.rules);
+        for (const [labels, v] of read()) this.set(labels, v);
       },
     });
-    new Gauge({
-      name: 'sluice_policy_invalid_objects',
-      help: 'Policy objects ignored as invalid (sluicectl node policies names them)',
-      registers: [r],
-      collect() {
-        this.reset();
-        const e = enf();
-        if (e) this.set(e.invalidObjects);
-      },
-    });
-    new Gauge({
-      name: 'sluice_watch_synced',
-      help: 'Whether a watched API resource has been listed (1) or not yet (0); absent resources (CRD not installed) count as listed',
-      labelNames: ['resource'] as const,
-      registers: [r],
-      collect() {
-        this.reset();
-        for (const w of enf()?.watch ?? []) this.set({ resource: w.resource }, w.synced ? 1 : 0);
-      },
-    });
-    new Gauge({
-      name: 'sluice_watch_objects',
-      help: 'Objects held by the informer of a watched API resource',
-      labelNames: ['resource'] as const,
-      registers: [r],
-      collect() {
-        this.reset();
-        for (const w of enf()?.watch ?? []) this.set({ resource: w.resource }, w.objects);
-      },
-    });
+  }
+
+  /** A counter following the running totals `read` returns at each scrape (see TotalTracker). */
+  private counter(name: string, help: string, labelNames: string[], read: () => Samples): void {
+    const totals = this.totals;
     new Counter({
-      name: 'sluice_watch_relists_total',
-      help: 'Full relists of a watched API resource after the first list (watch lost, 410 Gone)',
-      labelNames: ['resource'] as const,
-      registers: [r],
+      name,
+      help,
+      labelNames,
+      registers: [this.registry],
       collect() {
-        for (const w of enf()?.watch ?? []) self.totals.feed(this, { resource: w.resource }, w.relists);
+        for (const [labels, total] of read()) totals.feed(this, labels, total);
       },
     });
-    new Counter({
-      name: 'sluice_watch_restarts_total',
-      help: 'Informer restarts after an error (API unreachable, stream cut)',
-      labelNames: ['resource'] as const,
-      registers: [r],
-      collect() {
-        for (const w of enf()?.watch ?? []) self.totals.feed(this, { resource: w.resource }, w.restarts);
-      },
-    });
-    new Counter({
-      name: 'sluice_packet_ins_total',
-      help: 'Packets the bridge sent to the agent, by reason (reject, log, dns, unclaimed, failed)',
-      labelNames: ['reason'] as const,
-      registers: [r],
-      collect() {
-        for (const [reason, n] of Object.entries(enf()?.packetIns ?? {})) self.totals.feed(this, { reason }, n);
-      },
-    });
-    new Counter({
-      name: 'sluice_packet_ins_dropped_total',
-      help: 'Packet-ins dropped by the agent because its queue was full (the bridge meters them first)',
-      registers: [r],
-      collect() {
-        const e = enf();
-        if (e) self.totals.feed(this, {}, e.packetInsDropped);
-      },
-    });
-    new Counter({
-      name: 'sluice_reject_replies_total',
-      help: 'TCP RST / ICMP unreachable replies sent for Reject rules',
-      registers: [r],
-      collect() {
-        const e = enf();
-        if (e) self.totals.feed(this, {}, e.rejects);
-      },
-    });
-    new Counter({
-      name: 'sluice_audit_log_lines_total',
-      help: 'Lines written to the policy audit log',
-      registers: [r],
-      collect() {
-        const e = enf();
-        if (e) self.totals.feed(this, {}, e.auditLines);
-      },
-    });
-    new Counter({
-      name: 'sluice_audit_log_suppressed_total',
-      help: 'Audit events folded into an earlier identical line by the 1 s deduplication ("[N packets in …]")',
-      registers: [r],
-      collect() {
-        const e = enf();
-        if (e) self.totals.feed(this, {}, e.auditSuppressed);
-      },
-    });
-    }
+  }
 
   setSources(sources: MetricSources): void {
     const first = this.sources === undefined;

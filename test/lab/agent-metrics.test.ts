@@ -8,6 +8,7 @@ import { rmSync } from 'node:fs';
 import { nodeNetns } from '../../lab/net/names.js';
 import { cli, sluiceSkipReason } from './labcli-helpers.js';
 import { labCli, probe, run, tempDir, writeTempFile } from './enforce-helpers.js';
+import { sampleValue } from '../unit/prometheus-text.js';
 
 const LAB = 'mt';
 const NODE = 'node-1';
@@ -45,17 +46,7 @@ spec:
 async function scrape(): Promise<(name: string, labels?: Record<string, string>) => number> {
   const r = await run('ip', ['netns', 'exec', nodeNetns(LAB, NODE), 'curl', '-s', '-f', 'http://127.0.0.1:10349/metrics']);
   if (r.code !== 0) throw new Error(`GET /metrics: curl exited ${r.code}: ${r.stderr}`);
-  const text = r.stdout;
-  return (name, labels = {}) => {
-    const want = { ...labels, node: NODE };
-    for (const line of text.split('\n')) {
-      const m = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
-      if (!m || m[1] !== name) continue;
-      const got = Object.fromEntries([...(m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((x) => [x[1], x[2]]));
-      if (Object.keys(got).length === Object.keys(want).length && Object.entries(want).every(([k, v]) => got[k] === v)) return Number(m[3]);
-    }
-    return 0;
-  };
+  return (name, labels = {}) => sampleValue(r.stdout, name, { ...labels, node: NODE }) ?? 0;
 }
 
 /** Scrapes until `ok` holds (the agent applies changes asynchronously); the last scrape either way. */

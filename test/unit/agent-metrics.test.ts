@@ -9,22 +9,10 @@ import { pino } from 'pino';
 import { parseConfig } from '../../daemon/config.js';
 import { startHealthServer } from '../../daemon/health.js';
 import { AgentMetrics, type EnforcementMetrics, type MetricSources } from '../../daemon/metrics.js';
+import { sampleValue } from './prometheus-text.js';
 
-/**
- * The value of the sample `name` whose labels are exactly `labels` plus the agent's node label, as
- * a scraper reads it (label order does not matter).
- */
-function value(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
-  const want = { ...labels, node: 'node-1' };
-  for (const line of text.split('\n')) {
-    const m = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const got = Object.fromEntries([...(m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((x) => [x[1], x[2]]));
-    const keys = Object.keys(got);
-    if (keys.length === Object.keys(want).length && keys.every((k) => got[k] === want[k as keyof typeof want])) return Number(m[3]);
-  }
-  return undefined;
-}
+/** A sample of this agent's exposition (the node label added). */
+const value = (text: string, name: string, labels: Record<string, string> = {}) => sampleValue(text, name, { ...labels, node: 'node-1' });
 
 function enforcement(over: Partial<EnforcementMetrics> = {}): EnforcementMetrics {
   return {
