@@ -3,6 +3,7 @@
  * Service with a selector should have given the Pods, and the diff against what exists.
  */
 import { createHash } from 'node:crypto';
+import { labelValue } from '../daemon/policy/labels.js';
 import type { KubeObject } from '../daemon/policy/types.js';
 
 export const SERVICE_NAME_LABEL = 'kubernetes.io/service-name';
@@ -32,7 +33,7 @@ const protocolOf = (p?: string): SlicePort['protocol'] => (p === 'UDP' || p === 
 
 /** True when every selector label is on the Pod (Services select with plain equality). */
 export function selectorMatches(selector: Record<string, string>, labels: Record<string, string> | undefined): boolean {
-  return Object.entries(selector).every(([k, v]) => labels?.[k] === v);
+  return Object.entries(selector).every(([k, v]) => !!labels && labelValue(labels, k) === v);
 }
 
 /** Set once a delete has begun (graceful deletion). */

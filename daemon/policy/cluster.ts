@@ -11,6 +11,7 @@
  * Pods collide, which is rare: ~8M slots).
  */
 import type { ContainerPort, KubeObject, NamespaceInfo, NodeInfo, PodInfo, ServiceInfo, ServicePortInfo } from './types.js';
+import { labelValue, stringMapOf } from './labels.js';
 
 export const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
 
@@ -30,11 +31,8 @@ function isTerminated(obj: KubeObject): boolean {
 }
 
 function stringMap(value: unknown): Record<string, string> {
-  const out: Record<string, string> = {};
-  if (value && typeof value === 'object') {
-    for (const [k, v] of Object.entries(value as Record<string, unknown>)) if (typeof v === 'string') out[k] = v;
-  }
-  return out;
+  if (!value || typeof value !== 'object') return stringMapOf([]);
+  return stringMapOf(Object.entries(value as Record<string, unknown>).filter((e): e is [string, string] => typeof e[1] === 'string'));
 }
 
 function podPorts(spec: any): ContainerPort[] {
@@ -75,7 +73,7 @@ export function namespaceInfoFromObject(obj: KubeObject): NamespaceInfo {
   // The API server always sets kubernetes.io/metadata.name; hand-written manifests may omit it.
   return {
     name: obj.metadata.name,
-    labels: { ...stringMap(obj.metadata.labels), [NAMESPACE_NAME_LABEL]: obj.metadata.name },
+    labels: stringMapOf([...Object.entries(stringMap(obj.metadata.labels)), [NAMESPACE_NAME_LABEL, obj.metadata.name]]),
     annotations: stringMap(obj.metadata.annotations),
   };
 }
@@ -168,7 +166,7 @@ export class ClusterState {
   namespaceGeneration = 0;
 
   namespaceLabels(name: string): Record<string, string> {
-    return this.namespaces.get(name)?.labels ?? { [NAMESPACE_NAME_LABEL]: name };
+    return this.namespaces.get(name)?.labels ?? stringMapOf([[NAMESPACE_NAME_LABEL, name]]);
   }
 
   /** Adds or replaces a Pod; returns [old, new] (either may be undefined). */
@@ -319,7 +317,7 @@ export class ClusterState {
       const svc = this.services.get(`${namespace}/${name}`);
       if (svc?.selector) {
         for (const p of this.podsByNamespace.get(namespace)?.values() ?? []) {
-          if (Object.entries(svc.selector).every(([k, v]) => p.labels[k] === v)) out.set(podKey(p), p);
+          if (Object.entries(svc.selector).every(([k, v]) => labelValue(p.labels, k) === v)) out.set(podKey(p), p);
         }
       }
     }

@@ -22,6 +22,7 @@ import { formatCidr, parseCidr, subtractCidrs } from './cidr.js';
 import { podKey } from './cluster.js';
 import { compilePeer, ipv4ToNumber, podEndpoint, realizableMembers, type Endpoint, type MatchEnv, type PeerMatcher } from './match.js';
 import { buildNodeRules, type NodeRule, type NodeTarget } from './noderules.js';
+import { labelValue } from './labels.js';
 import { canonicalJson, compareRules, stableHash } from './order.js';
 import type { ContainerPort, Direction, InternalRule, Isolation, NamespaceMatch, NodeInfo, Peer, PodInfo, PortMatch, RulePriority, RuleRef } from './types.js';
 
@@ -473,10 +474,11 @@ export class InternalModel {
     if (p.namespaces.kind === 'self') return [{ ...p, namespaces: { kind: 'names', names: [ns] } }];
     if (p.namespaces.kind === 'sameLabels') {
       const labels = this.env.cluster.namespaceLabels(ns);
-      const matchLabels: Record<string, string> = {};
+      const matchLabels: Record<string, string> = Object.create(null);
       for (const k of p.namespaces.keys) {
-        if (labels[k] === undefined) return [];
-        matchLabels[k] = labels[k];
+        const value = labelValue(labels, k);
+        if (value === undefined) return [];
+        matchLabels[k] = value;
       }
       return [{ ...p, namespaces: { kind: 'selector', selector: { matchLabels } } }];
     }
@@ -649,7 +651,7 @@ export class InternalModel {
       if (!holdsPods(g)) continue;
       // A selector requiring label k=v cannot match a Pod that has it neither before nor after.
       const req = g.requiredLabel;
-      if (req && old?.labels[req[0]] !== req[1] && pod?.labels[req[0]] !== req[1]) continue;
+      if (req && (!old || labelValue(old.labels, req[0]) !== req[1]) && (!pod || labelValue(pod.labels, req[0]) !== req[1])) continue;
       // Nor can a named-port group hold a Pod without the ports before and after.
       if (g.portFilter && !hasNamedPort(old, g.portFilter) && !hasNamedPort(pod, g.portFilter)) continue;
       if (g.peer.kind === 'serviceRef' || (g.peer.kind === 'group' && this.groupUsesServices(g))) {

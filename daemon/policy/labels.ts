@@ -1,19 +1,36 @@
 import type { LabelSelector } from './types.js';
 
+/**
+ * The value of a label (or annotation) by a key taken from input, own properties only: label keys
+ * such as `constructor`, `toString` or `__proto__` are valid in Kubernetes, and a plain object
+ * would answer them from Object.prototype.
+ */
+export function labelValue(labels: Readonly<Record<string, string>>, key: string): string | undefined {
+  return Object.hasOwn(labels, key) ? labels[key] : undefined;
+}
+
+/** A string map keyed by input (labels, annotations): no prototype, so no key is ever inherited. */
+export function stringMapOf(entries: Iterable<readonly [string, string]>): Record<string, string> {
+  const out: Record<string, string> = Object.create(null);
+  for (const [k, v] of entries) out[k] = v;
+  return out;
+}
+
 /** Kubernetes label-selector semantics: `{}` matches everything; requirements are ANDed. */
 export function matchesSelector(selector: LabelSelector, labels: Record<string, string>): boolean {
   for (const [key, value] of Object.entries(selector.matchLabels ?? {})) {
-    if (labels[key] !== value) return false;
+    if (labelValue(labels, key) !== value) return false;
   }
   for (const req of selector.matchExpressions ?? []) {
-    const has = Object.prototype.hasOwnProperty.call(labels, req.key);
+    const value = labelValue(labels, req.key);
+    const has = value !== undefined;
     const values = req.values ?? [];
     switch (req.operator) {
       case 'In':
-        if (!has || !values.includes(labels[req.key]!)) return false;
+        if (!has || !values.includes(value)) return false;
         break;
       case 'NotIn':
-        if (has && values.includes(labels[req.key]!)) return false;
+        if (has && values.includes(value)) return false;
         break;
       case 'Exists':
         if (!has) return false;

@@ -5,6 +5,7 @@
  */
 import { cidrContainsIp, ipv4ToNumber, parseCidr, parseIp, subtractCidrs } from './cidr.js';
 import { appliedToMembers, expandGroupMembers } from './antrea/groups.js';
+import { labelValue } from './labels.js';
 import type { ClusterState } from './cluster.js';
 import type { GroupDef, LabelSelector, NamespaceMatch, NodeInfo, Peer, PodInfo, PortMatch, ServiceInfo } from './types.js';
 
@@ -52,10 +53,10 @@ export function compileSelector(selector: LabelSelector): LabelMatcher {
   const exprs = (selector.matchExpressions ?? []).map((r) => ({ key: r.key, op: r.operator, values: new Set(r.values ?? []) }));
   if (eq.length === 0 && exprs.length === 0) return () => true;
   return (labels) => {
-    for (let i = 0; i < eq.length; i++) if (labels[eq[i]![0]] !== eq[i]![1]) return false;
+    for (let i = 0; i < eq.length; i++) if (labelValue(labels, eq[i]![0]) !== eq[i]![1]) return false;
     for (let i = 0; i < exprs.length; i++) {
       const r = exprs[i]!;
-      const v = labels[r.key];
+      const v = labelValue(labels, r.key);
       switch (r.op) {
         case 'In': if (v === undefined || !r.values.has(v)) return false; break;
         case 'NotIn': if (v !== undefined && r.values.has(v)) return false; break;
@@ -95,7 +96,10 @@ export function compileNamespaceMatch(m: NamespaceMatch, cluster: ClusterState):
       return (ns, target) => {
         const mine = cluster.namespaceLabels(target.namespace);
         const theirs = cluster.namespaceLabels(ns);
-        for (const k of keys) if (mine[k] === undefined || theirs[k] !== mine[k]) return false;
+        for (const k of keys) {
+          const value = labelValue(mine, k);
+          if (value === undefined || labelValue(theirs, k) !== value) return false;
+        }
         return true;
       };
     }

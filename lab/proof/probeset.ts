@@ -9,6 +9,7 @@
  *  - every node (ip:<InternalIP>, the host network) to every Pod on TCP 80: a node reaching its
  *    own Pods is never blocked, a remote node is an ordinary peer.
  */
+import { labelValue } from '../../daemon/policy/labels.js';
 import type { KubeObject, Probe } from '../../daemon/policy/types.js';
 import { EXT_IP } from '../net/names.js';
 
@@ -30,7 +31,7 @@ function declaredPorts(pod: KubeObject): Port[] {
 
 const selects = (svc: KubeObject, pod: KubeObject): boolean => {
   const sel = (svc.spec?.selector ?? {}) as Record<string, string>;
-  return svc.metadata.namespace === pod.metadata.namespace && Object.keys(sel).length > 0 && Object.entries(sel).every(([k, v]) => pod.metadata.labels?.[k] === v);
+  return svc.metadata.namespace === pod.metadata.namespace && Object.keys(sel).length > 0 && Object.entries(sel).every(([k, v]) => !!pod.metadata.labels && labelValue(pod.metadata.labels, k) === v);
 };
 
 export interface ProbeSetOptions {

@@ -16,7 +16,7 @@
  * Validation follows the API server (ValidateNetworkPolicy): an invalid policy yields no rules.
  */
 import { cidrWithin, parseCidr } from '../cidr.js';
-import { isDnsSubdomain, strictSelectorError } from '../labels.js';
+import { isDnsSubdomain, labelValue, strictSelectorError } from '../labels.js';
 import { emptyResult } from '../problems.js';
 import type {
   Direction, InternalRule, Isolation, KubeObject, LabelSelector, NormalizeContext, NormalizeResult, Peer, PortMatch, RuleRef, ValidationError,
@@ -73,7 +73,8 @@ export function normalizeNetworkPolicy(obj: KubeObject, ctx: NormalizeContext): 
   }
 
   const appliedTo: Peer[] = [{ kind: 'pods', namespaces: { kind: 'names', names: [namespace] }, pods: podSelector }];
-  const logging = ctx.namespaceAnnotations(namespace)?.[ENABLE_LOGGING_ANNOTATION] === 'true' ? { enabled: true } : undefined;
+  const annotations = ctx.namespaceAnnotations(namespace);
+  const logging = annotations && labelValue(annotations, ENABLE_LOGGING_ANNOTATION) === 'true' ? { enabled: true } : undefined;
   const tieBreak = `NetworkPolicy/${namespace}/${name}`;
   const rules: InternalRule[] = [];
   const isolations: Isolation[] = [];
