@@ -28,7 +28,7 @@ import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { isAbsolute } from 'node:path';
 import { isIPv4 } from 'node:net';
-import yaml from 'js-yaml';
+import { parseYaml } from './kube-yaml.js';
 import { checkCIDR, PipelineInputError } from './flows/pipeline.js';
 
 export interface AgentConfig {
@@ -89,7 +89,7 @@ const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
 export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv = process.env): AgentConfig {
   let doc: unknown;
   try {
-    doc = yaml.load(text);
+    doc = parseYaml(text);
   } catch (err) {
     throw new ConfigError(`${source}: not valid YAML: ${(err as Error).message.split('\n')[0]}`);
   }

@@ -6,7 +6,7 @@
  * Regenerate the file after a change: `node dist/install/crds.js > install/crds.yaml`.
  */
 import { fileURLToPath } from 'node:url';
-import yaml from 'js-yaml';
+import { dumpYaml } from '../daemon/kube-yaml.js';
 
 // A type alias (not an interface) so it is assignable to the lab's index-signature object type.
 export type CustomResourceDefinition = {
@@ -79,7 +79,7 @@ const HEADER = `# CustomResourceDefinitions for the policy kinds sluice enforces
 
 /** The text of install/crds.yaml: the header, then one YAML document per CRD. */
 export function crdsYaml(): string {
-  return HEADER + sluiceCrds().map((c) => '---\n' + yaml.dump(c, { lineWidth: -1, noRefs: true })).join('');
+  return HEADER + sluiceCrds().map((c) => '---\n' + dumpYaml(c, { lineWidth: -1 })).join('');
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) process.stdout.write(crdsYaml());

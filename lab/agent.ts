@@ -6,7 +6,7 @@
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import yaml from 'js-yaml';
+import { dumpYaml } from '../daemon/kube-yaml.js';
 import { sleep } from './net/exec.js';
 import { nodeNetns, nodeStateDir, ovsDir, repoRoot, sluiceSocketPath } from './net/names.js';
 
@@ -43,7 +43,7 @@ export async function startAgent(lab: string, node: string, timeoutMs = 30_000):
   if (!existsSync(main)) throw new Error(`--sluice: ${main} is missing (the agent is not built)`);
   const config = agentConfigPath(lab, node);
   mkdirSync(join(nodeStateDir(lab, node), 'agent'), { recursive: true });
-  writeFileSync(config, yaml.dump(agentConfig(lab, node)));
+  writeFileSync(config, dumpYaml(agentConfig(lab, node)));
   const log = openSync(agentLogPath(lab, node), 'a');
   const child = spawn('ip', ['netns', 'exec', nodeNetns(lab, node), process.execPath, main, '--config', config], {
     detached: true,

@@ -4,12 +4,13 @@
  * every Pod to every other Pod on every port/protocol a Pod declares.
  *
  * Exit status: 0 when the probes were answered (whatever the verdicts); 1 for unusable input
- * (unreadable or unparsable file, bad probe syntax, a probe naming something not in the scenario).
- * Invalid objects in the scenario are listed on stderr and skipped; the run goes on.
+ * (a path that does not exist, bad probe syntax, a probe naming something not in the scenario).
+ * Every document or object that cannot be used (unparsable YAML, excessive aliasing, no
+ * metadata.name, an invalid policy) is listed on stderr and skipped alone; the run goes on.
  */
 import { readFile } from 'node:fs/promises';
 import type { Argv, CommandModule } from 'yargs';
-import { ManifestError, loadManifests } from '../manifests.js';
+import { ManifestError, formatInvalidDocument, readManifests } from '../manifests.js';
 import { PolicyEngine, UnknownEndpointError, type SideDecision } from '../policy/engine.js';
 import { ProbeSyntaxError, formatMatrices, parseProbes } from '../policy/probes.js';
 import type { DecidedBy, KubeObject, Probe, ProbeResult, ValidationError } from '../policy/types.js';
@@ -110,7 +111,9 @@ export async function runSimulate(opts: SimulateOptions, out: Output): Promise<n
     if (output !== 'table' && output !== 'json') throw new UsageError(`-o ${String(output)}: must be table or json`);
     let objects: KubeObject[];
     try {
-      objects = await loadManifests(opts.files);
+      const set = await readManifests(opts.files);
+      for (const d of set.invalid) out.stderr(formatInvalidDocument(d));
+      objects = set.objects;
     } catch (err) {
       if (err instanceof ManifestError) throw new UsageError(err.message);
       throw err;
@@ -118,7 +121,14 @@ export async function runSimulate(opts: SimulateOptions, out: Output): Promise<n
     const engine = new PolicyEngine();
     // Namespaces, Nodes and Tiers first so dependent objects see them (order in files is free-form).
     const rank = (o: KubeObject) => (o.kind === 'Namespace' || o.kind === 'Node' ? 0 : o.kind === 'Tier' ? 1 : 2);
-    for (const o of [...objects].sort((a, b) => rank(a) - rank(b))) engine.upsert(o);
+    for (const o of [...objects].sort((a, b) => rank(a) - rank(b))) {
+      // Whatever goes wrong with one object costs that object alone.
+      try {
+        engine.upsert(o);
+      } catch (err) {
+        out.stderr(`invalid ${o.kind} ${o.metadata.namespace ? `${o.metadata.namespace}/` : ''}${o.metadata.name}: ${(err as Error).message}`);
+      }
+    }
     for (const e of engine.errors()) out.stderr(formatValidationError(e));
 
     const probes = await probesFromOptions(opts, engine);

@@ -1,3 +1,4 @@
+import { typeName } from './problems.js';
 import type { LabelSelector } from './types.js';
 
 /**
@@ -45,28 +46,56 @@ export function matchesSelector(selector: LabelSelector, labels: Record<string, 
   return true;
 }
 
-/** Why a selector is invalid, or undefined when it is valid (as the API server validates it). */
-export function selectorError(selector: unknown): string | undefined {
-  if (selector === null || typeof selector !== 'object') return 'must be an object';
-  const s = selector as LabelSelector;
-  if (s.matchLabels !== undefined && (typeof s.matchLabels !== 'object' || s.matchLabels === null)) {
-    return 'matchLabels must be a map of strings';
+/** What is wrong where: `field` is relative to the value checked ("" = the value itself). */
+export interface FieldProblem {
+  field: string;
+  message: string;
+}
+
+/** `base` extended by a relative field path ("" keeps base; "[0]" appends without a dot). */
+export function subField(base: string, rel: string): string {
+  if (rel === '') return base;
+  if (base === '') return rel;
+  return rel.startsWith('[') ? `${base}${rel}` : `${base}.${rel}`;
+}
+
+const isPlainMap = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * Why a selector is invalid, or undefined when it is valid (as the API server decodes and
+ * validates a metav1.LabelSelector): every wrong type is named with its field and the type expected.
+ */
+export function selectorError(selector: unknown): FieldProblem | undefined {
+  if (!isPlainMap(selector)) return { field: '', message: `must be a label selector (a map with matchLabels/matchExpressions), not ${typeName(selector)}` };
+  const { matchLabels, matchExpressions } = selector;
+  if (matchLabels !== undefined && matchLabels !== null) {
+    if (!isPlainMap(matchLabels)) return { field: 'matchLabels', message: `must be a map of label keys to string values, not ${typeName(matchLabels)}` };
+    for (const [k, v] of Object.entries(matchLabels)) {
+      if (typeof v !== 'string') return { field: `matchLabels.${k}`, message: `must be a string, not ${typeName(v)}` };
+    }
   }
-  for (const [k, v] of Object.entries(s.matchLabels ?? {})) {
-    if (typeof v !== 'string') return `matchLabels.${k} must be a string`;
-  }
-  for (const [i, req] of (s.matchExpressions ?? []).entries()) {
-    if (!req || typeof req.key !== 'string' || req.key === '') return `matchExpressions[${i}].key is required`;
+  if (matchExpressions === undefined || matchExpressions === null) return undefined;
+  if (!Array.isArray(matchExpressions)) return { field: 'matchExpressions', message: `must be a list of {key, operator, values}, not ${typeName(matchExpressions)}` };
+  for (const [i, req] of matchExpressions.entries()) {
+    const at = `matchExpressions[${i}]`;
+    if (!isPlainMap(req)) return { field: at, message: `must be a map {key, operator, values}, not ${typeName(req)}` };
+    if (req.key === undefined || req.key === null || req.key === '') return { field: `${at}.key`, message: 'Required value' };
+    if (typeof req.key !== 'string') return { field: `${at}.key`, message: `must be a string, not ${typeName(req.key)}` };
+    const values = req.values;
+    if (values !== undefined && values !== null) {
+      if (!Array.isArray(values)) return { field: `${at}.values`, message: `must be a list of strings, not ${typeName(values)}` };
+      const bad = values.findIndex((v) => typeof v !== 'string');
+      if (bad >= 0) return { field: `${at}.values[${bad}]`, message: `must be a string, not ${typeName(values[bad])}` };
+    }
+    const n = Array.isArray(values) ? values.length : 0;
     if (req.operator === 'In' || req.operator === 'NotIn') {
-      if (!Array.isArray(req.values) || req.values.length === 0) {
-        return `matchExpressions[${i}].values must be non-empty for operator ${req.operator}`;
-      }
+      if (n === 0) return { field: `${at}.values`, message: `must be specified when \`operator\` is 'In' or 'NotIn'` };
     } else if (req.operator === 'Exists' || req.operator === 'DoesNotExist') {
-      if (req.values && req.values.length > 0) {
-        return `matchExpressions[${i}].values must be empty for operator ${req.operator}`;
-      }
+      if (n > 0) return { field: `${at}.values`, message: `may not be specified when \`operator\` is 'Exists' or 'DoesNotExist'` };
+    } else if (req.operator === undefined || req.operator === null) {
+      return { field: `${at}.operator`, message: 'Required value' };
     } else {
-      return `matchExpressions[${i}].operator "${String(req.operator)}" is not one of In, NotIn, Exists, DoesNotExist`;
+      return { field: `${at}.operator`, message: `Unsupported value: ${JSON.stringify(req.operator)}: supported values: "In", "NotIn", "Exists", "DoesNotExist"` };
     }
   }
   return undefined;
@@ -104,17 +133,17 @@ export function labelValueError(value: string): string | undefined {
 }
 
 /** selectorError plus label key/value syntax checks (what the API server's ValidateLabelSelector adds). */
-export function strictSelectorError(selector: unknown): string | undefined {
+export function strictSelectorError(selector: unknown): FieldProblem | undefined {
   const basic = selectorError(selector);
   if (basic) return basic;
   const s = selector as LabelSelector;
   for (const [k, v] of Object.entries(s.matchLabels ?? {})) {
     const e = labelKeyError(k) ?? labelValueError(v);
-    if (e) return `matchLabels: ${e}`;
+    if (e) return { field: 'matchLabels', message: e };
   }
   for (const [i, req] of (s.matchExpressions ?? []).entries()) {
     const e = labelKeyError(req.key) ?? (req.values ?? []).map(labelValueError).find((x) => x);
-    if (e) return `matchExpressions[${i}]: ${e}`;
+    if (e) return { field: `matchExpressions[${i}]`, message: e };
   }
   return undefined;
 }

@@ -32,3 +32,14 @@ export class Problems {
 export function emptyResult(errors: ValidationError[] = []): NormalizeResult {
   return { rules: [], isolations: [], groups: [], tiers: [], errors };
 }
+
+/** The JSON type of a value, for "must be X, not Y" messages. */
+export function typeName(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'a list';
+  if (typeof v === 'object') return 'a map';
+  if (typeof v === 'boolean') return `a boolean (${v})`;
+  if (typeof v === 'number') return `a number (${v})`;
+  if (typeof v === 'string') return `a string (${JSON.stringify(v)})`;
+  return typeof v;
+}

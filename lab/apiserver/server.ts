@@ -4,7 +4,7 @@
 import { existsSync, unlinkSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import yaml from 'js-yaml';
+import { dumpYaml, parseYaml } from '../../daemon/kube-yaml.js';
 import { patchContentTypes } from './patch.js';
 import { ApiError, Registry, type Selection } from './registry.js';
 import { crdStorageKey, type ResourceType } from './resources.js';
@@ -77,7 +77,7 @@ function parseBody(req: http.IncomingMessage, text: string): unknown {
   if (text.trim() === '') return undefined;
   const yamlBody = /^application\/(x-)?yaml\b/.test(req.headers['content-type'] ?? '');
   try {
-    return yamlBody ? yaml.load(text) : JSON.parse(text);
+    return yamlBody ? parseYaml(text) : JSON.parse(text);
   } catch (e) {
     throw new ApiError(400, 'BadRequest', `the request body is not valid ${yamlBody ? 'YAML' : 'JSON'}: ${(e as Error).message}`);
   }
@@ -410,7 +410,7 @@ export async function startApiServer(opts: ApiServerOptions = {}): Promise<ApiSe
  * insecure-skip-tls-verify: @kubernetes/client-node refuses http:// clusters without it.
  */
 export function kubeconfigYaml(server: string, token?: string): string {
-  return yaml.dump({
+  return dumpYaml({
     apiVersion: 'v1',
     kind: 'Config',
     clusters: [{ name: 'sluice-lab', cluster: { server, ...(server.startsWith('http:') ? { 'insecure-skip-tls-verify': true } : {}) } }],

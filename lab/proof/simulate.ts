@@ -6,7 +6,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import yaml from 'js-yaml';
+import { dumpYaml } from '../../daemon/kube-yaml.js';
 import type { KubeObject, Probe, ProbeResult } from '../../daemon/policy/types.js';
 import { apiVersionOf, KINDS } from '../kinds.js';
 import { repoRoot } from '../net/names.js';
@@ -42,7 +42,7 @@ export async function simulate(objects: KubeObject[], probes: Probe[], keepDir?:
   try {
     const scenario = join(dir, 'objects.yaml');
     const probeFile = join(dir, 'probes.json');
-    writeFileSync(scenario, objects.map((o) => yaml.dump(o, { noRefs: true })).join('---\n'));
+    writeFileSync(scenario, objects.map((o) => dumpYaml(o)).join('---\n'));
     writeFileSync(probeFile, JSON.stringify(probes));
     const r = await run(process.execPath, [SLUICECTL(), 'simulate', '-f', scenario, '--probes', probeFile, '-o', 'json'], { allowFail: true, timeoutMs: 120_000 });
     if (r.exitCode !== 0) throw new Error(`sluicectl simulate exited ${r.exitCode}: ${r.stderr.trim()}`);

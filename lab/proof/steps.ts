@@ -7,7 +7,7 @@
  *   kind: Step
  *   metadata: {name: relabel}
  *   label:  [{kind: Pod, namespace: x, name: c, set: {pod: a}, remove: [role]}]
- *   delete: [{apiVersion: networking.k8s.io/v1, kind: NetworkPolicy, namespace: y, name: p}]
+ *   delete: [{apiVersion: networking.k8s.io/v1, kind: NetworkPolicy, namespace: "y", name: p}]
  *
  * The documents before the first Step form step 0 ("initial").
  */

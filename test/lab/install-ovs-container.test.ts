@@ -12,7 +12,7 @@ import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import yaml from 'js-yaml';
+import { parseYamlDocuments } from '../../daemon/kube-yaml.js';
 
 const OVS_CTL = '/usr/share/openvswitch/scripts/ovs-ctl';
 
@@ -31,7 +31,7 @@ function missing(): string | undefined {
 
 function ovsScript(): string {
   const file = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'install', 'sluice.yaml');
-  const docs = yaml.loadAll(readFileSync(file, 'utf8')) as { kind?: string; spec?: { template: { spec: { containers: { name: string; command?: string[] }[] } } } }[];
+  const docs = parseYamlDocuments(readFileSync(file, 'utf8')).map((d) => ('error' in d ? undefined : d.value)) as { kind?: string; spec?: { template: { spec: { containers: { name: string; command?: string[] }[] } } } }[];
   const ds = docs.find((d) => d?.kind === 'DaemonSet');
   const command = ds?.spec?.template.spec.containers.find((c) => c.name === 'ovs')?.command;
   if (!command || command[0] !== 'sh' || command[1] !== '-c' || !command[2]) throw new Error(`ovs container command is not sh -c SCRIPT: ${JSON.stringify(command)}`);

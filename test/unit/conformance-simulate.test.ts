@@ -9,7 +9,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import yaml from 'js-yaml';
+import { dumpYaml } from '../../daemon/kube-yaml.js';
 import { runCase, type ConformanceSuite, type Driver, type ExpectStep } from '../../daemon/policy/conformance.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
 
@@ -31,7 +31,7 @@ class SimulateDriver implements Driver {
   delete(refs: { kind: string; namespace?: string; name: string }[]) { for (const r of refs) this.objects.delete(this.key(r)); }
   relabel(obj: KubeObject) { this.objects.set(this.key(obj), obj); }
   probe(pairs: [string, string][], port: number, protocol: ExpectStep['protocol']) {
-    writeFileSync(join(this.dir, 'scenario.yaml'), [...this.objects.values()].map((o) => yaml.dump(o)).join('---\n'));
+    writeFileSync(join(this.dir, 'scenario.yaml'), [...this.objects.values()].map((o) => dumpYaml(o)).join('---\n'));
     const probeFile = join(this.dir, 'probes.json');
     writeFileSync(probeFile, JSON.stringify(pairs.map(([from, to]) => ({ from, to, port, protocol }))));
     const r = spawnSync('node', [CLI, 'simulate', '-f', join(this.dir, 'scenario.yaml'), '--probes', probeFile, '-o', 'json'], { encoding: 'utf8' });

@@ -7,7 +7,7 @@ import t from 'tap';
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import yaml from 'js-yaml';
+import { parseYamlDocuments } from '../../daemon/kube-yaml.js';
 import yargs from 'yargs';
 import { WATCHED_RESOURCES } from '../../daemon/watch/resources.js';
 import { parseConfig, type AgentConfig } from '../../daemon/config.js';
@@ -40,7 +40,10 @@ interface DaemonSet extends Doc { spec: { template: { metadata?: { annotations?:
 interface Rule { apiGroups: string[]; resources: string[]; verbs: string[] }
 
 function loadDocs(file: string): Doc[] {
-  return yaml.loadAll(readFileSync(join(installDir, file), 'utf8')).filter((d): d is Doc => d !== null && d !== undefined);
+  return parseYamlDocuments(readFileSync(join(installDir, file), 'utf8')).map((d) => {
+    if ('error' in d) throw new Error(`${file} document ${d.index + 1}: ${d.error}`);
+    return d.value;
+  }).filter((d): d is Doc => d !== null);
 }
 const clone = <T>(x: T): T => structuredClone(x);
 

@@ -54,9 +54,9 @@ const cases: [string, KubeObject, string, RegExp][] = [
   ['v1alpha1 subject pods without namespaceSelector', anp({ subject: { pods: { podSelector: {} } } }), 'spec.subject.pods.namespaceSelector', /required/],
   ['subject pods without podSelector', anp({ subject: { pods: { namespaceSelector: {} } } }), 'spec.subject.pods.podSelector', /required/],
   ['CNP subject pods without podSelector', cnp({ subject: { pods: { namespaceSelector: {} } } }), 'spec.subject.pods.podSelector', /required/],
-  ['invalid selector operator', anp({ subject: { namespaces: { matchExpressions: [{ key: 'a', operator: 'Maybe' }] } } }), 'spec.subject.namespaces', /not one of In, NotIn/],
-  ['In selector without values', anp({ subject: { namespaces: { matchExpressions: [{ key: 'a', operator: 'In' }] } } }), 'spec.subject.namespaces', /non-empty/],
-  ['selector with an invalid label value', anp({ ingress: [{ action: 'Allow', from: [{ namespaces: { matchLabels: { ns: 'not valid!' } } }] }] }), 'spec.ingress[0].from[0].namespaces', /label value/],
+  ['invalid selector operator', anp({ subject: { namespaces: { matchExpressions: [{ key: 'a', operator: 'Maybe' }] } } }), 'spec.subject.namespaces.matchExpressions[0].operator', /Unsupported value: "Maybe": supported values: "In", "NotIn"/],
+  ['In selector without values', anp({ subject: { namespaces: { matchExpressions: [{ key: 'a', operator: 'In' }] } } }), 'spec.subject.namespaces.matchExpressions[0].values', /must be specified when `operator` is 'In' or 'NotIn'/],
+  ['selector with an invalid label value', anp({ ingress: [{ action: 'Allow', from: [{ namespaces: { matchLabels: { ns: 'not valid!' } } }] }] }), 'spec.ingress[0].from[0].namespaces.matchLabels', /label value/],
   ['selector that is not an object', anp({ subject: { namespaces: 'x' } }), 'spec.subject.namespaces', /label selector/],
   // rule lists
   ['ANP 101 ingress rules', anp({ ingress: many(101, okIngress) }), 'spec.ingress', /at most 100 items, got 101/],

@@ -88,7 +88,7 @@ t.test('peers', async (t) => {
   rejects(t, acnp('fqdn-chars', base({ egress: [{ action: 'Drop', to: [{ fqdn: 'exa_mple.com' }] }] })), 'spec.egress[0].to[0].fqdn', /invalid characters/);
   rejects(t, acnp('label-key', ing([{ podSelector: { matchLabels: { 'bad key': 'x' } } }])), 'spec.ingress[0].from[0].podSelector.matchLabels', /invalid label/);
   rejects(t, acnp('label-value', ing([{ namespaceSelector: { matchLabels: { k: 'bad value' } } }])), 'spec.ingress[0].from[0].namespaceSelector.matchLabels', /invalid label/);
-  rejects(t, acnp('selector-op', ing([{ podSelector: { matchExpressions: [{ key: 'a', operator: 'In' }] } }])), 'spec.ingress[0].from[0].podSelector', /non-empty/);
+  rejects(t, acnp('selector-op', ing([{ podSelector: { matchExpressions: [{ key: 'a', operator: 'In' }] } }])), 'spec.ingress[0].from[0].podSelector.matchExpressions[0].values', /must be specified when `operator` is 'In' or 'NotIn'/);
   rejects(t, acnp('wrong-side', base({ ingress: [{ action: 'Drop', to: [web] }] })), 'spec.ingress[0].to', /from/);
 });
 

@@ -145,9 +145,80 @@ t.test('unusable input: non-zero exit with a clear message', async (t) => {
   const r = await run({ probes: bad });
   t.equal(r.code, 1);
   t.match(r.stderr, /probe 0\.to/);
-  writeFileSync(join(dir, 'broken.yaml'), 'kind: [unclosed');
-  const y = await runSimulate({ files: [join(dir, 'broken.yaml')] }, { stdout: () => {}, stderr: (s) => t.match(s, /broken\.yaml: not valid YAML/) });
-  t.equal(y, 1);
+});
+
+t.test('one unusable document costs only itself: the others are still simulated', async (t) => {
+  const extra = join(dir, 'extra.yaml');
+  writeFileSync(extra, `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {namespace: shop}
+spec: {podSelector: {}}
+---
+kind: [unclosed
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-web, namespace: shop}
+spec: {podSelector: {matchLabels: {app: web}}, policyTypes: [Ingress]}
+`);
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await runSimulate({ files: [scenario, extra], from: 'shop/db', to: 'shop/web', port: 8080 }, { stdout: (s) => out.push(s), stderr: (s) => err.push(s) });
+  t.equal(code, 0);
+  t.match(err.join('\n'), /invalid NetworkPolicy \(.*extra\.yaml document 1\): metadata\.name: Required value/);
+  t.match(err.join('\n'), /invalid .*extra\.yaml document 2: not valid YAML\/JSON \(line \d+\)/);
+  t.match(out.join('\n'), /shop\/db -> shop\/web 8080\/TCP: drop/, 'the valid policy after the bad documents applies');
+});
+
+t.test('YAML is read as kubectl reads it: dates stay strings, yes is a boolean (a type error)', async (t) => {
+  const file = join(dir, 'kubectl-yaml.yaml');
+  writeFileSync(file, `
+apiVersion: v1
+kind: Namespace
+metadata: {name: rel}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client, namespace: rel, labels: {released: 2024-05-01}}
+status: {podIP: 10.2.0.1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: other, namespace: rel, labels: {released: 2024-06-01}}
+status: {podIP: 10.2.0.2}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: server, namespace: rel, labels: {app: server}}
+spec: {containers: [{name: c, ports: [{containerPort: 80}]}]}
+status: {podIP: 10.2.0.3}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: from-released, namespace: rel}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  ingress: [{from: [{podSelector: {matchLabels: {released: 2024-05-01}}}]}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: debug, namespace: rel}
+spec:
+  podSelector: {matchLabels: {debug: yes}}
+`);
+  const verdict = async (from: string) => {
+    const out: string[] = [];
+    const err: string[] = [];
+    const code = await runSimulate({ files: [file], from, to: 'rel/server', port: 80, output: 'json' }, { stdout: (s) => out.push(s), stderr: (s) => err.push(s) });
+    t.equal(code, 0);
+    return { verdict: JSON.parse(out.join(''))[0].verdict, stderr: err.join('\n') };
+  };
+  const a = await verdict('rel/client');
+  t.equal(a.verdict, 'allow', 'the date-like label matches the date-like selector value');
+  t.equal((await verdict('rel/other')).verdict, 'drop', 'and the policy is in force for others');
+  t.match(a.stderr, /invalid NetworkPolicy rel\/debug: spec\.podSelector\.matchLabels\.debug: must be a string, not a boolean \(true\)/);
+  t.notMatch(a.stderr, /from-released/);
 });
 
 t.test('the compiled CLI', async (t) => {
@@ -161,6 +232,14 @@ t.test('the compiled CLI', async (t) => {
   const bad = spawnSync('node', [cli, 'simulate', '-f', join(dir, 'nothing-here')], { encoding: 'utf8' });
   t.equal(bad.status, 1);
   t.match(bad.stderr, /nothing-here: no such file or directory/);
-  const dirRun = spawnSync('node', [cli, 'simulate', '-f', dir, '--from', 'shop/web', '--to', 'shop/db', '--port', '5432'], { encoding: 'utf8' });
-  t.equal(dirRun.status, 1, 'a directory with an unparsable file is unusable input');
+  const bomb = join(dir, 'bomb.yaml');
+  const lines = ['apiVersion: networking.k8s.io/v1', 'kind: NetworkPolicy', 'metadata: {name: bomb, namespace: shop}', 'a0: &a0 [{ipBlock: {cidr: 10.0.0.0/8}}, {ipBlock: {cidr: 10.0.0.0/8}}]'];
+  for (let i = 1; i < 24; i++) lines.push(`a${i}: &a${i} [*a${i - 1}, *a${i - 1}]`);
+  lines.push('spec: {podSelector: {}, ingress: [{from: *a23}]}');
+  writeFileSync(bomb, lines.join('\n'));
+  const bombRun = spawnSync('node', [cli, 'simulate', '-f', scenario, '-f', bomb, '--from', 'shop/web', '--to', 'shop/db', '--port', '5432'], { encoding: 'utf8' });
+  t.equal(bombRun.status, 0, 'alias amplification costs its document alone');
+  t.match(bombRun.stderr, /invalid .*bomb\.yaml document 1: document contains excessive aliasing/);
+  t.notMatch(bombRun.stderr, /RangeError|Options:/);
+  t.match(bombRun.stdout, /shop\/web -> shop\/db 5432\/TCP: allow/);
 });

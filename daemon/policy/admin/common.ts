@@ -6,7 +6,7 @@
  *
  * Pure: no I/O.
  */
-import { isDnsSubdomain, strictSelectorError } from '../labels.js';
+import { isDnsSubdomain, strictSelectorError, subField } from '../labels.js';
 import type { Problems } from '../problems.js';
 import type {
   Direction,
@@ -123,21 +123,9 @@ export function labelSelector(v: unknown, field: string, p: Problems): LabelSele
     p.add(field, 'must be a label selector object');
     return undefined;
   }
-  // Shape first: the shared selector check assumes a well-formed list.
-  if (v.matchExpressions !== undefined && v.matchExpressions !== null) {
-    if (!Array.isArray(v.matchExpressions)) {
-      p.add(field, 'matchExpressions must be a list');
-      return undefined;
-    }
-    const bad = v.matchExpressions.findIndex((e) => !isObject(e) || (e.values !== undefined && e.values !== null && !Array.isArray(e.values)));
-    if (bad >= 0) {
-      p.add(field, `matchExpressions[${bad}] must be an object {key, operator, values: [...]}`);
-      return undefined;
-    }
-  }
   const why = strictSelectorError(v);
   if (why !== undefined) {
-    p.add(field, why);
+    p.add(subField(field, why.field), why.message);
     return undefined;
   }
   const sel: LabelSelector = {};

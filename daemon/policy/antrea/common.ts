@@ -3,7 +3,7 @@
  * every kind) and the result of an invalid object, JSON-shape checks (what the CRD's structural schema would reject), and the label-key /
  * label-value rules the Antrea webhook applies to selectors.
  */
-import { DNS_SUBDOMAIN, QUALIFIED_NAME, selectorError } from '../labels.js';
+import { DNS_SUBDOMAIN, QUALIFIED_NAME, selectorError, subField } from '../labels.js';
 import { emptyResult, type Problems } from '../problems.js';
 import type { KubeObject, LabelSelector, NormalizeResult } from '../types.js';
 
@@ -102,7 +102,7 @@ export function selectorField(p: Problems, value: unknown, field: string): Label
   if (value === undefined || value === null) return undefined;
   const structural = selectorError(value);
   if (structural) {
-    p.add(field, structural);
+    p.add(subField(field, structural.field), structural.message);
     return undefined;
   }
   const sel = value as LabelSelector;

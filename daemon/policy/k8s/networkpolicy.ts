@@ -16,8 +16,8 @@
  * Validation follows the API server (ValidateNetworkPolicy): an invalid policy yields no rules.
  */
 import { cidrWithin, parseCidr } from '../cidr.js';
-import { isDnsSubdomain, labelValue, strictSelectorError } from '../labels.js';
-import { emptyResult } from '../problems.js';
+import { isDnsSubdomain, labelValue, strictSelectorError, subField } from '../labels.js';
+import { emptyResult, typeName } from '../problems.js';
 import type {
   Direction, InternalRule, Isolation, KubeObject, LabelSelector, NormalizeContext, NormalizeResult, Peer, PortMatch, RuleRef, ValidationError,
 } from '../types.js';
@@ -47,18 +47,18 @@ export function normalizeNetworkPolicy(obj: KubeObject, ctx: NormalizeContext): 
   if (!isDnsSubdomain(name)) fail('metadata.name', `"${name}" is not a valid DNS subdomain name`);
   const spec = obj.spec ?? {};
   if (!isObject(spec)) {
-    fail('spec', 'must be an object');
+    fail('spec', `must be a map, not ${typeName(spec)}`);
     return empty;
   }
   const podSelector: LabelSelector = spec.podSelector ?? {};
   const selErr = strictSelectorError(podSelector);
-  if (selErr) fail('spec.podSelector', selErr);
+  if (selErr) fail(subField('spec.podSelector', selErr.field), selErr.message);
 
   // policyTypes: explicit, else the implied defaults.
   let types: Direction[];
   if (spec.policyTypes !== undefined && spec.policyTypes !== null) {
     if (!Array.isArray(spec.policyTypes)) {
-      fail('spec.policyTypes', 'must be a list');
+      fail('spec.policyTypes', `must be a list, not ${typeName(spec.policyTypes)}`);
       types = [];
     } else {
       if (spec.policyTypes.length > 2) fail('spec.policyTypes', 'may not specify more than two policyTypes');
@@ -84,7 +84,7 @@ export function normalizeNetworkPolicy(obj: KubeObject, ctx: NormalizeContext): 
     const peerField = direction === 'Ingress' ? 'from' : 'to';
     const list = spec[field];
     if (list !== undefined && list !== null && !Array.isArray(list)) {
-      fail(`spec.${field}`, 'must be a list of rules');
+      fail(`spec.${field}`, `must be a list of rules, not ${typeName(list)}`);
       continue;
     }
     // Validate every rule, even of a direction not in policyTypes (the API server does).
@@ -92,7 +92,7 @@ export function normalizeNetworkPolicy(obj: KubeObject, ctx: NormalizeContext): 
       const where = `spec.${field}[${i}]`;
       if (rule === null || rule === undefined) rule = {};
       if (!isObject(rule)) {
-        fail(where, 'must be an object');
+        fail(where, `must be a map, not ${typeName(rule)}`);
         return undefined;
       }
       const peers = parsePeers(rule[peerField], `${where}.${peerField}`, namespace, fail);
@@ -131,7 +131,7 @@ function defaultTypes(spec: Record<string, any>): Direction[] {
 function parsePeers(value: unknown, where: string, namespace: string, fail: (f: string, m: string) => void): Peer[] | undefined {
   if (value === undefined || value === null) return undefined;
   if (!Array.isArray(value)) {
-    fail(where, 'must be a list of peers');
+    fail(where, `must be a list of peers, not ${typeName(value)}`);
     return undefined;
   }
   if (value.length === 0) return undefined;
@@ -139,7 +139,7 @@ function parsePeers(value: unknown, where: string, namespace: string, fail: (f: 
   value.forEach((raw, j) => {
     const at = `${where}[${j}]`;
     if (!isObject(raw)) {
-      fail(at, 'must be an object');
+      fail(at, `must be a map, not ${typeName(raw)}`);
       return;
     }
     const hasSelectors = raw.podSelector != null || raw.namespaceSelector != null;
@@ -154,12 +154,13 @@ function parsePeers(value: unknown, where: string, namespace: string, fail: (f: 
     }
     if (hasIpBlock) {
       const block = raw.ipBlock;
-      if (!isObject(block)) return fail(`${at}.ipBlock`, 'must be an object');
-      if (typeof block.cidr !== 'string' || block.cidr === '') return fail(`${at}.ipBlock.cidr`, 'Required value');
+      if (!isObject(block)) return fail(`${at}.ipBlock`, `must be a map {cidr, except}, not ${typeName(block)}`);
+      if (block.cidr === undefined || block.cidr === null || block.cidr === '') return fail(`${at}.ipBlock.cidr`, 'Required value');
+      if (typeof block.cidr !== 'string') return fail(`${at}.ipBlock.cidr`, `must be a string (a CIDR such as 10.0.0.0/16), not ${typeName(block.cidr)}`);
       const cidr = parseCidr(block.cidr);
       if (!cidr) return fail(`${at}.ipBlock.cidr`, `${JSON.stringify(block.cidr)}: must be a valid CIDR (e.g. 10.0.0.0/16)`);
       const except: string[] = [];
-      if (block.except != null && !Array.isArray(block.except)) return fail(`${at}.ipBlock.except`, 'must be a list of CIDRs');
+      if (block.except != null && !Array.isArray(block.except)) return fail(`${at}.ipBlock.except`, `must be a list of CIDRs, not ${typeName(block.except)}`);
       for (const [k, e] of (block.except ?? []).entries()) {
         const ex = typeof e === 'string' ? parseCidr(e) : undefined;
         if (!ex) {
@@ -178,7 +179,7 @@ function parsePeers(value: unknown, where: string, namespace: string, fail: (f: 
     for (const key of ['podSelector', 'namespaceSelector'] as const) {
       if (raw[key] == null) continue;
       const err = strictSelectorError(raw[key]);
-      if (err) fail(`${at}.${key}`, err);
+      if (err) fail(subField(`${at}.${key}`, err.field), err.message);
     }
     const pods: LabelSelector = raw.podSelector ?? {};
     if (raw.namespaceSelector == null) {
@@ -195,14 +196,14 @@ function parsePeers(value: unknown, where: string, namespace: string, fail: (f: 
 function parsePorts(value: unknown, where: string, fail: (f: string, m: string) => void): PortMatch[] {
   if (value === undefined || value === null) return [];
   if (!Array.isArray(value)) {
-    fail(where, 'must be a list of ports');
+    fail(where, `must be a list of ports, not ${typeName(value)}`);
     return [];
   }
   const out: PortMatch[] = [];
   value.forEach((raw, j) => {
     const at = `${where}[${j}]`;
     if (raw === null) raw = {};
-    if (!isObject(raw)) return fail(at, 'must be an object');
+    if (!isObject(raw)) return fail(at, `must be a map, not ${typeName(raw)}`);
     const protocol = raw.protocol ?? 'TCP';
     if (!PROTOCOLS.includes(protocol)) {
       return fail(`${at}.protocol`, `Unsupported value: ${JSON.stringify(raw.protocol)}: supported values: "SCTP", "TCP", "UDP"`);
@@ -218,7 +219,7 @@ function parsePorts(value: unknown, where: string, fail: (f: string, m: string) 
         if (err) return fail(`${at}.port`, `${JSON.stringify(port)}: ${err}`);
         pm.port = port;
       } else {
-        return fail(`${at}.port`, 'must be a port number or a port name');
+        return fail(`${at}.port`, `must be a port number or a port name, not ${typeName(port)}`);
       }
     }
     if (raw.endPort !== undefined && raw.endPort !== null) {
