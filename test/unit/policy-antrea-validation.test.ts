@@ -56,7 +56,6 @@ t.test('appliedTo placement', async (t) => {
   rejects(t, acnp('node-plus', { priority: 1, appliedTo: [{ nodeSelector: {}, podSelector: {} }], ingress: [{ action: 'Drop' }] }), 'spec.appliedTo[0].nodeSelector', /cannot be set with other/);
   rejects(t, acnp('node-rule', { priority: 1, ingress: [{ action: 'Drop', appliedTo: [{ nodeSelector: {} }] }] }), 'spec.ingress[0].appliedTo[0].nodeSelector', /only allowed in the policy-level/);
   rejects(t, acnp('ipblock-entry', { priority: 1, appliedTo: [{ ipBlock: { cidr: '10.0.0.0/8' } }], ingress: [{ action: 'Drop' }] }), 'spec.appliedTo[0].ipBlock', /cannot be set in appliedTo/);
-  rejects(t, acnp('empty-entry', { priority: 1, appliedTo: [{}], ingress: [{ action: 'Drop' }] }), 'spec.appliedTo[0]', /must set one of/);
   rejects(t, acnp('sa-incomplete', { priority: 1, appliedTo: [{ serviceAccount: { name: 'a' } }], ingress: [{ action: 'Drop' }] }), 'spec.appliedTo[0].serviceAccount.namespace', /required/);
 });
 
@@ -176,4 +175,16 @@ t.test('unknown fields are ignored, as the API server prunes them', async (t) =>
   const r = normalize(acnp('extra', { priority: 1, appliedTo: [{ ...web, colour: 'blue' }], futureField: true, ingress: [{ action: 'Drop', from: [{ ...web, extra: 1 }], whatever: {} }] }));
   t.same(r.errors, []);
   t.equal(r.rules.length, 1);
+});
+
+t.test('an appliedTo entry with no field is valid: every Pod of the policy\'s Namespace (every Namespace for a cluster policy)', async (t) => {
+  const ns = normalize(annp('shop', 'empty-entry', { priority: 1, appliedTo: [{}], ingress: [{ action: 'Drop' }] }));
+  t.same(ns.errors, []);
+  t.same(ns.rules[0]?.appliedTo, [{ kind: 'pods', namespaces: { kind: 'names', names: ['shop'] }, pods: {} }]);
+  const cluster = normalize(acnp('empty-entry', { priority: 1, appliedTo: [{}], ingress: [{ action: 'Drop' }] }));
+  t.same(cluster.errors, []);
+  t.same(cluster.rules[0]?.appliedTo, [{ kind: 'pods', namespaces: { kind: 'all' }, pods: {} }]);
+  const perRule = normalize(annp('shop', 'empty-rule-entry', { priority: 1, egress: [{ action: 'Drop', appliedTo: [{}] }] }));
+  t.same(perRule.errors, []);
+  t.same(perRule.rules[0]?.appliedTo, [{ kind: 'pods', namespaces: { kind: 'names', names: ['shop'] }, pods: {} }]);
 });

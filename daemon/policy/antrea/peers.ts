@@ -266,11 +266,10 @@ export function convertAppliedTo(
       p.add(`${at}.ipBlock`, 'ipBlock cannot be set in appliedTo: a policy applies to Pods (or Nodes), not to CIDRs');
       return;
     }
+    // An entry with no field is valid (Antrea's webhook has no "must set one of" rule for
+    // appliedTo): its group selector has no Pod selector, only the policy's namespace (all
+    // Namespaces for a ClusterNetworkPolicy), so it selects every Pod there.
     const set = setKeys(raw, APPLIED_TO_FIELDS);
-    if (set.length === 0) {
-      p.add(at, `an appliedTo entry must set one of ${scope.flavor === 'cluster' ? APPLIED_TO_FIELDS.join(', ') : 'podSelector, group'}`);
-      return;
-    }
     if (scope.flavor === 'namespaced') {
       for (const k of ['namespaceSelector', 'serviceAccount', 'service', 'nodeSelector']) {
         if (raw[k] != null) {
