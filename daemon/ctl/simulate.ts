@@ -12,7 +12,7 @@ import { readFile } from 'node:fs/promises';
 import type { Argv, CommandModule } from 'yargs';
 import { ManifestError, formatInvalidDocument, readManifests } from '../manifests.js';
 import { PolicyEngine, UnknownEndpointError, type SideDecision } from '../policy/engine.js';
-import { ProbeSyntaxError, formatMatrices, parseProbes } from '../policy/probes.js';
+import { ProbeSyntaxError, formatMatrices, parsePortRange, parseProbes } from '../policy/probes.js';
 import type { DecidedBy, KubeObject, Probe, ProbeResult, ValidationError } from '../policy/types.js';
 
 export interface SimulateOptions {
@@ -22,6 +22,10 @@ export interface SimulateOptions {
   to?: string;
   port?: number;
   protocol?: string;
+  /** The client's source port for the single probe (absent: any of the ephemeral range). */
+  sourcePort?: number;
+  /** "FIRST-LAST": where source ports of probes without one lie (default 32768-60999). */
+  ephemeralPorts?: string;
   output?: 'table' | 'json';
 }
 
@@ -55,7 +59,7 @@ export function defaultProbes(engine: PolicyEngine): Probe[] {
 
 /** Builds the probe list from the options (throws UsageError / ProbeSyntaxError). */
 export async function probesFromOptions(opts: SimulateOptions, engine: PolicyEngine): Promise<Probe[]> {
-  const single = opts.from !== undefined || opts.to !== undefined || opts.port !== undefined;
+  const single = opts.from !== undefined || opts.to !== undefined || opts.port !== undefined || opts.sourcePort !== undefined;
   if (opts.probes !== undefined && single) throw new UsageError('give either --probes FILE or --from/--to/--port/--protocol, not both');
   if (opts.probes !== undefined) {
     let text: string;
@@ -80,7 +84,7 @@ export async function probesFromOptions(opts: SimulateOptions, engine: PolicyEng
     if (opts.from === undefined || opts.to === undefined) throw new UsageError('--from and --to are both required for a single probe');
     const protocol = (opts.protocol ?? 'TCP').toUpperCase();
     if (opts.port === undefined && protocol !== 'ICMP') throw new UsageError('--port is required (except for --protocol ICMP)');
-    return parseProbes([{ from: opts.from, to: opts.to, port: opts.port, protocol }]);
+    return parseProbes([{ from: opts.from, to: opts.to, port: opts.port, protocol, ...(opts.sourcePort !== undefined ? { sourcePort: opts.sourcePort } : {}) }]);
   }
   return defaultProbes(engine);
 }
@@ -94,7 +98,7 @@ function describeRule(d: DecidedBy): string {
 
 /** The explanation printed under the matrix for a single probe. */
 export function describeDecision(r: ProbeResult, sides: SideDecision[]): string {
-  const lines = [`${r.from} -> ${r.to} ${r.port}/${r.protocol}: ${r.verdict}`];
+  const lines = [`${r.from}${r.sourcePort !== undefined ? ` (source port ${r.sourcePort})` : ''} -> ${r.to} ${r.port}/${r.protocol}: ${r.verdict}`];
   lines.push(`  decided by: ${r.decidedBy ? describeRule(r.decidedBy) : 'no rule (the default: allow)'}`);
   for (const s of sides) {
     lines.push(`  ${s.direction === 'Egress' ? 'egress of' : 'ingress of'} ${s.pod}: ${s.verdict} (${s.decidedBy ? describeRule(s.decidedBy) : 'no rule applies: default'})`);
@@ -118,7 +122,7 @@ export async function runSimulate(opts: SimulateOptions, out: Output): Promise<n
       if (err instanceof ManifestError) throw new UsageError(err.message);
       throw err;
     }
-    const engine = new PolicyEngine();
+    const engine = new PolicyEngine(opts.ephemeralPorts !== undefined ? { ephemeralPorts: parsePortRange(opts.ephemeralPorts, '--ephemeral-ports') } : {});
     // Namespaces, Nodes and Tiers first so dependent objects see them (order in files is free-form).
     const rank = (o: KubeObject) => (o.kind === 'Namespace' || o.kind === 'Node' ? 0 : o.kind === 'Tier' ? 1 : 2);
     for (const o of [...objects].sort((a, b) => rank(a) - rank(b))) {
@@ -167,6 +171,8 @@ interface SimulateArgs {
   to?: string;
   port?: number;
   protocol?: string;
+  'source-port'?: number;
+  'ephemeral-ports'?: string;
   o: string;
 }
 
@@ -176,11 +182,13 @@ export const simulateCommand: CommandModule<object, SimulateArgs> = {
   builder: (y) =>
     (y as Argv)
       .option('f', { alias: 'filename', type: 'string', array: true, demandOption: true, describe: 'scenario manifest file or directory (repeatable)' })
-      .option('probes', { type: 'string', describe: 'JSON probe file: [{from, to, port, protocol}]' })
+      .option('probes', { type: 'string', describe: 'JSON probe file: [{from, to, port, protocol, sourcePort?}]' })
       .option('from', { type: 'string', describe: 'source endpoint: ns/pod, service:ns/name or ip:A.B.C.D' })
       .option('to', { type: 'string', describe: 'destination endpoint' })
       .option('port', { type: 'number', describe: 'destination port' })
       .option('protocol', { type: 'string', describe: 'TCP, UDP, SCTP or ICMP (default TCP)' })
+      .option('source-port', { type: 'number', describe: 'the client\'s source port (default: judged over the whole ephemeral range)' })
+      .option('ephemeral-ports', { type: 'string', describe: 'FIRST-LAST source ports of probes that name none (default 32768-60999, Linux ip_local_port_range)' })
       .option('o', { alias: 'output', type: 'string', choices: ['table', 'json'], default: 'table', describe: 'output format' }) as unknown as Argv<SimulateArgs>,
   handler: async (argv) => {
     const code = await runSimulate(
@@ -191,6 +199,8 @@ export const simulateCommand: CommandModule<object, SimulateArgs> = {
         ...(argv.to !== undefined ? { to: argv.to } : {}),
         ...(argv.port !== undefined ? { port: argv.port } : {}),
         ...(argv.protocol !== undefined ? { protocol: argv.protocol } : {}),
+        ...(argv['source-port'] !== undefined ? { sourcePort: argv['source-port'] } : {}),
+        ...(argv['ephemeral-ports'] !== undefined ? { ephemeralPorts: argv['ephemeral-ports'] } : {}),
         output: argv.o as 'table' | 'json',
       },
       { stdout: (s) => process.stdout.write(`${s}\n`), stderr: (s) => process.stderr.write(`${s}\n`) },

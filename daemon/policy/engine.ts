@@ -15,7 +15,7 @@ import { normalizers as k8sNormalizers } from './k8s/index.js';
 import { emptyResult } from './problems.js';
 import type { MatchEnv } from './match.js';
 import type {
-  GroupDef, InternalRule, Isolation, KubeObject, NormalizeContext, NormalizeResult, Normalizer, PodInfo, Probe, ProbeResult, TierDef, ValidationError,
+  GroupDef, InternalRule, Isolation, KubeObject, NormalizeContext, NormalizeResult, Normalizer, PodInfo, PortRange, Probe, ProbeResult, TierDef, ValidationError,
 } from './types.js';
 
 export type { SideDecision, ChangeSet, NodeRule, NodeTarget, NodeIsolation, AddressGroup, AppliedToGroup, ComputedRule, ComputedIsolation };
@@ -96,7 +96,11 @@ export class PolicyEngine {
   /** The cache holds until the earliest TTL expiry among learned names. */
   private fqdnCacheValidUntil = -Infinity;
 
-  constructor(opts: { nodeName?: string; log?: (e: ValidationError) => void; now?: () => number; normalizers?: NormalizerEntry[] } = {}) {
+  constructor(opts: {
+    nodeName?: string; log?: (e: ValidationError) => void; now?: () => number; normalizers?: NormalizerEntry[];
+    /** Source ports of probes that name none (default: Linux's 32768-60999). */
+    ephemeralPorts?: PortRange;
+  } = {}) {
     if (opts.nodeName !== undefined) this.nodeName = opts.nodeName;
     if (opts.log) this.log = opts.log;
     this.now = opts.now ?? (() => Date.now());
@@ -118,7 +122,7 @@ export class PolicyEngine {
         isolations.push(...entry.result.isolations);
       }
       return { rules, isolations };
-    });
+    }, opts.ephemeralPorts);
   }
 
   // ---------------------------------------------------------------------------------------
@@ -229,12 +233,12 @@ export class PolicyEngine {
   }
 
   /** Verdict and deciding rule for one probe (see evaluator.ts). Throws UnknownEndpointError. */
-  evaluate(probe: Probe & { sourcePort?: number }): ProbeResult {
+  evaluate(probe: Probe): ProbeResult {
     return this.evaluator.evaluate(probe);
   }
 
   /** The verdict plus each side's own decision (see Evaluator.explain). */
-  explain(probe: Probe & { sourcePort?: number }): { result: ProbeResult; sides: SideDecision[] } {
+  explain(probe: Probe): { result: ProbeResult; sides: SideDecision[] } {
     return this.evaluator.explain(probe);
   }
 

@@ -19,8 +19,8 @@ import { podKey, type ClusterState } from './cluster.js';
 import { groupId } from './internal.js';
 import { compilePeer, compilePorts, podEndpoint, realizableMembers, type Endpoint, type MatchContext, type MatchEnv, type PeerMatcher, type PortMatcher, type PortProbe } from './match.js';
 import { canonicalJson, compareRules } from './order.js';
-import { parseEndpoint, type ParsedEndpoint } from './probes.js';
-import type { DecidedBy, Direction, InternalRule, Isolation, Peer, PodInfo, Probe, ProbeResult, ServiceInfo } from './types.js';
+import { DEFAULT_EPHEMERAL_PORTS, parseEndpoint, type ParsedEndpoint } from './probes.js';
+import type { DecidedBy, Direction, InternalRule, Isolation, Peer, PodInfo, PortRange, Probe, ProbeResult, ServiceInfo } from './types.js';
 
 /** Thrown by evaluate() for a probe naming something the cluster does not have. */
 export class UnknownEndpointError extends Error {}
@@ -158,6 +158,11 @@ function indexByAppliedToGroup<T>(index: Map<string, T[]>, appliedTo: Peer[], it
   }
 }
 
+/** The probe part of a result (the source port only when the probe named one). */
+function probeFields(probe: Probe): Probe {
+  return { from: probe.from, to: probe.to, port: probe.port, protocol: probe.protocol, ...(probe.sourcePort !== undefined ? { sourcePort: probe.sourcePort } : {}) };
+}
+
 export class Evaluator {
   private compiled?: Compiled;
   private podRules = new WeakMap<PodInfo, PodRules>();
@@ -174,11 +179,17 @@ export class Evaluator {
     private readonly targetsOf: (podKey: string) => ReadonlySet<string>,
     /** Every valid rule and isolation. */
     private readonly source: () => { rules: InternalRule[]; isolations: Isolation[] },
+    /** Where the source port of a probe that names none lies. */
+    private readonly ephemeralPorts: PortRange = DEFAULT_EPHEMERAL_PORTS,
   ) {}
+
+  /** The ephemeral range cut where some rule's sourcePort range begins or ends (rebuilt after rule changes). */
+  private sourcePortPieces?: PortRange[];
 
   /** Rules or isolations changed: recompile on next use. */
   rulesChanged(): void {
     this.compiled = undefined;
+    this.sourcePortPieces = undefined;
     this.podRules = new WeakMap();
     this.slots = new Map();
   }
@@ -288,19 +299,68 @@ export class Evaluator {
     return entry;
   }
 
-  evaluate(probe: Probe & { sourcePort?: number }): ProbeResult {
+  /**
+   * The verdict for a probe. Without a source port the probe stands for a client connecting from
+   * any port of the ephemeral range: it is judged on every piece of that range that rules with
+   * sourcePort tell apart, and when the pieces disagree the most restrictive verdict is reported,
+   * with a note giving the verdict per source-port range.
+   */
+  evaluate(probe: Probe): ProbeResult {
+    return this.judge(probe).result;
+  }
+
+  /** evaluate(), plus the source port the reported verdict was decided for. */
+  private judge(probe: Probe): { result: ProbeResult; sourcePort: number } {
+    if (probe.sourcePort !== undefined) return { result: this.evaluateAt(probe, probe.sourcePort), sourcePort: probe.sourcePort };
+    const pieces = this.sourcePortRanges();
+    const judged = pieces.map((r) => ({ range: r, result: this.evaluateAt(probe, r.first) }));
+    const restrictive = judged.find((j) => j.result.verdict !== 'allow') ?? judged[0]!;
+    const same = judged.every((j) => j.result.verdict === restrictive.result.verdict && canonicalJson(j.result.decidedBy ?? null) === canonicalJson(restrictive.result.decidedBy ?? null));
+    if (same) return { result: restrictive.result, sourcePort: restrictive.range.first };
+    // Merge neighbouring pieces with the same verdict for the note.
+    const runs: { first: number; last: number; verdict: string }[] = [];
+    for (const j of judged) {
+      const prev = runs[runs.length - 1];
+      if (prev && prev.verdict === j.result.verdict) prev.last = j.range.last;
+      else runs.push({ first: j.range.first, last: j.range.last, verdict: j.result.verdict });
+    }
+    const span = (r: { first: number; last: number }) => (r.first === r.last ? `${r.first}` : `${r.first}-${r.last}`);
+    const depends = `the verdict depends on the source port (no source port given: any of ${span(this.ephemeralPorts)}): ${runs.map((r) => `${r.verdict} from ${span(r)}`).join(', ')}; reporting the most restrictive`;
+    const result = { ...restrictive.result, note: [restrictive.result.note, depends].filter(Boolean).join('; ') };
+    return { result, sourcePort: restrictive.range.first };
+  }
+
+  /** The ephemeral range, cut at every boundary of a rule's sourcePort..sourceEndPort range. */
+  private sourcePortRanges(): PortRange[] {
+    if (this.sourcePortPieces) return this.sourcePortPieces;
+    const { first, last } = this.ephemeralPorts;
+    const cuts = new Set<number>([first]);
+    for (const c of this.compile().rules) {
+      for (const pm of c.rule.ports) {
+        if (pm.sourcePort === undefined) continue;
+        const end = (pm.sourceEndPort ?? pm.sourcePort) + 1;
+        if (pm.sourcePort > first && pm.sourcePort <= last) cuts.add(pm.sourcePort);
+        if (end > first && end <= last) cuts.add(end);
+      }
+    }
+    const starts = [...cuts].sort((a, b) => a - b);
+    this.sourcePortPieces = starts.map((s, i) => ({ first: s, last: i + 1 < starts.length ? starts[i + 1]! - 1 : last }));
+    return this.sourcePortPieces;
+  }
+
+  private evaluateAt(probe: Probe, sourcePort: number): ProbeResult {
     const srcSlot = this.slot(probe.from, 'from');
     const dstSlot = this.slot(probe.to, 'to');
     const src = srcSlot.endpoint;
     const dst = dstSlot.endpoint;
     if (src.kind === 'service') throw new UnknownEndpointError(`${probe.from}: a Service cannot be a probe source; use one of its Pods`);
     if (dst.kind !== 'service') {
-      const d = this.decide(srcSlot, dstSlot, probe.protocol, probe.port, probe.sourcePort, undefined);
-      const result: ProbeResult = { from: probe.from, to: probe.to, port: probe.port, protocol: probe.protocol, verdict: d.verdict, decidedBy: d.decidedBy ?? null };
+      const d = this.decide(srcSlot, dstSlot, probe.protocol, probe.port, sourcePort, undefined);
+      const result: ProbeResult = { ...probeFields(probe), verdict: d.verdict, decidedBy: d.decidedBy ?? null };
       if (d.note) result.note = d.note;
       return result;
     }
-    const base: Probe = { from: probe.from, to: probe.to, port: probe.port, protocol: probe.protocol };
+    const base: Probe = probeFields(probe);
     // A probe to a Service is decided for the post-DNAT flow: endpoint Pod and target port.
     const svc = dst.service;
     const sp = svc.ports.find((p) => p.port === probe.port && p.protocol === probe.protocol);
@@ -309,7 +369,7 @@ export class Evaluator {
     for (const pod of this.cluster.serviceEndpoints(svc.namespace, svc.name)) {
       const port = typeof sp.targetPort === 'number' ? sp.targetPort : pod.ports.find((p) => p.name === sp.targetPort && p.protocol === sp.protocol)?.containerPort;
       if (port === undefined) continue;
-      outcomes.push({ pod, r: this.decide(srcSlot, this.podSlot(pod), probe.protocol, port, probe.sourcePort, svc) });
+      outcomes.push({ pod, r: this.decide(srcSlot, this.podSlot(pod), probe.protocol, port, sourcePort, svc) });
     }
     if (outcomes.length === 0) return { ...base, verdict: 'reject', decidedBy: null, note: `Service ${svc.namespace}/${svc.name} has no ready endpoints` };
     const chosen = outcomes.find((o) => o.r.verdict !== 'allow') ?? outcomes[0]!;
@@ -322,8 +382,8 @@ export class Evaluator {
    * The verdict plus each side's own decision (egress of the source Pod, ingress of the
    * destination Pod), evaluated independently: what `sluicectl simulate` prints for one probe.
    */
-  explain(probe: Probe & { sourcePort?: number }): { result: ProbeResult; sides: SideDecision[] } {
-    const result = this.evaluate(probe);
+  explain(probe: Probe): { result: ProbeResult; sides: SideDecision[] } {
+    const { result, sourcePort } = this.judge(probe);
     const srcSlot = this.slot(probe.from, 'from');
     const src = srcSlot.endpoint as Endpoint;
     let dstSlot = this.slot(probe.to, 'to');
@@ -342,7 +402,7 @@ export class Evaluator {
     // Same-node host traffic and loopback are decided before either side.
     if ((src.kind === 'host' && dst.kind === 'pod' && src.nodeName !== undefined && src.nodeName === dst.pod.nodeName) ||
         (!service && src.kind === 'pod' && dst.kind === 'pod' && src.pod === dst.pod)) return { result, sides: [] };
-    const portProbe = this.setPortProbe(probe.protocol, port, probe.sourcePort, dst.kind === 'pod' ? dst.pod : undefined);
+    const portProbe = this.setPortProbe(probe.protocol, port, sourcePort, dst.kind === 'pod' ? dst.pod : undefined);
     const sides: SideDecision[] = [];
     if (src.kind === 'pod') {
       const d = this.decideDirection('Egress', srcSlot, dstSlot, portProbe, service);

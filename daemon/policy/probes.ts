@@ -1,4 +1,16 @@
-import type { Probe, ProbeResult, Verdict } from './types.js';
+import type { PortRange, Probe, ProbeResult, Verdict } from './types.js';
+
+/** Linux's default net.ipv4.ip_local_port_range: where a client's source port lies. */
+export const DEFAULT_EPHEMERAL_PORTS: PortRange = Object.freeze({ first: 32768, last: 60999 });
+
+/** "FIRST-LAST" (1-65535, FIRST <= LAST) -> a PortRange; throws ProbeSyntaxError. */
+export function parsePortRange(text: string, what: string): PortRange {
+  const m = /^(\d{1,5})-(\d{1,5})$/.exec(text.trim());
+  const first = m ? Number(m[1]) : NaN;
+  const last = m ? Number(m[2]) : NaN;
+  if (!m || first < 1 || last > 65535 || first > last) throw new ProbeSyntaxError(`${what}: "${text}" must be FIRST-LAST, ports 1-65535 with FIRST <= LAST`);
+  return { first, last };
+}
 
 /** Thrown for unusable probe input; the message says what and where. */
 export class ProbeSyntaxError extends Error {
@@ -30,11 +42,11 @@ export function parseEndpoint(ref: string): ParsedEndpoint {
 
 /** Validates a probe array (the JSON probe-file format); throws ProbeSyntaxError naming the entry. */
 export function parseProbes(json: unknown): Probe[] {
-  if (!Array.isArray(json)) throw new ProbeSyntaxError('a probe file is a JSON array of {from, to, port, protocol}');
+  if (!Array.isArray(json)) throw new ProbeSyntaxError('a probe file is a JSON array of {from, to, port, protocol, sourcePort?}');
   return json.map((p, i) => {
     const where = `probe ${i}`;
     if (typeof p !== 'object' || p === null) throw new ProbeSyntaxError(`${where}: not an object`);
-    const { from, to, port, protocol } = p as Record<string, unknown>;
+    const { from, to, port, protocol, sourcePort } = p as Record<string, unknown>;
     parseEndpointAt(from, `${where}.from`);
     parseEndpointAt(to, `${where}.to`);
     const proto = typeof protocol === 'string' ? protocol.toUpperCase() : protocol;
@@ -45,7 +57,16 @@ export function parseProbes(json: unknown): Probe[] {
     if (typeof portNum !== 'number' || !Number.isInteger(portNum) || portNum < 0 || portNum > 65535 || (portNum === 0 && proto !== 'ICMP')) {
       throw new ProbeSyntaxError(`${where}.port: must be an integer 1-65535`);
     }
-    return { from: from as string, to: to as string, port: portNum, protocol: proto as Probe['protocol'] };
+    if (sourcePort !== undefined && sourcePort !== null) {
+      if (proto === 'ICMP') throw new ProbeSyntaxError(`${where}.sourcePort: ICMP has no ports`);
+      if (typeof sourcePort !== 'number' || !Number.isInteger(sourcePort) || sourcePort < 1 || sourcePort > 65535) {
+        throw new ProbeSyntaxError(`${where}.sourcePort: must be an integer 1-65535`);
+      }
+    }
+    return {
+      from: from as string, to: to as string, port: portNum, protocol: proto as Probe['protocol'],
+      ...(typeof sourcePort === 'number' ? { sourcePort } : {}),
+    };
   });
 }
 

@@ -263,6 +263,14 @@ export interface Probe {
   to: EndpointRef;
   port: number;
   protocol: 'TCP' | 'UDP' | 'SCTP' | 'ICMP';
+  /** The client's source port; absent = any port of the source's ephemeral range. */
+  sourcePort?: number;
+}
+
+/** The source ports a client picks from (Linux net.ipv4.ip_local_port_range). */
+export interface PortRange {
+  first: number;
+  last: number;
 }
 
 export type Verdict = 'allow' | 'drop' | 'reject';
