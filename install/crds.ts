@@ -7,6 +7,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { dumpYaml } from '../daemon/kube-yaml.js';
+import { openApiSchema, specSchema } from '../daemon/policy/schema.js';
 
 // A type alias (not an interface) so it is assignable to the lab's index-signature object type.
 export type CustomResourceDefinition = {
@@ -27,6 +28,25 @@ export type CustomResourceDefinition = {
   };
 };
 
+/**
+ * The kind's field schema (daemon/policy/schema.ts, the source of sluice's unknown-field
+ * warnings too): apiVersion, kind, metadata as for any object, the typed spec, an open status.
+ */
+function crdSchema(group: string, kind: string): Record<string, unknown> {
+  const spec = specSchema(group, kind);
+  if (!spec) throw new Error(`no field schema for ${group} ${kind}`);
+  return {
+    type: 'object',
+    properties: {
+      apiVersion: { type: 'string' },
+      kind: { type: 'string' },
+      metadata: { type: 'object' },
+      spec: openApiSchema(spec),
+      status: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true },
+    },
+  };
+}
+
 function crd(group: string, plural: string, kind: string, scope: 'Namespaced' | 'Cluster', versions: string[],
   status: boolean, shortNames: string[]): CustomResourceDefinition {
   return {
@@ -37,9 +57,9 @@ function crd(group: string, plural: string, kind: string, scope: 'Namespaced' | 
       group, scope,
       names: { plural, singular: kind.toLowerCase(), kind, listKind: `${kind}List`, shortNames },
       versions: versions.map((name, i) => ({
-        // The first version is the storage version; all versions share one open schema (no conversion needed).
+        // The first version is the storage version; all versions share one schema (no conversion needed).
         name, served: true, storage: i === 0,
-        schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } },
+        schema: { openAPIV3Schema: crdSchema(group, kind) },
         ...(status ? { subresources: { status: {} } } : {}),
       })),
     },
@@ -70,7 +90,10 @@ const HEADER = `# CustomResourceDefinitions for the policy kinds sluice enforces
 # nor network-policy-api's CRDs. A cluster with the upstream CRDs installed must NOT apply this file: it
 # would replace their schemas. Deleting these CRDs deletes every object of these kinds.
 #
-# The schemas are deliberately open (x-kubernetes-preserve-unknown-fields): the agent validates every
+# The schemas are the kinds' field schemas, generated from the one sluice uses to warn about unknown
+# fields (daemon/policy/schema.ts): like the upstream CRDs, the API server prunes fields they do not
+# have and kubectl's strict field validation refuses them (a typo such as spec.podSelecter would
+# otherwise change a policy's meaning). Values are checked in depth by the agent, which validates every
 # object itself and ignores an invalid one, with the reason (object and field) in its log and in
 # "sluicectl node policies" on each node.
 #

@@ -63,6 +63,11 @@ export function renderPolicyReport(r: PolicyReport): string {
   } else {
     lines.push('no invalid objects');
   }
+  const warnings = r.warnings ?? [];
+  if (warnings.length) {
+    lines.push(`${warnings.length} unknown field(s), not part of the kind's schema (a typo changes what a policy means; the rest of the object is used):`);
+    for (const w of warnings) lines.push(`  ${w.kind} ${policyName(w)}: ${w.message} "${w.field}"`);
+  }
   return lines.join('\n');
 }
 

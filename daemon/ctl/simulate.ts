@@ -41,6 +41,11 @@ export function formatValidationError(e: ValidationError): string {
   return `invalid ${e.kind} ${e.namespace ? `${e.namespace}/` : ''}${e.name}: ${e.field}: ${e.message}`;
 }
 
+/** kubectl's form for a field the schema does not have: `Warning: unknown field "spec.x"`, with the object. */
+export function formatWarning(w: ValidationError): string {
+  return `warning: ${w.kind} ${w.namespace ? `${w.namespace}/` : ''}${w.name}: ${w.message} "${w.field}"`;
+}
+
 /** Every Pod to every other Pod, on each (port, protocol) some Pod declares. */
 export function defaultProbes(engine: PolicyEngine): Probe[] {
   const pods = [...engine.cluster.pods.values()].sort((a, b) => `${a.namespace}/${a.name}`.localeCompare(`${b.namespace}/${b.name}`));
@@ -134,6 +139,7 @@ export async function runSimulate(opts: SimulateOptions, out: Output): Promise<n
       }
     }
     for (const e of engine.errors()) out.stderr(formatValidationError(e));
+    for (const w of engine.warnings()) out.stderr(formatWarning(w));
 
     const probes = await probesFromOptions(opts, engine);
     const results: ProbeResult[] = [];

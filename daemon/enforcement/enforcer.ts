@@ -413,6 +413,7 @@ export class Enforcer {
       rules: this.engine.nodeRuleSet(),
       isolations: this.engine.nodeIsolations(),
       errors: this.engine.errors(),
+      warnings: this.engine.warnings(),
       localPods,
     });
   }

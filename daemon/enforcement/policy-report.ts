@@ -38,6 +38,8 @@ export interface PolicyReport {
   policies: EnforcedPolicy[];
   /** Objects ignored because they are invalid, with the field and the reason (sorted by object). */
   invalid: ValidationError[];
+  /** Fields of policy objects their kind's schema does not have (the objects are used without them; sorted). */
+  warnings: ValidationError[];
   /** Local Pods (not hostNetwork) that the engine knows. */
   localPods: number;
   /** Local Pods no policy applies to (this node does not restrict their traffic; the peers' policies still can), sorted. */
@@ -50,6 +52,7 @@ export interface PolicyReportInput {
   rules: readonly NodeRule[];
   isolations: readonly NodeIsolation[];
   errors: readonly ValidationError[];
+  warnings?: readonly ValidationError[];
   /** The Pods on this node ("ns/name"). */
   localPods: readonly string[];
 }
@@ -132,6 +135,7 @@ export function buildPolicyReport(input: PolicyReportInput): PolicyReport {
     synced: input.synced,
     policies,
     invalid: [...input.errors].map((e) => ({ ...e })).sort((a, b) => cmp(errorKey(a), errorKey(b))),
+    warnings: [...(input.warnings ?? [])].map((e) => ({ ...e })).sort((a, b) => cmp(errorKey(a), errorKey(b))),
     localPods: local.length,
     unselectedPods: local.filter((p) => !selected.has(p)),
   };

@@ -13,6 +13,7 @@ import { Evaluator, UnknownEndpointError, type SideDecision } from './evaluator.
 import { InternalModel, type ComputedIsolation, type NodeIsolation, type ChangeSet, type NodeRule, type NodeTarget, type AddressGroup, type AppliedToGroup, type ComputedRule } from './internal.js';
 import { normalizers as k8sNormalizers } from './k8s/index.js';
 import { emptyResult } from './problems.js';
+import { objectSchema, unknownFields } from './schema.js';
 import type { MatchEnv } from './match.js';
 import type {
   GroupDef, InternalRule, Isolation, KubeObject, NormalizeContext, NormalizeResult, Normalizer, PodInfo, PortRange, Probe, ProbeResult, TierDef, ValidationError,
@@ -47,6 +48,17 @@ interface PolicyEntry {
   result: NormalizeResult;
   /** Set while a Tier cannot be used (its priority is taken by an earlier Tier). */
   tierErrors?: ValidationError[];
+  /** Fields the kind's schema does not have (the object is still used, as the API server would prune them). */
+  warnings: ValidationError[];
+}
+
+/** One warning per field of `obj` its kind's schema does not have. */
+function unknownFieldWarnings(obj: KubeObject, group: string): ValidationError[] {
+  const schema = objectSchema(group, obj.kind);
+  if (!schema) return [];
+  // Named as the kind's normalizer names its errors (Antrea's kinds share names with others).
+  const kind = group === ANTREA_GROUP && (obj.kind === 'ClusterNetworkPolicy' || obj.kind === 'NetworkPolicy') ? `Antrea${obj.kind}` : obj.kind;
+  return unknownFields(schema, obj).map((field) => ({ ...objectError(obj, field, 'unknown field'), kind }));
 }
 
 /** An object of a kind/version the engine refused; each apiVersion is judged on its own. */
@@ -148,7 +160,7 @@ export class PolicyEngine {
         this.reject(rejectKey, obj, 'apiVersion', `${obj.kind} is not served in ${obj.apiVersion} (served: ${entry.versions.map((v) => `${group}/${v}`).join(', ')})`);
       } else {
         const key = policyKey(group, ref);
-        this.setPolicy(key, { key, obj, group, normalize: entry.normalize, result: emptyResult() });
+        this.setPolicy(key, { key, obj, group, normalize: entry.normalize, result: emptyResult(), warnings: unknownFieldWarnings(obj, group) });
       }
     }
     return this.finish();
@@ -219,6 +231,18 @@ export class PolicyEngine {
   errors(): ValidationError[] {
     const out: ValidationError[] = [...this.rejected.values()];
     for (const e of this.policies.values()) out.push(...e.result.errors, ...(e.tierErrors ?? []));
+    const key = (e: ValidationError) => `${e.kind}/${e.namespace ?? ''}/${e.name}/${e.field}`;
+    return out.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
+  }
+
+  /**
+   * Fields of policy objects that their kind's schema does not have (a typo such as
+   * spec.podSelecter changes what a policy means): what the API server warns about and kubectl's
+   * strict field validation refuses. The rest of each object is used as it stands.
+   */
+  warnings(): ValidationError[] {
+    const out: ValidationError[] = [];
+    for (const e of this.policies.values()) out.push(...e.warnings);
     const key = (e: ValidationError) => `${e.kind}/${e.namespace ?? ''}/${e.name}/${e.field}`;
     return out.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
   }

@@ -408,7 +408,8 @@ t.test('crds.yaml is generated from install/crds.ts and is what the lab serves',
   }
   const header = readFileSync(join(installDir, 'crds.yaml'), 'utf8').split('\n---')[0]!;
   t.match(header, /must NOT apply/, 'header warns clusters with the upstream CRDs');
-  t.match(header, /validates every\s*\n?#?\s*object/, 'header explains the open schemas');
+  t.match(header, /validates every\s*\n?#?\s*object/, 'header says the agent validates');
+  t.match(header, /prunes fields they do not\s*\n?#?\s*have/, 'header explains the schemas');
 });
 
 // ---- each check fails on a broken copy ----
