@@ -13,7 +13,7 @@ import { Evaluator, UnknownEndpointError, type SideDecision } from './evaluator.
 import { InternalModel, type ComputedIsolation, type NodeIsolation, type ChangeSet, type NodeRule, type NodeTarget, type AddressGroup, type AppliedToGroup, type ComputedRule } from './internal.js';
 import { normalizers as k8sNormalizers } from './k8s/index.js';
 import { emptyResult } from './problems.js';
-import { objectSchema, unknownFields } from './schema.js';
+import { objectSchema, unknownFields, wrongTypes } from './schema.js';
 import type { MatchEnv } from './match.js';
 import type {
   GroupDef, InternalRule, Isolation, KubeObject, NormalizeContext, NormalizeResult, Normalizer, PodInfo, PortRange, Probe, ProbeResult, TierDef, ValidationError,
@@ -56,9 +56,13 @@ interface PolicyEntry {
 function unknownFieldWarnings(obj: KubeObject, group: string): ValidationError[] {
   const schema = objectSchema(group, obj.kind);
   if (!schema) return [];
-  // Named as the kind's normalizer names its errors (Antrea's kinds share names with others).
-  const kind = group === ANTREA_GROUP && (obj.kind === 'ClusterNetworkPolicy' || obj.kind === 'NetworkPolicy') ? `Antrea${obj.kind}` : obj.kind;
+  const kind = kindName(group, obj.kind);
   return unknownFields(schema, obj).map((field) => ({ ...objectError(obj, field, 'unknown field'), kind }));
+}
+
+/** A kind as its normalizer names it in errors (Antrea's policy kinds share names with others). */
+function kindName(group: string, kind: string): string {
+  return group === ANTREA_GROUP && (kind === 'ClusterNetworkPolicy' || kind === 'NetworkPolicy') ? `Antrea${kind}` : kind;
 }
 
 /** An object of a kind/version the engine refused; each apiVersion is judged on its own. */
@@ -418,8 +422,17 @@ export class PolicyEngine {
 
   private runNormalizer(entry: PolicyEntry): NormalizeResult {
     let result: NormalizeResult;
+    // Values of the wrong JSON type make the object invalid before its kind's own checks, as the
+    // API server refuses to decode them: one message per field, with the type expected.
+    const schema = objectSchema(entry.group, entry.obj.kind);
+    const typeErrors = schema ? wrongTypes(schema, entry.obj) : [];
     try {
-      result = entry.normalize(entry.obj, this.normalizeContext());
+      if (typeErrors.length > 0) {
+        const kind = kindName(entry.group, entry.obj.kind);
+        result = emptyResult(typeErrors.map((e) => ({ ...objectError(entry.obj, e.field, e.message), kind })));
+      } else {
+        result = entry.normalize(entry.obj, this.normalizeContext());
+      }
     } catch (err) {
       result = emptyResult([objectError(entry.obj, 'spec', `could not be read: ${(err as Error).message}`)]);
     }

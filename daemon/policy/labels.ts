@@ -66,19 +66,19 @@ const isPlainMap = (v: unknown): v is Record<string, unknown> => typeof v === 'o
  * validates a metav1.LabelSelector): every wrong type is named with its field and the type expected.
  */
 export function selectorError(selector: unknown): FieldProblem | undefined {
-  if (!isPlainMap(selector)) return { field: '', message: `must be a label selector (a map with matchLabels/matchExpressions), not ${typeName(selector)}` };
+  if (!isPlainMap(selector)) return { field: '', message: `must be an object (a label selector), not ${typeName(selector)}` };
   const { matchLabels, matchExpressions } = selector;
   if (matchLabels !== undefined && matchLabels !== null) {
-    if (!isPlainMap(matchLabels)) return { field: 'matchLabels', message: `must be a map of label keys to string values, not ${typeName(matchLabels)}` };
+    if (!isPlainMap(matchLabels)) return { field: 'matchLabels', message: `must be a map of strings, not ${typeName(matchLabels)}` };
     for (const [k, v] of Object.entries(matchLabels)) {
       if (typeof v !== 'string') return { field: `matchLabels.${k}`, message: `must be a string, not ${typeName(v)}` };
     }
   }
   if (matchExpressions === undefined || matchExpressions === null) return undefined;
-  if (!Array.isArray(matchExpressions)) return { field: 'matchExpressions', message: `must be a list of {key, operator, values}, not ${typeName(matchExpressions)}` };
+  if (!Array.isArray(matchExpressions)) return { field: 'matchExpressions', message: `must be a list of objects, not ${typeName(matchExpressions)}` };
   for (const [i, req] of matchExpressions.entries()) {
     const at = `matchExpressions[${i}]`;
-    if (!isPlainMap(req)) return { field: at, message: `must be a map {key, operator, values}, not ${typeName(req)}` };
+    if (!isPlainMap(req)) return { field: at, message: `must be an object, not ${typeName(req)}` };
     if (req.key === undefined || req.key === null || req.key === '') return { field: `${at}.key`, message: 'Required value' };
     if (typeof req.key !== 'string') return { field: `${at}.key`, message: `must be a string, not ${typeName(req.key)}` };
     const values = req.values;

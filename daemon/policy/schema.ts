@@ -178,6 +178,66 @@ export function unknownFields(schema: FieldSchema, value: unknown, path = ''): s
   return out;
 }
 
+const EXPECTED: Record<string, string> = {
+  string: 'a string', integer: 'an integer', number: 'a number', boolean: 'a boolean (true or false)',
+  'int-or-string': 'a port number or name', array: 'a list', map: 'a map of strings', object: 'an object',
+};
+
+function expected(s: FieldSchema): string {
+  if (s.type !== 'array') return EXPECTED[s.type]!;
+  const item = s.items.type === 'array' || s.items.type === 'any' || s.items.type === 'int-or-string' ? '' : ` of ${s.items.type === 'map' || s.items.type === 'object' ? 'objects' : `${s.items.type}s`}`;
+  return `a list${item}`;
+}
+
+function describe(v: unknown): string {
+  if (Array.isArray(v)) return 'a list';
+  if (typeof v === 'object') return 'a map';
+  if (typeof v === 'string') return `a string (${JSON.stringify(v)})`;
+  if (typeof v === 'number') return `a number (${v})`;
+  return `a ${typeof v} (${String(v)})`;
+}
+
+function typeMatches(s: FieldSchema, v: unknown): boolean {
+  switch (s.type) {
+    case 'any': return true;
+    case 'string': return typeof v === 'string';
+    case 'integer': return typeof v === 'number' && Number.isInteger(v);
+    case 'number': return typeof v === 'number';
+    case 'boolean': return typeof v === 'boolean';
+    case 'int-or-string': return typeof v === 'string' || (typeof v === 'number' && Number.isInteger(v));
+    case 'array': return Array.isArray(v);
+    case 'map': case 'object': return isPlainMap(v);
+  }
+}
+
+/**
+ * Values whose JSON type is not the field's (as the API server refuses to decode them: a boolean
+ * where a label value belongs, a list where matchLabels' map belongs, a string where a list
+ * belongs). null stands for an absent field, as in the API server. Unknown fields are not judged.
+ */
+export function wrongTypes(schema: FieldSchema, value: unknown, path = ''): { field: string; message: string }[] {
+  const out: { field: string; message: string }[] = [];
+  const walk = (s: FieldSchema, v: unknown, at: string): void => {
+    if (v === null || v === undefined) return;
+    if (!typeMatches(s, v)) {
+      out.push({ field: at, message: `must be ${expected(s)}, not ${describe(v)}` });
+      return;
+    }
+    if (s.type === 'object') {
+      for (const [k, x] of Object.entries(v as Record<string, unknown>)) {
+        const fs = Object.hasOwn(s.fields, k) ? s.fields[k] : undefined;
+        if (fs) walk(fs, x, at ? `${at}.${k}` : k);
+      }
+    } else if (s.type === 'array') {
+      (v as unknown[]).forEach((x, i) => walk(s.items, x, `${at}[${i}]`));
+    } else if (s.type === 'map') {
+      for (const [k, x] of Object.entries(v as Record<string, unknown>)) walk(s.values, x, `${at}.${k}`);
+    }
+  };
+  walk(schema, value, path);
+  return out;
+}
+
 /** A structural openAPIV3Schema for a CRD (unknown fields are pruned, as with the upstream CRDs). */
 export function openApiSchema(s: FieldSchema): Record<string, unknown> {
   switch (s.type) {

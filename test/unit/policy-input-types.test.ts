@@ -23,18 +23,18 @@ ${extra}`;
 
 t.test('NetworkPolicy: each wrong type names its field and the expected type', async (t) => {
   const cases: [string, RegExp][] = [
-    [netpol('{matchLabels: [app, client]}'), /^spec\.podSelector\.matchLabels: must be a map of label keys to string values, not a list$/],
+    [netpol('{matchLabels: [app, client]}'), /^spec\.podSelector\.matchLabels: must be a map of strings, not a list$/],
     [netpol('{matchLabels: {debug: yes}}'), /^spec\.podSelector\.matchLabels\.debug: must be a string, not a boolean \(true\)$/],
     [netpol('{matchLabels: {tier: 5}}'), /^spec\.podSelector\.matchLabels\.tier: must be a string, not a number \(5\)$/],
-    [netpol('{matchExpressions: {key: app, operator: Exists}}'), /^spec\.podSelector\.matchExpressions: must be a list of \{key, operator, values\}, not a map$/],
+    [netpol('{matchExpressions: {key: app, operator: Exists}}'), /^spec\.podSelector\.matchExpressions: must be a list of objects, not a map$/],
     [netpol('{matchExpressions: [{key: app, operator: In, values: p}]}'), /^spec\.podSelector\.matchExpressions\[0\]\.values: must be a list of strings, not a string \("p"\)$/],
     [netpol('{matchExpressions: [{key: app, operator: In, values: [1]}]}'), /^spec\.podSelector\.matchExpressions\[0\]\.values\[0\]: must be a string, not a number \(1\)$/],
-    [netpol('{matchExpressions: [app]}'), /^spec\.podSelector\.matchExpressions\[0\]: must be a map \{key, operator, values\}, not a string/],
+    [netpol('{matchExpressions: [app]}'), /^spec\.podSelector\.matchExpressions\[0\]: must be an object, not a string/],
     [netpol('{matchExpressions: [{key: app}]}'), /^spec\.podSelector\.matchExpressions\[0\]\.operator: Required value$/],
-    [netpol('[app]'), /^spec\.podSelector: must be a label selector .*not a list$/],
-    [netpol('{}', '  ingress: [{from: [{ipBlock: {cidr: 5}}]}]'), /^spec\.ingress\[0\]\.from\[0\]\.ipBlock\.cidr: must be a string .*not a number \(5\)$/],
-    [netpol('{}', '  ingress: {from: []}'), /^spec\.ingress: must be a list of rules, not a map$/],
-    [netpol('{}', '  ingress: [{from: {podSelector: {}}}]'), /^spec\.ingress\[0\]\.from: must be a list of peers, not a map$/],
+    [netpol('[app]'), /^spec\.podSelector: must be an object.*, not a list$/],
+    [netpol('{}', '  ingress: [{from: [{ipBlock: {cidr: 5}}]}]'), /^spec\.ingress\[0\]\.from\[0\]\.ipBlock\.cidr: must be a string, not a number \(5\)$/],
+    [netpol('{}', '  ingress: {from: []}'), /^spec\.ingress: must be a list of objects, not a map$/],
+    [netpol('{}', '  ingress: [{from: {podSelector: {}}}]'), /^spec\.ingress\[0\]\.from: must be a list of objects, not a map$/],
   ];
   for (const [text, want] of cases) {
     const errors = errorsOf(text);
@@ -54,8 +54,8 @@ spec:
   appliedTo: [{podSelector: {matchLabels: [app]}}]
   ingress: [{action: Allow, from: [{podSelector: {matchExpressions: {key: a}}}]}]
 `);
-  t.match(acnp.join('\n'), /spec\.appliedTo\[0\]\.podSelector\.matchLabels: must be a map of label keys to string values, not a list/);
-  t.match(acnp.join('\n'), /spec\.ingress\[0\]\.from\[0\]\.podSelector\.matchExpressions: must be a list of \{key, operator, values\}, not a map/);
+  t.match(acnp.join('\n'), /spec\.appliedTo\[0\]\.podSelector\.matchLabels: must be a map of strings, not a list/);
+  t.match(acnp.join('\n'), /spec\.ingress\[0\]\.from\[0\]\.podSelector\.matchExpressions: must be a list of objects, not a map/);
   const anp = errorsOf(`
 apiVersion: policy.networking.k8s.io/v1alpha1
 kind: AdminNetworkPolicy
@@ -66,4 +66,31 @@ spec:
   ingress: [{action: Deny, from: [{namespaces: {}}]}]
 `);
   t.match(anp.join('\n'), /spec\.subject\.namespaces\.matchLabels\.true: must be a string, not a boolean \(true\)/);
+});
+
+t.test('every kind: a value of the wrong JSON type names the field and the type expected (one schema for all)', async (t) => {
+  const errors = errorsOf(`
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: c}
+spec:
+  priority: "5"
+  tier: 7
+  appliedTo: [{podSelector: {}}]
+  ingress: [{action: Drop, enableLogging: "yes", ports: [{port: 80.5}]}]
+---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: BaselineAdminNetworkPolicy
+metadata: {name: default}
+spec:
+  subject: {namespaces: {}}
+  egress: [{action: Deny, to: [{networks: 10.0.0.0/8}]}]
+`);
+  t.same(errors.sort(), [
+    'spec.egress[0].to[0].networks: must be a list of strings, not a string ("10.0.0.0/8")',
+    'spec.ingress[0].enableLogging: must be a boolean (true or false), not a string ("yes")',
+    'spec.ingress[0].ports[0].port: must be a port number or name, not a number (80.5)',
+    'spec.priority: must be a number, not a string ("5")',
+    'spec.tier: must be a string, not a number (7)',
+  ]);
 });
