@@ -81,7 +81,6 @@ t.test('peers', async (t) => {
   rejects(t, acnp('sa-plus', ing([{ serviceAccount: { name: 'a', namespace: 'b' }, podSelector: {} }])), 'spec.ingress[0].from[0].serviceAccount', /cannot be set with other/);
   rejects(t, acnp('node-plus', ing([{ nodeSelector: {}, namespaceSelector: {} }])), 'spec.ingress[0].from[0].nodeSelector', /cannot be set with other/);
   rejects(t, acnp('ipblock-plus', ing([{ ipBlock: { cidr: '10.0.0.0/8' }, podSelector: {} }])), 'spec.ingress[0].from[0].ipBlock', /cannot be set with other/);
-  rejects(t, acnp('empty-peer', ing([{}])), 'spec.ingress[0].from[0]', /must set one of/);
   rejects(t, acnp('clusterset', ing([{ podSelector: {}, scope: 'ClusterSet' }])), 'spec.ingress[0].from[0].scope', /Multi-cluster/);
   rejects(t, acnp('fqdn-ingress', ing([{ fqdn: 'example.com' }])), 'spec.ingress[0].from[0].fqdn', /egress/);
   rejects(t, acnp('fqdn-chars', base({ egress: [{ action: 'Drop', to: [{ fqdn: 'exa_mple.com' }] }] })), 'spec.egress[0].to[0].fqdn', /invalid characters/);
@@ -187,4 +186,13 @@ t.test('an appliedTo entry with no field is valid: every Pod of the policy\'s Na
   const perRule = normalize(annp('shop', 'empty-rule-entry', { priority: 1, egress: [{ action: 'Drop', appliedTo: [{}] }] }));
   t.same(perRule.errors, []);
   t.same(perRule.rules[0]?.appliedTo, [{ kind: 'pods', namespaces: { kind: 'names', names: ['shop'] }, pods: {} }]);
+});
+
+t.test('a peer with no field is valid: every Pod of the policy\'s Namespace (every Namespace for a cluster policy)', async (t) => {
+  const ns = normalize(annp('shop', 'empty-peer', { priority: 1, appliedTo: [{ podSelector: {} }], ingress: [{ action: 'Drop', from: [{}] }] }));
+  t.same(ns.errors, []);
+  t.same(ns.rules[0]?.peers, [{ kind: 'pods', namespaces: { kind: 'names', names: ['shop'] }, pods: {} }]);
+  const cluster = normalize(acnp('empty-peer', { priority: 1, appliedTo: [{ podSelector: {} }], egress: [{ action: 'Drop', to: [{}] }] }));
+  t.same(cluster.errors, []);
+  t.same(cluster.rules[0]?.peers, [{ kind: 'pods', namespaces: { kind: 'all' }, pods: {} }]);
 });

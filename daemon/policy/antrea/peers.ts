@@ -133,11 +133,10 @@ export function convertPeer(p: Problems, raw: unknown, field: string, direction:
     }
   }
   checkScope(p, raw, field);
+  // A peer with no field is valid (Antrea's webhook has no "must set one of" rule for peers): the
+  // controller gives it an address group of the policy's namespace (all Namespaces for a
+  // ClusterNetworkPolicy) with no Pod selector, i.e. every Pod there (the podsPeer below).
   const set = setKeys(raw, PEER_FIELDS);
-  if (set.length === 0) {
-    p.add(field, `a peer must set one of ${PEER_FIELDS.filter((k) => scope.flavor === 'cluster' || !(CLUSTER_ONLY_PEER_FIELDS as readonly string[]).includes(k)).join(', ')}`);
-    return undefined;
-  }
   const alone = (key: string, what: string) => {
     if (set.includes(key) && set.length > 1) p.add(`${field}.${key}`, `${what} cannot be set with other fields in a peer (got ${set.join(', ')})`);
   };
