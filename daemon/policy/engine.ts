@@ -85,6 +85,19 @@ function groupDefKey(namespace: string | undefined, name: string): string {
   return `${namespace ?? ''}/${name}`;
 }
 
+/** Why an object lacks what every Kubernetes object has (apiVersion, kind, metadata.name as strings). */
+function envelopeError(obj: unknown): { field: string; message: string } | undefined {
+  const o = obj as Record<string, any> | null;
+  if (typeof o !== 'object' || o === null || Array.isArray(o)) return { field: '', message: 'must be an object' };
+  if (typeof o.apiVersion !== 'string' || o.apiVersion === '') return { field: 'apiVersion', message: 'must be a non-empty string' };
+  if (typeof o.kind !== 'string' || o.kind === '') return { field: 'kind', message: 'must be a non-empty string' };
+  const m = o.metadata;
+  if (typeof m !== 'object' || m === null || Array.isArray(m)) return { field: 'metadata', message: 'must be an object' };
+  if (typeof m.name !== 'string' || m.name === '') return { field: 'metadata.name', message: 'must be a non-empty string' };
+  if (m.namespace !== undefined && m.namespace !== null && typeof m.namespace !== 'string') return { field: 'metadata.namespace', message: 'must be a string' };
+  return undefined;
+}
+
 function splitApiVersion(apiVersion: string): { group: string; version: string } {
   const slash = apiVersion.indexOf('/');
   return slash < 0 ? { group: '', version: apiVersion } : { group: apiVersion.slice(0, slash), version: apiVersion.slice(slash + 1) };
@@ -145,6 +158,16 @@ export class PolicyEngine {
   // Input
 
   upsert(obj: KubeObject): ChangeSet {
+    const envelope = envelopeError(obj);
+    if (envelope) {
+      // Without a usable kind and name the object cannot be stored, replaced or removed: it is
+      // reported (under what it shows of itself) and otherwise ignored.
+      const o = obj as Partial<KubeObject> | null;
+      const err: ValidationError = { kind: typeof o?.kind === 'string' ? o.kind : '(no kind)', name: typeof o?.metadata?.name === 'string' ? o.metadata.name : '(no name)', field: envelope.field, message: envelope.message };
+      this.log?.(err);
+      this.model.begin();
+      return this.finish();
+    }
     const { group, version } = splitApiVersion(obj.apiVersion);
     const ns = obj.metadata.namespace;
     this.model.begin();
