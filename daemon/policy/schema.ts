@@ -7,11 +7,13 @@
  * Fields follow the upstream Go types: networking.k8s.io/v1 NetworkPolicy, crd.antrea.io
  * v1beta1 (and the identical v1alpha1) Tier, ClusterNetworkPolicy, NetworkPolicy, ClusterGroup,
  * Group, policy.networking.k8s.io v1alpha1 AdminNetworkPolicy/BaselineAdminNetworkPolicy and
- * v1alpha2 ClusterNetworkPolicy. metadata and status are not checked (the API server owns them).
+ * v1alpha2 ClusterNetworkPolicy, fields in Go struct order. metadata and status are not checked
+ * (the API server owns them).
  */
 
 export type FieldSchema =
-  | { type: 'string' | 'integer' | 'number' | 'boolean' | 'int-or-string' }
+  /** `always`: the Go field has no omitempty (it is serialized even when empty or absent). */
+  | { type: 'string' | 'integer' | 'number' | 'boolean' | 'int-or-string'; always?: boolean }
   | { type: 'array'; items: FieldSchema }
   /** A map with free keys (matchLabels). */
   | { type: 'map'; values: FieldSchema }
@@ -22,15 +24,15 @@ export type FieldSchema =
 const string: FieldSchema = { type: 'string' };
 const integer: FieldSchema = { type: 'integer' };
 const number: FieldSchema = { type: 'number' };
-const boolean: FieldSchema = { type: 'boolean' };
 const intOrString: FieldSchema = { type: 'int-or-string' };
 const any: FieldSchema = { type: 'any' };
 const list = (items: FieldSchema): FieldSchema => ({ type: 'array', items });
+const requiredString: FieldSchema = { type: 'string', always: true };
 const obj = (fields: Record<string, FieldSchema>): FieldSchema => ({ type: 'object', fields });
 
 const labelSelector = obj({
   matchLabels: { type: 'map', values: string },
-  matchExpressions: list(obj({ key: string, operator: string, values: list(string) })),
+  matchExpressions: list(obj({ key: requiredString, operator: requiredString, values: list(string) })),
 });
 const namespacedName = obj({ name: string, namespace: string });
 
@@ -46,7 +48,7 @@ const k8sNetworkPolicySpec = obj({
 });
 
 // crd.antrea.io
-const antreaIpBlock = obj({ cidr: string, except: list(string) });
+const antreaIpBlock = obj({ cidr: requiredString, except: list(string) });
 const antreaPeer = obj({
   ipBlock: antreaIpBlock,
   podSelector: labelSelector,
@@ -68,8 +70,9 @@ const antreaAppliedTo = obj({
   service: namespacedName,
   nodeSelector: labelSelector,
 });
-const antreaRule = obj({
-  action: string,
+/** The v1beta1 Rule, fields in Go struct order (antrea/rulename.ts serializes rules from it as Go does). */
+export const ANTREA_RULE = obj({
+  action: requiredString,
   ports: list(obj({ protocol: string, port: intOrString, endPort: integer, sourcePort: integer, sourceEndPort: integer })),
   protocols: list(obj({ icmp: obj({ icmpType: integer, icmpCode: integer }), igmp: obj({ igmpType: integer, groupAddress: string }) })),
   l7Protocols: list(obj({ http: obj({ host: string, method: string, path: string }), tls: obj({ sni: string }) })),
@@ -77,11 +80,11 @@ const antreaRule = obj({
   to: list(antreaPeer),
   toServices: list(obj({ name: string, namespace: string, scope: string })),
   name: string,
-  enableLogging: boolean,
+  enableLogging: { type: 'boolean', always: true },
   logLabel: string,
   appliedTo: list(antreaAppliedTo),
 });
-const antreaPolicySpec = obj({ tier: string, priority: number, appliedTo: list(antreaAppliedTo), ingress: list(antreaRule), egress: list(antreaRule) });
+const antreaPolicySpec = obj({ tier: string, priority: number, appliedTo: list(antreaAppliedTo), ingress: list(ANTREA_RULE), egress: list(ANTREA_RULE) });
 const antreaGroupFields = {
   podSelector: labelSelector,
   namespaceSelector: labelSelector,

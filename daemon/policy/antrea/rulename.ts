@@ -5,7 +5,7 @@
  * where <hash> is the first 7 hex digits of the SHA-1 of the rule serialized by Go's
  * encoding/json from the v1beta1 `Rule` struct (fields in struct order, empty optional fields
  * omitted, `enableLogging` always present, map keys sorted, HTML characters escaped). We
- * serialize the same way, so a policy applied without names gets the same rule names here as in a
+ * serialize the same way, from the v1beta1 Rule's field schema (schema.ts), so a policy applied without names gets the same rule names here as in a
  * real cluster (e.g. {action: Allow, from: [{podSelector: {matchLabels: {foo1: bar1}}}]} in
  * ingress -> "ingress-allow-c4f16d3", the value in Antrea's own tests).
  *
@@ -13,6 +13,7 @@
  * invalid (duplicate rule names), exactly as Antrea rejects it.
  */
 import { createHash } from 'node:crypto';
+import { ANTREA_RULE, type FieldSchema } from '../schema.js';
 
 /** A Go struct field: JSON name, whether `omitempty`, and how to encode the value. */
 interface Field {
@@ -79,68 +80,32 @@ function struct(fields: Field[]) {
   };
 }
 
-const f = (name: string, encode: Field['encode'], omitEmpty = true): Field =>
-  omitEmpty ? { name, encode, omitEmpty } : { name, encode, omitEmpty, zero: encode === str ? '""' : 'null' };
-
 function stringMap(v: any): string | undefined {
-  if (typeof v !== 'object' || v === null) return undefined;
+  if (typeof v !== 'object' || v === null || Object.keys(v).length === 0) return undefined;
   const keys = Object.keys(v).sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
   return `{${keys.map((k) => `${goString(k)}:${goString(String(v[k]))}`).join(',')}}`;
 }
 
-const labelSelector = struct([
-  { name: 'matchLabels', omitEmpty: true, encode: (v) => (Object.keys(v ?? {}).length === 0 ? undefined : stringMap(v)) },
-  f('matchExpressions', list(struct([f('key', str, false), f('operator', str, false), f('values', list(str))]))),
-]);
-const namespacedName = struct([f('name', str), f('namespace', str)]);
-const ipBlock = struct([f('cidr', str, false), f('except', list(str))]);
-const peerNamespaces = struct([f('match', str), f('sameLabels', list(str))]);
+/** Go's encoding/json for a value of the field schema's type (struct fields in schema order). */
+function goEncoder(s: FieldSchema): (v: any) => string | undefined {
+  switch (s.type) {
+    case 'string': return str;
+    case 'integer': case 'number': return int;
+    case 'boolean': return bool;
+    case 'int-or-string': return intOrString;
+    case 'array': return list(goEncoder(s.items));
+    // A map with omitempty is left out when it has no keys.
+    case 'map': return stringMap;
+    case 'object': return struct(Object.entries(s.fields).map(([name, fs]): Field => {
+      const encode = goEncoder(fs);
+      if (!('always' in fs && fs.always)) return { name, omitEmpty: true, encode };
+      return { name, omitEmpty: false, encode, zero: fs.type === 'boolean' ? 'false' : fs.type === 'string' ? '""' : 'null' };
+    }));
+    case 'any': return (v) => JSON.stringify(v);
+  }
+}
 
-const peer = struct([
-  f('ipBlock', ipBlock),
-  f('podSelector', labelSelector),
-  f('namespaceSelector', labelSelector),
-  f('namespaces', peerNamespaces),
-  f('externalEntitySelector', labelSelector),
-  f('group', str),
-  f('fqdn', str),
-  f('serviceAccount', namespacedName),
-  f('nodeSelector', labelSelector),
-  f('scope', str),
-]);
-const appliedTo = struct([
-  f('podSelector', labelSelector),
-  f('namespaceSelector', labelSelector),
-  f('externalEntitySelector', labelSelector),
-  f('group', str),
-  f('serviceAccount', namespacedName),
-  f('service', namespacedName),
-  f('nodeSelector', labelSelector),
-]);
-const port = struct([f('protocol', str), f('port', intOrString), f('endPort', int), f('sourcePort', int), f('sourceEndPort', int)]);
-const protocol = struct([
-  f('icmp', struct([f('icmpType', int), f('icmpCode', int)])),
-  f('igmp', struct([f('igmpType', int), f('groupAddress', str)])),
-]);
-const l7Protocol = struct([
-  f('http', struct([f('host', str), f('method', str), f('path', str)])),
-  f('tls', struct([f('sni', str)])),
-]);
-const peerService = struct([f('name', str), f('namespace', str), f('scope', str)]);
-
-const rule = struct([
-  f('action', str, false),
-  f('ports', list(port)),
-  f('protocols', list(protocol)),
-  f('l7Protocols', list(l7Protocol)),
-  f('from', list(peer)),
-  f('to', list(peer)),
-  f('toServices', list(peerService)),
-  f('name', str),
-  { name: 'enableLogging', omitEmpty: false, encode: bool, zero: 'false' },
-  f('logLabel', str),
-  f('appliedTo', list(appliedTo)),
-]);
+const rule = goEncoder(ANTREA_RULE);
 
 /** The rule as Go's encoding/json would print the v1beta1 Rule struct (name left out). */
 export function goRuleJson(r: Record<string, unknown>): string {
