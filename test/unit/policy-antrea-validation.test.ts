@@ -73,8 +73,7 @@ t.test('appliedTo a NodePort Service', async (t) => {
 t.test('peers', async (t) => {
   const ing = (from: any[]) => base({ ingress: [{ action: 'Drop', from }] });
   rejects(t, acnp('ns-and-nssel', ing([{ namespaces: { match: 'Self' }, namespaceSelector: {} }])), 'spec.ingress[0].from[0].namespaces', /cannot be set at the same time/);
-  rejects(t, acnp('ns-two', ing([{ namespaces: { match: 'Self', sameLabels: ['a'] } }])), 'spec.ingress[0].from[0].namespaces', /exactly one/);
-  rejects(t, acnp('ns-empty', ing([{ namespaces: {} }])), 'spec.ingress[0].from[0].namespaces', /exactly one/);
+  rejects(t, acnp('ns-two', ing([{ namespaces: { match: 'Self', sameLabels: ['a'] } }])), 'spec.ingress[0].from[0].namespaces', /only one matching criterion/);
   rejects(t, acnp('ns-match', ing([{ namespaces: { match: 'Other' } }])), 'spec.ingress[0].from[0].namespaces.match', /must be Self/);
   rejects(t, acnp('samelabels-key', ing([{ namespaces: { sameLabels: ['bad key!'] } }])), 'spec.ingress[0].from[0].namespaces.sameLabels[0]', /invalid label key/);
   rejects(t, acnp('group-plus', ing([{ group: 'g', podSelector: {} }])), 'spec.ingress[0].from[0].group', /cannot be set with other/);
@@ -195,4 +194,13 @@ t.test('a peer with no field is valid: every Pod of the policy\'s Namespace (eve
   const cluster = normalize(acnp('empty-peer', { priority: 1, appliedTo: [{ podSelector: {} }], egress: [{ action: 'Drop', to: [{}] }] }));
   t.same(cluster.errors, []);
   t.same(cluster.rules[0]?.peers, [{ kind: 'pods', namespaces: { kind: 'all' }, pods: {} }]);
+});
+
+t.test('a peer namespaces field with no criterion is ignored, as Antrea\'s controller does', async (t) => {
+  const only = normalize(acnp('ns-empty-only', { priority: 1, appliedTo: [web], ingress: [{ action: 'Drop', name: 'r', from: [{ namespaces: {} }] }] }));
+  t.same(only.errors, []);
+  t.equal(only.rules[0]?.peers, undefined, 'its only peer ignored: the rule matches every address');
+  const mixed = normalize(acnp('ns-empty-mixed', { priority: 1, appliedTo: [web], ingress: [{ action: 'Drop', name: 'r', from: [{ namespaces: {}, podSelector: { matchLabels: { a: 'b' } } }, { ipBlock: { cidr: '10.0.0.0/8' } }] }] }));
+  t.same(mixed.errors, []);
+  t.same(mixed.rules[0]?.peers, [{ kind: 'ipBlock', cidr: '10.0.0.0/8', except: [] }], 'the ignored peer (with its podSelector) contributes nothing');
 });

@@ -116,10 +116,11 @@ function checkScope(p: Problems, raw: Record<string, any>, field: string): boole
 }
 
 /**
- * One `from`/`to` entry. Returns the Peer, `null` when the entry validly selects nothing, or
- * undefined when it is invalid (errors recorded).
+ * One `from`/`to` entry. Returns the Peer, `null` when the entry validly selects nothing,
+ * 'ignored' for a `namespaces: {}` peer (Antrea leaves it out of the rule: a rule whose peers are
+ * all ignored matches every address), or undefined when it is invalid (errors recorded).
  */
-export function convertPeer(p: Problems, raw: unknown, field: string, direction: Direction, scope: Scope): Peer | null | undefined {
+export function convertPeer(p: Problems, raw: unknown, field: string, direction: Direction, scope: Scope): Peer | null | 'ignored' | undefined {
   if (!isObject(raw)) {
     p.add(field, 'must be an object');
     return undefined;
@@ -186,6 +187,7 @@ export function convertPeer(p: Problems, raw: unknown, field: string, direction:
   if (raw.namespaces != null) {
     const match = peerNamespaces(p, raw.namespaces, `${field}.namespaces`);
     if (p.list.length > before || !match) return undefined;
+    if (match === 'ignored') return 'ignored';
     return { kind: 'pods', namespaces: match, pods: pods ?? {} };
   }
   if (p.list.length > before) return undefined;
@@ -193,16 +195,19 @@ export function convertPeer(p: Problems, raw: unknown, field: string, direction:
   return podsPeer(scope, pods, nsSel);
 }
 
-function peerNamespaces(p: Problems, raw: unknown, field: string): { kind: 'self' } | { kind: 'sameLabels'; keys: string[] } | undefined {
+function peerNamespaces(p: Problems, raw: unknown, field: string): { kind: 'self' } | { kind: 'sameLabels'; keys: string[] } | 'ignored' | undefined {
   if (!isObject(raw)) {
     p.add(field, 'must be an object');
     return undefined;
   }
   const set = setKeys(raw, ['match', 'sameLabels']);
-  if (set.length !== 1) {
-    p.add(field, 'exactly one matching criterion (match or sameLabels) must be set in a peer namespaces field');
+  if (set.length > 1) {
+    p.add(field, 'only one matching criterion (match or sameLabels) can be set in a peer namespaces field');
     return undefined;
   }
+  // Antrea's webhook accepts no criterion; its controller then puts the peer in none of its
+  // lists (cluster, per-namespace, same-labels), so the peer is ignored.
+  if (set.length === 0) return 'ignored';
   if (set[0] === 'match') {
     if (raw.match !== 'Self') {
       p.add(`${field}.match`, `must be Self, got ${JSON.stringify(raw.match)}`);

@@ -200,9 +200,15 @@ function convertRule(p: Problems, raw: unknown, direction: Direction, index: num
     peers = [];
     let multicast = false;
     let unicast = false;
+    let ignored = 0;
     rawPeers.forEach((rp, i) => {
       const peer = convertPeer(p, rp, `${field}.${peerKey}[${i}]`, direction, scope);
       if (peer === undefined) return;
+      if (peer === 'ignored') {
+        ignored++;
+        peersAllIpBlocks = false;
+        return;
+      }
       if (peer === null || peer.kind !== 'ipBlock') peersAllIpBlocks = false;
       if (peer === null) return;
       if (peer.kind === 'ipBlock' && direction === 'Egress') {
@@ -216,6 +222,8 @@ function convertRule(p: Problems, raw: unknown, direction: Direction, index: num
     }
     if (multicast && unicast) p.add(`${field}.${peerKey}`, 'can not set multicast groupAddress and unicast ip address at the same time');
     if (multicast && peers.some((x) => x.kind !== 'ipBlock')) p.add(`${field}.${peerKey}`, 'can not set multicast groupAddress and selectors at the same time');
+    // As in Antrea's controller: with every peer ignored the rule is left with no peer, which matches every address.
+    if (ignored === rawPeers.length) peers = undefined;
   } else if (rawServices.length > 0 && direction === 'Egress') {
     peers = [];
     peersAllIpBlocks = false;
