@@ -182,17 +182,16 @@ function readLine(sock: Socket): Promise<string | undefined> {
     };
     const onData = (chunk: Buffer) => {
       const nl = chunk.indexOf(0x0a);
-      if (nl >= 0) {
-        chunks.push(chunk.subarray(0, nl));
-        finish(Buffer.concat(chunks).toString('utf8'));
-        return;
-      }
-      chunks.push(chunk);
-      size += chunk.length;
+      const line = nl >= 0 ? chunk.subarray(0, nl) : chunk;
+      chunks.push(line);
+      size += line.length;
+      // Checked before the end of the line too: the last chunk can carry most of an oversized request.
       if (size > MAX_REQUEST_BYTES) {
         sock.end(JSON.stringify({ ok: false, code: CniErrorCode.IoFailure, msg: `request larger than ${MAX_REQUEST_BYTES} bytes` } satisfies CniResponse) + '\n');
         finish(undefined);
+        return;
       }
+      if (nl >= 0) finish(Buffer.concat(chunks).toString('utf8'));
     };
     sock.on('data', onData);
     // A request without the final newline, then end-of-stream, is still one request.
