@@ -21,6 +21,7 @@ import { policiesAnswer } from './enforcement/policy-report.js';
 import { type HealthServer, startEndpoint, startHealthServer } from './health.js';
 import type { AgentMetrics, EnforcementMetrics } from './metrics.js';
 import { disablePodTxOffload, findHostVeth, guardedVeths, HostNetwork } from './hostnet/index.js';
+import { isRepairEvent, isRulesetTamperEvent } from './hostnet/monitor.js';
 import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './podattach.js';
 
 export interface AgentOptions {
@@ -105,19 +106,6 @@ class Kube {
   }
 }
 
-/**
- * Whether an `ip -o monitor route rule neigh` line reports the removal of something sluice keeps:
- * a route via the gateway (Pod routes, table 300's default), the fwmark rule, or the permanent
- * 169.254.253.1 neighbour. Ordinary neighbour garbage collection on the gateway is not.
- */
-export function isRepairEvent(line: string, gateway: string): boolean {
-  if (!line.startsWith('Deleted')) return false;
-  if (/fwmark/.test(line)) return /\blookup (300|antrea_service)\b/.test(line);
-  if (!new RegExp(`\\bdev ${gateway.replace(/[.]/g, '\\.')}\\b`).test(line)) return false;
-  if (/\blladdr\b/.test(line)) return line.includes('169.254.253.1 ');
-  return true;
-}
-
 /** Many CNI operations at once, or one resync alone (so a resync never races a DEL's route restore). */
 class SharedExclusiveLock {
   private shared = 0;
@@ -188,7 +176,7 @@ export class Agent {
   private lastResync?: AgentStatus['lastResync'];
   private readonly resyncCounts = { ok: 0, failed: 0, repairs: 0 };
   private metricsServer?: HealthServer;
-  private monitor?: ChildProcess;
+  private monitors: ChildProcess[] = [];
   private monitorTimer?: NodeJS.Timeout;
   private closed = false;
   readonly attacher: PodAttacher;
@@ -317,7 +305,7 @@ export class Agent {
     this.ready = true;
     log.info({ ms: Date.now() - t0, pods: this.pods.size, nodeIP }, 'startup: ready');
 
-    this.watchNetlink();
+    this.watchHostChanges();
     this.timers.push(
       setInterval(() => void this.resync('periodic'), cfg.resyncIntervalSeconds * 1000),
       setInterval(() => void this.checkFlows(), cfg.flowCheckIntervalSeconds * 1000),
@@ -506,24 +494,33 @@ export class Agent {
   }
 
   /**
-   * Event-driven repair: `ip monitor` reports deleted routes, rules and neighbours at once, so
-   * something removing table 300's route or a Pod route is repaired in a moment instead of at the
-   * next periodic resync. Bursts (a Pod teardown) collapse into one resync.
+   * Event-driven repair: `ip monitor` reports deleted routes, rules and neighbours, and `nft monitor`
+   * deleted iptables rules (nft backend) and the veth guard table, so something removing table 300's
+   * route, a Pod route or sluice's chains is repaired in a moment instead of at the next periodic
+   * resync. Bursts (a Pod teardown, a flushed table) collapse into one resync. With the legacy
+   * iptables backend no events exist for its rules; the periodic resync covers them.
    */
-  private watchNetlink(): void {
-    const child = spawn('ip', ['-o', 'monitor', 'route', 'rule', 'neigh'], { stdio: ['ignore', 'pipe', 'ignore'] });
-    child.on('error', (err) => this.log.warn({ err: err.message }, 'netlink monitor unavailable; relying on the periodic resync'));
+  private watchHostChanges(): void {
+    this.monitors = [
+      this.watchMonitor('netlink', 'ip', ['-o', 'monitor', 'route', 'rule', 'neigh'], (l) => isRepairEvent(l, this.config.gateway)),
+      this.watchMonitor('nftables', 'nft', ['monitor'], isRulesetTamperEvent),
+    ];
+  }
+
+  private watchMonitor(what: string, cmd: string, args: string[], relevant: (line: string) => boolean): ChildProcess {
+    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'ignore'] });
+    child.on('error', (err) => this.log.warn({ err: err.message }, `${what} monitor unavailable; relying on the periodic resync`));
     let buf = '';
     child.stdout!.setEncoding('utf8').on('data', (d: string) => {
       buf += d;
       const lines = buf.split('\n');
       buf = lines.pop() ?? '';
-      const relevant = lines.filter((l) => isRepairEvent(l, this.config.gateway));
-      if (relevant.length === 0 || this.closed) return;
+      const hit = lines.find(relevant);
+      if (hit === undefined || this.closed) return;
       clearTimeout(this.monitorTimer);
-      this.monitorTimer = setTimeout(() => void this.resync(`netlink: ${relevant[0]!.trim()}`), 200);
+      this.monitorTimer = setTimeout(() => void this.resync(`${what}: ${hit.trim()}`), 200);
     });
-    this.monitor = child;
+    return child;
   }
 
   /** Cheap watchdog: if OVS lost sluice's flows (ovs-vswitchd restarted), converge everything now. */
@@ -565,7 +562,7 @@ export class Agent {
     this.ready = false;
     for (const t of this.timers) clearInterval(t);
     clearTimeout(this.monitorTimer);
-    this.monitor?.kill();
+    for (const m of this.monitors) m.kill();
     await this.cni?.close();
     await this.enforcement?.close();
     await this.health?.close();

@@ -5,7 +5,8 @@
  */
 import { execa } from 'execa';
 
-const TABLE = 'sluice_veth_guard';
+export const GUARD_TABLE = 'sluice_veth_guard';
+const TABLE = GUARD_TABLE;
 
 function chainName(ifName: string): string {
   return `in_${ifName.replace(/[^A-Za-z0-9_]/g, '_')}`;

@@ -87,6 +87,26 @@ if (why) {
     t.match(agent.log, /resync: repaired/);
   });
 
+  await t.test('flushed iptables tables (nft backend) are repaired without waiting for the periodic resync', async (t) => {
+    const kept = async () =>
+      /Antrea: mark service traffic/.test((await inNode(['iptables', '-t', 'mangle', '-S', 'ANTREA-MANGLE'])).stdout) &&
+      /-j ANTREA-MANGLE/.test((await inNode(['iptables', '-t', 'mangle', '-S', 'PREROUTING'])).stdout) &&
+      /-j ANTREA-RAW/.test((await inNode(['iptables', '-t', 'raw', '-S', 'PREROUTING'])).stdout) &&
+      /de:ad:be:ef:de:ad/.test((await inNode(['iptables', '-t', 'raw', '-S', 'ANTREA-RAW'])).stdout);
+    t.ok(await kept(), 'chains and jumps in place before');
+    const started = Date.now();
+    await inNode(['iptables', '-t', 'mangle', '-F']);
+    await inNode(['iptables', '-t', 'raw', '-F']);
+    let repaired = false;
+    for (let i = 0; i < 50 && !repaired; i++) {
+      await sleep(200);
+      repaired = await kept();
+    }
+    t.ok(repaired, 'ANTREA-MANGLE / ANTREA-RAW rules and their jumps are back (the periodic resync is 60 s here: the nft monitor did it)');
+    t.comment(`iptables -t mangle -F + -t raw -F repaired within ${Date.now() - started} ms (polled every 200 ms)`);
+    t.match(agent.log, /"reason":"nftables: delete rule ip (mangle|raw) /);
+  });
+
   await t.test('ADD attaches the Pod: port, isolation, route, flows; traffic crosses the bridge', async (t) => {
     for (const pod of [p1, p3]) {
       const r = await cni(sock, podRequest('ADD', pod));

@@ -1,6 +1,6 @@
 import t from 'tap';
 import type { PodRequest } from '../../daemon/cniserver.js';
-import { isRepairEvent } from '../../daemon/agent.js';
+import { isRepairEvent, isRulesetTamperEvent } from '../../daemon/hostnet/monitor.js';
 import { flowCheckReport } from '../../daemon/ctl/node-flows.js';
 import { nameTables, traceFlow } from '../../daemon/ctl/node-trace.js';
 import { computeFlows } from '../../daemon/flows/pipeline.js';
@@ -74,4 +74,22 @@ t.test('netlink events that trigger a repair', async (t) => {
   t.notOk(isRepairEvent('10.10.1.5 dev antrea-gw0 scope link', gw), 'additions');
   t.notOk(isRepairEvent('Deleted 100:\tfrom all fwmark 0x1 lookup 100', gw), "someone else's rule");
   t.notOk(isRepairEvent('Deleted 10.10.1.5 dev antrea-gw00 scope link', gw), 'another device with a longer name');
+});
+
+t.test('nft monitor events that trigger a repair (lines as nft 1.0.6 prints them)', async (t) => {
+  t.ok(isRulesetTamperEvent('delete rule ip mangle ANTREA-MANGLE handle 4'), 'a rule of sluice\'s chain');
+  t.ok(isRulesetTamperEvent('delete rule ip mangle PREROUTING handle 3'), 'the jump (iptables -t mangle -F)');
+  t.ok(isRulesetTamperEvent('delete rule ip raw PREROUTING handle 9'), 'the raw jump');
+  t.ok(isRulesetTamperEvent('delete chain ip raw ANTREA-RAW'), 'sluice\'s chain');
+  t.ok(isRulesetTamperEvent('delete rule ip filter ANTREA-FORWARD handle 2'), 'the forward chain');
+  t.ok(isRulesetTamperEvent('delete table ip mangle'), 'the table (nft flush ruleset)');
+  t.ok(isRulesetTamperEvent('delete rule ip6 mangle PREROUTING handle 3'), 'ip6tables too');
+  t.ok(isRulesetTamperEvent('delete table netdev sluice_veth_guard'), 'the veth guard table');
+  t.notOk(isRulesetTamperEvent('delete chain netdev sluice_veth_guard g-veth1234'), 'a guard chain: the agent removes one on every DEL');
+  t.notOk(isRulesetTamperEvent('delete rule ip nat KUBE-SERVICES handle 7'), "kube-proxy's own chains");
+  t.notOk(isRulesetTamperEvent('delete rule ip filter KUBE-FORWARD handle 7'), "kube-proxy's filter chain");
+  t.notOk(isRulesetTamperEvent('delete table ip nat'), 'a table sluice does not use');
+  t.notOk(isRulesetTamperEvent('add rule ip mangle PREROUTING counter packets 0 bytes 0 jump ANTREA-MANGLE'), 'additions');
+  t.notOk(isRulesetTamperEvent('# new generation 6 by process 4637 (iptables-nft)'), 'generation comments');
+  t.notOk(isRulesetTamperEvent('delete table netdev other'), "someone else's netdev table");
 });
