@@ -222,13 +222,13 @@ spec:
       [['get', 'widgets', ...n], /unknown kind "widgets"/],
       [['get', 'pods', 'lbt/nope', ...n], /not found/i],
       [['apply', '-f', join(dir, 'missing.yaml'), ...n], /no such file/],
-      [['apply', '-f', join(dir, 'bad.yaml'), ...n], /without metadata\.name/],
+      [['apply', '-f', join(dir, 'bad.yaml'), ...n], /bad\.yaml document 1: metadata\.name: Required value/],
       [['get', 'pods', '--name', 'lbzz'], /no lab "lbzz" is running/],
       [['up', ...n], /already up/],
       [['label', 'pod', 'lbt/p1', 'bad key=v', ...n], /not a valid label key/],
       [['bogus'], /unknown command|Unknown argument/],
       // Bad scenarios are refused before anything is created (checked below: no lb4 remains).
-      [['up', '--name', 'lb4', '-f', join(dir, 'bad.yaml')], /without metadata\.name/],
+      [['up', '--name', 'lb4', '-f', join(dir, 'bad.yaml')], /bad\.yaml document 1: metadata\.name: Required value/],
       [['up', '--name', 'lb4', '--nodes', '1', '-f', join(dir, 'scenario.yaml')], /node-2 is not a lab node/],
     ];
     for (const [args, msg] of cases) {
