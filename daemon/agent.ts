@@ -15,6 +15,7 @@ import type { AgentConfig } from './config.js';
 import { type CniHandler, type CniServer, type GcAttachment, type PodRequest, startCniServer } from './cniserver.js';
 import { diffFlows } from './flows/diff.js';
 import type { Flow } from './flows/flow.js';
+import type { RuleStatistics } from './flows/policy/stats.js';
 import { FlowSync, type GatewayInfo, Ovs } from './flows/ovs.js';
 import { computeFlows } from './flows/pipeline.js';
 import { policiesAnswer } from './enforcement/policy-report.js';
@@ -60,6 +61,8 @@ export interface EnforcementHooks {
   policyReport?(): unknown;
   /** Figures for /metrics. */
   metrics?(): EnforcementMetrics;
+  /** Per-rule statistics from the bridge's counter flows; `dump` returns ovs-ofctl dump-flows of the Metric tables. */
+  ruleStats?(dump: () => Promise<string>): Promise<RuleStatistics[]>;
 }
 
 export class StartupError extends Error {}
@@ -259,6 +262,11 @@ export class Agent {
     const t0 = Date.now();
     this.health = await startHealthServer(cfg.healthAddress, () => this.status(), log, {
       '/policies': () => policiesAnswer(this.enforcement?.policyReport?.()),
+      // Per-rule statistics (sluicectl node stats).
+      '/stats': async () => {
+        const stats = await this.ruleStats();
+        return stats ? { code: 200, body: stats } : policiesAnswer(undefined);
+      },
       // The desired set `sluicectl node flows --check` compares with the bridge.
       '/flows': () => (this.gateway ? { code: 200, body: this.desiredFlows() } : { code: 503, body: { error: 'starting: the bridge and gateway are not set up yet' } }),
       ...this.metricsRoutes(),
@@ -424,8 +432,20 @@ export class Agent {
       ovsdbReachable: () => this.ovsReachable,
       resyncs: () => ({ ...this.resyncCounts }),
       enforcement: () => this.enforcement?.metrics?.(),
+      ruleStats: () => this.ruleStats(),
     });
     return { '/metrics': async () => ({ code: 200, body: await metrics.text(), contentType: metrics.contentType }) };
+  }
+
+  /** Per-rule statistics, or undefined when enforcement is off. */
+  private async ruleStats(): Promise<RuleStatistics[] | undefined> {
+    if (!this.enforcement?.ruleStats) return undefined;
+    return this.enforcement.ruleStats(() => this.dumpMetricCounters());
+  }
+
+  /** The Metric tables' flows with their counters (per-rule statistics). */
+  dumpMetricCounters(): Promise<string> {
+    return this.ovs.dumpCounters(['EgressMetric', 'IngressMetric']);
   }
 
   /** MAC of the interface behind an OpenFlow port of the bridge: the gateway or a local Pod. */

@@ -14,6 +14,7 @@
  * hand-written formatter would have to get all of that right again.
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { RuleStatistics } from './flows/policy/stats.js';
 
 /** One watched API resource as the informers report it. */
 export interface WatchMetric {
@@ -49,6 +50,8 @@ export interface MetricSources {
   ovsdbReachable(): boolean;
   resyncs(): { ok: number; failed: number; repairs: number };
   enforcement?(): EnforcementMetrics | undefined;
+  /** Per-rule statistics from the bridge's counters (one OVS read per scrape). */
+  ruleStats?(): Promise<RuleStatistics[] | undefined>;
 }
 
 const CNI_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -157,6 +160,38 @@ export class AgentMetrics {
     this.counter('sluice_audit_log_suppressed_total', 'Audit events folded into an earlier identical line by the 1 s deduplication ("[N packets in …]")', [], one((e) => e.auditSuppressed));
   }
 
+  /**
+   * Per-rule statistics (sluicectl node stats has the same figures). One OVS read serves the three
+   * series of a scrape; the values are the bridge's own totals, so an agent restart continues them.
+   */
+  private registerRuleStatistics(read: () => Promise<RuleStatistics[] | undefined>): void {
+    let cached: { at: number; stats: Promise<RuleStatistics[] | undefined> } | undefined;
+    const stats = () => {
+      if (!cached || Date.now() - cached.at > 1000) cached = { at: Date.now(), stats: read().catch(() => undefined) };
+      return cached.stats;
+    };
+    const labels = (s: RuleStatistics) => ({ kind: s.ref.kind, namespace: s.ref.namespace ?? '', name: s.ref.name, rule: s.ref.rule, direction: s.direction, action: s.action });
+    const ruleLabels = ['kind', 'namespace', 'name', 'rule', 'direction', 'action'];
+    const series = (name: string, help: string, value: (s: RuleStatistics) => number | undefined) => {
+      const totals = this.totals;
+      new Counter({
+        name,
+        help,
+        labelNames: ruleLabels,
+        registers: [this.registry],
+        async collect() {
+          for (const s of (await stats()) ?? []) {
+            const v = value(s);
+            if (v !== undefined) totals.feed(this, labels(s), v);
+          }
+        },
+      });
+    };
+    series('sluice_policy_rule_sessions_total', 'Connections an Allow rule allowed on this node (first packets, from the bridge\'s counters)', (s) => (s.action === 'Allow' ? s.sessions : undefined));
+    series('sluice_policy_rule_packets_total', 'Packets per rule on this node: of the connections an Allow rule allowed (both directions), or dropped by a Drop/Reject rule', (s) => s.packets);
+    series('sluice_policy_rule_bytes_total', 'Bytes per rule on this node, counted as sluice_policy_rule_packets_total', (s) => s.bytes);
+  }
+
   /** A gauge set from `read` at each scrape (series `read` no longer returns disappear). */
   private gauge(name: string, help: string, labelNames: string[], read: () => Samples): void {
     new Gauge({
@@ -189,6 +224,7 @@ export class AgentMetrics {
     const first = this.sources === undefined;
     this.sources = sources;
     if (first && sources.enforcement) this.registerEnforcementMetrics();
+    if (first && sources.ruleStats) this.registerRuleStatistics(async () => this.sources?.ruleStats?.());
   }
 
   observeCniRequest(command: string | undefined, result: 'ok' | number, seconds: number): void {

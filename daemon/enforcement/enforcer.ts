@@ -9,13 +9,15 @@
  * engine's state at one moment. Nothing is ever flushed to "allow": a lost watch keeps the last
  * state until the relist reports the differences.
  */
+import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { AuditLogger, DEFAULT_AUDIT_LOG_PATH } from '../auditlog/index.js';
 import type { Flow } from '../flows/flow.js';
 import { OpenFlowController, packetInMeters, PuntCategory, runPacketInLoop, type DecodedPunt, type PacketInHandler } from '../flows/openflow/index.js';
 import { buildRejectReply } from '../reject/index.js';
 import type { PacketIn, PacketOut } from '../flows/openflow/wire.js';
-import { dirtyRuleIds, PolicyFlows, policyFlowInput } from '../flows/policy/index.js';
+import { CounterBaseline, dirtyRuleIds, type FlowCounter, type MetricFlow, parseFlowCounters, PolicyFlows, policyFlowInput, type CarrierState, RuleCountCarrier, ruleKey, type RuleOfConj, ruleStatistics, type RuleStatistics } from '../flows/policy/index.js';
 import { PolicyEngine, type ChangeSet } from '../policy/engine.js';
 import type { KubeObject } from '../policy/types.js';
 import type { PodAttachment } from '../podattach.js';
@@ -56,6 +58,8 @@ export interface EnforcerOptions {
   dns?: DnsLearning;
   /** Each committed batch of API changes: seconds from its first change to the flows on the bridge. */
   onRealized?: (seconds: number) => void;
+  /** Where per-rule counts carried across counter-flow changes are kept (survives an agent restart). */
+  stateDir?: string;
 }
 
 export interface EnforcerStatus {
@@ -81,6 +85,11 @@ const isCoreKind = (o: { apiVersion: string; kind: string }, kind: string) => o.
 export class Enforcer {
   readonly engine: PolicyEngine;
   readonly policyFlows = new PolicyFlows();
+  private readonly counterBaseline = new CounterBaseline();
+  private readonly carrier: RuleCountCarrier;
+  private savedCarrier?: string;
+  /** Reads the Metric tables' counters (from attach, else the first statistics read). */
+  private counterDump?: () => Promise<string>;
   private readonly pods: PodView;
   private watch?: ClusterWatch;
   private controller?: OpenFlowController;
@@ -108,6 +117,37 @@ export class Enforcer {
       log: (e) => opts.log.warn({ kind: e.kind, namespace: e.namespace, name: e.name, field: e.field, err: e.message }, 'policy: invalid object ignored'),
     });
     this.pods = new PodView(opts.nodeName);
+    this.carrier = new RuleCountCarrier(this.loadCarrier());
+  }
+
+  private get carrierPath(): string | undefined {
+    return this.opts.stateDir && join(this.opts.stateDir, 'rule-counts.json');
+  }
+
+  private loadCarrier(): CarrierState | undefined {
+    const path = this.carrierPath;
+    if (!path || !existsSync(path)) return undefined;
+    try {
+      return JSON.parse(readFileSync(path, 'utf8')) as CarrierState;
+    } catch (err) {
+      this.opts.log.warn({ path, err: (err as Error).message }, 'policy: unreadable rule counts file; per-rule statistics start from the bridge counters alone');
+      return undefined;
+    }
+  }
+
+  /** Writes the carried counts when they changed (atomic replace). */
+  private saveCarrier(): void {
+    const path = this.carrierPath;
+    if (!path) return;
+    const text = JSON.stringify(this.carrier.state());
+    if (text === this.savedCarrier) return;
+    try {
+      writeFileSync(`${path}.tmp`, text);
+      renameSync(`${path}.tmp`, path);
+      this.savedCarrier = text;
+    } catch (err) {
+      this.opts.log.warn({ path, err: (err as Error).message }, 'policy: could not save rule counts');
+    }
   }
 
   // ------------------------------------------------------------------ inputs
@@ -204,10 +244,17 @@ export class Enforcer {
     this.timer = undefined;
     if (this.closed) return;
     const since = this.dirtySince;
+    const before = this.counterDump ? this.keyedMetricFlows() : [];
     this.compileNow();
     this.dirtySince = undefined;
     if (!this.applyFlows) return; // the agent's first sync will carry them
     try {
+      // Counter flows about to be replaced (a rule moved to another index): read them while they are
+      // still installed, so their rules keep the counts (see RuleCountCarrier).
+      const now = new Set(this.policyFlows.metricFlows().map((m) => m.cookie));
+      if (this.counterDump && before.some((m) => !now.has(m.cookie))) {
+        await this.readCounters(this.counterDump, before).catch((err: unknown) => this.opts.log.warn({ err: (err as Error).message }, 'policy: reading rule counters before replacing them failed; those counts are lost'));
+      }
       await this.applyFlows();
       this.applies++;
       if (since !== undefined) {
@@ -281,9 +328,12 @@ export class Enforcer {
     resync: (reason: string) => Promise<unknown>;
     /** MAC of what is behind an OpenFlow port (gateway, local Pod), for reject replies. */
     portMac: (ofport: number) => string | undefined;
+    /** The Metric tables' counters (per-rule statistics kept across counter-flow replacements). */
+    dumpCounters?: () => Promise<string>;
     connectTimeoutMs?: number;
   }): Promise<void> {
     this.portMac = opts.portMac;
+    if (opts.dumpCounters) this.counterDump = opts.dumpCounters;
     const { log } = this.opts;
     this.audit = new AuditLogger({ path: this.opts.auditLogPath ?? DEFAULT_AUDIT_LOG_PATH });
     const controller = new OpenFlowController({
@@ -384,6 +434,37 @@ export class Enforcer {
       ...(this.controller ? { openflow: this.controller.stats() } : {}),
       ...(this.opts.dns ? { fqdn: this.opts.dns.stats() } : {}),
     };
+  }
+
+  /** Per-rule statistics: the counter flows of every enforced rule, read from `dump` (the Metric tables). */
+  async ruleStats(dump: () => Promise<string>): Promise<RuleStatistics[]> {
+    this.counterDump ??= dump;
+    const counters = await this.readCounters(dump);
+    return ruleStatistics(this.policyFlows.metricFlows(), this.carrier.adjusted(counters), (id) => this.ruleOfConj(id), this.carrier.carried());
+  }
+
+  private ruleOfConj(conjId: number): RuleOfConj | undefined {
+    const r = this.policyFlows.describe(conjId);
+    return r && { ref: r.ref, direction: r.direction, action: r.action };
+  }
+
+  /** The current counter flows with their rule keys (for the carrier). */
+  private keyedMetricFlows(): (MetricFlow & { key: string })[] {
+    return this.policyFlows.metricFlows().flatMap((m) => {
+      const r = this.ruleOfConj(m.conjId);
+      return r ? [{ ...m, key: ruleKey(r) }] : [];
+    });
+  }
+
+  /** Reads the counters, records them, and carries those of flows that are gone to their rules. */
+  private async readCounters(dump: () => Promise<string>, flows = this.keyedMetricFlows()): Promise<Map<string, FlowCounter>> {
+    const counters = this.counterBaseline.apply(parseFlowCounters(await dump()));
+    this.carrier.observe(flows, counters);
+    const now = this.keyedMetricFlows();
+    if (now !== flows) this.carrier.observe(now, counters);
+    this.carrier.retire(new Set(now.map((f) => f.cookie)), new Set(now.map((f) => f.key)));
+    this.saveCarrier();
+    return counters;
   }
 
   /** Figures for /metrics. */

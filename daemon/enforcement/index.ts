@@ -35,6 +35,7 @@ export async function startEnforcement(
     ovsRunDir: cfg.ovsRunDir,
     bridge: cfg.bridge,
     auditLogPath: cfg.auditLogPath,
+    stateDir: cfg.stateDir,
     log,
     dns,
     ...(opts.onRealized ? { onRealized: opts.onRealized } : {}),
@@ -45,7 +46,7 @@ export async function startEnforcement(
     prepare: async (agent, localPods) => {
       enforcer.localPodsAtStart(localPods);
       await enforcer.waitSynced();
-      await enforcer.attach({ applyFlows: () => agent.syncFlows(), resync: (reason) => agent.resync(reason), portMac: (ofport) => agent.portMac(ofport) });
+      await enforcer.attach({ applyFlows: () => agent.syncFlows(), resync: (reason) => agent.resync(reason), portMac: (ofport) => agent.portMac(ofport), dumpCounters: () => agent.dumpMetricCounters() });
     },
     podAttaching: (pod) => enforcer.podAttaching(pod),
     podDetached: (pod) => enforcer.podDetached(pod),
@@ -53,6 +54,7 @@ export async function startEnforcement(
     status: () => enforcer.status(),
     policyReport: () => enforcer.policyReport(),
     metrics: () => enforcer.metrics(),
+    ruleStats: (dump) => enforcer.ruleStats(dump),
   };
   return { enforcer, hooks };
 }

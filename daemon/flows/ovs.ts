@@ -8,7 +8,7 @@ import { execa } from 'execa';
 import type { Logger } from 'pino';
 import { bundleText, diffFlows, type FlowDiff, isEmptyDiff, parseSluiceCookies } from './diff.js';
 import { type Flow, SLUICE_COOKIE_FILTER } from './flow.js';
-import { GATEWAY_OFPORT, TABLES } from './tables.js';
+import { GATEWAY_OFPORT, tableId, TABLES, type TableName } from './tables.js';
 
 export type Datapath = 'system' | 'netdev';
 
@@ -246,6 +246,13 @@ export class Ovs {
   /** Cookies of sluice's installed flows. */
   async installedCookies(): Promise<string[]> {
     return parseSluiceCookies(await this.ofctl(['dump-flows', '--no-names', '--no-stats', this.target, SLUICE_COOKIE_FILTER]));
+  }
+
+  /** sluice's flows of `tables` with their counters (one ovs-ofctl call per table). */
+  async dumpCounters(tables: TableName[]): Promise<string> {
+    const out: string[] = [];
+    for (const t of tables) out.push(await this.ofctl(['dump-flows', '--no-names', this.target, `table=${tableId(t)},${SLUICE_COOKIE_FILTER}`]));
+    return out.join('\n');
   }
 
   /** All flows of the bridge as ovs-ofctl prints them (names on), for troubleshooting. */

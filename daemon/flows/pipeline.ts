@@ -22,9 +22,13 @@ import {
   POLICY_HOOK_TABLES,
   REENTRANCE_MAC,
   REG0,
+  RULE_REG,
   type TableName,
   VIRTUAL_MAC,
 } from './tables.js';
+
+/** Commits the deciding rules' conjunction ids into the connection's ct_label (per-rule statistics). */
+const ruleLabels = (['Egress', 'Ingress'] as const).map((d) => `move:${RULE_REG[d].field}->NXM_NX_CT_LABEL[${RULE_REG[d].label}]`).join(',');
 
 export interface PodPort {
   containerId: string;
@@ -147,6 +151,9 @@ export function baseFlows(input: Omit<PipelineInput, 'pods'>): Flow[] {
     { table: 'ConntrackState', priority: 0, match: '', actions: goto(nextTable('ConntrackState')) },
     // Policy hooks: pass-through until enforcement fills them.
     ...POLICY_HOOK_TABLES.map((t) => ({ table: t, priority: 0, match: '', actions: goto(nextTable(t)) })),
+    // A Drop/Reject rule's packet is dropped in the Metric table after its rule's counter flow; this
+    // flow drops it even when no counter flow matches, so statistics can never let a packet through.
+    ...(['EgressMetric', 'IngressMetric'] as const).map((t) => ({ table: t, priority: 100, match: `reg0=${masked(REG0.ruleDrop, REG0.ruleDrop)}`, actions: 'drop' })),
     // L3 forwarding
     {
       table: 'L3Forwarding',
@@ -189,9 +196,9 @@ export function baseFlows(input: Omit<PipelineInput, 'pods'>): Flow[] {
       table: 'ConntrackCommit',
       priority: 200,
       match: `ct_state=+new+trk,ip,reg0=${masked(REG0.srcGateway, REG0.srcMask)}`,
-      actions: `ct(commit,zone=${CT_ZONE},exec(set_field:${masked(CT_MARK_FROM_GATEWAY, CT_MARK_FROM_GATEWAY)}->ct_mark)),${goto('Output')}`,
+      actions: `ct(commit,zone=${CT_ZONE},exec(set_field:${masked(CT_MARK_FROM_GATEWAY, CT_MARK_FROM_GATEWAY)}->ct_mark,${ruleLabels})),${goto('Output')}`,
     },
-    { table: 'ConntrackCommit', priority: 190, match: 'ct_state=+new+trk,ip', actions: `ct(commit,zone=${CT_ZONE}),${goto('Output')}` },
+    { table: 'ConntrackCommit', priority: 190, match: 'ct_state=+new+trk,ip', actions: `ct(commit,zone=${CT_ZONE},exec(${ruleLabels})),${goto('Output')}` },
     { table: 'ConntrackCommit', priority: 0, match: '', actions: goto('Output') },
     // Output
     { table: 'Output', priority: 210, match: reentrance, actions: `set_field:${REENTRANCE_MAC}->eth_src,IN_PORT` },

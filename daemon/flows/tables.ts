@@ -66,7 +66,10 @@ export const GATEWAY_OFPORT = 32769;
  *  [4]     host-originated: from the gateway with the node IP as source (policy exempts it)
  *  [5]     destination in a Service CIDR (goes to the host untouched; policy decides post-DNAT)
  *  [8..11] packet destination: 1 = gateway, 2 = local Pod
- * reg1 = output ofport.
+ *  [12]    a Drop/Reject rule decided: the packet is counted in the Metric table, then dropped there
+ * reg1 = output ofport. reg5 / reg6 = conjunction id of the egress / ingress rule that decided the
+ * packet (0: no rule), committed into the connection's ct_label (egress bits 0..31, ingress 32..63)
+ * so the Metric tables count a connection's later packets under the rule that allowed it.
  */
 export const REG0 = {
   srcMask: 0xf,
@@ -77,7 +80,11 @@ export const REG0 = {
   dstMask: 0xf00,
   dstGateway: 0x100,
   dstPod: 0x200,
+  ruleDrop: 0x1000,
 } as const;
+
+/** Register holding the deciding rule's conjunction id, and its ct_label bits, per direction. */
+export const RULE_REG = { Egress: { reg: 'reg5', field: 'NXM_NX_REG5[]', label: '0..31' }, Ingress: { reg: 'reg6', field: 'NXM_NX_REG6[]', label: '32..63' } } as const;
 
 /** ct_mark bit: the connection entered the bridge from the gateway (its replies go back there). */
 export const CT_MARK_FROM_GATEWAY = 0x20;

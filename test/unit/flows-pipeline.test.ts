@@ -102,7 +102,10 @@ t.test('re-entrance: from the gateway back to the gateway', async (t) => {
   }
   const mark = one(flows, (f) => f.table === 'ConntrackCommit' && f.actions.includes('ct_mark'), 'commit with mark');
   t.match(mark.match, 'reg0=0x1/0xf');
-  t.match(mark.actions, 'ct(commit,zone=65520,exec(set_field:0x20/0x20->ct_mark))');
+  t.match(mark.actions, 'ct(commit,zone=65520,exec(set_field:0x20/0x20->ct_mark,move:NXM_NX_REG5[]->NXM_NX_CT_LABEL[0..31],move:NXM_NX_REG6[]->NXM_NX_CT_LABEL[32..63]))');
+  for (const c of inTable(flows, 'ConntrackCommit').filter((f) => f.actions.includes('ct(commit'))) {
+    t.match(c.actions, 'move:NXM_NX_REG5[]->NXM_NX_CT_LABEL[0..31],move:NXM_NX_REG6[]->NXM_NX_CT_LABEL[32..63]', 'every commit records the deciding rules (per-rule statistics)');
+  }
 });
 
 t.test('host-originated packets are marked and skip ingress hooks', async (t) => {
@@ -114,12 +117,15 @@ t.test('host-originated packets are marked and skip ingress hooks', async (t) =>
   t.notOk(computeFlows(input({ nodeIP: undefined })).some((f) => f.match.includes('nw_src=192.168.77.11')), 'no node IP, no host flow');
 });
 
-t.test('policy hook tables exist and pass everything to the next table', async (t) => {
+t.test('policy hook tables exist and pass everything to the next table; the Metric tables drop what a rule dropped', async (t) => {
   const flows = computeFlows(input());
   for (const table of POLICY_HOOK_TABLES) {
-    const fs = inTable(flows, table);
-    t.equal(fs.length, 1, `${table} has one flow`);
+    const fs = inTable(flows, table).filter((f) => f.priority === 0);
+    t.equal(fs.length, 1, `${table} has one miss flow`);
     t.equal(fs[0]!.actions, `goto_table:${TABLES[tableId(table) + 1]}`);
+    const others = inTable(flows, table).filter((f) => f.priority !== 0);
+    if (table.endsWith('Metric')) t.same(others.map((f) => `${f.priority} ${f.match} -> ${f.actions}`), ['100 reg0=0x1000/0x1000 -> drop'], `${table}: a Drop/Reject rule's packet is dropped even without its counter flow`);
+    else t.same(others, [], `${table}: nothing else`);
   }
 });
 

@@ -57,7 +57,7 @@ t.test('Kubernetes ingress allow: three clauses (peers, targets, ports) at 200 i
   const { pf, flows } = compile([r]);
   const id = conjIdOf(flows);
   t.same(lines(flows), [
-    `IngressRule 200 conj_id=${id} -> goto_table:IngressMetric`,
+    `IngressRule 200 conj_id=${id} -> set_field:${id}->reg6,goto_table:IngressMetric`,
     `IngressRule 200 ip,nw_dst=10.1.0.11 -> conjunction(${id},2/3)`,
     `IngressRule 200 ip,nw_dst=10.1.0.12 -> conjunction(${id},2/3)`,
     `IngressRule 200 ip,nw_src=10.2.0.21 -> conjunction(${id},1/3)`,
@@ -65,7 +65,10 @@ t.test('Kubernetes ingress allow: three clauses (peers, targets, ports) at 200 i
     `IngressRule 200 ip,nw_src=192.168.0.0/16 -> conjunction(${id},1/3)`,
     `IngressRule 200 tcp,tp_dst=80 -> conjunction(${id},3/3)`,
     `IngressRule 200 udp,tp_dst=53 -> conjunction(${id},3/3)`,
+    `IngressMetric 190 ct_state=+new+trk,ip,reg6=${id} -> goto_table:ConntrackCommit`,
+    `IngressMetric 180 ct_state=-new+trk,ip,ct_label=0x${id.toString(16)}00000000/0xffffffff00000000 -> goto_table:ConntrackCommit`,
   ]);
+  t.same(pf.metricFlows().map((m) => [m.conjId, m.counts]), [[id, 'new'], [id, 'est']], 'the counter flows of the rule: its sessions and their later packets');
   const who = pf.describe(id)!;
   t.same([who.nodeRuleId, who.table, who.priority, who.action, who.direction], [r.id, 'IngressRule', 200, 'Allow', 'Ingress']);
   t.equal(pf.describe(12345), undefined);
@@ -78,30 +81,33 @@ t.test('stage-0 egress drop: targets by nw_src, peers by nw_dst, never the pre-D
   const p = flows[0]!.priority;
   t.ok(p >= PRIORITY.rangeBottom && p <= PRIORITY.rangeTop);
   t.same(lines(flows), [
-    `AntreaPolicyEgressRule ${p} conj_id=${id} -> drop`,
+    `AntreaPolicyEgressRule ${p} conj_id=${id} -> set_field:${id}->reg5,set_field:0x1000/0x1000->reg0,goto_table:EgressMetric`,
     `AntreaPolicyEgressRule ${p} ip -> conjunction(${id},2/2)`,
     `AntreaPolicyEgressRule ${p} ip,nw_dst=8.0.0.0/8 -> conjunction(${id},2/2)`,
     `AntreaPolicyEgressRule ${p} ip,nw_src=10.1.0.11,reg0=0x0/0x20 -> conjunction(${id},1/2)`,
     `AntreaPolicyEgressRule ${p} ip,nw_src=10.1.0.12,reg0=0x0/0x20 -> conjunction(${id},1/2)`,
+    `EgressMetric 200 ip,reg0=0x1000/0x1000,reg5=${id} -> drop`,
   ]);
 });
 
 t.test('one dimension: the flows carry the action, no conjunction', async (t) => {
   const eg = compile([rule({ direction: 'Egress', action: 'Drop', peers: 'any' })]).flows;
+  const egId = Number(/reg5=(\d+)/.exec(eg.at(-1)!.match)![1]);
   t.same(lines(eg).map((l) => l.replace(/ \d+ /, ' P ')), [
-    'AntreaPolicyEgressRule P ip,nw_src=10.1.0.11,reg0=0x0/0x20 -> drop',
-    'AntreaPolicyEgressRule P ip,nw_src=10.1.0.12,reg0=0x0/0x20 -> drop',
+    `AntreaPolicyEgressRule P ip,nw_src=10.1.0.11,reg0=0x0/0x20 -> set_field:${egId}->reg5,set_field:0x1000/0x1000->reg0,goto_table:EgressMetric`,
+    `AntreaPolicyEgressRule P ip,nw_src=10.1.0.12,reg0=0x0/0x20 -> set_field:${egId}->reg5,set_field:0x1000/0x1000->reg0,goto_table:EgressMetric`,
+    `EgressMetric P ip,reg0=0x1000/0x1000,reg5=${egId} -> drop`,
   ]);
-  const ing = compile([rule({ direction: 'Ingress', action: 'Allow', stage: 1, peers: 'any' })]).flows;
-  t.same(lines(ing), ['IngressRule 200 ip,nw_dst=10.1.0.11 -> goto_table:IngressMetric', 'IngressRule 200 ip,nw_dst=10.1.0.12 -> goto_table:IngressMetric']);
-  const anyPeerPorts = compile([rule({ direction: 'Ingress', action: 'Drop', peers: 'any', ports: [{ protocol: 'SCTP', port: 9000 }] })]).flows;
+  const ing = compile([rule({ direction: 'Ingress', action: 'Allow', stage: 1, peers: 'any' })]).flows.filter((f) => f.table === 'IngressRule');
+  t.match(lines(ing), [/^IngressRule 200 ip,nw_dst=10\.1\.0\.11 -> set_field:\d+->reg6,goto_table:IngressMetric$/, /^IngressRule 200 ip,nw_dst=10\.1\.0\.12 -> set_field:\d+->reg6,goto_table:IngressMetric$/]);
+  const anyPeerPorts = compile([rule({ direction: 'Ingress', action: 'Drop', peers: 'any', ports: [{ protocol: 'SCTP', port: 9000 }] })]).flows.filter((f) => f.table !== 'IngressMetric');
   t.equal(anyPeerPorts.length, 4, 'any peer + ports: two target flows, one port flow, one action flow');
   t.ok(anyPeerPorts.some((f) => f.match === 'sctp,tp_dst=9000' && /conjunction\(\d+,2\/2\)/.test(f.actions)), 'ports are clause 2 of 2');
 });
 
 t.test('actions: Allow, Pass (stage 0 and 2), Reject, and logging', async (t) => {
   const allow = compile([rule({ direction: 'Egress', action: 'Allow' })]).flows.find((f) => f.match.startsWith('conj_id'))!;
-  t.equal(allow.actions, 'goto_table:EgressMetric');
+  t.match(allow.actions, /^set_field:\d+->reg5,goto_table:EgressMetric$/, 'allow records the rule (reg5, committed to ct_label) and goes on');
   const pass0 = compile([rule({ direction: 'Ingress', action: 'Pass' })]).flows.find((f) => f.match.startsWith('conj_id'))!;
   t.equal(pass0.actions, 'goto_table:IngressRule', 'stage-0 Pass skips to the Kubernetes table');
   const base = compile([rule({ direction: 'Egress', action: 'Drop', stage: 2 })]).flows.filter((f) => f.match.startsWith('ip,nw_src='));
@@ -116,13 +122,13 @@ t.test('actions: Allow, Pass (stage 0 and 2), Reject, and logging', async (t) =>
   const rejAction = rejFlows.find((f) => f.match.startsWith('conj_id'))!;
   const id = conjIdOf(rejFlows);
   const ud = /userdata=([0-9a-f.]+)/.exec(rejAction.actions)![1]!.split('.').map((x) => parseInt(x, 16));
-  t.match(rejAction.actions, /^set_field:0x[0-9a-f]+->reg2,set_field:\d+->reg3,controller\(userdata=01\.02\.[0-9a-f.]+,meter_id=256\)$/, 'reject without logging: op reject only, metered packet-in');
+  t.match(rejAction.actions, /^set_field:0x[0-9a-f]+->reg2,set_field:\d+->reg3,controller\(userdata=01\.02\.[0-9a-f.]+,meter_id=256\),set_field:\d+->reg6,set_field:0x1000\/0x1000->reg0,goto_table:IngressMetric$/, 'reject without logging: op reject only, metered packet-in, then counted and dropped in the Metric table');
   t.same(decodePolicyPuntExtra(Buffer.from(ud.slice(2))), { tableId: tableId('AntreaPolicyIngressRule'), disposition: 2, priority: rejAction.priority, conjId: id });
 
   const logged = (action: NodeRule['action']) => compile([rule({ direction: 'Ingress', action, logging: { enabled: true, label: 'x' } })]).flows.find((f) => f.match.startsWith('conj_id'))!;
-  t.match(logged('Reject').actions, /^set_field:0x[0-9a-f]+->reg2,set_field:\d+->reg3,controller\(userdata=01\.03\.[0-9a-f.]+,meter_id=256\)$/, 'reject + log');
-  t.match(logged('Drop').actions, /^set_field:0x[0-9a-f]+->reg2,set_field:\d+->reg3,controller\(userdata=01\.01\.[0-9a-f.]+,meter_id=256\)$/, 'drop + log: punt, then nothing (dropped)');
-  t.match(logged('Allow').actions, /^set_field:0x[0-9a-f]+->reg2,set_field:\d+->reg3,controller\(userdata=01\.01\.[0-9a-f.]+,meter_id=256\),goto_table:IngressMetric$/, 'allow + log: metered copy, then continue');
+  t.match(logged('Reject').actions, /^set_field:0x[0-9a-f]+->reg2,set_field:\d+->reg3,controller\(userdata=01\.03\.[0-9a-f.]+,meter_id=256\),set_field:\d+->reg6,set_field:0x1000\/0x1000->reg0,goto_table:IngressMetric$/, 'reject + log');
+  t.match(logged('Drop').actions, /^set_field:0x[0-9a-f]+->reg2,set_field:\d+->reg3,controller\(userdata=01\.01\.[0-9a-f.]+,meter_id=256\),set_field:\d+->reg6,set_field:0x1000\/0x1000->reg0,goto_table:IngressMetric$/, 'drop + log: punt, then counted and dropped in the Metric table');
+  t.match(logged('Allow').actions, /^set_field:0x[0-9a-f]+->reg2,set_field:\d+->reg3,controller\(userdata=01\.01\.[0-9a-f.]+,meter_id=256\),set_field:\d+->reg6,goto_table:IngressMetric$/, 'allow + log: metered copy, then continue');
   t.match(logged('Pass').actions, /^set_field:0x[0-9a-f]+->reg2,set_field:\d+->reg3,controller\(userdata=01\.01\.[0-9a-f]{2}\.03\.[0-9a-f.]+,meter_id=256\),goto_table:IngressRule$/, 'pass + log: disposition 3');
   t.equal(policyCopyActions({ table: 'EgressRule', disposition: 0, priority: 200, conjId: 256 }), `set_field:0x10${tableId('EgressRule').toString(16).padStart(2, '0')}00c8->reg2,set_field:256->reg3,controller(userdata=01.01.${tableId('EgressRule').toString(16).padStart(2, '0')}.00.00.c8.00.00.01.00,meter_id=256)`);
 });
@@ -135,7 +141,8 @@ t.test('toServices: ClusterIP+port clause, no pre-DNAT exclusion', async (t) => 
   t.ok(flows.some((f) => f.match === 'ip,nw_src=10.1.0.11' && f.actions === `conjunction(${id},1/2)`), 'targets clause without reg0 condition: the pre-DNAT packet is the one to judge');
   t.ok(flows.some((f) => f.match === 'tcp,nw_dst=10.96.0.10,tp_dst=80' && f.actions === `conjunction(${id},2/2)`));
   t.ok(flows.some((f) => f.match === 'udp,nw_dst=10.96.0.10,tp_dst=53'));
-  t.equal(flows.length, 5);
+  t.same(flows.filter((f) => f.table === 'EgressMetric').map((f) => f.match), [`ip,reg0=0x1000/0x1000,reg5=${id}`], 'the pre-DNAT Reject is counted');
+  t.equal(flows.length, 6);
 
   // With the endpoints known, the re-entered post-DNAT packet (from the gateway) matches too.
   const pf = new PolicyFlows();
@@ -165,7 +172,7 @@ t.test('ports: ranges as masks, source ports, ICMP, SCTP; inexpressible conditio
   t.same(compile([rule({ direction: 'Egress', action: 'Drop', targets: [{ ref: 'n1', ips: ['192.168.100.1'] }] })]).flows, [], 'a Node target (host traffic) is not enforced on the bridge');
   const dual = compile([rule({ direction: 'Ingress', action: 'Drop', targets: [{ ref: 'x/a', ips: ['10.1.0.11', 'fd00::11'] }], peers: { ips: ['fd00::21'], cidrs: ['fd00::/64', '10.2.0.0/16'], services: [] } })]).flows;
   t.notOk(dual.some((f) => f.match.includes(':')), 'IPv6 addresses are left out (the pipeline is IPv4-only)');
-  t.equal(dual.length, 3, 'the IPv4 parts still compile');
+  t.equal(dual.filter((f) => f.table !== 'IngressMetric').length, 3, 'the IPv4 parts still compile');
 });
 
 t.test('flows shared by rules carry several conjunctions; a hard flow wins a clash', async (t) => {
@@ -178,7 +185,10 @@ t.test('flows shared by rules carry several conjunctions; a hard flow wins a cla
   t.equal(ids.length, 2, 'one flow, two conjunction actions');
   t.ok(ids[0]! < ids[1]!, 'in id order');
   const delta = pf.sync({ rules: [a], isolations: [] }, new Set(['b']));
-  t.same(delta.remove.map((f) => f.match).sort(), [`conj_id=${pf.describe(ids[0]!) ? ids[1] : ids[0]}`, 'ip,nw_dst=10.1.0.11', 'ip,nw_src=10.2.0.22'].sort());
+  const gone = pf.describe(ids[0]!) ? ids[1]! : ids[0]!;
+  t.same(delta.remove.map((f) => f.match).sort(), [
+    `conj_id=${gone}`, `ct_state=+new+trk,ip,reg6=${gone}`, `ct_state=-new+trk,ip,ct_label=0x${gone.toString(16)}00000000/0xffffffff00000000`, 'ip,nw_dst=10.1.0.11', 'ip,nw_src=10.2.0.22',
+  ].sort(), "the rule's flows and its counter flows");
   t.same(delta.add.map((f) => f.match), ['ip,nw_dst=10.1.0.11'], 'the shared flow is replaced by its one-conjunction version');
   t.match(delta.add[0]!.actions, /^conjunction\(\d+,2\/2\)$/);
 
@@ -186,7 +196,7 @@ t.test('flows shared by rules carry several conjunctions; a hard flow wins a cla
   const hard = rule({ id: 'h', direction: 'Ingress', action: 'Allow', stage: 1, peers: 'any', targets: [{ ref: 'x/a', ips: ['10.1.0.11'] }] });
   const both = new PolicyFlows();
   both.sync({ rules: [a, hard], isolations: [] });
-  t.equal(both.flows().find((f) => f.match === 'ip,nw_dst=10.1.0.11')!.actions, 'goto_table:IngressMetric', 'the flow acts (both rules allow)');
+  t.match(both.flows().find((f) => f.match === 'ip,nw_dst=10.1.0.11')!.actions, /^set_field:\d+->reg6,goto_table:IngressMetric$/, 'the flow acts (both rules allow)');
   t.throws(() => new PolicyFlows().sync({ rules: [a, { ...a }], isolations: [] }), PolicyFlowError);
 });
 
@@ -225,4 +235,36 @@ t.test('Kubernetes isolation: one drop per local Pod and direction, logged if an
   t.same(d.add.map((f) => f.match), ['ip,nw_dst=10.1.0.11']);
   const punt = /userdata=([0-9a-f.]+)/.exec(d.add[0]!.actions)![1]!.split('.').map((x) => parseInt(x, 16));
   t.same(decodePolicyPuntExtra(Buffer.from(punt.slice(2))), { tableId: tableId('IngressDefaultRule'), disposition: 1, priority: PRIORITY.isolation, conjId: 0 });
+});
+
+t.test('counter flows keep their cookies when the rule moves or others change (statistics survive)', async (t) => {
+  const counted = rule({ id: 'counted', direction: 'Ingress', action: 'Allow', tier: 250, policy: 5 });
+  const pf = new PolicyFlows();
+  pf.sync({ rules: [counted], isolations: [] });
+  const before = pf.metricFlows();
+  t.equal(before.length, 2);
+  const priorityBefore = pf.describe(before[0]!.conjId)!.priority;
+  // A higher-precedence rule in the same tier pushes the rule to another priority: its rule flows
+  // are re-installed, its counter flows are not.
+  const first = rule({ id: 'first', direction: 'Ingress', action: 'Drop', tier: 250, policy: 5 });
+  const delta = pf.sync({ rules: [first, { ...counted, priority: { ...counted.priority, rule: 1 } }], isolations: [] });
+  t.not(pf.describe(before[0]!.conjId)!.priority, priorityBefore, 'the rule moved');
+  const removed = new Set(delta.remove.map((f) => f.cookie));
+  t.ok(before.every((m) => !removed.has(m.cookie)), 'no counter flow of the moved rule was removed');
+  t.same(pf.metricFlows().filter((m) => m.conjId === before[0]!.conjId), before, 'same counter flows, same cookies');
+  // A restart compiles the same rules from scratch: the same counter cookies.
+  const again = new PolicyFlows();
+  again.sync({ rules: [first, { ...counted, priority: { ...counted.priority, rule: 1 } }], isolations: [] });
+  t.same(again.metricFlows().map((m) => m.cookie).sort(), pf.metricFlows().map((m) => m.cookie).sort());
+});
+
+t.test('every Drop/Reject action flow goes to the Metric table, whose catch-all drops (never fails open)', async (t) => {
+  const { flows } = compile([
+    rule({ direction: 'Egress', action: 'Drop' }),
+    rule({ direction: 'Ingress', action: 'Reject', logging: { enabled: true } }),
+    rule({ direction: 'Ingress', action: 'Drop', peers: 'any' }),
+  ]);
+  const deciding = flows.filter((f) => !f.table.endsWith('Metric') && !f.actions.startsWith('conjunction('));
+  t.ok(deciding.length >= 3);
+  for (const f of deciding) t.match(f.actions, /set_field:0x1000\/0x1000->reg0,goto_table:(Egress|Ingress)Metric$/, `${f.table} ${f.match}`);
 });

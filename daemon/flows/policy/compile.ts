@@ -28,11 +28,12 @@ import { isIPv4 } from 'node:net';
 import type { ChangeSet, ComputedRule, NodeRule } from '../../policy/internal.js';
 import type { Direction, PolicyKind, PortMatch } from '../../policy/types.js';
 import { type Flow, FlowCategory, withCookie } from '../flow.js';
-import { masked, REG0, tableId, type TableName } from '../tables.js';
+import { hex, masked, nextTable, REG0, RULE_REG, tableId, type TableName } from '../tables.js';
 import { allocateConjIds } from './conjids.js';
 import { maskedPortText, rangeToMasks } from './portmasks.js';
 import { allocatePriorities, PRIORITY } from './priorities.js';
 import { Disposition, policyCopyActions, policyPuntActions } from './punt.js';
+import type { MetricFlow } from './stats.js';
 
 export class PolicyFlowError extends Error {
   override name = 'PolicyFlowError';
@@ -147,6 +148,8 @@ interface Contribution {
   /** `conjunction(id,k/n)` text, or undefined for a flow that carries the action itself. */
   conj?: string;
   direct?: { owner: string; actions: string; logs: boolean };
+  /** A rule's counter flow in a Metric table (stats.ts). */
+  metric?: Omit<MetricFlow, 'cookie'>;
 }
 
 interface Unit {
@@ -232,23 +235,57 @@ function unitKeys(rule: NodeRule): string[] {
   return keys;
 }
 
+/**
+ * A rule's action, recording the rule for statistics: Allow loads the rule's
+ * conjunction id into the direction's rule register (committed to ct_label); Drop and Reject also
+ * set reg0 ruleDrop and go to the Metric table, which counts the packet under the rule and drops it.
+ */
 function actionsFor(rule: NodeRule, table: TableName, priority: number, conjId: number): { actions: string; logs: boolean } {
   const t = DIRECTION_TABLES[rule.direction];
   const log = !!rule.logging?.enabled;
   const punt = (disposition: Disposition, reject = false) => policyPuntActions({ table, disposition, priority, conjId, log, reject });
   const copy = (disposition: Disposition) => `${policyCopyActions({ table, disposition, priority, conjId })},`;
+  const record = `set_field:${conjId >>> 0}->${RULE_REG[rule.direction].reg}`;
+  const dropInMetric = `${record},set_field:${masked(REG0.ruleDrop, REG0.ruleDrop)}->reg0,goto_table:${t.metric}`;
   switch (rule.action) {
     case 'Allow':
-      return { actions: `${log ? copy(Disposition.allow) : ''}goto_table:${t.metric}`, logs: log };
+      return { actions: `${log ? copy(Disposition.allow) : ''}${record},goto_table:${t.metric}`, logs: log };
     case 'Pass': {
       const next = rule.priority.stage === 0 ? t.k8s : t.metric;
       return { actions: `${log ? copy(Disposition.pass) : ''}goto_table:${next}`, logs: log };
     }
     case 'Drop':
-      return { actions: log ? punt(Disposition.drop) : 'drop', logs: log };
+      return { actions: log ? `${punt(Disposition.drop)},${dropInMetric}` : dropInMetric, logs: log };
     case 'Reject':
-      return { actions: punt(Disposition.reject, true), logs: log };
+      return { actions: `${punt(Disposition.reject, true)},${dropInMetric}`, logs: log };
   }
+}
+
+/**
+ * The Metric-table flows that count a rule unit's packets (their n_packets are the statistics):
+ * Drop/Reject: every packet the rule dropped; Allow: its connections' first packets (sessions) and
+ * their later packets in both directions, matched by the ct_label the commit wrote. A toServices
+ * rule's pre-DNAT unit counts no Allow: the same connection is counted after DNAT (svc-post).
+ */
+function metricContributions(rule: NodeRule, unitKey: string, conjId: number): Contribution[] {
+  const t = DIRECTION_TABLES[rule.direction];
+  const reg = RULE_REG[rule.direction];
+  const id = conjId >>> 0;
+  const flows: { priority: number; match: string; actions: string; counts: MetricFlow['counts'] }[] = [];
+  if (rule.action === 'Drop' || rule.action === 'Reject') {
+    flows.push({ priority: PRIORITY.metricDrop, match: `ip,reg0=${masked(REG0.ruleDrop, REG0.ruleDrop)},${reg.reg}=${id}`, actions: 'drop', counts: 'drop' });
+  } else if (rule.action === 'Allow' && !unitKey.endsWith('/svc')) {
+    const label = rule.direction === 'Egress' ? `${hex(id)}/0xffffffff` : `${hex(id)}00000000/0xffffffff00000000`;
+    const next = `goto_table:${nextTable(t.metric)}`;
+    flows.push(
+      { priority: PRIORITY.metricNew, match: `ct_state=+new+trk,ip,${reg.reg}=${id}`, actions: next, counts: 'new' },
+      { priority: PRIORITY.metricEst, match: `ct_state=-new+trk,ip,ct_label=${label}`, actions: next, counts: 'est' },
+    );
+  }
+  return flows.map((f) => ({
+    key: flowKey(t.metric, f.priority, f.match), table: t.metric, priority: f.priority, match: f.match,
+    direct: { owner: `${unitKey}/metric`, actions: f.actions, logs: false }, metric: { conjId: id, counts: f.counts },
+  }));
 }
 
 function ruleContributions(rule: NodeRule, table: TableName, priority: number, conjIds: Map<string, number>, resolve?: ServiceResolver): Contribution[] {
@@ -257,6 +294,7 @@ function ruleContributions(rule: NodeRule, table: TableName, priority: number, c
     if (unit.clauses.some((c) => c.length === 0)) continue;
     const conjId = conjIds.get(unit.key)!;
     const { actions, logs } = actionsFor(rule, table, priority, conjId);
+    out.push(...metricContributions(rule, unit.key, conjId));
     const n = unit.clauses.length;
     const clauses = unit.clauses.map((c, i) => (i === 0 && unit.extra ? c.map((m) => `${m},${unit.extra}`) : c));
     if (n === 1) {
@@ -419,6 +457,18 @@ export class PolicyFlows {
   /** Every policy flow, in a deterministic order. */
   flows(): Flow[] {
     return [...this.rendered.values()].sort(compareFlows);
+  }
+
+  /** Every rule's counter flows (per-rule statistics), with the cookies they are installed under. */
+  metricFlows(): MetricFlow[] {
+    const out: MetricFlow[] = [];
+    for (const e of this.rules.values()) {
+      for (const c of e.contributions) {
+        const flow = c.metric && this.rendered.get(c.key);
+        if (flow) out.push({ ...c.metric!, cookie: flow.cookie });
+      }
+    }
+    return out;
   }
 
   /** The rule behind a conjunction id (from a punt's userdata), or undefined. */

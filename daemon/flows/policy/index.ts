@@ -4,3 +4,4 @@ export * from './input.js';
 export * from './portmasks.js';
 export * from './priorities.js';
 export * from './punt.js';
+export * from './stats.js';

@@ -33,6 +33,10 @@ export const PRIORITY = {
   k8s: 200,
   /** Ideal distance between consecutive integer policy priorities of one tier. */
   policyStep: 10,
+  /** Metric tables: a rule's dropped packets, its connections' first packets, their later packets. */
+  metricDrop: 200,
+  metricNew: 190,
+  metricEst: 180,
 } as const;
 
 export class PriorityError extends Error {
