@@ -21,7 +21,7 @@ import { computeFlows } from './flows/pipeline.js';
 import { policiesAnswer } from './enforcement/policy-report.js';
 import { type HealthServer, startEndpoint, startHealthServer } from './health.js';
 import type { AgentMetrics, EnforcementMetrics } from './metrics.js';
-import { disablePodTxOffload, findHostVeth, guardedVeths, HostNetwork } from './hostnet/index.js';
+import { disablePodTxOffload, findHostVeth, guardedVeths, HostNetwork, resolveIptables } from './hostnet/index.js';
 import { isRepairEvent, isRulesetTamperEvent } from './hostnet/monitor.js';
 import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './podattach.js';
 
@@ -293,11 +293,14 @@ export class Agent {
     const diff = await this.syncFlows({ verify: true });
     log.info({ added: diff.add.length, removed: diff.remove.length, unchanged: diff.unchanged, pods: this.pods.size }, 'startup: flows converged');
 
+    const iptables = await resolveIptables(cfg.iptablesBackend);
+    log.info({ backend: iptables.commands.backend ?? 'iptables', why: iptables.why }, 'startup: iptables backend');
     this.hostnet = await HostNetwork.create({
       gateway: cfg.gateway,
       serviceCIDRs: cfg.serviceCIDRs,
       ...(nodeIP ? { nodeIP } : {}),
       rtTablesFile: cfg.rtTablesFile,
+      iptables: iptables.commands,
       log,
     });
     const repairs = await this.hostnet.resync(this.podRoutes());

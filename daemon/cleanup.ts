@@ -13,7 +13,7 @@ import type { Logger } from 'pino';
 import { socketAnswers } from './cniserver.js';
 import type { AgentConfig } from './config.js';
 import { Ovs } from './flows/ovs.js';
-import { HostNetwork, removeGuardTable } from './hostnet/index.js';
+import { HostNetwork, removeGuardTable, resolveIptables } from './hostnet/index.js';
 import { attachmentFromPort, type PodAttachment } from './podattach.js';
 
 export interface CleanupReport {
@@ -119,7 +119,8 @@ export async function cleanupNode(
     failed.push(`${describe(err)}: Open vSwitch must run during the cleanup; nothing was changed`);
     return { done: done.lines, failed };
   }
-  const hostnet = await HostNetwork.create({ gateway: config.gateway, serviceCIDRs: config.serviceCIDRs, rtTablesFile: config.rtTablesFile, log });
+  const iptables = await resolveIptables(config.iptablesBackend);
+  const hostnet = await HostNetwork.create({ gateway: config.gateway, serviceCIDRs: config.serviceCIDRs, rtTablesFile: config.rtTablesFile, iptables: iptables.commands, log });
   try {
     // 1. Pods: every port sluice attached (OVSDB keeps each until its Pod is fully restored).
     const pods: PodAttachment[] = [];

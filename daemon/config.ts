@@ -6,7 +6,9 @@
  * nodeName: node-1              # default: $NODE_NAME, else the host name
  * kubeconfig: /etc/sluice/kubeconfig   # absent = in-cluster service account
  * bridge: br-int
- * datapath: system              # system | netdev (userspace; needs veth isolation + TX csum off)
+ * datapath: system              # system | netdev (userspace; needs veth isolation + TX csum off) | auto
+ *                               # (auto: system when the kernel has the openvswitch module, else netdev)
+ * iptablesBackend: auto        # auto | nft | legacy: the host's backend (auto: as kube-proxy's image decides)
  * gateway: antrea-gw0
  * serviceCIDRs: [10.96.0.0/12]
  * socketPath: /var/run/sluice/cni.sock
@@ -30,12 +32,17 @@ import { isAbsolute } from 'node:path';
 import { isIPv4 } from 'node:net';
 import { parseYaml } from './kube-yaml.js';
 import { checkCIDR, PipelineInputError } from './flows/pipeline.js';
+import { chooseDatapath, kernelOvs, type KernelOvs } from './flows/datapath.js';
+import type { IptablesBackendSetting } from './hostnet/iptables-backend.js';
 
 export interface AgentConfig {
   nodeName: string;
   kubeconfig?: string;
   bridge: string;
   datapath: 'system' | 'netdev';
+  /** How `datapath: auto` was resolved (absent when set explicitly). */
+  datapathWhy?: string;
+  iptablesBackend: IptablesBackendSetting;
   gateway: string;
   serviceCIDRs: string[];
   socketPath: string;
@@ -57,6 +64,7 @@ export interface AgentConfig {
 export const CONFIG_DEFAULTS = {
   bridge: 'br-int',
   datapath: 'system',
+  iptablesBackend: 'auto',
   gateway: 'antrea-gw0',
   serviceCIDRs: ['10.96.0.0/12'],
   socketPath: '/var/run/sluice/cni.sock',
@@ -78,7 +86,7 @@ export class ConfigError extends Error {
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
 const KEYS = [
-  'nodeName', 'kubeconfig', 'bridge', 'datapath', 'gateway', 'serviceCIDRs', 'socketPath', 'ovsRunDir', 'stateDir',
+  'nodeName', 'kubeconfig', 'bridge', 'datapath', 'iptablesBackend', 'gateway', 'serviceCIDRs', 'socketPath', 'ovsRunDir', 'stateDir',
   'healthAddress', 'metricsAddress', 'logLevel', 'nodeIP', 'resyncIntervalSeconds', 'flowCheckIntervalSeconds', 'rtTablesFile',
   'auditLogPath', 'enforcePolicies',
 ] as const;
@@ -86,7 +94,7 @@ const KEYS = [
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
 
 /** Parses and validates the YAML text; `source` names the file in messages. */
-export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv = process.env): AgentConfig {
+export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv = process.env, kernel: () => KernelOvs = kernelOvs): AgentConfig {
   let doc: unknown;
   try {
     doc = parseYaml(text);
@@ -125,8 +133,12 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
   };
 
   const nodeName = str('nodeName') ?? env.NODE_NAME ?? hostname();
-  const datapath = str('datapath', CONFIG_DEFAULTS.datapath)!;
-  if (datapath !== 'system' && datapath !== 'netdev') return bad('datapath', `must be "system" or "netdev", got "${datapath}"`);
+  const datapathSetting = str('datapath', CONFIG_DEFAULTS.datapath)!;
+  if (datapathSetting !== 'system' && datapathSetting !== 'netdev' && datapathSetting !== 'auto') return bad('datapath', `must be "system", "netdev" or "auto", got "${datapathSetting}"`);
+  const auto = datapathSetting === 'auto' ? chooseDatapath(kernel()) : undefined;
+  const datapath = auto?.datapath ?? (datapathSetting as 'system' | 'netdev');
+  const iptablesBackend = str('iptablesBackend', CONFIG_DEFAULTS.iptablesBackend)!;
+  if (iptablesBackend !== 'auto' && iptablesBackend !== 'nft' && iptablesBackend !== 'legacy') bad('iptablesBackend', `must be "auto", "nft" or "legacy", got "${iptablesBackend}"`);
 
   const cidrs = raw.serviceCIDRs ?? CONFIG_DEFAULTS.serviceCIDRs;
   const cidrList = typeof cidrs === 'string' ? [cidrs] : cidrs;
@@ -178,6 +190,8 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     ...(raw.kubeconfig !== undefined && raw.kubeconfig !== null ? { kubeconfig: path('kubeconfig')! } : {}),
     bridge,
     datapath,
+    ...(auto ? { datapathWhy: auto.why } : {}),
+    iptablesBackend: iptablesBackend as IptablesBackendSetting,
     gateway,
     serviceCIDRs,
     socketPath: path('socketPath', CONFIG_DEFAULTS.socketPath)!,

@@ -61,6 +61,7 @@ async function main(): Promise<number> {
   }
   if (failpoint) log.warn({ failpoint }, 'SLUICE_FAILPOINT set: every ADD will fail (testing only)');
 
+  if (config.datapathWhy) log.info({ datapath: config.datapath, why: config.datapathWhy }, 'datapath: auto');
   let agent: Agent;
   try {
     const wanted = enforcementWanted(config);

@@ -8,11 +8,13 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { IptablesRules, SERVICE_MARK } from './iptables.js';
+import type { IptablesCommands } from './iptables-backend.js';
 import { Rtnl } from './netlink.js';
 import { guardVeth, unguardVeth } from './vethguard.js';
 
 export { findHostVeth, disablePodTxOffload } from './podlink.js';
 export { guardedVeths, removeGuardTable } from './vethguard.js';
+export { resolveIptables, type IptablesCommands } from './iptables-backend.js';
 
 export const SERVICE_ROUTE_TABLE = 300;
 export const SERVICE_ROUTE_TABLE_NAME = 'antrea_service';
@@ -28,6 +30,8 @@ export interface HostNetworkOptions {
   nodeIP?: string;
   /** Where to register the table name; null skips it (e.g. the lab, which must not touch /etc). */
   rtTablesFile?: string | null;
+  /** The iptables backend's binaries (resolveIptables); default: plain iptables. */
+  iptables?: IptablesCommands;
   log: Logger;
 }
 
@@ -38,7 +42,7 @@ export class HostNetwork {
     private readonly opts: HostNetworkOptions,
     private readonly rtnl: Rtnl,
   ) {
-    this.iptables = new IptablesRules({ gateway: opts.gateway, serviceCIDRs: opts.serviceCIDRs });
+    this.iptables = new IptablesRules({ gateway: opts.gateway, serviceCIDRs: opts.serviceCIDRs, ...(opts.iptables ? { commands: opts.iptables } : {}) });
   }
 
   static async create(opts: HostNetworkOptions): Promise<HostNetwork> {

@@ -4,6 +4,7 @@
  * into them. Other components' rules (kube-proxy, the primary CNI) are never touched.
  */
 import { execa } from 'execa';
+import { DEFAULT_IPTABLES, type IptablesCommands } from './iptables-backend.js';
 
 export const SERVICE_MARK = 0x800;
 export const REENTRANCE_MAC = 'de:ad:be:ef:de:ad';
@@ -11,6 +12,8 @@ export const REENTRANCE_MAC = 'de:ad:be:ef:de:ad';
 export interface IptablesOptions {
   gateway: string;
   serviceCIDRs: string[];
+  /** The backend's binaries (iptables-backend.ts); default: the host's plain iptables. */
+  commands?: IptablesCommands;
 }
 
 interface ChainSpec {
@@ -77,10 +80,10 @@ function jumpRule(c: ChainSpec): string[] {
 }
 
 /** The lines iptables-save prints for sluice's chains (its own normalized form). */
-async function savedChains(chains: ChainSpec[]): Promise<string> {
+async function savedChains(chains: ChainSpec[], cmd: IptablesCommands): Promise<string> {
   const lines: string[] = [];
   for (const table of new Set(chains.map((c) => c.table))) {
-    const { stdout } = await execa('iptables-save', ['-t', table]);
+    const { stdout } = await execa(cmd.save, ['-t', table]);
     const names = chains.filter((c) => c.table === table).map((c) => c.chain);
     for (const line of stdout.split('\n')) {
       if (names.some((n) => line.startsWith(`-A ${n} `) || line.includes(`-j ${n}`))) lines.push(`${table}: ${line}`);
@@ -93,7 +96,11 @@ export class IptablesRules {
   /** iptables-save's rendering of our chains right after we last wrote them. */
   private lastSaved: string | undefined;
 
-  constructor(private readonly opts: IptablesOptions) {}
+  private readonly cmd: IptablesCommands;
+
+  constructor(private readonly opts: IptablesOptions) {
+    this.cmd = opts.commands ?? DEFAULT_IPTABLES;
+  }
 
   /**
    * Converges sluice's chains and jumps. Returns what had to be repaired (empty when the
@@ -104,20 +111,20 @@ export class IptablesRules {
     const chains = desiredChains(this.opts);
     const repairs: string[] = [];
     if (this.lastSaved !== undefined) {
-      const now = await savedChains(chains);
+      const now = await savedChains(chains, this.cmd);
       if (now === this.lastSaved) return [];
       repairs.push('iptables: sluice chains or jump rules differed from what was written; rewrote them');
     }
-    await execa('iptables-restore', ['--noflush'], { input: renderRestore(chains) });
+    await execa(this.cmd.restore, ['--noflush'], { input: renderRestore(chains) });
     for (const c of chains) {
       const jump = jumpRule(c);
-      const present = await execa('iptables', ['-t', c.table, '-C', ...jump], { reject: false });
+      const present = await execa(this.cmd.iptables, ['-t', c.table, '-C', ...jump], { reject: false });
       if (present.exitCode !== 0) {
-        await execa('iptables', ['-t', c.table, '-I', c.from, '1', ...jump.slice(1)]);
+        await execa(this.cmd.iptables, ['-t', c.table, '-I', c.from, '1', ...jump.slice(1)]);
         if (this.lastSaved !== undefined) repairs.push(`iptables: restored jump ${c.table}/${c.from} -> ${c.chain}`);
       }
     }
-    this.lastSaved = await savedChains(chains);
+    this.lastSaved = await savedChains(chains, this.cmd);
     return repairs;
   }
 
@@ -125,9 +132,9 @@ export class IptablesRules {
   async remove(): Promise<boolean> {
     let found = false;
     for (const c of desiredChains(this.opts)) {
-      while ((await execa('iptables', ['-t', c.table, '-D', ...jumpRule(c)], { reject: false })).exitCode === 0) found = true;
-      await execa('iptables', ['-t', c.table, '-F', c.chain], { reject: false });
-      if ((await execa('iptables', ['-t', c.table, '-X', c.chain], { reject: false })).exitCode === 0) found = true;
+      while ((await execa(this.cmd.iptables, ['-t', c.table, '-D', ...jumpRule(c)], { reject: false })).exitCode === 0) found = true;
+      await execa(this.cmd.iptables, ['-t', c.table, '-F', c.chain], { reject: false });
+      if ((await execa(this.cmd.iptables, ['-t', c.table, '-X', c.chain], { reject: false })).exitCode === 0) found = true;
     }
     this.lastSaved = undefined;
     return found;

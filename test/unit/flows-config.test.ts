@@ -9,6 +9,7 @@ t.test('empty file gives the documented defaults', async (t) => {
     nodeName: 'node-9',
     bridge: 'br-int',
     datapath: 'system',
+    iptablesBackend: 'auto',
     gateway: 'antrea-gw0',
     serviceCIDRs: ['10.96.0.0/12'],
     socketPath: '/var/run/sluice/cni.sock',
@@ -56,7 +57,7 @@ t.test('the lab contract', async (t) => {
 
 t.test('invalid settings name the file and the field', async (t) => {
   const cases: [string, RegExp][] = [
-    ['datapath: kernel', /^x\.yaml: datapath: must be "system" or "netdev", got "kernel"$/],
+    ['datapath: kernel', /^x\.yaml: datapath: must be "system", "netdev" or "auto", got "kernel"$/],
     ['bridgee: br-int', /^x\.yaml: bridgee: unknown setting/],
     ['serviceCIDRs: [10.96.0.1/12]', /^x\.yaml: serviceCIDRs\[0\]: "10.96.0.1\/12" has host bits set$/],
     ['serviceCIDRs: []', /serviceCIDRs: must be a non-empty list/],
