@@ -9,7 +9,8 @@
  *  2. rules + quiescence (agents without it, as today): every node's `enforcement.rules` in /status
  *     equals the node rule count the policy engine computes for the API server's objects, its
  *     `synced` flag is true, and its flows, `applies` counter and rule count stayed unchanged for
- *     `stableMs`, at least `settleMs` after the write. If the counts still differ after `giveUpMs`
+ *     `stableMs`, at least `settleMs` after the write, and the bridge holds exactly the flows the
+ *     agent computes for its engine's state (GET /flows). If the counts still differ after `giveUpMs`
  *     of total quiet, the wait ends anyway and says so (signal `quiescence` with a note).
  */
 import { pino } from 'pino';
@@ -67,8 +68,8 @@ export function flowFingerprint(dump: string): string {
     .join('\n');
 }
 
-async function agentStatus(lab: string, node: string): Promise<unknown> {
-  const r = await runIn(nodeNetns(lab, node), 'curl', ['-s', '--max-time', '2', 'http://127.0.0.1:10349/status'], { allowFail: true, timeoutMs: 5000 });
+async function agentStatus(lab: string, node: string, path = '/status'): Promise<unknown> {
+  const r = await runIn(nodeNetns(lab, node), 'curl', ['-s', '--max-time', '2', `http://127.0.0.1:10349${path}`], { allowFail: true, timeoutMs: 5000 });
   if (r.exitCode !== 0) return undefined;
   try {
     return JSON.parse(r.stdout);
@@ -107,14 +108,35 @@ export function expectedRuleCounts(objects: KubeObject[], nodes: string[]): Reco
   );
 }
 
-async function fingerprints(lab: string, nodes: string[], expected: Record<string, number>): Promise<{ text: string; synced: boolean; rulesMatch: boolean; reported: boolean; rules: string }> {
+async function fingerprints(lab: string, nodes: string[], expected: Record<string, number>): Promise<{ text: string; synced: boolean; rulesMatch: boolean; reported: boolean; rules: string; applied: boolean }> {
   const parts = await Promise.all(nodes.map(async (n) => {
     const ovs = bridgeOf(lab, n);
-    const [dump, status] = await Promise.all([ovs.ofctl(['dump-flows', '--no-names', '--no-stats', ovs.target]), agentStatus(lab, n)]);
+    const [dump, status, desired] = await Promise.all([ovs.ofctl(['dump-flows', '--no-names', '--no-stats', ovs.target]), agentStatus(lab, n), agentStatus(lab, n, '/flows')]);
     const activity = enforcementActivity(status);
-    return { text: `${n} ${activity.text}\n${flowFingerprint(dump)}`, synced: activity.synced, reported: activity.rules !== undefined, rulesMatch: activity.rules === undefined || activity.rules === expected[n], rules: `${n}: agent ${activity.rules ?? '-'}, engine ${expected[n]}` };
+    return {
+      text: `${n} ${activity.text}\n${flowFingerprint(dump)}`, synced: activity.synced, reported: activity.rules !== undefined,
+      rulesMatch: activity.rules === undefined || activity.rules === expected[n], rules: `${n}: agent ${activity.rules ?? '-'}, engine ${expected[n]}`,
+      applied: bridgeHasDesired(dump, desired),
+    };
   }));
-  return { text: parts.map((p) => p.text).join('\n'), synced: parts.every((p) => p.synced), rulesMatch: parts.every((p) => p.rulesMatch), reported: parts.some((p) => p.reported), rules: parts.map((p) => p.rules).join('; ') };
+  return {
+    text: parts.map((p) => p.text).join('\n'), synced: parts.every((p) => p.synced), rulesMatch: parts.every((p) => p.rulesMatch), reported: parts.some((p) => p.reported),
+    rules: parts.map((p) => p.rules).join('; '), applied: parts.every((p) => p.applied),
+  };
+}
+
+/**
+ * Whether the bridge holds exactly the agent's desired flows (GET /flows, which compiles the policy
+ * engine's current state): an agent whose engine has the new state but has not committed its flows
+ * yet (a busy machine) is not converged, though its flows have not started to change.
+ */
+export function bridgeHasDesired(dump: string, desired: unknown): boolean {
+  if (!Array.isArray(desired)) return true; // an agent without GET /flows: rule counts and quiet alone
+  const want = new Set(desired.map((f) => String((f as { cookie?: unknown }).cookie)));
+  const have = new Set([...dump.matchAll(/cookie=(0x51ce[0-9a-f]+)/g)].map((m) => m[1]!));
+  if (want.size !== have.size) return false;
+  for (const c of want) if (!have.has(c)) return false;
+  return true;
 }
 
 /** Waits until every node's agent has applied the API server's current state (see the module comment). */
@@ -150,7 +172,7 @@ export async function waitForAgents(info: ControlInfo, rest: RestClient, written
       since = Date.now();
     } else if (now.synced && Date.now() - writtenAt >= settleMs) {
       const quiet = Date.now() - since;
-      if (now.rulesMatch && quiet >= stableMs) return { signal: now.reported ? 'rules+quiescence' : 'quiescence', ms: Date.now() - started };
+      if (now.rulesMatch && now.applied && quiet >= stableMs) return { signal: now.reported ? 'rules+quiescence' : 'quiescence', ms: Date.now() - started };
       if (quiet >= giveUpMs) return { signal: 'quiescence', ms: Date.now() - started, note: `rule counts differ after ${giveUpMs / 1000} s of quiet: ${now.rules}` };
     }
     if (Date.now() > deadline) throw new Error(`agents not converged within ${timeoutMs / 1000} s (${last.synced ? 'watches synced' : 'watches not synced'}; ${last.rules})`);

@@ -12,7 +12,7 @@ import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { KubeObject, ProbeResult } from '../../daemon/policy/types.js';
 import { repoRoot } from '../../lab/net/names.js';
 import { compareVerdicts, mismatchTable } from '../../lab/proof/compare.js';
-import { enforcementActivity, expectedRuleCounts, flowFingerprint, reportedGeneration } from '../../lab/proof/converge.js';
+import { bridgeHasDesired, enforcementActivity, expectedRuleCounts, flowFingerprint, reportedGeneration } from '../../lab/proof/converge.js';
 import { scenarioProbes } from '../../lab/proof/probeset.js';
 import { SLUICECTL, simulate } from '../../lab/proof/simulate.js';
 import { changedLabels, splitSteps, StepError } from '../../lab/proof/steps.js';
@@ -56,6 +56,10 @@ t.test('convergence: fingerprints ignore counters and order; generations parse',
   t.same(enforcementActivity({ ready: true }), { text: '', synced: true }, 'an agent without enforcement is never busy');
   t.same(enforcementActivity({ enforcement: { synced: false, applies: 3 } }), { text: 'synced=false applies=3 rules=undefined', synced: false });
   t.not(enforcementActivity({ enforcement: { synced: true, applies: 3 } }).text, enforcementActivity({ enforcement: { synced: true, applies: 4 } }).text, 'a new apply is activity');
+  t.ok(bridgeHasDesired(a, [{ cookie: '0x51ce0002' }, { cookie: '0x51ce0001' }]), 'the bridge holds exactly the desired flows');
+  t.notOk(bridgeHasDesired(a, [{ cookie: '0x51ce0001' }, { cookie: '0x51ce0002' }, { cookie: '0x51ce0003' }]), 'a desired flow not committed yet');
+  t.notOk(bridgeHasDesired(a, [{ cookie: '0x51ce0001' }]), 'a flow the agent no longer wants is still there');
+  t.ok(bridgeHasDesired(a, { error: 'starting' }), 'an agent without a desired set: not judged by it');
 });
 
 t.test('expected rule counts: per node, from the objects the agents watch', async (t) => {
