@@ -49,6 +49,28 @@ export function agentGet(config: AgentConfig, path: string, what: string, timeou
   });
 }
 
+/**
+ * GET `path` for the command `cmd` (e.g. "node policies"): the body of a 200 answer, or undefined
+ * after printing why not (agent unreachable, or its error answer) and setting exit code 1.
+ */
+export async function agentBody(configPath: string, path: string, cmd: string): Promise<unknown> {
+  let answer: { code: number; body: unknown };
+  try {
+    answer = await agentGet(await loadConfig(configPath), path, cmd);
+  } catch (err) {
+    console.error(`sluicectl ${cmd}: ${(err as Error).message}`);
+    process.exitCode = 1;
+    return undefined;
+  }
+  if (answer.code !== 200) {
+    const why = (answer.body as { error?: string } | null)?.error ?? JSON.stringify(answer.body);
+    console.error(`sluicectl ${cmd}: the agent answered ${answer.code}: ${why}`);
+    process.exitCode = 1;
+    return undefined;
+  }
+  return answer.body;
+}
+
 /** GET /status from the agent's health endpoint (on this node, so run in the node's network namespace). */
 export async function agentStatus(config: AgentConfig, timeoutMs = 3000): Promise<AgentStatus> {
   return (await agentGet(config, '/status', 'status', timeoutMs)).body as AgentStatus;

@@ -3,10 +3,9 @@
  * actions, local Pods it applies to) and the objects it ignored as invalid, from GET /policies.
  */
 import type { CommandModule } from 'yargs';
-import { loadConfig } from '../config.js';
 import type { EnforcedPolicy, PolicyReport } from '../enforcement/policy-report.js';
 import type { ValidationError } from '../policy/types.js';
-import { agentGet, type NodeArgs, table, withConfig } from './node-common.js';
+import { agentBody, type NodeArgs, table, withConfig } from './node-common.js';
 
 /** At most this many Pod names in the APPLIED-TO column; beyond, a count. */
 const MAX_NAMES = 3;
@@ -76,21 +75,9 @@ export const nodePoliciesCommand: CommandModule<object, NodeArgs & { json: boole
   describe: 'the policies this node enforces (tier, rules, local Pods) and the objects ignored as invalid, with why',
   builder: (y) => withConfig(y).option('json', { type: 'boolean', default: false, describe: 'print the raw JSON' }),
   handler: async (argv) => {
-    let answer: { code: number; body: unknown };
-    try {
-      answer = await agentGet(await loadConfig(argv.config), '/policies', 'policies');
-    } catch (err) {
-      console.error(`sluicectl node policies: ${(err as Error).message}`);
-      process.exitCode = 1;
-      return;
-    }
-    if (answer.code !== 200) {
-      const why = (answer.body as { error?: string } | null)?.error ?? JSON.stringify(answer.body);
-      console.error(`sluicectl node policies: the agent answered ${answer.code}: ${why}`);
-      process.exitCode = 1;
-      return;
-    }
-    const report = answer.body as PolicyReport;
+    const body = await agentBody(argv.config, '/policies', 'node policies');
+    if (body === undefined) return;
+    const report = body as PolicyReport;
     if (!report.synced) console.error('warning: the agent has not listed every policy input yet (watches not synced); this view may be incomplete');
     console.log(argv.json ? JSON.stringify(report, null, 2) : renderPolicyReport(report));
   },

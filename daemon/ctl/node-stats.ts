@@ -4,9 +4,8 @@
  * Allow rule allowed and their packets/bytes, packets a Drop/Reject rule dropped.
  */
 import type { CommandModule } from 'yargs';
-import { loadConfig } from '../config.js';
 import type { RuleStatistics } from '../flows/policy/stats.js';
-import { agentGet, type NodeArgs, table, withConfig } from './node-common.js';
+import { agentBody, type NodeArgs, table, withConfig } from './node-common.js';
 
 const policyName = (r: RuleStatistics['ref']) => (r.namespace ? `${r.namespace}/${r.name}` : r.name);
 
@@ -41,21 +40,9 @@ export const nodeStatsCommand: CommandModule<object, NodeArgs & { policy?: strin
       .option('policy', { type: 'string', describe: 'only the rules of this policy (name, or namespace/name)' })
       .option('output', { alias: 'o', choices: ['table', 'json'], default: 'table', describe: 'output format' }),
   handler: async (argv) => {
-    let answer: { code: number; body: unknown };
-    try {
-      answer = await agentGet(await loadConfig(argv.config), '/stats', 'stats');
-    } catch (err) {
-      console.error(`sluicectl node stats: ${(err as Error).message}`);
-      process.exitCode = 1;
-      return;
-    }
-    if (answer.code !== 200) {
-      const why = (answer.body as { error?: string } | null)?.error ?? JSON.stringify(answer.body);
-      console.error(`sluicectl node stats: the agent answered ${answer.code}: ${why}`);
-      process.exitCode = 1;
-      return;
-    }
-    let stats = answer.body as RuleStatistics[];
+    const body = await agentBody(argv.config, '/stats', 'node stats');
+    if (body === undefined) return;
+    let stats = body as RuleStatistics[];
     if (argv.policy !== undefined) {
       stats = stats.filter((s) => matchesPolicy(s, argv.policy!));
       if (stats.length === 0) {
