@@ -23,6 +23,8 @@ import { type HealthServer, startEndpoint, startHealthServer } from './health.js
 import type { AgentMetrics, EnforcementMetrics } from './metrics.js';
 import { disablePodTxOffload, findHostVeth, guardedVeths, HostNetwork, resolveIptables } from './hostnet/index.js';
 import { isRepairEvent, isRulesetTamperEvent } from './hostnet/monitor.js';
+import { ChainKeeper, type ChainStatus } from './chainkeeper.js';
+import { sluiceEntry } from '../install/conflist.js';
 import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './podattach.js';
 
 export interface AgentOptions {
@@ -107,6 +109,18 @@ class Kube {
     );
     return new Set(list.items.map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`));
   }
+
+  /** "namespace/name" of this node's Pods that have a Pod IP on the Pod network (not hostNetwork). */
+  async nodePodNetworkPods(nodeName: string): Promise<string[]> {
+    const list = await withTimeout(
+      this.core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${nodeName}` }),
+      API_TIMEOUT_MS,
+      'listing Pods',
+    );
+    return list.items
+      .filter((p) => !p.spec?.hostNetwork && p.status?.podIP && p.status.phase !== 'Succeeded' && p.status.phase !== 'Failed' && !p.metadata?.deletionTimestamp)
+      .map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`);
+  }
 }
 
 /** Many CNI operations at once, or one resync alone (so a resync never races a DEL's route restore). */
@@ -153,6 +167,8 @@ export interface AgentStatus {
   /** The agent process's memory in MiB: resident set, and the JS heap's live part vs its reservation. */
   memory: { rssMiB: number; heapUsedMiB: number; heapTotalMiB: number; externalMiB: number };
   enforcement?: unknown;
+  /** Keeping sluice chained in the node's CNI configuration (when cniConfDir is set). */
+  chain?: ChainStatus & { escapedPods: string[] };
 }
 
 const mib = (bytes: number) => Math.round((bytes / 1048576) * 10) / 10;
@@ -180,6 +196,9 @@ export class Agent {
   private readonly resyncCounts = { ok: 0, failed: 0, repairs: 0 };
   private metricsServer?: HealthServer;
   private monitors: ChildProcess[] = [];
+  private chainKeeper?: ChainKeeper;
+  private escapedPods: string[] = [];
+  private kube?: Kube;
   private monitorTimer?: NodeJS.Timeout;
   private closed = false;
   readonly attacher: PodAttacher;
@@ -317,6 +336,16 @@ export class Agent {
     log.info({ ms: Date.now() - t0, pods: this.pods.size, nodeIP }, 'startup: ready');
 
     this.watchHostChanges();
+    if (cfg.cniConfDir) {
+      this.chainKeeper = new ChainKeeper({
+        confDir: cfg.cniConfDir,
+        binDir: cfg.cniBinDir,
+        entry: sluiceEntry(cfg.socketPath),
+        log,
+        onRechained: (file) => void this.findEscapedPods(file),
+      });
+      await this.chainKeeper.start();
+    }
     this.timers.push(
       setInterval(() => void this.resync('periodic'), cfg.resyncIntervalSeconds * 1000),
       setInterval(() => void this.checkFlows(), cfg.flowCheckIntervalSeconds * 1000),
@@ -349,6 +378,7 @@ export class Agent {
         const nodeIP = cfg.nodeIP ?? (await kube.nodeInternalIP(cfg.nodeName));
         if (!nodeIP) throw new StartupError(`Node ${cfg.nodeName} has no IPv4 InternalIP; set nodeIP in the config`);
         const livePods = await kube.nodePods(cfg.nodeName);
+        this.kube = kube;
         log.info({ server: kube.server, nodeIP, pods: livePods.size }, 'startup: API server reachable');
         return { nodeIP, livePods };
       } catch (err) {
@@ -436,6 +466,7 @@ export class Agent {
       resyncs: () => ({ ...this.resyncCounts }),
       enforcement: () => this.enforcement?.metrics?.(),
       ruleStats: () => this.ruleStats(),
+      chain: () => (this.chainKeeper ? { ...this.chainKeeper.status(), escapedPods: this.escapedPods } : undefined),
     });
     return { '/metrics': async () => ({ code: 200, body: await metrics.text(), contentType: metrics.contentType }) };
   }
@@ -575,7 +606,27 @@ export class Agent {
       ovsReachable: this.ovsReachable,
       memory: (({ rss, heapUsed, heapTotal, external }) => ({ rssMiB: mib(rss), heapUsedMiB: mib(heapUsed), heapTotalMiB: mib(heapTotal), externalMiB: mib(external) }))(process.memoryUsage()),
       ...(this.enforcement?.status ? { enforcement: this.enforcement.status() } : {}),
+      ...(this.chainKeeper ? { chain: { ...this.chainKeeper.status(), escapedPods: this.escapedPods } } : {}),
     };
+  }
+
+  /**
+   * After a re-chain: this node's Pods that the API shows with a Pod IP but that never came through
+   * sluice were created by the primary alone while the chain was broken; they cross no bridge and
+   * no policy applies to them. Named in the log and in /status (re-creating them enforces them).
+   */
+  private async findEscapedPods(file: string): Promise<void> {
+    // ADDs that started before the re-chain are still finishing: look once they are done.
+    await new Promise((r) => setTimeout(r, 2000).unref());
+    if (this.closed || !this.kube) return;
+    try {
+      const attached = new Set([...this.pods.values()].map((p) => `${p.podNamespace}/${p.podName}`));
+      const escaped = (await this.kube.nodePodNetworkPods(this.config.nodeName)).filter((p) => !attached.has(p));
+      this.escapedPods = escaped.sort();
+      if (escaped.length) this.log.warn({ file, pods: this.escapedPods }, 'cni chain: Pods created while sluice was not chained escaped the bridge; no policy applies to them until they are re-created');
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, 'cni chain: could not list this node\'s Pods to find those that escaped the bridge');
+    }
   }
 
   /** Stops serving; leaves bridge, flows, ports and routes in place (restart must not disturb Pods). */
@@ -586,6 +637,7 @@ export class Agent {
     for (const t of this.timers) clearInterval(t);
     clearTimeout(this.monitorTimer);
     for (const m of this.monitors) m.kill();
+    this.chainKeeper?.close();
     await this.cni?.close();
     await this.enforcement?.close();
     await this.health?.close();

@@ -22,6 +22,8 @@
  * resyncIntervalSeconds: 60     # host networking + flows convergence
  * flowCheckIntervalSeconds: 5   # quick check that OVS still has the flows (ovs-vswitchd restart)
  * rtTablesFile: /etc/iproute2/rt_tables.d/sluice.conf   # "" = do not register the table name
+ * cniConfDir: /host/etc/cni/net.d   # default: none; keep sluice chained in the runtime's CNI configuration there
+ * cniBinDir: /host/opt/cni/bin     # where the sluice-cni plugin is installed (chained only while it is there)
  * auditLogPath: /var/log/antrea/networkpolicy/np.log     # policy audit log (rules with logging)
  * enforcePolicies: true         # default: on when an API server is configured (kubeconfig or in-cluster)
  * ```
@@ -56,6 +58,9 @@ export interface AgentConfig {
   flowCheckIntervalSeconds: number;
   /** null: do not register the route table name. */
   rtTablesFile: string | null;
+  /** Keep sluice chained in this CNI configuration directory (daemon/chainkeeper.ts); absent: not kept. */
+  cniConfDir?: string;
+  cniBinDir: string;
   auditLogPath: string;
   /** undefined: enforce when an API server is configured; false: datapath only. */
   enforcePolicies?: boolean;
@@ -75,6 +80,7 @@ export const CONFIG_DEFAULTS = {
   resyncIntervalSeconds: 60,
   flowCheckIntervalSeconds: 5,
   rtTablesFile: '/etc/iproute2/rt_tables.d/sluice.conf',
+  cniBinDir: '/opt/cni/bin',
   auditLogPath: '/var/log/antrea/networkpolicy/np.log',
 } as const;
 
@@ -88,7 +94,7 @@ const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const
 const KEYS = [
   'nodeName', 'kubeconfig', 'bridge', 'datapath', 'iptablesBackend', 'gateway', 'serviceCIDRs', 'socketPath', 'ovsRunDir', 'stateDir',
   'healthAddress', 'metricsAddress', 'logLevel', 'nodeIP', 'resyncIntervalSeconds', 'flowCheckIntervalSeconds', 'rtTablesFile',
-  'auditLogPath', 'enforcePolicies',
+  'auditLogPath', 'enforcePolicies', 'cniConfDir', 'cniBinDir',
 ] as const;
 /** Linux interface names: 1-15 bytes, no '/', whitespace or ':'. */
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
@@ -204,6 +210,8 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     resyncIntervalSeconds: seconds('resyncIntervalSeconds', CONFIG_DEFAULTS.resyncIntervalSeconds),
     flowCheckIntervalSeconds: seconds('flowCheckIntervalSeconds', CONFIG_DEFAULTS.flowCheckIntervalSeconds),
     rtTablesFile,
+    ...(raw.cniConfDir !== undefined && raw.cniConfDir !== null ? { cniConfDir: path('cniConfDir')! } : {}),
+    cniBinDir: path('cniBinDir', CONFIG_DEFAULTS.cniBinDir)!,
     auditLogPath: path('auditLogPath', CONFIG_DEFAULTS.auditLogPath)!,
     ...(typeof enforce === 'boolean' ? { enforcePolicies: enforce } : {}),
   };

@@ -50,6 +50,8 @@ export interface MetricSources {
   ovsdbReachable(): boolean;
   resyncs(): { ok: number; failed: number; repairs: number };
   enforcement?(): EnforcementMetrics | undefined;
+  /** Keeping sluice chained in the node's CNI configuration (absent when not configured). */
+  chain?(): { state: string; rechains: number; escapedPods: string[] } | undefined;
   /** Per-rule statistics from the bridge's counters (one OVS read per scrape). */
   ruleStats?(): Promise<RuleStatistics[] | undefined>;
 }
@@ -126,6 +128,19 @@ export class AgentMetrics {
     this.counter('sluice_resyncs_total', 'Full convergence runs of the datapath, by result', ['result'], () => {
       const x = resyncs();
       return x ? [[{ result: 'ok' }, x.ok], [{ result: 'failed' }, x.failed]] : [];
+    });
+    const chain = () => src()?.chain?.();
+    this.gauge('sluice_cni_chain_ok', "1 while the runtime's CNI configuration chains sluice (absent when the agent does not keep the chain)", [], () => {
+      const c = chain();
+      return c ? [[{}, c.state === 'chained' ? 1 : 0]] : [];
+    });
+    this.counter('sluice_cni_rechains_total', 'Times the agent chained sluice again after the CNI configuration lost it (a primary rewrote it, or a new file sorts first)', [], () => {
+      const c = chain();
+      return c ? [[{}, c.rechains]] : [];
+    });
+    this.gauge('sluice_pods_escaped', "Local Pods created while sluice was not chained, which cross no bridge (sluicectl node status names them)", [], () => {
+      const c = chain();
+      return c ? [[{}, c.escapedPods.length]] : [];
     });
     this.counter('sluice_resync_repairs_total', 'Things a convergence run found wrong and repaired (routes, rules, ports, flows, chains)', [], () => {
       const x = resyncs();

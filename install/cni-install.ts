@@ -6,7 +6,8 @@
  */
 import { copyFile, chmod, readdir, readFile, rename, writeFile, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { chainSluice, ConfListError, isChained, toConfList, unchainSluice, type ConfList } from './conflist.js';
+import { CONF_EXTENSIONS, type ChainPlan, type ConfFile, confListText, planChain, runtimeConfig } from './chainstate.js';
+import { ConfListError, isChained, sluiceEntry, unchainSluice } from './conflist.js';
 
 export interface CniInstallOptions {
   confDir: string;            // /etc/cni/net.d
@@ -22,28 +23,23 @@ async function replaceAtomically(path: string, write: (tmp: string) => Promise<v
   await rename(tmp, path);
 }
 
-/** A configuration list as it is written to the configuration directory. */
-const conflistText = (list: ConfList): string => JSON.stringify(list, null, 2) + '\n';
-
-/** The primary's config: the lexically first .conflist/.conf/.json file, as the runtime picks it. */
-export async function findPrimaryConfig(confDir: string): Promise<string> {
-  const files = (await readdir(confDir).catch(() => [] as string[]))
-    .filter((f) => /\.(conflist|conf|json)$/.test(f))
-    .sort();
-  if (files.length === 0) {
-    throw new ConfListError(`no CNI configuration in ${confDir}: install the primary CNI first (sluice chains after it)`);
+/** The directory's configuration files (names and contents) as the runtime would list them. */
+export async function readConfDir(confDir: string): Promise<ConfFile[]> {
+  const names = (await readdir(confDir).catch(() => [] as string[])).filter((f) => CONF_EXTENSIONS.test(f)).sort();
+  const files: ConfFile[] = [];
+  for (const name of names) {
+    const text = await readFile(join(confDir, name), 'utf8').catch(() => undefined);
+    if (text !== undefined) files.push({ name, text });
   }
-  return join(confDir, files[0]!);
+  return files;
 }
 
-async function readConfList(path: string): Promise<ConfList> {
-  let doc: unknown;
-  try {
-    doc = JSON.parse(await readFile(path, 'utf8'));
-  } catch (err) {
-    throw new ConfListError(`${path}: not valid JSON (${(err as Error).message})`);
-  }
-  return toConfList(doc, path);
+/** Carries out a chain plan: an atomic write, then the single-plugin file it replaces is removed. */
+export async function applyChainPlan(confDir: string, plan: Extract<ChainPlan, { action: 'write' }>): Promise<string> {
+  const target = join(confDir, plan.target);
+  await replaceAtomically(target, (tmp) => writeFile(tmp, plan.text, { mode: 0o644 }));
+  if (plan.remove) await unlink(join(confDir, plan.remove)).catch(() => undefined);
+  return target;
 }
 
 /** Returns the path of the configuration now in use and whether anything changed. */
@@ -55,32 +51,26 @@ export async function installCni(opts: CniInstallOptions): Promise<{ config: str
       await chmod(tmp, 0o755);
     });
   }
-  const path = await findPrimaryConfig(opts.confDir);
-  const list = await readConfList(path);
-  const chained = chainSluice(list, opts.socketPath ? { socketPath: opts.socketPath } : {});
-  const text = conflistText(chained);
-  // A single-plugin .conf becomes a .conflist of the same base name (the runtime reads both).
-  const target = path.endsWith('.conflist') ? path : path.replace(/\.(conf|json)$/, '.conflist');
-  const before = await readFile(target, 'utf8').catch(() => undefined);
-  if (before === text) return { config: target, changed: false };
-  await replaceAtomically(target, (tmp) => writeFile(tmp, text, { mode: 0o644 }));
-  if (target !== path) await unlink(path);
-  return { config: target, changed: true };
+  const plan = planChain(await readConfDir(opts.confDir), sluiceEntry(opts.socketPath));
+  if (plan.action === 'none' || plan.action === 'refuse') throw new ConfListError(`${opts.confDir}: ${plan.why}`);
+  if (plan.action === 'keep') return { config: join(opts.confDir, plan.file), changed: false };
+  return { config: await applyChainPlan(opts.confDir, plan), changed: true };
 }
 
+/**
+ * Takes sluice out of the runtime's configuration. The plugin binary goes first: an agent that keeps
+ * the chain (daemon/chainkeeper.ts) chains only while the binary is there, so it cannot put sluice
+ * back between the two steps; a Pod created in between fails its ADD and is retried.
+ */
 export async function uninstallCni(opts: Pick<CniInstallOptions, 'confDir' | 'binDir'>): Promise<{ config?: string; changed: boolean }> {
-  let path: string;
-  try {
-    path = await findPrimaryConfig(opts.confDir);
-  } catch {
-    return { changed: false };
-  }
-  const list = await readConfList(path);
   let changed = false;
+  await unlink(join(opts.binDir, 'sluice-cni')).then(() => { changed = true; }, () => undefined);
+  const { file, list } = runtimeConfig(await readConfDir(opts.confDir));
+  if (!file || !list) return { changed };
+  const path = join(opts.confDir, file.name);
   if (isChained(list)) {
-    await replaceAtomically(path, (tmp) => writeFile(tmp, conflistText(unchainSluice(list)), { mode: 0o644 }));
+    await replaceAtomically(path, (tmp) => writeFile(tmp, confListText(unchainSluice(list)), { mode: 0o644 }));
     changed = true;
   }
-  await unlink(join(opts.binDir, 'sluice-cni')).then(() => { changed = true; }, () => undefined);
   return { config: path, changed };
 }

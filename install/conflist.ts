@@ -3,8 +3,14 @@
  * (the first plugin, which creates the interface), so later chained plugins (portmap, bandwidth)
  * still see the primary's result. Idempotent, and reversible by `unchainSluice`.
  */
+import { DEFAULT_SOCKET_PATH } from '../cni/protocol.js';
 
 export const SLUICE_PLUGIN_TYPE = 'sluice-cni';
+
+/** sluice's entry settings: the socket path only when it is not the plugin's default (one form for the installer and the agent). */
+export function sluiceEntry(socketPath?: string): Record<string, unknown> {
+  return socketPath && socketPath !== DEFAULT_SOCKET_PATH ? { socketPath } : {};
+}
 
 export interface PluginConf {
   type: string;

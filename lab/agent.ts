@@ -8,7 +8,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync
 import { join } from 'node:path';
 import { dumpYaml } from '../daemon/kube-yaml.js';
 import { sleep } from './net/exec.js';
-import { nodeNetns, nodeStateDir, ovsDir, repoRoot, sluiceSocketPath } from './net/names.js';
+import { cniBinDir, cniConfDir, nodeNetns, nodeStateDir, ovsDir, repoRoot, sluiceSocketPath } from './net/names.js';
 
 export const agentConfigPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.yaml');
 export const agentLogPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.log');
@@ -34,6 +34,9 @@ export function agentConfig(lab: string, node: string): Record<string, unknown> 
     rtTablesFile: '',
     // The audit log stays with the node's state (removed by `down`), not in the machine's /var/log.
     auditLogPath: agentAuditLogPath(lab, node),
+    // The node's own CNI configuration (as the DaemonSet's /host/etc/cni/net.d): the agent keeps sluice chained there.
+    cniConfDir: cniConfDir(lab, node),
+    cniBinDir: cniBinDir(lab),
   };
 }
 

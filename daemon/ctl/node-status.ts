@@ -22,6 +22,11 @@ export const nodeStatusCommand: CommandModule<object, NodeArgs & { json: boolean
       const r = s.lastResync;
       console.log(`  last resync ${r.at}: ${r.error ? `FAILED: ${r.error}` : r.repairs.length ? `repaired ${r.repairs.join('; ')}` : 'nothing to repair'}`);
     }
+    if (s.chain) {
+      const c = s.chain;
+      console.log(`  CNI chain: ${c.state}${c.file ? ` (${c.confDir}/${c.file})` : ''}, re-chained ${c.rechains} time(s)${c.lastRechainAt ? `, last ${c.lastRechainAt}` : ''}${c.state !== 'chained' && c.lastError ? `: ${c.lastError}` : ''}`);
+      if (c.escapedPods.length) console.log(`  Pods that escaped the bridge while sluice was not chained (no policy applies; re-create them): ${c.escapedPods.join(', ')}`);
+    }
     if (!s.ready) process.exitCode = 1;
   },
 };

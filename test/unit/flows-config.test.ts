@@ -20,8 +20,10 @@ t.test('empty file gives the documented defaults', async (t) => {
     resyncIntervalSeconds: 60,
     flowCheckIntervalSeconds: 5,
     rtTablesFile: CONFIG_DEFAULTS.rtTablesFile,
+    cniBinDir: '/opt/cni/bin',
     auditLogPath: '/var/log/antrea/networkpolicy/np.log',
   });
+  t.notOk('cniConfDir' in c, 'absent cniConfDir = the chain is not kept');
   t.notOk('kubeconfig' in c, 'absent kubeconfig = in-cluster');
   t.notOk('nodeIP' in c, 'absent nodeIP = from the Node object');
 });
