@@ -342,12 +342,12 @@ export class Agent {
         binDir: cfg.cniBinDir,
         entry: sluiceEntry(cfg.socketPath),
         log,
-        onRechained: (file) => void this.findEscapedPods(file),
+        onRechained: (file) => this.afterRechain(file),
       });
       await this.chainKeeper.start();
     }
     this.timers.push(
-      setInterval(() => void this.resync('periodic'), cfg.resyncIntervalSeconds * 1000),
+      setInterval(() => void this.resync('periodic').then(() => this.refreshEscapedPods('periodic resync')), cfg.resyncIntervalSeconds * 1000),
       setInterval(() => void this.checkFlows(), cfg.flowCheckIntervalSeconds * 1000),
     );
   }
@@ -611,19 +611,24 @@ export class Agent {
   }
 
   /**
-   * After a re-chain: this node's Pods that the API shows with a Pod IP but that never came through
-   * sluice were created by the primary alone while the chain was broken; they cross no bridge and
-   * no policy applies to them. Named in the log and in /status (re-creating them enforces them).
+   * This node's Pods that the API shows with a Pod IP but that never came through sluice: created by
+   * the primary alone while the chain was broken, they cross no bridge and no policy applies to
+   * them. Named in the log and in /status (re-creating them enforces them). Looked for 2 s and 10 s
+   * after a re-chain (ADDs that started before it finish, and a Pod's IP reaches the API only after
+   * its sandbox is up), and at every periodic resync while the agent keeps the chain.
    */
-  private async findEscapedPods(file: string): Promise<void> {
-    // ADDs that started before the re-chain are still finishing: look once they are done.
-    await new Promise((r) => setTimeout(r, 2000).unref());
-    if (this.closed || !this.kube) return;
+  private afterRechain(file: string): void {
+    for (const ms of [2000, 10_000]) setTimeout(() => void this.refreshEscapedPods(`re-chained ${file}`), ms).unref();
+  }
+
+  private async refreshEscapedPods(reason: string): Promise<void> {
+    if (this.closed || !this.kube || !this.chainKeeper) return;
     try {
       const attached = new Set([...this.pods.values()].map((p) => `${p.podNamespace}/${p.podName}`));
-      const escaped = (await this.kube.nodePodNetworkPods(this.config.nodeName)).filter((p) => !attached.has(p));
-      this.escapedPods = escaped.sort();
-      if (escaped.length) this.log.warn({ file, pods: this.escapedPods }, 'cni chain: Pods created while sluice was not chained escaped the bridge; no policy applies to them until they are re-created');
+      const escaped = (await this.kube.nodePodNetworkPods(this.config.nodeName)).filter((p) => !attached.has(p)).sort();
+      const fresh = escaped.filter((p) => !this.escapedPods.includes(p));
+      this.escapedPods = escaped;
+      if (fresh.length) this.log.warn({ reason, pods: fresh }, 'cni chain: Pods created while sluice was not chained escaped the bridge; no policy applies to them until they are re-created');
     } catch (err) {
       this.log.warn({ err: (err as Error).message }, 'cni chain: could not list this node\'s Pods to find those that escaped the bridge');
     }

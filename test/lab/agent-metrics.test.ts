@@ -4,10 +4,8 @@
  * the bridge, a connection rejected by it (packet-in, reject reply, audit line), flows per table.
  */
 import t from 'tap';
-import { rmSync } from 'node:fs';
 import { nodeNetns } from '../../lab/net/names.js';
-import { cli, sluiceSkipReason } from './labcli-helpers.js';
-import { labCli, probe, run, tempDir, writeTempFile } from './enforce-helpers.js';
+import { labCli, probe, run, upEnforcingLab, withEnforcingLab, writeTempFile } from './enforce-helpers.js';
 import { sampleValue } from '../unit/prometheus-text.js';
 
 const LAB = 'mt';
@@ -59,19 +57,10 @@ async function scrapeUntil(ok: (m: Awaited<ReturnType<typeof scrape>>) => boolea
   }
 }
 
-const reason = sluiceSkipReason();
-if (reason) {
-  t.plan(0, reason);
-} else {
-  const dir = tempDir('agent-metrics-');
-  t.teardown(async () => {
-    await cli(['down', '--name', LAB]);
-    rmSync(dir, { recursive: true, force: true });
-  });
+withEnforcingLab(LAB, 'agent-metrics-', (dir) => {
 
   t.test('metrics move with real events', async (t) => {
-    await cli(['down', '--name', LAB]);
-    await labCli(LAB, ['up', '--sluice', '--nodes', '1', '--primary', 'ptp', '-f', writeTempFile(dir, 'workload.yaml', WORKLOAD)]);
+    await upEnforcingLab(LAB, 1, writeTempFile(dir, 'workload.yaml', WORKLOAD));
 
     const m0 = await scrapeUntil((m) => m('sluice_pods', { state: 'attached' }) === 2);
     t.equal(m0('sluice_pods', { state: 'attached' }), 2, 'both Pods attached');
@@ -107,4 +96,4 @@ if (reason) {
     t.equal(m4('sluice_pods', { state: 'attached' }), 2, 'detached again');
     t.ok(m4('sluice_cni_requests_total', { command: 'DEL', result: 'ok' }) > m3('sluice_cni_requests_total', { command: 'DEL', result: 'ok' }), 'its DEL counted');
   });
-}
+});

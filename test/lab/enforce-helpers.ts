@@ -8,7 +8,8 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { repoRoot } from '../../lab/net/names.js';
-import { cli, cliJson, type ListJson } from './labcli-helpers.js';
+import t from 'tap';
+import { cli, cliJson, type ListJson, sluiceSkipReason } from './labcli-helpers.js';
 
 export const SLUICECTL = join(repoRoot(), 'dist', 'daemon', 'sluicectl.js');
 export const WORKLOAD = join(repoRoot(), 'examples', 'workload.yaml');
@@ -225,4 +226,29 @@ export function writeTempFile(dir: string, name: string, text: string): string {
   const file = join(dir, name);
   writeFileSync(file, text);
   return file;
+}
+
+/**
+ * A test file's own enforcing lab named `lab`: the file is skipped with the reason when this machine
+ * cannot run one; otherwise `body` gets a temporary directory, and the lab and the directory are
+ * removed when the file ends (after a failure too). `upEnforcingLab` starts it from a clean slate.
+ */
+export function withEnforcingLab(lab: string, dirPrefix: string, body: (dir: string) => void): void {
+  const reason = sluiceSkipReason();
+  if (reason) {
+    t.plan(0, reason);
+    return;
+  }
+  const dir = tempDir(dirPrefix);
+  t.teardown(async () => {
+    await cli(['down', '--name', lab]);
+    rmSync(dir, { recursive: true, force: true });
+  });
+  body(dir);
+}
+
+/** `sluice-lab down` then `up --sluice --primary ptp` with `nodes` nodes and the workload file. */
+export async function upEnforcingLab(lab: string, nodes: number, workloadFile: string): Promise<void> {
+  await cli(['down', '--name', lab]);
+  await labCli(lab, ['up', '--sluice', '--nodes', String(nodes), '--primary', 'ptp', '-f', workloadFile]);
 }

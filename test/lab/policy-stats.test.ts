@@ -5,12 +5,10 @@
  * survive an incremental change that moves the rule to another priority and an agent restart.
  */
 import t from 'tap';
-import { rmSync } from 'node:fs';
 import { agentConfigPath } from '../../lab/agent.js';
 import { nodeNetns } from '../../lab/net/names.js';
 import type { RuleStatistics } from '../../daemon/flows/policy/stats.js';
-import { cli, sluiceSkipReason } from './labcli-helpers.js';
-import { labCli, probe, restartAgent, run, SLUICECTL, tempDir, writeTempFile } from './enforce-helpers.js';
+import { labCli, probe, restartAgent, run, SLUICECTL, upEnforcingLab, withEnforcingLab, writeTempFile } from './enforce-helpers.js';
 import { sampleValue } from '../unit/prometheus-text.js';
 
 const LAB = 'st';
@@ -65,19 +63,10 @@ async function statsUntil(ok: (s: RuleStatistics[]) => boolean, ms = 20_000): Pr
   }
 }
 
-const reason = sluiceSkipReason();
-if (reason) {
-  t.plan(0, reason);
-} else {
-  const dir = tempDir('policy-stats-');
-  t.teardown(async () => {
-    await cli(['down', '--name', LAB]);
-    rmSync(dir, { recursive: true, force: true });
-  });
+withEnforcingLab(LAB, 'policy-stats-', (dir) => {
 
   t.test('rule counters move with real connections and survive a priority move and an agent restart', async (t) => {
-    await cli(['down', '--name', LAB]);
-    await labCli(LAB, ['up', '--sluice', '--nodes', '1', '--primary', 'ptp', '-f', writeTempFile(dir, 'workload.yaml', WORKLOAD)]);
+    await upEnforcingLab(LAB, 1, writeTempFile(dir, 'workload.yaml', WORKLOAD));
     await labCli(LAB, ['apply', '-f', writeTempFile(dir, 'policy.yaml', policy(false))]);
     const s0 = await statsUntil((s) => s.length === 3);
     t.same(s0.map((s) => [s.ref.rule, s.action, s.sessions, s.packets]), [['allow-b', 'Allow', 0, 0], ['drop-c', 'Drop', 0, 0], ['reject-d', 'Reject', 0, 0]], 'three rules, nothing counted yet');
@@ -124,4 +113,4 @@ if (reason) {
     t.match(table.stdout, /^AntreaClusterNetworkPolicy\s+st-a\s+allow-b\s+Ingress\s+Allow\s+4\s+\d+\s+\d+$/m, 'the table view');
     t.comment(`sluicectl node stats:\n${table.stdout}`);
   });
-}
+});
