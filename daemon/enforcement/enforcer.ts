@@ -249,11 +249,10 @@ export class Enforcer {
     this.dirtySince = undefined;
     if (!this.applyFlows) return; // the agent's first sync will carry them
     try {
-      // Counter flows about to be removed or taken over by another rule (rules moved to other
-      // indexes): read them while they still count for their old rules, so those keep their counts
-      // (see RuleCountCarrier).
-      const now = new Map(this.keyedMetricFlows().map((m) => [m.cookie, m.key]));
-      if (this.counterDump && before.some((m) => now.get(m.cookie) !== m.key)) {
+      // Counter flows about to be replaced (a rule moved to another index): read them while they are
+      // still installed, so their rules keep the counts (see RuleCountCarrier).
+      const now = new Set(this.policyFlows.metricFlows().map((m) => m.cookie));
+      if (this.counterDump && before.some((m) => !now.has(m.cookie))) {
         await this.readCounters(this.counterDump, before).catch((err: unknown) => this.opts.log.warn({ err: (err as Error).message }, 'policy: reading rule counters before replacing them failed; those counts are lost'));
       }
       await this.applyFlows();
