@@ -88,8 +88,6 @@ export class Enforcer {
   private readonly counterBaseline = new CounterBaseline();
   private readonly carrier: RuleCountCarrier;
   private savedCarrier?: string;
-  /** Reads the Metric tables' counters (from attach, else the first statistics read). */
-  private counterDump?: () => Promise<string>;
   private readonly pods: PodView;
   private watch?: ClusterWatch;
   private controller?: OpenFlowController;
@@ -244,17 +242,10 @@ export class Enforcer {
     this.timer = undefined;
     if (this.closed) return;
     const since = this.dirtySince;
-    const before = this.counterDump ? this.keyedMetricFlows() : [];
     this.compileNow();
     this.dirtySince = undefined;
     if (!this.applyFlows) return; // the agent's first sync will carry them
     try {
-      // Counter flows about to be replaced (a rule moved to another index): read them while they are
-      // still installed, so their rules keep the counts (see RuleCountCarrier).
-      const now = new Set(this.policyFlows.metricFlows().map((m) => m.cookie));
-      if (this.counterDump && before.some((m) => !now.has(m.cookie))) {
-        await this.readCounters(this.counterDump, before).catch((err: unknown) => this.opts.log.warn({ err: (err as Error).message }, 'policy: reading rule counters before replacing them failed; those counts are lost'));
-      }
       await this.applyFlows();
       this.applies++;
       if (since !== undefined) {
@@ -328,12 +319,9 @@ export class Enforcer {
     resync: (reason: string) => Promise<unknown>;
     /** MAC of what is behind an OpenFlow port (gateway, local Pod), for reject replies. */
     portMac: (ofport: number) => string | undefined;
-    /** The Metric tables' counters (per-rule statistics kept across counter-flow replacements). */
-    dumpCounters?: () => Promise<string>;
     connectTimeoutMs?: number;
   }): Promise<void> {
     this.portMac = opts.portMac;
-    if (opts.dumpCounters) this.counterDump = opts.dumpCounters;
     const { log } = this.opts;
     this.audit = new AuditLogger({ path: this.opts.auditLogPath ?? DEFAULT_AUDIT_LOG_PATH });
     const controller = new OpenFlowController({
@@ -438,7 +426,6 @@ export class Enforcer {
 
   /** Per-rule statistics: the counter flows of every enforced rule, read from `dump` (the Metric tables). */
   async ruleStats(dump: () => Promise<string>): Promise<RuleStatistics[]> {
-    this.counterDump ??= dump;
     const counters = await this.readCounters(dump);
     return ruleStatistics(this.policyFlows.metricFlows(), this.carrier.adjusted(counters), (id) => this.ruleOfConj(id), this.carrier.carried());
   }
@@ -456,12 +443,11 @@ export class Enforcer {
     });
   }
 
-  /** Reads the counters, records them, and carries those of flows that are gone to their rules. */
-  private async readCounters(dump: () => Promise<string>, flows = this.keyedMetricFlows()): Promise<Map<string, FlowCounter>> {
+  /** Reads the counters, records them, and carries those of flows that are gone or changed hands to their rules. */
+  private async readCounters(dump: () => Promise<string>): Promise<Map<string, FlowCounter>> {
     const counters = this.counterBaseline.apply(parseFlowCounters(await dump()));
-    this.carrier.observe(flows, counters);
     const now = this.keyedMetricFlows();
-    if (now !== flows) this.carrier.observe(now, counters);
+    this.carrier.observe(now, counters);
     this.carrier.retire(new Set(now.map((f) => f.cookie)), new Set(now.map((f) => f.key)));
     this.saveCarrier();
     return counters;

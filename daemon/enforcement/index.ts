@@ -46,7 +46,7 @@ export async function startEnforcement(
     prepare: async (agent, localPods) => {
       enforcer.localPodsAtStart(localPods);
       await enforcer.waitSynced();
-      await enforcer.attach({ applyFlows: () => agent.syncFlows(), resync: (reason) => agent.resync(reason), portMac: (ofport) => agent.portMac(ofport), dumpCounters: () => agent.dumpMetricCounters() });
+      await enforcer.attach({ applyFlows: () => agent.syncFlows(), resync: (reason) => agent.resync(reason), portMac: (ofport) => agent.portMac(ofport) });
     },
     podAttaching: (pod) => enforcer.podAttaching(pod),
     podDetached: (pod) => enforcer.podDetached(pod),

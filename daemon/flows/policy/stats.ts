@@ -156,8 +156,9 @@ export interface CarrierState {
  * counter flow is removed, or is taken over by the rule now at its index (same id, same flow, its
  * counter running on). Either way the counts read last for the old rule go to that rule's carried
  * totals, and a taken-over flow counts for its new rule from the value it had at the handover.
- * Reading right before a change (the enforcer does) loses nothing; otherwise what was counted since
- * the last read goes to the rule that held the flow at the next read.
+ * What was counted between the last read and the change goes to the rule that holds the flow at the
+ * next read: reading right before each change would put an await into the enforcer's flush, between
+ * compiling and committing, where another flush must not start.
  */
 export class RuleCountCarrier {
   private readonly known = new Map<string, KnownFlow>();
