@@ -65,6 +65,8 @@ export interface EnforcerOptions {
 export interface EnforcerStatus {
   synced: boolean;
   rules: number;
+  /** Local Pods isolated by Kubernetes NetworkPolicies, per direction (isolation-only policies have no rules). */
+  isolations: number;
   policyFlows: number;
   errors: number;
   applies: number;
@@ -411,6 +413,7 @@ export class Enforcer {
     return {
       synced: this.watch?.isSynced() ?? false,
       rules: this.engine.nodeRuleSet().length,
+      isolations: this.engine.nodeIsolations().length,
       policyFlows: this.policyFlows.flows().length,
       errors: this.engine.errors().length,
       applies: this.applies,

@@ -86,15 +86,20 @@ function bridgeOf(lab: string, node: string): Ovs {
 }
 
 /** What the enforcement part of /status says about being busy (pure): "" when it has none. */
+/**
+ * What an agent reports of its enforcement: `rules` counts node rules plus isolations (when the
+ * agent reports them), so a policy that only isolates Pods (a default deny, no rules) is seen too.
+ */
 export function enforcementActivity(status: unknown): { text: string; synced: boolean; rules?: number } {
-  const e = (status as { enforcement?: { synced?: unknown; applies?: unknown; rules?: unknown } } | null | undefined)?.enforcement;
+  const e = (status as { enforcement?: { synced?: unknown; applies?: unknown; rules?: unknown; isolations?: unknown } } | null | undefined)?.enforcement;
   if (!e) return { text: '', synced: true };
-  return { text: `synced=${String(e.synced)} applies=${String(e.applies)} rules=${String(e.rules)}`, synced: e.synced === true, ...(typeof e.rules === 'number' ? { rules: e.rules } : {}) };
+  const rules = typeof e.rules === 'number' ? e.rules + (typeof e.isolations === 'number' ? e.isolations : 0) : undefined;
+  return { text: `synced=${String(e.synced)} applies=${String(e.applies)} rules=${String(rules)}`, synced: e.synced === true, ...(rules !== undefined ? { rules } : {}) };
 }
 
 /**
- * Each node's rule count as the policy engine computes it for these objects (what an agent that
- * has seen all of them reports as enforcement.rules).
+ * Each node's rule + isolation count as the policy engine computes it for these objects (what an
+ * agent that has seen all of them reports as enforcement.rules + enforcement.isolations).
  */
 export function expectedRuleCounts(objects: KubeObject[], nodes: string[]): Record<string, number> {
   const rank = (o: KubeObject) => (o.kind === 'Namespace' || o.kind === 'Node' ? 0 : o.kind === 'Tier' ? 1 : 2);
@@ -103,7 +108,7 @@ export function expectedRuleCounts(objects: KubeObject[], nodes: string[]): Reco
     nodes.map((node) => {
       const engine = new PolicyEngine({ nodeName: node, log: () => undefined });
       for (const o of sorted) engine.upsert(o);
-      return [node, engine.nodeRuleSet().length];
+      return [node, engine.nodeRuleSet().length + engine.nodeIsolations().length];
     }),
   );
 }
