@@ -60,6 +60,7 @@ async function diagnose(lab: string, mismatches: Mismatch[]): Promise<string> {
       out.push(`-- ${node}: guarded veths: ${await sh("nft list table netdev sluice_veth_guard 2>/dev/null | grep -o 'device \"[^\"]*\"' | tr '\\n' ' '")}`);
       out.push(`-- ${node}: conntrack:\n${await sh(`ovs-appctl dpctl/dump-conntrack | grep -E '${ips}' | head -20`)}`);
       out.push(`-- ${node}: flows with packets naming the pair:\n${await sh(`ovs-ofctl -O OpenFlow15 dump-flows br-int | grep -v 'n_packets=0,' | grep -E '${ips}' | head -30`)}`);
+      out.push(`-- ${node}: datapath flows naming the pair (the conntrack state real packets had):\n${await sh(`ovs-appctl dpctl/dump-flows | grep -E '${ips}' | head -20`)}`);
     }
   }
   return out.join('\n');
