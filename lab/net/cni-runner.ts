@@ -3,10 +3,11 @@
  * like libcni): ADD runs the plugins in order, each getting the previous plugin's result as
  * `prevResult`; DEL runs them in reverse and CHECK in order, both with the cached ADD result as
  * `prevResult`. Plugins run inside the node namespace. The final ADD result is cached under the
- * node's state dir so DEL/CHECK work from a fresh process.
+ * node's state dir, in libcni's format and layout (results/<network>-<id>-<ifname>), so DEL/CHECK
+ * work from a fresh process and sluice-agent reads it as it reads a real runtime's cache.
  */
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { Conflist, PluginConf } from './cni-config.js';
 import { run } from './exec.js';
 import { cniBinDir, cniCacheDir, netnsPath, nodeNetns } from './names.js';
@@ -48,40 +49,48 @@ export class CniPluginError extends Error {
   }
 }
 
+/** One cached ADD, in libcni's format (cachedInfo, kind cniCacheV1): what sluice-agent adopts running Pods from. */
 interface CacheEntry {
   kind: 'cniCacheV1';
   containerId: string;
+  /** The network configuration list's bytes, base64 (libcni marshals a []byte). */
+  config: string;
   ifName: string;
+  networkName: string;
   netns: string;
-  podNamespace: string;
-  podName: string;
-  config: Conflist;
+  cniArgs: [string, string][];
   result: CniResult;
 }
 
+/** libcni's layout: `<cacheDir>/results/<network>-<containerID>-<ifName>`. */
 export const cacheFile = (inv: CniInvocation, network: string): string =>
-  join(cniCacheDir(inv.lab, inv.node), `${network}-${inv.containerId}-${inv.ifName ?? 'eth0'}.json`);
+  join(cniCacheDir(inv.lab, inv.node), 'results', `${network}-${inv.containerId}-${inv.ifName ?? 'eth0'}`);
 
-export function readCache(inv: CniInvocation, network: string): CacheEntry | null {
+export function readCache(inv: CniInvocation, network: string): { config: Conflist; result: CniResult } | null {
   try {
-    return JSON.parse(readFileSync(cacheFile(inv, network), 'utf8')) as CacheEntry;
+    const entry = JSON.parse(readFileSync(cacheFile(inv, network), 'utf8')) as CacheEntry;
+    return { config: JSON.parse(Buffer.from(entry.config, 'base64').toString('utf8')) as Conflist, result: entry.result };
   } catch {
     return null;
   }
 }
 
 /** The cached ADD for this container: by network name when known, else any network's entry. */
-function findCache(inv: CniInvocation, network: string | undefined): CacheEntry | null {
+function findCache(inv: CniInvocation, network: string | undefined): { config: Conflist; result: CniResult } | null {
   if (network) return readCache(inv, network);
-  const dir = cniCacheDir(inv.lab, inv.node);
+  const dir = join(cniCacheDir(inv.lab, inv.node), 'results');
   if (!existsSync(dir)) return null;
-  const suffix = `-${inv.containerId}-${inv.ifName ?? 'eth0'}.json`;
+  const suffix = `-${inv.containerId}-${inv.ifName ?? 'eth0'}`;
   const file = readdirSync(dir).find((f) => f.endsWith(suffix));
   return file ? readCache(inv, file.slice(0, -suffix.length)) : null;
 }
 
+const cniArgPairs = (inv: CniInvocation): [string, string][] => [
+  ['IgnoreUnknown', '1'], ['K8S_POD_NAMESPACE', inv.podNamespace], ['K8S_POD_NAME', inv.podName], ['K8S_POD_INFRA_CONTAINER_ID', inv.containerId],
+];
+
 export function cniArgs(inv: CniInvocation): string {
-  return `IgnoreUnknown=1;K8S_POD_NAMESPACE=${inv.podNamespace};K8S_POD_NAME=${inv.podName};K8S_POD_INFRA_CONTAINER_ID=${inv.containerId}`;
+  return cniArgPairs(inv).map(([k, v]) => `${k}=${v}`).join(';');
 }
 
 /** stdin for one plugin: its own config plus the list's name/cniVersion and, when given, prevResult. */
@@ -147,11 +156,11 @@ export async function cniAdd(inv: CniInvocation, list: Conflist): Promise<CniRes
     }
   }
   const entry: CacheEntry = {
-    kind: 'cniCacheV1', containerId: inv.containerId, ifName: inv.ifName ?? 'eth0', netns: inv.netns,
-    podNamespace: inv.podNamespace, podName: inv.podName, config: list, result: prev!,
+    kind: 'cniCacheV1', containerId: inv.containerId, config: Buffer.from(JSON.stringify(list)).toString('base64'), ifName: inv.ifName ?? 'eth0',
+    networkName: list.name, netns: netnsPath(inv.netns), cniArgs: cniArgPairs(inv), result: prev!,
   };
-  mkdirSync(cniCacheDir(inv.lab, inv.node), { recursive: true });
-  writeFileSync(cacheFile(inv, list.name), JSON.stringify(entry, null, 2));
+  mkdirSync(dirname(cacheFile(inv, list.name)), { recursive: true });
+  writeFileSync(cacheFile(inv, list.name), JSON.stringify(entry), { mode: 0o600 });
   return prev!;
 }
 

@@ -10,7 +10,7 @@
  * attaches them later. `txChecksumOff` overrides this.
  */
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import type { Conflist } from './cni-config.js';
 import { cniAdd, cniDel, type CniInvocation, type CniResult } from './cni-runner.js';
 import { run, runIn } from './exec.js';
@@ -139,13 +139,15 @@ export async function createPodSandbox(spec: PodSandboxSpec): Promise<PodSandbox
 function findCachedInvocation(lab: string, namespace: string, name: string): CniInvocation | null {
   if (!existsSync(stateDir(lab))) return null;
   for (const node of readdirSync(stateDir(lab)).filter((d) => /^node-\d+$/.test(d))) {
-    const dir = cniCacheDir(lab, node);
+    const dir = join(cniCacheDir(lab, node), 'results');
     if (!existsSync(dir)) continue;
     for (const f of readdirSync(dir)) {
       try {
-        const c = JSON.parse(readFileSync(join(dir, f), 'utf8')) as { podNamespace: string; podName: string; containerId: string; netns: string };
-        if (c.podNamespace === namespace && c.podName === name) {
-          return { lab, node, containerId: c.containerId, netns: c.netns, podNamespace: namespace, podName: name };
+        // libcni's cache entry: CNI_ARGS as pairs, the netns as a path.
+        const c = JSON.parse(readFileSync(join(dir, f), 'utf8')) as { containerId: string; netns: string; cniArgs?: [string, string][] };
+        const args = new Map(c.cniArgs ?? []);
+        if (args.get('K8S_POD_NAMESPACE') === namespace && args.get('K8S_POD_NAME') === name) {
+          return { lab, node, containerId: c.containerId, netns: basename(c.netns), podNamespace: namespace, podName: name };
         }
       } catch {
         // unreadable cache entry: not ours to judge here

@@ -92,6 +92,9 @@ if (missing.length) {
     t.equal(r1.netnsIno, statSync(netnsPath(nodeNetns(LAB, NODE))).ino, 'plugins run inside the node namespace');
     const cached = JSON.parse(readFileSync(cacheFile({ lab: LAB, node: NODE, containerId: sandbox.containerId, netns: sandbox.netns, podNamespace: 'x', podName: 'rec' }, 'labtest'), 'utf8'));
     t.same(cached.result, sandbox.result, 'final result cached under the state dir');
+    t.match(cached, { kind: 'cniCacheV1', containerId: sandbox.containerId, ifName: 'eth0', networkName: 'labtest', netns: netnsPath(sandbox.netns) }, "in libcni's format");
+    t.same(JSON.parse(Buffer.from(cached.config, 'base64').toString('utf8')).name, 'labtest', 'config as base64 bytes, as libcni marshals a []byte');
+    t.same(cached.cniArgs, [['IgnoreUnknown', '1'], ['K8S_POD_NAMESPACE', 'x'], ['K8S_POD_NAME', 'rec'], ['K8S_POD_INFRA_CONTAINER_ID', sandbox.containerId]]);
     t.equal(sandbox.txChecksumOffByLab, false, 'a chained conflist leaves TX checksum offload to the chained plugin');
     t.match((await runIn(sandbox.netns, 'ethtool', ['-k', 'eth0'])).stdout, /^tx-checksumming: on/m);
 
@@ -108,7 +111,7 @@ if (missing.length) {
     t.same(hostLocalIps(), [], 'ptp DEL ran too: address released');
     t.same(await nodeVeths(), [], 'host veth gone');
     t.notOk(existsSync(netnsPath(sandbox.netns)), 'netns gone');
-    t.same(readdirSync(`${stateDir(LAB)}/${NODE}/cni-cache`), [], 'cache entry removed');
+    t.same(readdirSync(`${stateDir(LAB)}/${NODE}/cni-cache/results`), [], 'cache entry removed');
     clearRecords();
     await deletePodSandbox({ lab: LAB, namespace: 'x', name: 'rec' });
     t.same(readRecords(), [], 'a second delete runs nothing and succeeds');

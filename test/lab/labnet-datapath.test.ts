@@ -220,7 +220,7 @@ if (missing.length) {
         await deletePodSandbox({ lab, namespace: 'z', name: 'c' });
         t.notOk(existsSync(`/var/run/netns/${p.netns}`), 'netns gone');
         t.notOk(readdirSync(`${stateDir(lab)}/node-1/ipam/lab`).includes(p.ips[0]!), 'IP released');
-        t.equal(readdirSync(`${stateDir(lab)}/node-1/cni-cache`).filter((f) => f.includes(p.containerId)).length, 0, 'CNI cache entry removed');
+        t.equal(readdirSync(`${stateDir(lab)}/node-1/cni-cache/results`).filter((f) => f.includes(p.containerId)).length, 0, 'CNI cache entry removed');
         const hostSide = (await runIn(node1, 'ip', ['route', 'show', `${p.ips[0]}/32`])).stdout.trim();
         t.equal(hostSide, '', 'no host route left');
         if (primary === 'eks') t.equal((await runIn(node1, 'ip', ['link', 'show', eniName(p.containerId)], { allowFail: true })).exitCode, 1, 'eni veth gone');
