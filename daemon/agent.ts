@@ -10,6 +10,7 @@ import { EventEmitter } from 'node:events';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
+import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { AgentConfig } from './config.js';
 import { type CniHandler, type CniServer, type GcAttachment, type PodRequest, startCniServer } from './cniserver.js';
@@ -23,7 +24,9 @@ import { type HealthServer, startEndpoint, startHealthServer } from './health.js
 import type { AgentMetrics, EnforcementMetrics } from './metrics.js';
 import { disablePodTxOffload, findHostVeth, guardedVeths, HostNetwork, resolveIptables } from './hostnet/index.js';
 import { isRepairEvent, isRulesetTamperEvent } from './hostnet/monitor.js';
+import { type AdoptionStatus, type NodePod, planAdoption } from './adoption.js';
 import { ChainKeeper, type ChainStatus } from './chainkeeper.js';
+import { readCniCache } from './cni/runtime-cache.js';
 import { sluiceEntry } from '../install/conflist.js';
 import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './podattach.js';
 
@@ -110,8 +113,8 @@ class Kube {
     return new Set(list.items.map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`));
   }
 
-  /** "namespace/name" of this node's Pods that have a Pod IP on the Pod network (not hostNetwork). */
-  async nodePodNetworkPods(nodeName: string): Promise<string[]> {
+  /** This node's Pods on the Pod network (not hostNetwork, not finished or terminating) with their addresses. */
+  async nodePodNetworkPods(nodeName: string): Promise<NodePod[]> {
     const list = await withTimeout(
       this.core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${nodeName}` }),
       API_TIMEOUT_MS,
@@ -119,7 +122,38 @@ class Kube {
     );
     return list.items
       .filter((p) => !p.spec?.hostNetwork && p.status?.podIP && p.status.phase !== 'Succeeded' && p.status.phase !== 'Failed' && !p.metadata?.deletionTimestamp)
-      .map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`);
+      .map((p) => ({
+        namespace: p.metadata?.namespace ?? '',
+        name: p.metadata?.name ?? '',
+        ips: [...new Set([p.status!.podIP!, ...(p.status?.podIPs ?? []).map((x) => x.ip)])],
+      }));
+  }
+
+  /** Records a Kubernetes Event on an object (best effort: the caller logs a failure). */
+  async objectEvent(nodeName: string, obj: { kind: string; namespace?: string; name: string }, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> {
+    const now = new Date();
+    // A cluster-scoped object's Events live in "default", as the API server's own do.
+    const namespace = obj.namespace ?? 'default';
+    await withTimeout(
+      this.core.createNamespacedEvent({
+        namespace,
+        body: {
+          metadata: { generateName: `${obj.name}.`, namespace },
+          involvedObject: { ...(obj.kind === 'Pod' ? { apiVersion: 'v1' } : {}), kind: obj.kind, ...(obj.namespace ? { namespace: obj.namespace } : {}), name: obj.name },
+          type,
+          reason,
+          message,
+          source: { component: 'sluice-agent', host: nodeName },
+          reportingComponent: 'sluice-agent',
+          reportingInstance: nodeName,
+          firstTimestamp: now,
+          lastTimestamp: now,
+          count: 1,
+        },
+      }),
+      API_TIMEOUT_MS,
+      `recording an Event on ${obj.kind} ${obj.namespace ? `${obj.namespace}/` : ''}${obj.name}`,
+    );
   }
 }
 
@@ -168,7 +202,12 @@ export interface AgentStatus {
   memory: { rssMiB: number; heapUsedMiB: number; heapTotalMiB: number; externalMiB: number };
   enforcement?: unknown;
   /** Keeping sluice chained in the node's CNI configuration (when cniConfDir is set). */
-  chain?: ChainStatus & { escapedPods: string[] };
+  chain?: ChainStatus;
+  /**
+   * Pods of this node that run on the primary CNI alone (sluice installed after them, or created
+   * while the chain was broken): how many were adopted, and those that are not attached, with why.
+   */
+  adoption?: AdoptionStatus;
 }
 
 const mib = (bytes: number) => Math.round((bytes / 1048576) * 10) / 10;
@@ -197,7 +236,11 @@ export class Agent {
   private metricsServer?: HealthServer;
   private monitors: ChildProcess[] = [];
   private chainKeeper?: ChainKeeper;
-  private escapedPods: string[] = [];
+  private adoption: AdoptionStatus = { adopted: 0, unattached: [] };
+  private adopting?: Promise<void>;
+  private adoptAgain?: string;
+  private readonly attachFailedAt = new Map<string, number>();
+  private invalidReported = new Set<string>();
   private kube?: Kube;
   private monitorTimer?: NodeJS.Timeout;
   private closed = false;
@@ -252,7 +295,10 @@ export class Agent {
   get handler(): CniHandler {
     const a = this.attacher;
     return {
-      add: (req: PodRequest) => this.lock.runShared(() => a.add(req)),
+      add: (req: PodRequest) => this.lock.runShared(() => a.add(req)).catch((err: unknown) => {
+        this.attachFailedEvent(req, err);
+        throw err;
+      }),
       del: (req: PodRequest) => this.lock.runShared(() => a.del(req)),
       check: (req: PodRequest) => this.lock.runShared(() => a.check(req)),
       status: () => a.status(),
@@ -336,6 +382,8 @@ export class Agent {
     log.info({ ms: Date.now() - t0, pods: this.pods.size, nodeIP }, 'startup: ready');
 
     this.watchHostChanges();
+    // Pods that were running before the agent (sluice installed on a busy node) cross no bridge yet.
+    void this.adoptUnattached('agent start');
     if (cfg.cniConfDir) {
       this.chainKeeper = new ChainKeeper({
         confDir: cfg.cniConfDir,
@@ -347,9 +395,11 @@ export class Agent {
       await this.chainKeeper.start();
     }
     this.timers.push(
-      setInterval(() => void this.resync('periodic').then(() => this.refreshEscapedPods('periodic resync')), cfg.resyncIntervalSeconds * 1000),
+      setInterval(() => void this.resync('periodic').then(() => this.adoptUnattached('periodic resync')), cfg.resyncIntervalSeconds * 1000),
       setInterval(() => void this.checkFlows(), cfg.flowCheckIntervalSeconds * 1000),
+      setInterval(() => this.reportInvalidPolicies(), 10_000),
     );
+    this.reportInvalidPolicies();
   }
 
   /** OVS may start after the agent (e.g. two DaemonSet containers): wait up to 30 s for OVSDB. */
@@ -466,7 +516,8 @@ export class Agent {
       resyncs: () => ({ ...this.resyncCounts }),
       enforcement: () => this.enforcement?.metrics?.(),
       ruleStats: () => this.ruleStats(),
-      chain: () => (this.chainKeeper ? { ...this.chainKeeper.status(), escapedPods: this.escapedPods } : undefined),
+      chain: () => this.chainKeeper?.status(),
+      adoption: () => ({ adopted: this.adoption.adopted, unattached: this.adoption.unattached.length }),
     });
     return { '/metrics': async () => ({ code: 200, body: await metrics.text(), contentType: metrics.contentType }) };
   }
@@ -606,32 +657,126 @@ export class Agent {
       ovsReachable: this.ovsReachable,
       memory: (({ rss, heapUsed, heapTotal, external }) => ({ rssMiB: mib(rss), heapUsedMiB: mib(heapUsed), heapTotalMiB: mib(heapTotal), externalMiB: mib(external) }))(process.memoryUsage()),
       ...(this.enforcement?.status ? { enforcement: this.enforcement.status() } : {}),
-      ...(this.chainKeeper ? { chain: { ...this.chainKeeper.status(), escapedPods: this.escapedPods } } : {}),
+      ...(this.chainKeeper ? { chain: this.chainKeeper.status() } : {}),
+      ...(this.kube ? { adoption: this.adoption } : {}),
     };
   }
 
   /**
-   * This node's Pods that the API shows with a Pod IP but that never came through sluice: created by
-   * the primary alone while the chain was broken, they cross no bridge and no policy applies to
-   * them. Named in the log and in /status (re-creating them enforces them). Looked for 2 s and 10 s
-   * after a re-chain (ADDs that started before it finish, and a Pod's IP reaches the API only after
-   * its sandbox is up), and at every periodic resync while the agent keeps the chain.
+   * Pods created while the chain was broken are adopted: looked for 2 s and 10 s after a re-chain
+   * (ADDs that started before it finish, and a Pod's IP reaches the API only after its sandbox is up).
    */
   private afterRechain(file: string): void {
-    for (const ms of [2000, 10_000]) setTimeout(() => void this.refreshEscapedPods(`re-chained ${file}`), ms).unref();
+    for (const ms of [2000, 10_000]) setTimeout(() => void this.adoptUnattached(`re-chained ${file}`), ms).unref();
   }
 
-  private async refreshEscapedPods(reason: string): Promise<void> {
-    if (this.closed || !this.kube || !this.chainKeeper) return;
-    try {
-      const attached = new Set([...this.pods.values()].map((p) => `${p.podNamespace}/${p.podName}`));
-      const escaped = (await this.kube.nodePodNetworkPods(this.config.nodeName)).filter((p) => !attached.has(p)).sort();
-      const fresh = escaped.filter((p) => !this.escapedPods.includes(p));
-      this.escapedPods = escaped;
-      if (fresh.length) this.log.warn({ reason, pods: fresh }, 'cni chain: Pods created while sluice was not chained escaped the bridge; no policy applies to them until they are re-created');
-    } catch (err) {
-      this.log.warn({ err: (err as Error).message }, 'cni chain: could not list this node\'s Pods to find those that escaped the bridge');
+  /**
+   * Attaches this node's running Pods that are not attached (daemon/adoption.ts): at start-up, after
+   * a re-chain and at every periodic resync. Each one is adopted under the exclusive lock (no CNI
+   * operation runs meanwhile, so no ADD takes the OpenFlow port number its flows were installed
+   * for). Adopted Pods and those that cannot be are named in the log, /status and an Event on the
+   * Pod. Calls while one runs are folded into one more run after it.
+   */
+  adoptUnattached(reason: string): Promise<void> {
+    if (this.adopting) {
+      this.adoptAgain = reason;
+      return this.adopting;
     }
+    this.adopting = this.adoptOnce(reason).finally(() => {
+      this.adopting = undefined;
+      const again = this.adoptAgain;
+      this.adoptAgain = undefined;
+      if (again && !this.closed) void this.adoptUnattached(again);
+    });
+    return this.adopting;
+  }
+
+  private async adoptOnce(reason: string): Promise<void> {
+    if (this.closed || !this.kube || !this.ready) return;
+    const { log } = this;
+    const node = this.config.nodeName;
+    let pods: NodePod[];
+    try {
+      pods = await this.kube.nodePodNetworkPods(node);
+    } catch (err) {
+      log.warn({ reason, err: (err as Error).message }, 'adopt: could not list this node\'s Pods; unattached Pods are looked for again at the next resync');
+      return;
+    }
+    const { entries, problems } = await readCniCache(this.config.cniCacheDir);
+    if (problems.length) log.debug({ problems }, 'adopt: unusable CNI cache files');
+    const attachedIps = new Set([...this.pods.values()].flatMap((p) => p.ips));
+    const plan = planAdoption(pods, attachedIps, entries, existsSync, this.config.cniCacheDir);
+    const cannot = [...plan.cannot];
+    for (const { pod, entry } of plan.adopt) {
+      const req: PodRequest = {
+        containerId: entry.containerId, netns: entry.netns!, ifName: entry.ifName, podNamespace: pod.namespace, podName: pod.name,
+        cniVersion: String(entry.result.cniVersion ?? '1.0.0'), networkName: entry.networkName, prevResult: entry.result, config: {},
+      };
+      try {
+        const t0 = performance.now();
+        const a = await this.lock.runExclusive(() => this.attacher.adopt(req));
+        this.adoption.adopted++;
+        const ms = Math.round(performance.now() - t0);
+        log.warn({ reason, pod: `${pod.namespace}/${pod.name}`, containerId: a.containerId, veth: a.hostVeth, ips: a.ips, ms }, 'adopt: a running Pod that crossed no bridge is now attached; policies apply to it from now on');
+        void this.event(pod, 'Normal', 'SluiceAdopted', `sluice-agent on ${node} attached this running Pod to its bridge (${reason}); network policies apply to it from now on`);
+      } catch (err) {
+        cannot.push({ pod, reason: (err as Error).message });
+      }
+    }
+    const before = new Set(this.adoption.unattached.map((u) => u.pod));
+    this.adoption = {
+      adopted: this.adoption.adopted,
+      unattached: cannot.map(({ pod, reason: why }) => ({ pod: `${pod.namespace}/${pod.name}`, reason: why })),
+      lastRun: { at: new Date().toISOString(), reason },
+    };
+    for (const { pod, reason: why } of cannot) {
+      if (before.has(`${pod.namespace}/${pod.name}`)) continue;
+      log.error({ pod: `${pod.namespace}/${pod.name}`, why }, 'adopt: a running Pod crosses no bridge and cannot be attached: no policy applies to it (re-create it)');
+      void this.event(pod, 'Warning', 'SluiceNotEnforced', `sluice-agent on ${node} cannot attach this Pod to its bridge, so no network policy applies to it: ${why}. Re-creating the Pod attaches it.`);
+    }
+  }
+
+  private async event(obj: { namespace?: string; name: string }, type: 'Normal' | 'Warning', reason: string, message: string, kind = 'Pod'): Promise<void> {
+    try {
+      await this.kube?.objectEvent(this.config.nodeName, { kind, ...obj }, type, reason, message);
+    } catch (err) {
+      this.log.warn({ object: `${kind} ${obj.namespace ? `${obj.namespace}/` : ''}${obj.name}`, reason, err: (err as Error).message }, 'could not record an Event');
+    }
+  }
+
+  /**
+   * A failed CNI ADD as a Warning Event on the Pod (what failed and what to check), at most one per
+   * Pod a minute: the runtime retries a failed sandbox over and over.
+   */
+  private attachFailedEvent(req: PodRequest, err: unknown): void {
+    if (!req.podNamespace || !req.podName) return;
+    const key = `${req.podNamespace}/${req.podName}`;
+    const now = Date.now();
+    for (const [k, at] of this.attachFailedAt) if (now - at > 60_000) this.attachFailedAt.delete(k);
+    if (this.attachFailedAt.has(key)) return;
+    this.attachFailedAt.set(key, now);
+    const e = err as { message?: string; details?: string };
+    const msg = `sluice-agent on ${this.config.nodeName} could not attach the Pod's network (the runtime retries): ${e.message ?? String(err)}${e.details ? ` (${e.details})` : ''}. Check: sluicectl node status on the node, and the agent's log.`;
+    void this.event({ namespace: req.podNamespace, name: req.podName }, 'Warning', 'SluiceAttachFailed', msg);
+  }
+
+  /**
+   * Policy objects this node ignores as invalid, as a Warning Event on each (field and reason, as
+   * `sluicectl node policies` shows them): once per object and problem while it lasts; an object
+   * fixed and broken again is reported again. Cluster-scoped objects' Events go to "default".
+   */
+  private reportInvalidPolicies(): void {
+    const report = this.enforcement?.policyReport?.() as { invalid?: { kind: string; namespace?: string; name: string; field: string; message: string }[] } | undefined;
+    if (!report?.invalid || !this.kube) return;
+    const now = new Set<string>();
+    for (const e of report.invalid) {
+      const key = JSON.stringify([e.kind, e.namespace ?? '', e.name, e.field, e.message]);
+      now.add(key);
+      if (this.invalidReported.has(key)) continue;
+      const msg = `ignored by sluice-agent on ${this.config.nodeName} (no rule of it is enforced): ${e.field}: ${e.message}`;
+      void this.event({ ...(e.namespace ? { namespace: e.namespace } : {}), name: e.name }, 'Warning', 'SluiceInvalidPolicy', msg, e.kind);
+    }
+    this.invalidReported = now;
   }
 
   /** Stops serving; leaves bridge, flows, ports and routes in place (restart must not disturb Pods). */

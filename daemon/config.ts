@@ -24,6 +24,7 @@
  * rtTablesFile: /etc/iproute2/rt_tables.d/sluice.conf   # "" = do not register the table name
  * cniConfDir: /host/etc/cni/net.d   # default: none; keep sluice chained in the runtime's CNI configuration there
  * cniBinDir: /host/opt/cni/bin     # where the sluice-cni plugin is installed (chained only while it is there)
+ * cniCacheDir: /host/var/lib/cni   # the runtime's CNI cache (libcni's; results/ in it): running Pods are adopted from it
  * auditLogPath: /var/log/antrea/networkpolicy/np.log     # policy audit log (rules with logging)
  * enforcePolicies: true         # default: on when an API server is configured (kubeconfig or in-cluster)
  * ```
@@ -61,6 +62,8 @@ export interface AgentConfig {
   /** Keep sluice chained in this CNI configuration directory (daemon/chainkeeper.ts); absent: not kept. */
   cniConfDir?: string;
   cniBinDir: string;
+  /** The runtime's libcni cache directory (results/ in it): what running Pods are adopted from. */
+  cniCacheDir: string;
   auditLogPath: string;
   /** undefined: enforce when an API server is configured; false: datapath only. */
   enforcePolicies?: boolean;
@@ -81,6 +84,7 @@ export const CONFIG_DEFAULTS = {
   flowCheckIntervalSeconds: 5,
   rtTablesFile: '/etc/iproute2/rt_tables.d/sluice.conf',
   cniBinDir: '/opt/cni/bin',
+  cniCacheDir: '/var/lib/cni',
   auditLogPath: '/var/log/antrea/networkpolicy/np.log',
 } as const;
 
@@ -94,7 +98,7 @@ const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const
 const KEYS = [
   'nodeName', 'kubeconfig', 'bridge', 'datapath', 'iptablesBackend', 'gateway', 'serviceCIDRs', 'socketPath', 'ovsRunDir', 'stateDir',
   'healthAddress', 'metricsAddress', 'logLevel', 'nodeIP', 'resyncIntervalSeconds', 'flowCheckIntervalSeconds', 'rtTablesFile',
-  'auditLogPath', 'enforcePolicies', 'cniConfDir', 'cniBinDir',
+  'auditLogPath', 'enforcePolicies', 'cniConfDir', 'cniBinDir', 'cniCacheDir',
 ] as const;
 /** Linux interface names: 1-15 bytes, no '/', whitespace or ':'. */
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
@@ -212,6 +216,7 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     rtTablesFile,
     ...(raw.cniConfDir !== undefined && raw.cniConfDir !== null ? { cniConfDir: path('cniConfDir')! } : {}),
     cniBinDir: path('cniBinDir', CONFIG_DEFAULTS.cniBinDir)!,
+    cniCacheDir: path('cniCacheDir', CONFIG_DEFAULTS.cniCacheDir)!,
     auditLogPath: path('auditLogPath', CONFIG_DEFAULTS.auditLogPath)!,
     ...(typeof enforce === 'boolean' ? { enforcePolicies: enforce } : {}),
   };

@@ -51,7 +51,9 @@ export interface MetricSources {
   resyncs(): { ok: number; failed: number; repairs: number };
   enforcement?(): EnforcementMetrics | undefined;
   /** Keeping sluice chained in the node's CNI configuration (absent when not configured). */
-  chain?(): { state: string; rechains: number; escapedPods: string[] } | undefined;
+  chain?(): { state: string; rechains: number } | undefined;
+  /** Running Pods adopted so far, and those that cross no bridge and could not be (daemon/adoption.ts). */
+  adoption?(): { adopted: number; unattached: number } | undefined;
   /** Per-rule statistics from the bridge's counters (one OVS read per scrape). */
   ruleStats?(): Promise<RuleStatistics[] | undefined>;
 }
@@ -138,9 +140,14 @@ export class AgentMetrics {
       const c = chain();
       return c ? [[{}, c.rechains]] : [];
     });
-    this.gauge('sluice_pods_escaped', "Local Pods created while sluice was not chained, which cross no bridge (sluicectl node status names them)", [], () => {
-      const c = chain();
-      return c ? [[{}, c.escapedPods.length]] : [];
+    const adoption = () => src()?.adoption?.();
+    this.counter('sluice_pods_adopted_total', 'Running Pods attached after the fact: already running when the agent started, or created while sluice was not chained', [], () => {
+      const a = adoption();
+      return a ? [[{}, a.adopted]] : [];
+    });
+    this.gauge('sluice_pods_unattached', 'Running local Pods that cross no bridge and could not be adopted, so no policy applies to them (sluicectl node status names them and why)', [], () => {
+      const a = adoption();
+      return a ? [[{}, a.unattached]] : [];
     });
     this.counter('sluice_resync_repairs_total', 'Things a convergence run found wrong and repaired (routes, rules, ports, flows, chains)', [], () => {
       const x = resyncs();

@@ -35,7 +35,10 @@ export interface AttachDeps {
   datapath: 'system' | 'netdev';
   bridge: string;
   ovs: {
-    addPodPort(name: string, ids: PodPortIds): Promise<number>;
+    /** `ofportRequest`: the OpenFlow port number to ask OVS for (flows for it may already be installed). */
+    addPodPort(name: string, ids: PodPortIds, ofportRequest?: number): Promise<number>;
+    /** An OpenFlow port number no interface has or has requested. */
+    freeOfport(): Promise<number>;
     removePort(name: string): Promise<void>;
     listPodPorts(): Promise<PodPortRecord[]>;
     installedCookies(): Promise<string[]>;
@@ -234,6 +237,94 @@ export class PodAttacher implements CniHandler {
     }
     d.log.info({ containerId: pod.containerId, pod: `${pod.podNamespace}/${pod.podName}`, veth: pod.hostVeth, ofport: pod.ofport, ips: pod.ips, ms: timings }, 'add: attached');
     d.onPodAttached?.(pod);
+  }
+
+  /**
+   * Attaches a Pod that already runs on the primary CNI alone (`req` is what the runtime's CNI
+   * cache holds for it), without losing its packets: its flows and policy flows go in first, for
+   * the OpenFlow port it will be given (requested from OVS), then the port, then the veth isolation
+   * (netdev; until then the kernel still forwards the Pod's packets, and OVS sees copies), and its
+   * host route moves last. On the kernel datapath the port takes the Pod's packets the moment it is
+   * added, so its flows must already be there. Every step is undone if a later one fails.
+   */
+  async adopt(req: PodRequest): Promise<PodAttachment> {
+    const { d } = this;
+    if (!d.isReady()) throw new CniError(CniErrorCode.TryAgainLater, 'sluice-agent is not ready yet');
+    if (!existsSync(req.netns)) throw new CniError(CniErrorCode.InvalidEnvironment, `network namespace ${req.netns} does not exist`);
+    const known = d.pods.get(req.containerId);
+    if (known) return known;
+    let veth: { hostIfName: string; podMac: string };
+    try {
+      veth = await d.findHostVeth(req.netns, req.ifName);
+    } catch (err) {
+      throw new CniError(CniErrorCode.InvalidEnvironment, `interface ${req.ifName} in ${req.netns}: ${describe(err)}`);
+    }
+    const ips = podIPs(req);
+    if (ips.length === 0) throw new CniError(CniErrorCode.InvalidNetworkConfig, `the cached CNI result has no IPv4 address for ${req.ifName}`);
+    const clash = [...d.pods.values()].find((p) => p.ips.some((ip) => ips.includes(ip)) || p.hostVeth === veth.hostIfName);
+    if (clash) throw new CniError(CniErrorCode.AttachFailed, `${clash.hostVeth === veth.hostIfName ? `veth ${veth.hostIfName}` : `an address of ${ips.join(',')}`} is already attached for container ${clash.containerId}`);
+    const pod: PodAttachment = {
+      containerId: req.containerId,
+      podNamespace: req.podNamespace ?? '',
+      podName: req.podName ?? '',
+      netns: req.netns,
+      ifName: req.ifName,
+      hostVeth: veth.hostIfName,
+      ofport: await d.ovs.freeOfport(),
+      mac: veth.podMac.toLowerCase(),
+      ips,
+    };
+    const undo: { step: string; run: () => Promise<unknown> }[] = [];
+    let step = 'install-flows';
+    try {
+      undo.push({
+        step,
+        run: async () => {
+          d.pods.delete(pod.containerId);
+          d.podFlowsUndone?.(pod);
+          await d.syncFlows();
+        },
+      });
+      await d.beforePodFlows?.(pod);
+      d.pods.set(pod.containerId, pod);
+      await d.syncFlows();
+      step = 'attach-port';
+      undo.push({ step, run: () => d.ovs.removePort(pod.hostVeth) });
+      const ofport = await d.ovs.addPodPort(pod.hostVeth, portIds(pod), pod.ofport);
+      if (ofport !== pod.ofport) {
+        // OVS gave another number (the requested one was taken meanwhile): flows follow the port.
+        d.log.warn({ containerId: pod.containerId, requested: pod.ofport, got: ofport }, 'adopt: OVS assigned another OpenFlow port');
+        pod.ofport = ofport;
+        await d.syncFlows();
+      }
+      if (d.datapath === 'netdev') {
+        step = 'isolate-veth';
+        undo.push({ step, run: () => d.hostnet.releaseHostVeth(pod.hostVeth) });
+        await d.disablePodTxOffload(pod.netns, pod.ifName);
+        await d.hostnet.isolateHostVeth(pod.hostVeth);
+      }
+      step = 'move-routes';
+      undo.push({ step, run: () => d.hostnet.restorePodRoutes(pod.ips, pod.hostVeth) });
+      await d.hostnet.movePodRoutes(pod.ips, pod.hostVeth);
+    } catch (err) {
+      const failures: string[] = [];
+      for (const u of undo.reverse()) {
+        try {
+          await u.run();
+        } catch (e) {
+          failures.push(`undo ${u.step}: ${describe(e)}`);
+        }
+      }
+      d.log.error({ containerId: pod.containerId, step, err: describe(err), rollbackFailures: failures }, 'adopt: failed, rolled back');
+      throw new CniError(
+        CniErrorCode.AttachFailed,
+        `adopting container ${pod.containerId} (${pod.hostVeth}) failed at step ${step}: ${describe(err)}`,
+        failures.length ? `rollback incomplete: ${failures.join('; ')}` : 'rolled back',
+      );
+    }
+    d.log.info({ containerId: pod.containerId, pod: `${pod.podNamespace}/${pod.podName}`, veth: pod.hostVeth, ofport: pod.ofport, ips: pod.ips }, 'adopt: attached a running Pod');
+    d.onPodAttached?.(pod);
+    return pod;
   }
 
   /** Re-applies whatever is missing of an existing attachment; returns what it fixed. */

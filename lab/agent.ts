@@ -8,7 +8,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync
 import { join } from 'node:path';
 import { dumpYaml } from '../daemon/kube-yaml.js';
 import { sleep } from './net/exec.js';
-import { cniBinDir, cniConfDir, nodeNetns, nodeStateDir, ovsDir, repoRoot, sluiceSocketPath } from './net/names.js';
+import { cniBinDir, cniCacheDir, cniConfDir, nodeNetns, nodeStateDir, ovsDir, repoRoot, sluiceSocketPath } from './net/names.js';
 
 export const agentConfigPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.yaml');
 export const agentLogPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.log');
@@ -37,6 +37,8 @@ export function agentConfig(lab: string, node: string): Record<string, unknown> 
     // The node's own CNI configuration (as the DaemonSet's /host/etc/cni/net.d): the agent keeps sluice chained there.
     cniConfDir: cniConfDir(lab, node),
     cniBinDir: cniBinDir(lab),
+    // The node's runtime CNI cache (libcni's layout): running Pods are adopted from it.
+    cniCacheDir: cniCacheDir(lab, node),
   };
 }
 

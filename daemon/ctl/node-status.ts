@@ -25,7 +25,12 @@ export const nodeStatusCommand: CommandModule<object, NodeArgs & { json: boolean
     if (s.chain) {
       const c = s.chain;
       console.log(`  CNI chain: ${c.state}${c.file ? ` (${c.confDir}/${c.file})` : ''}, re-chained ${c.rechains} time(s)${c.lastRechainAt ? `, last ${c.lastRechainAt}` : ''}${c.state !== 'chained' && c.lastError ? `: ${c.lastError}` : ''}`);
-      if (c.escapedPods.length) console.log(`  Pods that escaped the bridge while sluice was not chained (no policy applies; re-create them): ${c.escapedPods.join(', ')}`);
+    }
+    if (s.adoption) {
+      const a = s.adoption;
+      console.log(`  running Pods adopted: ${a.adopted}`);
+      for (const u of a.unattached) console.log(`  NOT ENFORCED: ${u.pod} crosses no bridge (no policy applies): ${u.reason}`);
+      if (a.unattached.length) process.exitCode = 1;
     }
     if (!s.ready) process.exitCode = 1;
   },

@@ -216,14 +216,26 @@ export class Ovs {
     return rows(await this.vsctl(['--format=json', '--columns=name,type,ofport,mac,mac_in_use,external_ids,error', 'find', 'Interface', `name=${q(name)}`]))[0];
   }
 
-  /** Attaches (or re-labels) a Pod's host veth; returns its OpenFlow port number. */
-  async addPodPort(name: string, ids: PodPortIds): Promise<number> {
+  /**
+   * Attaches (or re-labels) a Pod's host veth; returns its OpenFlow port number. `ofportRequest`
+   * asks OVS for that number (honoured when free), so flows for the port can go in before it.
+   */
+  async addPodPort(name: string, ids: PodPortIds, ofportRequest?: number): Promise<number> {
     const sets = Object.entries(ids).map(([k, v]) => `external_ids:${k}=${q(v)}`);
+    if (ofportRequest !== undefined) sets.push(`ofport_request=${ofportRequest}`);
     await this.vsctl(['--', '--may-exist', 'add-port', this.opts.bridge, name, '--', 'set', 'Interface', name, ...sets]);
     const cur = await this.findInterface(name);
     const ofport = asNumber(cur?.ofport);
     if (ofport < 1) throw new OvsError(`OVS could not attach ${name}: ${asString(cur?.error) || 'no OpenFlow port assigned'}`);
     return ofport;
+  }
+
+  /** The lowest OpenFlow port number above every number an interface has or has requested. */
+  async freeOfport(): Promise<number> {
+    const used = rows(await this.vsctl(['--format=json', '--columns=ofport,ofport_request', 'list', 'Interface'])).flatMap((r) => [asNumber(r.ofport), asNumber(r.ofport_request)]);
+    const max = Math.max(0, ...used.filter((n) => n > 0 && n < GATEWAY_OFPORT));
+    if (max + 1 >= GATEWAY_OFPORT) throw new OvsError(`no free OpenFlow port number below the gateway's (${GATEWAY_OFPORT})`);
+    return max + 1;
   }
 
   async removePort(name: string): Promise<void> {

@@ -75,6 +75,14 @@ export function readCache(inv: CniInvocation, network: string): { config: Confli
   }
 }
 
+/** The networks this container has a cached ADD for. */
+export function cachedNetworks(inv: CniInvocation): string[] {
+  const dir = join(cniCacheDir(inv.lab, inv.node), 'results');
+  if (!existsSync(dir)) return [];
+  const suffix = `-${inv.containerId}-${inv.ifName ?? 'eth0'}`;
+  return readdirSync(dir).filter((f) => f.endsWith(suffix)).map((f) => f.slice(0, -suffix.length));
+}
+
 /** The cached ADD for this container: by network name when known, else any network's entry. */
 function findCache(inv: CniInvocation, network: string | undefined): { config: Conflist; result: CniResult } | null {
   if (network) return readCache(inv, network);

@@ -12,7 +12,7 @@
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import type { Conflist } from './cni-config.js';
-import { cniAdd, cniDel, type CniInvocation, type CniResult } from './cni-runner.js';
+import { cachedNetworks, cniAdd, cniDel, type CniInvocation, type CniResult } from './cni-runner.js';
 import { run, runIn } from './exec.js';
 import { conflistPath, cniCacheDir, nodeIP, nodeIndex, nodeNetns, podHash, podNetns, podsStateDir, stateDir } from './names.js';
 import { ensureNetns, listNetns } from './topology.js';
@@ -78,6 +78,16 @@ function readConflist(lab: string, node: string): Conflist {
     return JSON.parse(readFileSync(file, 'utf8')) as Conflist;
   } catch (err) {
     throw new Error(`cannot read node ${node}'s conflist ${file}: ${(err as Error).message}`);
+  }
+}
+
+/** The node's configuration as the runtime would load it now, if it is the network the Pod was ADDed to. */
+function currentConflist(lab: string, inv: CniInvocation): Conflist | undefined {
+  try {
+    const list = readConflist(lab, inv.node);
+    return cachedNetworks(inv).includes(list.name) ? list : undefined;
+  } catch {
+    return undefined;
   }
 }
 
@@ -166,7 +176,11 @@ export async function deletePodSandbox(spec: { lab: string; namespace: string; n
     const inv = sandbox
       ? { lab, node: sandbox.node, containerId: sandbox.containerId, netns: sandbox.netns, podNamespace: namespace, podName: name }
       : findCachedInvocation(lab, namespace, name);
-    if (inv) await cniDel(inv);
+    // As containerd and CRI-O do: DEL runs the node's current configuration of the Pod's network
+    // (with the cached ADD result as prevResult), not the one the Pod was created with, so a Pod
+    // created before sluice was chained is DELeted through sluice too. A Pod of another network
+    // (created with an explicit configuration) is DELeted with the configuration it was created with.
+    if (inv) await cniDel(inv, currentConflist(lab, inv));
     const netns = podNetns(lab, namespace, name);
     if ((await listNetns()).includes(netns)) await run('ip', ['netns', 'del', netns]);
   }

@@ -25,7 +25,7 @@ function setup(failSync = false) {
   const deps: AttachDeps = {
     datapath: 'system',
     bridge: 'br-int',
-    ovs: { addPodPort: async () => 7, removePort: async () => undefined, listPodPorts: async () => [], installedCookies: async () => [] },
+    ovs: { addPodPort: async () => 7, freeOfport: async () => 7, removePort: async () => undefined, listPodPorts: async () => [], installedCookies: async () => [] },
     hostnet: {
       movePodRoutes: async () => undefined, restorePodRoutes: async () => undefined, checkPodRoutes: async () => [],
       isolateHostVeth: async () => undefined, releaseHostVeth: async () => undefined, isolatedVeths: async () => [],

@@ -21,6 +21,7 @@ t.test('empty file gives the documented defaults', async (t) => {
     flowCheckIntervalSeconds: 5,
     rtTablesFile: CONFIG_DEFAULTS.rtTablesFile,
     cniBinDir: '/opt/cni/bin',
+    cniCacheDir: '/var/lib/cni',
     auditLogPath: '/var/log/antrea/networkpolicy/np.log',
   });
   t.notOk('cniConfDir' in c, 'absent cniConfDir = the chain is not kept');

@@ -19,6 +19,8 @@ class World {
   txOff = new Set<string>();
   installed = new Set<string>();
   calls: string[] = [];
+  /** The attachments each flow sync installed flows for (containerId@ofport). */
+  flowsAt: string[] = [];
   nextOfport = 1;
   failOn?: string;
   pods = new Map<string, PodAttachment>();
@@ -34,11 +36,15 @@ class World {
       datapath: 'netdev',
       bridge: 'br-int',
       ovs: {
-        async addPodPort(name, ids) {
+        async addPodPort(name, ids, ofportRequest) {
           w.call('addPodPort');
-          const ofport = w.ports.get(name)?.ofport ?? w.nextOfport++;
+          const taken = new Set([...w.ports.values()].map((p) => p.ofport));
+          const ofport = w.ports.get(name)?.ofport ?? (ofportRequest !== undefined && !taken.has(ofportRequest) ? ofportRequest : w.nextOfport++);
           w.ports.set(name, { ofport, ids });
           return ofport;
+        },
+        async freeOfport() {
+          return Math.max(0, ...[...w.ports.values()].map((p) => p.ofport)) + 1;
         },
         async removePort(name) {
           w.call('removePort');
@@ -85,6 +91,7 @@ class World {
       pods: w.pods,
       async syncFlows() {
         w.call('syncFlows');
+        w.flowsAt.push([...w.pods.values()].map((p) => `${p.containerId}@${p.ofport}`).join(','));
         w.installed = new Set([...w.pods.values()].flatMap((p) => podFlows(p).map((f) => f.cookie)));
       },
       isReady: () => true,
@@ -198,4 +205,63 @@ t.test('bad input', async (t) => {
   await t.rejects(new PodAttacher(w.deps({ isReady: () => false })).add(req()), { code: 11 });
   await t.rejects(new PodAttacher(w.deps({ isReady: () => false })).status(), { code: 50 });
   t.same(w.calls, [], 'nothing was touched');
+});
+
+t.test('adopting a running Pod: flows first (for the requested port), then port, isolation, routes last', async (t) => {
+  const w = new World();
+  w.routes.set('10.1.0.11', 'eni1');
+  const events: string[] = [];
+  const pod = await new PodAttacher(w.deps({ onPodAttached: (p) => events.push(p.containerId) })).adopt(req());
+  t.same(w.calls, ['syncFlows', 'addPodPort', 'disablePodTxOffload', 'isolateHostVeth', 'movePodRoutes']);
+  t.same(w.flowsAt, ['c1@1'], 'the flows were installed for the port number OVS then gave');
+  t.equal(pod.ofport, 1);
+  t.equal(w.ports.get('eni1')?.ofport, 1);
+  t.equal(w.routes.get('10.1.0.11'), 'antrea-gw0');
+  t.ok(w.isolated.has('eni1'));
+  t.same(events, ['c1']);
+  t.same(await new PodAttacher(w.deps()).problems(pod), [], 'the adopted attachment is complete');
+});
+
+t.test('adopting on the kernel datapath: no veth isolation, same order otherwise', async (t) => {
+  const w = new World();
+  await new PodAttacher(w.deps({ datapath: 'system' })).adopt(req());
+  t.same(w.calls, ['syncFlows', 'addPodPort', 'movePodRoutes']);
+});
+
+t.test('adopting when OVS gives another port number: the flows follow the port', async (t) => {
+  const w = new World();
+  const d = w.deps();
+  d.ovs.freeOfport = async () => 5;
+  w.ports.set('other', { ofport: 5, ids: {} as PodPortIds }); // taken meanwhile
+  w.nextOfport = 6;
+  const pod = await new PodAttacher(d).adopt(req());
+  t.equal(pod.ofport, 6);
+  t.same(w.flowsAt, ['c1@5', 'c1@6'], 'flows re-synced for the port OVS assigned');
+});
+
+t.test('a failed adoption rolls back every step in reverse order and leaves the Pod as it was', async (t) => {
+  for (const failOn of ['addPodPort', 'isolateHostVeth', 'movePodRoutes']) {
+    const w = new World();
+    w.routes.set('10.1.0.11', 'eni1');
+    w.failOn = failOn;
+    const undone: string[] = [];
+    await t.rejects(new PodAttacher(w.deps({ podFlowsUndone: (p) => undone.push(p.containerId) })).adopt(req()), new RegExp(`failed at step .*${failOn} exploded`), `fails at ${failOn}`);
+    t.equal(w.pods.size, 0, `${failOn}: not registered`);
+    t.equal(w.ports.size, 0, `${failOn}: no port left`);
+    t.equal(w.isolated.size, 0, `${failOn}: veth not isolated`);
+    t.equal(w.routes.get('10.1.0.11'), 'eni1', `${failOn}: route still on the Pod's veth`);
+    t.equal(w.installed.size, 0, `${failOn}: no flows left`);
+    t.same(undone, ['c1'], `${failOn}: the policy side forgot the Pod`);
+  }
+});
+
+t.test('adoption refuses what it cannot do, naming it', async (t) => {
+  const w = new World();
+  const a = new PodAttacher(w.deps());
+  await t.rejects(a.adopt(req({ netns: '/nonexistent/netns' })), /network namespace \/nonexistent\/netns does not exist/);
+  await t.rejects(a.adopt(req({ prevResult: { cniVersion: '1.1.0', interfaces: [], ips: [] } })), /no IPv4 address for eth0/);
+  await a.add(req());
+  t.equal((await a.adopt(req())).containerId, 'c1', 'an attached container is returned as is');
+  await t.rejects(a.adopt(req({ containerId: 'c2' })), /already attached for container c1/);
+  t.same(await new PodAttacher(w.deps({ isReady: () => false })).adopt(req()).catch((e: Error) => e.message), 'sluice-agent is not ready yet');
 });

@@ -76,7 +76,9 @@ function rbacProblems(docs: Doc[]): string[] {
     if (!ok) out.push(`ClusterRole grants no get/list/watch on ${r.plural} in apiGroup "${r.group}"`);
   }
   for (const rule of role.rules) {
-    for (const v of rule.verbs) if (!READ_VERBS.includes(v)) out.push(`ClusterRole grants write verb "${v}" on ${rule.resources.join(',')}`);
+    // The one write: Events on Pods the agent adopts or cannot attach (core group, create/patch only).
+    const events = rule.apiGroups.length === 1 && rule.apiGroups[0] === '' && rule.resources.length === 1 && rule.resources[0] === 'events';
+    for (const v of rule.verbs) if (!READ_VERBS.includes(v) && !(events && ['create', 'patch'].includes(v))) out.push(`ClusterRole grants write verb "${v}" on ${rule.resources.join(',')}`);
     if ([...rule.apiGroups, ...rule.resources].includes('*')) out.push('ClusterRole uses a wildcard');
   }
   return out;

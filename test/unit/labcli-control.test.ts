@@ -138,6 +138,7 @@ t.test('kubelet status, Node object, agent config, supervisor args', async (t) =
     auditLogPath: '/run/sluice-lab/sl/node-1/np.log',
     cniConfDir: '/run/sluice-lab/sl/node-1/cni',
     cniBinDir: '/run/sluice-lab/sl/cni-bin',
+    cniCacheDir: '/run/sluice-lab/sl/node-1/cni-cache',
   });
 
   t.same(parseSupervisorArgs(['--name', 'lb1', '--nodes', '3', '--primary', 'eks', '--sluice', '--state-dir', '/run/sluice-lab/lb1/']), { name: 'lb1', nodes: 3, primary: 'eks', sluice: true });
