@@ -164,7 +164,9 @@ function build() {
     copyFileSync(join(ROOT, 'dist', 'bin', 'sluice-cni'), join(bin, 'sluice-cni'));
     writeFileSync(join(bin, 'sluice-agent'), wrapper('dist/daemon/main.js'));
     writeFileSync(join(bin, 'sluicectl'), wrapper('dist/daemon/sluicectl.js'));
-    for (const f of ['node', 'sluice-cni', 'sluice-agent', 'sluicectl']) chmodSync(join(bin, f), 0o755);
+    // kubectl finds plugins by name on PATH: `kubectl sluice whatif ...` runs sluicectl.
+    writeFileSync(join(bin, 'kubectl-sluice'), wrapper('dist/daemon/sluicectl.js'));
+    for (const f of ['node', 'sluice-cni', 'sluice-agent', 'sluicectl', 'kubectl-sluice']) chmodSync(join(bin, f), 0o755);
     writeFileSync(join(stage, 'Containerfile'), [
       `FROM ${base.tag}`,
       'COPY root/ /',

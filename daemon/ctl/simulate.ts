@@ -94,7 +94,7 @@ export async function probesFromOptions(opts: SimulateOptions, engine: PolicyEng
   return defaultProbes(engine);
 }
 
-function describeRule(d: DecidedBy): string {
+export function describeRule(d: DecidedBy): string {
   if (d.kind === 'K8sNetworkPolicyIsolation') {
     return `isolated by Kubernetes NetworkPolicy ${d.namespace}/${d.name} (${d.direction}) and no NetworkPolicy rule allows it`;
   }

@@ -5,14 +5,15 @@
  * packets lost (goal 0), the TCP connection never reset, the time from agent start to every Pod
  * attached. Then a deny policy applies to the adopted Pods (real packets), the runtime's DEL of an
  * adopted Pod (which sluice never ADDed) detaches it, and a Pod whose CNI result the runtime did not
- * cache is named, with why, instead of being skipped silently.
+ * cache is named, with why, instead of being skipped silently. `sluicectl whatif` against the lab's
+ * API server predicts the policy's effect before it is applied.
  */
 import t from 'tap';
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { agentConfigPath, agentLogPath, agentPidPath, startAgent } from '../../lab/agent.js';
-import { readControl } from '../../lab/control.js';
+import { hostKubeconfigPath, readControl } from '../../lab/control.js';
 import { resolveKind } from '../../lab/kinds.js';
 import { cniCacheDir, podNetns, repoRoot } from '../../lab/net/names.js';
 import { run } from '../../lab/net/exec.js';
@@ -128,8 +129,14 @@ else {
     t.match(ctl.stdout, new RegExp(`NOT ENFORCED: ${lost} crosses no bridge`), 'sluicectl node status names it');
     t.equal(ctl.exitCode, 1, 'and exits 1');
 
-    // Policies apply to adopted Pods (real packets).
+    // Policies apply to adopted Pods (real packets), as `sluicectl whatif` against the lab's API server predicted.
     const deny = writeTempFile(dir, 'deny.yaml', 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny-in, namespace: x}\nspec: {podSelector: {}, policyTypes: [Ingress]}\n');
+    const wi = await run(process.execPath, [join(repoRoot(), 'dist', 'daemon', 'sluicectl.js'), 'whatif', '-f', deny, '--kubeconfig', hostKubeconfigPath(LAB), '-o', 'json'], { allowFail: true });
+    t.equal(wi.exitCode, 0, `sluicectl whatif reads the live cluster (${wi.stderr.trim()})`);
+    const predicted = (JSON.parse(wi.stdout || '{"changes":[]}') as { compared: number; changes: { from: string; to: string; port: number; protocol: string; after: { verdict: string } }[] });
+    const flips = (from: string, to: string) => predicted.changes.find((c) => c.from === from && c.to === to && c.port === 80 && c.protocol === 'TCP')?.after.verdict;
+    t.same([flips('y/b', 'x/b'), flips('z/a', 'x/a'), flips('y/b', 'z/a')], ['drop', 'drop', undefined], `whatif: ${predicted.changes.length} of ${predicted.compared} connections would change, into x only`);
+    t.ok(predicted.changes.every((c) => /^(service:)?x\//.test(c.to)), 'every predicted change is a connection into x');
     t.equal((await cli(['apply', '-f', deny, '--name', LAB])).code, 0);
     let verdicts: { verdict: string }[] = [];
     for (let i = 0; i < 50; i++) {

@@ -55,6 +55,7 @@ if (why) {
     const checks: [string, RegExp][] = [
       ['sluice-agent --help', /The sluice node agent/],
       ['sluicectl --help', /sluicectl/],
+      ['kubectl-sluice whatif --help', /what a policy change would do to the live cluster/],
       ['CNI_COMMAND=VERSION sluice-cni </dev/null', /"supportedVersions"/],
       ['ovs-vswitchd --version', /Open vSwitch/],
       ['ovsdb-server --version', /Open vSwitch/],
