@@ -607,7 +607,7 @@ export class Agent {
    */
   private watchHostChanges(): void {
     this.monitors = [
-      this.watchMonitor('netlink', 'ip', ['-o', 'monitor', 'route', 'rule', 'neigh'], (l) => isRepairEvent(l, this.config.gateway)),
+      this.watchMonitor('netlink', 'ip', ['-o', 'monitor', 'route', 'rule', 'neigh'], (l) => isRepairEvent(l, this.config.gateway, new Set([...this.pods.values()].flatMap((p) => p.ips)))),
       this.watchMonitor('nftables', 'nft', ['monitor'], isRulesetTamperEvent),
     ];
   }

@@ -11,12 +11,19 @@ import { GUARD_TABLE } from './vethguard.js';
 /**
  * Whether an `ip -o monitor route rule neigh` line reports the removal of something sluice keeps:
  * a route via the gateway (Pod routes, table 300's default), the fwmark rule, or the permanent
- * 169.254.253.1 neighbour. Ordinary neighbour garbage collection on the gateway is not.
+ * 169.254.253.1 neighbour; or an attached Pod's host route replaced by one on another device (a
+ * replace is reported as the new route alone, with no deletion). Ordinary neighbour garbage
+ * collection on the gateway is not.
  */
-export function isRepairEvent(line: string, gateway: string): boolean {
-  if (!line.startsWith('Deleted')) return false;
+export function isRepairEvent(line: string, gateway: string, podIps: ReadonlySet<string> = new Set()): boolean {
+  const gw = new RegExp(`\\bdev ${gateway.replace(/[.]/g, '\\.')}\\b`);
+  if (!line.startsWith('Deleted')) {
+    const m = /^(\d+\.\d+\.\d+\.\d+)(?:\/32)? (?:via \S+ )?dev \S+/.exec(line);
+    const neighbour = /\b(lladdr|REACHABLE|STALE|DELAY|PROBE|FAILED|INCOMPLETE|PERMANENT|NOARP)\b/.test(line);
+    return m !== null && podIps.has(m[1]!) && !gw.test(line) && !neighbour && !/\btable\b/.test(line);
+  }
   if (/fwmark/.test(line)) return /\blookup (300|antrea_service)\b/.test(line);
-  if (!new RegExp(`\\bdev ${gateway.replace(/[.]/g, '\\.')}\\b`).test(line)) return false;
+  if (!gw.test(line)) return false;
   if (/\blladdr\b/.test(line)) return line.includes('169.254.253.1 ');
   return true;
 }

@@ -74,6 +74,13 @@ t.test('netlink events that trigger a repair', async (t) => {
   t.notOk(isRepairEvent('10.10.1.5 dev antrea-gw0 scope link', gw), 'additions');
   t.notOk(isRepairEvent('Deleted 100:\tfrom all fwmark 0x1 lookup 100', gw), "someone else's rule");
   t.notOk(isRepairEvent('Deleted 10.10.1.5 dev antrea-gw00 scope link', gw), 'another device with a longer name');
+  const pods = new Set(['10.10.1.5']);
+  t.ok(isRepairEvent('10.10.1.5 dev eni0ed3bbcad01 scope link', gw, pods), "an attached Pod's route replaced onto its veth (no deletion is reported)");
+  t.ok(isRepairEvent('10.10.1.5 via 192.168.77.1 dev uplink', gw, pods), "an attached Pod's route replaced by one via another device");
+  t.notOk(isRepairEvent('10.10.1.5 dev antrea-gw0 scope link', gw, pods), 'the route sluice keeps (its own repair)');
+  t.notOk(isRepairEvent('10.10.1.9 dev eni0ed3bbcad01 scope link', gw, pods), 'a route of a Pod sluice has not attached (an ADD in progress)');
+  t.notOk(isRepairEvent('10.10.1.5 dev eni0ed3bbcad01 lladdr aa:bb:cc:dd:ee:ff REACHABLE', gw, pods), 'a neighbour entry');
+  t.notOk(isRepairEvent('10.10.1.5 dev eni0ed3bbcad01 table 100 scope link', gw, pods), 'another routing table');
 });
 
 t.test('nft monitor events that trigger a repair (lines as nft 1.0.6 prints them)', async (t) => {
