@@ -1,0 +1,259 @@
+#!/usr/bin/env node
+/**
+ * `npm run chaos [-- --quick]`: faults injected into a 2-node enforcing lab (`chaos`, ptp, the model
+ * of test/scenarios/model.yaml with a default deny on namespace x) while traffic runs, and two
+ * invariants checked all along:
+ *
+ *  - no stale allow: every 250 ms probers in z/a and z/b (one on each node) open new TCP connections
+ *    on ports 80 and 81 to every Pod of x (denied) and to y/a and y/c (allowed); a denied one that
+ *    succeeds is a gap (must be 0), an allowed one that fails is counted;
+ *  - nothing lost: an allowed TCP connection (z/b -> y/b) writes every 20 ms through each scenario
+ *    and must never be reset; after each scenario every node's bridge holds exactly the agent's
+ *    desired flows and one port per attached Pod (anything else is a leak).
+ *
+ * Scenarios, on x/a's node (the one enforcing the deny): its agent killed with SIGKILL at random
+ * moments and started again (time to ready); its ovsdb-server and ovs-vswitchd killed and started
+ * again (time until the bridge holds the agent's flows again); its iptables mangle and raw tables
+ * flushed, and a Pod's host route moved back onto its veth, by another process (time to repair);
+ * the API server unreachable (the lab supervisor stopped), then back (time until the agents'
+ * watches are synced). Prints one table and exits 1 when an invariant broke. --quick runs each
+ * scenario briefly (under a minute in all).
+ */
+import { spawn } from 'node:child_process';
+import { readFileSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { pino } from 'pino';
+import { Ovs } from '../daemon/flows/ovs.js';
+import { agentPidPath, startAgent } from './agent.js';
+import { readControl, supervisorPid } from './control.js';
+import { resolveKind } from './kinds.js';
+import { runIn, sleep } from './net/exec.js';
+import { nodeNetns, ovsDir, podNetns, repoRoot } from './net/names.js';
+import { startNodeOvs, stopNodeOvs } from './net/ovs.js';
+import { runProbes } from './net/probe-runner.js';
+import { clientFor } from './ops.js';
+import { bridgeHasDesired } from './proof/converge.js';
+
+const LAB = 'chaos';
+const QUICK = process.argv.includes('--quick');
+const cli = join(repoRoot(), 'dist', 'lab', 'cli.js');
+const MODEL = join(repoRoot(), 'test', 'scenarios', 'model.yaml');
+const DENY_X = 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny-in, namespace: x}\nspec: {podSelector: {}, policyTypes: [Ingress]}\n';
+
+interface Row {
+  scenario: string;
+  iterations: number;
+  tried: number;
+  gaps: number;
+  allowedFailed: number;
+  resets: number;
+  recoveryMs: number[];
+  leaks: string[];
+}
+
+async function labCli(args: string[]): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    const c = spawn(process.execPath, [cli, ...args, '--name', LAB], { stdio: ['ignore', 'ignore', 'inherit'] });
+    c.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`sluice-lab ${args.join(' ')} exited ${code}`))));
+  });
+}
+
+async function status(node: string, path = '/status'): Promise<Record<string, unknown> | undefined> {
+  const r = await runIn(nodeNetns(LAB, node), 'curl', ['-s', '--max-time', '2', `http://127.0.0.1:10349${path}`], { allowFail: true, timeoutMs: 5000 });
+  try {
+    return r.exitCode === 0 ? (JSON.parse(r.stdout) as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+async function waitUntil(what: string, cond: () => Promise<boolean>, timeoutMs = 60_000): Promise<number> {
+  const t0 = performance.now();
+  while (performance.now() - t0 < timeoutMs) {
+    if (await cond().catch(() => false)) return Math.round(performance.now() - t0);
+    await sleep(50);
+  }
+  throw new Error(`${what}: not within ${timeoutMs / 1000} s`);
+}
+
+/** The bridge holds exactly the agent's desired flows. */
+async function bridgeConverged(node: string): Promise<boolean> {
+  const ovs = new Ovs({ ovsRunDir: ovsDir(LAB, node), bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
+  const [dump, desired] = await Promise.all([ovs.ofctl(['dump-flows', '--no-names', '--no-stats', ovs.target]), status(node, '/flows')]);
+  return Array.isArray(desired) && bridgeHasDesired(dump, desired);
+}
+
+/** What is on a node that should not be: flows the agent does not want, ports of no attached Pod. */
+async function leaks(nodes: string[]): Promise<string[]> {
+  const out: string[] = [];
+  for (const node of nodes) {
+    if (!(await bridgeConverged(node))) out.push(`${node}: bridge flows differ from the agent's desired flows`);
+    const ovs = new Ovs({ ovsRunDir: ovsDir(LAB, node), bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
+    const ports = (await ovs.listPodPorts()).map((p) => p.name).sort();
+    const attached = (((await status(node))?.pods ?? []) as { hostVeth: string }[]).map((p) => p.hostVeth).sort();
+    if (ports.join() !== attached.join()) out.push(`${node}: OVS Pod ports [${ports.join(', ')}] != attached [${attached.join(', ')}]`);
+  }
+  return out;
+}
+
+/** The prober: new connections every 250 ms while running, to every denied and every allowed target at once. */
+class Prober {
+  tried = 0;
+  gaps = 0;
+  allowedFailed = 0;
+  gapDetails: string[] = [];
+  private running = true;
+  private loop: Promise<void>;
+  constructor(sources: string[], denied: string[], allowed: string[]) {
+    const targets = sources.flatMap((src) => [...denied.map((ip) => ({ ip, deny: true })), ...allowed.map((ip) => ({ ip, deny: false }))].flatMap((x) => [80, 81].map((port) => ({ ...x, src, port }))));
+    this.loop = (async () => {
+      while (this.running) {
+        const results = await runProbes(targets.map((x) => ({ sourceNetns: x.src, ip: x.ip, port: x.port, protocol: 'TCP' as const })), 1000);
+        results.forEach((r, i) => {
+          const x = targets[i]!;
+          this.tried++;
+          if (x.deny && r.verdict === 'allow') {
+            this.gaps++;
+            this.gapDetails.push(`${new Date().toISOString()} denied connection ${x.src} -> ${x.ip}:${x.port} succeeded`);
+          }
+          if (!x.deny && r.verdict !== 'allow') this.allowedFailed++;
+        });
+        await sleep(250);
+      }
+    })();
+  }
+  async stop(): Promise<void> {
+    this.running = false;
+    await this.loop;
+  }
+}
+
+/** A long-lived allowed TCP connection writing every 20 ms; reports whether it was ever reset. */
+const STREAM = `
+const s = require('net').connect({ host: process.argv[1], port: 80 });
+let sent = 0, echoed = 0, error = null;
+s.on('data', (d) => { echoed += d.length; });
+s.on('error', (e) => { error = e.code || e.message; });
+s.on('close', () => { if (!error) error = 'closed'; });
+const t = setInterval(() => { if (!s.destroyed) { s.write('x'); sent++; } }, 20);
+process.on('SIGTERM', () => { clearInterval(t); console.log(JSON.stringify({ sent, echoed, error })); process.exit(0); });
+`;
+function stream(netns: string, ip: string): () => Promise<{ sent: number; echoed: number; error: string | null }> {
+  const c = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', STREAM, ip], { stdio: ['ignore', 'pipe', 'ignore'] });
+  let out = '';
+  c.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
+  const done = new Promise<void>((r) => c.on('close', () => r()));
+  return async () => {
+    c.kill('SIGTERM');
+    await done;
+    return JSON.parse(out.trim().split('\n').pop() || '{"sent":0,"echoed":0,"error":"no output"}') as { sent: number; echoed: number; error: string | null };
+  };
+}
+
+async function main(): Promise<void> {
+  const t0 = performance.now();
+  const dir = mkdtempSync(join(tmpdir(), 'chaos-'));
+  await labCli(['down']).catch(() => undefined);
+  await labCli(['up', '--nodes', '2', '--primary', 'ptp', '-f', MODEL]);
+  const deny = join(dir, 'deny.yaml');
+  writeFileSync(deny, DENY_X);
+  await labCli(['apply', '-f', deny]);
+  const info = readControl(LAB)!;
+  const pods = (await clientFor(info).list(resolveKind('pods'))).items as { metadata: { namespace: string; name: string }; spec: { nodeName: string }; status: { podIP: string } }[];
+  const pod = (ref: string) => pods.find((p) => `${p.metadata.namespace}/${p.metadata.name}` === ref)!;
+  const target = pod('x/a').spec.nodeName; // the node enforcing the deny
+  const src = podNetns(LAB, 'z', 'a');
+  await waitUntil('the deny enforced', async () => (await runProbes([{ sourceNetns: src, ip: pod('x/a').status.podIP, port: 80, protocol: 'TCP' }], 1000))[0]!.verdict === 'drop');
+
+  const rows: Row[] = [];
+  const scenario = async (name: string, iterations: number, fault: () => Promise<number>) => {
+    // Sources on both nodes: z/a shares x/a's node, z/b does not (its packets reach x/a through the host route).
+    const prober = new Prober([src, podNetns(LAB, 'z', 'b')], ['x/a', 'x/b', 'x/c'].map((r) => pod(r).status.podIP), ['y/a', 'y/c'].map((r) => pod(r).status.podIP));
+    const stop = stream(podNetns(LAB, 'z', 'b'), pod('y/b').status.podIP);
+    await sleep(1000);
+    const recoveryMs: number[] = [];
+    for (let i = 0; i < iterations; i++) recoveryMs.push(await fault());
+    await sleep(2000);
+    await prober.stop();
+    const s = await stop();
+    const leaked = await leaks(info.nodes);
+    rows.push({ scenario: name, iterations, tried: prober.tried, gaps: prober.gaps, allowedFailed: prober.allowedFailed, resets: s.error ? 1 : 0, recoveryMs, leaks: leaked });
+    for (const g of prober.gapDetails) console.error(`${name}: GAP ${g}`);
+    if (s.error) console.error(`${name}: the allowed connection ended: ${s.error} (${s.sent} written, ${s.echoed} echoed)`);
+    for (const l of leaked) console.error(`${name}: LEAK ${l}`);
+  };
+
+  await scenario('agent kill -9', QUICK ? 3 : 20, async () => {
+    await sleep(300 + Math.random() * 1500);
+    const pid = Number(readFileSync(agentPidPath(LAB, target), 'utf8').trim());
+    process.kill(pid, 'SIGKILL');
+    const k = performance.now();
+    await startAgent(LAB, target);
+    await waitUntil('agent ready', async () => (await status(target))?.ready === true);
+    return Math.round(performance.now() - k);
+  });
+
+  await scenario('ovsdb-server + ovs-vswitchd killed', QUICK ? 1 : 3, async () => {
+    await sleep(500);
+    const k = performance.now();
+    await stopNodeOvs(LAB, target);
+    await startNodeOvs(LAB, target);
+    await waitUntil('flows replayed', () => bridgeConverged(target));
+    return Math.round(performance.now() - k);
+  });
+
+  await scenario('iptables mangle and raw tables flushed', QUICK ? 2 : 10, async () => {
+    await sleep(500 + Math.random() * 1000);
+    const ns = nodeNetns(LAB, target);
+    await runIn(ns, 'iptables', ['-t', 'mangle', '-F']);
+    await runIn(ns, 'iptables', ['-t', 'raw', '-F']);
+    const k = performance.now();
+    await waitUntil('ANTREA-MANGLE and ANTREA-RAW jumps back', async () => {
+      const [m, r] = await Promise.all([runIn(ns, 'iptables', ['-t', 'mangle', '-S', 'PREROUTING'], { allowFail: true }), runIn(ns, 'iptables', ['-t', 'raw', '-S', 'PREROUTING'], { allowFail: true })]);
+      return m.stdout.includes('ANTREA-MANGLE') && r.stdout.includes('ANTREA-RAW');
+    });
+    return Math.round(performance.now() - k);
+  });
+
+  await scenario('a Pod host route moved back to its veth', QUICK ? 2 : 10, async () => {
+    await sleep(500 + Math.random() * 1000);
+    const ns = nodeNetns(LAB, target);
+    const a = ((await status(target))?.pods as { hostVeth: string; ips: string[] }[]).find((p) => p.ips.includes(pod('x/a').status.podIP))!;
+    await runIn(ns, 'ip', ['route', 'replace', `${a.ips[0]}/32`, 'dev', a.hostVeth, 'scope', 'link']);
+    const k = performance.now();
+    await waitUntil('route on antrea-gw0 again', async () => (await runIn(ns, 'ip', ['route', 'show', `${a.ips[0]}/32`])).stdout.includes('antrea-gw0'));
+    return Math.round(performance.now() - k);
+  });
+
+  await scenario(`API server unreachable ${QUICK ? 10 : 60} s`, 1, async () => {
+    const pid = supervisorPid(LAB)!;
+    process.kill(pid, 'SIGSTOP');
+    await sleep(QUICK ? 10_000 : 60_000);
+    process.kill(pid, 'SIGCONT');
+    const k = performance.now();
+    await waitUntil('watches synced', async () => {
+      const all = await Promise.all(info.nodes.map((n) => status(n)));
+      return all.every((s) => (s?.enforcement as { synced?: boolean } | undefined)?.synced === true);
+    });
+    return Math.round(performance.now() - k);
+  });
+
+  await labCli(['down']);
+  rmSync(dir, { recursive: true, force: true });
+  const pct = (xs: number[], p: number) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil((p / 100) * xs.length) - 1)]! : 0);
+  const header = ['SCENARIO', 'ITERATIONS', 'CONNECTIONS', 'GAPS', 'ALLOWED FAILED', 'RESETS', 'RECOVERY P50', 'RECOVERY P99', 'LEAKS'];
+  const body = rows.map((r) => [r.scenario, String(r.iterations), String(r.tried), String(r.gaps), String(r.allowedFailed), String(r.resets), `${pct(r.recoveryMs, 50)} ms`, `${pct(r.recoveryMs, 99)} ms`, r.leaks.length ? String(r.leaks.length) : 'none']);
+  const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
+  for (const line of [header, ...body]) console.log(line.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());
+  console.log(`chaos ${QUICK ? '--quick ' : ''}done in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+  const broken = rows.some((r) => r.gaps > 0 || r.resets > 0 || r.leaks.length > 0);
+  if (broken) console.log('an invariant broke (gaps, resets or leaks above); see the lines on stderr');
+  process.exitCode = broken ? 1 : 0;
+}
+
+main().catch((err: Error) => {
+  console.error(`chaos: ${err.message}`);
+  process.exitCode = 2;
+});

@@ -1,0 +1,31 @@
+/**
+ * The chaos suite's short run (`npm run chaos -- --quick`, lab/chaos.ts) in npm test: every fault
+ * scenario once on its own 2-node lab, with the two invariants checked all along. The table it
+ * prints is kept in the test output.
+ */
+import t from 'tap';
+import { join } from 'node:path';
+import { run } from '../../lab/net/exec.js';
+import { repoRoot } from '../../lab/net/names.js';
+import { sluiceSkipReason } from './labcli-helpers.js';
+
+const why = sluiceSkipReason();
+if (why) t.plan(0, why);
+else {
+  t.test('chaos --quick: no gap, no reset, no leak in any scenario', async (t) => {
+    const r = await run(process.execPath, [join(repoRoot(), 'dist', 'lab', 'chaos.js'), '--quick'], { allowFail: true, timeoutMs: 600_000 });
+    t.comment(r.stdout.trim());
+    if (r.stderr.trim()) t.comment(r.stderr.trim());
+    const rows = r.stdout.split('\n').filter((l) => /^\S.*\s\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+ ms/.test(l));
+    t.equal(rows.length, 5, 'five scenarios ran');
+    for (const row of rows) {
+      const cols = row.trim().split(/\s{2,}/);
+      const [scenario, , tried, gaps, , resets, , , leaks] = cols;
+      t.ok(Number(tried) > 0, `${scenario}: ${tried} connections tried`);
+      t.equal(gaps, '0', `${scenario}: no denied connection got through`);
+      t.equal(resets, '0', `${scenario}: the allowed connection was not reset`);
+      t.equal(leaks, 'none', `${scenario}: nothing leaked`);
+    }
+    t.equal(r.exitCode, 0, 'exit 0: every invariant held');
+  });
+}
