@@ -11,7 +11,8 @@
  *    and must never be reset; after each scenario every node's bridge holds exactly the agent's
  *    desired flows and one port per attached Pod (anything else is a leak).
  *
- * Scenarios, on x/a's node (the one enforcing the deny): its agent killed with SIGKILL at random
+ * Policy churn runs through every scenario (a policy in x appearing and going away, a Pod relabelled:
+ * flows recompiled, the probed verdicts unchanged). Scenarios, on x/a's node (the one enforcing the deny): its agent killed with SIGKILL at random
  * moments and started again (time to ready); its ovsdb-server and ovs-vswitchd killed and started
  * again (time until the bridge holds the agent's flows again); its iptables mangle and raw tables
  * flushed, and a Pod's host route moved back onto its veth, by another process (time to repair);
@@ -51,6 +52,8 @@ interface Row {
   resets: number;
   recoveryMs: number[];
   leaks: string[];
+  /** API changes made by the policy churn meanwhile. */
+  churn: number;
 }
 
 async function labCli(args: string[]): Promise<void> {
@@ -130,6 +133,42 @@ class Prober {
   }
 }
 
+/**
+ * Policy churn while the faults run: every 300 ms an allow-from-y policy in x appears or goes away
+ * and y/c's labels change. Both recompile the flows that decide the probed connections (x's
+ * isolation, the peers' address sets) without changing their verdicts: z's connections into x stay
+ * denied, those into y allowed.
+ */
+class Churner {
+  changes = 0;
+  failures = 0;
+  private running = true;
+  private loop: Promise<void>;
+  constructor(rest: ReturnType<typeof clientFor>) {
+    const np = resolveKind('networkpolicies');
+    const pods = resolveKind('pods');
+    const allowY = { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name: 'churn-allow-y', namespace: 'x' }, spec: { podSelector: {}, ingress: [{ from: [{ namespaceSelector: { matchLabels: { ns: 'y' } } }], ports: [{ protocol: 'TCP', port: 80 }] }] } };
+    this.loop = (async () => {
+      for (let i = 0; this.running; i++) {
+        try {
+          if (i % 2 === 0) await rest.apply(np, allowY as never);
+          else await rest.delete(np, 'churn-allow-y', 'x');
+          const yc = (await rest.tryGet(pods, 'c', 'y'))!;
+          await rest.apply(pods, { ...yc, metadata: { ...yc.metadata, labels: { ...(yc.metadata.labels ?? {}), churn: String(i % 3) } } } as never);
+          this.changes += 2;
+        } catch {
+          this.failures++; // the API server is unreachable in one scenario
+        }
+        await sleep(300);
+      }
+    })();
+  }
+  async stop(): Promise<void> {
+    this.running = false;
+    await this.loop;
+  }
+}
+
 /** A long-lived allowed TCP connection writing every 20 ms; reports whether it was ever reset. */
 const STREAM = `
 const s = require('net').connect({ host: process.argv[1], port: 80 });
@@ -172,14 +211,16 @@ async function main(): Promise<void> {
     // Sources on both nodes: z/a shares x/a's node, z/b does not (its packets reach x/a through the host route).
     const prober = new Prober([src, podNetns(LAB, 'z', 'b')], ['x/a', 'x/b', 'x/c'].map((r) => pod(r).status.podIP), ['y/a', 'y/c'].map((r) => pod(r).status.podIP));
     const stop = stream(podNetns(LAB, 'z', 'b'), pod('y/b').status.podIP);
+    const churn = new Churner(clientFor(info));
     await sleep(1000);
     const recoveryMs: number[] = [];
     for (let i = 0; i < iterations; i++) recoveryMs.push(await fault());
+    await churn.stop();
     await sleep(2000);
     await prober.stop();
     const s = await stop();
     const leaked = await leaks(info.nodes);
-    rows.push({ scenario: name, iterations, tried: prober.tried, gaps: prober.gaps, allowedFailed: prober.allowedFailed, resets: s.error ? 1 : 0, recoveryMs, leaks: leaked });
+    rows.push({ scenario: name, iterations, tried: prober.tried, gaps: prober.gaps, allowedFailed: prober.allowedFailed, resets: s.error ? 1 : 0, recoveryMs, leaks: leaked, churn: churn.changes });
     for (const g of prober.gapDetails) console.error(`${name}: GAP ${g}`);
     if (s.error) console.error(`${name}: the allowed connection ended: ${s.error} (${s.sent} written, ${s.echoed} echoed)`);
     for (const l of leaked) console.error(`${name}: LEAK ${l}`);
@@ -243,8 +284,8 @@ async function main(): Promise<void> {
   await labCli(['down']);
   rmSync(dir, { recursive: true, force: true });
   const pct = (xs: number[], p: number) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil((p / 100) * xs.length) - 1)]! : 0);
-  const header = ['SCENARIO', 'ITERATIONS', 'CONNECTIONS', 'GAPS', 'ALLOWED FAILED', 'RESETS', 'RECOVERY P50', 'RECOVERY P99', 'LEAKS'];
-  const body = rows.map((r) => [r.scenario, String(r.iterations), String(r.tried), String(r.gaps), String(r.allowedFailed), String(r.resets), `${pct(r.recoveryMs, 50)} ms`, `${pct(r.recoveryMs, 99)} ms`, r.leaks.length ? String(r.leaks.length) : 'none']);
+  const header = ['SCENARIO', 'ITERATIONS', 'POLICY CHANGES', 'CONNECTIONS', 'GAPS', 'ALLOWED FAILED', 'RESETS', 'RECOVERY P50', 'RECOVERY P99', 'LEAKS'];
+  const body = rows.map((r) => [r.scenario, String(r.iterations), String(r.churn), String(r.tried), String(r.gaps), String(r.allowedFailed), String(r.resets), `${pct(r.recoveryMs, 50)} ms`, `${pct(r.recoveryMs, 99)} ms`, r.leaks.length ? String(r.leaks.length) : 'none']);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
   for (const line of [header, ...body]) console.log(line.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());
   console.log(`chaos ${QUICK ? '--quick ' : ''}done in ${((performance.now() - t0) / 1000).toFixed(0)} s`);

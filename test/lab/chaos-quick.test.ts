@@ -16,12 +16,13 @@ else {
     const r = await run(process.execPath, [join(repoRoot(), 'dist', 'lab', 'chaos.js'), '--quick'], { allowFail: true, timeoutMs: 600_000 });
     t.comment(r.stdout.trim());
     if (r.stderr.trim()) t.comment(r.stderr.trim());
-    const rows = r.stdout.split('\n').filter((l) => /^\S.*\s\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+ ms/.test(l));
+    const rows = r.stdout.split('\n').filter((l) => /\d+ ms\s+\d+ ms\s+\S+$/.test(l));
     t.equal(rows.length, 5, 'five scenarios ran');
     for (const row of rows) {
       const cols = row.trim().split(/\s{2,}/);
-      const [scenario, , tried, gaps, , resets, , , leaks] = cols;
+      const [scenario, , churn, tried, gaps, , resets, , , leaks] = cols;
       t.ok(Number(tried) > 0, `${scenario}: ${tried} connections tried`);
+      t.ok(Number(churn) > 0, `${scenario}: ${churn} policy changes meanwhile`);
       t.equal(gaps, '0', `${scenario}: no denied connection got through`);
       t.equal(resets, '0', `${scenario}: the allowed connection was not reset`);
       t.equal(leaks, 'none', `${scenario}: nothing leaked`);
