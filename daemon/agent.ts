@@ -714,7 +714,9 @@ export class Agent {
       };
       try {
         const t0 = performance.now();
-        const a = await this.lock.runExclusive(() => this.attacher.adopt(req));
+        // Attached meanwhile (its ADD went through sluice after all): nothing to adopt.
+        const a = await this.lock.runExclusive(async () => (this.pods.has(req.containerId) ? undefined : this.attacher.adopt(req)));
+        if (!a) continue;
         this.adoption.adopted++;
         const ms = Math.round(performance.now() - t0);
         log.warn({ reason, pod: `${pod.namespace}/${pod.name}`, containerId: a.containerId, veth: a.hostVeth, ips: a.ips, ms }, 'adopt: a running Pod that crossed no bridge is now attached; policies apply to it from now on');

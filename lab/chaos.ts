@@ -16,8 +16,9 @@
  * moments and started again (time to ready); its ovsdb-server and ovs-vswitchd killed and started
  * again (time until the bridge holds the agent's flows again); its iptables mangle and raw tables
  * flushed, and a Pod's host route moved back onto its veth, by another process (time to repair);
- * the API server unreachable (the lab supervisor stopped), then back (time until the agents'
- * watches are synced). Prints one table and exits 1 when an invariant broke. --quick runs each
+ * 40 Pods created at once and then deleted at once (time until all are attached and detached
+ * again); the API server unreachable (the lab supervisor stopped), then back (time until the
+ * agents' watches are synced). Prints one table and exits 1 when an invariant broke. --quick runs each
  * scenario briefly (under a minute in all).
  */
 import { spawn } from 'node:child_process';
@@ -265,6 +266,30 @@ async function main(): Promise<void> {
     await runIn(ns, 'ip', ['route', 'replace', `${a.ips[0]}/32`, 'dev', a.hostVeth, 'scope', 'link']);
     const k = performance.now();
     await waitUntil('route on antrea-gw0 again', async () => (await runIn(ns, 'ip', ['route', 'show', `${a.ips[0]}/32`])).stdout.includes('antrea-gw0'));
+    return Math.round(performance.now() - k);
+  });
+
+  await scenario(`Pod storm: ${QUICK ? 10 : 40} Pods created at once, then deleted at once`, 1, async () => {
+    const rest = clientFor(info);
+    const pods = resolveKind('pods');
+    const names = Array.from({ length: QUICK ? 10 : 40 }, (_, i) => `storm-${i}`);
+    const k = performance.now();
+    await Promise.all(names.map((name) => rest.apply(pods, {
+      apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: 'z', labels: { storm: 'yes' } },
+      spec: { nodeName: target, containers: [{ name: 's', image: 'sluice-lab/workload', ports: [{ containerPort: 80 }] }] },
+    } as never)));
+    const attachedAll = async () => {
+      const attached = new Set(((await status(target))?.pods as { podName: string; podNamespace: string }[]).filter((p) => p.podNamespace === 'z').map((p) => p.podName));
+      return names.every((n) => attached.has(n));
+    };
+    await waitUntil('every storm Pod attached', attachedAll, 180_000);
+    const created = Math.round(performance.now() - k);
+    await Promise.all(names.map((name) => rest.delete(pods, name, 'z')));
+    await waitUntil('every storm Pod detached', async () => {
+      const attached = ((await status(target))?.pods as { podName: string; podNamespace: string }[]).filter((p) => p.podNamespace === 'z' && p.podName.startsWith('storm-'));
+      return attached.length === 0;
+    }, 180_000);
+    console.error(`Pod storm: ${names.length} Pods attached ${created} ms after they were created`);
     return Math.round(performance.now() - k);
   });
 
