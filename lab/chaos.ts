@@ -17,7 +17,9 @@
  * again (time until the bridge holds the agent's flows again); its iptables mangle and raw tables
  * flushed, and a Pod's host route moved back onto its veth, by another process (time to repair);
  * 40 Pods created at once and then deleted at once (time until all are attached and detached
- * again); the API server unreachable (the lab supervisor stopped), then back (time until the
+ * again); a hostile Pod (z/c) sending to an allowed peer with another Pod's address and then with a
+ * MAC it does not own (each such datagram that arrives counts as a gap; recovery: until it connects
+ * again with its own); the API server unreachable (the lab supervisor stopped), then back (time until the
  * agents' watches are synced). Prints one table and exits 1 when an invariant broke. --quick runs each
  * scenario briefly (under a minute in all).
  */
@@ -292,6 +294,51 @@ async function main(): Promise<void> {
     console.error(`Pod storm: ${names.length} Pods attached ${created} ms after they were created`);
     return Math.round(performance.now() - k);
   });
+
+  // Spoofing is seen where it would land: a UDP listener in y/a records every source address that
+  // reaches it, so a spoofed datagram that the bridge let through is counted (a TCP connect from a
+  // forged address fails anyway, its replies going elsewhere).
+  let spoofed = 0;
+  let spoofedThrough = 0;
+  await scenario('hostile Pod: another Pod\'s source IP, then a forged MAC', QUICK ? 1 : 5, async () => {
+    const ns = podNetns(LAB, 'z', 'c');
+    const to = pod('y/a').status.podIP;
+    const own = pod('z/c').status.podIP;
+    const forged = pod('y/c').status.podIP;
+    const listener = spawn('ip', ['netns', 'exec', podNetns(LAB, 'y', 'a'), process.execPath, '-e', "require('dgram').createSocket('udp4').on('message',(m,r)=>console.log(r.address+' '+m)).bind(9999)"], { stdio: ['ignore', 'pipe', 'ignore'] });
+    let heard = '';
+    listener.stdout.setEncoding('utf8').on('data', (d: string) => (heard += d));
+    await sleep(300);
+    const send = (tag: string, from?: string) => runIn(ns, process.execPath, ['-e', `const s=require('dgram').createSocket('udp4');s.bind({${from ? `address:'${from}'` : ''}},()=>{let n=0;const t=setInterval(()=>{s.send('${tag}',9999,'${to}');if(++n===5){clearInterval(t);setTimeout(()=>process.exit(0),100)}},20)})`], { allowFail: true, timeoutMs: 5000 });
+    try {
+      await send('own');
+      await runIn(ns, 'ip', ['addr', 'add', `${forged}/32`, 'dev', 'eth0']);
+      try {
+        await send('forged-ip', forged);
+      } finally {
+        await runIn(ns, 'ip', ['addr', 'del', `${forged}/32`, 'dev', 'eth0'], { allowFail: true });
+      }
+      const mac = (await runIn(ns, 'cat', ['/sys/class/net/eth0/address'])).stdout.trim();
+      await runIn(ns, 'ip', ['link', 'set', 'eth0', 'address', '02:de:ad:be:ef:01']);
+      try {
+        await send('forged-mac');
+      } finally {
+        await runIn(ns, 'ip', ['link', 'set', 'eth0', 'address', mac]);
+      }
+      await sleep(300);
+    } finally {
+      listener.kill();
+    }
+    const lines = heard.trim().split('\n').filter(Boolean);
+    spoofed += 10;
+    spoofedThrough += lines.filter((l) => l.endsWith(' forged-ip') || l.endsWith(' forged-mac')).length;
+    if (!lines.some((l) => l === `${own} own`)) throw new Error(`hostile Pod: y/a heard nothing from z/c's own address (${lines.join(', ') || 'nothing'}): the check cannot see spoofing`);
+    const k = performance.now();
+    await waitUntil('z/c reaches y/a again', async () => (await runProbes([{ sourceNetns: ns, ip: to, port: 80, protocol: 'TCP' }], 1000))[0]!.verdict === 'allow');
+    return Math.round(performance.now() - k);
+  });
+  rows[rows.length - 1]!.gaps += spoofedThrough;
+  console.error(`hostile Pod: ${spoofedThrough} of ${spoofed} spoofed datagrams reached y/a`);
 
   await scenario(`API server unreachable ${QUICK ? 10 : 60} s`, 1, async () => {
     const pid = supervisorPid(LAB)!;
