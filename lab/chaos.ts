@@ -19,7 +19,8 @@
  * 40 Pods created at once and then deleted at once (time until all are attached and detached
  * again); a hostile Pod (z/c) sending to an allowed peer with another Pod's address and then with a
  * MAC it does not own (each such datagram that arrives counts as a gap; recovery: until it connects
- * again with its own); the API server unreachable (the lab supervisor stopped), then back (time until the
+ * again with its own); a Pod blasting SYNs that a Reject rule answers through the agent (packet-ins
+ * received and dropped printed; recovery: how long a Pod created during the flood takes to attach); the API server unreachable (the lab supervisor stopped), then back (time until the
  * agents' watches are synced). Prints one table and exits 1 when an invariant broke. --quick runs each
  * scenario briefly (under a minute in all).
  */
@@ -339,6 +340,49 @@ async function main(): Promise<void> {
   });
   rows[rows.length - 1]!.gaps += spoofedThrough;
   console.error(`hostile Pod: ${spoofedThrough} of ${spoofed} spoofed datagrams reached y/a`);
+
+  // A Pod blasting connection attempts that a Reject rule answers: every SYN is a packet-in. The
+  // bridge's meter must hold the rate the agent sees, and the agent must keep serving (a Pod created
+  // meanwhile is attached: recovery is that time).
+  const REJECT = `apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: chaos-reject-82}
+spec:
+  priority: 1
+  tier: application
+  appliedTo: [{podSelector: {matchLabels: {pod: b}}, namespaceSelector: {matchLabels: {ns: "y"}}}]
+  ingress:
+    - {name: reject-z-82, action: Reject, from: [{namespaceSelector: {matchLabels: {ns: z}}}], ports: [{protocol: TCP, port: 82}]}
+`;
+  const rejectFile = join(dir, 'reject.yaml');
+  writeFileSync(rejectFile, REJECT);
+  await labCli(['apply', '-f', rejectFile]);
+  const yb = pod('y/b');
+  const metric = async (name: string) => {
+    const text = (await runIn(nodeNetns(LAB, yb.spec.nodeName), 'curl', ['-s', '--max-time', '2', 'http://127.0.0.1:10349/metrics'], { allowFail: true })).stdout;
+    return [...text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\d+)`, 'gm'))].reduce((n, m) => n + Number(m[1]), 0);
+  };
+  await scenario(`packet-in flood: ${QUICK ? 5 : 30} s of SYNs to a Reject rule`, 1, async () => {
+    const seconds = QUICK ? 5 : 30;
+    const [in0, dropped0] = [await metric('sluice_packet_ins_total'), await metric('sluice_packet_ins_dropped_total')];
+    const flood = spawn('ip', ['netns', 'exec', podNetns(LAB, 'z', 'a'), process.execPath, '-e',
+      `const net=require('net');const end=Date.now()+${seconds * 1000};let n=0;(function go(){for(let i=0;i<50;i++){const s=net.connect({host:'${yb.status.podIP}',port:82});s.on('error',()=>{});s.on('connect',()=>s.destroy());n++}if(Date.now()<end)setTimeout(go,5);else setTimeout(()=>{console.log(n);process.exit(0)},1500)})()`], { stdio: ['ignore', 'pipe', 'ignore'] });
+    let attempts = '';
+    flood.stdout.setEncoding('utf8').on('data', (d: string) => (attempts += d));
+    const done = new Promise<void>((r) => flood.on('close', () => r()));
+    await sleep(1000);
+    const rest = clientFor(info);
+    const k = performance.now();
+    await rest.apply(resolveKind('pods'), { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'during-flood', namespace: 'y' }, spec: { nodeName: yb.spec.nodeName, containers: [{ name: 's', image: 'sluice-lab/workload', ports: [{ containerPort: 80 }] }] } } as never);
+    await waitUntil('a Pod created during the flood is attached', async () => ((await status(yb.spec.nodeName))?.pods as { podName: string }[]).some((p) => p.podName === 'during-flood'), 60_000);
+    const ms = Math.round(performance.now() - k);
+    await done;
+    const [in1, dropped1] = [await metric('sluice_packet_ins_total'), await metric('sluice_packet_ins_dropped_total')];
+    console.error(`packet-in flood: ${attempts.trim()} connection attempts in ${seconds} s; the agent received ${in1 - in0} packet-ins (${Math.round((in1 - in0) / seconds)}/s; the bridge meters them per category), dropped ${dropped1 - dropped0} from its queue; a Pod created meanwhile was attached after ${ms} ms`);
+    await rest.delete(resolveKind('pods'), 'during-flood', 'y');
+    return ms;
+  });
+  await labCli(['delete', '-f', rejectFile]);
 
   await scenario(`API server unreachable ${QUICK ? 10 : 60} s`, 1, async () => {
     const pid = supervisorPid(LAB)!;
