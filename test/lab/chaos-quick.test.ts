@@ -7,17 +7,21 @@ import t from 'tap';
 import { join } from 'node:path';
 import { run } from '../../lab/net/exec.js';
 import { repoRoot } from '../../lab/net/names.js';
-import { sluiceSkipReason } from './labcli-helpers.js';
+import { cli, sluiceSkipReason } from './labcli-helpers.js';
 
 const why = sluiceSkipReason();
 if (why) t.plan(0, why);
 else {
+  // The suite removes its lab itself; this covers a run killed by the timeout.
+  t.teardown(async () => {
+    await cli(['down', '--name', 'chaos']);
+  });
   t.test('chaos --quick: no gap, no reset, no leak in any scenario', async (t) => {
     const r = await run(process.execPath, [join(repoRoot(), 'dist', 'lab', 'chaos.js'), '--quick'], { allowFail: true, timeoutMs: 600_000 });
     t.comment(r.stdout.trim());
     if (r.stderr.trim()) t.comment(r.stderr.trim());
     const rows = r.stdout.split('\n').filter((l) => /\d+ ms\s+\d+ ms\s+\S+$/.test(l));
-    t.equal(rows.length, 8, 'eight scenarios ran');
+    t.equal(rows.length, 9, 'nine scenarios ran');
     for (const row of rows) {
       const cols = row.trim().split(/\s{2,}/);
       const [scenario, , churn, tried, gaps, , resets, , , leaks] = cols;
