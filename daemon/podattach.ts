@@ -114,6 +114,40 @@ export function podIPs(req: PodRequest): string[] {
 
 const describe = (err: unknown): string => (err instanceof Error ? err.message : String(err));
 
+/** What attaching the request's interface (found on the host as `veth`) records. */
+function attachmentFor(req: PodRequest, veth: { hostIfName: string; podMac: string }, ips: string[], ofport: number): PodAttachment {
+  return {
+    containerId: req.containerId,
+    podNamespace: req.podNamespace ?? '',
+    podName: req.podName ?? '',
+    netns: req.netns,
+    ifName: req.ifName,
+    hostVeth: veth.hostIfName,
+    ofport,
+    mac: veth.podMac.toLowerCase(),
+    ips,
+  };
+}
+
+/** One entry of the undo ledger: what a completed step left behind, and how to take it back. */
+interface Undo {
+  step: string;
+  run: () => Promise<unknown>;
+}
+
+/** Runs the ledger in reverse order, every entry even after one fails; returns what could not be undone. */
+async function rollBack(undo: Undo[]): Promise<string[]> {
+  const failures: string[] = [];
+  for (const u of [...undo].reverse()) {
+    try {
+      await u.run();
+    } catch (e) {
+      failures.push(`undo ${u.step}: ${describe(e)}`);
+    }
+  }
+  return failures;
+}
+
 export class PodAttacher implements CniHandler {
   constructor(private readonly d: AttachDeps) {}
 
@@ -140,17 +174,7 @@ export class PodAttacher implements CniHandler {
         `prevResult has no IPv4 address for interface ${req.ifName}: sluice needs the primary CNI's Pod IPs to route them through ${this.d.bridge}`,
       );
     }
-    const want: PodAttachment = {
-      containerId: req.containerId,
-      podNamespace: req.podNamespace ?? '',
-      podName: req.podName ?? '',
-      netns: req.netns,
-      ifName: req.ifName,
-      hostVeth: veth.hostIfName,
-      ofport: -1,
-      mac: veth.podMac.toLowerCase(),
-      ips,
-    };
+    const want = attachmentFor(req, veth, ips, -1);
     const existing = this.d.pods.get(req.containerId);
     if (existing && sameAttachment(existing, want)) {
       const repaired = await this.repair(existing);
@@ -180,7 +204,7 @@ export class PodAttacher implements CniHandler {
 
   private async attach(pod: PodAttachment, findMs = 0): Promise<void> {
     const { d } = this;
-    const undo: { step: AttachStep; run: () => Promise<unknown> }[] = [];
+    const undo: Undo[] = [];
     let step: AttachStep = 'find-veth';
     const timings: Partial<Record<AttachStep, number>> = { 'find-veth': findMs };
     let mark = performance.now();
@@ -207,32 +231,16 @@ export class PodAttacher implements CniHandler {
       await d.hostnet.movePodRoutes(pod.ips, pod.hostVeth);
       done(step);
       step = 'install-flows';
-      undo.push({
-        step,
-        run: async () => {
-          d.pods.delete(pod.containerId);
-          d.podFlowsUndone?.(pod);
-          await d.syncFlows();
-        },
-      });
-      await d.beforePodFlows?.(pod);
-      d.pods.set(pod.containerId, pod);
-      await d.syncFlows();
+      undo.push({ step, run: () => this.forgetFlows(pod) });
+      await this.installFlows(pod);
       done(step);
     } catch (err) {
-      const failures: string[] = [];
-      for (const u of undo.reverse()) {
-        try {
-          await u.run();
-        } catch (e) {
-          failures.push(`undo ${u.step}: ${describe(e)}`);
-        }
-      }
+      const failures = await rollBack(undo);
       d.log.error({ containerId: pod.containerId, step, err: describe(err), rollbackFailures: failures }, 'add: failed, rolled back');
       throw new CniError(
         CniErrorCode.AttachFailed,
         `attaching container ${pod.containerId} (${pod.hostVeth}) to ${d.bridge} failed at step ${step}: ${describe(err)}`,
-        failures.length ? `rollback incomplete: ${failures.join('; ')}` : `rolled back: ${undo.map((u) => u.step).join(', ') || 'nothing to undo'}`,
+        failures.length ? `rollback incomplete: ${failures.join('; ')}` : `rolled back: ${[...undo].reverse().map((u) => u.step).join(', ') || 'nothing to undo'}`,
       );
     }
     d.log.info({ containerId: pod.containerId, pod: `${pod.podNamespace}/${pod.podName}`, veth: pod.hostVeth, ofport: pod.ofport, ips: pod.ips, ms: timings }, 'add: attached');
@@ -263,31 +271,12 @@ export class PodAttacher implements CniHandler {
     if (ips.length === 0) throw new CniError(CniErrorCode.InvalidNetworkConfig, `the cached CNI result has no IPv4 address for ${req.ifName}`);
     const clash = [...d.pods.values()].find((p) => p.ips.some((ip) => ips.includes(ip)) || p.hostVeth === veth.hostIfName);
     if (clash) throw new CniError(CniErrorCode.AttachFailed, `${clash.hostVeth === veth.hostIfName ? `veth ${veth.hostIfName}` : `an address of ${ips.join(',')}`} is already attached for container ${clash.containerId}`);
-    const pod: PodAttachment = {
-      containerId: req.containerId,
-      podNamespace: req.podNamespace ?? '',
-      podName: req.podName ?? '',
-      netns: req.netns,
-      ifName: req.ifName,
-      hostVeth: veth.hostIfName,
-      ofport: await d.ovs.freeOfport(),
-      mac: veth.podMac.toLowerCase(),
-      ips,
-    };
-    const undo: { step: string; run: () => Promise<unknown> }[] = [];
+    const pod = attachmentFor(req, veth, ips, await d.ovs.freeOfport());
+    const undo: Undo[] = [];
     let step = 'install-flows';
     try {
-      undo.push({
-        step,
-        run: async () => {
-          d.pods.delete(pod.containerId);
-          d.podFlowsUndone?.(pod);
-          await d.syncFlows();
-        },
-      });
-      await d.beforePodFlows?.(pod);
-      d.pods.set(pod.containerId, pod);
-      await d.syncFlows();
+      undo.push({ step, run: () => this.forgetFlows(pod) });
+      await this.installFlows(pod);
       step = 'attach-port';
       undo.push({ step, run: () => d.ovs.removePort(pod.hostVeth) });
       const ofport = await d.ovs.addPodPort(pod.hostVeth, portIds(pod), pod.ofport);
@@ -307,14 +296,7 @@ export class PodAttacher implements CniHandler {
       undo.push({ step, run: () => d.hostnet.restorePodRoutes(pod.ips, pod.hostVeth) });
       await d.hostnet.movePodRoutes(pod.ips, pod.hostVeth);
     } catch (err) {
-      const failures: string[] = [];
-      for (const u of undo.reverse()) {
-        try {
-          await u.run();
-        } catch (e) {
-          failures.push(`undo ${u.step}: ${describe(e)}`);
-        }
-      }
+      const failures = await rollBack(undo);
       d.log.error({ containerId: pod.containerId, step, err: describe(err), rollbackFailures: failures }, 'adopt: failed, rolled back');
       throw new CniError(
         CniErrorCode.AttachFailed,
@@ -325,6 +307,20 @@ export class PodAttacher implements CniHandler {
     d.log.info({ containerId: pod.containerId, pod: `${pod.podNamespace}/${pod.podName}`, veth: pod.hostVeth, ofport: pod.ofport, ips: pod.ips }, 'adopt: attached a running Pod');
     d.onPodAttached?.(pod);
     return pod;
+  }
+
+  /** The Pod's flows and its policy flows, in one bundle (the policy side learns it first). */
+  private async installFlows(pod: PodAttachment): Promise<void> {
+    await this.d.beforePodFlows?.(pod);
+    this.d.pods.set(pod.containerId, pod);
+    await this.d.syncFlows();
+  }
+
+  /** Undoes installFlows. */
+  private async forgetFlows(pod: PodAttachment): Promise<void> {
+    this.d.pods.delete(pod.containerId);
+    this.d.podFlowsUndone?.(pod);
+    await this.d.syncFlows();
   }
 
   /** Re-applies whatever is missing of an existing attachment; returns what it fixed. */
