@@ -10,6 +10,10 @@ export const supervisorPidPath = (lab: string): string => join(stateDir(lab), 's
 export const supervisorLogPath = (lab: string): string => join(stateDir(lab), 'supervisor.log');
 export const controlPath = (lab: string): string => join(stateDir(lab), 'control.json');
 export const apiSocketPath = (lab: string): string => join(stateDir(lab), 'apiserver.sock');
+export const apiTlsSocketPath = (lab: string): string => join(stateDir(lab), 'apiserver-tls.sock');
+export const pkiDir = (lab: string): string => join(stateDir(lab), 'pki');
+/** The key ServiceAccount tokens are signed with (kept across supervisor restarts, like the data file). */
+export const serviceAccountKeyPath = (lab: string): string => join(stateDir(lab), 'pki', 'sa.key');
 export const apiDataPath = (lab: string): string => join(stateDir(lab), 'apiserver.json');
 export const hostKubeconfigPath = (lab: string): string => join(stateDir(lab), 'kubeconfig');
 
@@ -20,6 +24,9 @@ export interface ControlInfo {
   primary: 'ptp' | 'eks';
   sluice: boolean;
   apiUrl: string;
+  /** The same API over HTTPS, verified with caCertPath. */
+  apiHttpsUrl: string;
+  caCertPath: string;
   token: string;
   supervisorPid: number;
   startedAt: string;

@@ -82,7 +82,10 @@ export async function up(opts: UpOptions, out: Out): Promise<{ ms: number; info:
     process.off('SIGTERM', onSignal);
   };
   try {
-    await createLab({ name: opts.name, nodes: opts.nodes, primary: opts.primary, chainSluice: opts.sluice });
+    // Open vSwitch runs per node only for the lab's own agents: without them (--no-sluice) nothing
+    // uses it, and sluice installed later from install/sluice.yaml brings its own (the DaemonSet's ovs
+    // container), which must find the node's OVS run directory free.
+    await createLab({ name: opts.name, nodes: opts.nodes, primary: opts.primary, chainSluice: opts.sluice, ovs: opts.sluice });
   } catch (err) {
     if (interrupted) await new Promise(() => undefined);
     done();

@@ -14,9 +14,13 @@ import { join } from 'node:path';
 import type { KubeObject } from '../daemon/policy/types.js';
 import { kubeconfigYaml, startApiServer } from './apiserver/server.js';
 import { nodeKubeconfigPath, startAgent } from './agent.js';
-import { apiDataPath, apiSocketPath, controlPath, hostKubeconfigPath, readControl, supervisorPidPath, type ControlInfo } from './control.js';
+import {
+  apiDataPath, apiSocketPath, apiTlsSocketPath, controlPath, hostKubeconfigPath, pkiDir, readControl, serviceAccountKeyPath, supervisorPidPath,
+  type ControlInfo,
+} from './control.js';
 import { startEndpointSliceController, startScheduler, type Controller } from './controllers.js';
 import { kubeConfigFor } from './informers.js';
+import { ensureLabPki } from './pki.js';
 import { resolveKind } from './kinds.js';
 import { startKubelet } from './kubelet.js';
 import { startKubeProxy } from './kubeproxy.js';
@@ -27,6 +31,8 @@ import { jsonLog } from './workqueue.js';
 
 const NODE = resolveKind('nodes');
 export const API_PORT_IN_NODE = 6443;
+/** HTTPS (the lab CA's certificate has IP:127.0.0.1): KUBERNETES_SERVICE_HOST/PORT of a Pod on the node. */
+export const API_TLS_PORT_IN_NODE = 6444;
 
 export interface SupervisorArgs {
   name: string;
@@ -77,7 +83,12 @@ function startForwarder(lab: string, node: string, log: ReturnType<typeof jsonLo
   const logFile = openSync(join(nodeStateDir(lab, node), 'forwarder.log'), 'a');
   const child = spawn(
     'ip',
-    ['netns', 'exec', nodeNetns(lab, node), process.execPath, script, '--listen', `127.0.0.1:${API_PORT_IN_NODE}`, '--unix', apiSocketPath(lab), '--parent', String(process.pid)],
+    [
+      'netns', 'exec', nodeNetns(lab, node), process.execPath, script,
+      '--listen', `127.0.0.1:${API_PORT_IN_NODE}`, '--unix', apiSocketPath(lab),
+      '--listen', `127.0.0.1:${API_TLS_PORT_IN_NODE}`, '--unix', apiTlsSocketPath(lab),
+      '--parent', String(process.pid),
+    ],
     { stdio: ['ignore', logFile, logFile] },
   );
   closeSync(logFile);
@@ -104,6 +115,13 @@ async function waitForForwarder(lab: string, node: string): Promise<void> {
 
 let stopping = false;
 
+/** The ServiceAccount token signing key, made once per lab. */
+function serviceAccountKey(lab: string): string {
+  const path = serviceAccountKeyPath(lab);
+  if (!existsSync(path)) writeFileSync(path, randomBytes(32).toString('hex'), { mode: 0o600 });
+  return readFileSync(path, 'utf8').trim();
+}
+
 export function parseSupervisorArgs(argv: string[]): SupervisorArgs {
   const get = (flag: string): string | undefined => {
     const i = argv.indexOf(flag);
@@ -127,7 +145,12 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   rmSync(controlPath(lab), { force: true });
 
   const token = readControl(lab)?.token ?? randomBytes(16).toString('hex');
-  const api = await startApiServer({ host: '127.0.0.1', port: 0, unixSocket: apiSocketPath(lab), token, dataFile: apiDataPath(lab), installCRDs: true });
+  const pki = ensureLabPki(pkiDir(lab));
+  const saKey = serviceAccountKey(lab);
+  const api = await startApiServer({
+    host: '127.0.0.1', port: 0, unixSocket: apiSocketPath(lab), token, dataFile: apiDataPath(lab), installCRDs: true,
+    tls: { cert: pki.cert, key: pki.key, unixSocket: apiTlsSocketPath(lab) }, serviceAccountKey: saKey,
+  });
   log('info', 'API server listening', { url: api.url, unix: apiSocketPath(lab) });
   writeFileSync(hostKubeconfigPath(lab), kubeconfigYaml(api.url, token), { mode: 0o600 });
   for (const node of nodes) {
@@ -162,7 +185,10 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   await Promise.all(controllers.map((c) => c.synced));
   if (args.sluice) await Promise.all(agents.values());
 
-  const info: ControlInfo = { name: lab, nodes, primary: args.primary, sluice: args.sluice, apiUrl: api.url, token, supervisorPid: process.pid, startedAt: new Date().toISOString() };
+  const info: ControlInfo = {
+    name: lab, nodes, primary: args.primary, sluice: args.sluice, apiUrl: api.url, apiHttpsUrl: api.httpsUrl!, caCertPath: pki.caCertPath, token,
+    supervisorPid: process.pid, startedAt: new Date().toISOString(),
+  };
   writeFileSync(controlPath(lab), JSON.stringify(info, null, 2) + '\n', { mode: 0o600 });
   log('info', 'lab control plane ready', { nodes });
 
