@@ -69,8 +69,13 @@ export interface PodRunPlan {
   dirs: string[];
   /** Host files to create empty when absent (hostPath FileOrCreate). */
   touch: string[];
-  /** Host paths that must already exist (hostPath Directory / File / unspecified type). */
+  /** Host paths that must already exist (hostPath Directory / File). */
   mustExist: string[];
+  /**
+   * hostPath without a type: no check, and a missing path is created as a directory when the
+   * container starts (containerd and Docker do so for a bind mount's missing source).
+   */
+  dirsIfMissing: string[];
   /** configMap volume files and the ServiceAccount token files. */
   files: FileToWrite[];
   initContainers: ContainerRun[];
@@ -210,7 +215,7 @@ export function planPodRun(pod: KubeObject, dirs: NodeDirs, inputs: PodInputs): 
   const namespace = pod.metadata.namespace ?? 'default';
   const uid = String(pod.metadata.uid ?? '');
   if (!uid) throw new PodSpecError(`Pod ${namespace}/${pod.metadata.name}: metadata.uid is missing`);
-  const plan: PodRunPlan = { dirs: [dirs.podDir], touch: [], mustExist: [], files: [], initContainers: [], containers: [] };
+  const plan: PodRunPlan = { dirs: [dirs.podDir], touch: [], mustExist: [], dirsIfMissing: [], files: [], initContainers: [], containers: [] };
 
   // Volumes → host paths.
   const volumeHost = new Map<string, string>();
@@ -222,7 +227,8 @@ export function planPodRun(pod: KubeObject, dirs: NodeDirs, inputs: PodInputs): 
       const type = String(v.hostPath.type ?? '');
       if (type === 'DirectoryOrCreate') plan.dirs.push(host);
       else if (type === 'FileOrCreate') plan.touch.push(host);
-      else if (type === '' || type === 'Directory' || type === 'File') plan.mustExist.push(host);
+      else if (type === 'Directory' || type === 'File') plan.mustExist.push(host);
+      else if (type === '') plan.dirsIfMissing.push(host);
       else throw new PodSpecError(`${at}.hostPath.type "${type}" is not supported (DirectoryOrCreate, Directory, FileOrCreate, File)`);
       volumeHost.set(name, host);
     } else if (isObj(v.configMap)) {
