@@ -17,6 +17,11 @@ export class PodSpecError extends Error {
   override name = 'PodSpecError';
 }
 
+/** An object the Pod refers to does not exist (yet): a kubelet waits for it and tries again. */
+export class PodInputMissing extends Error {
+  override name = 'PodInputMissing';
+}
+
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
 /** Where a node's host paths live, and what a Pod on it sees of the cluster. */
@@ -240,7 +245,7 @@ export function planPodRun(pod: KubeObject, dirs: NodeDirs, inputs: PodInputs): 
           volumeHost.set(name, join(dirs.podDir, 'volumes', name));
           continue;
         }
-        throw new PodSpecError(`${at}.configMap: ConfigMap ${namespace}/${cmName} not found`);
+        throw new PodInputMissing(`${at}.configMap: ConfigMap ${namespace}/${cmName} not found`);
       }
       const dir = join(dirs.podDir, 'volumes', name);
       plan.dirs.push(dir);
@@ -292,7 +297,7 @@ export function planPodRun(pod: KubeObject, dirs: NodeDirs, inputs: PodInputs): 
       } else if (isObj(e.valueFrom) && isObj(e.valueFrom.configMapKeyRef)) {
         const ref = e.valueFrom.configMapKeyRef;
         const value = inputs.configMaps(namespace, String(ref.name))?.[String(ref.key)];
-        if (value === undefined && ref.optional !== true) throw new PodSpecError(`${eAt}.valueFrom.configMapKeyRef: ${namespace}/${String(ref.name)} has no key ${String(ref.key)}`);
+        if (value === undefined && ref.optional !== true) throw new PodInputMissing(`${eAt}.valueFrom.configMapKeyRef: ${namespace}/${String(ref.name)} has no key ${String(ref.key)}`);
         if (value !== undefined) env.push([String(e.name), value]);
       } else {
         env.push([String(e.name), String(e.value ?? '')]);

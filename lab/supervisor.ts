@@ -2,8 +2,9 @@
  * The lab supervisor: one detached process per lab (started by `sluice-lab up`) that runs the
  * control plane a real cluster would have — the API server (TCP on 127.0.0.1 plus a unix socket in
  * the state dir), a 127.0.0.1:6443 forwarder in every node namespace, the Node objects, the
- * scheduler, the EndpointSlice controller, and per node a kubelet and a kube-proxy (and, with
- * --sluice, sluice-agent). It writes control.json once all of that runs; SIGTERM stops it.
+ * scheduler, the EndpointSlice and DaemonSet controllers, and per node a kubelet (workload Pods),
+ * a podman kubelet (DaemonSet Pods, lab/podman-kubelet.ts) and a kube-proxy (and, with --sluice,
+ * sluice-agent). It writes control.json once all of that runs; SIGTERM stops it.
  *
  * usage: supervisor.js --name L --nodes N --primary ptp|eks [--sluice] --state-dir /run/sluice-lab/L/
  */
@@ -23,6 +24,8 @@ import { kubeConfigFor } from './informers.js';
 import { ensureLabPki } from './pki.js';
 import { resolveKind } from './kinds.js';
 import { startKubelet } from './kubelet.js';
+import { startDaemonSetController } from './dscontroller.js';
+import { startPodmanKubelet } from './podman-kubelet.js';
 import { startKubeProxy } from './kubeproxy.js';
 import { sleep } from './net/exec.js';
 import { nodeIP, nodeName, nodeNetns, nodeStateDir, podCidr, repoRoot, stateDir } from './net/names.js';
@@ -177,7 +180,9 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   const controllers: Controller[] = [
     startScheduler(kc, rest, jsonLog('scheduler')),
     startEndpointSliceController(kc, rest, jsonLog('endpointslice-controller')),
+    startDaemonSetController(kc, rest, jsonLog('daemonset-controller')),
     ...nodes.flatMap((node) => [
+      startPodmanKubelet(lab, node, kc, rest, jsonLog(`podman-kubelet/${node}`), { caCert: pki.caCert, serviceAccountKey: saKey }),
       startKubelet(lab, node, kc, rest, jsonLog(`kubelet/${node}`), { beforeFirstPod: () => agents.get(node) ?? Promise.resolve() }),
       startKubeProxy(lab, node, kc, rest, jsonLog(`kube-proxy/${node}`)),
     ]),

@@ -94,7 +94,7 @@ t.test('refusals name the field', async (t) => {
   refused(variant((s) => (s.containers[1].lifecycle = { preStop: {} })), /spec\.containers\[1\]\.lifecycle is not supported/, 'unknown container field');
   refused(variant((s) => (s.containers[0].resources.limits = { memory: '1Gi' })), /resources\.limits are not enforced/, 'limits');
   refused(variant((s) => (s.containers[0].volumeMounts[0].name = 'nope')), /volumeMounts\[0\]\.name "nope" is not one of spec\.volumes/, 'mount of no volume');
-  t.throws(() => planPodRun(base, dirs, { ...inputs, configMaps: () => undefined }), /ConfigMap sluice-system\/sluice-agent-config not found/);
+  t.throws(() => planPodRun(base, dirs, { ...inputs, configMaps: () => undefined }), { name: 'PodInputMissing', message: /ConfigMap sluice-system\/sluice-agent-config not found/ }, 'a missing ConfigMap is waited for, not refused');
 });
 
 t.test('host paths and images', async (t) => {
