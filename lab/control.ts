@@ -4,7 +4,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { stateDir } from './net/names.js';
+import { ovsDir, stateDir } from './net/names.js';
 
 export const supervisorPidPath = (lab: string): string => join(stateDir(lab), 'supervisor.pid');
 export const supervisorLogPath = (lab: string): string => join(stateDir(lab), 'supervisor.log');
@@ -80,4 +80,13 @@ export function requireRunningLab(lab: string): ControlInfo {
     `lab "${lab}" is not running (its supervisor is gone${pid === null ? '' : ' or not ready'}); ` +
       `clean up with: sluice-lab down --name ${lab}`,
   );
+}
+
+/**
+ * Whether sluice runs on the lab's nodes: the lab started its agents (`up --sluice`), or sluice was
+ * installed afterwards (install/sluice.yaml's DaemonSet on an `up --no-sluice` lab), which every
+ * node shows by its bridge's management socket in the node's OVS run directory.
+ */
+export function sluiceOnNodes(info: Pick<ControlInfo, 'name' | 'nodes' | 'sluice'>): boolean {
+  return info.sluice || (info.nodes.length > 0 && info.nodes.every((n) => existsSync(join(ovsDir(info.name, n), 'br-int.mgmt'))));
 }
