@@ -10,7 +10,10 @@
  *   issue 8 §3), the k8s-netpol scenario's verdicts with real packets equal `sluicectl simulate`;
  * - a template change rolls the Pods one node at a time (maxUnavailable 1: never both nodes without
  *   a Ready sluice Pod, each node's new Pod Ready before the next node's old Pod goes), and the
- *   verdicts still equal the simulator's afterwards.
+ *   verdicts still equal the simulator's afterwards;
+ * - a killed agent container is restarted in the same Pod after its back-off (restartCount 1), the
+ *   Pod reported not Ready meanwhile;
+ * - a DaemonSet the lab cannot run as specified (a startupProbe) is refused by apply, naming the field.
  *
  * The ConfigMap is edited as install/sluice.yaml asks an admin to: the lab's Service CIDR, and the
  * userspace datapath (this machine's kernel has no openvswitch module).
@@ -182,5 +185,38 @@ if (skip) {
     for (const p of await sluicePods()) restartReport(t, p);
     const probes = await verify(t, 'after the roll', await loadManifests([MODEL, SCENARIO]));
     t.comment(`after the roll: ${probes} verdicts compared`);
+  });
+
+  t.test('restartPolicy Always: a killed container is restarted after its back-off and the Pod is Ready again', async (t) => {
+    const pod = (await sluicePods()).find((p) => p.spec?.nodeName === 'node-2')!;
+    const agentName = `${LAB}-${String(pod.metadata.uid).slice(0, 8)}-sluice-agent`;
+    const kill = spawnSync('podman', ['--runtime', 'runc', 'kill', '--signal', 'KILL', agentName], { encoding: 'utf8', env: { ...process.env, CONTAINERS_CONF: join(ROOT, 'install', 'image', 'containers.conf') } });
+    t.equal(kill.status, 0, `podman kill ${agentName}: ${kill.stderr.trim()}`);
+    const started = performance.now();
+    let sawNotReady = false;
+    let now: KubeObject | undefined;
+    for (const end = Date.now() + 60_000; Date.now() < end; await sleep(250)) {
+      now = await rest.get(POD, pod.metadata.name, 'sluice-system');
+      if (!isPodReady(now)) sawNotReady = true;
+      else if (sawNotReady) break;
+    }
+    const agent = ((now?.status?.containerStatuses ?? []) as { name: string; restartCount: number; ready: boolean; lastState?: { terminated?: { exitCode: number } } }[]).find((c) => c.name === 'sluice-agent');
+    t.ok(sawNotReady, 'the Pod was reported not Ready while its agent was down');
+    t.ok(now && isPodReady(now), `Ready again ${((performance.now() - started) / 1000).toFixed(1)} s after the kill (10 s back-off)`);
+    t.equal(agent?.restartCount, 1, 'restartCount 1');
+    t.equal(agent?.lastState?.terminated?.exitCode, 137, 'lastState: killed (137)');
+    t.equal(now?.metadata.uid, pod.metadata.uid, 'the same Pod (the kubelet restarted its container)');
+  });
+
+  t.test('what the lab cannot honour is refused naming the field, and nothing is applied', async (t) => {
+    const before = await rest.get(DS, 'sluice-agent', 'sluice-system');
+    const text = labManifest().replace(/^(\s+)readinessProbe:$/m, '$1startupProbe:\n$1  httpGet: { host: 127.0.0.1, path: /readyz, port: 9376 }\n$1readinessProbe:');
+    t.not(text, labManifest(), 'a startupProbe added to the agent container');
+    const bad = writeTemp({ 'sluice.yaml': text });
+    const r = await cli(['apply', ...n, '-f', join(bad, 'sluice.yaml')]);
+    t.not(r.code, 0, 'apply fails');
+    t.match(r.stderr, /daemonset\/sluice-system\/sluice-agent: spec\.template\.spec\.containers\[0\]\.startupProbe is not supported/, 'the message names the field');
+    const after = await rest.get(DS, 'sluice-agent', 'sluice-system');
+    t.equal(after.metadata.resourceVersion, before.metadata.resourceVersion, 'the DaemonSet is unchanged');
   });
 }
