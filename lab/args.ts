@@ -49,7 +49,10 @@ function parser(argv: string[]) {
     )
     .command('label <kind> <ref> [labels..]', 'set (k=v) or remove (k-) labels of an object')
     .command('get <kind> [ref]', 'show objects as the API server holds them', (y) =>
-      y.option('o', { alias: 'output', type: 'string', choices: ['table', 'json'], default: 'table' }),
+      y
+        .option('o', { alias: 'output', type: 'string', choices: ['table', 'json'], default: 'table' })
+        // kubectl's spelling of what `get` always does here.
+        .option('A', { alias: 'all-namespaces', type: 'boolean', describe: 'every namespace (the lab always lists all)' }),
     )
     .command('kubeconfig', "print the path of the lab's kubeconfig")
     .command('probe', 'send real packets and report reachability', (y) =>

@@ -4,12 +4,16 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { stateDir } from './net/names.js';
+import { ovsDir, stateDir } from './net/names.js';
 
 export const supervisorPidPath = (lab: string): string => join(stateDir(lab), 'supervisor.pid');
 export const supervisorLogPath = (lab: string): string => join(stateDir(lab), 'supervisor.log');
 export const controlPath = (lab: string): string => join(stateDir(lab), 'control.json');
 export const apiSocketPath = (lab: string): string => join(stateDir(lab), 'apiserver.sock');
+export const apiTlsSocketPath = (lab: string): string => join(stateDir(lab), 'apiserver-tls.sock');
+export const pkiDir = (lab: string): string => join(stateDir(lab), 'pki');
+/** The key ServiceAccount tokens are signed with (kept across supervisor restarts, like the data file). */
+export const serviceAccountKeyPath = (lab: string): string => join(stateDir(lab), 'pki', 'sa.key');
 export const apiDataPath = (lab: string): string => join(stateDir(lab), 'apiserver.json');
 export const hostKubeconfigPath = (lab: string): string => join(stateDir(lab), 'kubeconfig');
 
@@ -20,6 +24,9 @@ export interface ControlInfo {
   primary: 'ptp' | 'eks';
   sluice: boolean;
   apiUrl: string;
+  /** The same API over HTTPS, verified with caCertPath. */
+  apiHttpsUrl: string;
+  caCertPath: string;
   token: string;
   supervisorPid: number;
   startedAt: string;
@@ -73,4 +80,13 @@ export function requireRunningLab(lab: string): ControlInfo {
     `lab "${lab}" is not running (its supervisor is gone${pid === null ? '' : ' or not ready'}); ` +
       `clean up with: sluice-lab down --name ${lab}`,
   );
+}
+
+/**
+ * Whether sluice runs on the lab's nodes: the lab started its agents (`up --sluice`), or sluice was
+ * installed afterwards (install/sluice.yaml's DaemonSet on an `up --no-sluice` lab), which every
+ * node shows by its bridge's management socket in the node's OVS run directory.
+ */
+export function sluiceOnNodes(info: Pick<ControlInfo, 'name' | 'nodes' | 'sluice'>): boolean {
+  return info.sluice || (info.nodes.length > 0 && info.nodes.every((n) => existsSync(join(ovsDir(info.name, n), 'br-int.mgmt'))));
 }

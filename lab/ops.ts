@@ -11,6 +11,7 @@ import { formatMatrices, parseProbes } from '../daemon/policy/probes.js';
 import type { KubeObject, Probe, ProbeResult } from '../daemon/policy/types.js';
 import type { Primary } from './args.js';
 import { hostKubeconfigPath, readControl, requireRunningLab, supervisorLogPath, supervisorPid, isAlive, type ControlInfo } from './control.js';
+import { daemonSetProblems } from './daemonset.js';
 import { desiredEndpointSlices, diffSlices, isManagedSlice, SERVICE_NAME_LABEL } from './endpointslices.js';
 import { parseObjectRef, resolveKind } from './kinds.js';
 import { createLab, readLabInfo } from './net/lab.js';
@@ -20,6 +21,7 @@ import { runProbes } from './net/probe-runner.js';
 import { runIn, sleep } from './net/exec.js';
 import { destroyLab, listLabs } from './net/teardown.js';
 import { formatObjects, table } from './output.js';
+import { removeLabContainers } from './podman-kubelet.js';
 import { defaultProbes, planProbes } from './probeplan.js';
 import { ApiError, RestClient } from './restclient.js';
 import { applyLabelArgs, mergeNodeLabels, objectRef, planApply, planDelete, servedPorts, type PlannedObject } from './scenario.js';
@@ -82,7 +84,10 @@ export async function up(opts: UpOptions, out: Out): Promise<{ ms: number; info:
     process.off('SIGTERM', onSignal);
   };
   try {
-    await createLab({ name: opts.name, nodes: opts.nodes, primary: opts.primary, chainSluice: opts.sluice });
+    // Open vSwitch runs per node only for the lab's own agents: without them (--no-sluice) nothing
+    // uses it, and sluice installed later from install/sluice.yaml brings its own (the DaemonSet's ovs
+    // container), which must find the node's OVS run directory free.
+    await createLab({ name: opts.name, nodes: opts.nodes, primary: opts.primary, chainSluice: opts.sluice, ovs: opts.sluice });
   } catch (err) {
     if (interrupted) await new Promise(() => undefined);
     done();
@@ -158,6 +163,9 @@ export async function down(opts: { name: string; all: boolean }, out: Out): Prom
       continue;
     }
     await stopSupervisor(lab);
+    // DaemonSet Pods' containers (podman) outlive the supervisor, like a kubelet's: removed here.
+    const containers = await removeLabContainers(lab);
+    if (containers.length) out(`lab "${lab}": removed ${containers.length} DaemonSet container(s)`);
     const report = await destroyLab(lab);
     out(`lab "${lab}" removed: ${report.netnsDeleted.length} namespace(s), ${report.killed.length} process(es), state dir ${report.stateDirRemoved ? 'removed' : 'absent'}`);
   }
@@ -209,8 +217,12 @@ async function checkPodUpdate(rest: RestClient, pod: KubeObject): Promise<void> 
 export async function apply(opts: { name: string; files: string[] }, out: Out): Promise<void> {
   const info = requireRunningLab(opts.name);
   const plan = planApply(await loadManifests(opts.files), info.nodes);
+  // What the lab's DaemonSet controller and podman kubelet cannot honour is refused before anything is written.
+  const refused = plan.filter((p) => p.kind.kind === 'DaemonSet').flatMap((p) => daemonSetProblems(p.obj).map((m) => `daemonset/${p.ref}: ${m}`));
+  if (refused.length) throw new Error(`the lab cannot run this as specified (nothing applied):\n  ${refused.join('\n  ')}`);
   const rest = clientFor(info);
   await applyPlan(rest, plan, out);
+  if (plan.some((p) => p.kind.kind === 'DaemonSet')) out('DaemonSet Pods start on every node with podman: watch them with `sluice-lab get pods -A`');
   await waitForPods(rest, plannedPods(plan));
   await waitForServices(rest, opts.name, info.nodes);
 }

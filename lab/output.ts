@@ -1,6 +1,10 @@
 /** Table output for `sluice-lab get` and `up` (pure). */
 import type { KubeObject } from '../daemon/policy/types.js';
 import type { ResourceKind } from './kinds.js';
+import { readyText } from './podstatus.js';
+
+const restarts = (status: Record<string, unknown> | undefined): number =>
+  ((status?.containerStatuses ?? []) as { restartCount?: number }[]).reduce((n, c) => n + (c.restartCount ?? 0), 0);
 
 export function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
@@ -26,8 +30,10 @@ export function formatObjects(kind: ResourceKind, items: KubeObject[]): string {
   switch (kind.kind) {
     case 'Pod':
       return table(
-        ['NAMESPACE', 'NAME', 'STATUS', 'IP', 'NODE', 'LABELS'],
-        items.map((p) => [ns(p), p.metadata.name, p.status?.phase ?? '', p.status?.podIP ?? '<none>', p.spec?.nodeName ?? '<none>', labelText(p)]),
+        ['NAMESPACE', 'NAME', 'READY', 'STATUS', 'RESTARTS', 'IP', 'NODE', 'LABELS'],
+        items.map((p) => [
+          ns(p), p.metadata.name, readyText(p.status), p.status?.phase ?? '', String(restarts(p.status)), p.status?.podIP ?? '<none>', p.spec?.nodeName ?? '<none>', labelText(p),
+        ]),
       );
     case 'Node':
       return table(
@@ -52,6 +58,11 @@ export function formatObjects(kind: ResourceKind, items: KubeObject[]): string {
             .map((e) => `${(e.addresses ?? []).join('+')}${e.conditions?.ready === false ? '(not ready)' : ''}`)
             .join(',') || '<none>',
         ]),
+      );
+    case 'DaemonSet':
+      return table(
+        ['NAMESPACE', 'NAME', 'DESIRED', 'CURRENT', 'READY', 'UP-TO-DATE', 'AVAILABLE'],
+        items.map((d) => [ns(d), d.metadata.name, ...['desiredNumberScheduled', 'currentNumberScheduled', 'numberReady', 'updatedNumberScheduled', 'numberAvailable'].map((k) => String(d.status?.[k] ?? 0))]),
       );
     case 'Namespace':
       return table(['NAME', 'STATUS', 'LABELS'], items.map((n) => [n.metadata.name, n.status?.phase ?? '', labelText(n)]));

@@ -19,7 +19,8 @@ export interface PlannedObject {
 
 /** Lower applies first: things others refer to come before what refers to them. */
 const ORDER: Record<string, number> = {
-  Namespace: 0, Tier: 1, ServiceAccount: 2, Node: 3, ClusterGroup: 4, Group: 5, Service: 6, Pod: 9,
+  CustomResourceDefinition: -1, Namespace: 0, Tier: 1, ServiceAccount: 2, Node: 3, ClusterGroup: 4, Group: 5, Service: 6,
+  Pod: 9, DaemonSet: 10,
 };
 const rank = (kind: string): number => ORDER[kind] ?? 7;
 

@@ -2,8 +2,9 @@
  * The lab supervisor: one detached process per lab (started by `sluice-lab up`) that runs the
  * control plane a real cluster would have — the API server (TCP on 127.0.0.1 plus a unix socket in
  * the state dir), a 127.0.0.1:6443 forwarder in every node namespace, the Node objects, the
- * scheduler, the EndpointSlice controller, and per node a kubelet and a kube-proxy (and, with
- * --sluice, sluice-agent). It writes control.json once all of that runs; SIGTERM stops it.
+ * scheduler, the EndpointSlice and DaemonSet controllers, and per node a kubelet (workload Pods),
+ * a podman kubelet (DaemonSet Pods, lab/podman-kubelet.ts) and a kube-proxy (and, with --sluice,
+ * sluice-agent). It writes control.json once all of that runs; SIGTERM stops it.
  *
  * usage: supervisor.js --name L --nodes N --primary ptp|eks [--sluice] --state-dir /run/sluice-lab/L/
  */
@@ -14,11 +15,17 @@ import { join } from 'node:path';
 import type { KubeObject } from '../daemon/policy/types.js';
 import { kubeconfigYaml, startApiServer } from './apiserver/server.js';
 import { nodeKubeconfigPath, startAgent } from './agent.js';
-import { apiDataPath, apiSocketPath, controlPath, hostKubeconfigPath, readControl, supervisorPidPath, type ControlInfo } from './control.js';
+import {
+  apiDataPath, apiSocketPath, apiTlsSocketPath, controlPath, hostKubeconfigPath, pkiDir, readControl, serviceAccountKeyPath, supervisorPidPath,
+  type ControlInfo,
+} from './control.js';
 import { startEndpointSliceController, startScheduler, type Controller } from './controllers.js';
 import { kubeConfigFor } from './informers.js';
+import { ensureLabPki } from './pki.js';
 import { resolveKind } from './kinds.js';
 import { startKubelet } from './kubelet.js';
+import { startDaemonSetController } from './dscontroller.js';
+import { startPodmanKubelet } from './podman-kubelet.js';
 import { startKubeProxy } from './kubeproxy.js';
 import { sleep } from './net/exec.js';
 import { nodeIP, nodeName, nodeNetns, nodeStateDir, podCidr, repoRoot, stateDir } from './net/names.js';
@@ -27,6 +34,8 @@ import { jsonLog } from './workqueue.js';
 
 const NODE = resolveKind('nodes');
 export const API_PORT_IN_NODE = 6443;
+/** HTTPS (the lab CA's certificate has IP:127.0.0.1): KUBERNETES_SERVICE_HOST/PORT of a Pod on the node. */
+export const API_TLS_PORT_IN_NODE = 6444;
 
 export interface SupervisorArgs {
   name: string;
@@ -77,7 +86,12 @@ function startForwarder(lab: string, node: string, log: ReturnType<typeof jsonLo
   const logFile = openSync(join(nodeStateDir(lab, node), 'forwarder.log'), 'a');
   const child = spawn(
     'ip',
-    ['netns', 'exec', nodeNetns(lab, node), process.execPath, script, '--listen', `127.0.0.1:${API_PORT_IN_NODE}`, '--unix', apiSocketPath(lab), '--parent', String(process.pid)],
+    [
+      'netns', 'exec', nodeNetns(lab, node), process.execPath, script,
+      '--listen', `127.0.0.1:${API_PORT_IN_NODE}`, '--unix', apiSocketPath(lab),
+      '--listen', `127.0.0.1:${API_TLS_PORT_IN_NODE}`, '--unix', apiTlsSocketPath(lab),
+      '--parent', String(process.pid),
+    ],
     { stdio: ['ignore', logFile, logFile] },
   );
   closeSync(logFile);
@@ -104,6 +118,13 @@ async function waitForForwarder(lab: string, node: string): Promise<void> {
 
 let stopping = false;
 
+/** The ServiceAccount token signing key, made once per lab. */
+function serviceAccountKey(lab: string): string {
+  const path = serviceAccountKeyPath(lab);
+  if (!existsSync(path)) writeFileSync(path, randomBytes(32).toString('hex'), { mode: 0o600 });
+  return readFileSync(path, 'utf8').trim();
+}
+
 export function parseSupervisorArgs(argv: string[]): SupervisorArgs {
   const get = (flag: string): string | undefined => {
     const i = argv.indexOf(flag);
@@ -127,7 +148,12 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   rmSync(controlPath(lab), { force: true });
 
   const token = readControl(lab)?.token ?? randomBytes(16).toString('hex');
-  const api = await startApiServer({ host: '127.0.0.1', port: 0, unixSocket: apiSocketPath(lab), token, dataFile: apiDataPath(lab), installCRDs: true });
+  const pki = ensureLabPki(pkiDir(lab));
+  const saKey = serviceAccountKey(lab);
+  const api = await startApiServer({
+    host: '127.0.0.1', port: 0, unixSocket: apiSocketPath(lab), token, dataFile: apiDataPath(lab), installCRDs: true,
+    tls: { cert: pki.cert, key: pki.key, unixSocket: apiTlsSocketPath(lab) }, serviceAccountKey: saKey,
+  });
   log('info', 'API server listening', { url: api.url, unix: apiSocketPath(lab) });
   writeFileSync(hostKubeconfigPath(lab), kubeconfigYaml(api.url, token), { mode: 0o600 });
   for (const node of nodes) {
@@ -154,7 +180,9 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   const controllers: Controller[] = [
     startScheduler(kc, rest, jsonLog('scheduler')),
     startEndpointSliceController(kc, rest, jsonLog('endpointslice-controller')),
+    startDaemonSetController(kc, rest, jsonLog('daemonset-controller')),
     ...nodes.flatMap((node) => [
+      startPodmanKubelet(lab, node, kc, rest, jsonLog(`podman-kubelet/${node}`), { caCert: pki.caCert, serviceAccountKey: saKey }),
       startKubelet(lab, node, kc, rest, jsonLog(`kubelet/${node}`), { beforeFirstPod: () => agents.get(node) ?? Promise.resolve() }),
       startKubeProxy(lab, node, kc, rest, jsonLog(`kube-proxy/${node}`)),
     ]),
@@ -162,7 +190,10 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   await Promise.all(controllers.map((c) => c.synced));
   if (args.sluice) await Promise.all(agents.values());
 
-  const info: ControlInfo = { name: lab, nodes, primary: args.primary, sluice: args.sluice, apiUrl: api.url, token, supervisorPid: process.pid, startedAt: new Date().toISOString() };
+  const info: ControlInfo = {
+    name: lab, nodes, primary: args.primary, sluice: args.sluice, apiUrl: api.url, apiHttpsUrl: api.httpsUrl!, caCertPath: pki.caCertPath, token,
+    supervisorPid: process.pid, startedAt: new Date().toISOString(),
+  };
   writeFileSync(controlPath(lab), JSON.stringify(info, null, 2) + '\n', { mode: 0o600 });
   log('info', 'lab control plane ready', { nodes });
 

@@ -33,8 +33,9 @@ const BASE = {
   suite: 'bookworm',
   variant: 'minbase',
   // openvswitch-switch: ovs-vswitchd/ovsdb-server/ovs-ctl (the ovs container); iptables: both the nft and
-  // the legacy backend; kmod: ovs-ctl loads the openvswitch module; procps: ovs-ctl's process checks.
-  packages: ['ca-certificates', 'iproute2', 'iptables', 'kmod', 'nftables', 'openvswitch-switch', 'procps'],
+  // the legacy backend; kmod: ovs-ctl loads the openvswitch module; procps: ovs-ctl's process checks;
+  // ethtool: the userspace datapath (datapath: netdev) turns TX checksum offload off on Pod veths.
+  packages: ['ca-certificates', 'ethtool', 'iproute2', 'iptables', 'kmod', 'nftables', 'openvswitch-switch', 'procps'],
   // Lean: no documentation, manual pages or translations.
   dpkgopts: ['path-exclude=/usr/share/doc/*', 'path-exclude=/usr/share/man/*', 'path-exclude=/usr/share/locale/*', 'path-include=/usr/share/locale/locale.alias'],
   recipe: 1,

@@ -4,6 +4,8 @@
  * OVS are addressed the same way. Every method converges and reports what it changed.
  */
 import { randomBytes } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { execa } from 'execa';
 import type { Logger } from 'pino';
 import { bundleText, diffFlows, type FlowDiff, isEmptyDiff, parseSluiceCookies } from './diff.js';
@@ -89,6 +91,18 @@ export function randomGatewayMac(): string {
   return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
 }
 
+/**
+ * ovs-vswitchd's control socket from its pid file (pure): `<runDir>/ovs-vswitchd.<pid>.ctl`.
+ * ovs-appctl's own lookup (`-t ovs-vswitchd`) also checks that the pid is alive, which fails
+ * when ovs-vswitchd runs in another PID namespace than the caller (the DaemonSet's ovs container
+ * next to the agent container): the pid in the file is the one ovs-vswitchd saw, and so is the
+ * socket's name. undefined without a pid: ovs-appctl then looks it up itself.
+ */
+export function vswitchdControlSocket(ovsRunDir: string, pidFile: string | undefined): string | undefined {
+  const pid = pidFile?.trim();
+  return pid && /^\d+$/.test(pid) ? join(ovsRunDir, `ovs-vswitchd.${pid}.ctl`) : undefined;
+}
+
 export class Ovs {
   readonly db: string;
   readonly target: string;
@@ -120,7 +134,8 @@ export class Ovs {
   }
 
   async appctl(args: string[]): Promise<string> {
-    const r = await execa('ovs-appctl', [`--timeout=${this.timeout}`, ...args], { reject: false, env: { OVS_RUNDIR: this.opts.ovsRunDir } });
+    const target = vswitchdControlSocket(this.opts.ovsRunDir, await readFile(join(this.opts.ovsRunDir, 'ovs-vswitchd.pid'), 'utf8').catch(() => undefined));
+    const r = await execa('ovs-appctl', [`--timeout=${this.timeout}`, ...(target ? ['-t', target] : []), ...args], { reject: false, env: { OVS_RUNDIR: this.opts.ovsRunDir } });
     if (r.exitCode !== 0) throw new OvsError(`ovs-appctl ${args.join(' ')}: ${r.stderr.trim() || `exit ${r.exitCode}`}`);
     return r.stdout;
   }

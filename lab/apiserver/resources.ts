@@ -38,6 +38,19 @@ export const builtinTypes: readonly ResourceType[] = [
   builtin('discovery.k8s.io', 'v1', 'endpointslices', 'EndpointSlice', true, false),
   builtin('networking.k8s.io', 'v1', 'networkpolicies', 'NetworkPolicy', true, false, ['netpol']),
   builtin('apiextensions.k8s.io', 'v1', 'customresourcedefinitions', 'CustomResourceDefinition', false, true, ['crd', 'crds']),
+  // What an installation manifest (install/sluice.yaml) creates, and what its DaemonSet's Pods
+  // come from. Stored and served only: the lab does not enforce RBAC.
+  builtin('', 'v1', 'configmaps', 'ConfigMap', true, false, ['cm']),
+  builtin('', 'v1', 'secrets', 'Secret', true, false),
+  builtin('', 'v1', 'events', 'Event', true, false, ['ev']),
+  builtin('events.k8s.io', 'v1', 'events', 'Event', true, false, ['ev']),
+  builtin('rbac.authorization.k8s.io', 'v1', 'clusterroles', 'ClusterRole', false, false),
+  builtin('rbac.authorization.k8s.io', 'v1', 'clusterrolebindings', 'ClusterRoleBinding', false, false),
+  builtin('rbac.authorization.k8s.io', 'v1', 'roles', 'Role', true, false),
+  builtin('rbac.authorization.k8s.io', 'v1', 'rolebindings', 'RoleBinding', true, false),
+  builtin('apps', 'v1', 'daemonsets', 'DaemonSet', true, true, ['ds']),
+  builtin('apps', 'v1', 'controllerrevisions', 'ControllerRevision', true, false),
+  builtin('scheduling.k8s.io', 'v1', 'priorityclasses', 'PriorityClass', false, false, ['pc']),
 ];
 
 export const crdStorageKey = 'apiextensions.k8s.io/customresourcedefinitions';

@@ -3,11 +3,13 @@
 // events, resumable from a resourceVersion, 410 Gone when history no longer reaches back).
 import { existsSync, unlinkSync } from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { dumpYaml, parseYaml } from '../../daemon/kube-yaml.js';
 import { patchContentTypes } from './patch.js';
 import { ApiError, Registry, type Selection } from './registry.js';
 import { crdStorageKey, type ResourceType } from './resources.js';
+import { verifyServiceAccountToken } from './satoken.js';
 import { ObjectStore, type ChangeEvent, type KObject } from './store.js';
 
 export interface ApiServerOptions {
@@ -26,11 +28,20 @@ export interface ApiServerOptions {
    * kube-apiserver serving the watch from its watch cache does.
    */
   expiredWatch?: 'http' | 'event';
+  /**
+   * Also serve HTTPS (the same API) with this PEM certificate and key: on a TCP port of host
+   * (ApiServer.httpsUrl) and, when given, on unixSocket (what a node's forwarder reaches).
+   */
+  tls?: { cert: string; key: string; unixSocket?: string };
+  /** Also accept ServiceAccount tokens signed with this key (satoken.ts) while the ServiceAccount exists. */
+  serviceAccountKey?: string;
 }
 
 export interface ApiServer {
   url: string;
   port: number;
+  /** With ApiServerOptions.tls: https://host:port. */
+  httpsUrl?: string;
   close(): Promise<void>;
   compact(): void;
   dropWatches(): void;
@@ -87,7 +98,7 @@ export class ApiServerImpl {
   readonly store: ObjectStore;
   readonly registry: Registry;
   private readonly watches = new Set<OpenWatch>();
-  private readonly servers: http.Server[] = [];
+  private readonly servers: (http.Server | https.Server)[] = [];
   private readonly bookmarkIntervalMs: number;
 
   constructor(private readonly opts: ApiServerOptions) {
@@ -105,7 +116,7 @@ export class ApiServerImpl {
         else res.destroy();
       });
     };
-    const listen = (server: http.Server, start: (done: () => void) => void) => new Promise<void>((resolve, reject) => {
+    const listen = (server: http.Server | https.Server, start: (done: () => void) => void) => new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       start(() => {
         server.off('error', reject);
@@ -113,6 +124,7 @@ export class ApiServerImpl {
       });
     });
     const tcp = http.createServer(handler);
+    let httpsPort: number | undefined;
     try {
       await listen(tcp, (done) => tcp.listen(this.opts.port ?? 0, this.opts.host ?? '127.0.0.1', done));
       this.servers.push(tcp);
@@ -123,6 +135,19 @@ export class ApiServerImpl {
         await listen(unix, (done) => unix.listen(path, done));
         this.servers.push(unix);
       }
+      if (this.opts.tls) {
+        const { cert, key, unixSocket } = this.opts.tls;
+        const secure = https.createServer({ cert, key }, handler);
+        await listen(secure, (done) => secure.listen(0, this.opts.host ?? '127.0.0.1', done));
+        this.servers.push(secure);
+        httpsPort = (secure.address() as AddressInfo).port;
+        if (unixSocket) {
+          if (existsSync(unixSocket)) unlinkSync(unixSocket);
+          const secureUnix = https.createServer({ cert, key }, handler);
+          await listen(secureUnix, (done) => secureUnix.listen(unixSocket, done));
+          this.servers.push(secureUnix);
+        }
+      }
     } catch (e) {
       // Nothing half-started: close what did listen.
       await this.close();
@@ -131,9 +156,11 @@ export class ApiServerImpl {
     }
     const port = (tcp.address() as AddressInfo).port;
     const host = this.opts.host ?? '127.0.0.1';
+    const hostInUrl = host.includes(':') ? `[${host}]` : host;
     return {
-      url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+      url: `http://${hostInUrl}:${port}`,
       port,
+      ...(httpsPort !== undefined ? { httpsUrl: `https://${hostInUrl}:${httpsPort}` } : {}),
       close: () => this.close(),
       compact: () => this.store.compact(),
       dropWatches: () => {
@@ -154,12 +181,16 @@ export class ApiServerImpl {
       s.closeIdleConnections();
     })));
     this.store.close();
-    if (this.opts.unixSocket && existsSync(this.opts.unixSocket)) unlinkSync(this.opts.unixSocket);
+    for (const path of [this.opts.unixSocket, this.opts.tls?.unixSocket]) if (path && existsSync(path)) unlinkSync(path);
   }
 
   private authorized(req: http.IncomingMessage, path: string): boolean {
     if (!this.opts.token || openPaths.has(path)) return true;
-    return req.headers.authorization === `Bearer ${this.opts.token}`;
+    const auth = req.headers.authorization ?? '';
+    if (auth === `Bearer ${this.opts.token}`) return true;
+    // RBAC is not enforced: a valid ServiceAccount token may do what the admin token may.
+    const sa = this.opts.serviceAccountKey && auth.startsWith('Bearer ') ? verifyServiceAccountToken(this.opts.serviceAccountKey, auth.slice(7)) : undefined;
+    return sa !== undefined && this.store.get('/serviceaccounts', `${sa.namespace}/${sa.name}`) !== undefined;
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {

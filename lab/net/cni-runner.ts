@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync
 import { dirname, join } from 'node:path';
 import type { Conflist, PluginConf } from './cni-config.js';
 import { run } from './exec.js';
-import { cniBinDir, cniCacheDir, netnsPath, nodeNetns } from './names.js';
+import { cniBinDir, cniCacheDir, netnsPath, nodeNetns, nodeStateDir } from './names.js';
 
 export type CniCommand = 'ADD' | 'DEL' | 'CHECK';
 
@@ -119,6 +119,21 @@ function validateConflist(list: Conflist): void {
   });
 }
 
+/**
+ * A plugin sees the node's filesystem, as on a real node: when a DaemonSet Pod on the node has a
+ * hostPath /var/run/sluice (the agent's socket dir, lab/podspec.ts maps it to the node's private
+ * root), that directory is bind-mounted on /run/sluice in the mount namespace `ip netns exec`
+ * makes for the plugin alone, so sluice-cni finds its node's agent at the default socket path.
+ * Returns the command prefix that does it (none when the node has no such directory).
+ */
+export function nodeFilesystemView(lab: string, node: string): string[] {
+  const src = join(nodeStateDir(lab, node), 'root', 'run', 'sluice');
+  if (!existsSync(src)) return [];
+  // The mount point must exist in the machine's /run; it stays an empty directory there.
+  mkdirSync('/run/sluice', { recursive: true });
+  return ['sh', '-c', 'mount --bind "$1" /run/sluice && shift && exec "$@"', 'sh', src];
+}
+
 async function execPlugin(inv: CniInvocation, command: CniCommand, list: Conflist, plugin: PluginConf, prevResult: CniResult | undefined): Promise<string> {
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
@@ -134,7 +149,7 @@ async function execPlugin(inv: CniInvocation, command: CniCommand, list: Conflis
     throw new CniPluginError(plugin.type, command, 999, `failed to find plugin "${plugin.type}" in path [${cniBinDir(inv.lab)}]`, undefined, '');
   }
   const input = JSON.stringify(pluginStdin(list, plugin, prevResult));
-  const res = await run('ip', ['netns', 'exec', nodeNetns(inv.lab, inv.node), file], { env, input, allowFail: true, timeoutMs: 60_000 });
+  const res = await run('ip', ['netns', 'exec', nodeNetns(inv.lab, inv.node), ...nodeFilesystemView(inv.lab, inv.node), file], { env, input, allowFail: true, timeoutMs: 60_000 });
   if (res.exitCode === 0) return res.stdout;
   let err: { code?: unknown; msg?: unknown; details?: unknown } = {};
   try {

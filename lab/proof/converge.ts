@@ -17,7 +17,7 @@ import { pino } from 'pino';
 import { Ovs } from '../../daemon/flows/ovs.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
-import type { ControlInfo } from '../control.js';
+import { sluiceOnNodes, type ControlInfo } from '../control.js';
 import { exportState as exportAll } from './simulate.js';
 import { resolveKind } from '../kinds.js';
 import { nodeNetns, ovsDir } from '../net/names.js';
@@ -68,9 +68,26 @@ export function flowFingerprint(dump: string): string {
     .join('\n');
 }
 
+/**
+ * Where a node's agent serves /status: 10349 for the agent `sluice-lab up --sluice` starts
+ * (lab/agent.ts), 9376 for the one install/sluice.yaml's DaemonSet runs (its ConfigMap's
+ * healthAddress). A node runs one or the other; the port that answers is remembered.
+ */
+const AGENT_HEALTH_PORTS = [10349, 9376];
+const healthPort = new Map<string, number>();
+
 async function agentStatus(lab: string, node: string, path = '/status'): Promise<unknown> {
-  const r = await runIn(nodeNetns(lab, node), 'curl', ['-s', '--max-time', '2', `http://127.0.0.1:10349${path}`], { allowFail: true, timeoutMs: 5000 });
-  if (r.exitCode !== 0) return undefined;
+  const key = `${lab}/${node}`;
+  const ports = [...new Set([healthPort.get(key) ?? AGENT_HEALTH_PORTS[0]!, ...AGENT_HEALTH_PORTS])];
+  let r: Awaited<ReturnType<typeof runIn>> | undefined;
+  for (const port of ports) {
+    r = await runIn(nodeNetns(lab, node), 'curl', ['-s', '--max-time', '2', `http://127.0.0.1:${port}${path}`], { allowFail: true, timeoutMs: 5000 });
+    if (r.exitCode === 0) {
+      healthPort.set(key, port);
+      break;
+    }
+  }
+  if (!r || r.exitCode !== 0) return undefined;
   try {
     return JSON.parse(r.stdout);
   } catch {
@@ -147,7 +164,7 @@ export function bridgeHasDesired(dump: string, desired: unknown): boolean {
 /** Waits until every node's agent has applied the API server's current state (see the module comment). */
 export async function waitForAgents(info: ControlInfo, rest: RestClient, writtenAt: number, opts: ConvergeOptions = {}): Promise<ConvergeResult> {
   const started = Date.now();
-  if (!info.sluice) return { signal: 'no-agent', ms: 0 };
+  if (!sluiceOnNodes(info)) return { signal: 'no-agent', ms: 0 };
   const timeoutMs = opts.timeoutMs ?? 30_000;
   const pollMs = opts.pollMs ?? 100;
   const deadline = started + timeoutMs;
@@ -189,7 +206,7 @@ const POLICY_COOKIE = 'cookie=0x51ce020000000000/0xffffff0000000000';
 
 /** How many policy flows each node's bridge holds: 0 everywhere means the agents do not enforce. */
 export async function policyFlowCounts(info: ControlInfo): Promise<Record<string, number>> {
-  if (!info.sluice) return Object.fromEntries(info.nodes.map((n) => [n, 0])); // no bridges at all
+  if (!sluiceOnNodes(info)) return Object.fromEntries(info.nodes.map((n) => [n, 0])); // no bridges at all
   const counts = await Promise.all(info.nodes.map(async (n) => {
     const ovs = bridgeOf(info.name, n);
     const dump = await ovs.ofctl(['dump-flows', '--no-names', '--no-stats', ovs.target, POLICY_COOKIE]);

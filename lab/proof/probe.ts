@@ -3,7 +3,7 @@
  * per source), SCTP probes by ofproto/trace (lab/proof/trace.ts), each such result noting so.
  */
 import type { KubeObject, Probe, ProbeResult } from '../../daemon/policy/types.js';
-import type { ControlInfo } from '../control.js';
+import { sluiceOnNodes, type ControlInfo } from '../control.js';
 import { resolveKind } from '../kinds.js';
 import { clientFor, probeLab } from '../ops.js';
 import { traceProbes } from './trace.js';
@@ -16,7 +16,7 @@ export async function probeWithPackets(info: ControlInfo, probes: Probe[], pods?
   probes.forEach((p, i) => (p.protocol === 'SCTP' ? traceIdx : packetIdx).push(i));
   const out: ProbeResult[] = new Array(probes.length);
   const podList = traceIdx.length ? (pods ?? (await clientFor(info).list(resolveKind('pods'))).items) : [];
-  if (traceIdx.length && !info.sluice) throw new Error('SCTP probes need the bridges: bring the lab up with --sluice');
+  if (traceIdx.length && !sluiceOnNodes(info)) throw new Error('SCTP probes need the bridges: bring the lab up with --sluice, or install sluice (install/sluice.yaml)');
   await Promise.all([
     packetIdx.length
       ? probeLab(info, packetIdx.map((i) => probes[i]!)).then((rs) => rs.forEach((r, k) => (out[packetIdx[k]!] = r)))

@@ -64,6 +64,8 @@ if (why) {
       ['iptables-legacy -V', /legacy/],
       ['nft --version', /nftables/],
       ['ip -V', /iproute2/],
+      // The userspace datapath (datapath: netdev) turns TX checksum offload off on Pod veths.
+      ['ethtool --version', /ethtool/],
       ['node --version', new RegExp(`^${process.version.replace(/\./g, '\\.')}`)],
     ];
     for (const [cmd, re] of checks) {

@@ -148,7 +148,7 @@ t.test('kubelet status, Node object, agent config, supervisor args', async (t) =
 t.test('table output', async (t) => {
   t.equal(table(['A', 'BB'], [['xxx', 'y'], ['z', 'w']]), 'A     BB\nxxx   y\nz     w');
   const text = formatObjects(resolveKind('pods'), [{ ...pod('x', 'a', '10.10.1.2', 'node-1', []), metadata: { namespace: 'x', name: 'a', labels: { pod: 'a' } } }]);
-  t.match(text, /^NAMESPACE\s+NAME\s+STATUS\s+IP\s+NODE\s+LABELS\nx\s+a\s+Running\s+10\.10\.1\.2\s+node-1\s+pod=a$/);
+  t.match(text, /^NAMESPACE\s+NAME\s+READY\s+STATUS\s+RESTARTS\s+IP\s+NODE\s+LABELS\nx\s+a\s+\d+\/\d+\s+Running\s+0\s+10\.10\.1\.2\s+node-1\s+pod=a$/);
   t.equal(formatObjects(resolveKind('svc'), []), 'No services found.');
 });
 
