@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { dumpYaml } from '../../daemon/kube-yaml.js';
 import type { KubeObject, Probe, ProbeResult } from '../../daemon/policy/types.js';
-import { apiVersionOf, KINDS } from '../kinds.js';
+import { apiVersionOf, POLICY_INPUT_KINDS } from '../kinds.js';
 import { repoRoot } from '../net/names.js';
 import { run } from '../net/exec.js';
 import { ApiError, type RestClient } from '../restclient.js';
@@ -16,7 +16,7 @@ import { ApiError, type RestClient } from '../restclient.js';
 /** Every object of every kind the lab serves (a kind whose CRD is absent contributes nothing). */
 export async function exportState(rest: RestClient): Promise<KubeObject[]> {
   const lists = await Promise.all(
-    KINDS.map(async (k) => {
+    POLICY_INPUT_KINDS.map(async (k) => {
       try {
         return (await rest.list(k)).items.map((o) => ({ ...o, apiVersion: o.apiVersion ?? apiVersionOf(k), kind: o.kind ?? k.kind }));
       } catch (err) {

@@ -35,7 +35,7 @@ export function tempDir(prefix = 'enforce-'): string {
 export async function snapshot(lab: string, dir: string): Promise<string> {
   const { readControl } = await import('../../lab/control.js');
   const { clientFor } = await import('../../lab/ops.js');
-  const { KINDS, apiVersionOf } = await import('../../lab/kinds.js');
+  const { POLICY_INPUT_KINDS: KINDS, apiVersionOf } = await import('../../lab/kinds.js');
   const info = readControl(lab);
   if (!info) throw new Error(`lab ${lab} is not up`);
   const rest = clientFor(info);
