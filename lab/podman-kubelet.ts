@@ -22,7 +22,7 @@ import { isTerminating } from './endpointslices.js';
 import { startInformer } from './informers.js';
 import { resolveKind } from './kinds.js';
 import { run, sleep } from './net/exec.js';
-import { cniBinDir, cniConfDir, netnsPath, nodeIP, nodeNetns, nodeStateDir, ovsDir, repoRoot } from './net/names.js';
+import { cniBinDir, cniCacheDir, cniConfDir, netnsPath, nodeIP, nodeNetns, nodeStateDir, ovsDir, repoRoot } from './net/names.js';
 import { planPodRun, PodInputMissing, PodSpecError, type ContainerRun, type NodeDirs, type PodRunPlan } from './podspec.js';
 import {
   BACKOFF_RESET_MS, httpProbe, ProbeCounter, podStatus, restartDelayMs, type ContainerView, type HttpProbe, type PodView,
@@ -48,7 +48,7 @@ export const nodePodsDir = (lab: string, node: string): string => join(nodeState
 export function nodeDirs(lab: string, node: string, podUid: string): NodeDirs {
   return {
     lab, node, netnsPath: netnsPath(nodeNetns(lab, node)), hostIP: nodeIP(node),
-    cniConfDir: cniConfDir(lab, node), cniBinDir: cniBinDir(lab), ovsRunDir: ovsDir(lab, node),
+    cniConfDir: cniConfDir(lab, node), cniBinDir: cniBinDir(lab), ovsRunDir: ovsDir(lab, node), cniCacheDir: cniCacheDir(lab, node),
     nodeRoot: nodeRootDir(lab, node), podDir: join(nodePodsDir(lab, node), podUid),
     apiHost: '127.0.0.1', apiPort: API_TLS_PORT,
   };

@@ -37,6 +37,8 @@ export interface NodeDirs {
   cniBinDir: string;
   /** The node's Open vSwitch run directory: the node's /var/run/openvswitch. */
   ovsRunDir: string;
+  /** The node's container runtime CNI result cache: the node's /var/lib/cni (what the agent adopts running Pods from). */
+  cniCacheDir: string;
   /** Node-private root for the other paths a node agent owns (/var/run/sluice, /var/lib/..., /var/log/..., /etc/...). */
   nodeRoot: string;
   /** This Pod's own directory (configMap files, ServiceAccount token). */
@@ -110,12 +112,13 @@ export function nodeHostPath(dirs: NodeDirs, path: string, field: string): strin
     ['/etc/cni/net.d', dirs.cniConfDir],
     ['/opt/cni/bin', dirs.cniBinDir],
     ['/run/openvswitch', dirs.ovsRunDir],
+    ['/var/lib/cni', dirs.cniCacheDir],
   ];
   for (const [prefix, target] of special) if (under(p, prefix)) return join(target, p.slice(prefix.length));
   if (SHARED_HOST_PATHS.some((s) => under(p, s))) return p;
   if (NODE_PRIVATE_PREFIXES.some((s) => under(p, s))) return join(dirs.nodeRoot, p);
   throw new PodSpecError(
-    `${field}: hostPath "${path}" has no place on a lab node (mapped: /etc/cni/net.d, /opt/cni/bin, /var/run/openvswitch; ` +
+    `${field}: hostPath "${path}" has no place on a lab node (mapped: /etc/cni/net.d, /opt/cni/bin, /var/run/openvswitch, /var/lib/cni; ` +
       `node-private: ${NODE_PRIVATE_PREFIXES.join(', ')}; shared with the host: ${SHARED_HOST_PATHS.join(', ')})`,
   );
 }

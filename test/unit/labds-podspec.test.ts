@@ -10,6 +10,7 @@ const root = join(import.meta.dirname, '..', '..');
 const dirs: NodeDirs = {
   lab: 'ds', node: 'node-2', netnsPath: '/run/netns/ds-node-2', hostIP: '192.168.77.12',
   cniConfDir: '/run/sluice-lab/ds/node-2/cni', cniBinDir: '/run/sluice-lab/ds/cni-bin', ovsRunDir: '/run/sluice-lab/ds/node-2/ovs',
+  cniCacheDir: '/run/sluice-lab/ds/node-2/cni-cache',
   nodeRoot: '/run/sluice-lab/ds/node-2/root', podDir: '/run/sluice-lab/ds/node-2/pods/uid-1', apiHost: '127.0.0.1', apiPort: 6444,
 };
 const inputs: PodInputs = {
@@ -51,6 +52,7 @@ t.test('install/sluice.yaml: the agent, OVS and install-cni containers on node-2
   t.ok(vols.includes('/run/xtables.lock:/run/xtables.lock:rw'));
   t.ok(vols.includes('/run/sluice-lab/ds/cni-bin:/host/opt/cni/bin:ro'));
   t.ok(vols.includes('/run/sluice-lab/ds/node-2/cni:/host/etc/cni/net.d:rw'));
+  t.ok(vols.includes('/run/sluice-lab/ds/node-2/cni-cache:/host/var/lib/cni:ro'), "the runtime's CNI result cache: what running Pods are adopted from");
   t.ok(vols.includes(`/run/sluice-lab/ds/node-2/pods/uid-1/serviceaccount:${SERVICE_ACCOUNT_DIR}:ro`));
   // command → entrypoint, then the image; no args.
   t.same(agent.args.slice(-2), [JSON.stringify(['sluice-agent', '--config', '/etc/sluice/agent.yaml']), 'docker.io/library/sluice:0.1.0']);
