@@ -11,20 +11,22 @@ export class UsageError extends Error {
 
 export type Primary = 'ptp' | 'eks';
 export type Output = 'table' | 'json';
+export type PatchType = 'json' | 'merge';
 
 export type Command =
   | { cmd: 'up'; name: string; nodes: number; primary: Primary; sluice: boolean; files: string[] }
   | { cmd: 'down'; name: string; all: boolean }
   | { cmd: 'apply'; name: string; files: string[] }
-  | { cmd: 'delete'; name: string; files: string[] }
+  | { cmd: 'delete'; name: string; files: string[]; ignoreNotFound: boolean }
   | { cmd: 'label'; name: string; kind: string; ref: string; labels: string[] }
+  | { cmd: 'patch'; name: string; kind: string; ref: string; type: PatchType; patch: unknown }
   | { cmd: 'get'; name: string; kind: string; ref?: string; output: Output }
   | { cmd: 'kubeconfig'; name: string }
   | { cmd: 'probe'; name: string; probes?: string; output: Output }
   | { cmd: 'demo'; name: string; nodes: number; primary: Primary; sluice: boolean }
   | { cmd: 'help'; text: string };
 
-const COMMANDS = ['up', 'down', 'apply', 'delete', 'label', 'get', 'kubeconfig', 'probe', 'demo'] as const;
+const COMMANDS = ['up', 'down', 'apply', 'delete', 'label', 'patch', 'get', 'kubeconfig', 'probe', 'demo'] as const;
 
 function parser(argv: string[]) {
   return yargs(argv)
@@ -45,9 +47,16 @@ function parser(argv: string[]) {
       y.option('f', { alias: 'filename', type: 'string', array: true, demandOption: 'apply needs -f FILE', describe: 'manifest file or directory' }),
     )
     .command('delete', 'delete the objects named in manifests', (y) =>
-      y.option('f', { alias: 'filename', type: 'string', array: true, demandOption: 'delete needs -f FILE', describe: 'manifest file or directory' }),
+      y
+        .option('f', { alias: 'filename', type: 'string', array: true, demandOption: 'delete needs -f FILE', describe: 'manifest file or directory' })
+        .option('ignore-not-found', { type: 'boolean', default: false, describe: 'an object already gone is not an error (kubectl delete --ignore-not-found)' }),
     )
     .command('label <kind> <ref> [labels..]', 'set (k=v) or remove (k-) labels of an object')
+    .command('patch <kind> <ref>', 'change an object with a JSON patch (RFC 6902) or a JSON merge patch (RFC 7386), as kubectl patch does', (y) =>
+      y
+        .option('type', { type: 'string', choices: ['json', 'merge'], default: 'merge', describe: 'patch type (kubectl patch --type)' })
+        .option('p', { alias: 'patch', type: 'string', demandOption: 'patch needs -p PATCH', describe: 'the patch, as JSON' }),
+    )
     .command('get <kind> [ref]', 'show objects as the API server holds them', (y) =>
       y
         .option('o', { alias: 'output', type: 'string', choices: ['table', 'json'], default: 'table' })
@@ -103,12 +112,26 @@ export function parseArgs(argv: string[]): Command {
     case 'down':
       return { cmd, name, all: Boolean(a.all) };
     case 'apply':
-    case 'delete':
       if (files.length === 0) throw new UsageError(`${cmd} needs -f FILE`);
       return { cmd, name, files };
+    case 'delete':
+      if (files.length === 0) throw new UsageError(`${cmd} needs -f FILE`);
+      return { cmd, name, files, ignoreNotFound: Boolean(a['ignore-not-found']) };
     case 'label':
       if (!a.labels || (a.labels as string[]).length === 0) throw new UsageError('label needs at least one k=v or k- argument');
       return { cmd, name, kind: String(a.kind), ref: String(a.ref), labels: (a.labels as unknown[]).map(String) };
+    case 'patch': {
+      let patch: unknown;
+      try {
+        patch = JSON.parse(String(a.p));
+      } catch (err) {
+        throw new UsageError(`patch -p: not JSON (${(err as Error).message})`);
+      }
+      const type = a.type as PatchType;
+      if (type === 'json' && !Array.isArray(patch)) throw new UsageError('patch --type json: -p must be a JSON array of operations');
+      if (type === 'merge' && (patch === null || typeof patch !== 'object' || Array.isArray(patch))) throw new UsageError('patch --type merge: -p must be a JSON object');
+      return { cmd, name, kind: String(a.kind), ref: String(a.ref), type, patch };
+    }
     case 'get':
       return { cmd, name, kind: String(a.kind), ...(a.ref !== undefined ? { ref: String(a.ref) } : {}), output: a.o as Output };
     case 'kubeconfig':

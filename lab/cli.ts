@@ -5,7 +5,7 @@
  */
 import { parseArgs, UsageError } from './args.js';
 import { demo } from './demo.js';
-import { apply, down, get, kubeconfig, label, probe, remove, up } from './ops.js';
+import { apply, down, get, kubeconfig, label, patch, probe, remove, up } from './ops.js';
 
 const out = (text: string): void => void process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);
 
@@ -31,6 +31,9 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     case 'label':
       await label(cmd, out);
+      return 0;
+    case 'patch':
+      await patch(cmd, out);
       return 0;
     case 'get':
       await get(cmd, out);

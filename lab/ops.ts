@@ -227,7 +227,7 @@ export async function apply(opts: { name: string; files: string[] }, out: Out): 
   await waitForServices(rest, opts.name, info.nodes);
 }
 
-export async function remove(opts: { name: string; files: string[] }, out: Out): Promise<void> {
+export async function remove(opts: { name: string; files: string[]; ignoreNotFound?: boolean }, out: Out): Promise<void> {
   const info = requireRunningLab(opts.name);
   const plan = planDelete(await loadManifests(opts.files));
   const rest = clientFor(info);
@@ -248,6 +248,7 @@ export async function remove(opts: { name: string; files: string[] }, out: Out):
       for (const pod of inNamespace) gonePods.push({ namespace: pod.metadata.namespace!, name: pod.metadata.name });
     } catch (err) {
       if (!(err instanceof ApiError)) throw err;
+      if (err.code === 404 && opts.ignoreNotFound) continue;
       failures.push(`${what}: ${err.message}`);
     }
   }
@@ -274,6 +275,14 @@ export async function label(opts: { name: string; kind: string; ref: string; lab
   }
   out(`${kind.kind.toLowerCase()}/${opts.ref} labeled`);
   await waitForServices(rest, opts.name, info.nodes);
+}
+
+export async function patch(opts: { name: string; kind: string; ref: string; type: 'json' | 'merge'; patch: unknown }, out: Out): Promise<void> {
+  const info = requireRunningLab(opts.name);
+  const kind = resolveKind(opts.kind);
+  const { namespace, name } = parseObjectRef(kind, opts.ref);
+  await clientFor(info).patch(kind, name, namespace, opts.patch, undefined, opts.type);
+  out(`${kind.kind.toLowerCase()}/${opts.ref} patched`);
 }
 
 // ------------------------------------------------------------------------------------------

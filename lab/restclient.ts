@@ -91,9 +91,10 @@ export class RestClient {
     return this.request('PUT', subresource ? `${path}/${subresource}` : path, obj);
   }
 
-  patch(kind: ResourceKind, name: string, namespace: string | undefined, patch: unknown, subresource?: 'status'): Promise<KubeObject> {
+  /** A JSON merge patch (RFC 7386), or with type 'json' a JSON patch (RFC 6902). */
+  patch(kind: ResourceKind, name: string, namespace: string | undefined, patch: unknown, subresource?: 'status', type: 'merge' | 'json' = 'merge'): Promise<KubeObject> {
     const path = resourcePath(kind, namespace, name);
-    return this.request('PATCH', subresource ? `${path}/${subresource}` : path, patch, 'application/merge-patch+json');
+    return this.request('PATCH', subresource ? `${path}/${subresource}` : path, patch, type === 'json' ? 'application/json-patch+json' : 'application/merge-patch+json');
   }
 
   delete(kind: ResourceKind, name: string, namespace?: string): Promise<unknown> {

@@ -61,6 +61,8 @@ t.test('args: commands, defaults and errors', async (t) => {
   t.same(parseArgs(['probe', '--probes', 'p.json', '-o', 'json']), { cmd: 'probe', name: 'sl', probes: 'p.json', output: 'json' });
   t.same(parseArgs(['down', '--all']), { cmd: 'down', name: 'sl', all: true });
   t.same(parseArgs(['apply', '-f', 'x.yaml']), { cmd: 'apply', name: 'sl', files: ['x.yaml'] });
+  t.same(parseArgs(['delete', '-f', 'x.yaml']), { cmd: 'delete', name: 'sl', files: ['x.yaml'], ignoreNotFound: false });
+  t.same(parseArgs(['delete', '--ignore-not-found', '-f', 'a.yaml', '-f', 'b.yaml']), { cmd: 'delete', name: 'sl', files: ['a.yaml', 'b.yaml'], ignoreNotFound: true });
   t.equal(parseArgs(['demo']).cmd, 'demo');
   t.equal((parseArgs(['demo']) as { sluice: boolean }).sluice, true, 'the demo runs enforcing agents by default');
   t.equal((parseArgs(['demo', '--no-sluice']) as { sluice: boolean }).sluice, false);
@@ -72,6 +74,13 @@ t.test('args: commands, defaults and errors', async (t) => {
   t.throws(() => parseArgs(['up', '--name', 'Bad_Name']), /lab name/);
   t.throws(() => parseArgs(['get', 'pods', '-o', 'yaml']), UsageError);
   t.throws(() => parseArgs(['label', 'pod', 'x/a']), /at least one/);
+  const ops = [{ op: 'remove', path: '/spec/template/spec/initContainers' }];
+  t.same(parseArgs(['patch', 'daemonset', 'sluice-system/sluice-agent', '--type', 'json', '-p', JSON.stringify(ops)]), { cmd: 'patch', name: 'sl', kind: 'daemonset', ref: 'sluice-system/sluice-agent', type: 'json', patch: ops });
+  t.same(parseArgs(['patch', 'pod', 'x/a', '-p', '{"metadata":{"labels":{"a":"b"}}}']), { cmd: 'patch', name: 'sl', kind: 'pod', ref: 'x/a', type: 'merge', patch: { metadata: { labels: { a: 'b' } } } }, 'merge patch by default, as kubectl');
+  t.throws(() => parseArgs(['patch', 'pod', 'x/a', '-p', '{nope']), /-p: not JSON/);
+  t.throws(() => parseArgs(['patch', 'pod', 'x/a', '--type', 'json', '-p', '{}']), /JSON array of operations/);
+  t.throws(() => parseArgs(['patch', 'pod', 'x/a', '-p', '[]']), /must be a JSON object/);
+  t.throws(() => parseArgs(['patch', 'pod', 'x/a']), /-p/);
   t.throws(() => parseArgs(['up', '--bogus']), UsageError);
 });
 
