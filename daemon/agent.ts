@@ -357,6 +357,7 @@ export class Agent {
     }
     const diff = await this.syncFlows({ verify: true });
     log.info({ added: diff.add.length, removed: diff.remove.length, unchanged: diff.unchanged, pods: this.pods.size }, 'startup: flows converged');
+    if (await this.ovs.endFlowRestoreWait()) log.info('startup: flow-restore-wait ended (ovs-vswitchd forwards by the new flows)');
 
     const iptables = await resolveIptables(cfg.iptablesBackend);
     log.info({ backend: iptables.commands.backend ?? 'iptables', why: iptables.why }, 'startup: iptables backend');
@@ -574,6 +575,7 @@ export class Agent {
         }
         const diff = await this.syncFlows({ verify: true });
         if (diff.add.length || diff.remove.length) repairs.push(`flows: +${diff.add.length} -${diff.remove.length}`);
+        if (await this.ovs.endFlowRestoreWait()) repairs.push('flow-restore-wait ended (ovs-vswitchd was restarted over the bridge)');
         repairs.push(...(await this.net.resync(this.podRoutes())));
         if (this.config.datapath === 'netdev') {
           const isolated = new Set(await guardedVeths());

@@ -167,6 +167,7 @@ export async function cleanupNode(
       await ovs.vsctl(['--if-exists', 'del-br', config.bridge]);
       return `bridge ${config.bridge} and its gateway ${config.gateway} (with their flows)`;
     });
+    await step('end flow-restore-wait', async () => ((await ovs.endFlowRestoreWait()) ? 'other_config:flow-restore-wait (set by the ovs container restart; no agent will end it)' : []));
     await step(`check ${config.gateway}`, async () => {
       if ((await hostnet.netlink.linkIndex(config.gateway)) !== undefined) {
         throw new Error(`${config.gateway} still exists after ${config.bridge} was removed (not an OVS port of it?)`);

@@ -124,6 +124,19 @@ export class Ovs {
     return r.stdout;
   }
 
+  /**
+   * Ends ovs-vswitchd's flow-restore-wait once the bridge holds the agent's flows. The ovs container
+   * sets it when it restarts ovs-vswitchd over an existing bridge: the kernel datapath then keeps
+   * forwarding with the flows it has (Pods keep their connectivity and their policy) instead of
+   * being flushed, until this says the OpenFlow tables are complete again. Returns whether it was set.
+   */
+  async endFlowRestoreWait(): Promise<boolean> {
+    const value = await this.vsctl(['--if-exists', 'get', 'Open_vSwitch', '.', 'other_config:flow-restore-wait']);
+    if (value.trim().replace(/"/g, '') !== 'true') return false;
+    await this.vsctl(['--no-wait', 'remove', 'Open_vSwitch', '.', 'other_config', 'flow-restore-wait']);
+    return true;
+  }
+
   async ofctl(args: string[], input?: string): Promise<string> {
     const r = await execa('ovs-ofctl', ['-O', 'OpenFlow15', `--timeout=${this.timeout}`, ...args], {
       reject: false,

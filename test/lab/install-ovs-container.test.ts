@@ -99,6 +99,7 @@ if (why) {
     t.ok(c.alive(), 'the script is still running once the daemons are up');
     vsctl('--no-wait', 'add-br', 'im-br0', '--', 'set', 'Bridge', 'im-br0', 'datapath_type=netdev');
     systemId = vsctl('get', 'Open_vSwitch', '.', 'external_ids:system-id');
+    t.equal(vsctl('--if-exists', 'get', 'Open_vSwitch', '.', 'other_config:flow-restore-wait'), '', 'a first start (no bridge yet) does not set flow-restore-wait');
     t.match(systemId, /^"?[0-9a-f-]{36}"?$/, 'a system-id is recorded');
     await sleep(6_000);   // longer than one status poll: the script must still be there
     t.ok(c.alive(), 'the script stays in the foreground while OVS runs');
@@ -117,6 +118,9 @@ if (why) {
     t.ok(c.alive(), 'running again');
     t.match(vsctl('list-br'), /^im-br0$/m, 'the bridge survived the stop/start');
     t.equal(vsctl('get', 'Open_vSwitch', '.', 'external_ids:system-id'), systemId, 'the same system-id (persisted in /etc/openvswitch)');
+    // Set before ovs-vswitchd started, so it never flushed the datapath; the agent ends it.
+    t.equal(vsctl('get', 'Open_vSwitch', '.', 'other_config:flow-restore-wait'), '"true"', 'a restart over an existing bridge starts ovs-vswitchd with flow-restore-wait');
+    t.match(c.output(), /bridges exist \(im-br0 \): starting with flow-restore-wait/, 'and says so');
 
     process.kill(daemonPid('ovs-vswitchd'), 'SIGKILL');
     const exit = await Promise.race([c.exited, sleep(30_000).then(() => undefined)]);
