@@ -1,0 +1,5 @@
+// sluice installed through its image and manifests on the EKS-style primary (a /32 per Pod, the
+// VPC CNI's conflist shape): install on busy nodes, enforcement = simulate, roll, uninstall.
+import { dsInstallSuite } from './ds-install-suite.js';
+
+dsInstallSuite({ lab: 'dse', primary: 'eks', full: false });

@@ -1,0 +1,5 @@
+// sluice installed through its image and manifests on the ptp primary: every step of
+// ds-install-suite.ts (install on busy nodes, enforcement, roll, restart, refusal, uninstall).
+import { dsInstallSuite } from './ds-install-suite.js';
+
+dsInstallSuite({ lab: 'dsi', primary: 'ptp', full: true });
