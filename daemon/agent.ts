@@ -797,5 +797,6 @@ export class Agent {
     await this.health?.close();
     await this.metricsServer?.close();
     await this.hostnet?.close();
+    this.ovs.close();
   }
 }

@@ -1,7 +1,10 @@
 /**
- * Thin OVS adapter: ovs-vsctl against the node's OVSDB socket and ovs-ofctl against the bridge's
- * management socket, both under `ovsRunDir`, so a node's private OVS (the lab) and the machine's
- * OVS are addressed the same way. Every method converges and reports what it changed.
+ * Thin OVS adapter, everything under `ovsRunDir` so a node's private OVS (the lab) and the
+ * machine's OVS are addressed the same way: the per-Pod work (ports, their records, the OpenFlow
+ * port numbers) on one OVSDB session and ovs-vswitchd's control socket, with no process forked;
+ * the bridge and gateway set-up (start-up and resync only) through ovs-vsctl, flows through
+ * ovs-ofctl against the bridge's management socket. Every method converges and reports what it
+ * changed.
  */
 import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
@@ -11,6 +14,9 @@ import type { Logger } from 'pino';
 import { bundleText, diffFlows, type FlowDiff, isEmptyDiff, parseSluiceCookies } from './diff.js';
 import { type Flow, SLUICE_COOKIE_FILTER } from './flow.js';
 import { GATEWAY_OFPORT, tableId, TABLES, type TableName } from './tables.js';
+import { JsonRpcClosed } from '../ovs/jsonrpc.js';
+import { type Condition, OvsdbClient, OvsdbError, ovsMap, type Row } from '../ovs/ovsdb.js';
+import { unixctl } from '../ovs/unixctl.js';
 
 export type Datapath = 'system' | 'netdev';
 
@@ -107,11 +113,57 @@ export class Ovs {
   readonly db: string;
   readonly target: string;
   private readonly timeout: number;
+  private readonly ovsdb: OvsdbClient;
 
   constructor(readonly opts: OvsOptions) {
     this.db = `unix:${opts.ovsRunDir}/db.sock`;
     this.target = `unix:${opts.ovsRunDir}/${opts.bridge}.mgmt`;
     this.timeout = opts.timeoutSec ?? 15;
+    this.ovsdb = new OvsdbClient(join(opts.ovsRunDir, 'db.sock'), { timeoutMs: this.timeout * 1000 });
+  }
+
+  /** Ends the OVSDB session (the agent's shutdown); a later call opens a new one. */
+  close(): void {
+    this.ovsdb.close();
+  }
+
+  /** OVSDB errors and an unreachable server as OvsError, naming what was being done. */
+  private async transact(what: string, ops: Parameters<OvsdbClient['transact']>[0]) {
+    try {
+      return await this.ovsdb.transact(ops);
+    } catch (err) {
+      if (err instanceof OvsdbError || err instanceof JsonRpcClosed) throw new OvsError(`${what}: ${err.message}`);
+      throw err;
+    }
+  }
+
+  private async select(what: string, table: string, where: Condition[], columns: string[]): Promise<Row[]> {
+    try {
+      return await this.ovsdb.select(table, where, columns);
+    } catch (err) {
+      if (err instanceof OvsdbError || err instanceof JsonRpcClosed) throw new OvsError(`${what}: ${err.message}`);
+      throw err;
+    }
+  }
+
+  /**
+   * Asks ovs-vswitchd to apply the database as it is now and waits until it has (what ovs-vsctl
+   * does after a change unless --no-wait): afterwards a new port has its OpenFlow number, a
+   * removed one is gone from the datapath.
+   */
+  private async waitForVswitchd(what: string): Promise<void> {
+    const [, sel] = await this.transact(what, [
+      { op: 'mutate', table: 'Open_vSwitch', where: [], mutations: [['next_cfg', '+=', 1]] },
+      { op: 'select', table: 'Open_vSwitch', where: [], columns: ['next_cfg'] },
+    ]);
+    const target = Number(sel?.rows?.[0]?.next_cfg);
+    const deadline = Date.now() + this.timeout * 1000;
+    for (let delay = 1; ; delay = Math.min(delay * 2, 50)) {
+      const [row] = await this.select(what, 'Open_vSwitch', [], ['cur_cfg']);
+      if (Number(row?.cur_cfg) >= target) return;
+      if (Date.now() > deadline) throw new OvsError(`${what}: ovs-vswitchd did not apply the change within ${this.timeout} s (is it running?)`);
+      await new Promise((r) => setTimeout(r, delay));
+    }
   }
 
   get bridge(): string {
@@ -146,11 +198,17 @@ export class Ovs {
     return r.stdout;
   }
 
+  /** An ovs-appctl command to ovs-vswitchd, over its control socket (no process forked). */
   async appctl(args: string[]): Promise<string> {
-    const target = vswitchdControlSocket(this.opts.ovsRunDir, await readFile(join(this.opts.ovsRunDir, 'ovs-vswitchd.pid'), 'utf8').catch(() => undefined));
-    const r = await execa('ovs-appctl', [`--timeout=${this.timeout}`, ...(target ? ['-t', target] : []), ...args], { reject: false, env: { OVS_RUNDIR: this.opts.ovsRunDir } });
-    if (r.exitCode !== 0) throw new OvsError(`ovs-appctl ${args.join(' ')}: ${r.stderr.trim() || `exit ${r.exitCode}`}`);
-    return r.stdout;
+    const pid = await readFile(join(this.opts.ovsRunDir, 'ovs-vswitchd.pid'), 'utf8').catch(() => undefined);
+    const target = vswitchdControlSocket(this.opts.ovsRunDir, pid);
+    if (!target) throw new OvsError(`ovs-appctl ${args.join(' ')}: no ovs-vswitchd.pid in ${this.opts.ovsRunDir} (is ovs-vswitchd running?)`);
+    const [command, ...rest] = args;
+    try {
+      return await unixctl(target, command!, rest, this.timeout * 1000);
+    } catch (err) {
+      throw new OvsError(`ovs-appctl ${args.join(' ')}: ${(err as Error).message}`);
+    }
   }
 
   /** Fails with a message saying where OVSDB was expected when it does not answer. */
@@ -241,7 +299,7 @@ export class Ovs {
   }
 
   private async findInterface(name: string): Promise<Record<string, unknown> | undefined> {
-    return rows(await this.vsctl(['--format=json', '--columns=name,type,ofport,mac,mac_in_use,external_ids,error', 'find', 'Interface', `name=${q(name)}`]))[0];
+    return (await this.select(`look up interface ${name}`, 'Interface', [['name', '==', name]], ['name', 'type', 'ofport', 'mac', 'mac_in_use', 'external_ids', 'error']))[0];
   }
 
   /**
@@ -249,9 +307,28 @@ export class Ovs {
    * asks OVS for that number (honoured when free), so flows for the port can go in before it.
    */
   async addPodPort(name: string, ids: PodPortIds, ofportRequest?: number): Promise<number> {
-    const sets = Object.entries(ids).map(([k, v]) => `external_ids:${k}=${q(v)}`);
-    if (ofportRequest !== undefined) sets.push(`ofport_request=${ofportRequest}`);
-    await this.vsctl(['--', '--may-exist', 'add-port', this.opts.bridge, name, '--', 'set', 'Interface', name, ...sets]);
+    const what = `attach ${name} to ${this.opts.bridge}`;
+    const br = this.opts.bridge;
+    const request = ofportRequest !== undefined ? { ofport_request: ofportRequest } : {};
+    const [found] = await this.select(what, 'Interface', [['name', '==', name]], ['_uuid', 'external_ids']);
+    if (found) {
+      // Already a port (a repeated ADD, a resync): its other external_ids stay, ours are set.
+      const merged = { ...(found.external_ids as Record<string, string>), ...ids };
+      const [port] = await this.select(what, 'Port', [['interfaces', 'includes', ['uuid', String(found._uuid)]]], ['_uuid']);
+      const [bridge] = await this.select(what, 'Bridge', [['name', '==', br]], ['ports']);
+      if (!bridge) throw new OvsError(`${what}: bridge ${br} does not exist`);
+      if (!port || !(bridge.ports as string[]).includes(String(port._uuid))) throw new OvsError(`${what}: interface ${name} exists in OVSDB but not as a port of ${br}`);
+      await this.transact(what, [{ op: 'update', table: 'Interface', where: [['_uuid', '==', ['uuid', String(found._uuid)]]], row: { external_ids: ovsMap(merged), ...request } }]);
+    } else {
+      const [, , mutated] = await this.transact(what, [
+        { op: 'insert', table: 'Interface', 'uuid-name': 'iface', row: { name, external_ids: ovsMap({ ...ids }), ...request } },
+        { op: 'insert', table: 'Port', 'uuid-name': 'port', row: { name, interfaces: ['named-uuid', 'iface'] } },
+        { op: 'mutate', table: 'Bridge', where: [['name', '==', br]], mutations: [['ports', 'insert', ['set', [['named-uuid', 'port']]]]] },
+      ]);
+      // Not an error in OVSDB: nothing matched. The new rows are then unreferenced and dropped.
+      if (mutated?.count !== 1) throw new OvsError(`${what}: bridge ${br} does not exist`);
+    }
+    await this.waitForVswitchd(what);
     const cur = await this.findInterface(name);
     const ofport = asNumber(cur?.ofport);
     if (ofport < 1) throw new OvsError(`OVS could not attach ${name}: ${asString(cur?.error) || 'no OpenFlow port assigned'}`);
@@ -260,20 +337,25 @@ export class Ovs {
 
   /** The lowest OpenFlow port number above every number an interface has or has requested. */
   async freeOfport(): Promise<number> {
-    const used = rows(await this.vsctl(['--format=json', '--columns=ofport,ofport_request', 'list', 'Interface'])).flatMap((r) => [asNumber(r.ofport), asNumber(r.ofport_request)]);
+    const used = (await this.select('choose an OpenFlow port number', 'Interface', [], ['ofport', 'ofport_request'])).flatMap((r) => [asNumber(r.ofport), asNumber(r.ofport_request)]);
     const max = Math.max(0, ...used.filter((n) => n > 0 && n < GATEWAY_OFPORT));
     if (max + 1 >= GATEWAY_OFPORT) throw new OvsError(`no free OpenFlow port number below the gateway's (${GATEWAY_OFPORT})`);
     return max + 1;
   }
 
+  /** Removes a port from the bridge (nothing to do when there is none by that name). */
   async removePort(name: string): Promise<void> {
-    await this.vsctl(['--if-exists', 'del-port', this.opts.bridge, name]);
+    const what = `remove port ${name} from ${this.opts.bridge}`;
+    const [port] = await this.select(what, 'Port', [['name', '==', name]], ['_uuid']);
+    if (!port) return;
+    await this.transact(what, [{ op: 'mutate', table: 'Bridge', where: [['name', '==', this.opts.bridge]], mutations: [['ports', 'delete', ['set', [['uuid', String(port._uuid)]]]]] }]);
+    await this.waitForVswitchd(what);
   }
 
   /** Every Pod port sluice attached (identified by external_ids:sluice-type=container). */
   async listPodPorts(): Promise<PodPortRecord[]> {
-    const out = await this.vsctl(['--format=json', '--columns=name,ofport,external_ids,error', 'find', 'Interface', 'external_ids:sluice-type=container']);
-    return rows(out)
+    const found = await this.select('list Pod ports', 'Interface', [['external_ids', 'includes', ovsMap({ 'sluice-type': 'container' })]], ['name', 'ofport', 'external_ids', 'error']);
+    return found
       .map((r) => ({
         name: asString(r.name),
         ofport: asNumber(r.ofport),

@@ -4,9 +4,12 @@
  * ovs-vswitchd restart, and ofproto/trace walks of the computed pipeline.
  */
 import t from 'tap';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { pino } from 'pino';
 import { diffFlows } from '../../daemon/flows/diff.js';
-import { FlowSync, Ovs } from '../../daemon/flows/ovs.js';
+import { FlowSync, Ovs, OvsError } from '../../daemon/flows/ovs.js';
+import { OvsdbClient } from '../../daemon/ovs/ovsdb.js';
 import { computeFlows, type PipelineInput } from '../../daemon/flows/pipeline.js';
 import { flowAges, inNs, missingPrereq, Node, sh, sleep } from './datapath-env.js';
 
@@ -110,6 +113,30 @@ if (why) {
     t.equal(replay.add.length, desired.length);
     t.same((await ovs.installedCookies()).sort(), desired.map((f) => f.cookie).sort());
     t.equal(await get('Interface', 'dpop1', 'ofport'), String(ports.dpop1!.ofport), 'Pod ports keep their numbers');
+  });
+
+  await t.test('OVSDB session and control socket: errors with their text, a new session after ovsdb-server restarts', async (t) => {
+    const db = new OvsdbClient(join(node.runDir, 'db.sock'));
+    await t.rejects(
+      db.transact([{ op: 'insert', table: 'Interface', row: { name: 'dpox', no_such_column: 1 } }]),
+      /OVSDB transact: operation 0 \(insert Interface\): .*no_such_column/,
+      "ovsdb-server's own error text, naming the operation",
+    );
+    db.close();
+    const other = new Ovs({ ovsRunDir: node.runDir, bridge: 'br-none', datapath: 'netdev', log });
+    await t.rejects(other.addPodPort('dpop1', (await ovs.listPodPorts())[0]!.ids), /attach dpop1 to br-none: bridge br-none does not exist/);
+    await t.rejects(ovs.appctl(['no/such']), /ovs-appctl no\/such: "no\/such" is not a valid command/, "ovs-vswitchd's error text");
+    t.match(await ovs.appctl(['dpif/show']), /br-int/, 'a command answered over the control socket');
+
+    const before = (await ovs.listPodPorts()).map((p) => [p.name, p.ofport]);
+    const pid = Number(readFileSync(join(node.runDir, 'ovsdb-server.pid'), 'utf8').trim());
+    process.kill(pid, 'SIGKILL');
+    const down = await ovs.listPodPorts().then(() => undefined, (err: unknown) => err);
+    t.ok(down instanceof OvsError, `while ovsdb-server is down: an OvsError naming what failed (${(down as Error)?.message})`);
+    t.match((down as Error)?.message, /^list Pod ports: .*db\.sock/);
+    await sh('ip', ['netns', 'exec', node.ns, 'ovsdb-server', `--remote=punix:${node.runDir}/db.sock`, `--pidfile=${node.runDir}/ovsdb-server.pid`, '--detach', `--log-file=${node.runDir}/ovsdb-server.log`, `${node.runDir}/conf.db`], { env: node.ovsEnv() });
+    t.same((await ovs.listPodPorts()).map((p) => [p.name, p.ofport]), before, 'the same Ovs answers again once ovsdb-server is back (a new session)');
+    t.equal(await ovs.addPodPort('dpop1', (await ovs.listPodPorts())[0]!.ids), ports.dpop1!.ofport, 'and changes go through it');
   });
 
   await t.test('ofproto/trace walks of the pipeline', async (t) => {

@@ -1,0 +1,161 @@
+// daemon/ovs/: the JSON-RPC stream framing Open vSwitch uses, the OVSDB session and the unixctl
+// client, against fake servers on Unix sockets (test/lab/datapath-ovs.test.ts runs them against
+// the real daemons).
+import t from 'tap';
+import { createServer, type Server, type Socket } from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { JsonRpcClosed, JsonRpcConnection, JsonRpcError, JsonSplitter } from '../../daemon/ovs/jsonrpc.js';
+import { decodeValue, OvsdbClient, OvsdbError } from '../../daemon/ovs/ovsdb.js';
+import { unixctl, UnixctlError } from '../../daemon/ovs/unixctl.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'ovs-jsonrpc-'));
+t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+
+t.test('JsonSplitter: back-to-back values, cut anywhere, braces and quotes inside strings', async (t) => {
+  const values: unknown[] = [
+    { method: 'echo', params: [], id: 'echo' },
+    { result: [{ rows: [{ name: 'a}b{c', note: 'say "hi" \\ {[' }] }], error: null, id: 1 },
+    [1, [2, { x: ']' }]],
+    { id: 2, result: 'ünïcödé ✓ 😀', error: null },
+    { empty: {}, list: [], s: '' },
+  ];
+  const text = values.map((v) => JSON.stringify(v)).join(' \n');
+  // Every cut point of the whole stream, in two chunks, and a random chunking.
+  for (let cut = 0; cut <= text.length; cut++) {
+    const s = new JsonSplitter();
+    const got = [...s.push(text.slice(0, cut)), ...s.push(text.slice(cut))];
+    if (JSON.stringify(got) !== JSON.stringify(values)) {
+      t.fail(`cut at ${cut}: ${JSON.stringify(got)}`);
+      return;
+    }
+  }
+  const s = new JsonSplitter();
+  const got: unknown[] = [];
+  for (let i = 0; i < text.length; ) {
+    const n = 1 + Math.floor(Math.random() * 7);
+    got.push(...s.push(text.slice(i, i + n)));
+    i += n;
+  }
+  t.same(got, values, 'random chunks');
+  t.throws(() => new JsonSplitter().push('{"a":1}}'), /unbalanced/);
+  t.throws(() => new JsonSplitter().push('{"a":1} nope'), /expected an object/);
+});
+
+/** A fake JSON-RPC server: `handle` answers each request (or not). */
+const open = new Map<Server, Set<Socket>>();
+function serve(path: string, handle: (msg: Record<string, unknown>, sock: Socket) => void): Promise<Server> {
+  const socks = new Set<Socket>();
+  const server = createServer((sock) => {
+    socks.add(sock);
+    sock.on('close', () => socks.delete(sock));
+    const split = new JsonSplitter();
+    sock.setEncoding('utf8');
+    sock.on('data', (d: string) => {
+      for (const m of split.push(d)) handle(m as Record<string, unknown>, sock);
+    });
+    sock.on('error', () => undefined);
+  });
+  open.set(server, socks);
+  return new Promise((resolve) => server.listen(path, () => resolve(server)));
+}
+/** Stops listening and drops every session, as a restarted daemon does. */
+const close = (s: Server) =>
+  new Promise<void>((r) => {
+    s.close(() => r());
+    for (const sock of open.get(s) ?? []) sock.destroy();
+  });
+
+t.test('JsonRpcConnection: replies matched by id out of order, echo answered, notifications, errors', async (t) => {
+  const path = join(dir, 'rpc.sock');
+  const seen: Record<string, unknown>[] = [];
+  let held: { sock: Socket; id: unknown } | undefined;
+  const server = await serve(path, (m, sock) => {
+    seen.push(m);
+    if (m.method === 'slow') held = { sock, id: m.id };
+    else if (m.method === 'fast') {
+      // Before answering: the server's own keep-alive and a notification.
+      sock.write(JSON.stringify({ method: 'echo', params: ['ping', 7], id: 'echo' }));
+      sock.write(JSON.stringify({ method: 'update', params: ['mon', { Interface: {} }], id: null }));
+      sock.write(JSON.stringify({ result: 'fast done', error: null, id: m.id }));
+      held!.sock.write(JSON.stringify({ result: 'slow done', error: null, id: held!.id }));
+    } else if (m.method === 'bad') sock.write(JSON.stringify({ result: null, error: 'unknown method', id: m.id }));
+  });
+  const conn = await JsonRpcConnection.connect(path);
+  const notes: unknown[] = [];
+  conn.onNotification((method, params) => notes.push([method, params]));
+  const slow = conn.request('slow', []);
+  await new Promise((r) => setTimeout(r, 20));
+  const fast = conn.request('fast', ['x']);
+  t.same(await Promise.all([slow, fast]), ['slow done', 'fast done'], 'each reply reaches its request');
+  t.same(notes, [['update', ['mon', { Interface: {} }]]], 'the notification');
+  for (let i = 0; i < 50 && !seen.some((m) => m.id === 'echo'); i++) await new Promise((r) => setTimeout(r, 10));
+  t.same(seen.find((m) => m.id === 'echo'), { result: ['ping', 7], error: null, id: 'echo' }, "the server's echo answered with its own params");
+  await t.rejects(conn.request('bad', []), new JsonRpcError('bad', 'unknown method'), 'an error reply rejects with its text');
+  await t.rejects(conn.request('never', [], 50), JsonRpcClosed, 'no reply within the timeout');
+  conn.close();
+  await conn.closed;
+  await t.rejects(conn.request('after', []), JsonRpcClosed, 'a closed connection refuses new requests');
+  await close(server);
+  await t.rejects(JsonRpcConnection.connect(path), /rpc\.sock: connect (ENOENT|ECONNREFUSED)/, 'nothing listening: the path is named');
+});
+
+t.test('JsonRpcConnection: requests in flight fail when the server goes away', async (t) => {
+  const path = join(dir, 'drop.sock');
+  const server = await serve(path, (_m, sock) => sock.destroy());
+  const conn = await JsonRpcConnection.connect(path);
+  await t.rejects(conn.request('x', []), JsonRpcClosed);
+  await close(server);
+});
+
+t.test('OvsdbClient: transact, errors named by operation, a new session after the server restarted', async (t) => {
+  const path = join(dir, 'db.sock');
+  const transacts: unknown[] = [];
+  const handler = (m: Record<string, unknown>, sock: Socket) => {
+    if (m.method !== 'transact') return;
+    transacts.push(m.params);
+    const ops = (m.params as unknown[]).slice(1) as { op: string; table?: string }[];
+    const results = ops.map((op) =>
+      op.table === 'Nope' ? { error: 'unknown table', details: 'No table named Nope.' }
+      : op.op === 'select' ? { rows: [{ name: 'vt1', ofport: 7, error: ['set', []], external_ids: ['map', [['pod-name', 'a']]], _uuid: ['uuid', 'u-1'] }] }
+      : { count: 1 },
+    );
+    sock.write(JSON.stringify({ result: results, error: null, id: m.id }));
+  };
+  let server = await serve(path, handler);
+  const db = new OvsdbClient(path);
+  t.same(await db.select('Interface', [['name', '==', 'vt1']], ['name']), [{ name: 'vt1', ofport: 7, error: [], external_ids: { 'pod-name': 'a' }, _uuid: 'u-1' }], 'select decodes sets, maps and uuids');
+  t.same(transacts[0], ['Open_vSwitch', { op: 'select', table: 'Interface', where: [['name', '==', 'vt1']], columns: ['name'] }], 'the request as RFC 7047 writes it');
+  await t.rejects(
+    db.transact([{ op: 'select', table: 'Interface', where: [] }, { op: 'insert', table: 'Nope', row: {} }]),
+    new OvsdbError('OVSDB transact: operation 1 (insert Nope): unknown table: No table named Nope.'),
+    "OVSDB's error and details, naming the operation",
+  );
+  // The server restarts: the session is gone; the next call opens a new one.
+  await close(server);
+  server = await serve(path, handler);
+  let after: unknown;
+  for (let i = 0; i < 50 && after === undefined; i++) {
+    after = await db.transact([{ op: 'comment', comment: 'hello' }]).catch(() => undefined);
+    if (after === undefined) await new Promise((r) => setTimeout(r, 20));
+  }
+  t.same(after, [{ count: 1 }], 'a new session after the restart');
+  db.close();
+  await close(server);
+  await t.rejects(new OvsdbClient(join(dir, 'none.sock')).transact([]), /cannot reach OVSDB at unix:.*none\.sock \(is ovsdb-server running\?\)/);
+  t.same(decodeValue(['set', [['uuid', 'a'], ['uuid', 'b']]]), ['a', 'b']);
+});
+
+t.test('unixctl: the result text, or the error text ovs-appctl would print', async (t) => {
+  const path = join(dir, 'vswitchd.ctl');
+  const server = await serve(path, (m, sock) => {
+    if (m.method === 'revalidator/purge') sock.write(JSON.stringify({ result: '', error: null, id: m.id }));
+    else if (m.method === 'version') sock.write(JSON.stringify({ result: `ovs-vswitchd ${(m.params as string[]).join(' ')}\n`, error: null, id: m.id }));
+    else sock.write(JSON.stringify({ result: null, error: `"${String(m.method)}" is not a valid command\n`, id: m.id }));
+  });
+  t.equal(await unixctl(path, 'revalidator/purge'), '');
+  t.equal(await unixctl(path, 'version', ['a', 'b']), 'ovs-vswitchd a b\n', 'arguments are the params');
+  await t.rejects(unixctl(path, 'no/such'), new UnixctlError('"no/such" is not a valid command'));
+  await close(server);
+});
