@@ -322,7 +322,7 @@ function cleanupProcedureProblems(uninstallText: string, docs: Doc[]): string[] 
     'rollout status daemonset sluice-uninstall',
     'patch daemonset sluice-agent',
     'rollout status daemonset sluice-agent',
-    'kubectl delete -f install/uninstall.yaml -f install/sluice.yaml',
+    'kubectl delete --ignore-not-found -f install/uninstall.yaml -f install/sluice.yaml',
   ];
   const at = steps.map((s) => header.indexOf(s));
   steps.forEach((s, i) => {
@@ -390,7 +390,7 @@ t.test('the uninstall procedure check fails when the procedure is wrong', async 
       sluice, /does not set SLUICE_CLEANUP=1 on the sluice-agent container\nthe patch sets SLUICE_CLEANUP on container ovs/],
     ['the patch keeps install-cni', text.replace(/\{"op": "remove", "path": "\/spec\/template\/spec\/initContainers"\},\s*#?\s*/, ''), sluice, /install-cni still runs an install/],
     ['the wrong value', text.replace('"value": "1"}', '"value": "true"}'), sluice, /SLUICE_CLEANUP=1/],
-    ['delete before the cleanup', text.replace('kubectl delete -f install/uninstall.yaml -f install/sluice.yaml', 'x').replace('#  1. ', '#  1. kubectl delete -f install/uninstall.yaml -f install/sluice.yaml '), sluice, /comes before/],
+    ['delete before the cleanup', text.replace('kubectl delete --ignore-not-found -f install/uninstall.yaml -f install/sluice.yaml', 'x').replace('#  1. ', '#  1. kubectl delete --ignore-not-found -f install/uninstall.yaml -f install/sluice.yaml '), sluice, /comes before/],
     ['no patch step', text.replace(/patch daemonset sluice-agent/g, 'edit daemonset sluice-agent'), sluice, /lacks the step "patch daemonset sluice-agent"/],
     ['sluice.yaml without env on the agent', text, ((d) => { delete agentC(d).env; return d; })(clone(sluice)), /does not apply to sluice.yaml/],
   ];
