@@ -23,7 +23,7 @@ export interface CniRequest {
 
 export type CniResponse =
   | { ok: true; result?: unknown }
-  | { ok: false; code: number; msg: string; details?: string };
+  | { ok: false; code: number; msg: string; details?: string | undefined };
 
 /** CNI spec error codes used by sluice (plugin-specific codes are >= 100). */
 export const CniErrorCode = {
@@ -57,7 +57,7 @@ export const CniErrorCode = {
 export interface CniFailure {
   code: number;
   msg: string;
-  details?: string;
+  details?: string | undefined;
 }
 
 /** The newest spec version sluice speaks; used when the input names none (VERSION, errors). */

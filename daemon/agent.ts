@@ -130,7 +130,7 @@ class Kube {
   }
 
   /** Records a Kubernetes Event on an object (best effort: the caller logs a failure). */
-  async objectEvent(nodeName: string, obj: { kind: string; namespace?: string; name: string }, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> {
+  async objectEvent(nodeName: string, obj: { kind: string; namespace?: string | undefined; name: string }, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> {
     const now = new Date();
     // A cluster-scoped object's Events live in "default", as the API server's own do.
     const namespace = obj.namespace ?? 'default';
@@ -225,7 +225,7 @@ export class Agent {
   private readonly lock = new SharedExclusiveLock();
   private hostnet?: HostNetwork;
   private gateway?: GatewayInfo;
-  private nodeIP?: string;
+  private nodeIP?: string | undefined;
   private ready = false;
   private ovsReachable = true;
   private cni?: CniServer;
@@ -237,8 +237,8 @@ export class Agent {
   private monitors: ChildProcess[] = [];
   private chainKeeper?: ChainKeeper;
   private adoption: AdoptionStatus = { adopted: 0, unattached: [] };
-  private adopting?: Promise<void>;
-  private adoptAgain?: string;
+  private adopting?: Promise<void> | undefined;
+  private adoptAgain?: string | undefined;
   private readonly attachFailedAt = new Map<string, number>();
   private invalidReported = new Set<string>();
   private kube?: Kube;
@@ -740,7 +740,7 @@ export class Agent {
     }
   }
 
-  private async event(obj: { namespace?: string; name: string }, type: 'Normal' | 'Warning', reason: string, message: string, kind = 'Pod'): Promise<void> {
+  private async event(obj: { namespace?: string | undefined; name: string }, type: 'Normal' | 'Warning', reason: string, message: string, kind = 'Pod'): Promise<void> {
     try {
       await this.kube?.objectEvent(this.config.nodeName, { kind, ...obj }, type, reason, message);
     } catch (err) {
@@ -770,7 +770,7 @@ export class Agent {
    * fixed and broken again is reported again. Cluster-scoped objects' Events go to "default".
    */
   private reportInvalidPolicies(): void {
-    const report = this.enforcement?.policyReport?.() as { invalid?: { kind: string; namespace?: string; name: string; field: string; message: string }[] } | undefined;
+    const report = this.enforcement?.policyReport?.() as { invalid?: { kind: string; namespace?: string | undefined; name: string; field: string; message: string }[] } | undefined;
     if (!report?.invalid || !this.kube) return;
     const now = new Set<string>();
     for (const e of report.invalid) {

@@ -47,10 +47,10 @@ const WINDOW_MS = 10_000;
 const BACKOFF_MS = 30_000;
 
 export class ChainKeeper {
-  private watcher?: FSWatcher;
+  private watcher?: FSWatcher | undefined;
   private timer?: NodeJS.Timeout;
   private debounce?: NodeJS.Timeout;
-  private running?: Promise<void>;
+  private running?: Promise<void> | undefined;
   private again = false;
   private closed = false;
   private recent: number[] = [];

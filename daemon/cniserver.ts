@@ -144,7 +144,7 @@ export function socketAnswers(target: string | { host: string; port: number }, t
 async function serveConnection(sock: Socket, handler: CniHandler, serializer: OperationSerializer, log: Logger, observe?: CniRequestObserver): Promise<void> {
   // A client that vanishes (its runtime timed out) makes the answer fail with EPIPE/ECONNRESET:
   // worth a warning, never a crash. Before a request arrives it is just noise.
-  let request: { command?: string; containerId?: string } | undefined;
+  let request: { command?: string | undefined; containerId?: string | undefined } | undefined;
   const vanished = () => log.warn({ ...request }, 'cni: client went away before the answer; the operation completed anyway');
   sock.on('error', (err) => (request ? vanished() : log.debug({ err }, 'cni: client connection error')));
   const line = await readLine(sock);
@@ -206,7 +206,7 @@ async function respond(
   handler: CniHandler,
   serializer: OperationSerializer,
   log: Logger,
-): Promise<{ response: CniResponse; command?: string; containerId?: string }> {
+): Promise<{ response: CniResponse; command?: string | undefined; containerId?: string | undefined }> {
   let raw: unknown;
   try {
     raw = JSON.parse(line);

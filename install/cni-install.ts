@@ -12,8 +12,8 @@ import { ConfListError, isChained, sluiceEntry, unchainSluice } from './conflist
 export interface CniInstallOptions {
   confDir: string;            // /etc/cni/net.d
   binDir: string;             // /opt/cni/bin
-  pluginBinary?: string;      // the built sluice-cni executable to copy (omit to only chain)
-  socketPath?: string;        // written into sluice's entry when not the default
+  pluginBinary?: string | undefined;      // the built sluice-cni executable to copy (omit to only chain)
+  socketPath?: string | undefined;        // written into sluice's entry when not the default
 }
 
 /** Puts a file at `path` atomically: `write` fills a temporary file beside it, renamed over `path`. */

@@ -151,7 +151,7 @@ async function settledProbe(info: NonNullable<ReturnType<typeof readControl>>, o
   return last;
 }
 
-async function removeExamplePolicies(lab: string, policies: { file: string; objects: { apiVersion: string; kind: string; metadata: { name: string; namespace?: string } }[] }[], out: Out): Promise<void> {
+async function removeExamplePolicies(lab: string, policies: { file: string; objects: { apiVersion: string; kind: string; metadata: { name: string; namespace?: string | undefined } }[] }[], out: Out): Promise<void> {
   const info = readControl(lab)!;
   const rest = clientFor(info);
   let removed = 0;

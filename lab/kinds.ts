@@ -95,7 +95,7 @@ export function splitApiVersion(apiVersion: string): [string, string] {
 }
 
 /** REST path of a collection (namespace undefined = across all namespaces) or of one object. */
-export function resourcePath(k: ResourceKind, namespace?: string, name?: string): string {
+export function resourcePath(k: ResourceKind, namespace?: string | undefined, name?: string): string {
   const base = k.group ? `/apis/${k.group}/${k.version}` : `/api/${k.version}`;
   if (k.namespaced && namespace === undefined && name !== undefined) {
     throw new Error(`${k.kind} ${name}: a namespaced object needs a namespace`);
@@ -105,7 +105,7 @@ export function resourcePath(k: ResourceKind, namespace?: string, name?: string)
 }
 
 /** "ns/name" or "name" (namespace defaults to "default" for namespaced kinds). */
-export function parseObjectRef(k: ResourceKind, ref: string): { namespace?: string; name: string } {
+export function parseObjectRef(k: ResourceKind, ref: string): { namespace?: string | undefined; name: string } {
   const parts = ref.split('/');
   if (parts.length > 2 || parts.some((p) => !/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(p))) {
     throw new Error(`"${ref}": expected ${k.namespaced ? 'namespace/name or name' : 'name'}`);

@@ -60,7 +60,7 @@ export class RestClient {
     return json as T;
   }
 
-  list(kind: ResourceKind, opts: { namespace?: string; labelSelector?: string; fieldSelector?: string } = {}): Promise<KubeList> {
+  list(kind: ResourceKind, opts: { namespace?: string | undefined | undefined; labelSelector?: string | undefined; fieldSelector?: string | undefined } = {}): Promise<KubeList> {
     const q = new URLSearchParams();
     if (opts.labelSelector) q.set('labelSelector', opts.labelSelector);
     if (opts.fieldSelector) q.set('fieldSelector', opts.fieldSelector);

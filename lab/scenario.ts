@@ -24,7 +24,7 @@ const ORDER: Record<string, number> = {
 };
 const rank = (kind: string): number => ORDER[kind] ?? 7;
 
-export const objectRef = (o: { metadata: { namespace?: string; name: string } }): string =>
+export const objectRef = (o: { metadata: { namespace?: string | undefined; name: string } }): string =>
   o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name;
 
 /**

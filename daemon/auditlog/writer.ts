@@ -95,7 +95,7 @@ export class AuditLogger {
   private readonly clock: () => bigint;
   private lines: string[] = [];
   private flushScheduled = false;
-  private timer?: NodeJS.Timeout;
+  private timer?: NodeJS.Timeout | undefined;
   private closed = false;
   linesWritten = 0;
 

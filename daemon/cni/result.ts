@@ -87,7 +87,7 @@ export function isCidr(value: unknown): value is string {
 
 /** IP family ("4" | "6") of a CIDR or bare address, as 0.x results spell it. */
 export function ipFamily(addressOrCidr: string): '4' | '6' {
-  return isIP(addressOrCidr.split('/')[0]) === 6 ? '6' : '4';
+  return isIP(addressOrCidr.split('/')[0] ?? '') === 6 ? '6' : '4';
 }
 
 const MAC_PATTERN = /^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2})+$/;

@@ -10,7 +10,7 @@ import { agentBody, type NodeArgs, table, withConfig } from './node-common.js';
 /** At most this many Pod names in the APPLIED-TO column; beyond, a count. */
 const MAX_NAMES = 3;
 
-const policyName = (p: { namespace?: string; name: string }) => (p.namespace ? `${p.namespace}/${p.name}` : p.name);
+const policyName = (p: { namespace?: string | undefined; name: string }) => (p.namespace ? `${p.namespace}/${p.name}` : p.name);
 
 function rulesCell(p: EnforcedPolicy): string {
   if (p.rules === 0) return '0';

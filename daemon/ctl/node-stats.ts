@@ -32,7 +32,7 @@ export function renderRuleStats(stats: readonly RuleStatistics[]): string {
   );
 }
 
-export const nodeStatsCommand: CommandModule<object, NodeArgs & { policy?: string; output: string }> = {
+export const nodeStatsCommand: CommandModule<object, NodeArgs & { policy?: string | undefined; output: string }> = {
   command: 'stats',
   describe: "per-rule statistics from the bridge's counters: sessions allowed, packets and bytes allowed or dropped/rejected",
   builder: (y) =>

@@ -20,7 +20,7 @@ import { describeRule, formatWarning, type Output, UsageError } from './simulate
 export interface WhatIfCommandOptions {
   files: string[];
   deletes: string[];
-  namespace?: string;
+  namespace?: string | undefined;
   kubeconfig?: string;
   ephemeralPorts?: string;
   output: 'table' | 'json';

@@ -96,10 +96,10 @@ export class Enforcer {
   private audit?: AuditLogger;
   private applyFlows?: () => Promise<unknown>;
   private dirty = new Set<string>();
-  private dirtySince?: number;
+  private dirtySince?: number | undefined;
   private fullCompile = true;
   private pending = false;
-  private timer?: NodeJS.Timeout;
+  private timer?: NodeJS.Timeout | undefined;
   private expiryTimer?: NodeJS.Timeout;
   private closed = false;
   private readonly dispatch = { handled: 0, unclaimed: 0, failed: 0 };

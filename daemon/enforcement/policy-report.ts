@@ -8,7 +8,7 @@ import type { Action, Direction, PolicyKind, Stage, ValidationError } from '../p
 
 export interface EnforcedPolicy {
   kind: PolicyKind;
-  namespace?: string;
+  namespace?: string | undefined;
   name: string;
   /** Antrea tier, or "Admin"/"Baseline" for the admin kinds; absent for Kubernetes NetworkPolicy. */
   tier?: { name: string; priority: number };

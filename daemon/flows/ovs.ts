@@ -408,8 +408,8 @@ export class Ovs {
  */
 export class FlowSync {
   private running: Promise<unknown> = Promise.resolve();
-  private next?: { promise: Promise<FlowDiff>; verify: boolean };
-  private installed?: Set<string>;
+  private next?: { promise: Promise<FlowDiff>; verify: boolean } | undefined;
+  private installed?: Set<string> | undefined;
 
   constructor(
     private readonly ovs: Ovs,

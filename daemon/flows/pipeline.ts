@@ -43,7 +43,7 @@ export interface PipelineInput {
   gatewayOfport: number;
   gatewayMac: string;
   /** Packets from the gateway with this source are host-originated (kubelet probes etc.). */
-  nodeIP?: string;
+  nodeIP?: string | undefined;
   serviceCIDRs: string[];
   pods: PodPort[];
 }

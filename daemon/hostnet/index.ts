@@ -27,7 +27,7 @@ export interface HostNetworkOptions {
   gateway: string;
   serviceCIDRs: string[];
   /** Added to the gateway as /32 so host-originated traffic to Pods has a valid source. */
-  nodeIP?: string;
+  nodeIP?: string | undefined;
   /** Where to register the table name; null skips it (e.g. the lab, which must not touch /etc). */
   rtTablesFile?: string | null;
   /** The iptables backend's binaries (resolveIptables); default: plain iptables. */

@@ -20,7 +20,7 @@ export interface RouteSpec {
   /** "10.1.0.11/32" or "default" */
   dst: string;
   dev: string;
-  via?: string;
+  via?: string | undefined;
   onlink?: boolean;
   table?: number;
   scope?: 'link' | 'universe';
@@ -28,24 +28,24 @@ export interface RouteSpec {
 
 export interface RouteEntry {
   dst: string;
-  ifindex?: number;
-  via?: string;
+  ifindex?: number | undefined;
+  via?: string | undefined;
   table: number;
   scope: string;
 }
 
 export interface RuleEntry {
   priority?: number;
-  fwmark?: number;
-  fwmask?: number;
-  iifname?: string;
+  fwmark?: number | undefined;
+  fwmask?: number | undefined;
+  iifname?: string | undefined;
   table: number;
 }
 
 export interface NeighborEntry {
   ip: string;
   ifindex: number;
-  mac?: string;
+  mac?: string | undefined;
   permanent: boolean;
 }
 
@@ -169,7 +169,7 @@ export class Rtnl {
       protocol: 'BOOT' as const,
       scope: scope as never,
       type: 'UNICAST' as const,
-      flags: spec.onlink ? ({ __unknown: RTNH_F_ONLINK } as never) : undefined,
+      ...(spec.onlink ? { flags: { __unknown: RTNH_F_ONLINK } as never } : {}),
     };
     const attrs = {
       ...(isDefault ? {} : { dst: ipToBuffer(ip!) }),
@@ -187,7 +187,7 @@ export class Rtnl {
   async rules(): Promise<RuleEntry[]> {
     const all = await this.serial(() => this.sock.getRules({ family: AF_INET }));
     return all.map((r) => ({
-      priority: r.attrs.priority,
+      ...(r.attrs.priority !== undefined ? { priority: r.attrs.priority } : {}),
       fwmark: r.attrs.fwmark,
       fwmask: r.attrs.fwmask,
       iifname: r.attrs.iifname,

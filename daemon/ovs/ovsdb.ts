@@ -57,7 +57,7 @@ export function transactionError(ops: Operation[], results: (OperationResult | n
 }
 
 export class OvsdbClient {
-  private conn?: Promise<JsonRpcConnection>;
+  private conn?: Promise<JsonRpcConnection> | undefined;
 
   constructor(
     readonly socketPath: string,

@@ -25,8 +25,8 @@ export interface ExpectStep {
 
 export type Step =
   | { apply: KubeObject[]; op?: string; note?: string }
-  | { delete: { apiVersion: string; kind: string; namespace?: string; name: string }[]; note?: string }
-  | { label: { kind: 'Pod' | 'Namespace'; namespace?: string; name: string; add: Record<string, string> } }
+  | { delete: { apiVersion: string; kind: string; namespace?: string | undefined; name: string }[]; note?: string }
+  | { label: { kind: 'Pod' | 'Namespace'; namespace?: string | undefined; name: string; add: Record<string, string> } }
   | { expect: ExpectStep };
 
 export interface ConformanceCase {
@@ -47,7 +47,7 @@ export interface Driver {
   /** Creates the model's objects (with the Pod IPs the driver will report through podIp). */
   setUp(objects: KubeObject[]): Promise<void> | void;
   apply(objects: KubeObject[]): Promise<void> | void;
-  delete(refs: { apiVersion: string; kind: string; namespace?: string; name: string }[]): Promise<void> | void;
+  delete(refs: { apiVersion: string; kind: string; namespace?: string | undefined; name: string }[]): Promise<void> | void;
   /** Replaces a Pod or Namespace with one carrying the merged labels. */
   relabel(obj: KubeObject): Promise<void> | void;
   /** Reachability for each (from, to) pair, keyed "from>to" with "ns/pod" names. */
@@ -190,7 +190,7 @@ export class EngineDriver implements Driver {
     for (const o of objects) this.engine.upsert(o);
   }
 
-  delete(refs: { apiVersion: string; kind: string; namespace?: string; name: string }[]): void {
+  delete(refs: { apiVersion: string; kind: string; namespace?: string | undefined; name: string }[]): void {
     for (const r of refs) this.engine.remove(r);
   }
 

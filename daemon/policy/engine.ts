@@ -24,7 +24,7 @@ export type { SideDecision, ChangeSet, NodeRule, NodeTarget, NodeIsolation, Addr
 export interface ObjectRef {
   apiVersion: string;
   kind: string;
-  namespace?: string;
+  namespace?: string | undefined;
   name: string;
 }
 

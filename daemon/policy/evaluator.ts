@@ -164,7 +164,7 @@ function probeFields(probe: Probe): Probe {
 }
 
 export class Evaluator {
-  private compiled?: Compiled;
+  private compiled?: Compiled | undefined;
   private podRules = new WeakMap<PodInfo, PodRules>();
   /** Endpoint string -> slot; cleared by every change. */
   private slots = new Map<string, Slot>();
@@ -184,7 +184,7 @@ export class Evaluator {
   ) {}
 
   /** The ephemeral range cut where some rule's sourcePort range begins or ends (rebuilt after rule changes). */
-  private sourcePortPieces?: PortRange[];
+  private sourcePortPieces?: PortRange[] | undefined;
 
   /** Rules or isolations changed: recompile on next use. */
   rulesChanged(): void {

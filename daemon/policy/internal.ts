@@ -206,11 +206,11 @@ export class InternalModel {
     appliedTo: Map<string, GroupState | null>;
     rules: Map<string, string | null>;
     isolations: Map<string, string | null>;
-  };
+  } | undefined;
   private readonly policyIsolations = new Map<string, ComputedIsolation[]>();
   private readonly isolationById = new Map<string, ComputedIsolation>();
-  private nodeIsolationCache?: NodeIsolation[];
-  private nodeRuleCache?: NodeRule[];
+  private nodeIsolationCache?: NodeIsolation[] | undefined;
+  private nodeRuleCache?: NodeRule[] | undefined;
   /** Member key ("pod:ns/name") → ids of the AppliedToGroups containing it. */
   private readonly targetIndex = new Map<string, Set<string>>();
   private readonly changedTargets = new Set<string>();

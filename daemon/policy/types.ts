@@ -11,13 +11,13 @@
 
 export interface ObjectMeta {
   name: string;
-  namespace?: string;
-  uid?: string;
-  resourceVersion?: string;
-  generation?: number;
-  labels?: Record<string, string>;
-  annotations?: Record<string, string>;
-  creationTimestamp?: string;
+  namespace?: string | undefined | undefined;
+  uid?: string | undefined;
+  resourceVersion?: string | undefined;
+  generation?: number | undefined;
+  labels?: Record<string, string> | undefined;
+  annotations?: Record<string, string> | undefined;
+  creationTimestamp?: string | undefined;
 }
 
 export interface KubeObject {
@@ -125,7 +125,7 @@ export type Peer =
   /** Egress-only: destinations resolved from DNS names (exact, or with `*` wildcard). */
   | { kind: 'fqdn'; pattern: string }
   /** An Antrea ClusterGroup (namespace undefined) or Group; resolved through GroupDef. */
-  | { kind: 'group'; namespace?: string; name: string }
+  | { kind: 'group'; namespace?: string | undefined; name: string }
   /** The Pods behind a Service (Antrea group serviceReference), resolved against Services. */
   | { kind: 'serviceRef'; namespace: string; name: string }
   /** Egress-only Antrea `toServices`: matches the Service's ClusterIP(s) and ports. */
@@ -181,7 +181,7 @@ export interface RulePriority {
 
 export interface RuleRef {
   kind: PolicyKind;
-  namespace?: string;
+  namespace?: string | undefined;
   name: string;
   /** Rule name where the kind has one, else "<direction>-<index>" (e.g. "ingress-0"). */
   rule: string;
@@ -216,7 +216,7 @@ export interface Isolation {
 
 /** Antrea ClusterGroup/Group after normalization (childGroups expanded one level). */
 export interface GroupDef {
-  namespace?: string;
+  namespace?: string | undefined;
   name: string;
   members: Peer[];
 }
@@ -228,7 +228,7 @@ export interface TierDef {
 
 export interface ValidationError {
   kind: string;
-  namespace?: string;
+  namespace?: string | undefined;
   name: string;
   /** JSON-path-like field, e.g. "spec.ingress[0].ports[1].endPort". */
   field: string;
@@ -277,7 +277,7 @@ export type Verdict = 'allow' | 'drop' | 'reject';
 
 export interface DecidedBy {
   kind: PolicyKind | 'K8sNetworkPolicyIsolation';
-  namespace?: string;
+  namespace?: string | undefined;
   name: string;
   rule?: string;
   direction: Direction;

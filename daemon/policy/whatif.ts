@@ -10,7 +10,7 @@ import type { DecidedBy, KubeObject, Probe, ProbeResult, ValidationError } from 
 
 export interface WhatIfOptions {
   /** Only connections from or to this namespace. */
-  namespace?: string;
+  namespace?: string | undefined;
   ephemeralPorts?: { first: number; last: number };
 }
 

@@ -65,7 +65,7 @@ export async function getJson(kc: K8s.KubeConfig, path: string, timeoutMs = 30_0
       res.on('end', () => {
         const text = Buffer.concat(chunks).toString('utf8');
         if (res.statusCode !== 200) {
-          const err = new Error(`GET ${path}: HTTP ${res.statusCode}: ${text.slice(0, 200)}`) as Error & { statusCode?: number };
+          const err = new Error(`GET ${path}: HTTP ${res.statusCode}: ${text.slice(0, 200)}`) as Error & { statusCode?: number | undefined };
           err.statusCode = res.statusCode;
           reject(err);
           return;
@@ -108,7 +108,7 @@ interface InformerState {
   /** Lists after the first (watch lost, 410) and restarts after an error, for metrics. */
   relists: number;
   restarts: number;
-  timer?: NodeJS.Timeout;
+  timer?: NodeJS.Timeout | undefined;
   lastError?: string;
 }
 

@@ -53,25 +53,25 @@ function locate(doc: Json, pointer: string): { parent: Json; token: string } {
   if (tokens.length === 0) throw new PatchError(`operations on the whole document ("") are not supported`, false);
   let cur: Json = doc;
   for (const t of tokens.slice(0, -1)) {
-    if (Array.isArray(cur)) cur = cur[arrayIndex(cur, t, false, pointer)];
-    else if (isObject(cur) && t in cur) cur = cur[t];
+    if (Array.isArray(cur)) cur = cur[arrayIndex(cur, t, false, pointer)]!;
+    else if (isObject(cur) && t in cur) cur = cur[t]!;
     else throw new PatchError(`path "${pointer}" does not exist`, false);
   }
-  return { parent: cur, token: tokens[tokens.length - 1] };
+  return { parent: cur, token: tokens[tokens.length - 1]! };
 }
 
 function getAt(doc: Json, pointer: string): Json {
   const { parent, token } = locate(doc, pointer);
-  if (Array.isArray(parent)) return parent[arrayIndex(parent, token, false, pointer)];
-  if (isObject(parent) && token in parent) return parent[token];
+  if (Array.isArray(parent)) return parent[arrayIndex(parent, token, false, pointer)]!;
+  if (isObject(parent) && token in parent) return parent[token]!;
   throw new PatchError(`path "${pointer}" does not exist`, false);
 }
 
 function removeAt(doc: Json, pointer: string): Json {
   const { parent, token } = locate(doc, pointer);
-  if (Array.isArray(parent)) return parent.splice(arrayIndex(parent, token, false, pointer), 1)[0];
+  if (Array.isArray(parent)) return parent.splice(arrayIndex(parent, token, false, pointer), 1)[0]!;
   if (isObject(parent) && token in parent) {
-    const v = parent[token];
+    const v = parent[token]!;
     delete parent[token];
     return v;
   }

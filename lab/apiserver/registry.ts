@@ -81,14 +81,14 @@ export interface ServiceRange { base: number; size: number }
 
 export function parseServiceCIDR(cidr: string): ServiceRange {
   const m = /^([0-9.]+)\/([0-9]{1,2})$/.exec(cidr);
-  const addr = m ? ipToInt(m[1]) : undefined;
+  const addr = m ? ipToInt(m[1]!) : undefined;
   const bits = m ? Number(m[2]) : NaN;
   if (addr === undefined || !(bits >= 8 && bits <= 30)) throw new Error(`serviceCIDR "${cidr}" must be an IPv4 CIDR with a prefix length between /8 and /30`);
   const size = 2 ** (32 - bits);
   return { base: addr - (addr % size), size };
 }
 
-export interface Selection { labelSelector?: string; fieldSelector?: string }
+export interface Selection { labelSelector?: string | undefined; fieldSelector?: string | undefined }
 
 export class Registry {
   private readonly serviceRange: ServiceRange;
@@ -351,7 +351,7 @@ export class Registry {
             { type: 'Established', status: 'True', reason: 'InitialNamesAccepted', message: 'the initial names have been accepted', lastTransitionTime: now() },
           ],
           acceptedNames: s.names,
-          storedVersions: [(s.versions.find((v) => v.storage) ?? s.versions[0]).name],
+          storedVersions: [(s.versions.find((v) => v.storage) ?? s.versions[0]!).name],
         };
         return;
       }

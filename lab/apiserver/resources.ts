@@ -117,6 +117,6 @@ export function compareKubeVersions(a: string, b: string): number {
     return [m[2] === undefined ? 3 : m[2] === 'beta' ? 2 : 1, Number(m[1]), Number(m[3] ?? 0)];
   };
   const [ra, rb] = [rank(a), rank(b)];
-  for (let i = 0; i < 3; i++) if (ra[i] !== rb[i]) return rb[i] - ra[i];
+  for (let i = 0; i < 3; i++) if (ra[i] !== rb[i]) return rb[i]! - ra[i]!;
   return a.localeCompare(b);
 }

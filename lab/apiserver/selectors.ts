@@ -48,12 +48,12 @@ function checkValue(value: string, whole: string): string {
 function parseRequirement(part: string, whole: string): LabelRequirement {
   const set = /^(\S+)\s+(in|notin)\s*\((.*)\)$/.exec(part);
   if (set) {
-    const values = set[3].split(',').map((v) => checkValue(v.trim(), whole));
-    return { key: checkKey(set[1], whole), op: set[2] as 'in' | 'notin', values };
+    const values = set[3]!.split(',').map((v) => checkValue(v.trim(), whole));
+    return { key: checkKey(set[1]!, whole), op: set[2] as 'in' | 'notin', values };
   }
   const cmp = /^([^=!\s]+)\s*(==|=|!=)\s*(.*)$/.exec(part);
   if (cmp) {
-    return { key: checkKey(cmp[1], whole), op: cmp[2] === '!=' ? 'neq' : 'eq', value: checkValue(cmp[3].trim(), whole) };
+    return { key: checkKey(cmp[1]!, whole), op: cmp[2] === '!=' ? 'neq' : 'eq', value: checkValue(cmp[3]!.trim(), whole) };
   }
   if (part.startsWith('!')) return { key: checkKey(part.slice(1).trim(), whole), op: 'absent' };
   if (/^\S+$/.test(part)) return { key: checkKey(part, whole), op: 'exists' };
@@ -65,8 +65,8 @@ function matchesRequirement(r: LabelRequirement, labels: Record<string, string>)
   switch (r.op) {
     case 'eq': return has && labels[r.key] === r.value;
     case 'neq': return !has || labels[r.key] !== r.value;
-    case 'in': return has && r.values.includes(labels[r.key]);
-    case 'notin': return !has || !r.values.includes(labels[r.key]);
+    case 'in': return has && r.values.includes(labels[r.key]!);
+    case 'notin': return !has || !r.values.includes(labels[r.key]!);
     case 'exists': return has;
     case 'absent': return !has;
   }
@@ -106,10 +106,10 @@ export function parseFieldSelector(text: string | undefined, storageKey: string)
   const reqs = splitTopLevel(text).map((part) => {
     const m = /^([^=!\s]+)\s*(==|=|!=)\s*(.*)$/.exec(part);
     if (!m) throw new SelectorError(`cannot parse requirement "${part}" in field selector "${text}" (use field=value or field!=value)`);
-    if (!allowed.includes(m[1])) {
+    if (!allowed.includes(m[1]!)) {
       throw new SelectorError(`field label not supported: ${m[1]} (supported here: ${allowed.join(', ')})`);
     }
-    return { path: m[1], negate: m[2] === '!=', value: m[3].trim() };
+    return { path: m[1]!, negate: m[2] === '!=', value: m[3]!.trim() };
   });
   return (obj) => reqs.every((r) => (fieldValue(obj, r.path) === r.value) !== r.negate);
 }

@@ -52,9 +52,9 @@ const openPaths = new Set(['/healthz', '/readyz', '/livez', '/version']);
 
 interface Route {
   rt: ResourceType;
-  namespace?: string;
-  name?: string;
-  subresource?: 'status';
+  namespace?: string | undefined;
+  name?: string | undefined;
+  subresource?: 'status' | undefined;
 }
 
 interface OpenWatch {
@@ -252,7 +252,7 @@ export class ApiServerImpl {
           sendJson(res, 200, this.registry.present(rt, this.registry.update(rt, namespace, name, parseBody(req, await readBody(req)), subresource)));
           return;
         case 'PATCH': {
-          const contentType = (req.headers['content-type'] ?? '').split(';')[0].trim();
+          const contentType = (req.headers['content-type'] ?? '').split(';')[0]!.trim();
           if (!(patchContentTypes as readonly string[]).includes(contentType)) {
             throw new ApiError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${patchContentTypes.join(', ')}`);
           }
@@ -290,7 +290,7 @@ export class ApiServerImpl {
     };
     if (seg[0] === 'api') {
       if (seg.length === 1) return { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress: '127.0.0.1' }] };
-      if (seg.length === 2) return resourceList('', seg[1]) ?? this.notFound();
+      if (seg.length === 2) return resourceList('', seg[1]!) ?? this.notFound();
     }
     if (seg[0] === 'apis') {
       if (seg.length === 1) {
@@ -298,11 +298,11 @@ export class ApiServerImpl {
           groups: [...groups].filter(([g]) => g !== '').map(([g, versions]) => apiGroup(g, versions)) };
       }
       if (seg.length === 2) {
-        const versions = groups.get(seg[1]);
+        const versions = groups.get(seg[1]!);
         if (!versions || seg[1] === '') return this.notFound();
-        return { kind: 'APIGroup', apiVersion: 'v1', ...apiGroup(seg[1], versions) };
+        return { kind: 'APIGroup', apiVersion: 'v1', ...apiGroup(seg[1]!, versions) };
       }
-      if (seg.length === 3) return resourceList(seg[1], seg[2]) ?? this.notFound();
+      if (seg.length === 3) return resourceList(seg[1]!, seg[2]!) ?? this.notFound();
     }
     if (seg.length === 0) return { paths: ['/api', '/api/v1', '/apis', '/healthz', '/readyz', '/version'] };
     return undefined;
@@ -317,22 +317,22 @@ export class ApiServerImpl {
     let group: string;
     let version: string;
     let rest: string[];
-    if (seg[0] === 'api' && seg.length >= 3) [group, version, rest] = ['', seg[1], seg.slice(2)];
-    else if (seg[0] === 'apis' && seg.length >= 4) [group, version, rest] = [seg[1], seg[2], seg.slice(3)];
+    if (seg[0] === 'api' && seg.length >= 3) [group, version, rest] = ['', seg[1]!, seg.slice(2)];
+    else if (seg[0] === 'apis' && seg.length >= 4) [group, version, rest] = [seg[1]!, seg[2]!, seg.slice(3)];
     else return this.notFound();
     const watchPrefix = rest[0] === 'watch';
     if (watchPrefix) rest = rest.slice(1);
     const resolve = (plural: string) => this.registry.resolve(group, version, plural);
     // namespaces/<ns>/<plural>[/<name>[/status]] for namespaced kinds
     if (rest[0] === 'namespaces' && rest.length >= 3 && rest.length <= 5) {
-      const rt = resolve(rest[2]);
+      const rt = resolve(rest[2]!);
       if (rt?.namespaced) {
         return { route: { rt, namespace: rest[1], name: rest[3], subresource: this.subresource(rt, rest[4]) }, watchPrefix };
       }
     }
     // <plural>[/<name>[/status]]: cluster-scoped kinds, or a namespaced kind across all namespaces (list/watch only)
     if (rest.length >= 1 && rest.length <= 3) {
-      const rt = resolve(rest[0]);
+      const rt = resolve(rest[0]!);
       if (rt && (!rt.namespaced || rest.length === 1)) {
         return { route: { rt, name: rest[1], subresource: this.subresource(rt, rest[2]) }, watchPrefix };
       }

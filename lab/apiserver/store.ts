@@ -4,22 +4,22 @@
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 
 export interface ObjectMeta {
-  name?: string;
-  generateName?: string;
-  namespace?: string;
-  uid?: string;
-  resourceVersion?: string;
-  generation?: number;
-  creationTimestamp?: string;
-  deletionTimestamp?: string;
-  labels?: Record<string, string>;
-  annotations?: Record<string, string>;
+  name?: string | undefined;
+  generateName?: string | undefined;
+  namespace?: string | undefined;
+  uid?: string | undefined;
+  resourceVersion?: string | undefined;
+  generation?: number | undefined;
+  creationTimestamp?: string | undefined;
+  deletionTimestamp?: string | undefined;
+  labels?: Record<string, string> | undefined;
+  annotations?: Record<string, string> | undefined;
   [k: string]: unknown;
 }
 
 export interface KObject {
-  apiVersion?: string;
-  kind?: string;
+  apiVersion?: string | undefined;
+  kind?: string | undefined;
   metadata: ObjectMeta;
   [k: string]: unknown;
 }
@@ -34,7 +34,7 @@ export interface ChangeEvent {
   /** the object after the change (for DELETED: its last state, carrying the deletion's RV). */
   object: KObject;
   /** the object before the change (MODIFIED and DELETED). */
-  previous?: KObject;
+  previous?: KObject | undefined;
 }
 
 interface DataFile {
@@ -144,7 +144,7 @@ export class ObjectStore {
     this.history.push(event);
     if (this.history.length > this.historyLimit) {
       const dropped = this.history.splice(0, this.history.length - this.historyLimit);
-      this.floor = dropped[dropped.length - 1].rv;
+      this.floor = dropped[dropped.length - 1]!.rv;
     }
     this.scheduleFlush();
     for (const s of [...this.subscribers]) s(event);

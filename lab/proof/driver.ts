@@ -74,7 +74,7 @@ export class LabDriver implements Driver {
     await this.settle();
   }
 
-  async delete(refs: { apiVersion: string; kind: string; namespace?: string; name: string }[]): Promise<void> {
+  async delete(refs: { apiVersion: string; kind: string; namespace?: string | undefined; name: string }[]): Promise<void> {
     for (const r of refs) {
       const kind = kindOfObject(r);
       await this.rest.delete(kind, r.name, kind.namespaced ? r.namespace ?? 'default' : undefined);

@@ -18,13 +18,13 @@ export const STEP_API_VERSION = 'test.sluice.dev/v1';
 export interface ObjectRef {
   apiVersion: string;
   kind: string;
-  namespace?: string;
+  namespace?: string | undefined;
   name: string;
 }
 
 export interface LabelChange {
   kind: 'Pod' | 'Namespace';
-  namespace?: string;
+  namespace?: string | undefined;
   name: string;
   set: Record<string, string>;
   remove: string[];

@@ -38,7 +38,7 @@ export interface VerifyOptions {
   probes?: Probe[];
   probeSet?: ProbeSetOptions;
   /** Called after each step's comparison, before the next step changes anything (awaited). */
-  onStep?: (r: StepReport) => void | Promise<void>;
+  onStep?: ((r: StepReport) => void | Promise<void>) | undefined;
 }
 
 export async function verifyScenario(info: ControlInfo, objects: KubeObject[], opts: VerifyOptions = {}): Promise<StepReport[]> {

@@ -131,7 +131,7 @@ else {
     t.match(ctl.stdout, new RegExp(`NOT ENFORCED: ${lost} crosses no bridge`), 'sluicectl node status names it');
     t.equal(ctl.exitCode, 1, 'and exits 1');
     // ... and as Events on the Pods, where kubectl describe shows them.
-    type Ev = { involvedObject: { kind: string; name: string; namespace?: string }; type: string; reason: string; message: string };
+    type Ev = { involvedObject: { kind: string; name: string; namespace?: string | undefined }; type: string; reason: string; message: string };
     const events = (await rest.list(resolveKind('events'))).items as unknown as Ev[];
     const on = (ref: string, reason: string) => events.filter((e) => `${e.involvedObject.namespace}/${e.involvedObject.name}` === ref && e.involvedObject.kind === 'Pod' && e.reason === reason);
     t.match(on(lost, 'SluiceNotEnforced'), [{ type: 'Warning', message: /no network policy applies to it: no CNI result/ }], 'a Warning Event SluiceNotEnforced on the Pod, with why');

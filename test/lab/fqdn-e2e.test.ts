@@ -58,7 +58,7 @@ if (reason) {
   t.plan(0, reason);
 } else {
   const dir = writeTemp({ 'scenario.yaml': SCENARIO, 'policy.yaml': POLICY });
-  let dns: ResultPromise | undefined;
+  let dns: ResultPromise<{ reject: false }> | undefined;
   const probe = async (probes: object[]): Promise<ProbeJson[]> => {
     const file = join(dir, `probes-${Math.random().toString(36).slice(2)}.json`);
     (await import('node:fs')).writeFileSync(file, JSON.stringify(probes));

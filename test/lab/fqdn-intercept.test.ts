@@ -133,7 +133,7 @@ const OBJECTS: KubeObject[] = [
 const SERVERS = dnsServerProgram(DNS_IP, { 'www.example.com': [WEB.www, 5], 'api.example.com': [WEB.api, 30] }, true);
 const queryProgram = (query: Buffer, transport: 'udp' | 'tcp', connectAfter: boolean) => queryProgramTo(DNS_IP, query, transport, connectAfter);
 
-async function startServers(): Promise<{ proc: ResultPromise }> {
+async function startServers(): Promise<{ proc: ResultPromise<{ reject: false; env: Record<string, string> }> }> {
   const p = execa('ip', ['netns', 'exec', EXT_NS, process.execPath, '--input-type=module', '-e', SERVERS], { reject: false, env });
   await new Promise<void>((resolve, reject) => {
     p.stdout?.on('data', (d: Buffer) => { if (d.toString().includes('ready')) resolve(); });
@@ -142,7 +142,7 @@ async function startServers(): Promise<{ proc: ResultPromise }> {
   return { proc: p };
 }
 
-function killServers(s: { proc: ResultPromise } | undefined): void {
+function killServers(s: { proc: ResultPromise<{ reject: false; env: Record<string, string> }> } | undefined): void {
   if (!s?.proc.pid) return;
   try {
     process.kill(s.proc.pid, 'SIGKILL');
@@ -159,7 +159,7 @@ t.test('DNS responses are held, learned and released; fqdn rules follow them on 
     t.plan(0, `skipped: ${missing}`);
     return;
   }
-  let servers: { proc: ResultPromise } | undefined;
+  let servers: { proc: ResultPromise<{ reject: false; env: Record<string, string> }> } | undefined;
   let controller: OpenFlowController | undefined;
   let timer: FqdnExpiryTimer | undefined;
   t.teardown(async () => {
@@ -273,7 +273,7 @@ t.test('the agent-facing FqdnLearning: enforcer hook, debounced apply, release a
     t.plan(0, `skipped: ${missing}`);
     return;
   }
-  let servers: { proc: ResultPromise } | undefined;
+  let servers: { proc: ResultPromise<{ reject: false; env: Record<string, string> }> } | undefined;
   let controller: OpenFlowController | undefined;
   let fqdn: FqdnLearning | undefined;
   t.teardown(async () => {

@@ -129,7 +129,7 @@ if (missing.length) {
         ];
         await Promise.all([applyServiceRules(node1, services), applyServiceRules(node2, services)]);
 
-        const cases: { name: string; probe: NetProbe; want: ProbeVerdict; detail?: RegExp }[] = [];
+        const cases: { name: string; probe: NetProbe; want: ProbeVerdict; detail?: RegExp | undefined }[] = [];
         const add = (name: string, from: string, to: string, port: number, protocol: ProbeProtocol, want: ProbeVerdict, detail?: RegExp) =>
           cases.push({ name, probe: { sourceNetns: from, ip: to, port, protocol }, want, detail });
         const ns = (ref: string) => pod(ref).netns;

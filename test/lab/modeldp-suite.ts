@@ -45,7 +45,7 @@ const kinds = (r: StepReport) => ({
 async function diagnose(lab: string, mismatches: Mismatch[]): Promise<string> {
   const info = readControl(lab);
   if (!info) return 'no lab control file';
-  const pods = (await clientFor(info).list(resolveKind('pods'))).items as { metadata: { namespace?: string; name: string }; status?: { podIP?: string } }[];
+  const pods = (await clientFor(info).list(resolveKind('pods'))).items as { metadata: { namespace?: string | undefined; name: string }; status?: { podIP?: string } }[];
   const ipOf = (ep: string) => (ep.startsWith('ip:') ? ep.slice(3) : pods.find((p) => `${p.metadata.namespace}/${p.metadata.name}` === ep.replace(/^service:/, ''))?.status?.podIP);
   const out: string[] = [];
   for (const m of mismatches.slice(0, 2)) {
@@ -84,7 +84,7 @@ export function modelDatapathSuite(lab: string, primary: 'ptp' | 'eks'): void {
     await cli(['down', ...n]);
   });
 
-  const check = (t: Test, r: StepReport & { diagnosis?: string }, label: string, todo: boolean) => {
+  const check = (t: Test, r: StepReport & { diagnosis?: string | undefined }, label: string, todo: boolean) => {
     const k = kinds(r);
     counts.steps++;
     counts.probes += r.probes.length;

@@ -37,8 +37,8 @@ export async function startLab(t: Teardown, opts: ApiServerOptions = {}): Promis
 }
 
 export const pod = (name: string, extra: { labels?: Record<string, string>; nodeName?: string } = {}): k8s.V1Pod => ({
-  metadata: { name, labels: extra.labels },
-  spec: { nodeName: extra.nodeName, containers: [{ name: 'main', image: 'busybox', ports: [{ name: 'http', containerPort: 80 }] }] },
+  metadata: { name, ...(extra.labels ? { labels: extra.labels } : {}) },
+  spec: { ...(extra.nodeName ? { nodeName: extra.nodeName } : {}), containers: [{ name: 'main', image: 'busybox', ports: [{ name: 'http', containerPort: 80 }] }] },
 });
 
 /** The HTTP status of a failed client-node call (ApiException.code). */

@@ -21,7 +21,7 @@ t.test('pod create/get/update/delete round trip with server-set metadata', async
   t.ok(created.metadata!.creationTimestamp instanceof Date);
   t.equal(created.status!.phase, 'Pending', 'status starts Pending like Kubernetes');
   t.equal(created.spec!.serviceAccountName, 'default');
-  t.equal(created.spec!.containers[0].ports![0].protocol, 'TCP', 'port protocol defaulted');
+  t.equal(created.spec!.containers[0]!.ports![0]!.protocol, 'TCP', 'port protocol defaulted');
 
   const got = await core.readNamespacedPod({ namespace: 'x', name: 'a' });
   t.same(got.metadata!.labels, { app: 'web' });
@@ -34,7 +34,7 @@ t.test('pod create/get/update/delete round trip with server-set metadata', async
   t.equal(updated.metadata!.uid, created.metadata!.uid, 'uid kept');
   t.equal(updated.metadata!.generation, 1, 'a label change is not a spec change');
 
-  updated.spec!.containers[0].image = 'nginx';
+  updated.spec!.containers[0]!.image = 'nginx';
   const respec = await core.replaceNamespacedPod({ namespace: 'x', name: 'a', body: updated });
   t.equal(respec.metadata!.generation, 2, 'a spec change bumps generation');
 
@@ -53,7 +53,7 @@ t.test('one global resourceVersion across resources; lists carry it and item kin
   const p = await core.createNamespacedPod({ namespace: 'y', body: pod('b') });
   const np = await net.createNamespacedNetworkPolicy({ namespace: 'y', body: { metadata: { name: 'deny' }, spec: { podSelector: {} } } });
   const rvs = [ns, p, np].map((o) => Number(o.metadata!.resourceVersion));
-  t.ok(rvs[0] < rvs[1] && rvs[1] < rvs[2], `strictly increasing over kinds: ${rvs}`);
+  t.ok(rvs[0]! < rvs[1]! && rvs[1]! < rvs[2]!, `strictly increasing over kinds: ${rvs}`);
   const list = await net.listNetworkPolicyForAllNamespaces();
   t.equal(list.kind, 'NetworkPolicyList');
   t.equal(list.metadata!.resourceVersion, String(rvs[2]));
@@ -71,7 +71,7 @@ t.test('create errors: 409 AlreadyExists, 404 missing namespace, 422 Invalid, ge
   t.match(dup, { code: 409, body: { reason: 'AlreadyExists', message: 'pods "a" already exists' } });
   const noNs = await failureCode(core.createNamespacedPod({ namespace: 'nope', body: pod('a') }));
   t.match(noNs, { code: 404, body: { reason: 'NotFound', message: 'namespaces "nope" not found' } });
-  const noName = await failureCode(core.createNamespacedPod({ namespace: 'x', body: { metadata: {}, spec: pod('z').spec } }));
+  const noName = await failureCode(core.createNamespacedPod({ namespace: 'x', body: { metadata: {}, spec: pod('z').spec! } }));
   t.match(noName, { code: 422, body: { kind: 'Status', reason: 'Invalid', message: /metadata\.name: Required value/ } });
   const badName = await failureCode(core.createNamespacedPod({ namespace: 'x', body: pod('Bad_Name') }));
   t.match(badName, { code: 422, body: { reason: 'Invalid', message: /Bad_Name/ } });
@@ -90,7 +90,7 @@ t.test('create errors: 409 AlreadyExists, 404 missing namespace, 422 Invalid, ge
   const badJson = await post('/api/v1/namespaces/x/pods', undefined);
   t.equal(badJson.status, 400, 'an empty body is a bad request');
 
-  const generated = await core.createNamespacedPod({ namespace: 'x', body: { metadata: { generateName: 'web-' }, spec: pod('z').spec } });
+  const generated = await core.createNamespacedPod({ namespace: 'x', body: { metadata: { generateName: 'web-' }, spec: pod('z').spec! } });
   t.match(generated.metadata!.name, /^web-[a-z0-9]{5}$/);
 });
 
@@ -106,7 +106,7 @@ t.test('update 409 Conflict on a stale resourceVersion; unconditional update wit
   t.same(noRv.metadata!.labels, { n: '4' });
   const same = await core.replaceNamespacedPod({ namespace: 'x', name: 'a', body: noRv });
   t.equal(same.metadata!.resourceVersion, noRv.metadata!.resourceVersion, 'a no-op update keeps the resourceVersion');
-  const del = await failureCode(core.deleteNamespacedPod({ namespace: 'x', name: 'a', body: { preconditions: { resourceVersion: v1.metadata!.resourceVersion } } }));
+  const del = await failureCode(core.deleteNamespacedPod({ namespace: 'x', name: 'a', body: { preconditions: { resourceVersion: v1.metadata!.resourceVersion! } } }));
   t.equal(del.code, 409, 'delete precondition on a stale resourceVersion');
 });
 
@@ -148,7 +148,7 @@ t.test('patch types: merge, strategic (as merge), JSON patch, and their errors',
     { op: 'move', from: '/metadata/labels/c', path: '/metadata/labels/g' },
   ] });
   t.same(j.metadata!.labels, { d: '4', e: '5', f: '5', g: '3' });
-  t.equal(j.spec!.containers[0].image, 'nginx');
+  t.equal(j.spec!.containers[0]!.image, 'nginx');
   t.equal(j.metadata!.generation, 2, 'image change bumped generation');
   const failedTest = await failureCode(core.patchNamespacedPod({ namespace: 'x', name: 'a', body: [{ op: 'test', path: '/metadata/labels/e', value: 'no' }, { op: 'remove', path: '/metadata/labels' }] }));
   t.equal(failedTest.code, 422);
@@ -229,8 +229,8 @@ t.test('services: ClusterIP allocation, headless, requested and immutable IPs', 
   t.equal(a.spec!.clusterIP, '10.100.0.2');
   t.same(a.spec!.clusterIPs, ['10.100.0.2']);
   t.equal(a.spec!.type, 'ClusterIP');
-  t.equal(a.spec!.ports![0].protocol, 'TCP');
-  t.equal(a.spec!.ports![0].targetPort, 'http', 'a named targetPort is kept');
+  t.equal(a.spec!.ports![0]!.protocol, 'TCP');
+  t.equal(a.spec!.ports![0]!.targetPort, 'http', 'a named targetPort is kept');
   const h = await svc('h', { clusterIP: 'None' });
   t.equal(h.spec!.clusterIP, 'None');
   t.same(h.spec!.clusterIPs, ['None']);
@@ -266,7 +266,7 @@ t.test('CRD-backed resources: served by default in both Antrea versions and the 
   t.equal(anp.metadata.namespace, 'default');
   const tier = await custom.createClusterCustomObject({ group: 'crd.antrea.io', version: 'v1beta1', plural: 'tiers', body: { apiVersion: 'crd.antrea.io/v1beta1', kind: 'Tier', metadata: { name: 't1' }, spec: { priority: 10 } } }) as Record<string, any>;
   t.equal(tier.kind, 'Tier');
-  for (const [version, plural, kind] of [['v1alpha1', 'adminnetworkpolicies', 'AdminNetworkPolicy'], ['v1alpha1', 'baselineadminnetworkpolicies', 'BaselineAdminNetworkPolicy'], ['v1alpha2', 'clusternetworkpolicies', 'ClusterNetworkPolicy']]) {
+  for (const [version, plural, kind] of <[string, string, string][]>[['v1alpha1', 'adminnetworkpolicies', 'AdminNetworkPolicy'], ['v1alpha1', 'baselineadminnetworkpolicies', 'BaselineAdminNetworkPolicy'], ['v1alpha2', 'clusternetworkpolicies', 'ClusterNetworkPolicy']]) {
     const o = await custom.createClusterCustomObject({ group: 'policy.networking.k8s.io', version, plural,
       body: { apiVersion: `policy.networking.k8s.io/${version}`, kind, metadata: { name: 'default' }, spec: { subject: { namespaces: {} } } } }) as Record<string, any>;
     t.equal(o.kind, kind);
@@ -315,7 +315,7 @@ t.test('installCRDs:false: 404 until the CRD exists, served after, gone (with it
   t.equal((await failureCode(custom.listClusterCustomObject({ group: 'crd.antrea.io', version: 'v1beta1', plural: 'tiers' }))).code, 404, 'other CRDs still absent');
   await ext.deleteCustomResourceDefinition({ name: 'adminnetworkpolicies.policy.networking.k8s.io' });
   t.equal((await failureCode(list())).code, 404, 'deleting the CRD stops serving it');
-  await ext.createCustomResourceDefinition({ body: { ...crd, metadata: { name: crd.metadata!.name }, status: undefined } });
+  await ext.createCustomResourceDefinition({ body: { ...crd, metadata: { name: crd.metadata!.name! } } });
   t.same(((await list()) as Record<string, any>).items, [], 'objects of a deleted CRD are gone');
 });
 

@@ -43,8 +43,8 @@ t.test('informer sees add, update and delete with increasing resourceVersions', 
   t.same(rec.log(), ['add x/before', 'add x/a', 'update x/a', 'update x/a', 'delete x/a']);
   const rvs = rec.seen.map((s) => Number(s.rv));
   t.same([...rvs].sort((a, b) => a - b), rvs, 'resourceVersions increase');
-  t.same(rec.seen[2].obj.metadata!.labels, { v: '2' });
-  t.equal((rec.seen[3].obj as k8s.V1Pod).status!.podIP, '10.1.0.5');
+  t.same(rec.seen[2]!.obj.metadata!.labels, { v: '2' });
+  t.equal((rec.seen[3]!.obj as k8s.V1Pod).status!.podIP, '10.1.0.5');
   t.same(rec.cacheKeys(), ['x/before']);
   t.equal(rec.errors, 0);
 });
@@ -68,7 +68,7 @@ t.test('fieldSelector spec.nodeName=node-1: list and watch, Pods moving in and o
   await rec.until(() => rec.seen.length === 5, '5 events');
   t.same(rec.log(), ['add x/on1', 'add x/new1', 'add x/on2', 'delete x/on1', 'delete x/new1'],
     'node-2 Pods are never seen; moving in is add, moving out is delete');
-  t.equal((rec.seen[2].obj as k8s.V1Pod).spec!.nodeName, 'node-1');
+  t.equal((rec.seen[2]!.obj as k8s.V1Pod).spec!.nodeName, 'node-1');
   t.same(rec.cacheKeys(), ['x/on2']);
 });
 
@@ -114,12 +114,12 @@ t.test('raw watch: resume from a resourceVersion, RV 0 start, selector transitio
     ['ADDED y/b', 'MODIFIED x/a', 'DELETED y/b'], 'exactly the Pod events after the RV');
   t.ok(resumed.lines.every((l) => l.object.kind === 'Pod' && l.object.apiVersion === 'v1'));
   const rvs = resumed.lines.map((l) => Number(l.object.metadata.resourceVersion));
-  t.ok(rvs.every((rv, i) => rv > Number(from) && (i === 0 || rv > rvs[i - 1])), `RVs ${rvs} after ${from}`);
+  t.ok(rvs.every((rv, i) => rv > Number(from) && (i === 0 || rv > rvs[i - 1]!)), `RVs ${rvs} after ${from}`);
 
   t.same(selected.lines.map((l) => `${l.type} ${l.object.metadata.name}`), ['ADDED b', 'DELETED a', 'DELETED b'], 'through a label selector');
   t.same(leaving.lines.map((l) => `${l.type} ${l.object.metadata.name}`), ['DELETED a'], 'a Pod leaving the selection is DELETED');
-  t.same(leaving.lines[0].object.metadata.labels, { app: 'web' }, 'with its last matching state');
-  t.equal(leaving.lines[0].object.metadata.resourceVersion, resumed.lines[1].object.metadata.resourceVersion, 'at the RV of the change');
+  t.same(leaving.lines[0]!.object.metadata.labels, { app: 'web' }, 'with its last matching state');
+  t.equal(leaving.lines[0]!.object.metadata.resourceVersion, resumed.lines[1]!.object.metadata.resourceVersion, 'at the RV of the change');
 
   t.same(fresh.lines.map((l) => `${l.type} ${l.object.metadata.name}`), ['ADDED a'], 'RV 0 starts with the current objects');
   t.same(noRv.lines.map((l) => `${l.type} ${l.object.metadata.name}`).sort(),
@@ -134,14 +134,14 @@ t.test('watch events for CRD objects carry the version watched', async (t) => {
   const list = await custom.listClusterCustomObject({ group: 'crd.antrea.io', version: 'v1alpha1', plural: 'clusternetworkpolicies' }) as { metadata: { resourceVersion: string } };
   await custom.createClusterCustomObject({ group: 'crd.antrea.io', version: 'v1beta1', plural: 'clusternetworkpolicies',
     body: { apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'p' }, spec: { priority: 1 } } });
-  const [alpha, beta, anp] = await Promise.all([
+  const [alpha, beta, anp] = <Awaited<ReturnType<typeof rawWatch>>[]>await Promise.all([
     ...['v1alpha1', 'v1beta1'].map((version) => rawWatch(server.url, `/apis/crd.antrea.io/${version}/clusternetworkpolicies?watch=1&resourceVersion=${list.metadata.resourceVersion}&timeoutSeconds=1`, 5)),
     rawWatch(server.url, `/apis/crd.antrea.io/v1beta1/networkpolicies?watch=1&resourceVersion=${list.metadata.resourceVersion}&timeoutSeconds=1`, 5),
   ]);
   for (const [version, w] of [['v1alpha1', alpha], ['v1beta1', beta]] as const) {
-    t.same(w.lines.map((l) => [l.type, l.object.apiVersion, l.object.kind, l.object.metadata.name]), [['ADDED', `crd.antrea.io/${version}`, 'ClusterNetworkPolicy', 'p']]);
+    t.same(w!.lines.map((l) => [l.type, l.object.apiVersion, l.object.kind, l.object.metadata.name]), [['ADDED', `crd.antrea.io/${version}`, 'ClusterNetworkPolicy', 'p']]);
   }
-  t.same(anp.lines, [], 'the Antrea NetworkPolicy resource is separate from ClusterNetworkPolicy');
+  t.same(anp!.lines, [], 'the Antrea NetworkPolicy resource is separate from ClusterNetworkPolicy');
 });
 
 t.test('410 Gone after compact(): HTTP 410, and an informer relists and converges', async (t) => {
@@ -164,7 +164,7 @@ t.test('410 Gone after compact(): HTTP 410, and an informer relists and converge
 
   const expired = await rawWatch(server.url, `/api/v1/pods?watch=1&resourceVersion=${seenRv}`, 1);
   t.equal(expired.status, 410);
-  t.match(expired.lines[0].object, { kind: 'Status', status: 'Failure', code: 410, reason: 'Expired', message: /too old resource version/ });
+  t.match(expired.lines[0]!.object, { kind: 'Status', status: 'Failure', code: 410, reason: 'Expired', message: /too old resource version/ });
   const current = (await core.listPodForAllNamespaces()).metadata!.resourceVersion!;
   const ok = await rawWatch(server.url, `/api/v1/pods?watch=1&resourceVersion=${current}&timeoutSeconds=1`, 1);
   t.equal(ok.status, 200, 'the current RV is still watchable after compaction');
@@ -281,8 +281,8 @@ t.test('bookmarks, timeoutSeconds and close() end streams cleanly', async (t) =>
   const w = await rawWatch(server.url, `/api/v1/namespaces/x/pods?watch=1&resourceVersion=${rv}&allowWatchBookmarks=true&timeoutSeconds=1`, 1000);
   const bookmarks = w.lines.filter((l) => l.type === 'BOOKMARK');
   t.ok(bookmarks.length >= 2, `periodic bookmarks (${bookmarks.length})`);
-  t.same(Object.keys(bookmarks[0].object.metadata), ['resourceVersion'], 'a bookmark carries only metadata.resourceVersion');
-  t.match(bookmarks[0].object, { kind: 'Pod', apiVersion: 'v1', metadata: { resourceVersion: rv } });
+  t.same(Object.keys(bookmarks[0]!.object.metadata), ['resourceVersion'], 'a bookmark carries only metadata.resourceVersion');
+  t.match(bookmarks[0]!.object, { kind: 'Pod', apiVersion: 'v1', metadata: { resourceVersion: rv } });
   t.ok(w.lines.length < 1000, 'the stream ended by itself after timeoutSeconds');
   const plain = await rawWatch(server.url, `/api/v1/namespaces/x/pods?watch=1&resourceVersion=${rv}&timeoutSeconds=1`, 1000);
   t.same(plain.lines, [], 'no bookmarks unless allowed');
@@ -317,7 +317,7 @@ t.test('namespace deletion is seen as Pod deletes and a namespace update then de
   await ns.until(() => ns.seen.length === 4, 'namespace events');
   t.same(pods.rec.log().slice(3).sort(), ['delete gone/p1', 'delete gone/p2']);
   t.same(ns.log(), ['add gone', 'add stay', 'update gone', 'delete gone']);
-  t.equal((ns.seen[2].obj as k8s.V1Namespace).status!.phase, 'Terminating');
+  t.equal((ns.seen[2]!.obj as k8s.V1Namespace).status!.phase, 'Terminating');
   t.same(pods.rec.cacheKeys(), ['stay/p3']);
 });
 

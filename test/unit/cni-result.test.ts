@@ -8,7 +8,7 @@ const OLD = ['0.3.0', '0.3.1', '0.4.0'];
 
 /** What `result` must look like in `version`: only cniVersion and ips[].version differ. */
 function expected(result: Record<string, unknown>, version: string): Record<string, unknown> {
-  const copy = structuredClone(result) as Record<string, unknown> & { ips?: Record<string, unknown>[] };
+  const copy = structuredClone(result) as Record<string, unknown> & { ips?: Record<string, unknown>[] | undefined };
   copy.cniVersion = version;
   copy.ips = copy.ips?.map(({ version: _v, ...ip }) =>
     OLD.includes(version) ? { version: String(ip.address).includes(':') ? '6' : '4', ...ip } : ip,

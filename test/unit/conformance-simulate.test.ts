@@ -23,12 +23,12 @@ if (!existsSync(CLI)) execFileSync('npx', ['tsc', '-p', 'tsconfig.json'], { cwd:
 class SimulateDriver implements Driver {
   private objects = new Map<string, KubeObject>();
   constructor(private readonly dir: string) {}
-  private key(o: { kind: string; metadata?: { namespace?: string; name: string }; namespace?: string; name?: string }) {
+  private key(o: { kind: string; metadata?: { namespace?: string | undefined; name: string }; namespace?: string | undefined; name?: string }) {
     return `${o.kind}/${o.metadata?.namespace ?? o.namespace ?? ''}/${o.metadata?.name ?? o.name}`;
   }
   setUp(objects: KubeObject[]) { this.objects = new Map(objects.map((o) => [this.key(o), o])); }
   apply(objects: KubeObject[]) { for (const o of objects) this.objects.set(this.key(o), o); }
-  delete(refs: { kind: string; namespace?: string; name: string }[]) { for (const r of refs) this.objects.delete(this.key(r)); }
+  delete(refs: { kind: string; namespace?: string | undefined; name: string }[]) { for (const r of refs) this.objects.delete(this.key(r)); }
   relabel(obj: KubeObject) { this.objects.set(this.key(obj), obj); }
   probe(pairs: [string, string][], port: number, protocol: ExpectStep['protocol']) {
     writeFileSync(join(this.dir, 'scenario.yaml'), [...this.objects.values()].map((o) => dumpYaml(o)).join('---\n'));

@@ -19,7 +19,7 @@ import { crdProblem, seedCrds } from '../../lab/apiserver/resources.js';
 const installDir = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'install');
 
 // ---- a minimal typed view of the documents ----
-interface Meta { name: string; namespace?: string }
+interface Meta { name: string; namespace?: string | undefined }
 interface Doc { apiVersion: string; kind: string; metadata: Meta; [k: string]: unknown }
 interface Mount { name: string; mountPath: string; readOnly?: boolean; mountPropagation?: string }
 interface Probe { httpGet?: { host?: string; path?: string; port?: number | string } }
@@ -97,7 +97,7 @@ function identityProblems(docs: Doc[]): string[] {
     out.push(`DaemonSet's serviceAccountName "${sa}" is not a ServiceAccount in ${ns}`);
   }
   const role = find(docs, 'ClusterRole');
-  const binding = find(docs, 'ClusterRoleBinding') as Doc & { roleRef: { kind: string; name: string; apiGroup: string }; subjects: { kind: string; name: string; namespace?: string }[] };
+  const binding = find(docs, 'ClusterRoleBinding') as Doc & { roleRef: { kind: string; name: string; apiGroup: string }; subjects: { kind: string; name: string; namespace?: string | undefined }[] };
   if (binding.roleRef.kind !== 'ClusterRole' || binding.roleRef.name !== role.metadata.name || binding.roleRef.apiGroup !== 'rbac.authorization.k8s.io') {
     out.push(`ClusterRoleBinding refers to ${binding.roleRef.kind} ${binding.roleRef.name}, not ClusterRole ${role.metadata.name}`);
   }
@@ -447,7 +447,7 @@ const breakages: Breakage[] = [
   ['config moved without moving the mount', (d) => { agentC(d).command = ['sluice-agent', '--config', '/etc/sluice-agent/agent.yaml']; }, agentProblems, /agent reads/],
   ['socket directory not mounted', (d) => { agentC(d).volumeMounts = agentC(d).volumeMounts!.filter((m) => m.mountPath !== '/var/run/sluice'); }, agentProblems, /socketPath directory/],
   ['stateDir moved in the config only', (d) => setConfig(d, (s) => s.replace('stateDir: /var/lib/sluice', 'stateDir: /var/lib/sluice-agent')), agentProblems, /stateDir \/var\/lib\/sluice-agent is not mounted/],
-  ['audit log directory not a host path', (d) => { podSpec(agentDs(d)).volumes!.find((v) => v.name === 'np-log')!.hostPath = undefined; }, agentProblems, /auditLogPath directory/],
+  ['audit log directory not a host path', (d) => { delete podSpec(agentDs(d)).volumes!.find((v) => v.name === 'np-log')!.hostPath; }, agentProblems, /auditLogPath directory/],
   ['netns without propagation', (d) => { delete agentC(d).volumeMounts!.find((m) => m.mountPath === '/var/run/netns')!.mountPropagation; }, agentProblems, /HostToContainer/],
   ['ovs container on a different rundir volume', (d) => { ovsC(d).volumeMounts!.find((m) => m.mountPath === '/var/run/openvswitch')!.name = 'sluice-run'; }, agentProblems, /ovsRunDir/],
   ['no NODE_NAME', (d) => { agentC(d).env = []; }, agentProblems, /NODE_NAME/],

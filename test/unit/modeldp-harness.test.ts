@@ -127,7 +127,7 @@ t.test('offline: sluicectl simulate on every scenario step = the in-process engi
     t.ok(steps.length >= 3, `${f}: ${steps.length} steps`);
     // What the lab would export: Pods running on their nodes with addresses, Services with ClusterIPs.
     const state = new Map<string, KubeObject>();
-    const key = (o: { apiVersion?: string; kind: string; metadata?: { namespace?: string; name: string }; namespace?: string; name?: string }) =>
+    const key = (o: { apiVersion?: string; kind: string; metadata?: { namespace?: string | undefined; name: string }; namespace?: string | undefined; name?: string }) =>
       `${o.apiVersion?.split('/')[0]}/${o.kind}/${o.metadata?.namespace ?? o.namespace ?? ''}/${o.metadata?.name ?? o.name}`;
     let podN = 0;
     let svcN = 0;

@@ -69,7 +69,7 @@ export interface Received {
 export class FakeSwitch {
   readonly dir = mkdtempSync(join(tmpdir(), 'of-fake-'));
   readonly path = join(this.dir, 'br-int.mgmt');
-  server?: Server;
+  server?: Server | undefined;
   conns: Socket[] = [];
   received: Received[] = [];
   /** Versions offered in our HELLO bitmap. */

@@ -111,16 +111,16 @@ export class OpenFlowController extends EventEmitter {
   private readonly opts: Required<Omit<ControllerOptions, 'log' | 'meters'>> & { meters: MeterSpec[] };
   private readonly log: ControllerLog;
   private readonly queue: BoundedQueue<PacketIn>;
-  private socket?: Socket;
+  private socket?: Socket | undefined;
   private ready = false;
   private stopped = true;
   private xid = 0;
   private pending = new Map<number, Pending>();
-  private helloWaiter?: (msg: Buffer) => void;
+  private helloWaiter?: ((msg: Buffer) => void) | undefined;
   /** xids of fire-and-forget requests whose errors are collected until the next barrier. */
   private watched = new Map<number, OfpErrorInfo | undefined>();
   private reconnectTimer?: NodeJS.Timeout;
-  private echoTimer?: NodeJS.Timeout;
+  private echoTimer?: NodeJS.Timeout | undefined;
   private attempt = 0;
   private connectedWaiters: { resolve: (f: SwitchFeatures) => void; reject: (e: Error) => void }[] = [];
   private features?: SwitchFeatures;

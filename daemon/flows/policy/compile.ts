@@ -42,7 +42,7 @@ export class PolicyFlowError extends Error {
 /** Kubernetes NetworkPolicy isolation of local Pods (the default drop of stage 1). */
 export interface NodeIsolation {
   direction: Direction;
-  ref: { kind: PolicyKind; namespace?: string; name: string };
+  ref: { kind: PolicyKind; namespace?: string | undefined; name: string };
   targets: { ref: string; ips: string[] }[];
   logging?: { enabled: boolean; label?: string };
 }

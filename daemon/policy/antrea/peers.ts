@@ -18,7 +18,7 @@ export type Flavor = 'cluster' | 'namespaced';
 export interface Scope {
   flavor: Flavor;
   /** The policy's Namespace (namespaced flavor only). */
-  namespace?: string;
+  namespace?: string | undefined;
 }
 
 const PEER_FIELDS = ['ipBlock', 'podSelector', 'namespaceSelector', 'namespaces', 'externalEntitySelector', 'group', 'fqdn', 'serviceAccount', 'nodeSelector'] as const;
