@@ -12,7 +12,7 @@
  */
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { execa, type ResultPromise } from 'execa';
+import { execa } from 'execa';
 import t from 'tap';
 import { EXT_IP, EXT_PUBLIC_IP, extNetns, podNetns } from '../../lab/net/names.js';
 import { simpleQuery } from '../unit/fqdn-helpers.js';
@@ -58,7 +58,7 @@ if (reason) {
   t.plan(0, reason);
 } else {
   const dir = writeTemp({ 'scenario.yaml': SCENARIO, 'policy.yaml': POLICY });
-  let dns: ResultPromise<{ reject: false }> | undefined;
+  let dns: { pid?: number | undefined } | undefined;
   const probe = async (probes: object[]): Promise<ProbeJson[]> => {
     const file = join(dir, `probes-${Math.random().toString(36).slice(2)}.json`);
     (await import('node:fs')).writeFileSync(file, JSON.stringify(probes));

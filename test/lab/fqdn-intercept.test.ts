@@ -16,7 +16,7 @@
  */
 import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { execa, type ResultPromise } from 'execa';
+import { execa } from 'execa';
 import t from 'tap';
 import { bundleText, diffFlows } from '../../daemon/flows/diff.js';
 import { type Flow, flowText } from '../../daemon/flows/flow.js';
@@ -133,7 +133,12 @@ const OBJECTS: KubeObject[] = [
 const SERVERS = dnsServerProgram(DNS_IP, { 'www.example.com': [WEB.www, 5], 'api.example.com': [WEB.api, 30] }, true);
 const queryProgram = (query: Buffer, transport: 'udp' | 'tcp', connectAfter: boolean) => queryProgramTo(DNS_IP, query, transport, connectAfter);
 
-async function startServers(): Promise<{ proc: ResultPromise<{ reject: false; env: Record<string, string> }> }> {
+/** The DNS/web servers' process: only its pid is needed, to kill it. */
+interface Servers {
+  proc: { pid?: number | undefined };
+}
+
+async function startServers(): Promise<Servers> {
   const p = execa('ip', ['netns', 'exec', EXT_NS, process.execPath, '--input-type=module', '-e', SERVERS], { reject: false, env });
   await new Promise<void>((resolve, reject) => {
     p.stdout?.on('data', (d: Buffer) => { if (d.toString().includes('ready')) resolve(); });
@@ -142,7 +147,7 @@ async function startServers(): Promise<{ proc: ResultPromise<{ reject: false; en
   return { proc: p };
 }
 
-function killServers(s: { proc: ResultPromise<{ reject: false; env: Record<string, string> }> } | undefined): void {
+function killServers(s: Servers | undefined): void {
   if (!s?.proc.pid) return;
   try {
     process.kill(s.proc.pid, 'SIGKILL');
@@ -159,7 +164,7 @@ t.test('DNS responses are held, learned and released; fqdn rules follow them on 
     t.plan(0, `skipped: ${missing}`);
     return;
   }
-  let servers: { proc: ResultPromise<{ reject: false; env: Record<string, string> }> } | undefined;
+  let servers: Servers | undefined;
   let controller: OpenFlowController | undefined;
   let timer: FqdnExpiryTimer | undefined;
   t.teardown(async () => {
@@ -273,7 +278,7 @@ t.test('the agent-facing FqdnLearning: enforcer hook, debounced apply, release a
     t.plan(0, `skipped: ${missing}`);
     return;
   }
-  let servers: { proc: ResultPromise<{ reject: false; env: Record<string, string> }> } | undefined;
+  let servers: Servers | undefined;
   let controller: OpenFlowController | undefined;
   let fqdn: FqdnLearning | undefined;
   t.teardown(async () => {
