@@ -107,7 +107,7 @@ export async function startCniServer(socketPath: string, handler: CniHandler, lo
  */
 async function prepareSocketPath(socketPath: string, log: Logger): Promise<void> {
   await mkdir(dirname(socketPath), { recursive: true, mode: 0o700 });
-  let info;
+  let info: Awaited<ReturnType<typeof lstat>>;
   try {
     info = await lstat(socketPath);
   } catch {
@@ -215,7 +215,7 @@ async function respond(
   }
   const command = (raw as { command?: unknown } | null)?.command;
   const label = typeof command === 'string' ? command : undefined;
-  let parsed;
+  let parsed: ReturnType<typeof parseRequest>;
   try {
     parsed = parseRequest(raw);
   } catch (err) {

@@ -167,7 +167,7 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
   const hostPort = (field: string, v: string): { host: string; port: number } => {
     const m = /^(.*):(\d{1,5})$/.exec(v);
     const port = m ? Number(m[2]) : NaN;
-    if (!m || !m[1] || port > 65535) return bad(field, `must be host:port (port 0-65535), got "${v}"`);
+    if (!m?.[1] || port > 65535) return bad(field, `must be host:port (port 0-65535), got "${v}"`);
     return { host: m[1], port };
   };
   const healthAddress = hostPort('healthAddress', str('healthAddress', CONFIG_DEFAULTS.healthAddress)!);

@@ -31,7 +31,7 @@ async function main(): Promise<number> {
     .help()
     .parseSync();
 
-  let config;
+  let config: AgentConfig;
   try {
     config = await loadConfig(argv.config);
   } catch (err) {

@@ -40,7 +40,7 @@ export function formatInvalidDocument(d: InvalidDocument): string {
 export async function readManifests(paths: string[]): Promise<ManifestSet> {
   const set: ManifestSet = { objects: [], invalid: [] };
   for (const path of paths) {
-    let info;
+    let info: Awaited<ReturnType<typeof stat>>;
     try {
       info = await stat(path);
     } catch {

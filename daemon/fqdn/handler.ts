@@ -11,7 +11,7 @@ import { parseDnsMessage, resolvedNames } from './dnswire.js';
 import { DnsPuntOp } from './flows.js';
 import { extractDnsPayload } from './frame.js';
 import type { FqdnLearner, LearnUpdate } from './learner.js';
-import { FqdnPatternSet, fqdnPatternsOf } from './patterns.js';
+import { type FqdnPatternSet, fqdnPatternsOf } from './patterns.js';
 
 export type FqdnEngine = Pick<PolicyEngine, 'learnFqdn' | 'expireFqdns' | 'rules'>;
 
@@ -65,7 +65,7 @@ const patternCache = new WeakMap<object, FqdnPatternSet>();
 function currentPatterns(engine: FqdnEngine): FqdnPatternSet {
   const fresh = fqdnPatternsOf(engine.rules());
   const cached = patternCache.get(engine);
-  if (cached && cached.equals(fresh)) return cached;
+  if (cached?.equals(fresh)) return cached;
   patternCache.set(engine, fresh);
   return fresh;
 }

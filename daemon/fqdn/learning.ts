@@ -68,7 +68,7 @@ export class FqdnLearning {
   /** The enforcer's DNS punt hook: learns, returns the engine change (undefined = nothing to apply). */
   readonly hook = (pin: PacketIn, punt: DecodedPunt, engine: PolicyEngine): ChangeSet | undefined => {
     this.s.punts++;
-    let result;
+    let result: ReturnType<typeof handleDnsPacketIn>;
     try {
       result = handleDnsPacketIn(pin, { engine, learner: this.learner });
     } catch (e) {

@@ -75,7 +75,7 @@ export class HostNetwork {
     }
     const gwIndex = await this.rtnl.requireLink(gw);
     const neigh = (await this.rtnl.neighbors(gw)).find((n) => n.ip === SERVICE_GATEWAY_IP);
-    if (!neigh || !neigh.permanent || neigh.mac !== SERVICE_GATEWAY_MAC) {
+    if (!neigh?.permanent || neigh.mac !== SERVICE_GATEWAY_MAC) {
       await this.rtnl.replacePermanentNeighbor(gw, SERVICE_GATEWAY_IP, SERVICE_GATEWAY_MAC);
       done.push(`neighbour ${SERVICE_GATEWAY_IP} lladdr ${SERVICE_GATEWAY_MAC} dev ${gw} permanent`);
     }

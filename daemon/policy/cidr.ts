@@ -34,7 +34,7 @@ function parseIpv6(text: string): { family: 6; value: bigint } | undefined {
   const lastColon = text.lastIndexOf(':');
   if (text.slice(lastColon + 1).includes('.')) {
     const v4 = parseIp(text.slice(lastColon + 1));
-    if (!v4 || v4.family !== 4) return undefined;
+    if (v4?.family !== 4) return undefined;
     tailV4 = v4.value;
     // replace the dotted quad with two placeholder groups, filled in below
     head = text.slice(0, lastColon + 1) + '0:0';
@@ -146,7 +146,7 @@ export function ipv4ToNumber(text: string): number {
       digits = 0;
     } else if (c >= 48 && c <= 57) {
       if (digits > 0 && octet === 0) return -1; // no leading zeros
-      octet = (octet < 0 ? 0 : octet) * 10 + (c - 48);
+      octet = Math.max(0, octet) * 10 + (c - 48);
       if (++digits > 3 || octet > 255) return -1;
     } else {
       return -1;

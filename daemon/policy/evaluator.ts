@@ -502,8 +502,8 @@ export class Evaluator {
       if (ingress.verdict !== 'allow') return ingress;
     }
     // Both allow: report the egress rule that allowed, else the ingress one, else the default.
-    if (egress && egress.decidedBy) return egress;
-    if (ingress && ingress.decidedBy) return ingress;
+    if (egress?.decidedBy) return egress;
+    if (ingress?.decidedBy) return ingress;
     return DEFAULT_ALLOW;
   }
 

@@ -170,7 +170,7 @@ export function compilePeer(peer: Peer, env: MatchEnv, depth = 0, asTarget = fal
         const def = env.group(namespace, name);
         if (!def) return false;
         let c = cache.get(def);
-        if (c && c.children.some((child) => env.group(child.namespace, child.name) !== child)) c = undefined;
+        if (c?.children.some((child) => env.group(child.namespace, child.name) !== child)) c = undefined;
         if (!c) {
           const children = def.members.flatMap((m) => (m.kind === 'group' ? [env.group(m.namespace, m.name)].filter((d): d is GroupDef => !!d) : []));
           const members = realizableMembers(def, env, asTarget);

@@ -61,7 +61,7 @@ function parseRequirement(part: string, whole: string): LabelRequirement {
 }
 
 function matchesRequirement(r: LabelRequirement, labels: Record<string, string>): boolean {
-  const has = Object.prototype.hasOwnProperty.call(labels, r.key);
+  const has = Object.hasOwn(labels, r.key);
   switch (r.op) {
     case 'eq': return has && labels[r.key] === r.value;
     case 'neq': return !has || labels[r.key] !== r.value;

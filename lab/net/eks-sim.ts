@@ -182,9 +182,11 @@ function main(): void {
         process.stdout.write(JSON.stringify(add(raw, conf)) + '\n');
         return;
       case 'DEL':
-        return del(raw, conf);
+        del(raw, conf);
+        return;
       case 'CHECK':
-        return check(raw, conf);
+        check(raw, conf);
+        return;
       case 'STATUS':
       case 'GC':
         return;

@@ -45,7 +45,11 @@ export function nodeIndex(node: string): number {
 }
 
 export const stateDir = (lab: string): string => join(STATE_ROOT, checkLabName(lab));
-export const nodeStateDir = (lab: string, node: string): string => (nodeIndex(node), join(stateDir(lab), node));
+/** Checks the node name first (nodeIndex throws on a malformed one). */
+export const nodeStateDir = (lab: string, node: string): string => {
+  nodeIndex(node);
+  return join(stateDir(lab), node);
+};
 export const ovsDir = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'ovs');
 export const ipamDir = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'ipam');
 export const cniConfDir = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'cni');
@@ -58,7 +62,10 @@ export const extStateDir = (lab: string): string => join(stateDir(lab), 'ext');
 
 export const vpcNetns = (lab: string): string => `${checkLabName(lab)}-vpc`;
 export const extNetns = (lab: string): string => `${checkLabName(lab)}-ext`;
-export const nodeNetns = (lab: string, node: string): string => (nodeIndex(node), `${checkLabName(lab)}-${node}`);
+export const nodeNetns = (lab: string, node: string): string => {
+  nodeIndex(node);
+  return `${checkLabName(lab)}-${node}`;
+};
 export const netnsPath = (netns: string): string => join(NETNS_DIR, netns);
 
 /** Node i's uplink address, which is also its Kubernetes InternalIP. */

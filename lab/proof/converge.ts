@@ -87,7 +87,7 @@ async function agentStatus(lab: string, node: string, path = '/status'): Promise
       break;
     }
   }
-  if (!r || r.exitCode !== 0) return undefined;
+  if (r?.exitCode !== 0) return undefined;
   try {
     return JSON.parse(r.stdout);
   } catch {

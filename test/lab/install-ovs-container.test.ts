@@ -34,7 +34,7 @@ function ovsScript(): string {
   const docs = parseYamlDocuments(readFileSync(file, 'utf8')).map((d) => ('error' in d ? undefined : d.value)) as { kind?: string; spec?: { template: { spec: { containers: { name: string; command?: string[] }[] } } } }[];
   const ds = docs.find((d) => d?.kind === 'DaemonSet');
   const command = ds?.spec?.template.spec.containers.find((c) => c.name === 'ovs')?.command;
-  if (!command || command[0] !== 'sh' || command[1] !== '-c' || !command[2]) throw new Error(`ovs container command is not sh -c SCRIPT: ${JSON.stringify(command)}`);
+  if (command?.[0] !== 'sh' || command[1] !== '-c' || !command[2]) throw new Error(`ovs container command is not sh -c SCRIPT: ${JSON.stringify(command)}`);
   return command[2];
 }
 

@@ -250,7 +250,7 @@ if (why) {
       6: (pin) => {
         injected.push(pin);
       },
-      5: (pin, punt) => {
+      5: (_pin, punt) => {
         floodCount.set(punt.ops, (floodCount.get(punt.ops) ?? 0) + 1);
         if (punt.ops === 1) floodTimes.push(process.hrtime.bigint());
       },

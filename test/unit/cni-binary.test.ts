@@ -85,7 +85,7 @@ t.test('ADD returns prevResult in the config version, unchanged otherwise, and t
 
   const d = await runCni(podEnv('ADD', 'c0ffee04'), conf({ cniVersion: '0.3.1', prevResult: PTP_100 }));
   t.equal(d.code, 0);
-  t.same((d.json?.ips as unknown[])[0], { version: '4', interface: 1, address: '10.99.7.3/24', gateway: '10.99.7.1' }, '1.0.0-shaped prevResult converted to 0.3.1');
+  t.same((d.json?.ips as unknown[] | undefined)?.[0], { version: '4', interface: 1, address: '10.99.7.3/24', gateway: '10.99.7.1' }, '1.0.0-shaped prevResult converted to 0.3.1');
 });
 
 t.test('malformed JSON on stdin is a decode failure (6)', async (t) => {

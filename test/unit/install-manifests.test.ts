@@ -282,7 +282,7 @@ function crdProblems(crdDocs: Doc[]): string[] {
 
 // ---- the uninstall procedure in uninstall.yaml's header ----
 /** The header's comment text (the lines before the first document), '#' stripped. */
-const headerText = (text: string) => text.split('\n').filter((l, i, a) => a.slice(0, i + 1).every((x) => x.startsWith('#'))).map((l) => l.replace(/^# ?/, '')).join('\n');
+const headerText = (text: string) => text.split('\n').filter((_l, i, a) => a.slice(0, i + 1).every((x) => x.startsWith('#'))).map((l) => l.replace(/^# ?/, '')).join('\n');
 
 /** Applies the JSON patch ops the procedure uses (remove, add with "-" = append) to a copy of `doc`. */
 function jsonPatch<T>(doc: T, ops: { op: string; path: string; value?: unknown }[]): T {

@@ -167,7 +167,10 @@ export class OpenFlowController extends EventEmitter {
         clearTimeout(timer);
         resolve(f);
       };
-      this.connectedWaiters.push({ resolve: done, reject: (e) => (clearTimeout(timer), reject(e)) });
+      this.connectedWaiters.push({ resolve: done, reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        } });
     });
   }
 

@@ -65,9 +65,8 @@ export class BoundedQueue<T> {
   }
 
   [Symbol.asyncIterator](): AsyncIterableIterator<T> {
-    const self = this;
     return {
-      next: () => self.next(),
+      next: () => this.next(),
       return: async () => ({ value: undefined, done: true }),
       [Symbol.asyncIterator]() {
         return this;

@@ -107,7 +107,7 @@ function normalizeRule(
   let action: Action | undefined;
   if (raw.action === undefined || raw.action === null || raw.action === '') {
     p.add(`${field}.action`, `is required (one of ${Object.keys(k.actions).join(', ')})`);
-  } else if (typeof raw.action !== 'string' || !Object.prototype.hasOwnProperty.call(k.actions, raw.action)) {
+  } else if (typeof raw.action !== 'string' || !Object.hasOwn(k.actions, raw.action)) {
     p.add(`${field}.action`, `${JSON.stringify(raw.action)} is not a ${k.kind} action; use one of ${Object.keys(k.actions).join(', ')}`);
   } else {
     action = k.actions[raw.action];

@@ -11,7 +11,7 @@ import {
   type Json,
   PORT_PROTOCOLS,
   type PortProtocol,
-  Problems,
+  type Problems,
   exactlyOne,
   isObject,
   namedPortError,

@@ -15,7 +15,7 @@
 import type { KubeObject, NormalizeContext, NormalizeResult, PortMatch } from '../types.js';
 import {
   type Json,
-  Problems,
+  type Problems,
   exactlyOne,
   intInRange,
   isObject,

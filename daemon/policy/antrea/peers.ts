@@ -11,7 +11,7 @@
  */
 import { cidrWithin, parseCidr, parseIp } from '../cidr.js';
 import type { Direction, LabelSelector, Peer } from '../types.js';
-import { Problems, isObject, qualifiedNameError, selectorField, setKeys, stringField } from './common.js';
+import { type Problems, isObject, qualifiedNameError, selectorField, setKeys, stringField } from './common.js';
 
 export type Flavor = 'cluster' | 'namespaced';
 
