@@ -64,6 +64,8 @@ export interface EnforcementHooks {
   status?(): unknown;
   /** The body of GET /policies: what this node enforces and which objects were ignored (sluicectl node policies). */
   policyReport?(): unknown;
+  /** The API object (apiVersion, kind, uid) behind an invalid-object entry of the report. */
+  policyObject?(e: { kind: string; namespace?: string | undefined; name: string }): EventSubject | undefined;
   /** Figures for /metrics. */
   metrics?(): EnforcementMetrics;
   /** Per-rule statistics from the bridge's counter flows; `dump` returns ovs-ofctl dump-flows of the Metric tables. */
@@ -71,6 +73,15 @@ export interface EnforcementHooks {
 }
 
 export class StartupError extends Error {}
+
+/** The object an Event is about. */
+export interface EventSubject {
+  apiVersion?: string | undefined;
+  kind: string;
+  namespace?: string | undefined;
+  name: string;
+  uid?: string | undefined;
+}
 
 const API_TIMEOUT_MS = 10_000;
 const API_START_DEADLINE_MS = 30_000;
@@ -129,17 +140,29 @@ class Kube {
       }));
   }
 
-  /** Records a Kubernetes Event on an object (best effort: the caller logs a failure). */
-  async objectEvent(nodeName: string, obj: { kind: string; namespace?: string | undefined; name: string }, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> {
+  /**
+   * Records a Kubernetes Event on an object (best effort: the caller logs a failure). The Event
+   * names the object by apiVersion, kind and uid as well as name: `kubectl describe` lists only
+   * Events whose involvedObject carries the object's uid, so a Pod's is read when not given.
+   */
+  async objectEvent(nodeName: string, obj: EventSubject, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> {
     const now = new Date();
     // A cluster-scoped object's Events live in "default", as the API server's own do.
     const namespace = obj.namespace ?? 'default';
+    let { uid, apiVersion } = obj;
+    if (obj.kind === 'Pod') {
+      apiVersion = 'v1';
+      if (!uid && obj.namespace) {
+        const pod = await withTimeout(this.core.readNamespacedPod({ namespace: obj.namespace, name: obj.name }), API_TIMEOUT_MS, `reading Pod ${obj.namespace}/${obj.name}`).catch(() => undefined);
+        uid = pod?.metadata?.uid;
+      }
+    }
     await withTimeout(
       this.core.createNamespacedEvent({
         namespace,
         body: {
           metadata: { generateName: `${obj.name}.`, namespace },
-          involvedObject: { ...(obj.kind === 'Pod' ? { apiVersion: 'v1' } : {}), kind: obj.kind, ...(obj.namespace ? { namespace: obj.namespace } : {}), name: obj.name },
+          involvedObject: { ...(apiVersion ? { apiVersion } : {}), kind: obj.kind, ...(obj.namespace ? { namespace: obj.namespace } : {}), name: obj.name, ...(uid ? { uid } : {}) },
           type,
           reason,
           message,
@@ -740,9 +763,10 @@ export class Agent {
     }
   }
 
-  private async event(obj: { namespace?: string | undefined; name: string }, type: 'Normal' | 'Warning', reason: string, message: string, kind = 'Pod'): Promise<void> {
+  private async event(obj: Omit<EventSubject, 'kind'> & { kind?: string }, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> {
+    const kind = obj.kind ?? 'Pod';
     try {
-      await this.kube?.objectEvent(this.config.nodeName, { kind, ...obj }, type, reason, message);
+      await this.kube?.objectEvent(this.config.nodeName, { ...obj, kind }, type, reason, message);
     } catch (err) {
       this.log.warn({ object: `${kind} ${obj.namespace ? `${obj.namespace}/` : ''}${obj.name}`, reason, err: (err as Error).message }, 'could not record an Event');
     }
@@ -778,7 +802,9 @@ export class Agent {
       now.add(key);
       if (this.invalidReported.has(key)) continue;
       const msg = `ignored by sluice-agent on ${this.config.nodeName} (no rule of it is enforced): ${e.field}: ${e.message}`;
-      void this.event({ ...(e.namespace ? { namespace: e.namespace } : {}), name: e.name }, 'Warning', 'SluiceInvalidPolicy', msg, e.kind);
+      // Under the object's own apiVersion, kind and uid; the report's kind when it is gone meanwhile.
+      const target = this.enforcement?.policyObject?.(e) ?? { kind: e.kind, ...(e.namespace ? { namespace: e.namespace } : {}), name: e.name };
+      void this.event(target, 'Warning', 'SluiceInvalidPolicy', msg);
     }
     this.invalidReported = now;
   }

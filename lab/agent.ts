@@ -43,7 +43,7 @@ export function agentConfig(lab: string, node: string): Record<string, unknown> 
 }
 
 /** Writes agent.yaml, starts the agent detached in the node namespace, waits for its socket. */
-export async function startAgent(lab: string, node: string, timeoutMs = 30_000): Promise<number> {
+export async function startAgent(lab: string, node: string, timeoutMs = 30_000, env: Record<string, string> = {}): Promise<number> {
   const main = join(repoRoot(), 'dist', 'daemon', 'main.js');
   if (!existsSync(main)) throw new Error(`--sluice: ${main} is missing (the agent is not built)`);
   const config = agentConfigPath(lab, node);
@@ -52,6 +52,7 @@ export async function startAgent(lab: string, node: string, timeoutMs = 30_000):
   const log = openSync(agentLogPath(lab, node), 'a');
   const child = spawn('ip', ['netns', 'exec', nodeNetns(lab, node), process.execPath, main, '--config', config], {
     detached: true,
+    env: { ...process.env, ...env },
     stdio: ['ignore', log, log],
   });
   closeSync(log);

@@ -473,6 +473,11 @@ export class Enforcer {
     };
   }
 
+  /** The API object behind an invalid-object report (for its Event). */
+  policyObject(e: { kind: string; namespace?: string | undefined; name: string }) {
+    return this.engine.involvedObject(e);
+  }
+
   /** What this node enforces per policy and which objects were ignored as invalid (GET /policies). */
   policyReport(): PolicyReport {
     const localPods: string[] = [];

@@ -53,6 +53,7 @@ export async function startEnforcement(
     close: () => enforcer.close(),
     status: () => enforcer.status(),
     policyReport: () => enforcer.policyReport(),
+    policyObject: (e) => enforcer.policyObject(e),
     metrics: () => enforcer.metrics(),
     ruleStats: (dump) => enforcer.ruleStats(dump),
   };

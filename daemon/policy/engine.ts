@@ -254,6 +254,21 @@ export class PolicyEngine {
     return cs;
   }
 
+  /**
+   * The API object an invalid-object report is about, as the API server names it (apiVersion,
+   * kind, uid): what an Event must carry for `kubectl describe` to show it. The report's kind is
+   * the engine's (AntreaClusterNetworkPolicy for crd.antrea.io's ClusterNetworkPolicy).
+   */
+  involvedObject(e: Pick<ValidationError, 'kind' | 'namespace' | 'name'>): { apiVersion: string; kind: string; namespace?: string; name: string; uid?: string } | undefined {
+    const same = (x: ValidationError) => x.kind === e.kind && x.name === e.name && (x.namespace ?? '') === (e.namespace ?? '');
+    for (const p of this.policies.values()) {
+      if (!p.result.errors.some(same) && !(p.tierErrors ?? []).some(same)) continue;
+      const { apiVersion, kind, metadata } = p.obj;
+      return { apiVersion, kind, ...(metadata.namespace ? { namespace: metadata.namespace } : {}), name: metadata.name, ...(metadata.uid ? { uid: metadata.uid } : {}) };
+    }
+    return undefined;
+  }
+
   /** Current invalid objects and why, sorted by object. */
   errors(): ValidationError[] {
     const out: ValidationError[] = [...this.rejected.values()];

@@ -131,11 +131,14 @@ else {
     t.match(ctl.stdout, new RegExp(`NOT ENFORCED: ${lost} crosses no bridge`), 'sluicectl node status names it');
     t.equal(ctl.exitCode, 1, 'and exits 1');
     // ... and as Events on the Pods, where kubectl describe shows them.
-    type Ev = { involvedObject: { kind: string; name: string; namespace?: string | undefined }; type: string; reason: string; message: string };
+    type Ev = { involvedObject: { apiVersion?: string; kind: string; name: string; namespace?: string | undefined; uid?: string }; type: string; reason: string; message: string };
     const events = (await rest.list(resolveKind('events'))).items as unknown as Ev[];
     const on = (ref: string, reason: string) => events.filter((e) => `${e.involvedObject.namespace}/${e.involvedObject.name}` === ref && e.involvedObject.kind === 'Pod' && e.reason === reason);
     t.match(on(lost, 'SluiceNotEnforced'), [{ type: 'Warning', message: /no network policy applies to it: no CNI result/ }], 'a Warning Event SluiceNotEnforced on the Pod, with why');
     t.match(on('x/b', 'SluiceAdopted'), [{ type: 'Normal', message: /attached this running Pod to its bridge/ }], 'a Normal Event SluiceAdopted on an adopted Pod');
+    const uidOf = async (ns: string, name: string) => (await rest.get(resolveKind('pods'), name, ns)).metadata.uid;
+    t.same(on('x/b', 'SluiceAdopted')[0]?.involvedObject, { apiVersion: 'v1', kind: 'Pod', namespace: 'x', name: 'b', uid: await uidOf('x', 'b') }, "with the Pod's uid, which kubectl describe selects Events by");
+    t.equal(on(lost, 'SluiceNotEnforced')[0]?.involvedObject.uid, await uidOf('z', 'c'), 'the Warning too');
 
     // Policies apply to adopted Pods (real packets), as `sluicectl whatif` against the lab's API server predicted.
     const deny = writeTempFile(dir, 'deny.yaml', 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny-in, namespace: x}\nspec: {podSelector: {}, policyTypes: [Ingress]}\n');

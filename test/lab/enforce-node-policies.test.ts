@@ -5,9 +5,9 @@
  * with its field and reason; --json parses to the same view.
  */
 import t from 'tap';
-import { existsSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { agentConfigPath } from '../../lab/agent.js';
+import { agentConfigPath, agentLogPath, agentPidPath, startAgent } from '../../lab/agent.js';
 import { nodeNetns } from '../../lab/net/names.js';
 import type { PolicyReport } from '../../daemon/enforcement/policy-report.js';
 import { cli, cliJson, skipReason, type ListJson } from './labcli-helpers.js';
@@ -97,5 +97,51 @@ if (reason) {
       t.equal(check.code, 0, `${node}: node flows --check passes on an enforcing node (${check.stdout.split('\n')[0]}${check.stderr})`);
       t.notMatch(check.stdout, /unexpected|missing/, `${node}: no policy flow reported as unexpected or missing`);
     }
+  });
+
+  type Ev = { metadata: { namespace: string }; involvedObject: { apiVersion?: string; kind: string; namespace?: string; name: string; uid?: string }; type: string; reason: string; message: string; source?: { host?: string } };
+  const events = async (reason: string): Promise<Ev[]> => (await cliJson<ListJson<Ev>>(['get', 'events', '-o', 'json', '--name', LAB])).items.filter((e) => e.reason === reason);
+
+  t.test('Events: an invalid policy once per node, a failing CNI ADD once per Pod and minute; both as kubectl describe finds them', async (t) => {
+    // SluiceInvalidPolicy on the ACNP with a missing tier, under its own apiVersion, kind and uid.
+    const acnp = (await cliJson<ListJson<{ metadata: { name: string; uid: string } }>>(['get', 'clusternetworkpolicies.crd.antrea.io', '-o', 'json', '--name', LAB])).items.find((o) => o.metadata.name === 'np-bad-tier')!;
+    let invalid: Ev[] = [];
+    for (const deadline = Date.now() + 30_000; Date.now() < deadline && invalid.length < NODES.length; await sleep(500)) invalid = await events('SluiceInvalidPolicy');
+    t.same(invalid.map((e) => e.source?.host).sort(), NODES, 'one Warning Event from each node');
+    for (const e of invalid) {
+      t.same(e.involvedObject, { apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', name: 'np-bad-tier', uid: acnp.metadata.uid }, `${e.source?.host}: names the object as the API does, uid included`);
+      t.equal(e.metadata.namespace, 'default', 'a cluster-scoped object: in default');
+      t.match(e.message, /spec\.tier: tier no-such-tier does not exist/, 'with the field and reason');
+      t.equal(e.type, 'Warning');
+    }
+    await sleep(12_000); // past the next report round: nothing is repeated while nothing changed
+    t.equal((await events('SluiceInvalidPolicy')).length, NODES.length, 'not repeated while the object stays as it is');
+
+    // SluiceAttachFailed: node-2's agent fails every ADD after attach-port (the test failpoint).
+    const node = 'node-2';
+    const restart = async (env: Record<string, string>) => {
+      const pid = Number(readFileSync(agentPidPath(LAB, node), 'utf8').trim());
+      const ready = () => readFileSync(agentLogPath(LAB, node), 'utf8').split('\n').filter((l) => l.includes('"startup: ready"')).length;
+      const before = ready();
+      try {
+        process.kill(pid, 'SIGTERM');
+      } catch {
+        // already gone
+      }
+      for (let i = 0; i < 100 && existsSync(`/proc/${pid}`); i++) await sleep(100);
+      await startAgent(LAB, node, 30_000, env);
+      for (const deadline = Date.now() + 60_000; Date.now() < deadline && ready() <= before; ) await sleep(100);
+    };
+    await restart({ SLUICE_FAILPOINT: 'attach-port' });
+    const pod = writeTempFile(dir, 'failing.yaml', `apiVersion: v1\nkind: Pod\nmetadata: {name: failing, namespace: x}\nspec: {nodeName: ${node}, containers: [{name: c, image: sluice-lab/workload}]}\n`);
+    const applied = await cli(['apply', '-f', pod, '--name', LAB]);
+    t.not(applied.code, 0, `the Pod cannot start while every ADD fails (${applied.stderr.trim().split('\n').pop()})`);
+    const uid = (await cliJson<ListJson<{ metadata: { name: string; namespace: string; uid: string } }>>(['get', 'pods', '-o', 'json', '--name', LAB])).items.find((p) => p.metadata.namespace === 'x' && p.metadata.name === 'failing')?.metadata.uid;
+    const failed = await events('SluiceAttachFailed');
+    t.equal(failed.length, 1, `one Event although the runtime tried several times (${failed.length})`);
+    t.same(failed[0]?.involvedObject, { apiVersion: 'v1', kind: 'Pod', namespace: 'x', name: 'failing', uid }, 'on the Pod, uid included');
+    t.match(failed[0]?.message, /could not attach the Pod's network \(the runtime retries\): .*failed at step attach-port.*Check: sluicectl node status/, 'what failed and what to check');
+    await restart({});
+    t.equal((await cli(['delete', '-f', pod, '--name', LAB])).code, 0, 'the failed Pod deleted, the agent back to normal');
   });
 }

@@ -204,3 +204,22 @@ t.test('a peer namespaces field with no criterion is ignored, as Antrea\'s contr
   t.same(mixed.errors, []);
   t.same(mixed.rules[0]?.peers, [{ kind: 'ipBlock', cidr: '10.0.0.0/8', except: [] }], 'the ignored peer (with its podSelector) contributes nothing');
 });
+
+t.test('involvedObject: an invalid-object report back to the API object (apiVersion, kind, uid) for its Event', async (t) => {
+  const { PolicyEngine } = await import('../../daemon/policy/engine.js');
+  const engine = new PolicyEngine({ nodeName: 'n1' });
+  const bad = { ...acnp('bad-tier', base({ tier: 'no-such-tier', ingress: [{ action: 'Drop' }] })), apiVersion: 'crd.antrea.io/v1beta1' };
+  bad.metadata = { ...bad.metadata, uid: 'uid-acnp-1' };
+  const badNp = { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name: 'np', namespace: 'x', uid: 'uid-np-1' }, spec: { podSelector: { matchLabels: { a: 5 } } } } as unknown as KubeObject;
+  engine.upsert(bad);
+  engine.upsert(badNp);
+  const errors = engine.errors();
+  t.same(errors.map((e) => `${e.kind} ${e.namespace ?? ''}/${e.name}`).sort(), ['AntreaClusterNetworkPolicy /bad-tier', 'NetworkPolicy x/np'], 'both reported invalid');
+  t.same(errors.map((e) => engine.involvedObject(e)).sort((a, b) => String(a?.name).localeCompare(String(b?.name))), [
+    { apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', name: 'bad-tier', uid: 'uid-acnp-1' },
+    { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', namespace: 'x', name: 'np', uid: 'uid-np-1' },
+  ], "each as the API names it: crd.antrea.io's ClusterNetworkPolicy, not the engine's AntreaClusterNetworkPolicy");
+  t.equal(engine.involvedObject({ kind: 'NetworkPolicy', namespace: 'y', name: 'np' }), undefined, 'another namespace: not that object');
+  engine.remove({ apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', namespace: 'x', name: 'np' });
+  t.equal(engine.involvedObject({ kind: 'NetworkPolicy', namespace: 'x', name: 'np' }), undefined, 'gone once deleted');
+});
