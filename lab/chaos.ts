@@ -267,7 +267,7 @@ async function main(): Promise<void> {
     await scenario('a Pod host route moved back to its veth', QUICK ? 2 : 10, async () => {
       await sleep(500 + Math.random() * 1000);
       const ns = nodeNetns(LAB, target);
-      const a = ((await status(target))?.pods as { hostVeth: string; ips: string[] }[]).find((p) => p.ips.includes(pod('x/a').status.podIP))!;
+      const a = (((await status(target))?.pods ?? []) as { hostVeth: string; ips: string[] }[]).find((p) => p.ips.includes(pod('x/a').status.podIP))!;
       await runIn(ns, 'ip', ['route', 'replace', `${a.ips[0]}/32`, 'dev', a.hostVeth, 'scope', 'link']);
       const k = performance.now();
       await waitUntil('route on antrea-gw0 again', async () => (await runIn(ns, 'ip', ['route', 'show', `${a.ips[0]}/32`])).stdout.includes('antrea-gw0'));
@@ -284,14 +284,14 @@ async function main(): Promise<void> {
         spec: { nodeName: target, containers: [{ name: 's', image: 'sluice-lab/workload', ports: [{ containerPort: 80 }] }] },
       } as never)));
       const attachedAll = async () => {
-        const attached = new Set(((await status(target))?.pods as { podName: string; podNamespace: string }[]).filter((p) => p.podNamespace === 'z').map((p) => p.podName));
+        const attached = new Set((((await status(target))?.pods ?? []) as { podName: string; podNamespace: string }[]).filter((p) => p.podNamespace === 'z').map((p) => p.podName));
         return names.every((n) => attached.has(n));
       };
       await waitUntil('every storm Pod attached', attachedAll, 180_000);
       const created = Math.round(performance.now() - k);
       await Promise.all(names.map((name) => rest.delete(pods, name, 'z')));
       await waitUntil('every storm Pod detached', async () => {
-        const attached = ((await status(target))?.pods as { podName: string; podNamespace: string }[]).filter((p) => p.podNamespace === 'z' && p.podName.startsWith('storm-'));
+        const attached = (((await status(target))?.pods ?? []) as { podName: string; podNamespace: string }[]).filter((p) => p.podNamespace === 'z' && p.podName.startsWith('storm-'));
         return attached.length === 0;
       }, 180_000);
       console.error(`Pod storm: ${names.length} Pods attached ${created} ms after they were created`);
@@ -401,7 +401,7 @@ spec:
       const rest = clientFor(info);
       const k = performance.now();
       await rest.apply(resolveKind('pods'), { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'during-flood', namespace: 'y' }, spec: { nodeName: yb.spec.nodeName, containers: [{ name: 's', image: 'sluice-lab/workload', ports: [{ containerPort: 80 }] }] } } as never);
-      await waitUntil('a Pod created during the flood is attached', async () => ((await status(yb.spec.nodeName))?.pods as { podName: string }[]).some((p) => p.podName === 'during-flood'), 60_000);
+      await waitUntil('a Pod created during the flood is attached', async () => (((await status(yb.spec.nodeName))?.pods ?? []) as { podName: string }[]).some((p) => p.podName === 'during-flood'), 60_000);
       const ms = Math.round(performance.now() - k);
       await done;
       const [in1, dropped1] = [await metric('sluice_packet_ins_total'), await metric('sluice_packet_ins_dropped_total')];
