@@ -20,6 +20,8 @@ import type { RuleStatistics } from './flows/policy/stats.js';
 import { FlowSync, type GatewayInfo, Ovs } from './flows/ovs.js';
 import { computeFlows } from './flows/pipeline.js';
 import { policiesAnswer } from './enforcement/policy-report.js';
+import { TraceError, type TraceReport, type TraceRequest } from './enforcement/traceflow.js';
+import { TRACE_COOKIE_FILTER, type TraceProtocol } from './flows/traceflow.js';
 import { type HealthServer, startEndpoint, startHealthServer } from './health.js';
 import type { AgentMetrics, EnforcementMetrics } from './metrics.js';
 import { disablePodTxOffload, findHostVeth, guardedVeths, HostNetwork, resolveIptables } from './hostnet/index.js';
@@ -64,6 +66,8 @@ export interface EnforcementHooks {
   status?(): unknown;
   /** The body of GET /policies: what this node enforces and which objects were ignored (sluicectl node policies). */
   policyReport?(): unknown;
+  /** A real packet traced through the bridge (GET /traceflow); the destination is resolved from the cluster view. */
+  traceflow?(req: Omit<TraceRequest, 'dstIp'>, io: { addFlows(text: string): Promise<void>; removeFlows(): Promise<void> }, port: (ofport: number) => string, gatewayOfport: number): Promise<TraceReport>;
   /** The API object (apiVersion, kind, uid) behind an invalid-object entry of the report. */
   policyObject?(e: { kind: string; namespace?: string | undefined; name: string }): EventSubject | undefined;
   /** Figures for /metrics. */
@@ -355,6 +359,7 @@ export class Agent {
         const stats = await this.ruleStats();
         return stats ? { code: 200, body: stats } : policiesAnswer(undefined);
       },
+      '/traceflow': (q) => this.traceflow(q),
       // The desired set `sluicectl node flows --check` compares with the bridge.
       '/flows': () => (this.gateway ? { code: 200, body: this.desiredFlows() } : { code: 503, body: { error: 'starting: the bridge and gateway are not set up yet' } }),
       ...this.metricsRoutes(),
@@ -381,6 +386,8 @@ export class Agent {
     const diff = await this.syncFlows({ verify: true });
     log.info({ added: diff.add.length, removed: diff.remove.length, unchanged: diff.unchanged, pods: this.pods.size }, 'startup: flows converged');
     if (await this.ovs.endFlowRestoreWait()) log.info('startup: flow-restore-wait ended (ovs-vswitchd forwards by the new flows)');
+    // Observation flows of a trace the previous agent did not finish.
+    await this.ovs.ofctl(['del-flows', this.ovs.target, TRACE_COOKIE_FILTER]);
 
     const iptables = await resolveIptables(cfg.iptablesBackend);
     log.info({ backend: iptables.commands.backend ?? 'iptables', why: iptables.why }, 'startup: iptables backend');
@@ -651,6 +658,53 @@ export class Agent {
       this.monitorTimer = setTimeout(() => void this.resync(`${what}: ${hit.trim()}`), 200);
     });
     return child;
+  }
+
+  /**
+   * GET /traceflow?from=ns/pod&to=…&port=N&protocol=TCP|UDP|ICMP: a real packet from a local Pod
+   * through the bridge (sluicectl node traceflow). 400 names what is wrong with the request.
+   */
+  private async traceflow(q: URLSearchParams): Promise<{ code: number; body: unknown }> {
+    const bad = (error: string) => ({ code: 400, body: { error } });
+    const from = q.get('from') ?? '';
+    const to = q.get('to') ?? '';
+    const protocol = (q.get('protocol') ?? 'TCP').toUpperCase();
+    const port = Number(q.get('port') ?? (protocol === 'ICMP' ? 0 : NaN));
+    if (!this.enforcement?.traceflow) return { code: 503, body: { error: 'policy enforcement is off on this node: nothing to trace' } };
+    if (!this.gateway) return { code: 503, body: { error: 'starting: the bridge is not set up yet' } };
+    if (!['TCP', 'UDP', 'ICMP'].includes(protocol)) return bad(`protocol "${protocol}": use TCP, UDP or ICMP`);
+    if (protocol !== 'ICMP' && !(Number.isInteger(port) && port >= 1 && port <= 65535)) return bad(`port "${q.get('port') ?? ''}": a port 1-65535 is needed for ${protocol}`);
+    if (!to) return bad('to: the destination is missing (ns/pod, service:ns/name or ip:A.B.C.D)');
+    const src = [...this.pods.values()].find((p) => `${p.podNamespace}/${p.podName}` === from);
+    if (!src) return bad(`from "${from}": no Pod of that name is attached on ${this.config.nodeName} (traceflow runs on the source Pod's node)`);
+    const ip = src.ips.find((a) => a.includes('.'));
+    if (!ip) return bad(`from "${from}": the Pod has no IPv4 address`);
+    const byPort = new Map([...this.pods.values()].map((p) => [p.ofport, `Pod ${p.podNamespace}/${p.podName} (port ${p.ofport})`]));
+    const gw = this.gateway;
+    const name = (ofport: number) => (ofport === gw.ofport ? `${gw.name} (port ${ofport})` : byPort.get(ofport) ?? `port ${ofport}`);
+    try {
+      const report = await this.enforcement.traceflow(
+        { source: { pod: from, ip, mac: src.mac, ofport: src.ofport }, to, protocol: protocol as TraceProtocol, dstPort: protocol === 'ICMP' ? 0 : port },
+        {
+          // Cached datapath flows of the source's traffic were made without the observation flows
+          // and could carry the traced packet past them: purged after each change.
+          addFlows: async (text) => {
+            await this.ovs.ofctl(['add-flows', this.ovs.target, '-'], text);
+            await this.ovs.appctl(['revalidator/purge']);
+          },
+          removeFlows: async () => {
+            await this.ovs.ofctl(['del-flows', this.ovs.target, TRACE_COOKIE_FILTER]);
+            await this.ovs.appctl(['revalidator/purge']);
+          },
+        },
+        name,
+        gw.ofport,
+      );
+      return { code: 200, body: report };
+    } catch (err) {
+      if (err instanceof TraceError) return { code: 409, body: { error: err.message } };
+      throw err;
+    }
   }
 
   /** Cheap watchdog: if OVS lost sluice's flows (ovs-vswitchd restarted), converge everything now. */

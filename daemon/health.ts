@@ -20,7 +20,8 @@ export interface RouteAnswer {
 }
 
 /** An extra GET path: computes the answer at each request. */
-export type HealthRoute = () => RouteAnswer | Promise<RouteAnswer>;
+/** A GET route; `query` holds the request's query parameters. */
+export type HealthRoute = (query: URLSearchParams) => RouteAnswer | Promise<RouteAnswer>;
 
 export interface HealthServer {
   port: number;
@@ -65,8 +66,9 @@ export async function startEndpoint(
     if (req.method !== 'GET') return answer({ code: 405, body: { error: 'only GET' } });
     const route = Object.hasOwn(routes, path) ? routes[path] : undefined;
     if (!route) return answer({ code: 404, body: { error: `no such path ${path}; try ${paths}` } });
+    const query = new URL(req.url ?? '/', 'http://agent').searchParams;
     Promise.resolve()
-      .then(route)
+      .then(() => route(query))
       .then(answer, (err: unknown) => answer({ code: 500, body: { error: `${path}: ${(err as Error).message}` } }))
       .catch((err: unknown) => log.warn({ path, err: (err as Error).message }, `${what}: answer not sent`));
   });

@@ -53,10 +53,10 @@ export function agentGet(config: AgentConfig, path: string, what: string, timeou
  * GET `path` for the command `cmd` (e.g. "node policies"): the body of a 200 answer, or undefined
  * after printing why not (agent unreachable, or its error answer) and setting exit code 1.
  */
-export async function agentBody(configPath: string, path: string, cmd: string): Promise<unknown> {
+export async function agentBody(configPath: string, path: string, cmd: string, timeoutMs = 3000): Promise<unknown> {
   let answer: { code: number; body: unknown };
   try {
-    answer = await agentGet(await loadConfig(configPath), path, cmd);
+    answer = await agentGet(await loadConfig(configPath), path, cmd, timeoutMs);
   } catch (err) {
     console.error(`sluicectl ${cmd}: ${(err as Error).message}`);
     process.exitCode = 1;

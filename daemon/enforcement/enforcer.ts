@@ -14,7 +14,8 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { AuditLogger, DEFAULT_AUDIT_LOG_PATH } from '../auditlog/index.js';
 import type { Flow } from '../flows/flow.js';
-import { OpenFlowController, packetInMeters, PuntCategory, runPacketInLoop, type DecodedPunt, type PacketInHandler } from '../flows/openflow/index.js';
+import { OpenFlowController, packetInMeters, PuntCategory, PuntOp, runPacketInLoop, type DecodedPunt, type PacketInHandler } from '../flows/openflow/index.js';
+import { TraceError, type TraceIo, type TraceReport, type TraceRequest, Tracer } from './traceflow.js';
 import { buildRejectReply } from '../reject/index.js';
 import type { PacketIn, PacketOut } from '../flows/openflow/wire.js';
 import { CounterBaseline, dirtyRuleIds, type FlowCounter, type MetricFlow, parseFlowCounters, PolicyFlows, policyFlowInput, type CarrierState, RuleCountCarrier, ruleKey, type RuleOfConj, ruleStatistics, type RuleStatistics } from '../flows/policy/index.js';
@@ -87,6 +88,7 @@ const isCoreKind = (o: { apiVersion: string; kind: string }, kind: string) => o.
 export class Enforcer {
   readonly engine: PolicyEngine;
   readonly policyFlows = new PolicyFlows();
+  private readonly tracer = new Tracer();
   private readonly counterBaseline = new CounterBaseline();
   private readonly carrier: RuleCountCarrier;
   private savedCarrier?: string;
@@ -352,6 +354,7 @@ export class Enforcer {
     const handlers: Record<number, PacketInHandler> = {
       [PuntCategory.policy]: (pin, punt) => this.onPolicyPunt(pin, punt),
       [PuntCategory.dns]: (pin, punt) => this.onDnsPunt(pin, punt),
+      [PuntCategory.trace]: (pin, punt) => this.tracer.onTracePunt(pin, punt),
     };
     void runPacketInLoop(controller, handlers, (err) => log.warn({ err: (err as Error).message }, 'packet-in: handler failed'), this.dispatch);
     this.bindFlows(opts.applyFlows);
@@ -371,6 +374,8 @@ export class Enforcer {
   }
 
   private onPolicyPunt(pin: PacketIn, punt: DecodedPunt): void {
+    // A traced packet is not traffic: its reject is the trace's verdict, and it is not audit-logged.
+    if (this.tracer.busy && (punt.ops & PuntOp.reject) !== 0 && this.tracer.claimsReject(pin)) return;
     const d = decidePolicyPunt(pin, punt, (id) => this.policyFlows.describe(id));
     if (d.reject) this.punts.reject++;
     else if (d.audit) this.punts.log++;
@@ -471,6 +476,42 @@ export class Enforcer {
       auditSuppressed: this.audit?.suppressed ?? 0,
       watch: this.watch?.status().map(({ resource, synced, absent, objects, relists, restarts }) => ({ resource, synced, absent, objects, relists, restarts })) ?? [],
     };
+  }
+
+  /**
+   * Traces a real packet from a local Pod through the bridge (sluicectl node traceflow). `io` adds
+   * and removes the observation flows; `port` names an OpenFlow port.
+   */
+  traceflow(req: TraceRequest, io: Omit<TraceIo, 'packetOut'>, port: (ofport: number) => string, gatewayOfport: number): Promise<TraceReport> {
+    return this.tracer.trace(req, { ...io, packetOut: (po) => this.packetOut(po) }, {
+      rule: (conjId) => {
+        const r = this.policyFlows.describe(conjId);
+        return r && { ...r.ref, action: r.action, ...(r.ref.kind === 'NetworkPolicy' ? {} : { priority: r.policyPriority }) };
+      },
+      port,
+      gatewayOfport,
+    });
+  }
+
+  /** The address a traceflow destination names: "ns/pod", "service:ns/name" (its ClusterIP) or "ip:A.B.C.D". */
+  traceTarget(to: string): string {
+    const ip = /^ip:(\d{1,3}(?:\.\d{1,3}){3})$/.exec(to);
+    if (ip) return ip[1]!;
+    const svc = /^service:([^/]+)\/(.+)$/.exec(to);
+    if (svc) {
+      const s = [...this.engine.cluster.services.values()].find((x) => x.namespace === svc[1] && x.name === svc[2]);
+      const cip = s?.clusterIPs.find((a) => a.includes('.'));
+      if (!cip) throw new TraceError(`${to}: no such Service with an IPv4 ClusterIP`);
+      return cip;
+    }
+    const pod = /^([^/:]+)\/([^/]+)$/.exec(to);
+    if (pod) {
+      const p = [...this.engine.cluster.pods.values()].find((x) => x.namespace === pod[1] && x.name === pod[2]);
+      const pip = p?.ips.find((a) => a.includes('.'));
+      if (!pip) throw new TraceError(`${to}: no such Pod with an IPv4 address`);
+      return pip;
+    }
+    throw new TraceError(`destination "${to}": use ns/pod, service:ns/name or ip:A.B.C.D`);
   }
 
   /** The API object behind an invalid-object report (for its Event). */

@@ -54,6 +54,7 @@ export async function startEnforcement(
     status: () => enforcer.status(),
     policyReport: () => enforcer.policyReport(),
     policyObject: (e) => enforcer.policyObject(e),
+    traceflow: (req, io, port, gw) => enforcer.traceflow({ ...req, dstIp: enforcer.traceTarget(req.to) }, io, port, gw),
     metrics: () => enforcer.metrics(),
     ruleStats: (dump) => enforcer.ruleStats(dump),
   };

@@ -7,14 +7,14 @@
  */
 import type { MeterSpec } from './wire.js';
 
-export const PuntCategory = { policy: 0x01, dns: 0x02, serviceReject: 0x04 } as const;
+export const PuntCategory = { policy: 0x01, dns: 0x02, serviceReject: 0x04, trace: 0x08 } as const;
 export type PuntCategory = (typeof PuntCategory)[keyof typeof PuntCategory];
 
 /** Operations of a policy punt (combinable). */
 export const PuntOp = { log: 0x01, reject: 0x02 } as const;
 
 /** One meter per category so a flood of one kind cannot starve the other. */
-export const PUNT_METER_ID: Record<PuntCategory, number> = { 0x01: 256, 0x02: 258, 0x04: 256 };
+export const PUNT_METER_ID: Record<PuntCategory, number> = { 0x01: 256, 0x02: 258, 0x04: 256, 0x08: 260 };
 
 export const DEFAULT_PACKET_IN_RATE = 5000;
 

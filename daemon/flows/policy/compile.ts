@@ -71,7 +71,10 @@ export interface RuleIdentity {
   direction: Direction;
   action: NodeRule['action'];
   table: TableName;
+  /** The flow's OpenFlow priority. */
   priority: number;
+  /** The policy's own priority (Antrea, ANP, CNP; 0 for kinds without one). */
+  policyPriority: number;
   logging?: { enabled: boolean; label?: string };
 }
 
@@ -482,7 +485,7 @@ export class PolicyFlows {
       for (const conjId of e.conjIds) {
         this.identities.set(conjId, {
           conjId, nodeRuleId: id, ruleId: e.rule.ruleId, ref: e.rule.ref, direction: e.rule.direction, action: e.rule.action,
-          table: e.table, priority: e.priority, ...(e.rule.logging ? { logging: e.rule.logging } : {}),
+          table: e.table, priority: e.priority, policyPriority: e.rule.priority.policy, ...(e.rule.logging ? { logging: e.rule.logging } : {}),
         });
       }
     }

@@ -1,0 +1,57 @@
+/**
+ * `sluicectl node traceflow --from ns/pod --to ns/pod|service:ns/name|ip:A.B.C.D --port N
+ * --protocol TCP|UDP|ICMP [-o json]`: the agent injects a real packet at the source Pod's port and
+ * reports every table it visited, the rule that decided and where it went (observed; `node trace`
+ * is ofproto/trace's computation). Run on the source Pod's node.
+ */
+import type { CommandModule } from 'yargs';
+import type { TraceReport } from '../enforcement/traceflow.js';
+import { describeRule } from '../flows/traceflow.js';
+import { agentBody, type NodeArgs, withConfig } from './node-common.js';
+
+interface Args extends NodeArgs {
+  from: string;
+  to: string;
+  port?: number | undefined;
+  protocol: string;
+  output: string;
+}
+
+/** The report as text: one block per leg (a Service adds the leg after the host's DNAT). */
+export function renderTrace(r: TraceReport): string {
+  const lines = [`${r.from} -> ${r.to} (${r.dstIp}) ${r.protocol === 'ICMP' ? 'ICMP' : `${r.port}/${r.protocol}`}: ${r.verdict}`];
+  // A packet that keeps coming back from the host (a loop until its TTL runs out): the first two
+  // legs and the last show it.
+  const shown = r.legs.length > 4 ? [0, 1, r.legs.length - 1] : r.legs.map((_l, i) => i);
+  r.legs.forEach((leg, i) => {
+    if (!shown.includes(i)) {
+      if (i === 2) lines.push('', `… ${r.legs.length - 3} more legs, each back from the host through antrea-gw0 (-o json lists them)`);
+      return;
+    }
+    if (r.legs.length > 1) lines.push('', i === 0 ? 'leg 1 (as sent, before the host\'s Service DNAT):' : `leg ${i + 1} (back from the host after DNAT):`);
+    lines.push(`  tables:  ${leg.tables.join(' -> ')}`);
+    if (leg.egressRule) lines.push(`  egress:  ${describeRule(leg.egressRule)}`);
+    if (leg.ingressRule) lines.push(`  ingress: ${describeRule(leg.ingressRule)}`);
+    lines.push(`  result:  ${leg.verdict}: ${leg.outcome}`);
+  });
+  if (r.note) lines.push('', `note: ${r.note}`);
+  return lines.join('\n');
+}
+
+export const nodeTraceflowCommand: CommandModule<object, Args> = {
+  command: 'traceflow',
+  describe: 'inject a real packet from a local Pod and report the tables it visited, the rule that decided and where it went',
+  builder: (y) =>
+    withConfig(y)
+      .option('from', { type: 'string', demandOption: 'traceflow needs --from ns/pod (a Pod on this node)', describe: 'source Pod (ns/name), on this node' })
+      .option('to', { type: 'string', demandOption: 'traceflow needs --to ns/pod|service:ns/name|ip:A.B.C.D', describe: 'destination: ns/pod, service:ns/name or ip:A.B.C.D' })
+      .option('port', { type: 'number', describe: 'destination port (TCP/UDP; for a Service, its port)' })
+      .option('protocol', { type: 'string', choices: ['TCP', 'UDP', 'ICMP'], default: 'TCP' })
+      .option('output', { alias: 'o', choices: ['table', 'json'], default: 'table', describe: 'output format' }) as never,
+  handler: async (argv) => {
+    const q = new URLSearchParams({ from: argv.from, to: argv.to, protocol: argv.protocol, ...(argv.port !== undefined ? { port: String(argv.port) } : {}) });
+    const body = await agentBody(argv.config, `/traceflow?${q}`, 'node traceflow', 10_000);
+    if (body === undefined) return;
+    console.log(argv.output === 'json' ? JSON.stringify(body, null, 2) : renderTrace(body as TraceReport));
+  },
+};
