@@ -15,7 +15,7 @@ import { bundleText, diffFlows, type FlowDiff, isEmptyDiff, parseSluiceCookies }
 import { type Flow, SLUICE_COOKIE_FILTER } from './flow.js';
 import { GATEWAY_OFPORT, tableId, TABLES, type TableName } from './tables.js';
 import { JsonRpcClosed } from '../ovs/jsonrpc.js';
-import { type Condition, OvsdbClient, OvsdbError, ovsMap, type Row } from '../ovs/ovsdb.js';
+import { type Condition, decodeValue, OvsdbClient, OvsdbError, ovsMap, type Row } from '../ovs/ovsdb.js';
 import { unixctl } from '../ovs/unixctl.js';
 
 export type Datapath = 'system' | 'netdev';
@@ -61,20 +61,10 @@ export interface GatewayInfo {
 
 type OvsJsonTable = { headings: string[]; data: unknown[][] };
 
-/** Decodes ovs-vsctl --format=json cells: ["map",[[k,v]…]], ["set",[…]], ["uuid",…], scalars. */
-function cell(v: unknown): unknown {
-  if (Array.isArray(v) && v.length === 2 && typeof v[0] === 'string') {
-    const [kind, body] = v as [string, unknown];
-    if (kind === 'map') return Object.fromEntries((body as [unknown, unknown][]).map(([k, x]) => [String(cell(k)), cell(x)]));
-    if (kind === 'set') return (body as unknown[]).map(cell);
-    if (kind === 'uuid' || kind === 'named-uuid') return body;
-  }
-  return v;
-}
-
+/** Rows of ovs-vsctl --format=json, cells decoded as OVSDB's wire values are (the same encoding). */
 function rows(json: string): Record<string, unknown>[] {
   const t = JSON.parse(json) as OvsJsonTable;
-  return t.data.map((r) => Object.fromEntries(t.headings.map((h, i) => [h, cell(r[i])])));
+  return t.data.map((r) => Object.fromEntries(t.headings.map((h, i) => [h, decodeValue(r[i])])));
 }
 
 /** A one-element OVSDB set is printed as the bare element. */
