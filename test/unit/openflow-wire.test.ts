@@ -154,7 +154,8 @@ t.test('punt contract: metered controller action and userdata', async (t) => {
   t.equal(puntActions({ category: PuntCategory.dns, maxLen: 512 }), 'controller(max_len=512,userdata=02.00,meter_id=258)');
   t.same(decodePuntUserdata(Buffer.from([1, 2, 7])), { category: 1, ops: 2, extra: Buffer.from([7]) });
   t.equal(decodePuntUserdata(undefined), undefined);
-  t.same(packetInMeters(100), [{ meterId: 256, rate: 100, burst: 200 }, { meterId: 258, rate: 100, burst: 200 }]);
+  t.equal(puntActions({ category: PuntCategory.trace, extra: Buffer.from([14]) }), 'controller(userdata=08.00.0e,meter_id=260)', 'traceflow observations: their own meter');
+  t.same(packetInMeters(100), [{ meterId: 256, rate: 100, burst: 200 }, { meterId: 258, rate: 100, burst: 200 }, { meterId: 260, rate: 100, burst: 200 }], 'one meter per category group');
   t.equal(meterText({ meterId: 256, rate: 5, burst: 10 }), 'meter=256,pktps,burst,stats,bands=type=drop,rate=5,burst_size=10');
   t.throws(() => packetInMeters(0), /not a positive integer/);
 });
