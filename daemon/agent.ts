@@ -74,6 +74,8 @@ export interface EnforcementHooks {
   metrics?(): EnforcementMetrics;
   /** Per-rule statistics from the bridge's counter flows; `dump` returns ovs-ofctl dump-flows of the Metric tables. */
   ruleStats?(dump: () => Promise<string>): Promise<RuleStatistics[]>;
+  /** Packets each packet-in meter dropped, by what it limits (the bridge's meter statistics). */
+  meterDrops?(): Promise<Record<string, number>>;
 }
 
 export class StartupError extends Error {}
@@ -547,6 +549,7 @@ export class Agent {
       resyncs: () => ({ ...this.resyncCounts }),
       enforcement: () => this.enforcement?.metrics?.(),
       ruleStats: () => this.ruleStats(),
+      meterDrops: async () => this.enforcement?.meterDrops?.(),
       chain: () => this.chainKeeper?.status(),
       adoption: () => ({ adopted: this.adoption.adopted, unattached: this.adoption.unattached.length }),
     });

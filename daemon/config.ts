@@ -27,6 +27,9 @@
  * cniCacheDir: /host/var/lib/cni   # the runtime's CNI cache (libcni's; results/ in it): running Pods are adopted from it
  * auditLogPath: /var/log/antrea/networkpolicy/np.log     # policy audit log (rules with logging)
  * enforcePolicies: true         # default: on when an API server is configured (kubeconfig or in-cluster)
+ * packetInRate: 5000            # packets/s each packet-in meter lets through to the agent (Reject replies and
+ *                               # audit logging; DNS learning; traceflow), bursts of twice that; the bridge
+ *                               # drops the rest (sluice_packet_in_meter_drops_total)
  * ```
  */
 import { readFile } from 'node:fs/promises';
@@ -67,6 +70,8 @@ export interface AgentConfig {
   auditLogPath: string;
   /** undefined: enforce when an API server is configured; false: datapath only. */
   enforcePolicies?: boolean;
+  /** Packets per second each packet-in meter passes to the agent. */
+  packetInRate: number;
 }
 
 export const CONFIG_DEFAULTS = {
@@ -86,6 +91,7 @@ export const CONFIG_DEFAULTS = {
   cniBinDir: '/opt/cni/bin',
   cniCacheDir: '/var/lib/cni',
   auditLogPath: '/var/log/antrea/networkpolicy/np.log',
+  packetInRate: 5000,
 } as const;
 
 export const DEFAULT_CONFIG_PATH = '/etc/sluice/agent.yaml';
@@ -98,7 +104,7 @@ const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const
 const KEYS = [
   'nodeName', 'kubeconfig', 'bridge', 'datapath', 'iptablesBackend', 'gateway', 'serviceCIDRs', 'socketPath', 'ovsRunDir', 'stateDir',
   'healthAddress', 'metricsAddress', 'logLevel', 'nodeIP', 'resyncIntervalSeconds', 'flowCheckIntervalSeconds', 'rtTablesFile',
-  'auditLogPath', 'enforcePolicies', 'cniConfDir', 'cniBinDir', 'cniCacheDir',
+  'auditLogPath', 'enforcePolicies', 'cniConfDir', 'cniBinDir', 'cniCacheDir', 'packetInRate',
 ] as const;
 /** Linux interface names: 1-15 bytes, no '/', whitespace or ':'. */
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
@@ -191,6 +197,12 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
   const enforce = raw.enforcePolicies;
   if (enforce !== undefined && enforce !== null && typeof enforce !== 'boolean') bad('enforcePolicies', `must be true or false, got ${JSON.stringify(enforce)}`);
 
+  const packetInRate = raw.packetInRate ?? CONFIG_DEFAULTS.packetInRate;
+  // The meter's rate is a 32-bit field, and its burst (twice the rate) must fit too.
+  if (typeof packetInRate !== 'number' || !Number.isInteger(packetInRate) || packetInRate < 1 || packetInRate > 0x7fffffff) {
+    bad('packetInRate', `must be a whole number of packets per second from 1 to ${0x7fffffff}, got ${JSON.stringify(packetInRate)}`);
+  }
+
   const bridge = ifname('bridge', CONFIG_DEFAULTS.bridge);
   const gateway = ifname('gateway', CONFIG_DEFAULTS.gateway);
   if (bridge === gateway) bad('gateway', `must differ from bridge "${bridge}"`);
@@ -219,6 +231,7 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     cniCacheDir: path('cniCacheDir', CONFIG_DEFAULTS.cniCacheDir)!,
     auditLogPath: path('auditLogPath', CONFIG_DEFAULTS.auditLogPath)!,
     ...(typeof enforce === 'boolean' ? { enforcePolicies: enforce } : {}),
+    packetInRate: packetInRate as number,
   };
 }
 

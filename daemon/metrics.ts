@@ -56,6 +56,8 @@ export interface MetricSources {
   adoption?(): { adopted: number; unattached: number } | undefined;
   /** Per-rule statistics from the bridge's counters (one OVS read per scrape). */
   ruleStats?(): Promise<RuleStatistics[] | undefined>;
+  /** Packets the bridge's packet-in meters dropped, by meter (absent when enforcement is off). */
+  meterDrops?(): Promise<Record<string, number> | undefined>;
 }
 
 const CNI_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -214,6 +216,24 @@ export class AgentMetrics {
     series('sluice_policy_rule_bytes_total', 'Bytes per rule on this node, counted as sluice_policy_rule_packets_total', (s) => s.bytes);
   }
 
+  /**
+   * Packet-ins the bridge's meters dropped before they reached the agent. The switch's totals restart
+   * with ovs-vswitchd (and a re-installed meter); the counter only ever adds what they gained.
+   */
+  private registerMeterDrops(read: () => Promise<Record<string, number> | undefined>): void {
+    const totals = this.totals;
+    new Counter({
+      name: 'sluice_packet_in_meter_drops_total',
+      help: 'Packets the bridge dropped at a packet-in meter instead of sending them to the agent, by meter (policy: reject and logging; dns; traceflow)',
+      labelNames: ['meter'],
+      registers: [this.registry],
+      async collect() {
+        const drops = await read().catch(() => undefined);
+        for (const [meter, total] of Object.entries(drops ?? {})) totals.feed(this, { meter }, total);
+      },
+    });
+  }
+
   /** A gauge set from `read` at each scrape (series `read` no longer returns disappear). */
   private gauge(name: string, help: string, labelNames: string[], read: () => Samples): void {
     new Gauge({
@@ -247,6 +267,7 @@ export class AgentMetrics {
     this.sources = sources;
     if (first && sources.enforcement) this.registerEnforcementMetrics();
     if (first && sources.ruleStats) this.registerRuleStatistics(async () => this.sources?.ruleStats?.());
+    if (first && sources.meterDrops) this.registerMeterDrops(async () => this.sources?.meterDrops?.());
   }
 
   observeCniRequest(command: string | undefined, result: 'ok' | number, seconds: number): void {

@@ -42,13 +42,16 @@ export function agentConfig(lab: string, node: string): Record<string, unknown> 
   };
 }
 
-/** Writes agent.yaml, starts the agent detached in the node namespace, waits for its socket. */
-export async function startAgent(lab: string, node: string, timeoutMs = 30_000, env: Record<string, string> = {}): Promise<number> {
+/**
+ * Writes agent.yaml (the lab's settings, with `overrides` on top), starts the agent detached in the
+ * node namespace, waits for its socket.
+ */
+export async function startAgent(lab: string, node: string, timeoutMs = 30_000, env: Record<string, string> = {}, overrides: Record<string, unknown> = {}): Promise<number> {
   const main = join(repoRoot(), 'dist', 'daemon', 'main.js');
   if (!existsSync(main)) throw new Error(`--sluice: ${main} is missing (the agent is not built)`);
   const config = agentConfigPath(lab, node);
   mkdirSync(join(nodeStateDir(lab, node), 'agent'), { recursive: true });
-  writeFileSync(config, dumpYaml(agentConfig(lab, node)));
+  writeFileSync(config, dumpYaml({ ...agentConfig(lab, node), ...overrides }));
   const log = openSync(agentLogPath(lab, node), 'a');
   const child = spawn('ip', ['netns', 'exec', nodeNetns(lab, node), process.execPath, main, '--config', config], {
     detached: true,

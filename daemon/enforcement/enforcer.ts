@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { AuditLogger, DEFAULT_AUDIT_LOG_PATH } from '../auditlog/index.js';
 import type { Flow } from '../flows/flow.js';
-import { OpenFlowController, packetInMeters, PuntCategory, PuntOp, runPacketInLoop, type DecodedPunt, type PacketInHandler } from '../flows/openflow/index.js';
+import { OpenFlowController, packetInMeters, PUNT_METER_NAME, PuntCategory, PuntOp, runPacketInLoop, type DecodedPunt, type PacketInHandler } from '../flows/openflow/index.js';
 import { TraceError, type TraceIo, type TraceReport, type TraceRequest, Tracer } from './traceflow.js';
 import { buildRejectReply } from '../reject/index.js';
 import type { PacketIn, PacketOut } from '../flows/openflow/wire.js';
@@ -459,6 +459,20 @@ export class Enforcer {
     this.carrier.retire(new Set(now.map((f) => f.cookie)), new Set(now.map((f) => f.key)));
     this.saveCarrier();
     return counters;
+  }
+
+  /**
+   * Packets each packet-in meter dropped on the bridge, before they reached the agent (the meters'
+   * drop bands), by what the meter limits. Asked over the OpenFlow connection at each scrape.
+   */
+  async meterDrops(): Promise<Record<string, number>> {
+    const out: Record<string, number> = {};
+    if (!this.controller?.isConnected) return out;
+    for (const m of await this.controller.meterStats()) {
+      const name = PUNT_METER_NAME[m.meterId];
+      if (name) out[name] = Number(m.bands.reduce((sum, b) => sum + b.packets, 0n));
+    }
+    return out;
   }
 
   /** Figures for /metrics. */

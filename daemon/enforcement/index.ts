@@ -35,6 +35,7 @@ export async function startEnforcement(
     ovsRunDir: cfg.ovsRunDir,
     bridge: cfg.bridge,
     auditLogPath: cfg.auditLogPath,
+    packetInRate: cfg.packetInRate,
     stateDir: cfg.stateDir,
     log,
     dns,
@@ -57,6 +58,7 @@ export async function startEnforcement(
     traceflow: (req, io, port, gw) => enforcer.traceflow({ ...req, dstIp: enforcer.traceTarget(req.to) }, io, port, gw),
     metrics: () => enforcer.metrics(),
     ruleStats: (dump) => enforcer.ruleStats(dump),
+    meterDrops: () => enforcer.meterDrops(),
   };
   return { enforcer, hooks };
 }

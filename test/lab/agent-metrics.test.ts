@@ -4,8 +4,8 @@
  * the bridge, a connection rejected by it (packet-in, reject reply, audit line), flows per table.
  */
 import t from 'tap';
-import { nodeNetns } from '../../lab/net/names.js';
-import { labCli, probe, run, upEnforcingLab, withEnforcingLab, writeTempFile } from './enforce-helpers.js';
+import { nodeNetns, podNetns } from '../../lab/net/names.js';
+import { labCli, probe, restartAgent, run, upEnforcingLab, withEnforcingLab, writeTempFile } from './enforce-helpers.js';
 import { sampleValue } from '../unit/prometheus-text.js';
 
 const LAB = 'mt';
@@ -95,5 +95,25 @@ withEnforcingLab(LAB, 'agent-metrics-', (dir) => {
     const m4 = await scrapeUntil((m) => m('sluice_pods', { state: 'attached' }) === 2);
     t.equal(m4('sluice_pods', { state: 'attached' }), 2, 'detached again');
     t.ok(m4('sluice_cni_requests_total', { command: 'DEL', result: 'ok' }) > m3('sluice_cni_requests_total', { command: 'DEL', result: 'ok' }), 'its DEL counted');
+
+    // A flood of rejected SYNs against meters of 10 packets/s (bursts of 20): the bridge drops most
+    // of them at the policy meter, before they reach the agent, and says so.
+    await restartAgent(LAB, NODE, { packetInRate: 10 });
+    const before = await scrapeUntil((m) => m('sluice_ovs_up', { connection: 'openflow' }) === 1);
+    const text = (await run('ip', ['netns', 'exec', nodeNetns(LAB, NODE), 'curl', '-s', '-f', 'http://127.0.0.1:10349/metrics'])).stdout;
+    t.match(text, /^sluice_packet_in_meter_drops_total\{meter="policy",node="node-1"\} \d+$/m, 'the policy meter series is there');
+    const ip = JSON.parse(await labCli(LAB, ['get', 'pods', '-o', 'json'])) as { items: { metadata: { name: string; namespace: string }; status: { podIP: string } }[] };
+    const target = ip.items.find((p) => p.metadata.namespace === 'm' && p.metadata.name === 'a')?.status.podIP;
+    t.ok(target, 'm/a has an address');
+    const flood = await run('ip', ['netns', 'exec', podNetns(LAB, 'm', 'b'), process.execPath, '-e',
+      `const net=require('net');let n=0;(function go(){for(let i=0;i<50;i++){const s=net.connect({host:'${target}',port:80});s.on('error',()=>{});s.on('connect',()=>s.destroy());n++}if(n<1000)setTimeout(go,10);else setTimeout(()=>{console.log(n);process.exit(0)},1000)})()`]);
+    t.equal(flood.stdout.trim(), '1000', '1000 connection attempts made');
+    const m5 = await scrapeUntil((m) => m('sluice_packet_in_meter_drops_total', { meter: 'policy' }) > before('sluice_packet_in_meter_drops_total', { meter: 'policy' }));
+    const dropped = m5('sluice_packet_in_meter_drops_total', { meter: 'policy' }) - before('sluice_packet_in_meter_drops_total', { meter: 'policy' });
+    const received = m5('sluice_packet_ins_total', { reason: 'reject' }) - before('sluice_packet_ins_total', { reason: 'reject' });
+    console.error(`meter of 10 packets/s: 1000 rejected connection attempts (SYNs the meter dropped are retransmitted), ${received} packet-ins reached the agent, ${dropped} dropped by the bridge's meter`);
+    t.ok(dropped > 500, `the meter dropped most of the flood (${dropped})`);
+    t.ok(received < 500, `the agent received the rest only (${received})`);
+    t.equal(m5('sluice_packet_in_meter_drops_total', { meter: 'dns' }), before('sluice_packet_in_meter_drops_total', { meter: 'dns' }), 'the dns meter is not charged for policy punts');
   });
 });

@@ -193,8 +193,11 @@ export function readText(path: string): string {
   }
 }
 
-/** kill -9 of a node's agent and a restart the way the lab starts it; resolves once it is ready again. */
-export async function restartAgent(lab: string, node: string): Promise<void> {
+/**
+ * kill -9 of a node's agent and a restart the way the lab starts it (with `config` over the lab's
+ * settings); resolves once it is ready again.
+ */
+export async function restartAgent(lab: string, node: string, config: Record<string, unknown> = {}): Promise<void> {
   const { agentLogPath, agentPidPath, startAgent } = await import('../../lab/agent.js');
   const pid = Number(readText(agentPidPath(lab, node)).trim());
   if (pid > 0) {
@@ -206,7 +209,7 @@ export async function restartAgent(lab: string, node: string): Promise<void> {
   }
   const readyCount = () => readText(agentLogPath(lab, node)).split('\n').filter((l) => l.includes('"startup: ready"')).length;
   const before = readyCount();
-  await startAgent(lab, node);
+  await startAgent(lab, node, 30_000, {}, config);
   const deadline = Date.now() + 60_000;
   while (readyCount() <= before) {
     if (Date.now() > deadline) throw new Error(`agent on ${node} not ready again within 60 s`);

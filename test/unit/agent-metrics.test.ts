@@ -92,6 +92,32 @@ t.test('counters follow the components and never go down', async (t) => {
   t.equal(value(text, 'sluice_ovs_up', { connection: 'ovsdb' }), 0, 'OVSDB down is shown');
 });
 
+t.test('packet-in meter drops: the totals of the switch, monotonic across an ovs-vswitchd restart, kept when unreadable', async (t) => {
+  const metrics = new AgentMetrics({ node: 'node-1', defaultMetrics: false });
+  let drops: Record<string, number> | undefined = { policy: 120, dns: 0 };
+  let failing = false;
+  metrics.setSources({
+    pods: () => ({ attached: 0 }),
+    flowsByTable: () => ({}),
+    ovsdbReachable: () => true,
+    resyncs: () => ({ ok: 0, failed: 0, repairs: 0 }),
+    meterDrops: async () => {
+      if (failing) throw new Error('not connected');
+      return drops;
+    },
+  });
+  let text = await metrics.text();
+  t.equal(value(text, 'sluice_packet_in_meter_drops_total', { meter: 'policy' }), 120, 'the policy meter dropped 120');
+  t.equal(value(text, 'sluice_packet_in_meter_drops_total', { meter: 'dns' }), 0, 'the dns meter none');
+  drops = { policy: 30, dns: 5 };
+  text = await metrics.text();
+  t.equal(value(text, 'sluice_packet_in_meter_drops_total', { meter: 'policy' }), 150, 'the switch restarted its total: what it counts since is added');
+  t.equal(value(text, 'sluice_packet_in_meter_drops_total', { meter: 'dns' }), 5);
+  failing = true;
+  text = await metrics.text();
+  t.equal(value(text, 'sluice_packet_in_meter_drops_total', { meter: 'policy' }), 150, 'an unanswered read keeps the last value; the scrape still succeeds');
+});
+
 t.test('without enforcement, the policy series are absent rather than zero', async (t) => {
   const metrics = new AgentMetrics({ node: 'n', defaultMetrics: false });
   metrics.setSources({ pods: () => ({ attached: 0 }), flowsByTable: () => ({}), ovsdbReachable: () => true, resyncs: () => ({ ok: 0, failed: 0, repairs: 0 }) });

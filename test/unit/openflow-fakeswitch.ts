@@ -76,6 +76,10 @@ export class FakeSwitch {
   versions = [1, 4, 6];
   /** Meter ids that already exist: ADD gets OFPMMFC_METER_EXISTS. */
   existingMeters = new Set<number>();
+  /** What meter-statistics requests are answered with: per meter, packets in and dropped by its band. */
+  meterStats: { meterId: number; packetsIn: bigint; dropped: bigint }[] = [];
+  /** Meters per part of a meter-statistics reply (more than one part sets OFPMPF_REPLY_MORE on all but the last). */
+  meterStatsPerPart = 8;
   /** Answer echo requests (false simulates a hung switch). */
   answerEcho = true;
   private listeners: ((r: Received) => void)[] = [];
@@ -118,7 +122,34 @@ export class FakeSwitch {
     else if (r.type === 2 && this.answerEcho) sock.write(Buffer.concat([header(3, msg.length, r.xid), msg.subarray(8)]));
     else if (r.type === 29 && msg.readUInt16BE(8) === 0 && this.existingMeters.has(msg.readUInt32BE(12))) sock.write(errorMsg(r.xid, 12, 1, msg));
     else if (r.type === 29 && msg.readUInt16BE(8) === 0) this.existingMeters.add(msg.readUInt32BE(12));
+    else if (r.type === 18 && msg.readUInt16BE(8) === 9) for (const part of this.meterStatsReply(r.xid)) sock.write(part);
     for (const l of this.listeners) l(r);
+  }
+
+  /** The meter-statistics reply as OVS lays it out (ofp_meter_stats with one drop band each), in parts. */
+  private meterStatsReply(xid: number): Buffer[] {
+    const entry = (m: { meterId: number; packetsIn: bigint; dropped: bigint }) => {
+      const e = Buffer.alloc(56);
+      e.writeUInt32BE(m.meterId, 0);
+      e.writeUInt16BE(56, 4);
+      e.writeUInt32BE(1, 12); // flow count
+      e.writeBigUInt64BE(m.packetsIn, 16);
+      e.writeBigUInt64BE(m.packetsIn * 60n, 24);
+      e.writeUInt32BE(7, 32); // duration
+      e.writeBigUInt64BE(m.dropped, 40);
+      e.writeBigUInt64BE(m.dropped * 60n, 48);
+      return e;
+    };
+    const parts: Buffer[] = [];
+    for (let i = 0; i === 0 || i < this.meterStats.length; i += this.meterStatsPerPart) {
+      const body = Buffer.concat(this.meterStats.slice(i, i + this.meterStatsPerPart).map(entry));
+      const more = i + this.meterStatsPerPart < this.meterStats.length;
+      const head = Buffer.alloc(8);
+      head.writeUInt16BE(9, 0);
+      head.writeUInt16BE(more ? 1 : 0, 2);
+      parts.push(Buffer.concat([header(19, 16 + body.length, xid), head, body]));
+    }
+    return parts;
   }
 
   /** Resolves with the next received message matching `pred` (or an already received one after `from`). */

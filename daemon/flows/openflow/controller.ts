@@ -1,6 +1,6 @@
 /**
  * The agent's OpenFlow connection to br-int, used only for the packet-in path (Reject replies, audit
- * logging, DNS learning) and the meters that rate-limit it. Flows are still programmed with
+ * logging, DNS learning), the meters that rate-limit it and their statistics. Flows are still programmed with
  * ovs-ofctl bundles by the pipeline code.
  *
  * Topology: the agent is the *client* of the bridge's management socket
@@ -31,18 +31,22 @@ import {
   encodeEchoRequest,
   encodeFeaturesRequest,
   encodeHello,
+  decodeMeterStatsReply,
   encodeMeterMod,
+  encodeMeterStatsRequest,
   encodePacketOut,
   encodeSetConfig,
   encodeSetPacketInFormat,
   MessageFramer,
   type MeterSpec,
+  type MeterStats,
   NX_EXPERIMENTER_ID,
   NXT,
   OFP15_VERSION,
   OFPET,
   OFPMC,
   OFPMMFC_METER_EXISTS,
+  OFPMPF_REPLY_MORE,
   type OfpErrorInfo,
   OFPT,
   type PacketIn,
@@ -119,6 +123,8 @@ export class OpenFlowController extends EventEmitter {
   private helloWaiter?: ((msg: Buffer) => void) | undefined;
   /** xids of fire-and-forget requests whose errors are collected until the next barrier. */
   private watched = new Map<number, OfpErrorInfo | undefined>();
+  /** Parts of multipart replies received so far, by xid, until the last part resolves the request. */
+  private multipartParts = new Map<number, Buffer[]>();
   private reconnectTimer?: NodeJS.Timeout;
   private echoTimer?: NodeJS.Timeout | undefined;
   private attempt = 0;
@@ -206,6 +212,19 @@ export class OpenFlowController extends EventEmitter {
     encodeMeterMod(0, OFPMC.ADD, m); // validates before anything is recorded
     this.opts.meters = [...this.opts.meters.filter((x) => x.meterId !== m.meterId), m];
     if (this.ready) await this.installMeters([m]);
+  }
+
+  /** The switch's statistics of every meter (one multipart request, its parts joined). */
+  async meterStats(): Promise<MeterStats[]> {
+    if (!this.ready) throw new OpenFlowError('not connected');
+    const xid = this.nextXid();
+    this.multipartParts.set(xid, []);
+    try {
+      const last = await this.request(encodeMeterStatsRequest(xid));
+      return [...(this.multipartParts.get(xid) ?? []), last].flatMap((part) => decodeMeterStatsReply(part).meters);
+    } finally {
+      this.multipartParts.delete(xid);
+    }
   }
 
   stats(): ControllerStats {
@@ -402,6 +421,13 @@ export class OpenFlowController extends EventEmitter {
         return;
       case OFPT.ECHO_REQUEST:
         sock.write(encodeEchoReply(h.xid, msg.subarray(8)));
+        return;
+      case OFPT.MULTIPART_REPLY:
+        if (msg.length >= 12 && (msg.readUInt16BE(10) & OFPMPF_REPLY_MORE) !== 0) {
+          this.multipartParts.get(h.xid)?.push(msg);
+          return;
+        }
+        this.resolvePending(h.xid, msg);
         return;
       case OFPT.ECHO_REPLY:
       case OFPT.FEATURES_REPLY:

@@ -16,6 +16,9 @@ export const PuntOp = { log: 0x01, reject: 0x02 } as const;
 /** One meter per category so a flood of one kind cannot starve the other. */
 export const PUNT_METER_ID: Record<PuntCategory, number> = { 0x01: 256, 0x02: 258, 0x04: 256, 0x08: 260 };
 
+/** What each meter limits, as /metrics names it. */
+export const PUNT_METER_NAME: Record<number, string> = { 256: 'policy', 258: 'dns', 260: 'traceflow' };
+
 export const DEFAULT_PACKET_IN_RATE = 5000;
 
 /** The meters the controller installs: `rate` packets/s each, bursts of twice that. */

@@ -32,6 +32,8 @@ export const OFPT = {
   FLOW_REMOVED: 11,
   PORT_STATUS: 12,
   PACKET_OUT: 13,
+  MULTIPART_REQUEST: 18,
+  MULTIPART_REPLY: 19,
   BARRIER_REQUEST: 20,
   BARRIER_REPLY: 21,
   ROLE_STATUS: 30,
@@ -550,4 +552,51 @@ export function encodeMeterMod(xid: number, command: number, m: MeterSpec): Buff
     body.writeUInt32BE(m.burst, 16);
   }
   return message(OFPT.METER_MOD, xid, body);
+}
+
+// ---- meter statistics ----
+
+/** Multipart type of meter statistics, and the meter id that asks for all of them. */
+export const OFPMP_METER_STATS = 9;
+export const OFPM_ALL = 0xffffffff;
+/** Multipart reply flag: more parts of this reply follow. */
+export const OFPMPF_REPLY_MORE = 1;
+
+export interface MeterStats {
+  meterId: number;
+  /** Flows that use the meter. */
+  flowCount: number;
+  /** Packets and bytes that reached the meter. */
+  packetsIn: bigint;
+  bytesIn: bigint;
+  /** Per band, the packets and bytes the band acted on: for a drop band, those it dropped. */
+  bands: { packets: bigint; bytes: bigint }[];
+}
+
+export function encodeMeterStatsRequest(xid: number, meterId: number = OFPM_ALL): Buffer {
+  const body = Buffer.alloc(16);
+  body.writeUInt16BE(OFPMP_METER_STATS, 0);
+  body.writeUInt32BE(meterId >>> 0, 8);
+  return message(OFPT.MULTIPART_REQUEST, xid, body);
+}
+
+/** One part of a meter-statistics reply; `more` says whether further parts follow. */
+export function decodeMeterStatsReply(msg: Buffer): { more: boolean; meters: MeterStats[] } {
+  const h = decodeHeader(msg);
+  if (h.type !== OFPT.MULTIPART_REPLY) throw new WireError(`message type ${h.type} is not a multipart reply`);
+  if (msg.length < 16) throw new WireError(`multipart reply of ${msg.length} bytes is shorter than its 16-byte header`);
+  const type = msg.readUInt16BE(8);
+  if (type !== OFPMP_METER_STATS) throw new WireError(`multipart reply of type ${type}, not meter statistics (${OFPMP_METER_STATS})`);
+  const more = (msg.readUInt16BE(10) & OFPMPF_REPLY_MORE) !== 0;
+  const meters: MeterStats[] = [];
+  for (let off = 16; off < msg.length; ) {
+    if (off + 40 > msg.length) throw new WireError(`meter statistics entry at byte ${off} is truncated`);
+    const len = msg.readUInt16BE(off + 4);
+    if (len < 40 || (len - 40) % 16 !== 0 || off + len > msg.length) throw new WireError(`meter statistics entry at byte ${off} has a bad length ${len}`);
+    const bands: MeterStats['bands'] = [];
+    for (let b = off + 40; b < off + len; b += 16) bands.push({ packets: msg.readBigUInt64BE(b), bytes: msg.readBigUInt64BE(b + 8) });
+    meters.push({ meterId: msg.readUInt32BE(off), flowCount: msg.readUInt32BE(off + 12), packetsIn: msg.readBigUInt64BE(off + 16), bytesIn: msg.readBigUInt64BE(off + 24), bands });
+    off += len;
+  }
+  return { more, meters };
 }
