@@ -1,5 +1,5 @@
 /**
- * Enforcement bench (issue 5 §4) on a 2-node lab "en4" with enforcing agents: ~1 000 Pods known
+ * Enforcement bench on a 2-node lab "en4" with enforcing agents: ~1 000 Pods known
  * cluster-wide (most are API objects only: spec.nodeName of a node that does not exist, so no
  * kubelet runs them, status.podIP set through /status) and 500 NetworkPolicies applying to node-1's
  * Pods. Prints, for node-1's agent: time from the API call to the agent's "flows committed" (the

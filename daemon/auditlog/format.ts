@@ -1,5 +1,5 @@
 /**
- * Audit log lines, in the format of the seed (Antrea's np.log):
+ * Audit log lines, in the format of Antrea's np.log:
  *
  *   <yyyy/mm/dd> <HH:MM:SS.micro> <ovs-table-name> <policy-reference> <action> <openflow-priority>
  *   <source-ip> <source-port> <destination-ip> <destination-port> <protocol> <packet-length>

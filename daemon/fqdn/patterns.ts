@@ -1,6 +1,6 @@
 /**
  * The fqdn patterns of the policies and how a DNS name matches them, with the policy engine's
- * semantics (engine.ts fqdnMembers, the seed's FQDN section): names compare lower-case without a
+ * semantics (engine.ts fqdnMembers; Antrea's FQDN rules): names compare lower-case without a
  * trailing dot; `*` matches any run of characters, dots included, so `*.example.com` matches
  * `www.example.com` and `a.b.example.com` but not `example.com`, while `*example.com` also
  * matches `example.com` (and `myexample.com`). A pattern without `*` is an exact name.

@@ -1,5 +1,5 @@
 /**
- * Host networking of policy-only mode (the seed's numbers): Pod host routes moved onto
+ * Host networking of Antrea's policy-only mode, with its names and numbers: Pod host routes moved onto
  * antrea-gw0, the `antrea_service` route table 300 with its default route and permanent
  * neighbour, the fwmark rule, and sluice's iptables chains. Everything here converges:
  * calling it again changes nothing unless something else removed or altered it.

@@ -1,5 +1,5 @@
 /**
- * sluice's iptables rules (policy-only mode, the seed's numbers), rendered as iptables-restore
+ * sluice's iptables rules (Antrea's policy-only mode, its chain names and mark), rendered as iptables-restore
  * input that rewrites ONLY sluice's own chains (`--noflush`), plus the idempotent jump rules
  * into them. Other components' rules (kube-proxy, the primary CNI) are never touched.
  */

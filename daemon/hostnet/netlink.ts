@@ -1,7 +1,7 @@
 /**
  * A small rtnetlink wrapper for the host-side state sluice manages (links, addresses, routes,
  * rules, neighbours), with the `netlink` package's sharp edges handled in one place
- * (see shared/reference/toolchain-notes.md §1):
+ * (netlink 0.3.0, measured on Node 20):
  * - a large receive buffer and ONE request in flight at a time (more than ~256 in flight aborts the process);
  * - request flags set explicitly (the package defaults to 0);
  * - table ids above 255 passed as attrs.table with data.table = 252 (RT_TABLE_COMPAT);

@@ -1,7 +1,7 @@
 /**
  * The evaluator: answers "is this connection allowed, and which rule decided?" for a probe.
  *
- * Order per direction (issue 4 §2): stage 0 rules in (tier, policy, rule, tieBreak) order, the
+ * Order per direction (README, "Policy precedence"): stage 0 rules in (tier, policy, rule, tieBreak) order, the
  * first match decides and Pass jumps to stage 1; stage 1 = Kubernetes NetworkPolicy (allow if any
  * rule matches, else drop when the Pod is isolated); stage 2 (baselines), where Pass falls
  * through; then the default, allow. Egress is decided for the source Pod, ingress for the

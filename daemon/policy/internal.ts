@@ -1,5 +1,5 @@
 /**
- * The internal objects of the seed "NetworkPolicy computation", kept incrementally:
+ * The internal objects of Antrea's NetworkPolicy computation, kept incrementally:
  *
  * - AddressGroup: the members (Pods, Nodes, Service ClusterIPs, learned FQDN addresses) of one
  *   peer term, with their IPs and named-port maps. One group per distinct peer term, shared by

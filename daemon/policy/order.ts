@@ -1,4 +1,4 @@
-/** The single precedence order of rules (issue 4 §2), and small deterministic helpers. */
+/** The single precedence order of rules (README, "Policy precedence"), and small deterministic helpers. */
 import type { InternalRule, RulePriority } from './types.js';
 
 export function comparePriority(a: RulePriority, b: RulePriority): number {

@@ -41,7 +41,7 @@ else {
   sh(`ip -n ${NS} link set vethpod up && ip -n ${POD} link set eth0 up && ip -n ${POD} addr add 10.1.0.5/32 dev eth0`);
   sh(`ip -n ${NS} route add 10.1.0.5/32 dev vethpod scope link`);
 
-  t.test('ensureBase creates the seed shapes, and a second run changes nothing', async (t) => {
+  t.test('ensureBase creates the policy-only mode shapes, and a second run changes nothing', async (t) => {
     const first = driver('ensure') as string[];
     t.ok(first.length >= 4, `first run reports what it created: ${first.join('; ')}`);
     t.match(sh(`ip -n ${NS} rule`), /^300:\s+from all fwmark 0x800\/0x800 iif antrea-gw0 lookup (300|antrea_service)\s*$/m);

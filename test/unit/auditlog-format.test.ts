@@ -29,7 +29,7 @@ const drop = (over: Partial<AuditEvent> = {}): AuditEvent => ({
   ...over,
 });
 
-t.test('the seed example lines, byte for byte', async (t) => {
+t.test('the example lines of the Antrea documentation, byte for byte', async (t) => {
   t.equal(
     formatAuditLine(drop(), 'utc', { count: 3, durationNs: 1_011_379_442n }),
     '2021/06/24 23:56:41.346165 AntreaPolicyEgressRule AntreaNetworkPolicy:default/test-anp Drop 44900 10.10.1.65 35402 10.0.0.5 80 TCP 60 [3 packets in 1.011379442s]',

@@ -1,6 +1,6 @@
 /**
- * crd.antrea.io ClusterNetworkPolicy / NetworkPolicy -> IR: what each feature of the seed
- * document "Antrea Network Policy CRDs" becomes.
+ * crd.antrea.io ClusterNetworkPolicy / NetworkPolicy -> IR: what each feature of Antrea's
+ * Network Policy CRDs becomes.
  */
 import t from 'tap';
 import { acnp, annp, ctxWith, errorsOf, normalize } from './policy-antrea-helpers.js';

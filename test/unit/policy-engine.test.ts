@@ -1,5 +1,5 @@
 /**
- * The evaluator's precedence order (issue 4 §2) and peer kinds, with hand-written IR rules
+ * The evaluator's precedence order (README, "Policy precedence") and peer kinds, with hand-written IR rules
  * (test-only kind), so every stage is exercised without depending on a kind's normalizer.
  */
 import t from 'tap';

@@ -1,5 +1,5 @@
 /**
- * `sluicectl simulate` (issue 4 §5): probe sources, output formats, invalid objects on stderr,
+ * `sluicectl simulate`: probe sources, output formats, invalid objects on stderr,
  * and exit status only for unusable input.
  */
 import t from 'tap';

@@ -1,5 +1,5 @@
 /**
- * The compiler driven by the real policy engine: the flow-count test of issue 5 §3 (100 source
+ * The compiler driven by the real policy engine: the flow-count test (100 source
  * Pods x 100 target Pods x 10 ports = a sum, not a product), determinism across "restarts", and the
  * incremental property: for random sequences of cluster and policy changes, the deltas computed
  * from each ChangeSet compose to exactly the flows of a full recompile.

@@ -2,8 +2,8 @@
  * crd.antrea.io kinds: the registry the policy engine dispatches on.
  *
  * Versions: Tier / ClusterNetworkPolicy / NetworkPolicy exist in v1alpha1 and v1beta1.
- * ClusterGroup appeared in v1alpha2 and Group in v1alpha3 (the seed document's examples use
- * v1alpha3), so those versions are accepted for them as well; the spec is the same except the
+ * ClusterGroup appeared in v1alpha2 and Group in v1alpha3 (Antrea's own documentation still shows
+ * v1alpha3 examples), so those versions are accepted for them as well; the spec is the same except the
  * single `ipBlock`, which v1beta1 dropped in favour of `ipBlocks`.
  */
 import type { Normalizer } from '../types.js';
