@@ -4,10 +4,10 @@
  * into them. Other components' rules (kube-proxy, the primary CNI) are never touched.
  */
 import { execa } from 'execa';
+import { REENTRANCE_MAC } from '../flows/tables.js';
 import { DEFAULT_IPTABLES, type IptablesCommands } from './iptables-backend.js';
 
 export const SERVICE_MARK = 0x800;
-export const REENTRANCE_MAC = 'de:ad:be:ef:de:ad';
 
 export interface IptablesOptions {
   gateway: string;
