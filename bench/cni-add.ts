@@ -1,12 +1,15 @@
 /**
- * CNI ADD latency through the runtime path (the lab's libcni-like runner, real plugins): 50 Pods
- * with [ptp] alone, then 50 with [ptp, sluice] (agent running, OVS netdev), on a 1-node lab named
- * "dpb". Prints p50/p95 of each, their ratio, the sluice-cni process start time alone and the
- * agent's RSS. Not a test: it asserts nothing, it measures.
+ * CNI ADD latency through the runtime path (the lab's libcni-like runner, real plugins) on a 1-node
+ * lab named "dpb" with the agent running (OVS netdev): Pods ADDed with [ptp] alone and with
+ * [ptp, sluice], interleaved one for one so that load drifting during the run hits both alike. Runs
+ * twice: idle, then with a CPU load generator busy on every core (started and stopped by the bench).
+ * Prints p50/p95 of each, their ratio, the agent's own time per ADD (its steps, summed) and the
+ * sluice-cni process start time and the agent's RSS. Not a test: it asserts nothing, it measures.
  *
- * usage (root, after a build): node dist/bench/cni-add.js [--pods 50]
+ * usage (root, after a build): node dist/bench/cni-add.js [--pods 50] [--only idle|loaded]
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
+import { cpus } from 'node:os';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -18,6 +21,8 @@ const LAB = 'dpb';
 const NODE = 'node-1';
 const argPods = process.argv.indexOf('--pods');
 const PODS = argPods > 0 ? Number(process.argv[argPods + 1]) : 50;
+const argOnly = process.argv.indexOf('--only');
+const ONLY = argOnly > 0 ? process.argv[argOnly + 1] : undefined;
 const cli = join(repoRoot(), 'dist', 'lab', 'cli.js');
 
 const lab = (...args: string[]) => execFileSync(process.execPath, [cli, ...args, '--name', LAB], { stdio: ['ignore', 'pipe', 'inherit'] }).toString();
@@ -27,26 +32,34 @@ function pct(xs: number[], p: number): number {
   return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
 }
 
-async function addMany(chainSluice: boolean): Promise<number[]> {
-  const list = nodeConflist(LAB, NODE, 'ptp', chainSluice);
-  const times: number[] = [];
-  const invs: CniInvocation[] = [];
+/** `PODS` ADDs of each conflist, alternating, then their DELs; the ADD times of each. */
+async function addInterleaved(round: string): Promise<{ alone: number[]; chained: number[] }> {
+  const lists = { alone: nodeConflist(LAB, NODE, 'ptp', false), chained: nodeConflist(LAB, NODE, 'ptp', true) };
+  const times = { alone: [] as number[], chained: [] as number[] };
+  const invs: { inv: CniInvocation; list: (typeof lists)['alone'] }[] = [];
   for (let i = 0; i < PODS; i++) {
-    const netns = `${LAB}-bench-${i}`;
-    spawnSync('ip', ['netns', 'del', netns]);
-    execFileSync('ip', ['netns', 'add', netns]);
-    execFileSync('ip', ['-n', netns, 'link', 'set', 'lo', 'up']);
-    const inv: CniInvocation = { lab: LAB, node: NODE, containerId: `bench${chainSluice ? 's' : 'p'}${String(i).padStart(4, '0')}`, netns, podNamespace: 'bench', podName: `p${i}` };
-    const t0 = performance.now();
-    await cniAdd(inv, list);
-    times.push(performance.now() - t0);
-    invs.push(inv);
+    for (const kind of i % 2 === 0 ? (['alone', 'chained'] as const) : (['chained', 'alone'] as const)) {
+      const netns = `${LAB}-${round}-${kind[0]}${i}`;
+      spawnSync('ip', ['netns', 'del', netns]);
+      execFileSync('ip', ['netns', 'add', netns]);
+      execFileSync('ip', ['-n', netns, 'link', 'set', 'lo', 'up']);
+      const inv: CniInvocation = { lab: LAB, node: NODE, containerId: `bench${round}${kind[0]}${String(i).padStart(4, '0')}`, netns, podNamespace: 'bench', podName: `${round}-${kind}-${i}` };
+      const t0 = performance.now();
+      await cniAdd(inv, lists[kind]);
+      times[kind].push(performance.now() - t0);
+      invs.push({ inv, list: lists[kind] });
+    }
   }
-  for (const inv of invs) {
+  for (const { inv, list } of invs) {
     await cniDel(inv, list).catch((err: Error) => process.stderr.write(`DEL ${inv.containerId}: ${err.message}\n`));
     spawnSync('ip', ['netns', 'del', inv.netns]);
   }
   return times;
+}
+
+/** One busy-looping process per core, as a loaded node has. */
+function startLoad(): ChildProcess[] {
+  return cpus().map(() => spawn(process.execPath, ['-e', 'for(;;){}'], { stdio: 'ignore' }));
 }
 
 function agentRssMiB(): number | undefined {
@@ -59,16 +72,19 @@ function agentRssMiB(): number | undefined {
   }
 }
 
-/** p50 of each ADD step as the agent logged it ("add: attached" ms). */
-function agentStepP50(): Record<string, number> {
+const agentLog = () => readFileSync(join(stateDir(LAB), NODE, 'agent.log'), 'utf8');
+
+/** p50 of each ADD step as the agent logged it ("add: attached" ms) after log offset `from`, and of their sum. */
+function agentStepP50(from: number): { steps: Record<string, number>; total: number } {
   const steps: Record<string, number[]> = {};
-  const log = readFileSync(join(stateDir(LAB), NODE, 'agent.log'), 'utf8');
-  for (const line of log.split('\n')) {
+  const totals: number[] = [];
+  for (const line of agentLog().slice(from).split('\n')) {
     if (!line.includes('"add: attached"')) continue;
     const ms = (JSON.parse(line) as { ms?: Record<string, number> }).ms ?? {};
     for (const [k, v] of Object.entries(ms)) (steps[k] ??= []).push(v);
+    totals.push(Object.values(ms).reduce((a, b) => a + b, 0));
   }
-  return Object.fromEntries(Object.entries(steps).map(([k, v]) => [k, pct(v, 50)]));
+  return { steps: Object.fromEntries(Object.entries(steps).map(([k, v]) => [k, pct(v, 50)])), total: totals.length ? pct(totals, 50) : Number.NaN };
 }
 
 function pluginStartMs(): number {
@@ -84,29 +100,33 @@ function pluginStartMs(): number {
 
 const fmt = (n: number) => `${n.toFixed(1)} ms`;
 
+const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+
 async function main(): Promise<void> {
-  lab('down');
-  lab('up', '--nodes', '1', '--primary', 'ptp');
-  const alone = await addMany(false);
   lab('down');
   lab('up', '--nodes', '1', '--primary', 'ptp', '--sluice');
   const rssIdle = agentRssMiB();
-  const chained = await addMany(true);
+  console.log(`CNI ADD latency, ${PODS} Pods per chain and round, [ptp] and [ptp, sluice] interleaved (runtime path, 1-node lab, OVS netdev, ${cpus().length} CPUs)`);
+  for (const round of ['idle', 'loaded'] as const) {
+    if (ONLY && ONLY !== round) continue;
+    const load = round === 'loaded' ? startLoad() : [];
+    try {
+      const logFrom = agentLog().length;
+      const { alone, chained } = await addInterleaved(round);
+      const { steps, total } = agentStepP50(logFrom);
+      console.log(`${round} (load average at the end ${loadavg()}):`);
+      console.log(`  [ptp]          p50 ${fmt(pct(alone, 50))}  p95 ${fmt(pct(alone, 95))}`);
+      console.log(`  [ptp, sluice]  p50 ${fmt(pct(chained, 50))}  p95 ${fmt(pct(chained, 95))}`);
+      console.log(`  ratio          p50 ${(pct(chained, 50) / pct(alone, 50)).toFixed(2)}x  p95 ${(pct(chained, 95) / pct(alone, 95)).toFixed(2)}x`);
+      console.log(`  agent time per ADD (sum of its steps) p50 ${fmt(total)}; steps p50: ${Object.entries(steps).map(([k, v]) => `${k} ${v} ms`).join(', ')}`);
+    } finally {
+      for (const p of load) p.kill('SIGKILL');
+    }
+  }
   const rssAfter = agentRssMiB();
-  const steps = agentStepP50();
   lab('down');
-  const p50a = pct(alone, 50);
-  const p95a = pct(alone, 95);
-  const p50c = pct(chained, 50);
-  const p95c = pct(chained, 95);
-  console.log(`CNI ADD latency, ${PODS} Pods each (runtime path, 1-node lab, OVS netdev)`);
-  console.log(`  [ptp]          p50 ${fmt(p50a)}  p95 ${fmt(p95a)}`);
-  console.log(`  [ptp, sluice]  p50 ${fmt(p50c)}  p95 ${fmt(p95c)}`);
-  console.log(`  ratio          p50 ${(p50c / p50a).toFixed(2)}x  p95 ${(p95c / p95a).toFixed(2)}x`);
-  console.log(`  agent steps p50: ${Object.entries(steps).map(([k, v]) => `${k} ${v} ms`).join(', ')}`);
   console.log(`sluice-cni start (VERSION, p50 of 20): ${fmt(pluginStartMs())}`);
-  console.log(`sluice-agent RSS: ${rssIdle?.toFixed(1) ?? '?'} MiB idle, ${rssAfter?.toFixed(1) ?? '?'} MiB after ${PODS} ADDs`);
-  console.log(`load average during the run: ${readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')} (${(await import('node:os')).cpus().length} CPUs)`);
+  console.log(`sluice-agent RSS: ${rssIdle?.toFixed(1) ?? '?'} MiB idle, ${rssAfter?.toFixed(1) ?? '?'} MiB after the ADDs`);
 }
 
 main().catch((err: Error) => {
