@@ -24,7 +24,7 @@ import { TraceError, type TraceReport, type TraceRequest } from './enforcement/t
 import { TRACE_COOKIE_FILTER, type TraceProtocol } from './flows/traceflow.js';
 import { type HealthServer, startEndpoint, startHealthServer } from './health.js';
 import type { AgentMetrics, EnforcementMetrics } from './metrics.js';
-import { disablePodTxOffload, findHostVeth, guardedVeths, HostNetwork, resolveIptables } from './hostnet/index.js';
+import { disablePodTxOffload, guardedVeths, HostNetwork, PodLinks, resolveIptables } from './hostnet/index.js';
 import { isRepairEvent, isRulesetTamperEvent } from './hostnet/monitor.js';
 import { type AdoptionStatus, type NodePod, planAdoption } from './adoption.js';
 import { ChainKeeper, type ChainStatus } from './chainkeeper.js';
@@ -248,6 +248,8 @@ export interface PodEvents {
 
 export class Agent {
   readonly pods = new Map<string, PodAttachment>();
+  /** Finds Pods' veths for ADD and adoption over one rtnetlink socket (daemon/hostnet/podlink.ts). */
+  private readonly podLinks = new PodLinks();
   readonly podEvents: PodEvents & EventEmitter = new EventEmitter();
   readonly ovs: Ovs;
   private readonly flowSync: FlowSync;
@@ -296,8 +298,8 @@ export class Agent {
         releaseHostVeth: (veth) => this.net.releaseHostVeth(veth),
         isolatedVeths: () => guardedVeths(),
       },
-      // Reuse the agent's rtnetlink socket instead of opening one per ADD.
-      findHostVeth: (netns, ifName) => findHostVeth(netns, ifName, this.net.netlink),
+      // One rtnetlink socket for every ADD; no process enters the Pod's namespace.
+      findHostVeth: (netns, ifName) => this.podLinks.findHostVeth(netns, ifName),
       disablePodTxOffload,
       pods: this.pods,
       syncFlows: (opts) => this.syncFlows(opts),
@@ -880,6 +882,7 @@ export class Agent {
     await this.health?.close();
     await this.metricsServer?.close();
     await this.hostnet?.close();
+    this.podLinks.close();
     this.ovs.close();
   }
 }

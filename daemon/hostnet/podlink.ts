@@ -1,5 +1,14 @@
-/** Pod-side look-ups done through the Pod's network namespace path (netlink has no setns). */
+/**
+ * Pod-side look-ups. The Pod's veth is found with rtnetlink from the host namespace, without
+ * entering the Pod's namespace: the namespace gets an id in the host's (RTM_GETNSID on an fd of its
+ * path), the Pod's interface is read through that id (IFLA_TARGET_NETNSID, Linux 4.20+), and its
+ * peer is the host link whose own link-netnsid points back at the Pod. Kernels without target
+ * namespace ids fall back to `nsenter ip link`. TX offload (userspace datapath only) still needs a
+ * process in the Pod's namespace: netlink's ethtool family works only in the caller's namespace.
+ */
+import { closeSync, openSync } from 'node:fs';
 import { execa } from 'execa';
+import { createNetlink, type NetlinkSocket } from 'netlink';
 import { Rtnl } from './netlink.js';
 
 export interface HostVeth {
@@ -9,14 +18,181 @@ export interface HostVeth {
   podMac: string;
 }
 
+const NETLINK_ROUTE = 0;
+const RTM = { NEWLINK: 16, GETLINK: 18, NEWNSID: 88, GETNSID: 90 } as const;
+const IFLA = { ADDRESS: 1, IFNAME: 3, LINK: 5, LINK_NETNSID: 37, TARGET_NETNSID: 46 } as const;
+const NETNSA = { NSID: 1, FD: 3 } as const;
+const NSID_NOT_ASSIGNED = -1;
+
+/** A netlink attribute: length, type, payload padded to 4 bytes. */
+function attr(type: number, payload: Buffer): Buffer {
+  const out = Buffer.alloc((4 + payload.length + 3) & ~3);
+  out.writeUInt16LE(4 + payload.length, 0);
+  out.writeUInt16LE(type, 2);
+  payload.copy(out, 4);
+  return out;
+}
+const s32 = (n: number) => {
+  const b = Buffer.alloc(4);
+  b.writeInt32LE(n, 0);
+  return b;
+};
+const cstr = (s: string) => Buffer.concat([Buffer.from(s), Buffer.alloc(1)]);
+
+/** Attributes after a fixed header of `headerLen` bytes, by type (the first of each). */
+export function parseAttrs(data: Buffer, headerLen: number): Map<number, Buffer> {
+  const out = new Map<number, Buffer>();
+  for (let off = (headerLen + 3) & ~3; off + 4 <= data.length; ) {
+    const len = data.readUInt16LE(off);
+    if (len < 4 || off + len > data.length) break;
+    const type = data.readUInt16LE(off + 2) & 0x3fff;
+    if (!out.has(type)) out.set(type, data.subarray(off + 4, off + len));
+    off += (len + 3) & ~3;
+  }
+  return out;
+}
+
+/** struct ifinfomsg: family, type, index, flags, change (16 bytes). */
+function ifinfomsg(index = 0): Buffer {
+  const b = Buffer.alloc(16);
+  b.writeInt32LE(index, 4);
+  return b;
+}
+
+interface LinkInfo {
+  index: number;
+  name?: string | undefined;
+  mac?: string | undefined;
+  link?: number | undefined;
+  linkNetnsid?: number | undefined;
+}
+
+function parseLink(data: Buffer): LinkInfo {
+  const a = parseAttrs(data, 16);
+  const mac = a.get(IFLA.ADDRESS);
+  const name = a.get(IFLA.IFNAME);
+  return {
+    index: data.readInt32LE(4),
+    name: name ? name.toString('utf8').replace(/\0.*$/s, '') : undefined,
+    mac: mac ? [...mac].map((x) => x.toString(16).padStart(2, '0')).join(':') : undefined,
+    link: a.get(IFLA.LINK)?.readUInt32LE(0),
+    linkNetnsid: a.get(IFLA.LINK_NETNSID)?.readInt32LE(0),
+  };
+}
+
+/** The kernel's errno name of a rejected request ("Request rejected: ENODEV" from the netlink package). */
+const errnoOf = (err: unknown): string | undefined => {
+  const e = err as { code?: unknown; message?: unknown };
+  if (typeof e.code === 'string' && /^E[A-Z]+$/.test(e.code)) return e.code;
+  return typeof e.message === 'string' ? /\b(E[A-Z]{3,})\b/.exec(e.message)?.[1] : undefined;
+};
+
+/** Finds Pods' veths over one rtnetlink socket, one request at a time. */
+export class PodLinks {
+  private sock?: NetlinkSocket | undefined;
+  private queue: Promise<unknown> = Promise.resolve();
+  /** False once the kernel refused target namespace ids: nsenter from then on. */
+  private targetNsid = true;
+
+  private socket(): NetlinkSocket {
+    if (!this.sock) {
+      this.sock = createNetlink(NETLINK_ROUTE);
+      this.sock.unref();
+    }
+    return this.sock;
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(fn, fn);
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  private async request(type: number, body: Buffer): Promise<Buffer | undefined> {
+    const [msgs] = await this.socket().request(type, [body], { timeout: 5000 });
+    return msgs[0]?.data;
+  }
+
+  /** The id the host namespace has for the namespace at `netnsPath`, assigned if it has none. */
+  private async nsid(netnsPath: string): Promise<number> {
+    const fd = openSync(netnsPath, 'r');
+    try {
+      const ask = () => this.request(RTM.GETNSID, Buffer.concat([Buffer.alloc(4), attr(NETNSA.FD, s32(fd))]));
+      let reply = await ask();
+      let id = reply ? parseAttrs(reply, 4).get(NETNSA.NSID)?.readInt32LE(0) : undefined;
+      if (id === undefined || id === NSID_NOT_ASSIGNED) {
+        await this.request(RTM.NEWNSID, Buffer.concat([Buffer.alloc(4), attr(NETNSA.FD, s32(fd)), attr(NETNSA.NSID, s32(NSID_NOT_ASSIGNED))])).catch(() => undefined);
+        reply = await ask();
+        id = reply ? parseAttrs(reply, 4).get(NETNSA.NSID)?.readInt32LE(0) : undefined;
+      }
+      if (id === undefined || id === NSID_NOT_ASSIGNED) throw new Error(`the kernel gave netns ${netnsPath} no id in the host namespace`);
+      return id;
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  private async getLink(body: Buffer): Promise<LinkInfo | undefined> {
+    const data = await this.request(RTM.GETLINK, body);
+    return data ? parseLink(data) : undefined;
+  }
+
+  /** The host side of the Pod's veth: the peer of `ifName` inside `netnsPath`. */
+  findHostVeth(netnsPath: string, ifName: string): Promise<HostVeth> {
+    if (!this.targetNsid) return findHostVethByNsenter(netnsPath, ifName);
+    return this.serial(async () => {
+      let id: number;
+      try {
+        id = await this.nsid(netnsPath);
+      } catch (err) {
+        throw new Error(`interface ${ifName} not found in netns ${netnsPath}: ${(err as Error).message}`);
+      }
+      let pod: LinkInfo | undefined;
+      try {
+        pod = await this.getLink(Buffer.concat([ifinfomsg(), attr(IFLA.IFNAME, cstr(ifName)), attr(IFLA.TARGET_NETNSID, s32(id))]));
+      } catch (err) {
+        const errno = errnoOf(err);
+        if (errno === 'ENODEV') throw new Error(`interface ${ifName} not found in netns ${netnsPath}`);
+        if (errno === 'EINVAL' || errno === 'EOPNOTSUPP') {
+          this.targetNsid = false;
+          return findHostVethByNsenter(netnsPath, ifName);
+        }
+        throw new Error(`interface ${ifName} in netns ${netnsPath}: ${(err as Error).message}`);
+      }
+      // The kernel reports IFLA_LINK only for a link with a peer (a veth's); its index may equal the
+      // Pod interface's own, since each namespace numbers its links from 1.
+      if (!pod || pod.link === undefined || pod.link === 0) {
+        throw new Error(`${ifName} in ${netnsPath} is not a veth with a peer in the host namespace`);
+      }
+      let host: LinkInfo | undefined;
+      try {
+        host = await this.getLink(ifinfomsg(pod.link));
+      } catch (err) {
+        if (errnoOf(err) !== 'ENODEV') throw err;
+      }
+      // The host link with that index must be the veth whose peer is in the Pod's namespace: an
+      // index alone could name an unrelated host link when the peer lives in a third namespace.
+      if (!host?.name || host.linkNetnsid !== id || host.link !== pod.index) {
+        throw new Error(`the host side (ifindex ${pod.link}) of ${ifName} in ${netnsPath} does not exist in the host namespace`);
+      }
+      return { hostIfName: host.name, hostIfIndex: host.index, podMac: pod.mac ?? '' };
+    });
+  }
+
+  close(): void {
+    this.sock?.close();
+    this.sock = undefined;
+  }
+}
+
 async function inNetns(netnsPath: string, cmd: string[]): Promise<string> {
   const r = await execa('nsenter', [`--net=${netnsPath}`, ...cmd], { reject: false });
   if (r.exitCode !== 0) throw new Error(`${cmd.join(' ')} in ${netnsPath}: ${r.stderr.trim() || `exit ${r.exitCode}`}`);
   return r.stdout;
 }
 
-/** The host side of the Pod's veth: the peer of `ifName` inside `netnsPath`. */
-export async function findHostVeth(netnsPath: string, ifName: string, rtnl?: Rtnl): Promise<HostVeth> {
+/** The same look-up by running `ip link` in the Pod's namespace (kernels before 4.20). */
+export async function findHostVethByNsenter(netnsPath: string, ifName: string, rtnl?: Rtnl): Promise<HostVeth> {
   let out: string;
   try {
     out = await inNetns(netnsPath, ['ip', '-j', 'link', 'show', 'dev', ifName]);

@@ -59,6 +59,10 @@ if (why) {
     const r = await inNs(from, ['ping', '-c', '3', '-i', '0.2', '-W', '2', to], { allowFail: true });
     return { ok: r.code === 0, dup: /DUP!/.test(r.stdout), out: r.stdout };
   };
+  /** Waits (up to 10 s) until the agent's log shows `re`: its lines arrive through a pipe, after the effects they report. */
+  const logShows = async (re: RegExp) => {
+    for (let i = 0; i < 100 && !re.test(agent.log); i++) await sleep(100);
+  };
   const tcp = async (from: string, to: string, port: number) =>
     (await inNs(from, ['nc', '-z', '-w', '3', to, String(port)], { allowFail: true })).code === 0;
 
@@ -83,6 +87,8 @@ if (why) {
       repaired = /default via 169\.254\.253\.1/.test((await inNode(['ip', 'route', 'show', 'table', '300'])).stdout) && /^300:/m.test((await inNode(['ip', 'rule'])).stdout);
     }
     t.ok(repaired, 'route and rule are back (resyncIntervalSeconds is 60 here, so the netlink watch did it)');
+    // The repair is visible before the resync that made it has finished and logged.
+    await logShows(/"reason":"netlink: Deleted[\s\S]*resync: repaired/);
     t.match(agent.log, /"reason":"netlink: Deleted/);
     t.match(agent.log, /resync: repaired/);
   });
@@ -104,6 +110,7 @@ if (why) {
     }
     t.ok(repaired, 'ANTREA-MANGLE / ANTREA-RAW rules and their jumps are back (the periodic resync is 60 s here: the nft monitor did it)');
     t.comment(`iptables -t mangle -F + -t raw -F repaired within ${Date.now() - started} ms (polled every 200 ms)`);
+    await logShows(/"reason":"nftables: delete rule ip (mangle|raw) /);
     t.match(agent.log, /"reason":"nftables: delete rule ip (mangle|raw) /);
   });
 

@@ -10,6 +10,8 @@ import { existsSync } from 'node:fs';
 
 const NS = 'hn-node';
 const POD = 'hn-pod';
+const POD2 = 'hn-pod2';
+const THIRD = 'hn-third';
 const DRIVER = 'dist/test/lab/fixtures/hostnet-driver.js';
 
 function sh(cmd: string): string {
@@ -23,7 +25,7 @@ function driver(op: string, ...args: string[]): unknown {
   return JSON.parse(out);
 }
 function cleanup(): void {
-  for (const ns of [NS, POD]) execSync(`ip netns del ${ns} 2>/dev/null || true`);
+  for (const ns of [NS, POD, POD2, THIRD]) execSync(`ip netns del ${ns} 2>/dev/null || true`);
 }
 
 const missing = ['ip', 'iptables', 'nft', 'nsenter'].filter((c) => {
@@ -93,11 +95,19 @@ else {
     t.match(sh(`ip -n ${NS} route show 10.1.0.5`), /10\.1\.0\.5 dev vethpod scope link/);
   });
 
-  t.test('the host side of a Pod interface is found through its netns', async (t) => {
-    const found = driver('findveth', `/var/run/netns/${POD}`, 'eth0') as { hostIfName: string; podMac: string };
-    t.equal(found.hostIfName, 'vethpod');
-    t.equal(found.podMac, sh(`ip -n ${POD} -j link show eth0`).match(/"address":"([^"]+)"/)![1]);
-    t.throws(() => driver('findveth', `/var/run/netns/${POD}`, 'eth9'), 'an unknown interface is an error');
+  t.test('the host side of a Pod interface is found through its netns (rtnetlink, and nsenter for old kernels)', async (t) => {
+    const mac = sh(`ip -n ${POD} -j link show eth0`).match(/"address":"([^"]+)"/)![1];
+    const hostIndex = Number(sh(`ip -n ${NS} -j link show vethpod`).match(/"ifindex":(\d+)/)![1]);
+    for (const op of ['findveth', 'findveth-nsenter']) {
+      const found = driver(op, `/var/run/netns/${POD}`, 'eth0') as { hostIfName: string; hostIfIndex: number; podMac: string };
+      t.same(found, { hostIfName: 'vethpod', hostIfIndex: hostIndex, podMac: mac }, `${op}: the peer in the node namespace and the Pod's MAC`);
+      t.throws(() => driver(op, `/var/run/netns/${POD}`, 'eth9'), /interface eth9 not found in netns/, `${op}: an unknown interface is an error`);
+    }
+    t.throws(() => driver('findveth', `/var/run/netns/${POD}`, 'lo'), /is not a veth with a peer in the host namespace/, 'lo has no peer');
+    t.throws(() => driver('findveth', '/var/run/netns/hn-no-such-ns', 'eth0'), /not found in netns/, 'a netns that does not exist');
+    // A veth whose peer is in a third namespace: whatever host link has the peer's index, it is not the Pod's.
+    sh(`ip netns add ${THIRD} && ip netns add ${POD2} && ip -n ${THIRD} link add vthird type veth peer name eth0 netns ${POD2}`);
+    t.throws(() => driver('findveth', `/var/run/netns/${POD2}`, 'eth0'), /does not exist in the host namespace/, 'a peer in another namespace is refused');
   });
 
   t.test('veth guard: netdev ingress drop chain per attached veth', async (t) => {
