@@ -75,16 +75,22 @@ function agentRssMiB(): number | undefined {
 const agentLog = () => readFileSync(join(stateDir(LAB), NODE, 'agent.log'), 'utf8');
 
 /** p50 of each ADD step as the agent logged it ("add: attached" ms) after log offset `from`, and of their sum. */
-function agentStepP50(from: number): { steps: Record<string, number>; total: number } {
+function agentStepP50(from: number): { steps: Record<string, number>; total: number; request: number } {
   const steps: Record<string, number[]> = {};
   const totals: number[] = [];
+  const requests: number[] = [];
   for (const line of agentLog().slice(from).split('\n')) {
+    if (line.includes('"cni: request done"') && line.includes('"command":"ADD"')) requests.push((JSON.parse(line) as { ms: number }).ms);
     if (!line.includes('"add: attached"')) continue;
     const ms = (JSON.parse(line) as { ms?: Record<string, number> }).ms ?? {};
     for (const [k, v] of Object.entries(ms)) (steps[k] ??= []).push(v);
     totals.push(Object.values(ms).reduce((a, b) => a + b, 0));
   }
-  return { steps: Object.fromEntries(Object.entries(steps).map(([k, v]) => [k, pct(v, 50)])), total: totals.length ? pct(totals, 50) : Number.NaN };
+  return {
+    steps: Object.fromEntries(Object.entries(steps).map(([k, v]) => [k, pct(v, 50)])),
+    total: totals.length ? pct(totals, 50) : Number.NaN,
+    request: requests.length ? pct(requests, 50) : Number.NaN,
+  };
 }
 
 function pluginStartMs(): number {
@@ -113,12 +119,13 @@ async function main(): Promise<void> {
     try {
       const logFrom = agentLog().length;
       const { alone, chained } = await addInterleaved(round);
-      const { steps, total } = agentStepP50(logFrom);
+      const { steps, total, request } = agentStepP50(logFrom);
       console.log(`${round} (load average at the end ${loadavg()}):`);
       console.log(`  [ptp]          p50 ${fmt(pct(alone, 50))}  p95 ${fmt(pct(alone, 95))}`);
       console.log(`  [ptp, sluice]  p50 ${fmt(pct(chained, 50))}  p95 ${fmt(pct(chained, 95))}`);
       console.log(`  ratio          p50 ${(pct(chained, 50) / pct(alone, 50)).toFixed(2)}x  p95 ${(pct(chained, 95) / pct(alone, 95)).toFixed(2)}x`);
       console.log(`  agent time per ADD (sum of its steps) p50 ${fmt(total)}; steps p50: ${Object.entries(steps).map(([k, v]) => `${k} ${v} ms`).join(', ')}`);
+      console.log(`  agent's CNI server, request read -> answer written, p50 ${fmt(request)}`);
     } finally {
       for (const p of load) p.kill('SIGKILL');
     }
