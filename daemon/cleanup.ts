@@ -13,7 +13,8 @@ import type { Logger } from 'pino';
 import { socketAnswers } from './cniserver.js';
 import type { AgentConfig } from './config.js';
 import { Ovs } from './flows/ovs.js';
-import { HostNetwork, removeGuardTable, resolveIptables } from './hostnet/index.js';
+import { VIRTUAL_MAC } from './flows/tables.js';
+import { HostNetwork, removeGuardTable, repointPodNeighbours, resolveIptables } from './hostnet/index.js';
 import { attachmentFromPort, type PodAttachment } from './podattach.js';
 
 export interface CleanupReport {
@@ -57,7 +58,10 @@ async function waitForOvsdb(ovs: Ovs, ms: number): Promise<void> {
  *     Released first because the route move below makes the host ARP for the Pod on its veth,
  *     and the guard would drop the Pod's ARP reply (measured: ~0.5 s of loss per Pod otherwise);
  *  2. its host routes back onto its veth (route replace: there is always a route);
- *  3. its OVS port removed, last, so OVSDB lists every Pod not yet fully restored.
+ *  3. its OVS port removed, last, so OVSDB lists every Pod not yet fully restored;
+ *  4. the Pod's neighbour entries that still hold the bridge's virtual MAC (its gateway, answered
+ *     by the bridge's ARP responder) re-pointed at its host veth's MAC: off the bridge, frames to
+ *     the virtual MAC are dropped by the host, for as long as the Pod's entry stays REACHABLE.
  * A failed step stops this Pod there (it keeps working through the bridge); returns the problem.
  */
 async function restorePod(pod: PodAttachment, config: AgentConfig, hostnet: HostNetwork, ovs: Ovs): Promise<string | undefined> {
@@ -81,6 +85,15 @@ async function restorePod(pod: PodAttachment, config: AgentConfig, hostnet: Host
     await ovs.removePort(pod.hostVeth);
   } catch (err) {
     return `removing its port from ${config.bridge}: ${describe(err)}`;
+  }
+  // A Pod whose namespace is already gone has no neighbour table left to fix.
+  if (!existsSync(pod.netns)) return undefined;
+  try {
+    const mac = await hostnet.netlink.linkMac(pod.hostVeth);
+    if (!mac) return `re-pointing its gateway neighbour: ${pod.hostVeth} has no MAC address`;
+    await repointPodNeighbours(pod.netns, pod.ifName, VIRTUAL_MAC, mac);
+  } catch (err) {
+    return `re-pointing its gateway neighbour at ${pod.hostVeth}: ${describe(err)}`;
   }
   return undefined;
 }

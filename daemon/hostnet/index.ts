@@ -12,7 +12,7 @@ import type { IptablesCommands } from './iptables-backend.js';
 import { Rtnl } from './netlink.js';
 import { guardVeth, unguardVeth } from './vethguard.js';
 
-export { disablePodTxOffload, findHostVethByNsenter, type HostVeth, PodLinks } from './podlink.js';
+export { disablePodTxOffload, findHostVethByNsenter, type HostVeth, PodLinks, repointPodNeighbours } from './podlink.js';
 export { guardedVeths, removeGuardTable } from './vethguard.js';
 export { resolveIptables, type IptablesCommands } from './iptables-backend.js';
 

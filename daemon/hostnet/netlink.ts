@@ -104,6 +104,12 @@ export class Rtnl {
     return index;
   }
 
+  async linkMac(name: string): Promise<string | undefined> {
+    const links = await this.serial(() => this.sock.getLinks());
+    const mac = links.find((l) => l.attrs.ifname === name)?.attrs.address;
+    return mac ? bufferToMac(Buffer.from(mac)) : undefined;
+  }
+
   async linkIsUp(name: string): Promise<boolean> {
     const links = await this.serial(() => this.sock.getLinks());
     return Boolean(links.find((l) => l.attrs.ifname === name)?.data.flags?.up);

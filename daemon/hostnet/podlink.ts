@@ -213,6 +213,20 @@ export async function findHostVethByNsenter(netnsPath: string, ifName: string, r
   }
 }
 
+/**
+ * Points the Pod's neighbour entries that hold `fromMac` (the bridge's virtual MAC, which answered
+ * the Pod's ARP for its gateway) at `toMac` (its host veth's own MAC), as STALE: used at once and
+ * then confirmed by the Pod's kernel. Once the veth leaves the bridge, frames to the virtual MAC
+ * are not for the host veth and are dropped, and a Pod whose entry is REACHABLE would keep sending
+ * to it for up to a minute. Returns the addresses re-pointed.
+ */
+export async function repointPodNeighbours(netnsPath: string, ifName: string, fromMac: string, toMac: string): Promise<string[]> {
+  const entries = JSON.parse((await inNetns(netnsPath, ['ip', '-j', 'neigh', 'show', 'dev', ifName])) || '[]') as { dst?: string; lladdr?: string }[];
+  const stale = entries.filter((e) => e.dst && e.lladdr?.toLowerCase() === fromMac.toLowerCase()).map((e) => e.dst!);
+  for (const dst of stale) await inNetns(netnsPath, ['ip', 'neigh', 'replace', dst, 'lladdr', toMac, 'dev', ifName, 'nud', 'stale']);
+  return stale;
+}
+
 /** Userspace datapath: partial TX checksums from the Pod break OVS userspace conntrack. */
 export async function disablePodTxOffload(netnsPath: string, ifName: string): Promise<void> {
   await inNetns(netnsPath, ['ethtool', '-K', ifName, 'tx', 'off']);

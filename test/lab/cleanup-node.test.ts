@@ -185,6 +185,12 @@ if (reason) {
       const st = s.traffic.status();
       t.same({ closed: st.closed, errors: st.errors }, { closed: false, errors: [] }, `stream ${s.name}: never reset`);
     }
+    // Each node-1 Pod streamed through the bridge, so its gateway entry held the bridge's virtual
+    // MAC; off the bridge the host drops frames to that MAC until the entry would expire.
+    for (const r of local) {
+      const neigh = (await run('ip', ['-n', netnsOf(r), 'neigh', 'show'])).stdout;
+      t.notMatch(neigh, /aa:bb:cc:dd:ee:ff/, `${r}: no neighbour entry left on the bridge's virtual MAC (${neigh.trim().replace(/\n/g, '; ')})`);
+    }
     if (crashed) t.match((await inNode('ip', ['route', 'get', crashed.ip])).stdout, new RegExp(`dev ${crashed.veth}\\b`), `the crashed run's Pod ${crashed.ip} routed via ${crashed.veth} again`);
     t.equal(r.code, 0, `exit 0 ${r.stderr}`);
     const restored = r.stdout.split('\n').filter((l) => l.startsWith('restored Pod ')).map((l) => /^restored Pod (\S+):/.exec(l)![1]).sort();
