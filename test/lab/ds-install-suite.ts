@@ -411,7 +411,8 @@ export function dsInstallSuite(opts: DsInstallOptions): void {
     t.same(s.errors, [], 'the TCP stream was never reset');
     t.notOk(s.closed, 'and never closed');
     const after = pinger(LAB, ['y', 'b'], podIP('x/b'));
-    await sleep(1000);
+    // Long enough for 50 pings at 10 ms even on a loaded machine (one run sent 49 in 968 ms).
+    await sleep(2000);
     const q = await after.stop();
     t.ok(q.sent >= 50 && q.sent - q.received <= 1, `on the primary alone, pings cross nodes (${q.summary})`);
     // New Pods use the primary alone.
