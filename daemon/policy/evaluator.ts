@@ -177,6 +177,8 @@ export class Evaluator {
   /** Endpoint string -> slot; cleared by every change. */
   private slots = new Map<string, Slot>();
   private readonly endpointParseCache = new Map<string, ParsedEndpoint>();
+  /** The families of an address list (null: no address), see endpointFamilies. */
+  private readonly familiesByIps = new WeakMap<readonly string[], Set<4 | 6> | null>();
   /** Reused for every query (evaluation is synchronous and not re-entrant). */
   private readonly portProbe: PortProbe = { protocol: '', port: 0, sourcePort: undefined, dstPod: undefined, family: 4 };
 
@@ -369,8 +371,13 @@ export class Evaluator {
         break;
       }
     }
-    const fams = new Set(ips.map(ipFamily).filter((f): f is 4 | 6 => f !== undefined));
-    return fams.size > 0 ? fams : undefined;
+    // per address list: Pod and Service objects are replaced on change, never mutated
+    let fams = this.familiesByIps.get(ips);
+    if (fams === undefined) {
+      const found = new Set(ips.map(ipFamily).filter((f): f is 4 | 6 => f !== undefined));
+      this.familiesByIps.set(ips, (fams = found.size > 0 ? found : null));
+    }
+    return fams ?? undefined;
   }
 
   /** judge() for one address family. */
