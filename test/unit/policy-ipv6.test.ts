@@ -178,6 +178,11 @@ t.test('Antrea ingress from Nodes over IPv6, and ICMPv6 echo', async (t) => {
   t.same(e.errors(), []);
   t.equal(verdict(e, 'ip:fd00:ff::1', 'y/b', 6), 'drop', 'node-1 by its IPv6 address');
   t.equal(verdict(e, 'ip:fd00:ff::2', 'y/b', 6), 'allow', 'node-2 (same Node: kubelet probes pass anyway)');
+  e.upsert({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 'host' }, spec: { nodeName: 'node-1', hostNetwork: true }, status: { podIP: '192.168.0.1', podIPs: [{ ip: '192.168.0.1' }, { ip: 'fd00:ff::1' }] } });
+  t.same(e.cluster.pods.get('x/host')!.ips, ['192.168.0.1', 'fd00:ff::1'], "a hostNetwork Pod has its Node's addresses");
+  const fromHost = e.evaluate({ from: 'x/host', to: 'y/b', port: 80, protocol: 'TCP' });
+  t.equal(fromHost.verdict, 'drop', 'a hostNetwork Pod on node-1 reaches the IPv6-only y/b from the Node IPv6 address');
+  t.notMatch(fromHost.note ?? '', /IPv4/, 'judged over IPv6 only');
   t.equal(verdict(e, 'x/a', 'y/a', 4, 0, 'ICMP'), 'drop', 'type 8 is the IPv4 echo request');
   t.equal(verdict(e, 'x/a', 'y/a', 6, 0, 'ICMP'), 'allow', 'an ICMPv6 echo request is type 128, not 8');
   const v6echo = engineWith(acnp('in', { priority: 1, appliedTo: [{ podSelector: {} }], ingress: [{ action: 'Drop', name: 'e', protocols: [{ icmp: { icmpType: 128 } }] }] }));
