@@ -51,6 +51,8 @@ export function planProbes(probes: Probe[], view: LabView): NetProbe[] {
     const where = `probe ${i} (${probe.from} -> ${probe.to} ${probe.port}/${probe.protocol})`;
     try {
       if (probe.protocol === 'SCTP') throw new ProbePlanError('SCTP cannot be probed in the lab (the kernel has no SCTP module)');
+      // the lab's datapath carries IPv4 only (the engine judges IPv6: sluicectl simulate)
+      if (probe.family === 6 || [probe.from, probe.to].some((r) => r.startsWith('ip:') && r.includes(':', 3))) throw new ProbePlanError('IPv6 cannot be probed in the lab (its datapath is IPv4-only; sluicectl simulate judges IPv6)');
       out.push({ sourceNetns: source(probe.from), ip: destination(probe.to), port: probe.port, protocol: probe.protocol });
     } catch (err) {
       problems.push(`${where}: ${(err as Error).message}`);

@@ -12,7 +12,7 @@ import { readFile } from 'node:fs/promises';
 import type { Argv, CommandModule } from 'yargs';
 import { ManifestError, formatInvalidDocument, readManifests } from '../manifests.js';
 import { PolicyEngine, UnknownEndpointError, type SideDecision } from '../policy/engine.js';
-import { ProbeSyntaxError, formatMatrices, parsePortRange, parseProbes } from '../policy/probes.js';
+import { ProbeSyntaxError, formatMatrices, parseFamily, parsePortRange, parseProbes } from '../policy/probes.js';
 import type { DecidedBy, KubeObject, Probe, ProbeResult, ValidationError } from '../policy/types.js';
 
 export interface SimulateOptions {
@@ -26,6 +26,8 @@ export interface SimulateOptions {
   sourcePort?: number;
   /** "FIRST-LAST": where source ports of probes without one lie (default 32768-60999). */
   ephemeralPorts?: string;
+  /** 4 or 6: judge every probe for this address family only (see Probe.family). */
+  family?: string | number;
   output?: 'table' | 'json';
 }
 
@@ -103,7 +105,7 @@ export function describeRule(d: DecidedBy): string {
 
 /** The explanation printed under the matrix for a single probe. */
 export function describeDecision(r: ProbeResult, sides: SideDecision[]): string {
-  const lines = [`${r.from}${r.sourcePort !== undefined ? ` (source port ${r.sourcePort})` : ''} -> ${r.to} ${r.port}/${r.protocol}: ${r.verdict}`];
+  const lines = [`${r.from}${r.sourcePort !== undefined ? ` (source port ${r.sourcePort})` : ''} -> ${r.to} ${r.port}/${r.protocol}${r.family !== undefined ? ` IPv${r.family}` : ''}: ${r.verdict}`];
   lines.push(`  decided by: ${r.decidedBy ? describeRule(r.decidedBy) : 'no rule (the default: allow)'}`);
   for (const s of sides) {
     lines.push(`  ${s.direction === 'Egress' ? 'egress of' : 'ingress of'} ${s.pod}: ${s.verdict} (${s.decidedBy ? describeRule(s.decidedBy) : 'no rule applies: default'})`);
@@ -141,7 +143,8 @@ export async function runSimulate(opts: SimulateOptions, out: Output): Promise<n
     for (const e of engine.errors()) out.stderr(formatValidationError(e));
     for (const w of engine.warnings()) out.stderr(formatWarning(w));
 
-    const probes = await probesFromOptions(opts, engine);
+    const family = opts.family !== undefined ? parseFamily(opts.family, '--family') : undefined;
+    const probes = (await probesFromOptions(opts, engine)).map((p) => (family !== undefined && p.family === undefined ? { ...p, family } : p));
     const results: ProbeResult[] = [];
     for (const p of probes) {
       try {
@@ -179,6 +182,7 @@ interface SimulateArgs {
   protocol?: string;
   'source-port'?: number;
   'ephemeral-ports'?: string;
+  family?: string;
   o: string;
 }
 
@@ -188,13 +192,14 @@ export const simulateCommand: CommandModule<object, SimulateArgs> = {
   builder: (y) =>
     (y as Argv)
       .option('f', { alias: 'filename', type: 'string', array: true, demandOption: true, describe: 'scenario manifest file or directory (repeatable)' })
-      .option('probes', { type: 'string', describe: 'JSON probe file: [{from, to, port, protocol, sourcePort?}]' })
-      .option('from', { type: 'string', describe: 'source endpoint: ns/pod, service:ns/name or ip:A.B.C.D' })
+      .option('probes', { type: 'string', describe: 'JSON probe file: [{from, to, port, protocol, sourcePort?, family?}]' })
+      .option('from', { type: 'string', describe: 'source endpoint: ns/pod, service:ns/name or ip:ADDRESS (IPv4 or IPv6)' })
       .option('to', { type: 'string', describe: 'destination endpoint' })
       .option('port', { type: 'number', describe: 'destination port' })
       .option('protocol', { type: 'string', describe: 'TCP, UDP, SCTP or ICMP (default TCP)' })
       .option('source-port', { type: 'number', describe: 'the client\'s source port (default: judged over the whole ephemeral range)' })
       .option('ephemeral-ports', { type: 'string', describe: 'FIRST-LAST source ports of probes that name none (default 32768-60999, Linux ip_local_port_range)' })
+      .option('family', { type: 'string', describe: '4 or 6: judge probes for this address family only (default: every family both endpoints have; the most restrictive is reported, with each family\'s verdict in a note when they differ)' })
       .option('o', { alias: 'output', type: 'string', choices: ['table', 'json'], default: 'table', describe: 'output format' }) as unknown as Argv<SimulateArgs>,
   handler: async (argv) => {
     const code = await runSimulate(
@@ -207,6 +212,7 @@ export const simulateCommand: CommandModule<object, SimulateArgs> = {
         ...(argv.protocol !== undefined ? { protocol: argv.protocol } : {}),
         ...(argv['source-port'] !== undefined ? { sourcePort: argv['source-port'] } : {}),
         ...(argv['ephemeral-ports'] !== undefined ? { ephemeralPorts: argv['ephemeral-ports'] } : {}),
+        ...(argv.family !== undefined ? { family: argv.family } : {}),
         output: argv.o as 'table' | 'json',
       },
       { stdout: (s) => process.stdout.write(`${s}\n`), stderr: (s) => process.stderr.write(`${s}\n`) },

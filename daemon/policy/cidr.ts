@@ -76,6 +76,8 @@ export function formatIp(family: 4 | 6, value: bigint): string {
   if (family === 4) {
     return [24n, 16n, 8n, 0n].map((s) => String((value >> s) & 255n)).join('.');
   }
+  // IPv4-mapped addresses print with their dotted quad, as Go's netip.Addr.String does.
+  if (value >> 32n === 0xffffn) return `::ffff:${formatIp(4, value & 0xffffffffn)}`;
   const groups: string[] = [];
   for (let i = 7; i >= 0; i--) groups.push(((value >> BigInt(i * 16)) & 0xffffn).toString(16));
   // compress the longest run of zero groups
@@ -89,6 +91,25 @@ export function formatIp(family: 4 | 6, value: bigint): string {
   }
   if (best < 0) return groups.join(':');
   return `${groups.slice(0, best).join(':')}::${groups.slice(best + bestLen).join(':')}`;
+}
+
+/** An IPv6 address in ::ffff:0:0/96 (an IPv4 address written as IPv6). */
+export function isIpv4Mapped(ip: { family: 4 | 6; value: bigint }): boolean {
+  return ip.family === 6 && ip.value >> 32n === 0xffffn;
+}
+
+/**
+ * The canonical text of an address (IPv6 compressed and lower case, RFC 5952, as Go prints it),
+ * so that "fd00:0::1" and "FD00::1" name the same endpoint; undefined when `text` is no address.
+ */
+export function canonicalIp(text: string): string | undefined {
+  const ip = parseIp(text);
+  return ip ? formatIp(ip.family, ip.value) : undefined;
+}
+
+/** The address family of an address text, or undefined when it is none. */
+export function ipFamily(text: string): 4 | 6 | undefined {
+  return parseIp(text)?.family;
 }
 
 export function formatCidr(c: ParsedCidr): string {

@@ -3,7 +3,9 @@
  * EndpointSlices and ServiceAccounts converted from Kubernetes objects into the IR's *Info shapes.
  * Pure: no I/O.
  *
- * Pod addresses: `status.podIPs`/`status.podIP` when present. A hostNetwork Pod has its Node's
+ * Pod addresses: every entry of `status.podIPs` (both families in a dual-stack cluster), else
+ * `status.podIP`. Addresses are kept in canonical text (IPv6 compressed, lower case) so that the
+ * indexes by IP and probe addresses agree whatever form the object used. A hostNetwork Pod has its Node's
  * addresses. A Pod without an IP (not yet started, or a hand-written scenario) gets a deterministic
  * one: FNV-1a of "<nodeName>/<namespace>/<name>" mapped into 10.128.0.0/9 (never .0 or .255 in the
  * last octet); on a collision with another Pod the hash is re-drawn with a counter suffix. So the
@@ -11,6 +13,7 @@
  * Pods collide, which is rare: ~8M slots).
  */
 import type { ContainerPort, KubeObject, NamespaceInfo, NodeInfo, PodInfo, ServiceInfo, ServicePortInfo } from './types.js';
+import { canonicalIp, ipFamily } from './cidr.js';
 import { labelValue, stringMapOf } from './labels.js';
 
 export const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
@@ -22,7 +25,12 @@ export interface EndpointSliceInfo {
   /** Pod references ("ns/name") of ready endpoints, or bare IPs when no targetRef is given. */
   pods: string[];
   ips: string[];
+  /** `addressType`: the family every endpoint of the slice has (undefined: FQDN or absent). */
+  family?: 4 | 6;
 }
+
+/** An address in canonical form; text that is no address is kept as written (it matches nothing). */
+const canonical = (ip: string): string => canonicalIp(ip) ?? ip;
 
 /** Terminated Pods hold no address and are not policy endpoints. */
 function isTerminated(obj: KubeObject): boolean {
@@ -54,8 +62,8 @@ function podPorts(spec: any): ContainerPort[] {
 export function podInfoFromObject(obj: KubeObject): PodInfo {
   const spec = obj.spec ?? {};
   const ips: string[] = [];
-  if (Array.isArray(obj.status?.podIPs)) for (const p of obj.status.podIPs) if (typeof p?.ip === 'string') ips.push(p.ip);
-  if (ips.length === 0 && typeof obj.status?.podIP === 'string' && obj.status.podIP) ips.push(obj.status.podIP);
+  if (Array.isArray(obj.status?.podIPs)) for (const p of obj.status.podIPs) if (typeof p?.ip === 'string' && p.ip && !ips.includes(canonical(p.ip))) ips.push(canonical(p.ip));
+  if (ips.length === 0 && typeof obj.status?.podIP === 'string' && obj.status.podIP) ips.push(canonical(obj.status.podIP));
   return {
     namespace: obj.metadata.namespace ?? 'default',
     name: obj.metadata.name,
@@ -82,7 +90,7 @@ export function nodeInfoFromObject(obj: KubeObject): NodeInfo {
   const ips: string[] = [];
   const addresses = Array.isArray(obj.status?.addresses) ? obj.status.addresses : [];
   for (const type of ['InternalIP', 'ExternalIP']) {
-    for (const a of addresses) if (a?.type === type && typeof a.address === 'string' && !ips.includes(a.address)) ips.push(a.address);
+    for (const a of addresses) if (a?.type === type && typeof a.address === 'string' && a.address && !ips.includes(canonical(a.address))) ips.push(canonical(a.address));
   }
   return { name: obj.metadata.name, labels: stringMap(obj.metadata.labels), ips };
 }
@@ -91,7 +99,7 @@ export function serviceInfoFromObject(obj: KubeObject): ServiceInfo {
   const spec = obj.spec ?? {};
   const clusterIPs: string[] = [];
   const candidates = Array.isArray(spec.clusterIPs) ? spec.clusterIPs : spec.clusterIP ? [spec.clusterIP] : [];
-  for (const ip of candidates) if (typeof ip === 'string' && ip && ip !== 'None') clusterIPs.push(ip);
+  for (const ip of candidates) if (typeof ip === 'string' && ip && ip !== 'None' && !clusterIPs.includes(canonical(ip))) clusterIPs.push(canonical(ip));
   const ports: ServicePortInfo[] = [];
   for (const p of Array.isArray(spec.ports) ? spec.ports : []) {
     if (typeof p?.port !== 'number') continue;
@@ -117,9 +125,11 @@ export function endpointSliceInfoFromObject(obj: KubeObject): EndpointSliceInfo 
     if (ep?.conditions?.ready === false) continue;
     const ref = ep?.targetRef;
     if (ref?.kind === 'Pod' && typeof ref.name === 'string') pods.push(`${ref.namespace ?? namespace}/${ref.name}`);
-    else for (const a of Array.isArray(ep?.addresses) ? ep.addresses : []) if (typeof a === 'string') ips.push(a);
+    else for (const a of Array.isArray(ep?.addresses) ? ep.addresses : []) if (typeof a === 'string') ips.push(canonical(a));
   }
-  return { namespace, name: obj.metadata.name, service: obj.metadata.labels?.['kubernetes.io/service-name'] ?? '', pods, ips };
+  const addressType = (obj as any).addressType;
+  const family = addressType === 'IPv4' ? 4 : addressType === 'IPv6' ? 6 : undefined;
+  return { namespace, name: obj.metadata.name, service: obj.metadata.labels?.['kubernetes.io/service-name'] ?? '', pods, ips, ...(family ? { family } : {}) };
 }
 
 /** FNV-1a 32-bit. */
@@ -303,12 +313,15 @@ export class ClusterState {
 
   /**
    * The Pods behind a Service: from its EndpointSlices when any exist, else from its selector.
-   * Sorted by "ns/name" so every caller sees the same order.
+   * Sorted by "ns/name" so every caller sees the same order. With `family`, the endpoints of that
+   * address family (slices of that addressType; Pods that have such an address).
    */
-  serviceEndpoints(namespace: string, name: string): PodInfo[] {
-    const slices = [...this.endpointSlices.values()].filter((s) => s.namespace === namespace && s.service === name);
+  serviceEndpoints(namespace: string, name: string, family?: 4 | 6): PodInfo[] {
+    const all = [...this.endpointSlices.values()].filter((s) => s.namespace === namespace && s.service === name);
+    // For one family: its slices (addressType), and only Pods with an address of that family.
+    const slices = family === undefined ? all : all.filter((s) => s.family === undefined || s.family === family);
     const out = new Map<string, PodInfo>();
-    if (slices.length > 0) {
+    if (all.length > 0) {
       for (const s of slices) {
         for (const ref of s.pods) { const p = this.pods.get(ref); if (p) out.set(ref, p); }
         for (const ip of s.ips) { const p = this.podByIp.get(ip); if (p) out.set(podKey(p), p); }
@@ -321,6 +334,8 @@ export class ClusterState {
         }
       }
     }
-    return [...out.keys()].sort().map((k) => out.get(k)!);
+    const keys = [...out.keys()].sort();
+    const pods = keys.map((k) => out.get(k)!);
+    return family === undefined ? pods : pods.filter((p) => p.ips.length === 0 || p.ips.some((ip) => ipFamily(ip) === family));
   }
 }

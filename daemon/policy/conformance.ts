@@ -5,6 +5,7 @@
  * step's full 9×9 matrix. The Driver decides how reachability is measured: the in-process
  * engine (EngineDriver, below), `sluicectl simulate`, or the lab with real packets.
  */
+import { formatCidr, parseCidr } from './cidr.js';
 import { PolicyEngine } from './engine.js';
 import type { KubeObject } from './types.js';
 
@@ -62,8 +63,20 @@ export function defaultPodIp(model: ConformanceModel, namespace: string, name: s
   return `10.244.${ns + 1}.${pod + 10}`;
 }
 
-/** The model as Kubernetes objects. `podIp` gives each Pod's status.podIP (omit for real clusters). */
-export function modelObjects(model: ConformanceModel, podIp?: (ns: string, name: string) => string): KubeObject[] {
+/**
+ * Addresses for an offline IPv6-only run: fd00:10:244:<namespace index + 1>::<pod index + 10>
+ * (hex), every Pod inside fd00::/8 as the IPv4 ones are inside 10.0.0.0/8.
+ */
+export function defaultPodIpv6(model: ConformanceModel, namespace: string, name: string): string {
+  const [, ns, pod] = /^10\.244\.(\d+)\.(\d+)$/.exec(defaultPodIp(model, namespace, name))!;
+  return `fd00:10:244:${ns}::${Number(pod).toString(16)}`;
+}
+
+/**
+ * The model as Kubernetes objects. `podIps` gives each Pod's addresses (omit for real clusters):
+ * the first is status.podIP, all of them status.podIPs (a dual-stack Pod has one per family).
+ */
+export function modelObjects(model: ConformanceModel, podIps?: (ns: string, name: string) => string | string[]): KubeObject[] {
   const objs: KubeObject[] = [];
   for (const ns of model.namespaces) objs.push({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns.name, labels: { ...ns.labels } } });
   model.pods.forEach((p) => {
@@ -74,7 +87,7 @@ export function modelObjects(model: ConformanceModel, podIp?: (ns: string, name:
       spec: {
         containers: p.containers.map((c) => ({ name: c.name, image: 'agnhost', ports: [{ name: c.portName, containerPort: c.containerPort, protocol: c.protocol }] })),
       },
-      ...(podIp ? { status: { phase: 'Running', podIP: podIp(p.namespace, p.name) } } : {}),
+      ...(podIps ? { status: podStatus(podIps(p.namespace, p.name)) } : {}),
     });
   });
   for (const s of model.services) {
@@ -86,6 +99,11 @@ export function modelObjects(model: ConformanceModel, podIp?: (ns: string, name:
     });
   }
   return objs;
+}
+
+function podStatus(ips: string | string[]): Record<string, unknown> {
+  const list = typeof ips === 'string' ? [ips] : ips;
+  return { phase: 'Running', podIP: list[0], podIPs: list.map((ip) => ({ ip })) };
 }
 
 /** Replaces {{podHostCIDR:ns/pod}} and {{podPrefixCIDR:ns/pod:bits}} in every string of `value`. */
@@ -106,8 +124,17 @@ export function substitutePlaceholders<T>(value: T, podIp: (ns: string, name: st
   return walk(value) as T;
 }
 
+/**
+ * The /bits network holding `ip`. For IPv6 the same prefix length is applied to the 128-bit
+ * address: with the IPv6 model's addresses (all in fd00::/8) a /4 holds every Pod, as it does in
+ * the IPv4 model, so the upstream expectations stand unchanged.
+ */
 function prefixCidr(ip: string, bits: number): string {
-  if (ip.includes(':')) throw new Error(`podPrefixCIDR: IPv6 (${ip}) is not supported by this runner`);
+  if (ip.includes(':')) {
+    const c = parseCidr(`${ip}/${bits}`);
+    if (!c) throw new Error(`podPrefixCIDR: ${ip}/${bits} is not a CIDR`);
+    return formatCidr(c);
+  }
   const n = ip.split('.').reduce((acc, o) => acc * 256 + Number(o), 0);
   const size = 2 ** (32 - bits);
   const net = Math.floor(n / size) * size;
@@ -144,8 +171,10 @@ export async function runCase(
   driver: Driver,
   podIp: (ns: string, name: string) => string = (ns, name) => defaultPodIp(suite.model, ns, name),
   withIps = true,
+  /** Every address of a Pod (dual-stack models); default: podIp's one. */
+  podIps?: (ns: string, name: string) => string[],
 ): Promise<ExpectOutcome[]> {
-  const objects = modelObjects(suite.model, withIps ? podIp : undefined);
+  const objects = modelObjects(suite.model, withIps ? (podIps ?? podIp) : undefined);
   const current = new Map(objects.map((o) => [`${o.kind}/${o.metadata.namespace ?? ''}/${o.metadata.name}`, o]));
   await driver.setUp(objects);
   const outcomes: ExpectOutcome[] = [];
@@ -181,6 +210,9 @@ export async function runCase(
 export class EngineDriver implements Driver {
   engine = new PolicyEngine();
 
+  /** `family`: judge every probe for that address family (dual-stack models). */
+  constructor(private readonly family?: 4 | 6) {}
+
   setUp(objects: KubeObject[]): void {
     this.engine = new PolicyEngine();
     for (const o of objects) this.engine.upsert(o);
@@ -200,7 +232,7 @@ export class EngineDriver implements Driver {
 
   probe(pairs: [string, string][], port: number, protocol: ExpectStep['protocol']): Map<string, boolean> {
     const out = new Map<string, boolean>();
-    for (const [from, to] of pairs) out.set(`${from}>${to}`, this.engine.evaluate({ from, to, port, protocol }).verdict === 'allow');
+    for (const [from, to] of pairs) out.set(`${from}>${to}`, this.engine.evaluate({ from, to, port, protocol, ...(this.family ? { family: this.family } : {}) }).verdict === 'allow');
     return out;
   }
 }

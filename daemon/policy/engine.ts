@@ -8,6 +8,7 @@
  */
 import { normalizers as adminNormalizers } from './admin/index.js';
 import { ANTREA_GROUP, STATIC_TIERS, normalizers as antreaNormalizers, staticTierPriority } from './antrea/index.js';
+import { canonicalIp } from './cidr.js';
 import { ClusterState, podKey } from './cluster.js';
 import { Evaluator, UnknownEndpointError, type SideDecision } from './evaluator.js';
 import { InternalModel, type ComputedIsolation, type NodeIsolation, type ChangeSet, type NodeRule, type NodeTarget, type AddressGroup, type AppliedToGroup, type ComputedRule } from './internal.js';
@@ -214,7 +215,7 @@ export class PolicyEngine {
     this.model.begin();
     const canonical = canonicalName(name);
     if (ips.length === 0) this.fqdnNames.delete(canonical);
-    else this.fqdnNames.set(canonical, { ips: [...new Set(ips)].sort(), ...(ttlSeconds !== undefined ? { expiresAt: this.now() + ttlSeconds * 1000 } : {}) });
+    else this.fqdnNames.set(canonical, { ips: [...new Set(ips.map((ip) => canonicalIp(ip) ?? ip))].sort(), ...(ttlSeconds !== undefined ? { expiresAt: this.now() + ttlSeconds * 1000 } : {}) });
     this.fqdnCache.clear();
     this.fqdnCacheValidUntil = -Infinity;
     this.model.fqdnChanged();

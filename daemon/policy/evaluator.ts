@@ -13,11 +13,16 @@
  * rule lists and a small array caching whether it is a member of each Pod-selecting peer (one
  * byte per distinct peer term): with many Pods, a random query then touches few memory lines.
  * Slots are dropped after every change (they are rebuilt lazily).
+ *
+ * Address families: a connection is IPv4 or IPv6, so a probe is judged per family with each
+ * endpoint at its address of that family (a dual-stack Pod is matched by ipBlocks through the
+ * address the connection uses). A probe that names no family is judged for every family both
+ * endpoints have; see Probe.family.
  */
-import { ipv4ToNumber } from './cidr.js';
+import { ipFamily, ipv4ToNumber } from './cidr.js';
 import { podKey, type ClusterState } from './cluster.js';
 import { groupId } from './internal.js';
-import { compilePeer, compilePorts, podEndpoint, realizableMembers, type Endpoint, type MatchContext, type MatchEnv, type PeerMatcher, type PortMatcher, type PortProbe } from './match.js';
+import { compilePeer, compilePorts, podEndpointOf, podEndpoints, realizableMembers, type Endpoint, type MatchContext, type MatchEnv, type PeerMatcher, type PortMatcher, type PortProbe } from './match.js';
 import { canonicalJson, compareRules } from './order.js';
 import { DEFAULT_EPHEMERAL_PORTS, parseEndpoint, type ParsedEndpoint } from './probes.js';
 import type { DecidedBy, Direction, InternalRule, Isolation, Peer, PodInfo, PortRange, Probe, ProbeResult, ServiceInfo } from './types.js';
@@ -158,9 +163,12 @@ function indexByAppliedToGroup<T>(index: Map<string, T[]>, appliedTo: Peer[], it
   }
 }
 
-/** The probe part of a result (the source port only when the probe named one). */
+/** The probe part of a result (the source port and family only when the probe named them). */
 function probeFields(probe: Probe): Probe {
-  return { from: probe.from, to: probe.to, port: probe.port, protocol: probe.protocol, ...(probe.sourcePort !== undefined ? { sourcePort: probe.sourcePort } : {}) };
+  return {
+    from: probe.from, to: probe.to, port: probe.port, protocol: probe.protocol,
+    ...(probe.sourcePort !== undefined ? { sourcePort: probe.sourcePort } : {}), ...(probe.family !== undefined ? { family: probe.family } : {}),
+  };
 }
 
 export class Evaluator {
@@ -169,8 +177,10 @@ export class Evaluator {
   /** Endpoint string -> slot; cleared by every change. */
   private slots = new Map<string, Slot>();
   private readonly endpointParseCache = new Map<string, ParsedEndpoint>();
+  /** The families of an address list (null: no address), see endpointFamilies. */
+  private readonly familiesByIps = new WeakMap<readonly string[], Set<4 | 6> | null>();
   /** Reused for every query (evaluation is synchronous and not re-entrant). */
-  private readonly portProbe: PortProbe = { protocol: '', port: 0, sourcePort: undefined, dstPod: undefined };
+  private readonly portProbe: PortProbe = { protocol: '', port: 0, sourcePort: undefined, dstPod: undefined, family: 4 };
 
   constructor(
     private readonly cluster: ClusterState,
@@ -309,11 +319,72 @@ export class Evaluator {
     return this.judge(probe).result;
   }
 
-  /** evaluate(), plus the source port the reported verdict was decided for. */
-  private judge(probe: Probe): { result: ProbeResult; sourcePort: number } {
-    if (probe.sourcePort !== undefined) return { result: this.evaluateAt(probe, probe.sourcePort), sourcePort: probe.sourcePort };
+  /** evaluate(), plus the source port and family the reported verdict was decided for. */
+  private judge(probe: Probe): { result: ProbeResult; sourcePort: number; family: 4 | 6 } {
+    const families = this.familiesOf(probe);
+    const judged = families.map((family) => ({ family, ...this.judgeFamily(probe, family) }));
+    const restrictive = judged.find((j) => j.result.verdict !== 'allow') ?? judged[0]!;
+    if (judged.length === 1) return restrictive;
+    const same = judged.every((j) => j.result.verdict === restrictive.result.verdict && canonicalJson(j.result.decidedBy ?? null) === canonicalJson(restrictive.result.decidedBy ?? null));
+    const each = judged.map((j) => `IPv${j.family} ${j.result.verdict}${j.result.decidedBy ? ` (${j.result.decidedBy.kind} ${j.result.decidedBy.namespace ? `${j.result.decidedBy.namespace}/` : ''}${j.result.decidedBy.name})` : ''}`).join(', ');
+    const familyNote = same
+      ? `judged for IPv4 and IPv6 alike`
+      : `the verdict depends on the address family: ${each}; reporting the most restrictive (IPv${restrictive.family}; a probe's family option picks one)`;
+    return { ...restrictive, result: { ...restrictive.result, note: [restrictive.result.note, familyNote].filter(Boolean).join('; ') } };
+  }
+
+  /**
+   * The families a probe is judged for: its own, else those both endpoints have (an `ip:` endpoint
+   * has its address's; a Pod or Service without any address does not constrain). Throws
+   * UnknownEndpointError when the endpoints share none (or a named family is missing).
+   */
+  private familiesOf(probe: Probe): (4 | 6)[] {
+    const from = this.endpointFamilies(probe.from, 'from');
+    const to = this.endpointFamilies(probe.to, 'to');
+    const both = [4, 6].filter((f): f is 4 | 6 => (!from || from.has(f as 4 | 6)) && (!to || to.has(f as 4 | 6)));
+    const have = (ref: string, fams: Set<number> | undefined) => `${ref} has ${fams ? [...fams].sort().map((f) => `IPv${f}`).join(' and ') : 'no address'}`;
+    if (probe.family !== undefined) {
+      if (!both.includes(probe.family)) throw new UnknownEndpointError(`no IPv${probe.family} connection between ${probe.from} and ${probe.to}: ${have(probe.from, from)}, ${have(probe.to, to)}`);
+      return [probe.family];
+    }
+    if (!from && !to) return [4];
+    if (both.length === 0) throw new UnknownEndpointError(`${probe.from} and ${probe.to} share no address family: ${have(probe.from, from)}, ${have(probe.to, to)}`);
+    return both;
+  }
+
+  /** The families of an endpoint's addresses; undefined when it has none (any family). */
+  private endpointFamilies(ref: string, which: string): Set<4 | 6> | undefined {
+    const parsed = this.parse(ref);
+    let ips: string[];
+    switch (parsed.kind) {
+      case 'ip': return new Set([ipFamily(parsed.ip)!]);
+      case 'pod': {
+        const pod = this.cluster.pods.get(`${parsed.namespace}/${parsed.name}`);
+        if (!pod) throw new UnknownEndpointError(`${which} "${ref}": no Pod ${parsed.namespace}/${parsed.name} in the cluster`);
+        ips = pod.ips;
+        break;
+      }
+      case 'service': {
+        const service = this.cluster.services.get(`${parsed.namespace}/${parsed.name}`);
+        if (!service) throw new UnknownEndpointError(`${which} "${ref}": no Service ${parsed.namespace}/${parsed.name} in the cluster`);
+        ips = service.clusterIPs;
+        break;
+      }
+    }
+    // per address list: Pod and Service objects are replaced on change, never mutated
+    let fams = this.familiesByIps.get(ips);
+    if (fams === undefined) {
+      const found = new Set(ips.map(ipFamily).filter((f): f is 4 | 6 => f !== undefined));
+      this.familiesByIps.set(ips, (fams = found.size > 0 ? found : null));
+    }
+    return fams ?? undefined;
+  }
+
+  /** judge() for one address family. */
+  private judgeFamily(probe: Probe, family: 4 | 6): { result: ProbeResult; sourcePort: number } {
+    if (probe.sourcePort !== undefined) return { result: this.evaluateAt(probe, probe.sourcePort, family), sourcePort: probe.sourcePort };
     const pieces = this.sourcePortRanges();
-    const judged = pieces.map((r) => ({ range: r, result: this.evaluateAt(probe, r.first) }));
+    const judged = pieces.map((r) => ({ range: r, result: this.evaluateAt(probe, r.first, family) }));
     const restrictive = judged.find((j) => j.result.verdict !== 'allow') ?? judged[0]!;
     const same = judged.every((j) => j.result.verdict === restrictive.result.verdict && canonicalJson(j.result.decidedBy ?? null) === canonicalJson(restrictive.result.decidedBy ?? null));
     if (same) return { result: restrictive.result, sourcePort: restrictive.range.first };
@@ -348,14 +419,14 @@ export class Evaluator {
     return this.sourcePortPieces;
   }
 
-  private evaluateAt(probe: Probe, sourcePort: number): ProbeResult {
-    const srcSlot = this.slot(probe.from, 'from');
-    const dstSlot = this.slot(probe.to, 'to');
+  private evaluateAt(probe: Probe, sourcePort: number, family: 4 | 6): ProbeResult {
+    const srcSlot = this.slot(probe.from, 'from', family);
+    const dstSlot = this.slot(probe.to, 'to', family);
     const src = srcSlot.endpoint;
     const dst = dstSlot.endpoint;
     if (src.kind === 'service') throw new UnknownEndpointError(`${probe.from}: a Service cannot be a probe source; use one of its Pods`);
     if (dst.kind !== 'service') {
-      const d = this.decide(srcSlot, dstSlot, probe.protocol, probe.port, sourcePort, undefined);
+      const d = this.decide(srcSlot, dstSlot, probe.protocol, probe.port, sourcePort, undefined, family);
       const result: ProbeResult = { ...probeFields(probe), verdict: d.verdict, decidedBy: d.decidedBy ?? null };
       if (d.note) result.note = d.note;
       return result;
@@ -366,10 +437,10 @@ export class Evaluator {
     const sp = svc.ports.find((p) => p.port === probe.port && p.protocol === probe.protocol);
     if (!sp) return { ...base, verdict: 'reject', decidedBy: null, note: `Service ${svc.namespace}/${svc.name} has no ${probe.protocol} port ${probe.port}` };
     const outcomes: { pod: PodInfo; r: Pick<ProbeResult, 'verdict' | 'decidedBy' | 'note'> }[] = [];
-    for (const pod of this.cluster.serviceEndpoints(svc.namespace, svc.name)) {
+    for (const pod of this.cluster.serviceEndpoints(svc.namespace, svc.name, family)) {
       const port = typeof sp.targetPort === 'number' ? sp.targetPort : pod.ports.find((p) => p.name === sp.targetPort && p.protocol === sp.protocol)?.containerPort;
       if (port === undefined) continue;
-      outcomes.push({ pod, r: this.decide(srcSlot, this.podSlot(pod), probe.protocol, port, sourcePort, svc) });
+      outcomes.push({ pod, r: this.decide(srcSlot, this.podSlot(pod, family), probe.protocol, port, sourcePort, svc, family) });
     }
     if (outcomes.length === 0) return { ...base, verdict: 'reject', decidedBy: null, note: `Service ${svc.namespace}/${svc.name} has no ready endpoints` };
     const chosen = outcomes.find((o) => o.r.verdict !== 'allow') ?? outcomes[0]!;
@@ -383,10 +454,10 @@ export class Evaluator {
    * destination Pod), evaluated independently: what `sluicectl simulate` prints for one probe.
    */
   explain(probe: Probe): { result: ProbeResult; sides: SideDecision[] } {
-    const { result, sourcePort } = this.judge(probe);
-    const srcSlot = this.slot(probe.from, 'from');
+    const { result, sourcePort, family } = this.judge(probe);
+    const srcSlot = this.slot(probe.from, 'from', family);
     const src = srcSlot.endpoint as Endpoint;
-    let dstSlot = this.slot(probe.to, 'to');
+    let dstSlot = this.slot(probe.to, 'to', family);
     let port = probe.port;
     let service: ServiceInfo | undefined;
     if (dstSlot.endpoint.kind === 'service') {
@@ -396,13 +467,13 @@ export class Evaluator {
       const sp = service.ports.find((p) => p.port === probe.port && p.protocol === probe.protocol);
       if (!pod || !sp) return { result, sides: [] };
       port = typeof sp.targetPort === 'number' ? sp.targetPort : pod.ports.find((p) => p.name === sp.targetPort && p.protocol === sp.protocol)?.containerPort ?? port;
-      dstSlot = this.podSlot(pod);
+      dstSlot = this.podSlot(pod, family);
     }
     const dst = dstSlot.endpoint as Endpoint;
     // Same-node host traffic and loopback are decided before either side.
     if ((src.kind === 'host' && dst.kind === 'pod' && src.nodeName !== undefined && src.nodeName === dst.pod.nodeName) ||
         (!service && src.kind === 'pod' && dst.kind === 'pod' && src.pod === dst.pod)) return { result, sides: [] };
-    const portProbe = this.setPortProbe(probe.protocol, port, sourcePort, dst.kind === 'pod' ? dst.pod : undefined);
+    const portProbe = this.setPortProbe(probe.protocol, port, sourcePort, dst.kind === 'pod' ? dst.pod : undefined, family);
     const sides: SideDecision[] = [];
     if (src.kind === 'pod') {
       const d = this.decideDirection('Egress', srcSlot, dstSlot, portProbe, service);
@@ -415,19 +486,20 @@ export class Evaluator {
     return { result, sides };
   }
 
-  /** The slot of a probe endpoint string (resolved once per change). Throws UnknownEndpointError. */
-  private slot(ref: string, which: string): Slot {
-    let slot = this.slots.get(ref);
+  /** The slot of a probe endpoint string in one family (resolved once per change). Throws UnknownEndpointError. */
+  private slot(ref: string, which: string, family: 4 | 6): Slot {
+    const key = family === 4 ? ref : `${ref}\u00006`;
+    let slot = this.slots.get(key);
     if (slot) return slot;
-    slot = this.newSlot(this.resolveUncached(ref, which));
+    slot = this.newSlot(this.resolveUncached(ref, which, family));
     if (this.slots.size > 100_000) this.slots.clear();
-    this.slots.set(ref, slot);
+    this.slots.set(key, slot);
     return slot;
   }
 
   /** The slot of a Pod reached through a Service (post-DNAT destination). */
-  private podSlot(pod: PodInfo): Slot {
-    return pod.hostNetwork ? this.newSlot(podOrHostEndpoint(pod, this.cluster)) : this.slot(podKey(pod), 'to');
+  private podSlot(pod: PodInfo, family: 4 | 6): Slot {
+    return pod.hostNetwork ? this.newSlot(podOrHostEndpoint(pod, this.cluster, family)) : this.slot(podKey(pod), 'to', family);
   }
 
   private newSlot(endpoint: Resolved): Slot {
@@ -436,8 +508,9 @@ export class Evaluator {
     return { endpoint, members: new Uint8Array(peerSlots), ctx: { target: endpoint.pod } };
   }
 
-  private setPortProbe(protocol: string, port: number, sourcePort: number | undefined, dstPod: PodInfo | undefined): PortProbe {
+  private setPortProbe(protocol: string, port: number, sourcePort: number | undefined, dstPod: PodInfo | undefined, family: 4 | 6): PortProbe {
     const p = this.portProbe;
+    p.family = family;
     p.protocol = protocol;
     p.port = port;
     p.sourcePort = sourcePort;
@@ -445,18 +518,23 @@ export class Evaluator {
     return p;
   }
 
-  private resolveUncached(ref: string, which: string): Resolved {
+  private parse(ref: string): ParsedEndpoint {
     let parsed = this.endpointParseCache.get(ref);
     if (!parsed) {
       parsed = parseEndpoint(ref);
       if (this.endpointParseCache.size > 100_000) this.endpointParseCache.clear();
       this.endpointParseCache.set(ref, parsed);
     }
+    return parsed;
+  }
+
+  private resolveUncached(ref: string, which: string, family: 4 | 6): Resolved {
+    const parsed = this.parse(ref);
     switch (parsed.kind) {
       case 'pod': {
         const pod = this.cluster.pods.get(`${parsed.namespace}/${parsed.name}`);
         if (!pod) throw new UnknownEndpointError(`${which} "${ref}": no Pod ${parsed.namespace}/${parsed.name} in the cluster`);
-        return podOrHostEndpoint(pod, this.cluster);
+        return podOrHostEndpoint(pod, this.cluster, family);
       }
       case 'service': {
         const service = this.cluster.services.get(`${parsed.namespace}/${parsed.name}`);
@@ -466,7 +544,7 @@ export class Evaluator {
       case 'ip': {
         const ipNum = ipv4ToNumber(parsed.ip);
         const pod = this.cluster.podByIp.get(parsed.ip);
-        if (pod) return podEndpoint(pod);
+        if (pod) return podEndpoints(pod).find((ep) => ep.ip === parsed.ip)!;
         const node = this.cluster.nodeByIp.get(parsed.ip);
         if (node) return { kind: 'host', ip: parsed.ip, ipNum, node, nodeName: node.name };
         const service = this.cluster.serviceByIp.get(parsed.ip);
@@ -477,7 +555,7 @@ export class Evaluator {
   }
 
   private decide(
-    srcSlot: Slot, dstSlot: Slot, protocol: string, port: number, sourcePort: number | undefined, service: ServiceInfo | undefined,
+    srcSlot: Slot, dstSlot: Slot, protocol: string, port: number, sourcePort: number | undefined, service: ServiceInfo | undefined, family: 4 | 6,
   ): Pick<ProbeResult, 'verdict' | 'decidedBy' | 'note'> {
     const src = srcSlot.endpoint as Endpoint;
     const dst = dstSlot.endpoint as Endpoint;
@@ -489,7 +567,7 @@ export class Evaluator {
     if (!service && src.kind === 'pod' && dst.kind === 'pod' && src.pod === dst.pod) {
       return LOOPBACK;
     }
-    const portProbe = this.setPortProbe(protocol, port, sourcePort, dst.kind === 'pod' ? dst.pod : undefined);
+    const portProbe = this.setPortProbe(protocol, port, sourcePort, dst.kind === 'pod' ? dst.pod : undefined, family);
     let egress: Outcome | undefined;
     if (src.kind === 'pod') {
       egress = this.decideDirection('Egress', srcSlot, dstSlot, portProbe, service);
@@ -558,9 +636,10 @@ function isolationKey(i: Isolation): string {
   return `${i.ref.kind}/${i.ref.namespace ?? ''}/${i.ref.name}/${i.direction}`;
 }
 
-function podOrHostEndpoint(pod: PodInfo, cluster: ClusterState): Endpoint {
-  if (!pod.hostNetwork) return podEndpoint(pod);
-  const ip = pod.ips[0] ?? '';
+/** A Pod (or, hostNetwork, its Node) at its address of `family`; a Pod without addresses at none. */
+function podOrHostEndpoint(pod: PodInfo, cluster: ClusterState, family: 4 | 6): Endpoint {
+  if (!pod.hostNetwork) return podEndpointOf(pod, family) ?? podEndpoints(pod)[0]!;
+  const ip = pod.ips.find((a) => ipFamily(a) === family) ?? pod.ips[0] ?? '';
   const node = pod.nodeName ? cluster.nodes.get(pod.nodeName) : undefined;
   return { kind: 'host', ip, ipNum: ipv4ToNumber(ip), ...(node ? { node } : {}), ...(pod.nodeName ? { nodeName: pod.nodeName } : {}), pod };
 }

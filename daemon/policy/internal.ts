@@ -20,7 +20,7 @@
  */
 import { formatCidr, parseCidr, subtractCidrs } from './cidr.js';
 import { podKey } from './cluster.js';
-import { compilePeer, ipv4ToNumber, podEndpoint, realizableMembers, type Endpoint, type MatchEnv, type PeerMatcher } from './match.js';
+import { compilePeer, ipv4ToNumber, podEndpoints, realizableMembers, type Endpoint, type MatchEnv, type PeerMatcher } from './match.js';
 import { buildNodeRules, type NodeRule, type NodeTarget } from './noderules.js';
 import { labelValue } from './labels.js';
 import { canonicalJson, compareRules, stableHash } from './order.js';
@@ -576,17 +576,18 @@ export class InternalModel {
     // hostNetwork Pods have their Node's address: they are Node traffic, not Pod group members.
     if (pod.hostNetwork || !holdsPods(g)) return undefined;
     if (g.portFilter && !hasNamedPort(pod, g.portFilter)) return undefined;
-    if (!g.matcher(podEndpoint(pod), { target: pod })) return undefined;
+    // a dual-stack Pod is a member when any of its addresses is (an ipBlock of either family)
+    const ctx = { target: pod };
+    if (!podEndpoints(pod).some((ep) => g.matcher(ep, ctx))) return undefined;
     // one member object per Pod version, so unchanged members compare by identity
     return this.memberFor(pod);
   }
 
   private nodeMember(g: GroupRecord, node: NodeInfo): GroupMember | undefined {
     if (!NODES_CAPABLE.has(g.peer.kind) || g.portFilter) return undefined;
-    const ip = node.ips[0] ?? '';
-    const ep: Endpoint = { kind: 'host', ip, ipNum: ipv4ToNumber(ip), node, nodeName: node.name };
     const target: PodInfo = { namespace: '', name: '', labels: {}, ips: [], hostNetwork: true, serviceAccount: '', ports: [] };
-    if (!g.matcher(ep, { target })) return undefined;
+    const endpoints = (node.ips.length > 0 ? node.ips : ['']).map((ip): Endpoint => ({ kind: 'host', ip, ipNum: ipv4ToNumber(ip), node, nodeName: node.name }));
+    if (!endpoints.some((ep) => g.matcher(ep, { target }))) return undefined;
     return { kind: 'node', ref: node.name, ips: [...node.ips], ports: [] };
   }
 

@@ -3,7 +3,7 @@
  * turned once into a closure; closures read live cluster state through `MatchEnv`, so they stay
  * valid across Pod/Namespace changes (the engine only recompiles when rules change).
  */
-import { cidrContainsIp, ipv4ToNumber, parseCidr, parseIp, subtractCidrs } from './cidr.js';
+import { cidrContainsIp, ipFamily, ipv4ToNumber, parseCidr, parseIp, subtractCidrs } from './cidr.js';
 import { appliedToMembers, expandGroupMembers } from './antrea/groups.js';
 import { labelValue } from './labels.js';
 import type { ClusterState } from './cluster.js';
@@ -16,16 +16,30 @@ export type Endpoint =
   | { kind: 'host'; ip: string; ipNum: number; node?: NodeInfo; nodeName?: string; pod?: PodInfo }
   | { kind: 'external'; ip: string; ipNum: number };
 
-const podEndpoints = new WeakMap<PodInfo, Endpoint>();
+const endpointCache = new WeakMap<PodInfo, Endpoint[]>();
 
-/** One Endpoint object per Pod version (PodInfo objects are replaced, never mutated). */
-export function podEndpoint(pod: PodInfo): Endpoint {
-  let ep = podEndpoints.get(pod);
-  if (!ep) {
-    const ip = pod.ips[0] ?? '';
-    podEndpoints.set(pod, (ep = { kind: 'pod', pod, ip, ipNum: ipv4ToNumber(ip) }));
+/**
+ * One Endpoint per address of a Pod, in status order (one object per Pod version: PodInfo objects
+ * are replaced, never mutated). A dual-stack Pod has one per family; a Pod without an address one
+ * with the empty address.
+ */
+export function podEndpoints(pod: PodInfo): Endpoint[] {
+  let eps = endpointCache.get(pod);
+  if (!eps) {
+    const ips = pod.ips.length > 0 ? pod.ips : [''];
+    endpointCache.set(pod, (eps = ips.map((ip): Endpoint => ({ kind: 'pod', pod, ip, ipNum: ipv4ToNumber(ip) }))));
   }
-  return ep;
+  return eps;
+}
+
+/** The Pod as an endpoint at its first address. */
+export function podEndpoint(pod: PodInfo): Endpoint {
+  return podEndpoints(pod)[0]!;
+}
+
+/** The Pod as an endpoint at its first address of `family`; undefined when it has none. */
+export function podEndpointOf(pod: PodInfo, family: 4 | 6): Endpoint | undefined {
+  return podEndpoints(pod).find((ep) => ipFamily(ep.ip) === family);
 }
 
 export interface MatchContext {
@@ -106,7 +120,10 @@ export function compileNamespaceMatch(m: NamespaceMatch, cluster: ClusterState):
   }
 }
 
-/** An IP range set (cidr minus except) with a fast IPv4 path. */
+/**
+ * An IP range set (cidr minus except) with a fast IPv4 path. A block matches addresses of its own
+ * family only: an IPv4 block (even 0.0.0.0/0) never matches an IPv6 address, nor the reverse.
+ */
 export function compileIpBlock(cidr: string, except: string[]): (ip: string, ipNum: number) => boolean {
   const base = parseCidr(cidr);
   if (!base) return () => false;
@@ -217,6 +234,8 @@ export interface PortProbe {
   sourcePort?: number | undefined;
   /** The destination Pod, for named ports. */
   dstPod?: PodInfo | undefined;
+  /** The address family (an ICMP probe is an echo request: type 8 in ICMP, 128 in ICMPv6). */
+  family?: 4 | 6 | undefined;
 }
 
 export type PortMatcher = (p: PortProbe) => boolean;
@@ -235,8 +254,9 @@ export function compilePorts(ports: PortMatch[]): PortMatcher {
 function compilePort(pm: PortMatch): PortMatcher {
   const { protocol } = pm;
   if (protocol === 'ICMP') {
-    // A probe is an echo request: type 8, code 0.
-    return (p) => p.protocol === 'ICMP' && (pm.icmpType === undefined || pm.icmpType === 8) && (pm.icmpCode === undefined || pm.icmpCode === 0);
+    // A probe is an echo request, code 0: type 8, or 128 over IPv6 (ICMPv6; a rule's type and
+    // code are matched as given in the packet's own ICMP version, as the datapath matches them).
+    return (p) => p.protocol === 'ICMP' && (pm.icmpType === undefined || pm.icmpType === (p.family === 6 ? 128 : 8)) && (pm.icmpCode === undefined || pm.icmpCode === 0);
   }
   if (protocol === 'IGMP') return () => false;
   const srcLo = pm.sourcePort;

@@ -255,7 +255,7 @@ export type Normalizer = (obj: KubeObject, ctx: NormalizeContext) => NormalizeRe
 // ---------------------------------------------------------------------------------------
 // Probes and verdicts (shared by `sluicectl simulate` and `sluice-lab probe`).
 
-/** "ns/pod", "service:ns/name", or "ip:A.B.C.D". */
+/** "ns/pod", "service:ns/name", or "ip:ADDRESS" (IPv4 or IPv6). */
 export type EndpointRef = string;
 
 export interface Probe {
@@ -265,6 +265,12 @@ export interface Probe {
   protocol: 'TCP' | 'UDP' | 'SCTP' | 'ICMP';
   /** The client's source port; absent = any port of the source's ephemeral range. */
   sourcePort?: number;
+  /**
+   * The address family the connection uses. Absent: every family both endpoints have (an `ip:`
+   * endpoint has its own); when those judge differently the most restrictive verdict is reported
+   * with a note giving each family's verdict.
+   */
+  family?: 4 | 6;
 }
 
 /** The source ports a client picks from (Linux net.ipv4.ip_local_port_range). */

@@ -5,6 +5,7 @@
  * and every port the changed objects name, and between Pods and the addresses of every ipBlock or
  * network the changed objects name. Only probes whose verdict differs are reported.
  */
+import { formatIp, parseCidr } from './cidr.js';
 import { PolicyEngine } from './engine.js';
 import type { DecidedBy, KubeObject, Probe, ProbeResult, ValidationError } from './types.js';
 
@@ -90,9 +91,18 @@ export function namedPortsAndNetworks(o: KubeObject): { ports: PortProto[]; cidr
   return { ports, cidrs };
 }
 
-/** The first address of an IPv4 CIDR that is not its network address (for /31 and /32, the address itself). */
+/**
+ * The first address of a CIDR that is not its network address (for /31 and /32, /127 and /128,
+ * the address itself); IPv4 or IPv6.
+ */
 export function addressIn(cidr: string): string | undefined {
-  const m = /^(\d+)\.(\d+)\.(\d+)\.(\d+)(?:\/(\d+))?$/.exec(cidr.trim());
+  const text = cidr.trim();
+  if (text.includes(':')) {
+    const c = parseCidr(text.includes('/') ? text : `${text}/128`);
+    if (!c) return undefined;
+    return formatIp(6, c.prefix < 127 ? c.start + 1n : c.start);
+  }
+  const m = /^(\d+)\.(\d+)\.(\d+)\.(\d+)(?:\/(\d+))?$/.exec(text);
   if (!m) return undefined;
   const bits = m[5] === undefined ? 32 : Number(m[5]);
   const octets = m.slice(1, 5).map(Number);

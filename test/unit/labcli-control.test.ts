@@ -92,12 +92,14 @@ t.test('probe planning: default set and where packets go', async (t) => {
         { from: 'service:x/s', to: 'x/a', port: 80, protocol: 'TCP' },
         { from: 'x/a', to: 'x/b', port: 80, protocol: 'SCTP' },
         { from: 'ip:1.2.3.4', to: 'x/b', port: 80, protocol: 'TCP' },
+        { from: 'x/a', to: 'ip:fd00::1', port: 80, protocol: 'TCP' },
+        { from: 'x/a', to: 'x/b', port: 80, protocol: 'TCP', family: 6 },
       ],
       view,
     ),
   ) as Error;
   t.ok(err instanceof ProbePlanError);
-  for (const m of [/probe 0 .*x\/p is not running/, /probe 1 .*no ClusterIP/, /probe 2 .*no Pod x\/zz/, /probe 3 .*cannot send/, /probe 4 .*SCTP/, /probe 5 .*1\.2\.3\.4/]) t.match(err.message, m);
+  for (const m of [/probe 0 .*x\/p is not running/, /probe 1 .*no ClusterIP/, /probe 2 .*no Pod x\/zz/, /probe 3 .*cannot send/, /probe 4 .*SCTP/, /probe 5 .*1\.2\.3\.4/, /probe 6 .*IPv6 cannot be probed in the lab/, /probe 7 .*IPv6 cannot be probed/]) t.match(err.message, m);
 });
 
 t.test('demo: matrix differences', async (t) => {

@@ -5,6 +5,8 @@
  * different numbers, ipBlocks with excepts, endPorts and port ranges, TCP/UDP/SCTP, judged by the
  * engine and by the small reference evaluator below, written from the API documentation alone
  * (no engine code). Fixed seed in the unit suite; `SLUICE_REFERENCE_ITERATIONS=N` runs more.
+ * Run over IPv4, IPv6-only and dual-stack clusters: in a dual-stack one the blocks are of either
+ * family and each probe is of one family (a block matches addresses of its own family only).
  */
 import t, { type Test } from 'tap';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
@@ -13,7 +15,8 @@ import { rng, type Rng } from './policy-core-helpers.js';
 
 type Proto = 'TCP' | 'UDP' | 'SCTP';
 type Sel = { matchLabels?: Record<string, string>; matchExpressions?: { key: string; operator: string; values?: string[] }[] };
-interface Pod { ns: string; name: string; labels: Record<string, string>; ip: string; ports: { name?: string; port: number; protocol: Proto }[] }
+type Family = 4 | 6;
+interface Pod { ns: string; name: string; labels: Record<string, string>; ips: Partial<Record<Family, string>>; ports: { name?: string; port: number; protocol: Proto }[] }
 interface Model { nsLabels: Record<string, Record<string, string>>; pods: Pod[] }
 
 const NAMESPACES = ['x', 'y', 'z'];
@@ -36,17 +39,24 @@ function selects(sel: Sel, labels: Record<string, string>): boolean {
   return true;
 }
 
-function ipNum(ip: string): number {
-  return ip.split('.').reduce((n, o) => n * 256 + Number(o), 0);
+/** An address as a number: IPv4 dotted quad, or IPv6 groups with at most one "::". */
+function ipNum(ip: string): bigint {
+  if (!ip.includes(':')) return ip.split('.').reduce((n, o) => n * 256n + BigInt(o), 0n);
+  const [left, right] = ip.split('::');
+  const l = left ? left.split(':') : [];
+  const r = right ? right.split(':') : [];
+  const groups = ip.includes('::') ? [...l, ...Array(8 - l.length - r.length).fill('0'), ...r] : l;
+  return groups.reduce((n, g) => (n << 16n) | BigInt(parseInt(g, 16)), 0n);
 }
-function inCidr(ip: string, cidr: string): boolean {
+function inCidr(ip: string | undefined, cidr: string): boolean {
   const [base, bits] = cidr.split('/');
-  const size = 2 ** (32 - Number(bits));
-  const start = Math.floor(ipNum(base!) / size) * size;
+  if (ip === undefined || ip.includes(':') !== base!.includes(':')) return false;
+  const size = 1n << BigInt((ip.includes(':') ? 128 : 32) - Number(bits));
+  const start = (ipNum(base!) / size) * size;
   return ipNum(ip) >= start && ipNum(ip) < start + size;
 }
 
-interface Conn { src: Pod; dst: Pod; port: number; protocol: Proto }
+interface Conn { src: Pod; dst: Pod; port: number; protocol: Proto; family: Family }
 
 /** A port on the destination Pod by name: same name, the probe's protocol and number. */
 const namedPortIs = (dst: Pod, name: string, port: number, protocol: Proto) => dst.ports.some((p) => p.name === name && p.protocol === protocol && p.port === port);
@@ -62,10 +72,10 @@ function k8sPortMatches(ports: any[] | undefined, c: Conn): boolean {
   });
 }
 
-function k8sPeerMatches(peers: any[] | undefined, other: Pod, policyNs: string, m: Model): boolean {
+function k8sPeerMatches(peers: any[] | undefined, other: Pod, policyNs: string, m: Model, family: Family): boolean {
   if (!peers || peers.length === 0) return true;
   return peers.some((p) => {
-    if (p.ipBlock) return inCidr(other.ip, p.ipBlock.cidr) && !(p.ipBlock.except ?? []).some((e: string) => inCidr(other.ip, e));
+    if (p.ipBlock) return inCidr(other.ips[family], p.ipBlock.cidr) && !(p.ipBlock.except ?? []).some((e: string) => inCidr(other.ips[family], e));
     const nsOk = p.namespaceSelector ? selects(p.namespaceSelector, m.nsLabels[other.ns]!) : other.ns === policyNs;
     return nsOk && selects(p.podSelector ?? {}, other.labels);
   });
@@ -80,11 +90,11 @@ function adminPortMatches(ports: any[] | undefined, c: Conn): boolean {
   });
 }
 
-function adminPeerMatches(peers: any[], other: Pod, m: Model): boolean {
+function adminPeerMatches(peers: any[], other: Pod, m: Model, family: Family): boolean {
   return peers.some((p) => {
     if (p.namespaces) return selects(p.namespaces, m.nsLabels[other.ns]!);
     if (p.pods) return selects(p.pods.namespaceSelector, m.nsLabels[other.ns]!) && selects(p.pods.podSelector, other.labels);
-    return (p.networks as string[]).some((n) => inCidr(other.ip, n));
+    return (p.networks as string[]).some((n) => inCidr(other.ips[family], n));
   });
 }
 
@@ -109,10 +119,10 @@ function cnpPortMatches(protocols: any[] | undefined, c: Conn): boolean {
 }
 
 /** Antrea ClusterNetworkPolicy peers: podSelector alone selects Pods of every Namespace. */
-function antreaPeerMatches(peers: any[] | undefined, other: Pod, m: Model): boolean {
+function antreaPeerMatches(peers: any[] | undefined, other: Pod, m: Model, family: Family): boolean {
   if (!peers || peers.length === 0) return true;
   return peers.some((p) => {
-    if (p.ipBlock) return inCidr(other.ip, p.ipBlock.cidr) && !(p.ipBlock.except ?? []).some((e: string) => inCidr(other.ip, e));
+    if (p.ipBlock) return inCidr(other.ips[family], p.ipBlock.cidr) && !(p.ipBlock.except ?? []).some((e: string) => inCidr(other.ips[family], e));
     return selects(p.namespaceSelector ?? {}, m.nsLabels[other.ns]!) && selects(p.podSelector ?? {}, other.labels);
   });
 }
@@ -130,12 +140,12 @@ function sideAllows(dir: 'ingress' | 'egress', pod: Pod, other: Pod, c: Conn, po
     const rules: any[] = p.spec[dir] ?? [];
     if (p.kind === 'ClusterNetworkPolicy' && p.apiVersion.startsWith('crd.antrea.io/')) {
       if (!p.spec.appliedTo.some((a: any) => selects(a.namespaceSelector ?? {}, m.nsLabels[pod.ns]!) && selects(a.podSelector ?? {}, pod.labels))) continue;
-      rules.forEach((r, index) => ordered.push({ tier: ANTREA_TIERS[p.spec.tier ?? 'application']!, priority: p.spec.priority, index, action: r.action, matches: () => antreaPeerMatches(r[peerKey], other, m) && k8sPortMatches(r.ports, c) }));
+      rules.forEach((r, index) => ordered.push({ tier: ANTREA_TIERS[p.spec.tier ?? 'application']!, priority: p.spec.priority, index, action: r.action, matches: () => antreaPeerMatches(r[peerKey], other, m, c.family) && k8sPortMatches(r.ports, c) }));
     } else if (p.kind === 'AdminNetworkPolicy' || p.kind === 'BaselineAdminNetworkPolicy' || p.kind === 'ClusterNetworkPolicy') {
       if (!subjectSelects(p.spec.subject, pod, m)) continue;
       const tier = p.kind === 'AdminNetworkPolicy' || p.spec.tier === 'Admin' ? ADMIN_TIER : BASELINE_ADMIN_TIER;
       const ports = p.kind === 'ClusterNetworkPolicy' ? (r: any) => cnpPortMatches(r.protocols, c) : (r: any) => adminPortMatches(r.ports, c);
-      rules.forEach((r, index) => ordered.push({ tier, priority: p.spec.priority ?? 0, index, action: r.action, matches: () => adminPeerMatches(r[peerKey], other, m) && ports(r) }));
+      rules.forEach((r, index) => ordered.push({ tier, priority: p.spec.priority ?? 0, index, action: r.action, matches: () => adminPeerMatches(r[peerKey], other, m, c.family) && ports(r) }));
     }
   }
   ordered.sort((a, b) => a.tier - b.tier || a.priority - b.priority || a.index - b.index);
@@ -149,7 +159,7 @@ function sideAllows(dir: 'ingress' | 'egress', pod: Pod, other: Pod, c: Conn, po
   const types = (np: KubeObject): string[] => np.spec.policyTypes ?? ['Ingress', ...((np.spec.egress ?? []).length > 0 ? ['Egress'] : [])];
   const nps = policies.filter((p) => p.kind === 'NetworkPolicy' && p.metadata.namespace === pod.ns && selects(p.spec.podSelector, pod.labels) &&
     types(p).includes(dir === 'ingress' ? 'Ingress' : 'Egress'));
-  if (nps.length > 0) return nps.some((np) => (np.spec[dir] ?? []).some((r: any) => k8sPeerMatches(r[peerKey], other, np.metadata.namespace!, m) && k8sPortMatches(r.ports, c)));
+  if (nps.length > 0) return nps.some((np) => (np.spec[dir] ?? []).some((r: any) => k8sPeerMatches(r[peerKey], other, np.metadata.namespace!, m, c.family) && k8sPortMatches(r.ports, c)));
   for (const r of ordered.filter((x) => x.tier >= ANTREA_TIERS.baseline!)) {
     if (!r.matches()) continue;
     return r.action === 'Pass' || allows(r.action);
@@ -163,6 +173,20 @@ function referenceAllows(c: Conn, policies: KubeObject[], m: Model): boolean {
 
 // ---- random input ----
 
+/** Which families the cluster has: its Pods' addresses, the blocks policies use, the probes. */
+type Stack = 4 | 6 | 'dual';
+let STACK: Stack = 4;
+
+/** A block of the model's IPv4 plan, or (per STACK) its IPv6 counterpart in fd00:244::/32. */
+function block(r: Rng, v4: string): string {
+  const family = STACK === 'dual' ? r.pick([4, 6]) : STACK;
+  if (family === 4) return v4;
+  const [addr, bits] = v4.split('/');
+  if (bits === '16') return 'fd00:244::/32';
+  const [, , c, d] = addr!.split('.').map(Number);
+  return `fd00:244:${c}::${d ? d!.toString(16) : ''}/${Number(bits) + 96}`;
+}
+
 function randomModel(r: Rng): Model {
   const nsLabels: Model['nsLabels'] = {};
   for (const ns of NAMESPACES) nsLabels[ns] = { ns, 'kubernetes.io/metadata.name': ns, ...(r.int(2) ? { env: r.pick(['prod', 'dev']) } : {}) };
@@ -173,7 +197,8 @@ function randomModel(r: Rng): Model {
     // "web" names port 80 on some Pods and 81 on others; "dns" is UDP 53.
     const web = r.int(2) ? 80 : 81;
     pods.push({
-      ns, name, labels, ip: `10.244.${i + 1}.${j + 10}`,
+      ns, name, labels,
+      ips: { ...(STACK !== 6 ? { 4: `10.244.${i + 1}.${j + 10}` } : {}), ...(STACK !== 4 ? { 6: `fd00:244:${i + 1}::${(j + 10).toString(16)}` } : {}) },
       ports: [{ name: 'web', port: web, protocol: 'TCP' }, { port: web === 80 ? 81 : 80, protocol: 'TCP' }, { name: 'dns', port: 53, protocol: 'UDP' }, { name: 'sctp', port: 8080, protocol: 'SCTP' }],
     });
   }));
@@ -208,7 +233,13 @@ function randomK8sPorts(r: Rng): any[] | undefined {
 
 function randomK8sPeer(r: Rng): any {
   const roll = r.int(4);
-  if (roll === 0) return { ipBlock: r.int(2) ? { cidr: '10.244.0.0/16', except: [`10.244.${1 + r.int(3)}.0/24`] } : { cidr: `10.244.${1 + r.int(3)}.0/${r.pick([24, 28, 31])}` } };
+  if (roll === 0) {
+    if (!r.int(2)) return { ipBlock: { cidr: block(r, `10.244.${1 + r.int(3)}.0/${r.pick([24, 28, 31])}`) } };
+    // cidr and except of one family (the API refuses a mix)
+    const cidr = block(r, '10.244.0.0/16');
+    const ex = `10.244.${1 + r.int(3)}.0/24`;
+    return { ipBlock: { cidr, except: [cidr.includes(':') ? `fd00:244:${ex.split('.')[2]}::/120` : ex] } };
+  }
   if (roll === 1) return { podSelector: randomSelector(r, 'pod') };
   if (roll === 2) return { namespaceSelector: randomSelector(r, 'ns') };
   return { podSelector: randomSelector(r, 'pod'), namespaceSelector: randomSelector(r, 'ns') };
@@ -243,7 +274,7 @@ function randomAdminPeer(r: Rng, egress: boolean): any {
   const roll = r.int(egress ? 3 : 2);
   if (roll === 0) return { namespaces: randomSelector(r, 'ns') };
   if (roll === 1) return { pods: { namespaceSelector: randomSelector(r, 'ns'), podSelector: randomSelector(r, 'pod') } };
-  return { networks: [r.pick(['10.244.0.0/16', '10.244.2.0/24', '10.244.1.10/31'])] };
+  return { networks: [block(r, r.pick(['10.244.0.0/16', '10.244.2.0/24', '10.244.1.10/31']))] };
 }
 
 function randomAdminPolicy(r: Rng, kind: 'AdminNetworkPolicy' | 'BaselineAdminNetworkPolicy', i: number, priority: number): KubeObject {
@@ -267,7 +298,11 @@ function randomAntreaPolicy(r: Rng, i: number, priority: number): KubeObject {
   const actions = tier === 'baseline' ? ['Allow', 'Drop', 'Reject'] : ['Allow', 'Drop', 'Reject', 'Pass'];
   const peer = () => {
     const roll = r.int(4);
-    if (roll === 0) return { ipBlock: { cidr: '10.244.0.0/16', except: [`10.244.${1 + r.int(3)}.0/24`] } };
+    if (roll === 0) {
+      const cidr = block(r, '10.244.0.0/16');
+      const k = 1 + r.int(3);
+      return { ipBlock: { cidr, except: [cidr.includes(':') ? `fd00:244:${k}::/120` : `10.244.${k}.0/24`] } };
+    }
     if (roll === 1) return { podSelector: randomSelector(r, 'pod') };
     if (roll === 2) return { namespaceSelector: randomSelector(r, 'ns') };
     return { podSelector: randomSelector(r, 'pod'), namespaceSelector: randomSelector(r, 'ns') };
@@ -316,12 +351,13 @@ function clusterObjects(m: Model): KubeObject[] {
     ...m.pods.map((p) => ({
       apiVersion: 'v1', kind: 'Pod', metadata: { name: p.name, namespace: p.ns, labels: p.labels },
       spec: { containers: [{ name: 'c', ports: p.ports.map((x) => ({ ...(x.name ? { name: x.name } : {}), containerPort: x.port, protocol: x.protocol })) }] },
-      status: { podIP: p.ip },
+      status: { podIP: p.ips[4] ?? p.ips[6], podIPs: Object.values(p.ips).map((ip) => ({ ip })) },
     })),
   ];
 }
 
-function runIterations(t: Test, seed: number, iterations: number, withAntrea: boolean, withCnp: boolean): void {
+function runIterations(t: Test, seed: number, iterations: number, withAntrea: boolean, withCnp: boolean, stack: Stack = 4): void {
+  STACK = stack;
   const r = rng(seed);
   let probes = 0;
   let drops = 0;
@@ -347,12 +383,13 @@ function runIterations(t: Test, seed: number, iterations: number, withAntrea: bo
       if (src === dst) continue;
       const port = r.pick(PROBE_PORTS);
       const protocol = r.pick(PROTOS);
-      const want = referenceAllows({ src, dst, port, protocol }, policies, m);
-      const got = engine.evaluate({ from: `${src.ns}/${src.name}`, to: `${dst.ns}/${dst.name}`, port, protocol }).verdict === 'allow';
+      const family: Family = stack === 'dual' ? r.pick([4, 6] as const) : stack;
+      const want = referenceAllows({ src, dst, port, protocol, family }, policies, m);
+      const got = engine.evaluate({ from: `${src.ns}/${src.name}`, to: `${dst.ns}/${dst.name}`, port, protocol, ...(stack === 'dual' ? { family } : {}) }).verdict === 'allow';
       probes++;
       if (!want) drops++;
       if (got !== want) {
-        t.fail(`seed ${seed} iteration ${iter}: ${src.ns}/${src.name} -> ${dst.ns}/${dst.name} ${port}/${protocol}: engine ${got ? 'allow' : 'deny'}, reference ${want ? 'allow' : 'deny'}`,
+        t.fail(`seed ${seed} iteration ${iter}: ${src.ns}/${src.name} -> ${dst.ns}/${dst.name} ${port}/${protocol} IPv${family}: engine ${got ? 'allow' : 'deny'}, reference ${want ? 'allow' : 'deny'}`,
           { model: JSON.stringify(m), policies: JSON.stringify(policies) });
         return;
       }
@@ -371,4 +408,12 @@ t.test('the engine agrees with the reference evaluator (NetworkPolicy + ANP + BA
 
 t.test('... with Antrea ClusterNetworkPolicies in tiers and v1alpha2 ClusterNetworkPolicies too', async (t) => {
   runIterations(t, SEED + 1, ITERATIONS, true, true);
+});
+
+t.test('IPv6-only cluster: every kind, IPv6 blocks and networks', async (t) => {
+  runIterations(t, SEED + 2, ITERATIONS, true, true, 6);
+});
+
+t.test('dual-stack cluster: blocks of either family, each probe of one family', async (t) => {
+  runIterations(t, SEED + 3, ITERATIONS, true, true, 'dual');
 });

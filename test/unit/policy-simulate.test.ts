@@ -243,3 +243,54 @@ t.test('the compiled CLI', async (t) => {
   t.notMatch(bombRun.stderr, /RangeError|Options:/);
   t.match(bombRun.stdout, /shop\/web -> shop\/db 5432\/TCP: allow/);
 });
+
+t.test('dual-stack: IPv6 ip: probes, --family, and a verdict that differs per family', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-sim6-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const file = join(dir, 'dual.yaml');
+  writeFileSync(file, `
+apiVersion: v1
+kind: Namespace
+metadata: {name: d}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client, namespace: d, labels: {app: client}}
+spec: {containers: [{name: c}]}
+status: {podIP: 10.1.0.7, podIPs: [{ip: 10.1.0.7}, {ip: "fd00:1::7"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: server, namespace: d, labels: {app: server}}
+spec: {containers: [{name: c, ports: [{containerPort: 80}]}]}
+status: {podIP: 10.1.0.8, podIPs: [{ip: 10.1.0.8}, {ip: "fd00:1::8"}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: v6-only, namespace: d}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  ingress: [{from: [{ipBlock: {cidr: "fd00:1::/64"}}]}]
+`);
+  const run = async (opts: Partial<SimulateOptions>) => {
+    const out: string[] = [];
+    const err: string[] = [];
+    const code = await runSimulate({ files: [file], port: 80, ...opts }, { stdout: (s) => out.push(s), stderr: (s) => err.push(s) });
+    return { code, out: out.join('\n'), err: err.join('\n') };
+  };
+  const both = await run({ from: 'd/client', to: 'd/server' });
+  t.equal(both.code, 0);
+  t.match(both.out, /d\/client -> d\/server 80\/TCP: drop/);
+  t.match(both.out, /note: the verdict depends on the address family: IPv4 drop \(K8sNetworkPolicyIsolation d\/v6-only\), IPv6 allow/);
+  const six = await run({ from: 'd/client', to: 'd/server', family: '6' });
+  t.match(six.out, /80\/TCP IPv6 /);
+  t.match(six.out, /d\/client -> d\/server 80\/TCP IPv6: allow/);
+  const ip = await run({ from: 'ip:FD00:1:0::7', to: 'ip:fd00:1::8', output: 'json' });
+  t.same(JSON.parse(ip.out).map((r: { verdict: string }) => r.verdict), ['allow'], 'ip: probes of IPv6 addresses name the Pods');
+  const bad = await run({ from: 'd/client', to: 'd/server', family: '5' });
+  t.equal(bad.code, 1);
+  t.match(bad.err, /--family: the address family must be 4 or 6/);
+  const mixed = await run({ from: 'ip:10.1.0.7', to: 'ip:fd00:1::8' });
+  t.equal(mixed.code, 1);
+  t.match(mixed.err, /share no address family/);
+});

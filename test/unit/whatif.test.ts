@@ -79,7 +79,10 @@ t.test('ports and networks named by any policy kind', async (t) => {
   t.equal(addressIn('10.9.0.0/16'), '10.9.0.1');
   t.equal(addressIn('192.168.77.250/32'), '192.168.77.250');
   t.equal(addressIn('10.0.0.0/31'), '10.0.0.0');
-  t.equal(addressIn('fd00::/64'), undefined, 'IPv6 networks are not probed (the engine is IPv4)');
+  t.equal(addressIn('fd00::/64'), 'fd00::1', 'IPv6 networks are probed too');
+  t.equal(addressIn('FD00:0:0:1::5/127'), 'fd00:0:0:1::4');
+  t.equal(addressIn('fd00::9'), 'fd00::9');
+  t.equal(addressIn('fd00::/129'), undefined);
 });
 
 t.test('the command: table and JSON from a live source; usage errors exit 1', async (t) => {
@@ -100,4 +103,17 @@ t.test('the command: table and JSON from a live source; usage errors exit 1', as
   t.match(err.pop(), /name the change: -f CHANGED/);
   t.equal(await runWhatIf({ files: [join(dir, 'nope.yaml')], deletes: [], output: 'table' }, live, io), 1);
   t.match(err.pop(), /^sluicectl whatif: -f: .*nope\.yaml/);
+});
+
+t.test('dual-stack: a change to an IPv6 block is probed at an IPv6 address of it', async (t) => {
+  const pod = (name: string, ips: string[]): KubeObject => ({
+    apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'd', name, labels: { app: name } },
+    spec: { containers: [{ name: 'c', ports: [{ containerPort: 443 }] }] }, status: { podIP: ips[0], podIPs: ips.map((ip) => ({ ip })) },
+  });
+  const cluster: KubeObject[] = [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'd' } }, pod('a', ['10.5.0.1', 'fd00:5::1']), pod('b', ['10.5.0.2', 'fd00:5::2'])];
+  const deny = np('no-v6-ext', 'd', { podSelector: {}, policyTypes: ['Egress'], egress: [{ to: [{ ipBlock: { cidr: '::/0', except: ['2001:db8::/32'] } }] }] });
+  const r = whatIf(cluster, [deny], []);
+  t.ok(r.changes.some((c) => c.from === 'd/a' && c.to === 'ip:2001:db8::1' && c.after.verdict === 'drop'), 'an address of the excepted IPv6 network: now dropped');
+  t.notOk(r.changes.some((c) => c.from === 'd/a' && c.to === 'ip:::1'), 'the ::/0 block itself is probed at ::1, which stays allowed');
+  t.ok(r.changes.some((c) => c.from === 'd/a' && c.to === 'd/b' && c.after.verdict === 'drop'), 'd/a -> d/b: its IPv4 connection is now dropped (no IPv4 block allows it)');
 });

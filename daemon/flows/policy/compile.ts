@@ -17,14 +17,20 @@
  * judged after DNAT). The post-DNAT packet re-entering from antrea-gw0 (source = the client Pod IP,
  * destination = the endpoint, reg0 toService = 0) is then decided by the egress rules of the client
  * Pod, which match by nw_src whatever the in_port, and by the endpoint's ingress rules if local.
- * toServices rules match both packets (see ruleUnits): the pre-DNAT one decides Drop/Reject (so a
+ * toServices rules match both packets (see familyUnits): the pre-DNAT one decides Drop/Reject (so a
  * Reject answers for the ClusterIP), the post-DNAT one keeps Allow/Pass in order with the rules
  * that judge the endpoint.
+ *
+ * Address families: IPv6 addresses and CIDRs match as `ipv6,ipv6_src=`/`ipv6_dst=` and IPv6
+ * ports as `tcp6`/`udp6`/`sctp6`/`icmp6` (every IPv6 field needs dl_type=0x86dd). A unit's clauses
+ * are built per family and the families whose every clause has flows are united: a packet has one
+ * family, so it can complete the conjunction only through flows of that family, and a family
+ * some clause lacks (an IPv4-only target with IPv6 peers) installs nothing.
  *
  * See priorities.ts for the table/priority layout, conjids.ts for conjunction ids, punt.ts for the
  * packet-in contract of Reject and audit logging.
  */
-import { isIPv4 } from 'node:net';
+import { isIPv4, isIPv6 } from 'node:net';
 import type { ChangeSet, ComputedRule, NodeRule } from '../../policy/internal.js';
 import type { Direction, PolicyKind, PortMatch } from '../../policy/types.js';
 import { type Flow, FlowCategory, withCookie } from '../flow.js';
@@ -53,7 +59,7 @@ export type ServiceResolver = (clusterIP: string, protocol: string, port: number
 export interface PolicyFlowInput {
   rules: readonly NodeRule[];
   isolations: readonly NodeIsolation[];
-  /** For toServices rules: where kube-proxy sends each Service port (see ruleUnits). */
+  /** For toServices rules: where kube-proxy sends each Service port (see familyUnits). */
   serviceEndpoints?: ServiceResolver;
 }
 
@@ -94,18 +100,20 @@ export function ruleTable(rule: Pick<NodeRule, 'direction' | 'priority'>): Table
   return rule.priority.stage === 0 ? t.stage0 : rule.priority.stage === 1 ? t.k8s : t.dflt;
 }
 
-/** Flows that do not depend on rules: established bypass and the pre-DNAT skip. */
+/** Flows that do not depend on rules: established bypass and the pre-DNAT skip (both families). */
 export function staticPolicyFlows(): Flow[] {
   const out: Flow[] = [];
   for (const dir of ['Egress', 'Ingress'] as const) {
     const t = DIRECTION_TABLES[dir];
     for (const state of ['-new+est+trk', '-new+rel+trk']) {
-      out.push(policyFlow(t.stage0, PRIORITY.bypass, `ct_state=${state},ip`, `goto_table:${t.metric}`));
+      for (const ip of ['ip', 'ipv6']) {
+        out.push(policyFlow(t.stage0, PRIORITY.bypass, `ct_state=${state},${ip}`, `goto_table:${t.metric}`));
+      }
     }
   }
   // Pod->ClusterIP before DNAT: no Kubernetes rule can judge it (they judge the endpoint); only
   // baseline toServices rules are left, for Pods that are not isolated (see isolationContributions).
-  out.push(policyFlow('EgressRule', PRIORITY.preDnatSkip, `ip,${PRE_DNAT}`, 'goto_table:EgressDefaultRule'));
+  for (const ip of ['ip', 'ipv6']) out.push(policyFlow('EgressRule', PRIORITY.preDnatSkip, `${ip},${PRE_DNAT}`, 'goto_table:EgressDefaultRule'));
   return out;
 }
 
@@ -116,19 +124,35 @@ const policyFlow = (table: TableName, priority: number, match: string, actions: 
 // services (protocol/port) clause
 
 const L4 = { TCP: 'tcp', UDP: 'udp', SCTP: 'sctp' } as const;
+const L4_6 = { TCP: 'tcp6', UDP: 'udp6', SCTP: 'sctp6' } as const;
+
+type Family = 4 | 6;
+const FAMILIES: readonly Family[] = [4, 6];
+const familyOf = (a: string): Family | undefined => (isIPv4(a.split('/')[0]!) ? 4 : isIPv6(a.split('/')[0]!) ? 6 : undefined);
+/** The protocol keyword of an L4 protocol in one family ('tcp' / 'tcp6'), undefined for others. */
+const l4 = (protocol: string, family: Family): string | undefined => (family === 4 ? L4 : L4_6)[protocol as keyof typeof L4];
+/** `ip,nw_src=A` / `ipv6,ipv6_src=A` (the whole family's range: bare `ip` / `ipv6`). */
+function addressMatch(field: 'nw_src' | 'nw_dst', address: string): string {
+  if (familyOf(address) === 6) return address === '::/0' ? 'ipv6' : `ipv6,${field === 'nw_src' ? 'ipv6_src' : 'ipv6_dst'}=${address}`;
+  return address === '0.0.0.0/0' ? 'ip' : `ip,${field}=${address}`;
+}
 
 function portBlocks(lo: number | undefined, hi: number | undefined): (string | undefined)[] {
   if (lo === undefined) return [undefined];
   return rangeToMasks(lo, hi ?? lo).map((m) => (m.mask === 0 ? undefined : maskedPortText(m)));
 }
 
-/** Matches for one port condition; [] when flows cannot express it (the engine never matches it either). */
-export function portMatches(p: PortMatch): string[] {
+/**
+ * Matches for one port condition in one family; [] when flows cannot express it (the engine never
+ * matches it either). ICMP type and code match in the family's own ICMP version (ICMPv6 in IPv6).
+ */
+export function portMatches(p: PortMatch, family: Family = 4): string[] {
   if (p.protocol === 'ICMP') {
-    return [['icmp', p.icmpType !== undefined ? `icmp_type=${p.icmpType}` : '', p.icmpCode !== undefined ? `icmp_code=${p.icmpCode}` : ''].filter(Boolean).join(',')];
+    const [proto, type, code] = family === 4 ? ['icmp', 'icmp_type', 'icmp_code'] : ['icmp6', 'icmpv6_type', 'icmpv6_code'];
+    return [[proto, p.icmpType !== undefined ? `${type}=${p.icmpType}` : '', p.icmpCode !== undefined ? `${code}=${p.icmpCode}` : ''].filter(Boolean).join(',')];
   }
   if (p.protocol === 'IGMP') return [];
-  const proto = L4[p.protocol];
+  const proto = l4(p.protocol, family);
   if (!proto) return [];
   if (typeof p.port === 'string') return []; // unresolved named port: the destination has no such port
   const out: string[] = [];
@@ -169,9 +193,24 @@ interface Unit {
 
 const flowKey = (table: TableName, priority: number, match: string): string => `${table}|${priority}|${match}`;
 
-/** The pipeline is IPv4-only (`ip` matches): IPv6 addresses of dual-stack peers are left out. */
-const isIPv4Address = (a: string): boolean => isIPv4(a.split('/')[0]!);
 const uniqSorted = (xs: Iterable<string>): string[] => [...new Set(xs)].sort();
+
+/** The units of a rule with the families they match (see the module comment and familyUnits). */
+function unitsByFamily(rule: NodeRule, resolve?: ServiceResolver): { unit: Unit; families: Family[] }[] {
+  const merged = new Map<string, { unit: Unit; families: Family[] }>();
+  for (const family of FAMILIES) {
+    for (const unit of familyUnits(rule, family, resolve)) {
+      if (unit.clauses.some((c) => c.length === 0)) continue;
+      const cur = merged.get(unit.key);
+      if (!cur) merged.set(unit.key, { unit, families: [family] });
+      else {
+        cur.unit = { ...cur.unit, clauses: cur.unit.clauses.map((c, i) => uniqSorted([...c, ...unit.clauses[i]!])) };
+        cur.families.push(family);
+      }
+    }
+  }
+  return [...merged.values()];
+}
 
 /**
  * The conjunction units of a rule: main (addresses) and, for egress toServices, `svc` (the Pod's
@@ -182,14 +221,15 @@ const uniqSorted = (xs: Iterable<string>): string[] => [...new Set(xs)].sort();
  * Pod's source is always such a re-entered Service packet, so direct traffic to the endpoint is not
  * matched. (An endpoint shared by two Services matches for both.)
  */
-function ruleUnits(rule: NodeRule, resolve?: ServiceResolver): Unit[] {
+function familyUnits(rule: NodeRule, family: Family, resolve?: ServiceResolver): Unit[] {
   const t = DIRECTION_TABLES[rule.direction];
+  const inFamily = (a: string) => familyOf(a) === family;
   // Only Pods are enforced on the bridge: a Node target (Antrea nodeSelector appliedTo) is host
   // traffic, which the bridge never judges. (Hand-built rules without a kind are Pods when "ns/name".)
-  const targets = uniqSorted(rule.targets.filter((x) => (x.kind ?? (x.ref.includes('/') ? 'pod' : 'node')) === 'pod').flatMap((x) => x.ips).filter(isIPv4).map((ip) => `ip,${t.self}=${ip}`));
+  const targets = uniqSorted(rule.targets.filter((x) => (x.kind ?? (x.ref.includes('/') ? 'pod' : 'node')) === 'pod').flatMap((x) => x.ips).filter(inFamily).map((ip) => addressMatch(t.self, ip)));
   let services: string[] | undefined;
   if (rule.ports.length > 0) {
-    services = uniqSorted(rule.ports.flatMap(portMatches));
+    services = uniqSorted(rule.ports.flatMap((p) => portMatches(p, family)));
     if (services.length === 0) return []; // only conditions that never match
   }
   const withPorts = (cl: string[][]) => (services ? [...cl, services] : cl);
@@ -200,36 +240,37 @@ function ruleUnits(rule: NodeRule, resolve?: ServiceResolver): Unit[] {
     return [{ key: rule.id, clauses: withPorts([targets]), extra: judgesEndpoint ? NOT_PRE_DNAT : '' }];
   }
   const units: Unit[] = [];
-  const addrs = uniqSorted([...rule.peers.ips, ...rule.peers.cidrs].filter(isIPv4Address).map((a) => (a === '0.0.0.0/0' ? 'ip' : `ip,${t.peer}=${a}`)));
+  const addrs = uniqSorted([...rule.peers.ips, ...rule.peers.cidrs].filter(inFamily).map((a) => addressMatch(t.peer, a)));
   if (addrs.length > 0) {
     units.push({ key: rule.id, clauses: withPorts(egress ? [targets, addrs] : [addrs, targets]), extra: judgesEndpoint ? NOT_PRE_DNAT : '' });
   }
   if (egress && rule.peers.services.length > 0) {
-    const svc = uniqSorted(rule.peers.services.filter((s) => isIPv4(s.ip)).flatMap((s) => {
-      const proto = L4[s.protocol as keyof typeof L4];
-      return proto ? [`${proto},nw_dst=${s.ip},tp_dst=${s.port}`] : [];
+    const svc = uniqSorted(rule.peers.services.filter((s) => inFamily(s.ip)).flatMap((s) => {
+      const proto = l4(s.protocol, family);
+      return proto ? [`${proto},${addressMatch('nw_dst', s.ip).split(',')[1]!},tp_dst=${s.port}`] : [];
     }));
     if (svc.length > 0) units.push({ key: `${rule.id}/svc`, clauses: withPorts([targets, svc]), extra: '' });
-    const post = uniqSorted(resolvedEndpoints(rule, resolve).map((e) => `${e.proto},nw_dst=${e.ip},tp_dst=${e.port}`));
+    const post = uniqSorted(resolvedEndpoints(rule, resolve).filter((e) => inFamily(e.ip)).map((e) => `${l4(e.protocol, family)!},${addressMatch('nw_dst', e.ip).split(',')[1]!},tp_dst=${e.port}`));
     if (post.length > 0) units.push({ key: `${rule.id}/svc-post`, clauses: withPorts([targets, post]), extra: POST_DNAT });
   }
   return units;
 }
 
-function resolvedEndpoints(rule: NodeRule, resolve?: ServiceResolver): { proto: string; ip: string; port: number }[] {
+function resolvedEndpoints(rule: NodeRule, resolve?: ServiceResolver): { protocol: string; ip: string; port: number }[] {
   if (!resolve || rule.direction !== 'Egress' || rule.peers === 'any') return [];
-  const out: { proto: string; ip: string; port: number }[] = [];
+  const out: { protocol: string; ip: string; port: number }[] = [];
   for (const s of rule.peers.services) {
-    const proto = L4[s.protocol as keyof typeof L4];
-    if (!proto || !isIPv4(s.ip)) continue;
-    for (const e of resolve(s.ip, s.protocol, s.port)) if (isIPv4(e.ip)) out.push({ proto, ip: e.ip, port: e.port });
+    const family = familyOf(s.ip);
+    if (!family || !l4(s.protocol, family)) continue;
+    // kube-proxy keeps a connection in its family: a ClusterIP's endpoints are of the same one
+    for (const e of resolve(s.ip, s.protocol, s.port)) if (familyOf(e.ip) === family) out.push({ protocol: s.protocol, ip: e.ip, port: e.port });
   }
   return out;
 }
 
 /** What a rule's flows depend on besides the rule itself: its Services' endpoints. */
 const endpointsSignature = (rule: NodeRule, resolve?: ServiceResolver): string =>
-  uniqSorted(resolvedEndpoints(rule, resolve).map((e) => `${e.proto}/${e.ip}/${e.port}`)).join(',');
+  uniqSorted(resolvedEndpoints(rule, resolve).map((e) => `${L4[e.protocol as keyof typeof L4]}/${e.ip}/${e.port}`)).join(',');
 
 /** Unit keys of a rule without building its clauses (for conjunction-id allocation). */
 function unitKeys(rule: NodeRule): string[] {
@@ -270,20 +311,23 @@ function actionsFor(rule: NodeRule, table: TableName, priority: number, conjId: 
  * their later packets in both directions, matched by the ct_label the commit wrote. A toServices
  * rule's pre-DNAT unit counts no Allow: the same connection is counted after DNAT (svc-post).
  */
-function metricContributions(rule: NodeRule, unitKey: string, conjId: number): Contribution[] {
+function metricContributions(rule: NodeRule, unitKey: string, conjId: number, families: readonly Family[]): Contribution[] {
   const t = DIRECTION_TABLES[rule.direction];
   const reg = RULE_REG[rule.direction];
   const id = conjId >>> 0;
   const flows: { priority: number; match: string; actions: string; counts: MetricFlow['counts'] }[] = [];
-  if (rule.action === 'Drop' || rule.action === 'Reject') {
-    flows.push({ priority: PRIORITY.metricDrop, match: `ip,reg0=${masked(REG0.ruleDrop, REG0.ruleDrop)},${reg.reg}=${id}`, actions: 'drop', counts: 'drop' });
-  } else if (rule.action === 'Allow' && !unitKey.endsWith('/svc')) {
-    const label = rule.direction === 'Egress' ? `${hex(id)}/0xffffffff` : `${hex(id)}00000000/0xffffffff00000000`;
-    const next = `goto_table:${nextTable(t.metric)}`;
-    flows.push(
-      { priority: PRIORITY.metricNew, match: `ct_state=+new+trk,ip,${reg.reg}=${id}`, actions: next, counts: 'new' },
-      { priority: PRIORITY.metricEst, match: `ct_state=-new+trk,ip,ct_label=${label}`, actions: next, counts: 'est' },
-    );
+  // one set of counter flows per family the unit matches (`ip` / `ipv6`)
+  for (const ip of families.map((f) => (f === 4 ? 'ip' : 'ipv6'))) {
+    if (rule.action === 'Drop' || rule.action === 'Reject') {
+      flows.push({ priority: PRIORITY.metricDrop, match: `${ip},reg0=${masked(REG0.ruleDrop, REG0.ruleDrop)},${reg.reg}=${id}`, actions: 'drop', counts: 'drop' });
+    } else if (rule.action === 'Allow' && !unitKey.endsWith('/svc')) {
+      const label = rule.direction === 'Egress' ? `${hex(id)}/0xffffffff` : `${hex(id)}00000000/0xffffffff00000000`;
+      const next = `goto_table:${nextTable(t.metric)}`;
+      flows.push(
+        { priority: PRIORITY.metricNew, match: `ct_state=+new+trk,${ip},${reg.reg}=${id}`, actions: next, counts: 'new' },
+        { priority: PRIORITY.metricEst, match: `ct_state=-new+trk,${ip},ct_label=${label}`, actions: next, counts: 'est' },
+      );
+    }
   }
   return flows.map((f) => ({
     key: flowKey(t.metric, f.priority, f.match), table: t.metric, priority: f.priority, match: f.match,
@@ -293,11 +337,10 @@ function metricContributions(rule: NodeRule, unitKey: string, conjId: number): C
 
 function ruleContributions(rule: NodeRule, table: TableName, priority: number, conjIds: Map<string, number>, resolve?: ServiceResolver): Contribution[] {
   const out: Contribution[] = [];
-  for (const unit of ruleUnits(rule, resolve)) {
-    if (unit.clauses.some((c) => c.length === 0)) continue;
+  for (const { unit, families } of unitsByFamily(rule, resolve)) {
     const conjId = conjIds.get(unit.key)!;
     const { actions, logs } = actionsFor(rule, table, priority, conjId);
-    out.push(...metricContributions(rule, unit.key, conjId));
+    out.push(...metricContributions(rule, unit.key, conjId, families));
     const n = unit.clauses.length;
     const clauses = unit.clauses.map((c, i) => (i === 0 && unit.extra ? c.map((m) => `${m},${unit.extra}`) : c));
     if (n === 1) {
@@ -318,7 +361,7 @@ function isolationContributions(isolations: readonly NodeIsolation[]): Map<strin
   const want = new Map<string, { dir: Direction; ip: string; log: boolean }>();
   for (const iso of isolations) {
     for (const target of iso.targets) {
-      for (const ip of target.ips.filter(isIPv4)) {
+      for (const ip of target.ips.filter((a) => familyOf(a) !== undefined)) {
         const owner = `iso/${iso.direction}/${ip}`;
         const cur = want.get(owner);
         want.set(owner, { dir: iso.direction, ip, log: (cur?.log ?? false) || !!iso.logging?.enabled });
@@ -332,13 +375,13 @@ function isolationContributions(isolations: readonly NodeIsolation[]): Map<strin
     const t = DIRECTION_TABLES[w.dir];
     const actions = w.log ? policyPuntActions({ table: t.dflt, disposition: Disposition.drop, priority: PRIORITY.isolation, conjId: 0, log: true, reject: false }) : 'drop';
     if (w.dir === 'Ingress') {
-      put(owner, t.dflt, `ip,${t.self}=${w.ip}`, actions, w.log);
+      put(owner, t.dflt, addressMatch(t.self, w.ip), actions, w.log);
       continue;
     }
     // An isolated Pod's packet to a ClusterIP goes on: its endpoint is judged after DNAT, and
     // baseline rules (its only other judges) are never reached by an isolated Pod.
-    put(owner, t.dflt, `ip,${t.self}=${w.ip},${NOT_PRE_DNAT}`, actions, w.log);
-    put(`${owner}/pre-dnat`, t.dflt, `ip,${t.self}=${w.ip},${PRE_DNAT}`, `goto_table:${t.metric}`, false);
+    put(owner, t.dflt, `${addressMatch(t.self, w.ip)},${NOT_PRE_DNAT}`, actions, w.log);
+    put(`${owner}/pre-dnat`, t.dflt, `${addressMatch(t.self, w.ip)},${PRE_DNAT}`, `goto_table:${t.metric}`, false);
   }
   return out;
 }

@@ -1,0 +1,294 @@
+/**
+ * Model = datapath for IPv6 and dual-stack policy flows, by `ofproto/trace`: dual-stack Pods, the
+ * compiled policy flows (both families) loaded into a real OVS (netdev, private directories, in a
+ * "p6-n1" network namespace) with one `ovs-ofctl --bundle add-flows`, and TCP/UDP/SCTP/ICMP(v6)
+ * probes of each family must get the verdict the engine gives for this node's sides.
+ *
+ * The base pipeline (computeFlows) is IPv4-only. For IPv6 packets to reach the policy tables this
+ * test adds an IPv6 image of it: every flow matching `ip` copied with `ipv6` and each address
+ * replaced by its IPv6 counterpart. That image stands in for the IPv6 pipeline the datapath does
+ * not have yet; the policy flows under test are the compiler's own output, unchanged.
+ */
+import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { pino } from 'pino';
+import t from 'tap';
+import { bundleText } from '../../daemon/flows/diff.js';
+import type { Flow } from '../../daemon/flows/flow.js';
+import { Ovs } from '../../daemon/flows/ovs.js';
+import { computeFlows } from '../../daemon/flows/pipeline.js';
+import { packetInMeters, meterText } from '../../daemon/flows/openflow/punt.js';
+import { PolicyFlows, policyFlowInput } from '../../daemon/flows/policy/index.js';
+import { PolicyEngine } from '../../daemon/policy/engine.js';
+import type { KubeObject, Probe, Verdict } from '../../daemon/policy/types.js';
+
+const NS = 'p6-n1';
+const DIR = `/tmp/${NS}`;
+const RUN = join(DIR, 'ovs');
+
+async function sh(cmd: string, args: string[], opts: { input?: string; allowFail?: boolean } = {}) {
+  const r = await execa(cmd, args, { reject: false, input: opts.input ?? '', env: { ...process.env, OVS_RUNDIR: RUN, OVS_DBDIR: RUN, OVS_LOGDIR: RUN } });
+  if (r.exitCode !== 0 && !opts.allowFail) throw new Error(`${cmd} ${args.join(' ')}: exit ${r.exitCode}: ${r.stderr}`);
+  return { code: r.exitCode ?? -1, stdout: String(r.stdout), stderr: String(r.stderr) };
+}
+
+async function missingPrereq(): Promise<string | undefined> {
+  if (process.getuid?.() !== 0) return 'needs root (network namespace, OVS)';
+  for (const tool of ['ovs-vswitchd', 'ovsdb-server', 'ovsdb-tool', 'ovs-vsctl', 'ovs-ofctl', 'ovs-appctl', 'ip']) {
+    if ((await sh('sh', ['-c', `command -v ${tool}`], { allowFail: true })).code !== 0) return `missing tool ${tool}`;
+  }
+  if (!existsSync('/usr/share/openvswitch/vswitch.ovsschema')) return 'missing /usr/share/openvswitch/vswitch.ovsschema';
+  return undefined;
+}
+
+function killPidFile(file: string): void {
+  if (!existsSync(file)) return;
+  try {
+    process.kill(Number(readFileSync(file, 'utf8').trim()), 'SIGKILL');
+  } catch {
+    /* gone */
+  }
+}
+
+async function teardown(): Promise<void> {
+  for (const d of ['ovs-vswitchd', 'ovsdb-server']) killPidFile(join(RUN, `${d}.pid`));
+  await sh('ip', ['netns', 'del', NS], { allowFail: true });
+  rmSync(DIR, { recursive: true, force: true });
+}
+
+// ---- cluster: dual-stack Pods x/a, x/b, x/c here (n1); y/r and y/d on n2 -------------------------
+
+type Ips = { 4: string; 6: string };
+const LOCAL: Record<string, Ips> = { a: { 4: '10.1.0.11', 6: 'fd00:1::11' }, b: { 4: '10.1.0.12', 6: 'fd00:1::12' }, c: { 4: '10.1.0.13', 6: 'fd00:1::13' } };
+const REMOTE: Record<string, Ips> = { 'y/r': { 4: '10.2.0.21', 6: 'fd00:2::21' }, 'y/d': { 4: '10.2.0.22', 6: 'fd00:2::22' } };
+const NODE: Ips = { 4: '192.168.100.1', 6: 'fd00:ff::1' };
+const SERVICE_CIDR: Ips = { 4: '10.96.0.0/16', 6: 'fd00:96::/112' };
+/** IPv4 text -> IPv6 counterpart, for the IPv6 image of the base pipeline. */
+const V6_OF = new Map<string, string>([...Object.values(LOCAL), ...Object.values(REMOTE), NODE, SERVICE_CIDR].map((x) => [x[4], x[6]]));
+
+const ns = (name: string): KubeObject => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels: { ns: name } } });
+const podObj = (namespace: string, name: string, ips: Ips, node: string): KubeObject => ({
+  apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace, labels: { pod: name } },
+  spec: { nodeName: node, containers: [{ name: 'c', ports: [{ name: 'http', containerPort: 80 }] }] },
+  status: { podIP: ips[4], podIPs: [{ ip: ips[4] }, { ip: ips[6] }] },
+});
+const nodeObj = (name: string, ips: string[]): KubeObject => ({ apiVersion: 'v1', kind: 'Node', metadata: { name }, status: { addresses: ips.map((address) => ({ type: 'InternalIP', address })) } });
+
+const POLICIES: KubeObject[] = [
+  // x/a accepts x/c (TCP 80, UDP 53) and y's subnets on TCP 80, in both families, y/d excepted.
+  {
+    apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name: 'a-in', namespace: 'x' },
+    spec: {
+      podSelector: { matchLabels: { pod: 'a' } },
+      ingress: [
+        { from: [{ podSelector: { matchLabels: { pod: 'c' } } }], ports: [{ port: 80 }, { protocol: 'UDP', port: 53 }] },
+        { from: [{ ipBlock: { cidr: 'fd00:2::/64', except: ['fd00:2::22/128'] } }, { ipBlock: { cidr: '10.2.0.0/16', except: ['10.2.0.22/32'] } }], ports: [{ port: 80 }] },
+      ],
+    },
+  },
+  // x/b may send TCP 80 to any IPv6 address and UDP 53 to any IPv4 address, nothing else.
+  {
+    apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name: 'b-out', namespace: 'x' },
+    spec: {
+      podSelector: { matchLabels: { pod: 'b' } }, policyTypes: ['Egress'],
+      egress: [{ to: [{ ipBlock: { cidr: '::/0' } }], ports: [{ port: 80 }] }, { to: [{ ipBlock: { cidr: '0.0.0.0/0' } }], ports: [{ protocol: 'UDP', port: 53 }] }],
+    },
+  },
+  // Antrea: x/b never reaches 2001:db8::/32 and rejects UDP to y/r's IPv6 address; x/c drops
+  // ICMPv6 echo from anywhere and ICMP echo from y.
+  {
+    apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'sec-b' },
+    spec: {
+      priority: 1, tier: 'securityops',
+      appliedTo: [{ namespaceSelector: { matchLabels: { ns: 'x' } }, podSelector: { matchLabels: { pod: 'b' } } }],
+      egress: [
+        { name: 'no-doc-net', action: 'Drop', to: [{ ipBlock: { cidr: '2001:db8::/32' } }] },
+        { name: 'reject-udp-r6', action: 'Reject', to: [{ ipBlock: { cidr: 'fd00:2::21/128' } }], ports: [{ protocol: 'UDP' }] },
+      ],
+    },
+  },
+  {
+    apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'sec-c' },
+    spec: {
+      priority: 2, tier: 'securityops',
+      appliedTo: [{ namespaceSelector: { matchLabels: { ns: 'x' } }, podSelector: { matchLabels: { pod: 'c' } } }],
+      ingress: [
+        { name: 'no-echo6', action: 'Drop', protocols: [{ icmp: { icmpType: 128 } }] },
+        { name: 'no-echo-from-y', action: 'Drop', from: [{ namespaceSelector: { matchLabels: { ns: 'y' } } }], protocols: [{ icmp: { icmpType: 8 } }] },
+      ],
+    },
+  },
+  // AdminNetworkPolicy: x/c may not reach fd00:2::/48 on TCP 443 (its IPv4 peers are not in it).
+  {
+    apiVersion: 'policy.networking.k8s.io/v1alpha1', kind: 'AdminNetworkPolicy', metadata: { name: 'c-443' },
+    spec: {
+      priority: 5, subject: { pods: { namespaceSelector: { matchLabels: { ns: 'x' } }, podSelector: { matchLabels: { pod: 'c' } } } },
+      egress: [{ name: 'deny-v6-443', action: 'Deny', to: [{ networks: ['fd00:2::/48'] }], ports: [{ portNumber: { protocol: 'TCP', port: 443 } }] }],
+    },
+  },
+];
+
+/** The IPv6 image of an IPv4 pipeline flow, or undefined for flows that are not IPv4-specific. */
+function ipv6Image(f: Flow): Flow | undefined {
+  const tokens = f.match.split(',');
+  if (!tokens.includes('ip')) return undefined;
+  const match = tokens.map((tok) => {
+    if (tok === 'ip') return 'ipv6';
+    const m = /^nw_(src|dst)=(.*)$/.exec(tok);
+    if (!m) return tok;
+    const v6 = V6_OF.get(m[2]!);
+    if (!v6) throw new Error(`no IPv6 counterpart for ${m[2]} in ${f.match}`);
+    return `ipv6_${m[1]}=${v6}`;
+  });
+  return { ...f, match: match.join(',') };
+}
+
+const why = await missingPrereq();
+if (why) {
+  t.plan(0, `skipped: ${why}`);
+} else {
+  t.teardown(teardown);
+  await teardown();
+  mkdirSync(RUN, { recursive: true });
+  await sh('ip', ['netns', 'add', NS]);
+  await sh('ip', ['netns', 'exec', NS, 'ip', 'link', 'set', 'lo', 'up']);
+  await sh('ovsdb-tool', ['create', join(RUN, 'conf.db'), '/usr/share/openvswitch/vswitch.ovsschema']);
+  await sh('ip', ['netns', 'exec', NS, 'ovsdb-server', `--remote=punix:${RUN}/db.sock`, `--pidfile=${RUN}/ovsdb-server.pid`, '--detach', `--log-file=${RUN}/ovsdb-server.log`, `${RUN}/conf.db`]);
+  await sh('ovs-vsctl', [`--db=unix:${RUN}/db.sock`, '--no-wait', 'init']);
+  await sh('ip', ['netns', 'exec', NS, 'ovs-vswitchd', `--pidfile=${RUN}/ovs-vswitchd.pid`, '--detach', `--log-file=${RUN}/ovs-vswitchd.log`, `unix:${RUN}/db.sock`]);
+
+  const ovs = new Ovs({ ovsRunDir: RUN, bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
+  await ovs.ensureBridge();
+  const gw = (await ovs.ensureGateway('antrea-gw0')).gateway;
+  const ports: Record<string, { ofport: number; mac: string }> = {};
+  for (const [name, ips] of Object.entries(LOCAL)) {
+    const dev = `p6p${name}`;
+    await sh('ip', ['netns', 'exec', NS, 'ip', 'link', 'add', dev, 'type', 'veth', 'peer', 'name', `${dev}x`]);
+    await sh('ip', ['netns', 'exec', NS, 'ip', 'link', 'set', dev, 'up']);
+    const mac = `2a:00:00:00:00:${ips[4].split('.')[3]!.padStart(2, '0')}`;
+    const ofport = await ovs.addPodPort(dev, {
+      'sluice-type': 'container', 'container-id': `c-${name}`, 'pod-namespace': 'x', 'pod-name': name, 'ip-address': ips[4],
+      'attached-mac': mac, 'net-ns': '/var/run/netns/none', 'if-name': 'eth0',
+    });
+    ports[name] = { ofport, mac };
+  }
+  for (const m of packetInMeters()) await ovs.ofctl(['add-meter', ovs.target, meterText(m)]);
+
+  const engine = new PolicyEngine({ nodeName: 'n1' });
+  for (const o of [nodeObj('n1', [NODE[4], NODE[6]]), nodeObj('n2', ['192.168.100.2', 'fd00:ff::2']), ns('x'), ns('y')]) engine.upsert(o);
+  for (const [name, ips] of Object.entries(LOCAL)) engine.upsert(podObj('x', name, ips, 'n1'));
+  for (const [ref, ips] of Object.entries(REMOTE)) engine.upsert(podObj(ref.split('/')[0]!, ref.split('/')[1]!, ips, 'n2'));
+  for (const p of POLICIES) engine.upsert(p);
+
+  const pipeline = computeFlows({
+    gatewayOfport: gw.ofport, gatewayMac: gw.mac, nodeIP: NODE[4], serviceCIDRs: [SERVICE_CIDR[4]],
+    pods: Object.entries(ports).map(([name, p]) => ({ containerId: `c-${name}`, ofport: p.ofport, mac: p.mac, ips: [LOCAL[name]![4]] })),
+  });
+  const image = pipeline.map(ipv6Image).filter((f): f is Flow => !!f);
+  const policy = new PolicyFlows();
+  policy.sync(policyFlowInput(engine));
+
+  const dpPorts = async () => {
+    const show = (await sh('ovs-appctl', ['dpif/show'])).stdout;
+    const of = (name: string) => new RegExp(`\\b${name} \\d+/(\\d+)`).exec(show)?.[1];
+    return { gw: of('antrea-gw0')!, ...Object.fromEntries(Object.keys(LOCAL).map((n) => [n, of(`p6p${n}`)!])) } as Record<string, string>;
+  };
+
+  const addressOf = (ref: string, family: 4 | 6): string => {
+    if (ref.startsWith('ip:')) return ref.slice(3);
+    const local = /^x\/([abc])$/.exec(ref);
+    return (local ? LOCAL[local[1]!] : REMOTE[ref])![family];
+  };
+  /** The trace flow of a probe's first packet in one family. */
+  const traceFlow = (probe: Probe, family: 4 | 6): string => {
+    const local = /^x\/([abc])$/.exec(probe.from);
+    const where = local
+      ? `in_port=${ports[local[1]!]!.ofport},dl_src=${ports[local[1]!]!.mac},dl_dst=aa:bb:cc:dd:ee:ff`
+      : `in_port=${gw.ofport},dl_src=12:34:56:78:9a:bc,dl_dst=aa:bb:cc:dd:ee:ff`;
+    const addrs = family === 4 ? `nw_src=${addressOf(probe.from, 4)},nw_dst=${addressOf(probe.to, 4)}` : `ipv6_src=${addressOf(probe.from, 6)},ipv6_dst=${addressOf(probe.to, 6)}`;
+    const p = probe.protocol.toLowerCase();
+    const l4 = probe.protocol === 'ICMP'
+      ? (family === 4 ? ['icmp', 'icmp_type=8,icmp_code=0'] : ['icmp6', 'icmpv6_type=128,icmpv6_code=0'])
+      : [family === 4 ? p : `${p}6`, `${p}_src=40000,${p}_dst=${probe.port}`];
+    return `${l4[0]},${where},${addrs},nw_ttl=64,${l4[1]}`;
+  };
+
+  /** One ofproto/trace of a first packet: its verdict by the final datapath actions. */
+  const traceVerdict = async (flow: string, expectOut: string): Promise<{ verdict: Verdict | 'other'; out: string }> => {
+    const out = (await sh('ovs-appctl', ['ofproto/trace', 'br-int', flow, '--ct-next', 'trk,new'])).stdout;
+    const actions = [...out.matchAll(/Datapath actions: (.*)/g)].pop()?.[1] ?? '';
+    if (/controller|userspace/.test(actions)) {
+      const ud = [...out.matchAll(/userdata=01\.([0-9a-f]{2})/g)].pop()?.[1];
+      if (ud !== undefined && (parseInt(ud, 16) & 0x02) !== 0 && !/,\d+$/.test(actions)) return { verdict: 'reject', out };
+      if (/,\d+$/.test(actions) && actions.endsWith(`,${expectOut}`)) return { verdict: 'allow', out };
+      return { verdict: ud !== undefined && !/\d$/.test(actions) ? 'drop' : 'other', out };
+    }
+    if (actions === 'drop') return { verdict: 'drop', out };
+    if (new RegExp(`(^|,)${expectOut}$`).test(actions)) return { verdict: 'allow', out };
+    return { verdict: 'other', out };
+  };
+
+  /** This node's verdict: the first non-allow among the local sides of engine.explain(). */
+  const localPods = new Set(Object.keys(LOCAL).map((n) => `x/${n}`));
+  const expected = (probe: Probe): { verdict: Verdict; by: string } => {
+    const { result, sides } = engine.explain(probe);
+    if (sides.length === 0) return { verdict: result.verdict, by: result.note ?? '' };
+    const bad = sides.filter((s) => localPods.has(s.pod)).find((s) => s.verdict !== 'allow');
+    const d = bad?.decidedBy;
+    return { verdict: bad?.verdict ?? 'allow', by: d ? `${d.kind} ${d.name} ${d.rule ?? ''} (${d.direction})` : '' };
+  };
+
+  const PROBES: Probe[] = [];
+  const both = (from: string, to: string, protocol: Probe['protocol'], port: number) => {
+    for (const family of [4, 6] as const) PROBES.push({ from, to, protocol, port, family });
+  };
+  const one = (from: string, to: string, protocol: Probe['protocol'], port: number) => PROBES.push({ from, to, protocol, port });
+  for (const proto of ['TCP', 'UDP', 'SCTP'] as const) for (const port of [80, 81, 53]) both('x/c', 'x/a', proto, port);
+  for (const from of ['y/r', 'y/d', 'x/b']) both(from, 'x/a', 'TCP', 80);
+  both('y/r', 'x/a', 'UDP', 53);
+  for (const from of ['y/r', 'x/a']) both(from, 'x/c', 'ICMP', 0);
+  both('x/b', 'y/r', 'UDP', 53);
+  both('x/b', 'y/r', 'TCP', 80);
+  both('x/b', 'y/d', 'UDP', 53);
+  both('x/c', 'y/r', 'TCP', 443);
+  both('x/c', 'y/r', 'TCP', 80);
+  for (const ip of ['2001:db8::5', '2001:db9::5', 'fd00:2::99', 'fd00:3::1']) for (const [proto, port] of [['TCP', 80], ['UDP', 53], ['TCP', 443]] as const) {
+    one('x/b', `ip:${ip}`, proto, port);
+    one('x/c', `ip:${ip}`, proto, port);
+  }
+  for (const ip of ['8.8.8.8', '10.2.0.99']) for (const [proto, port] of [['TCP', 80], ['UDP', 53]] as const) one('x/b', `ip:${ip}`, proto, port);
+
+  await t.test('dual-stack policy flows load into OVS in one bundle', async (t) => {
+    t.same(engine.errors(), [], 'all policies are valid');
+    if (engine.errors().length) t.comment(JSON.stringify(engine.errors()));
+    const flows = policy.flows();
+    const v6 = flows.filter((f) => /\bipv6\b|ipv6_|tcp6|udp6|sctp6|icmp6/.test(f.match));
+    t.ok(v6.length >= 15, `${v6.length} of ${flows.length} policy flows match IPv6`);
+    t.ok(flows.some((f) => f.match.includes('icmpv6_type=128')), 'an ICMPv6 type match');
+    const desired = [...pipeline, ...image, ...flows];
+    const r = await sh('ovs-ofctl', ['-O', 'OpenFlow15', '--bundle', 'add-flows', ovs.target, '-'], { input: bundleText({ add: desired, remove: [], unchanged: 0 }), allowFail: true });
+    t.equal(r.code, 0, `ovs-ofctl accepted every flow${r.code ? `: ${r.stderr}` : ''}`);
+    const dumped = (await sh('ovs-ofctl', ['-O', 'OpenFlow15', 'dump-flows', ovs.target])).stdout.split('\n').filter((l) => l.includes('cookie=')).length;
+    t.equal(dumped, desired.length, 'every flow is installed');
+  });
+
+  await t.test('every probe of each family gets the engine verdict from ofproto/trace', async (t) => {
+    const dp = await dpPorts();
+    const seen: Record<string, number> = {};
+    for (const probe of PROBES) {
+      const family = probe.family ?? (addressOf(probe.to, 4).includes(':') ? 6 : 4);
+      const want = expected(probe);
+      const dst = probe.to.startsWith('x/') ? dp[probe.to.slice(2)]! : dp.gw!;
+      const got = await traceVerdict(traceFlow(probe, family), dst);
+      seen[`${want.verdict}/IPv${family}`] = (seen[`${want.verdict}/IPv${family}`] ?? 0) + 1;
+      const ok = got.verdict === want.verdict;
+      t.ok(ok, `IPv${family} ${probe.from} -> ${probe.to} ${probe.protocol}/${probe.port}: engine ${want.verdict}${want.by ? ` (${want.by})` : ''}, datapath ${got.verdict}`);
+      if (!ok) t.comment(got.out.split('\n').filter((l) => /^\s*\d+\.|Datapath actions|Final flow/.test(l)).join('\n'));
+    }
+    t.comment(`${PROBES.length} probes, engine verdicts ${JSON.stringify(seen)}`);
+    for (const v of ['allow/IPv6', 'drop/IPv6', 'reject/IPv6', 'allow/IPv4', 'drop/IPv4']) t.ok((seen[v] ?? 0) > 0, `the probes include ${v}`);
+    const differ = PROBES.filter((p) => p.family === 4).filter((p) => expected(p).verdict !== expected({ ...p, family: 6 }).verdict);
+    t.ok(differ.length >= 3, `${differ.length} probes get a different verdict per family`);
+  });
+}
