@@ -133,7 +133,9 @@ async function leaks(nodes: string[]): Promise<string[]> {
     const routes = (await runIn(nodeNetns(LAB, node), 'ip', ['-4', 'route', 'show'])).stdout.split('\n').map((l) => /^(\S+) dev (\S+)/.exec(l)).filter((m) => m !== null && m[1]!.startsWith(prefix) && !m[1]!.includes('/'));
     const wrong = routes.filter((m) => !ips.includes(m![1]!) || m![2] !== 'antrea-gw0').map((m) => `${m![1]} dev ${m![2]}`);
     if (wrong.length || routes.length !== ips.length) out.push(`${node}: host routes [${wrong.join(', ')}] are no attached Pod's (${routes.length} Pod routes, ${ips.length} attached Pod addresses)`);
-    const held = readdirSync(join(ipamDir(LAB, node), 'lab')).filter((f) => f.startsWith(prefix)).sort();
+    // host-local keeps one file per address it handed out, in a directory named after the network.
+    const network = (JSON.parse(readFileSync(conflistPath(LAB, node), 'utf8')) as Conflist).name;
+    const held = readdirSync(join(ipamDir(LAB, node), network)).filter((f) => f.startsWith(prefix)).sort();
     if (held.join() !== ips.join()) out.push(`${node}: IPAM holds [${held.filter((ip) => !ips.includes(ip)).join(', ')}] for no attached Pod`);
   }
   return out;
@@ -153,7 +155,7 @@ interface FlippedTarget {
   seen: { allow: number; deny: number };
 }
 
-/** Where a probe lands: for every target but a flipped one, the fixed expectation. */
+/** What a probed connection must do; a flipped target is 'unsettled' (not judged) while its verdict changes. */
 type Expectation = 'allow' | 'deny' | 'unsettled';
 
 /** leaks(), given 10 s for what the last moments left in flight (a DEL's IPAM release, a flow sync under churn). */
@@ -441,7 +443,14 @@ async function main(): Promise<void> {
       broken += bad.length;
       for (const a of bad) console.error(`CNI storm: BROKEN ANSWER ${a.plugin} ${a.command}: ${a.detail}`);
       const count = (kind: string) => answers.filter((a) => a.kind === kind).length;
-      const codes = [...new Set(answers.filter((a) => a.kind === 'cni-error').map((a) => `${a.plugin} ${a.command} ${a.code}: ${a.detail.slice(0, 100)}`))].join('; ');
+      const byCode = new Map<string, { n: number; first: string }>();
+      for (const a of answers.filter((a) => a.kind === 'cni-error')) {
+        const key = `${a.plugin} ${a.command} code ${a.code}`;
+        const seen = byCode.get(key) ?? { n: 0, first: a.detail.slice(0, 100) };
+        seen.n++;
+        byCode.set(key, seen);
+      }
+      const codes = [...byCode].map(([key, { n, first }]) => `${n}× ${key}, e.g. "${first}"`).join('; ');
       const slowest = Math.max(0, ...answers.filter((a) => a.plugin === 'sluice-cni').map((a) => a.ms));
       console.error(`CNI storm: ${answers.length} plugin calls in ${storm} ms: ${count('ok')} succeeded, ${count('cni-error')} CNI errors (${codes || 'none'}), ${count('killed')} killed mid-call, ${bad.length} broken; slowest sluice-cni call ${slowest} ms; ${have.length} of ${n} containers attached after the storm, ${gone.size} DELeted whole`);
       return storm;
