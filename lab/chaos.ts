@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `npm run chaos [-- --quick]`: faults injected into a 2-node enforcing lab (`chaos`, ptp, the model
+ * `npm run chaos [-- --quick] [-- --name NAME]`: faults injected into a 2-node enforcing lab (`chaos` unless --name says otherwise, ptp, the model
  * of test/scenarios/model.yaml with a default deny on namespace x) while traffic runs, and two
  * invariants checked all along:
  *
@@ -9,7 +9,8 @@
  *    succeeds is a gap (must be 0), an allowed one that fails is counted;
  *  - nothing lost: an allowed TCP connection (z/b -> y/b) writes every 20 ms through each scenario
  *    and must never be reset; after each scenario every node's bridge holds exactly the agent's
- *    desired flows and one port per attached Pod (anything else is a leak).
+ *    desired flows and one port per attached Pod, every host route to a Pod address is an attached
+ *    Pod's via the gateway, and the IPAM holds no address of a gone Pod (anything else is a leak).
  *
  * Policy churn runs through every scenario (a policy in x appearing and going away, a Pod relabelled:
  * flows recompiled, the probed verdicts unchanged). Scenarios, on x/a's node (the one enforcing the deny): its agent killed with SIGKILL at random
@@ -22,28 +23,43 @@
  * again with its own); a policy storm (2 000 NetworkPolicies created, then deleted: agent memory
  * printed; recovery: until the rules are back to what they were); a Pod blasting SYNs that a Reject rule answers through the agent (packet-ins
  * received and dropped printed; recovery: how long a Pod created during the flood takes to attach); the API server unreachable (the lab supervisor stopped), then back (time until the
- * agents' watches are synced). Prints one table and exits 1 when an invariant broke. --quick runs each
- * scenario briefly (under a minute in all).
+ * agents' watches are synced); CNI calls in the orders a runtime can make them (lab/chaos-cni.ts:
+ * ADDs at once, DEL during ADD, unknown DELs, repeated ADDs, sluice-cni killed mid-call; every
+ * answer a result or a CNI error object, nothing half-attached); forged ARP and frames from or to
+ * the re-entrance and virtual MACs (lab/forged-frames.py; what reaches a victim and poisoned
+ * neighbour entries are gaps); a policy flipping a probed pair between allow and deny, the
+ * probers' expectation following the agent's commit (recovery: API change -> enforcement); a soak
+ * of steady churn sampling the agent's RSS and open descriptors (a descriptor leak is broken). The
+ * BROKEN column counts the other broken promises (CNI answers outside the spec, half-attached
+ * containers, a descriptor leak, a flip check that saw nothing). Prints one table and exits 1 when
+ * an invariant broke. --quick runs each scenario briefly (about 3 minutes in all).
  */
-import { spawn } from 'node:child_process';
-import { readFileSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync, readdirSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { pino } from 'pino';
 import { Ovs } from '../daemon/flows/ovs.js';
 import { agentPidPath, startAgent } from './agent.js';
+import { type CniAnswer, callPlugin, chainAdd, chainDel, makeNetns, removeNetns } from './chaos-cni.js';
 import { readControl, supervisorPid } from './control.js';
 import { resolveKind } from './kinds.js';
 import { runIn, sleep } from './net/exec.js';
-import { nodeNetns, ovsDir, podNetns, repoRoot } from './net/names.js';
+import type { Conflist } from './net/cni-config.js';
+import type { CniInvocation, CniResult } from './net/cni-runner.js';
+import { checkLabName, conflistPath, ipamDir, nodeNetns, ovsDir, podCidr, podNetns, repoRoot } from './net/names.js';
 import { startNodeOvs, stopNodeOvs } from './net/ovs.js';
 import { runProbes } from './net/probe-runner.js';
 import { clientFor } from './ops.js';
 import { bridgeHasDesired } from './proof/converge.js';
 
-const LAB = 'chaos';
 const QUICK = process.argv.includes('--quick');
+/** `--name NAME`: the lab's name (its namespaces and state), so a run can sit beside another lab. */
+const nameAt = process.argv.indexOf('--name');
+const LAB = checkLabName(nameAt >= 0 ? (process.argv[nameAt + 1] ?? '') : 'chaos');
+/** The full run stops its soak early enough to finish within 20 minutes. */
+const FULL_BUDGET_MS = 19 * 60_000;
 const cli = join(repoRoot(), 'dist', 'lab', 'cli.js');
 const MODEL = join(repoRoot(), 'test', 'scenarios', 'model.yaml');
 const DENY_X = 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny-in, namespace: x}\nspec: {podSelector: {}, policyTypes: [Ingress]}\n';
@@ -55,6 +71,8 @@ interface Row {
   gaps: number;
   allowedFailed: number;
   resets: number;
+  /** Other broken promises: CNI calls answered outside the spec, a file descriptor leak. */
+  broken: number;
   recoveryMs: number[];
   leaks: string[];
   /** API changes made by the policy churn meanwhile. */
@@ -93,17 +111,61 @@ async function bridgeConverged(node: string): Promise<boolean> {
   return Array.isArray(desired) && bridgeHasDesired(dump, desired);
 }
 
-/** What is on a node that should not be: flows the agent does not want, ports of no attached Pod. */
+interface AttachedPod { containerId: string; podNamespace: string; podName: string; hostVeth: string; ips: string[] }
+const attachedPods = async (node: string): Promise<AttachedPod[]> => ((await status(node))?.pods ?? []) as AttachedPod[];
+
+/**
+ * What is on a node that should not be: flows the agent does not want, ports of no attached Pod,
+ * host routes to Pod addresses that are not an attached Pod's route via the gateway, and Pod
+ * addresses the primary's IPAM still holds for no attached Pod.
+ */
 async function leaks(nodes: string[]): Promise<string[]> {
   const out: string[] = [];
   for (const node of nodes) {
     if (!(await bridgeConverged(node))) out.push(`${node}: bridge flows differ from the agent's desired flows`);
     const ovs = new Ovs({ ovsRunDir: ovsDir(LAB, node), bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
     const ports = (await ovs.listPodPorts()).map((p) => p.name).sort();
-    const attached = (((await status(node))?.pods ?? []) as { hostVeth: string }[]).map((p) => p.hostVeth).sort();
+    const pods = await attachedPods(node);
+    const attached = pods.map((p) => p.hostVeth).sort();
     if (ports.join() !== attached.join()) out.push(`${node}: OVS Pod ports [${ports.join(', ')}] != attached [${attached.join(', ')}]`);
+    const ips = pods.flatMap((p) => p.ips).sort();
+    const prefix = podCidr(node).replace(/0\/24$/, '');
+    const routes = (await runIn(nodeNetns(LAB, node), 'ip', ['-4', 'route', 'show'])).stdout.split('\n').map((l) => /^(\S+) dev (\S+)/.exec(l)).filter((m) => m !== null && m[1]!.startsWith(prefix) && !m[1]!.includes('/'));
+    const wrong = routes.filter((m) => !ips.includes(m![1]!) || m![2] !== 'antrea-gw0').map((m) => `${m![1]} dev ${m![2]}`);
+    if (wrong.length || routes.length !== ips.length) out.push(`${node}: host routes [${wrong.join(', ')}] are no attached Pod's (${routes.length} Pod routes, ${ips.length} attached Pod addresses)`);
+    // host-local keeps one file per address it handed out, in a directory named after the network.
+    const network = (JSON.parse(readFileSync(conflistPath(LAB, node), 'utf8')) as Conflist).name;
+    const held = readdirSync(join(ipamDir(LAB, node), network)).filter((f) => f.startsWith(prefix)).sort();
+    if (held.join() !== ips.join()) out.push(`${node}: IPAM holds [${held.filter((ip) => !ips.includes(ip)).join(', ')}] for no attached Pod`);
   }
   return out;
+}
+
+/**
+ * A probed target whose verdict a scenario flips: `settled` is the verdict the agent has committed
+ * for the current API state, undefined from the API change until the commit; `epoch` counts the
+ * API changes.
+ */
+interface FlippedTarget {
+  ip: string;
+  port: number;
+  epoch: number;
+  settled: 'allow' | 'deny' | undefined;
+  /** Settled connections that behaved as committed, per verdict (to show the flip is seen at all). */
+  seen: { allow: number; deny: number };
+}
+
+/** What a probed connection must do; a flipped target is 'unsettled' (not judged) while its verdict changes. */
+type Expectation = 'allow' | 'deny' | 'unsettled';
+
+/** leaks(), given 10 s for what the last moments left in flight (a DEL's IPAM release, a flow sync under churn). */
+async function settledLeaks(nodes: string[]): Promise<string[]> {
+  let leaked = await leaks(nodes);
+  for (let i = 0; i < 20 && leaked.length; i++) {
+    await sleep(500);
+    leaked = await leaks(nodes);
+  }
+  return leaked;
 }
 
 /** The prober: new connections every 250 ms while running, to every denied and every allowed target at once. */
@@ -114,19 +176,26 @@ class Prober {
   gapDetails: string[] = [];
   private running = true;
   private loop: Promise<void>;
-  constructor(sources: string[], denied: string[], allowed: string[]) {
+  constructor(sources: string[], denied: string[], allowed: string[], readonly flipped?: FlippedTarget) {
     const targets = sources.flatMap((src) => [...denied.map((ip) => ({ ip, deny: true })), ...allowed.map((ip) => ({ ip, deny: false }))].flatMap((x) => [80, 81].map((port) => ({ ...x, src, port }))));
     this.loop = (async () => {
       while (this.running) {
+        // A flipped target's expectation holds for a connection only when the same committed
+        // verdict stood from before the connection was opened until it was decided.
+        const before = this.flipped && { epoch: this.flipped.epoch, settled: this.flipped.settled };
         const results = await runProbes(targets.map((x) => ({ sourceNetns: x.src, ip: x.ip, port: x.port, protocol: 'TCP' as const })), 1000);
+        const flipExpect: Expectation = before && before.epoch === this.flipped!.epoch && before.settled ? before.settled : 'unsettled';
         results.forEach((r, i) => {
           const x = targets[i]!;
+          const isFlipped = this.flipped !== undefined && x.ip === this.flipped.ip && x.port === this.flipped.port;
+          const expect: Expectation = isFlipped ? flipExpect : x.deny ? 'deny' : 'allow';
           this.tried++;
-          if (x.deny && r.verdict === 'allow') {
+          if (expect === 'deny' && r.verdict === 'allow') {
             this.gaps++;
             this.gapDetails.push(`${new Date().toISOString()} denied connection ${x.src} -> ${x.ip}:${x.port} succeeded`);
           }
-          if (!x.deny && r.verdict !== 'allow') this.allowedFailed++;
+          if (expect === 'allow' && r.verdict !== 'allow') this.allowedFailed++;
+          if (isFlipped && expect !== 'unsettled' && (r.verdict === 'allow') === (expect === 'allow')) this.flipped!.seen[expect]++;
         });
         await sleep(250);
       }
@@ -213,20 +282,22 @@ async function main(): Promise<void> {
     const src = podNetns(LAB, 'z', 'a');
     await waitUntil('the deny enforced', async () => (await runProbes([{ sourceNetns: src, ip: pod('x/a').status.podIP, port: 80, protocol: 'TCP' }], 1000))[0]!.verdict === 'drop');
 
-    const scenario = async (name: string, iterations: number, fault: () => Promise<number>) => {
+    let broken = 0; // the running scenario's other broken promises (its fault adds them)
+    const scenario = async (name: string, iterations: number, fault: () => Promise<number | number[]>, flipped?: FlippedTarget) => {
+      broken = 0;
       // Sources on both nodes: z/a shares x/a's node, z/b does not (its packets reach x/a through the host route).
-      const prober = new Prober([src, podNetns(LAB, 'z', 'b')], ['x/a', 'x/b', 'x/c'].map((r) => pod(r).status.podIP), ['y/a', 'y/c'].map((r) => pod(r).status.podIP));
+      const prober = new Prober([src, podNetns(LAB, 'z', 'b')], ['x/a', 'x/b', 'x/c'].map((r) => pod(r).status.podIP), ['y/a', 'y/c'].map((r) => pod(r).status.podIP), flipped);
       const stop = stream(podNetns(LAB, 'z', 'b'), pod('y/b').status.podIP);
       const churn = new Churner(clientFor(info));
       await sleep(1000);
       const recoveryMs: number[] = [];
-      for (let i = 0; i < iterations; i++) recoveryMs.push(await fault());
+      for (let i = 0; i < iterations; i++) recoveryMs.push(...[await fault()].flat());
       await churn.stop();
       await sleep(2000);
       await prober.stop();
       const s = await stop();
-      const leaked = await leaks(info.nodes);
-      rows.push({ scenario: name, iterations, tried: prober.tried, gaps: prober.gaps, allowedFailed: prober.allowedFailed, resets: s.error ? 1 : 0, recoveryMs, leaks: leaked, churn: churn.changes });
+      const leaked = await settledLeaks(info.nodes);
+      rows.push({ scenario: name, iterations, tried: prober.tried, gaps: prober.gaps, allowedFailed: prober.allowedFailed, resets: s.error ? 1 : 0, broken, recoveryMs, leaks: leaked, churn: churn.changes });
       for (const g of prober.gapDetails) console.error(`${name}: GAP ${g}`);
       if (s.error) console.error(`${name}: the allowed connection ended: ${s.error} (${s.sent} written, ${s.echoed} echoed)`);
       for (const l of leaked) console.error(`${name}: LEAK ${l}`);
@@ -298,6 +369,93 @@ async function main(): Promise<void> {
       return Math.round(performance.now() - k);
     });
 
+    // The runtime's CNI calls in odd orders, on the real plugin binaries and real namespaces: Pod
+    // ADDs all at once; every fifth one raced by its own DEL, every fifth killed in sluice-cni
+    // mid-call and then DELeted as containerd does after its timeout, every fifth ADDed to sluice
+    // again (twice at once) once attached; DELs of containers nobody ADDed meanwhile. Every answer
+    // must be a result or a CNI error object; then every container still ADDed must be attached
+    // whole and every DELeted one gone whole; the runtime's DELs at the end must leave nothing.
+    await scenario(`CNI storm: ${QUICK ? 20 : 100} ADDs at once, DEL during ADD, unknown DELs, repeated ADDs, plugin killed mid-call`, 1, async () => {
+      const n = QUICK ? 20 : 100;
+      const list = JSON.parse(readFileSync(conflistPath(LAB, target), 'utf8')) as Conflist;
+      const sluice = list.plugins.find((p) => p.type === 'sluice-cni')!;
+      const hex = Date.now().toString(16);
+      const invs: CniInvocation[] = Array.from({ length: n }, (_, i) => ({
+        lab: LAB, node: target, containerId: `cnistorm${hex}${String(i).padStart(4, '0')}`, netns: podNetns(LAB, 'cnistorm', `c${i}`), podNamespace: 'cnistorm', podName: `c${i}`,
+      }));
+      const answers: CniAnswer[] = [];
+      const results = new Map<number, CniResult>();
+      /** Containers the runtime DELeted (raced or timed out): nothing of them may remain. */
+      const gone = new Set<number>();
+      const k = performance.now();
+      await Promise.all(invs.map((inv) => makeNetns(inv.netns)));
+      const unknown = Array.from({ length: Math.ceil(n / 4) }, (_, i): CniInvocation => ({
+        lab: LAB, node: target, containerId: `cnistormunknown${hex}${i}`, netns: podNetns(LAB, 'cnistorm', `never-${i}`), podNamespace: 'cnistorm', podName: `never-${i}`,
+      }));
+      await Promise.all([
+        ...invs.map(async (inv, i) => {
+          if (i % 5 === 1) {
+            const [add] = await Promise.all([chainAdd(inv, list), sleep(Math.random() * 80).then(async () => answers.push(...(await chainDel(inv, list))))]);
+            answers.push(...add);
+            // The runtime's ADD was cancelled by its DEL: it DELs once more when the ADD returns.
+            answers.push(...(await chainDel(inv, list, add.at(-1)?.result ?? add[0]?.result)));
+            gone.add(i);
+          } else if (i % 5 === 2) {
+            const add = await chainAdd(inv, list, Math.random() * 60);
+            answers.push(...add);
+            answers.push(...(await chainDel(inv, list, add[0]?.result)));
+            gone.add(i);
+          } else {
+            const add = await chainAdd(inv, list);
+            answers.push(...add);
+            const last = add.at(-1)!;
+            if (last.kind === 'ok' && last.result) results.set(i, last.result);
+            else {
+              answers.push(...(await chainDel(inv, list, add[0]?.result)));
+              gone.add(i);
+            }
+            if (i % 5 === 3 && last.kind === 'ok') {
+              const prev = add[0]!.result;
+              answers.push(...(await Promise.all([callPlugin(inv, 'ADD', list, sluice, prev), callPlugin(inv, 'ADD', list, sluice, prev)])));
+            }
+          }
+        }),
+        ...unknown.map(async (inv) => answers.push(...(await chainDel(inv, list)))),
+      ]);
+      const storm = Math.round(performance.now() - k);
+      // Whole or nothing: attached (port, flows, route via the gateway) exactly the containers still ADDed.
+      const attached = (await attachedPods(target)).filter((p) => p.podNamespace === 'cnistorm');
+      const want = invs.filter((_, i) => !gone.has(i)).map((inv) => inv.containerId).sort();
+      const have = attached.map((p) => p.containerId).sort();
+      if (want.join() !== have.join()) {
+        broken++;
+        console.error(`CNI storm: attached [${have.join(', ')}], but the runtime holds [${want.join(', ')}]`);
+      }
+      const half = await settledLeaks([target]);
+      for (const l of half) console.error(`CNI storm: HALF-ATTACHED before the runtime's DELs: ${l}`);
+      broken += half.length;
+      // The Pods go away: the runtime's DELs, then the namespaces.
+      await Promise.all(invs.map(async (inv, i) => {
+        answers.push(...(await chainDel(inv, list, results.get(i))));
+        await removeNetns(inv.netns);
+      }));
+      const bad = answers.filter((a) => a.kind === 'broken');
+      broken += bad.length;
+      for (const a of bad) console.error(`CNI storm: BROKEN ANSWER ${a.plugin} ${a.command}: ${a.detail}`);
+      const count = (kind: string) => answers.filter((a) => a.kind === kind).length;
+      const byCode = new Map<string, { n: number; first: string }>();
+      for (const a of answers.filter((a) => a.kind === 'cni-error')) {
+        const key = `${a.plugin} ${a.command} code ${a.code}`;
+        const seen = byCode.get(key) ?? { n: 0, first: a.detail.slice(0, 100) };
+        seen.n++;
+        byCode.set(key, seen);
+      }
+      const codes = [...byCode].map(([key, { n, first }]) => `${n}× ${key}, e.g. "${first}"`).join('; ');
+      const slowest = Math.max(0, ...answers.filter((a) => a.plugin === 'sluice-cni').map((a) => a.ms));
+      console.error(`CNI storm: ${answers.length} plugin calls in ${storm} ms: ${count('ok')} succeeded, ${count('cni-error')} CNI errors (${codes || 'none'}), ${count('killed')} killed mid-call, ${bad.length} broken; slowest sluice-cni call ${slowest} ms; ${have.length} of ${n} containers attached after the storm, ${gone.size} DELeted whole`);
+      return storm;
+    });
+
     // Spoofing is seen where it would land: a UDP listener in y/a records every source address that
     // reaches it, so a spoofed datagram that the bridge let through is counted (a TCP connect from a
     // forged address fails anyway, its replies going elsewhere).
@@ -342,6 +500,112 @@ async function main(): Promise<void> {
     });
     rows[rows.length - 1]!.gaps += spoofedThrough;
     console.error(`hostile Pod: ${spoofedThrough} of ${spoofed} spoofed datagrams reached y/a`);
+
+    // Forged frames from the hostile Pod's eth0 (raw frames: lab/forged-frames.py): gratuitous ARP
+    // replies and requests claiming the gateway's and y/b's addresses (broadcast and unicast to y/b),
+    // and UDP from or to the re-entrance MAC, from the virtual MAC, to the broadcast MAC. Sniffers on
+    // y/b (same node), y/a (other node) and the node's antrea-gw0 record every ARP frame and every
+    // tagged datagram that arrives: only the controls (z/c's own frames to the virtual MAC) and the
+    // ARP responder's answers may; any forged one that does is a gap, as is a victim's neighbour
+    // entry pointing at the hostile Pod's or a forged MAC.
+    const python = spawnSync('python3', ['--version']).status === 0;
+    if (!python) console.error('forged frames: SKIPPED, no python3 on this machine to send raw frames (the rest of the scenario ran)');
+    let forgedSent = 0;
+    let forgedThrough = 0;
+    let poisoned = 0;
+    await scenario('hostile Pod: forged ARP, frames from/to the re-entrance and virtual MACs', QUICK ? 1 : 5, async () => {
+      const k = performance.now();
+      if (!python) return 0;
+      const frames = join(repoRoot(), 'lab', 'forged-frames.py');
+      const ns = podNetns(LAB, 'z', 'c');
+      const macOf = async (netns: string) => (await runIn(netns, 'cat', ['/sys/class/net/eth0/address'])).stdout.trim();
+      const [zc, yb, ya] = [pod('z/c'), pod('y/b'), pod('y/a')];
+      const [zMac, ybMac] = [await macOf(ns), await macOf(podNetns(LAB, 'y', 'b'))];
+      const gwIP = (await runIn(ns, 'ip', ['-4', 'route', 'show', 'default'])).stdout.split(' ')[2]!;
+      const V = 'aa:bb:cc:dd:ee:ff';
+      const R = 'de:ad:be:ef:de:ad';
+      const B = 'ff:ff:ff:ff:ff:ff';
+      const Z = '00:00:00:00:00:00';
+      const udp = (tag: string, src: string, dst: string, to: string) => ({ kind: 'udp', src, dst, ip_src: zc.status.podIP, ip_dst: to, tag });
+      const arp = (src: string, dst: string, op: number, sha: string, spa: string, tha: string, tpa: string) => ({ kind: 'arp', src, dst, op, sha, spa, tha, tpa });
+      const controls = [udp('own-local', zMac, V, yb.status.podIP), udp('own-remote', zMac, V, ya.status.podIP)];
+      const forged = [
+        arp(zMac, B, 2, zMac, gwIP, B, gwIP), // gratuitous reply: "I am the gateway"
+        arp(zMac, B, 2, zMac, yb.status.podIP, B, yb.status.podIP), // gratuitous reply: "I am y/b"
+        arp(zMac, B, 1, zMac, yb.status.podIP, Z, yb.status.podIP), // gratuitous request claiming y/b
+        arp(zMac, ybMac, 2, zMac, gwIP, ybMac, yb.status.podIP), // unicast to y/b: "the gateway is at my MAC"
+        arp(zMac, B, 2, '02:de:ad:be:ef:02', gwIP, B, gwIP), // the gateway at a MAC nobody has
+        arp(R, B, 1, R, zc.status.podIP, Z, gwIP), // from the re-entrance MAC
+        arp(V, B, 2, V, gwIP, B, gwIP), // as the ARP responder itself
+        udp('from-reentrance-local', R, V, yb.status.podIP),
+        udp('from-reentrance-remote', R, V, ya.status.podIP),
+        udp('from-virtual-local', V, V, yb.status.podIP),
+        udp('from-virtual-remote', V, V, ya.status.podIP),
+        udp('to-reentrance-local', zMac, R, yb.status.podIP),
+        udp('to-reentrance-remote', zMac, R, ya.status.podIP),
+        udp('to-broadcast-local', zMac, B, yb.status.podIP),
+      ];
+      const sniff = (netns: string, dev: string) => runIn(netns, 'python3', [frames, 'sniff', dev, '2.5'], { timeoutMs: 10_000 });
+      const heard = Promise.all([sniff(podNetns(LAB, 'y', 'b'), 'eth0'), sniff(podNetns(LAB, 'y', 'a'), 'eth0'), sniff(nodeNetns(LAB, target), 'antrea-gw0')]);
+      await sleep(500);
+      const sent = await runIn(ns, 'python3', [frames, 'send', 'eth0', JSON.stringify([...controls, ...forged])]);
+      forgedSent += Number(sent.stdout.trim()) - controls.length * 3;
+      const [atYb, atYa, atGw] = (await heard).map((r) => r.stdout.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as { kind: string; src: string; sha?: string; tag?: string }));
+      if (!atYb!.some((f) => f.tag === 'own-local') || !atYa!.some((f) => f.tag === 'own-remote')) {
+        throw new Error(`forged frames: the controls did not arrive (y/b heard ${JSON.stringify(atYb)}, y/a ${JSON.stringify(atYa)}): the check cannot see`);
+      }
+      for (const [where, got] of [['y/b', atYb!], ['y/a', atYa!], ['the node', atGw!]] as const) {
+        // The ARP responder answers with the virtual MAC; every other ARP frame here is forged.
+        const through = got.filter((f) => (f.kind === 'arp' && f.sha !== V) || (f.kind === 'udp' && !f.tag?.startsWith('own-')));
+        forgedThrough += through.length;
+        for (const f of through) console.error(`forged frames: GAP at ${where}: ${JSON.stringify(f)}`);
+      }
+      const bad = [zMac, R, '02:de:ad:be:ef:02'];
+      for (const [where, netns, dev] of [['y/b', podNetns(LAB, 'y', 'b'), 'eth0'], ['y/a', podNetns(LAB, 'y', 'a'), 'eth0'], ['the node', nodeNetns(LAB, target), 'antrea-gw0']] as const) {
+        const neigh = (await runIn(netns, 'ip', ['neigh', 'show', 'dev', dev])).stdout.split('\n').filter((l) => bad.some((m) => l.includes(m)));
+        poisoned += neigh.length;
+        for (const l of neigh) console.error(`forged frames: POISONED neighbour entry at ${where}: ${l}`);
+      }
+      return Math.round(performance.now() - k);
+    });
+    rows[rows.length - 1]!.gaps += forgedThrough + poisoned;
+    if (python) console.error(`forged frames: ${forgedSent} sent, ${forgedThrough} reached a victim, ${poisoned} neighbour entries poisoned`);
+
+    // Churn that changes a probed verdict: a policy allowing z into x/c on port 81 appears and goes
+    // away. The probers' expectation for that pair follows the agent's commit, read from x/c's node:
+    // the policy's presence in GET /policies, then `changes` in /status at that moment, then
+    // `committedChanges` reaching it. Recovery is the API change -> enforcement window.
+    const xc = pod('x/c');
+    const flipped: FlippedTarget = { ip: xc.status.podIP, port: 81, epoch: 0, settled: 'deny', seen: { allow: 0, deny: 0 } };
+    const FLIP = { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name: 'flip-allow-z-81', namespace: 'x' }, spec: { podSelector: { matchLabels: { pod: 'c' } }, ingress: [{ from: [{ namespaceSelector: { matchLabels: { ns: 'z' } } }], ports: [{ protocol: 'TCP', port: 81 }] }] } };
+    let flips = 0;
+    await scenario(`verdict flips: z -> x/c:81 allowed and denied by turns`, QUICK ? 6 : 20, async () => {
+      const rest = clientFor(info);
+      const np = resolveKind('networkpolicies');
+      const allow = flipped.settled !== 'allow';
+      const enforced = async () => ((((await status(xc.spec.nodeName, '/policies'))?.policies ?? []) as { name: string }[]).some((p) => p.name === FLIP.metadata.name));
+      const enforcement = async () => (await status(xc.spec.nodeName))?.enforcement as { changes: number; committedChanges: number } | undefined;
+      flipped.settled = undefined;
+      flipped.epoch++;
+      const k = performance.now();
+      if (allow) await rest.apply(np, FLIP as never);
+      else await rest.delete(np, FLIP.metadata.name, 'x');
+      await waitUntil('the flip seen by the agent', async () => (await enforced()) === allow, 30_000);
+      const seen = (await enforcement())!.changes;
+      await waitUntil('the flip committed', async () => ((await enforcement())?.committedChanges ?? 0) >= seen, 30_000);
+      const window = Math.round(performance.now() - k);
+      flipped.settled = allow ? 'allow' : 'deny';
+      flips++;
+      // Long enough for the probers to open several connections under the committed verdict.
+      await sleep(QUICK ? 3500 : 4000);
+      return window;
+    }, flipped);
+    if (flipped.settled === 'allow') await clientFor(info).delete(resolveKind('networkpolicies'), FLIP.metadata.name, 'x');
+    console.error(`verdict flips: ${flips} flips; under a committed verdict z -> x/c:81 connected ${flipped.seen.allow} times while allowed and failed ${flipped.seen.deny} times while denied`);
+    if (flipped.seen.allow === 0 || flipped.seen.deny === 0) {
+      rows[rows.length - 1]!.broken++;
+      console.error('verdict flips: BROKEN: the probers never saw one of the two verdicts, so the flip check saw nothing');
+    }
 
     await scenario(`policy storm: ${QUICK ? 200 : 2000} NetworkPolicies created, then deleted`, 1, async () => {
       const rest = clientFor(info);
@@ -424,20 +688,85 @@ spec:
       return Math.round(performance.now() - k);
     });
 
+    // The soak: steady churn (the policy churn above, plus a Pod created and one deleted on the
+    // enforcing node every 2 s) while the agent's RSS and open file descriptors are sampled. Open
+    // descriptors growing from the first third of the samples to the last is a leak; RSS is printed
+    // with its trend, not judged (the JS heap grows and shrinks with the collector). The full run
+    // stops it early enough to end within its 20 minutes. Recovery: each churned Pod's time to attach.
+    const soakMs = QUICK ? 40_000 : Math.max(60_000, Math.min(15 * 60_000, FULL_BUDGET_MS - (performance.now() - t0)));
+    await scenario(`soak: ${Math.round(soakMs / 1000)} s of policy, label and Pod churn, agent RSS and fds sampled`, 1, async () => {
+      const rest = clientFor(info);
+      const podKind = resolveKind('pods');
+      const samples: { t: number; rss: number; fds: number }[] = [];
+      const sample = async () => {
+        const pid = Number(readFileSync(agentPidPath(LAB, target), 'utf8').trim());
+        const rss = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;
+        samples.push({ t: (performance.now() - k) / 1000, rss, fds: readdirSync(`/proc/${pid}/fd`).length });
+      };
+      const attachMs: number[] = [];
+      const k = performance.now();
+      let next = 0;
+      let lastSample = -Infinity;
+      const live: string[] = [];
+      while (performance.now() - k < soakMs) {
+        if (performance.now() - lastSample >= (QUICK ? 2000 : 5000)) {
+          lastSample = performance.now();
+          await sample();
+        }
+        const name = `soak-${next++}`;
+        const a = performance.now();
+        await rest.apply(podKind, { apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: 'z', labels: { soak: String(next % 3) } }, spec: { nodeName: target, containers: [{ name: 's', image: 'sluice-lab/workload', ports: [{ containerPort: 80 }] }] } } as never);
+        await waitUntil(`soak Pod ${name} attached`, async () => (await attachedPods(target)).some((p) => p.podNamespace === 'z' && p.podName === name), 60_000);
+        attachMs.push(Math.round(performance.now() - a));
+        live.push(name);
+        if (live.length > 3) await rest.delete(podKind, live.shift()!, 'z');
+        await sleep(2000);
+      }
+      await sample();
+      for (const name of live) await rest.delete(podKind, name, 'z');
+      await waitUntil('every soak Pod detached', async () => !(await attachedPods(target)).some((p) => p.podName.startsWith('soak-')), 60_000);
+      // The first sixth is warm-up (caches filling, the first Pods' modules loading).
+      const warm = samples.slice(Math.floor(samples.length / 6));
+      const third = Math.max(1, Math.floor(warm.length / 3));
+      const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+      const slope = (key: 'rss' | 'fds') => {
+        const mt = warm.reduce((n, s) => n + s.t, 0) / warm.length;
+        const mv = warm.reduce((n, s) => n + s[key], 0) / warm.length;
+        const cov = warm.reduce((n, s) => n + (s.t - mt) * (s[key] - mv), 0);
+        const vt = warm.reduce((n, s) => n + (s.t - mt) ** 2, 0);
+        return vt > 0 ? (cov / vt) * 60 : 0;
+      };
+      const figures = (key: 'rss' | 'fds') => {
+        const first = median(warm.slice(0, third).map((s) => s[key]));
+        const last = median(warm.slice(-third).map((s) => s[key]));
+        return { start: samples[0]![key], end: samples.at(-1)![key], max: Math.max(...samples.map((s) => s[key])), first, last, slope: slope(key) };
+      };
+      const fds = figures('fds');
+      const rss = figures('rss');
+      // A descriptor per churned Pod or policy change would add dozens; a handful is sockets in flight.
+      const fdLeak = fds.last - fds.first >= 5 && fds.slope > 0;
+      const rssGrowth = rss.last > rss.first * 1.2;
+      console.error(`soak: ${samples.length} samples over ${Math.round((performance.now() - k) / 1000)} s, ${next} Pods created and deleted`);
+      console.error(`soak: agent fds start ${fds.start}, end ${fds.end}, max ${fds.max}; median first third ${fds.first}, last third ${fds.last}; slope ${fds.slope.toFixed(2)}/min${fdLeak ? ': LEAK' : ': no growth'}`);
+      console.error(`soak: agent RSS start ${rss.start.toFixed(0)} MiB, end ${rss.end.toFixed(0)} MiB, max ${rss.max.toFixed(0)} MiB; median first third ${rss.first.toFixed(0)}, last third ${rss.last.toFixed(0)} MiB; slope ${rss.slope.toFixed(2)} MiB/min${rssGrowth ? ': grew more than 20% (printed, not judged)' : ''}`);
+      if (fdLeak) broken++;
+      return attachMs;
+    });
+
   } finally {
     // Even after a failure or an interrupted run: nothing of the lab is left behind.
     await labCli(['down']).catch(() => undefined);
     rmSync(dir, { recursive: true, force: true });
   }
   const pct = (xs: number[], p: number) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil((p / 100) * xs.length) - 1)]! : 0);
-  const header = ['SCENARIO', 'ITERATIONS', 'POLICY CHANGES', 'CONNECTIONS', 'GAPS', 'ALLOWED FAILED', 'RESETS', 'RECOVERY P50', 'RECOVERY P99', 'LEAKS'];
-  const body = rows.map((r) => [r.scenario, String(r.iterations), String(r.churn), String(r.tried), String(r.gaps), String(r.allowedFailed), String(r.resets), `${pct(r.recoveryMs, 50)} ms`, `${pct(r.recoveryMs, 99)} ms`, r.leaks.length ? String(r.leaks.length) : 'none']);
+  const header = ['SCENARIO', 'ITERATIONS', 'POLICY CHANGES', 'CONNECTIONS', 'GAPS', 'ALLOWED FAILED', 'RESETS', 'BROKEN', 'RECOVERY P50', 'RECOVERY P99', 'LEAKS'];
+  const body = rows.map((r) => [r.scenario, String(r.iterations), String(r.churn), String(r.tried), String(r.gaps), String(r.allowedFailed), String(r.resets), String(r.broken), `${pct(r.recoveryMs, 50)} ms`, `${pct(r.recoveryMs, 99)} ms`, r.leaks.length ? String(r.leaks.length) : 'none']);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
   for (const line of [header, ...body]) console.log(line.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());
   console.log(`chaos ${QUICK ? '--quick ' : ''}done in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
-  const broken = rows.some((r) => r.gaps > 0 || r.resets > 0 || r.leaks.length > 0);
-  if (broken) console.log('an invariant broke (gaps, resets or leaks above); see the lines on stderr');
-  process.exitCode = broken ? 1 : 0;
+  const failed = rows.some((r) => r.gaps > 0 || r.resets > 0 || r.broken > 0 || r.leaks.length > 0);
+  if (failed) console.log('an invariant broke (gaps, resets, broken or leaks above); see the lines on stderr');
+  process.exitCode = failed ? 1 : 0;
 }
 
 main().catch((err: Error) => {

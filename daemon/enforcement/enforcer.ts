@@ -71,6 +71,13 @@ export interface EnforcerStatus {
   policyFlows: number;
   errors: number;
   applies: number;
+  /**
+   * Policy-relevant changes the engine has taken in, and how many of the first of them are on the
+   * bridge: a client that sees its change in GET /policies and then reads `changes` here knows its
+   * change is enforced once `committedChanges` reaches that figure.
+   */
+  changes: number;
+  committedChanges: number;
   lastApplyMs?: number;
   packetIns: { handled: number; unclaimed: number; failed: number };
   rejects: number;
@@ -109,6 +116,8 @@ export class Enforcer {
   private readonly punts = { reject: 0, log: 0, dns: 0 };
   private rejects = 0;
   private applies = 0;
+  private changeSeq = 0;
+  private committedSeq = 0;
   private lastApplyMs?: number;
   private firstConnect = true;
   private portMac: (ofport: number) => string | undefined = () => undefined;
@@ -221,6 +230,7 @@ export class Enforcer {
       cs.addressGroups.added.length + cs.addressGroups.updated.length + cs.addressGroups.removed.length > 0 ||
       cs.appliedToGroups.added.length + cs.appliedToGroups.updated.length + cs.appliedToGroups.removed.length > 0;
     if (!any && !force) return;
+    this.changeSeq++;
     for (const id of dirty) this.dirty.add(id);
     this.pending = true;
     this.dirtySince ??= Date.now();
@@ -246,12 +256,15 @@ export class Enforcer {
     this.timer = undefined;
     if (this.closed) return;
     const since = this.dirtySince;
+    // Every change counted so far is in this compile (and in the sync's desired set, computed later).
+    const seq = this.changeSeq;
     this.compileNow();
     this.dirtySince = undefined;
     if (!this.applyFlows) return; // the agent's first sync will carry them
     try {
       await this.applyFlows();
       this.applies++;
+      this.committedSeq = Math.max(this.committedSeq, seq);
       if (since !== undefined) {
         this.lastApplyMs = Date.now() - since;
         this.opts.onRealized?.(this.lastApplyMs / 1000);
@@ -422,6 +435,8 @@ export class Enforcer {
       policyFlows: this.policyFlows.flows().length,
       errors: this.engine.errors().length,
       applies: this.applies,
+      changes: this.changeSeq,
+      committedChanges: this.committedSeq,
       ...(this.lastApplyMs !== undefined ? { lastApplyMs: this.lastApplyMs } : {}),
       packetIns: { ...this.dispatch },
       rejects: this.rejects,

@@ -137,6 +137,16 @@ export function baseFlows(input: Omit<PipelineInput, 'pods'>): Flow[] {
     { table: 'ARPResponder', priority: 0, match: '', actions: 'drop' },
     // The gateway is not spoof-checked: it carries everyone's traffic.
     { table: 'SpoofGuard', priority: 200, match: `ip,in_port=${gw}`, actions: goto('ConntrackZone') },
+    // A router forwards only frames addressed to it: the host's ip_forward, which this pipeline
+    // replaces, drops a Pod's frames sent to a group address (broadcast, multicast) or to a MAC that
+    // is not its own. L3Forwarding rewrites both MACs, so without these such frames would be routed;
+    // the re-entrance MAC above all means "from the host" to the host's raw table.
+    ...[REENTRANCE_MAC, '01:00:00:00:00:00/01:00:00:00:00:00'].map((dst) => ({
+      table: 'SpoofGuard' as const,
+      priority: 210,
+      match: `ip,reg0=${masked(REG0.srcPod, REG0.srcMask)},dl_dst=${dst}`,
+      actions: 'drop',
+    })),
     { table: 'SpoofGuard', priority: 0, match: '', actions: 'drop' },
     // Conntrack (no NAT in OVS: kube-proxy NATs in the host).
     ...input.serviceCIDRs.map((cidr) => ({

@@ -12,23 +12,26 @@ import { cli, sluiceSkipReason } from './labcli-helpers.js';
 const why = sluiceSkipReason();
 if (why) t.plan(0, why);
 else {
+  // SLUICE_CHAOS_LAB names the lab (default `chaos`), for a run beside another one on the machine.
+  const lab = process.env.SLUICE_CHAOS_LAB ?? 'chaos';
   // The suite removes its lab itself; this covers a run killed by the timeout.
   t.teardown(async () => {
-    await cli(['down', '--name', 'chaos']);
+    await cli(['down', '--name', lab]);
   });
   t.test('chaos --quick: no gap, no reset, no leak in any scenario', async (t) => {
-    const r = await run(process.execPath, [join(repoRoot(), 'dist', 'lab', 'chaos.js'), '--quick'], { allowFail: true, timeoutMs: 600_000 });
+    const r = await run(process.execPath, [join(repoRoot(), 'dist', 'lab', 'chaos.js'), '--quick', '--name', lab], { allowFail: true, timeoutMs: 600_000 });
     t.comment(r.stdout.trim());
     if (r.stderr.trim()) t.comment(r.stderr.trim());
     const rows = r.stdout.split('\n').filter((l) => /\d+ ms\s+\d+ ms\s+\S+$/.test(l));
-    t.equal(rows.length, 9, 'nine scenarios ran');
+    t.equal(rows.length, 13, 'thirteen scenarios ran');
     for (const row of rows) {
       const cols = row.trim().split(/\s{2,}/);
-      const [scenario, , churn, tried, gaps, , resets, , , leaks] = cols;
+      const [scenario, , churn, tried, gaps, , resets, broken, , , leaks] = cols;
       t.ok(Number(tried) > 0, `${scenario}: ${tried} connections tried`);
       t.ok(Number(churn) > 0, `${scenario}: ${churn} policy changes meanwhile`);
       t.equal(gaps, '0', `${scenario}: no denied connection got through`);
       t.equal(resets, '0', `${scenario}: the allowed connection was not reset`);
+      t.equal(broken, '0', `${scenario}: nothing else broken (CNI answers within the spec, no descriptor leak)`);
       t.equal(leaks, 'none', `${scenario}: nothing leaked`);
     }
     t.equal(r.exitCode, 0, 'exit 0: every invariant held');

@@ -132,6 +132,30 @@ t.test('debounce: a burst of changes is one apply, with every change in it', asy
   t.equal(enforcer.flows().filter((f) => f.table === 'IngressDefaultRule' && f.actions === 'drop').length, 20, 'all 20 isolation drops in it');
 });
 
+t.test('status: a change counts as committed only once the apply that carries it is done', async (t) => {
+  const enforcer = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 5 });
+  t.teardown(() => enforcer.close());
+  let release: () => void = () => undefined;
+  enforcer.bindFlows(() => new Promise<void>((r) => (release = r)));
+  enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 'a', labels: {} }, spec: { nodeName: 'node-1' }, status: { phase: 'Running', podIP: '10.1.1.1' } } });
+  enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace: 'x', name: 'deny' }, spec: { podSelector: {}, policyTypes: ['Ingress'] } } });
+  const seen = enforcer.status().changes;
+  t.ok(seen > 0, `${seen} changes taken in`);
+  await sleep(40);
+  t.equal(enforcer.status().committedChanges, 0, 'the apply is still running: nothing committed');
+  const first = release;
+  // A change arriving while that apply runs is not in it.
+  enforcer.onWatchEvent({ type: 'remove', object: { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace: 'x', name: 'deny' } } });
+  const later = enforcer.status().changes;
+  t.ok(later > seen, 'the removal is one more change');
+  first();
+  await sleep(40);
+  t.equal(enforcer.status().committedChanges, seen, 'the finished apply commits the changes it was compiled with, not the later one');
+  release();
+  await sleep(20);
+  t.equal(enforcer.status().committedChanges, later, 'the next apply commits the removal');
+});
+
 t.test('compiled flows do not depend on event order (incremental = full compile)', async (t) => {
   const objs: KubeObject[] = [
     { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x', labels: { ns: 'x' } } },

@@ -65,6 +65,21 @@ t.test('spoof guard: a Pod port passes only with its own MAC and IP', async (t) 
   t.ok(inTable(flows, 'Classifier').some((f) => f.priority === 0 && f.actions === 'drop'), 'unknown ports and non-IP are dropped');
 });
 
+t.test('spoof guard: a Pod frame addressed to the re-entrance MAC or to a group address is not routed', async (t) => {
+  const flows = computeFlows(input());
+  const guard = inTable(flows, 'SpoofGuard');
+  const pass = one(guard, (f) => f.owner === 'c1', 'p1 guard');
+  for (const dst of ['de:ad:be:ef:de:ad', '01:00:00:00:00:00/01:00:00:00:00:00']) {
+    const drop = one(guard, (f) => f.match === `ip,reg0=0x2/0xf,dl_dst=${dst}`, `drop to ${dst}`);
+    t.equal(drop.actions, 'drop', `a Pod's frame to ${dst} is dropped`);
+    t.ok(drop.priority > pass.priority, `before the Pod's own-address check lets it through (${dst})`);
+    t.notOk(drop.owner, 'one flow for every Pod port (reg0 says it came from a Pod)');
+  }
+  t.notOk(guard.some((f) => f.actions === 'drop' && f.priority > 0 && f.match.includes('aa:bb:cc:dd:ee:ff')), 'frames to the virtual MAC (what the ARP responder hands out) are routed');
+  const gw = one(guard, (f) => f.match === 'ip,in_port=32769', 'gateway pass');
+  t.notMatch(gw.match, /dl_dst/, 'the gateway\'s frames are not checked (reg0 marks them as from the gateway, not a Pod)');
+});
+
 t.test('conntrack zone 65520 and invalid drop', async (t) => {
   const flows = computeFlows(input());
   t.ok(inTable(flows, 'ConntrackZone').filter((f) => f.match.startsWith('ip')).every((f) => f.actions.includes('ct(table=ConntrackState,zone=65520)')), 'every IP packet is tracked in zone 65520');

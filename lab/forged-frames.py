@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Raw Ethernet frames for the chaos suite's hostile Pod (lab/chaos.ts), which Node cannot send.
+
+  forged-frames.py send IFACE JSON   sends the frames JSON describes out of IFACE, prints how many
+  forged-frames.py sniff IFACE SECS  prints, one JSON line each, the ARP frames and the UDP datagrams
+                                     to port 9998 that IFACE receives within SECS seconds
+
+A frame in JSON: {"kind": "arp", "src": MAC, "dst": MAC, "op": 1|2, "sha": MAC, "spa": IP,
+"tha": MAC, "tpa": IP} or {"kind": "udp", "src": MAC, "dst": MAC, "ip_src": IP, "ip_dst": IP,
+"tag": TEXT}. Each is sent `repeat` times (default 3), 10 ms apart.
+"""
+import json
+import select
+import socket
+import struct
+import sys
+import time
+
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4
+
+
+def mac(s):
+    return bytes(int(x, 16) for x in s.split(':'))
+
+
+def mac_text(b):
+    return ':'.join(f'{x:02x}' for x in b)
+
+
+def checksum(data):
+    if len(data) % 2:
+        data += b'\0'
+    s = sum(struct.unpack(f'!{len(data) // 2}H', data))
+    s = (s >> 16) + (s & 0xFFFF)
+    s += s >> 16
+    return ~s & 0xFFFF
+
+
+def frame(f):
+    if f['kind'] == 'arp':
+        body = struct.pack('!HHBBH6s4s6s4s', 1, 0x0800, 6, 4, f['op'], mac(f['sha']), socket.inet_aton(f['spa']), mac(f['tha']), socket.inet_aton(f['tpa']))
+        return mac(f['dst']) + mac(f['src']) + b'\x08\x06' + body
+    payload = f['tag'].encode()
+    udp = struct.pack('!HHHH', 40000, 9998, 8 + len(payload), 0) + payload
+    ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(udp), 0, 0x4000, 64, 17, 0, socket.inet_aton(f['ip_src']), socket.inet_aton(f['ip_dst']))
+    ip = ip[:10] + struct.pack('!H', checksum(ip)) + ip[12:]
+    return mac(f['dst']) + mac(f['src']) + b'\x08\x00' + ip + udp
+
+
+def send(iface, frames):
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    s.bind((iface, 0))
+    n = 0
+    for f in frames:
+        for _ in range(f.get('repeat', 3)):
+            s.send(frame(f))
+            n += 1
+            time.sleep(0.01)
+    print(n)
+
+
+def sniff(iface, secs):
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    s.bind((iface, 0))
+    end = time.time() + secs
+    while time.time() < end:
+        r, _, _ = select.select([s], [], [], max(0.0, end - time.time()))
+        if not r:
+            continue
+        data, addr = s.recvfrom(65535)
+        if addr[2] == PACKET_OUTGOING or len(data) < 14:
+            continue
+        ethertype = struct.unpack('!H', data[12:14])[0]
+        head = {'src': mac_text(data[6:12]), 'dst': mac_text(data[0:6])}
+        if ethertype == 0x0806 and len(data) >= 42:
+            op, sha, spa, tha, tpa = struct.unpack('!6xH6s4s6s4s', data[14:42])
+            print(json.dumps({'kind': 'arp', **head, 'op': op, 'sha': mac_text(sha), 'spa': socket.inet_ntoa(spa), 'tpa': socket.inet_ntoa(tpa)}), flush=True)
+        elif ethertype == 0x0800 and len(data) >= 42 and data[23] == 17:
+            ihl = (data[14] & 0x0F) * 4
+            dport = struct.unpack('!H', data[14 + ihl + 2:14 + ihl + 4])[0]
+            if dport == 9998:
+                tag = data[14 + ihl + 8:].decode(errors='replace')
+                print(json.dumps({'kind': 'udp', **head, 'ip_src': socket.inet_ntoa(data[26:30]), 'tag': tag}), flush=True)
+
+
+if __name__ == '__main__':
+    if sys.argv[1] == 'send':
+        send(sys.argv[2], json.loads(sys.argv[3]))
+    else:
+        sniff(sys.argv[2], float(sys.argv[3]))
