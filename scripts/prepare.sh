@@ -9,6 +9,8 @@ declare -A probe=(
   [openvswitch-switch]=ovs-vswitchd [iptables]=iptables [nftables]=nft [iproute2]=ip
   [ethtool]=ethtool [conntrack]=conntrack [netcat-openbsd]=nc [iputils-ping]=ping
   [tcpdump]=tcpdump [openssl]=openssl
+  # The chaos suite's hostile Pod sends forged ARP and Ethernet frames with raw sockets.
+  [python3]=python3
   # The container image (npm run image) and the lab's DaemonSet kubelet: Debian root filesystem,
   # podman with runc (crun cannot run containers on this cgroup-v1 hybrid host).
   [mmdebstrap]=mmdebstrap [podman]=podman [runc]=runc
