@@ -22,8 +22,11 @@
  * MAC it does not own (each such datagram that arrives counts as a gap; recovery: until it connects
  * again with its own); a policy storm (2 000 NetworkPolicies created, then deleted: agent memory
  * printed; recovery: until the rules are back to what they were); a Pod blasting SYNs that a Reject rule answers through the agent (packet-ins
- * received and dropped printed; recovery: how long a Pod created during the flood takes to attach); the API server unreachable (the lab supervisor stopped), then back (time until the
- * agents' watches are synced); CNI calls in the orders a runtime can make them (lab/chaos-cni.ts:
+ * received and dropped printed; recovery: how long a Pod created during the flood takes to attach); every watch
+ * stream cut with the history compacted, so watches get 410 Gone and relist (time until every agent
+ * relisted and is synced); the API server unreachable (the lab supervisor stopped), then back (time until the
+ * agents' watches are synced); the node's conflist rewritten without sluice while Pods are created
+ * (time until sluice is chained again; every Pod of the window must end up attached); CNI calls in the orders a runtime can make them (lab/chaos-cni.ts:
  * ADDs at once, DEL during ADD, unknown DELs, repeated ADDs, sluice-cni killed mid-call; every
  * answer a result or a CNI error object, nothing half-attached); forged ARP and frames from or to
  * the re-entrance and virtual MACs (lab/forged-frames.py; what reaches a victim and poisoned
@@ -35,7 +38,7 @@
  * an invariant broke. --quick runs each scenario briefly (about 3 minutes in all).
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync, readdirSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -369,6 +372,40 @@ async function main(): Promise<void> {
       return Math.round(performance.now() - k);
     });
 
+    // "The primary" rewrites its conflist without sluice (write and rename, as aws-node does) while
+    // Pods are being created on the node: the agent chains sluice again, and every Pod created
+    // meanwhile ends up attached (through sluice, or adopted once the chain is back).
+    await scenario('conflist rewritten without sluice under Pod churn', QUICK ? 2 : 5, async () => {
+      const rest = clientFor(info);
+      const podKind = resolveKind('pods');
+      const path = conflistPath(LAB, target);
+      const chained = () => (JSON.parse(readFileSync(path, 'utf8')) as Conflist).plugins.some((p) => p.type === 'sluice-cni');
+      const names = Array.from({ length: 4 }, (_, i) => `rechain-${i}`);
+      const creating = (async () => {
+        for (const name of names) {
+          await rest.apply(podKind, { apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: 'z' }, spec: { nodeName: target, containers: [{ name: 's', image: 'sluice-lab/workload', ports: [{ containerPort: 80 }] }] } } as never);
+          await sleep(150);
+        }
+      })();
+      await sleep(100);
+      const list = JSON.parse(readFileSync(path, 'utf8')) as Conflist;
+      writeFileSync(`${path}.primary-tmp`, JSON.stringify({ ...list, plugins: list.plugins.filter((p) => p.type !== 'sluice-cni') }, null, 2));
+      renameSync(`${path}.primary-tmp`, path);
+      const k = performance.now();
+      await waitUntil('sluice chained again', async () => chained(), 30_000);
+      const rechainMs = Math.round(performance.now() - k);
+      await creating;
+      await waitUntil('every Pod created meanwhile attached', async () => {
+        const attached = new Set((((await status(target))?.pods ?? []) as { podName: string; podNamespace: string }[]).filter((p) => p.podNamespace === 'z').map((p) => p.podName));
+        return names.every((n) => attached.has(n));
+      }, 60_000);
+      const allMs = Math.round(performance.now() - k);
+      await Promise.all(names.map((name) => rest.delete(podKind, name, 'z')));
+      await waitUntil('the churned Pods detached', async () => !(((await status(target))?.pods ?? []) as { podName: string }[]).some((p) => p.podName.startsWith('rechain-')), 60_000);
+      console.error(`conflist rewrite: sluice chained again after ${rechainMs} ms; the ${names.length} Pods created meanwhile attached after ${allMs} ms`);
+      return rechainMs;
+    });
+
     // The runtime's CNI calls in odd orders, on the real plugin binaries and real namespaces: Pod
     // ADDs all at once; every fifth one raced by its own DEL, every fifth killed in sluice-cni
     // mid-call and then DELeted as containerd does after its timeout, every fifth ADDed to sluice
@@ -674,6 +711,22 @@ spec:
       return ms;
     });
     await labCli(['delete', '-f', rejectFile]);
+
+    // Every watch stream cut at once with the history compacted: each informer's next watch gets
+    // 410 Gone and relists, while the policy churn keeps changing what it lists.
+    await scenario('watch streams cut, 410 Gone forced', QUICK ? 2 : 10, async () => {
+      await sleep(500 + Math.random() * 1000);
+      const relists = async () => Promise.all(info.nodes.map(async (n) => ((await status(n))?.enforcement as { relists?: number } | undefined)?.relists ?? -1));
+      const before = await relists();
+      process.kill(supervisorPid(LAB)!, 'SIGUSR2');
+      const k = performance.now();
+      await waitUntil('every agent relisted and synced', async () => {
+        const after = await relists();
+        const all = await Promise.all(info.nodes.map((n) => status(n)));
+        return after.every((r, i) => r > before[i]!) && all.every((s) => (s?.enforcement as { synced?: boolean } | undefined)?.synced === true);
+      });
+      return Math.round(performance.now() - k);
+    });
 
     await scenario(`API server unreachable ${QUICK ? 10 : 60} s`, 1, async () => {
       const pid = supervisorPid(LAB)!;

@@ -214,6 +214,13 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+  // Fault injection (the chaos suite): every watch stream cut, and the history they could resume
+  // from forgotten, so each client's next watch gets 410 Gone and must relist.
+  process.on('SIGUSR2', () => {
+    api.compact();
+    api.dropWatches();
+    log('info', 'API server: watch history compacted and every watch stream cut (SIGUSR2)');
+  });
 }
 
 // Run when executed as a script (not when imported by tests).
