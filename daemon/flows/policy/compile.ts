@@ -148,8 +148,8 @@ interface Contribution {
   table: TableName;
   priority: number;
   match: string;
-  /** `conjunction(id,k/n)` text, or undefined for a flow that carries the action itself. */
-  conj?: string;
+  /** A `conjunction(id,k/n)` action (`part` = "k/n"), or undefined for a flow that carries the action itself. */
+  conj?: { id: number; part: string };
   direct?: { owner: string; actions: string; logs: boolean };
   /** A rule's counter flow in a Metric table (stats.ts). */
   metric?: Omit<MetricFlow, 'cookie'>;
@@ -226,6 +226,8 @@ function resolvedEndpoints(rule: NodeRule, resolve?: ServiceResolver): { proto: 
   }
   return out;
 }
+
+const hasServicePeers = (rule: NodeRule): boolean => rule.direction === 'Egress' && rule.peers !== 'any' && rule.peers.services.length > 0;
 
 /** What a rule's flows depend on besides the rule itself: its Services' endpoints. */
 const endpointsSignature = (rule: NodeRule, resolve?: ServiceResolver): string =>
@@ -305,7 +307,7 @@ function ruleContributions(rule: NodeRule, table: TableName, priority: number, c
       continue;
     }
     clauses.forEach((clause, i) => {
-      for (const match of clause) out.push({ key: flowKey(table, priority, match), table, priority, match, conj: `conjunction(${conjId},${i + 1}/${n})` });
+      for (const match of clause) out.push({ key: flowKey(table, priority, match), table, priority, match, conj: { id: conjId, part: `${i + 1}/${n}` } });
     });
     const match = `conj_id=${conjId}`;
     out.push({ key: flowKey(table, priority, match), table, priority, match, direct: { owner: unit.key, actions, logs } });
@@ -350,7 +352,8 @@ interface SharedFlow {
   table: TableName;
   priority: number;
   match: string;
-  conj: Map<string, number>;
+  /** Conjunction actions by `id,k/n`, with how many rules contribute each. */
+  conj: Map<string, { id: number; part: string; count: number }>;
   direct: Map<string, { actions: string; logs: boolean }>;
 }
 
@@ -362,17 +365,13 @@ function render(s: SharedFlow): Flow | undefined {
     return policyFlow(s.table, s.priority, s.match, chosen.actions);
   }
   if (s.conj.size === 0) return undefined;
-  const conj = [...s.conj.keys()].sort((a, b) => {
-    const [ia, ka] = conjSortKey(a);
-    const [ib, kb] = conjSortKey(b);
-    return ia - ib || ka.localeCompare(kb);
-  });
-  return policyFlow(s.table, s.priority, s.match, conj.join(','));
+  const conj = [...s.conj.values()].sort((a, b) => a.id - b.id || (a.part < b.part ? -1 : a.part > b.part ? 1 : 0));
+  return policyFlow(s.table, s.priority, s.match, conj.map((c) => `conjunction(${c.id},${c.part})`).join(','));
 }
 
-function conjSortKey(c: string): [number, string] {
-  const m = /^conjunction\((\d+),(.*)\)$/.exec(c);
-  return [Number(m?.[1] ?? 0), m?.[2] ?? ''];
+/** What a contribution adds to its shared flow: equal signatures are interchangeable contributions. */
+function contributionSig(c: Contribution): string {
+  return c.conj ? `${c.key}\0c${c.conj.id},${c.conj.part}` : `${c.key}\0d${c.direct!.owner}\0${c.direct!.logs ? 1 : 0}\0${c.direct!.actions}`;
 }
 
 interface RuleEntry {
@@ -395,6 +394,9 @@ export class PolicyFlows {
   private readonly rendered = new Map<string, Flow>();
   private readonly identities = new Map<number, RuleIdentity>();
   private initialized = false;
+  private servicePeers = false;
+  /** flows(), kept until a sync changes a flow. */
+  private sorted?: Flow[] | undefined;
 
   /** `naturalConjId` replaces the conjunction-id hash (tests force collisions with it). */
   constructor(private readonly opts: { naturalConjId?: (key: string) => number } = {}) {}
@@ -436,9 +438,9 @@ export class PolicyFlows {
         prev.rule = rule; // same content; keep the latest object (its `order` may have moved)
         continue;
       }
-      if (prev) for (const c of prev.contributions) this.removeContribution(c, touched);
       const contributions = ruleContributions(rule, table, priority, conjIds, input.serviceEndpoints);
-      for (const c of contributions) this.addContribution(c, touched);
+      if (prev) this.replaceContributions(prev.contributions, contributions, touched);
+      else for (const c of contributions) this.addContribution(c, touched);
       this.rules.set(rule.id, { rule, table, priority, conjIds: ids, endpoints, contributions });
     }
     const iso = isolationContributions(input.isolations);
@@ -454,12 +456,14 @@ export class PolicyFlows {
       this.isolations.set(owner, c);
     }
     this.rebuildIdentities();
+    this.servicePeers = input.rules.some(hasServicePeers);
     return this.renderTouched(touched);
   }
 
-  /** Every policy flow, in a deterministic order. */
+  /** Every policy flow, in a deterministic order (the same array until the flows change: do not modify it). */
   flows(): Flow[] {
-    return [...this.rendered.values()].sort(compareFlows);
+    this.sorted ??= [...this.rendered.values()].sort(compareFlows);
+    return this.sorted;
   }
 
   /** Every rule's counter flows (per-rule statistics), with the cookies they are installed under. */
@@ -472,6 +476,14 @@ export class PolicyFlows {
       }
     }
     return out;
+  }
+
+  /**
+   * Whether the compiled flows depend on Service endpoints (some rule has toServices peers, whose
+   * post-DNAT flows match the endpoints): if not, an endpoint change alone changes no flow.
+   */
+  dependsOnEndpoints(): boolean {
+    return this.servicePeers;
   }
 
   /** The rule behind a conjunction id (from a punt's userdata), or undefined. */
@@ -491,10 +503,37 @@ export class PolicyFlows {
     }
   }
 
+  /**
+   * A rule's contributions replaced by new ones, touching only the shared flows whose contributions
+   * differ: a rule recompiled because one peer address moved keeps all its other flows as they are.
+   */
+  private replaceContributions(old: readonly Contribution[], fresh: readonly Contribution[], touched: Set<string>): void {
+    const pending = new Map<string, Contribution[]>();
+    for (const c of fresh) {
+      const sig = contributionSig(c);
+      const list = pending.get(sig);
+      if (list) list.push(c);
+      else pending.set(sig, [c]);
+    }
+    // Removals first: a flow-carrying contribution is keyed by its owner, so its replacement
+    // (same owner, other actions) must land after the old one has gone.
+    for (const c of old) {
+      const list = pending.get(contributionSig(c));
+      if (list && list.length > 0) list.pop();
+      else this.removeContribution(c, touched);
+    }
+    for (const list of pending.values()) for (const c of list) this.addContribution(c, touched);
+  }
+
   private addContribution(c: Contribution, touched: Set<string>): void {
     let s = this.shared.get(c.key);
     if (!s) this.shared.set(c.key, (s = { table: c.table, priority: c.priority, match: c.match, conj: new Map(), direct: new Map() }));
-    if (c.conj) s.conj.set(c.conj, (s.conj.get(c.conj) ?? 0) + 1);
+    if (c.conj) {
+      const k = `${c.conj.id},${c.conj.part}`;
+      const cur = s.conj.get(k);
+      if (cur) cur.count++;
+      else s.conj.set(k, { id: c.conj.id, part: c.conj.part, count: 1 });
+    }
     if (c.direct) s.direct.set(c.direct.owner, { actions: c.direct.actions, logs: c.direct.logs });
     touched.add(c.key);
   }
@@ -503,9 +542,9 @@ export class PolicyFlows {
     const s = this.shared.get(c.key);
     if (!s) return;
     if (c.conj) {
-      const n = (s.conj.get(c.conj) ?? 0) - 1;
-      if (n > 0) s.conj.set(c.conj, n);
-      else s.conj.delete(c.conj);
+      const k = `${c.conj.id},${c.conj.part}`;
+      const cur = s.conj.get(k);
+      if (cur && --cur.count <= 0) s.conj.delete(k);
     }
     if (c.direct) s.direct.delete(c.direct.owner);
     if (s.conj.size === 0 && s.direct.size === 0) this.shared.delete(c.key);
@@ -529,12 +568,15 @@ export class PolicyFlows {
         this.rendered.set(key, now);
       }
     }
+    if (add.length + remove.length > 0) this.sorted = undefined;
     return { add: add.sort(compareFlows), remove: remove.sort(compareFlows) };
   }
 }
 
+const compareText = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
 function compareFlows(a: Flow, b: Flow): number {
-  return tableId(a.table) - tableId(b.table) || b.priority - a.priority || a.match.localeCompare(b.match) || a.actions.localeCompare(b.actions);
+  return tableId(a.table) - tableId(b.table) || b.priority - a.priority || compareText(a.match, b.match) || compareText(a.actions, b.actions);
 }
 
 /** Priorities of the ordered tables and conjunction ids, from the whole rule set. */
