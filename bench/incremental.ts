@@ -12,7 +12,7 @@
  * A/B in one run: `--baseline DIR` also loads the same modules from DIR (the dist/ of another
  * build, e.g. the unchanged tree) and runs both implementations interleaved on the same load.
  *
- * usage: node dist/bench/incremental.js [--baseline /path/to/dist] [--reps 15] [--loads 5000,10000,20000,40000]
+ * usage: node dist/bench/incremental.js [--baseline /path/to/dist] [--reps 15] [--loads 5000,10000,20000,40000] [--only remote]
  */
 import { cpus, loadavg } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -196,7 +196,8 @@ async function main(): Promise<void> {
       run: (rig, i) => rig.event({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'web', namespace: 'ns-3' }, spec: { clusterIP: '10.96.0.10', clusterIPs: ['10.96.0.10'], selector: { app: i % 2 ? 'app-1' : 'app-2' }, ports: [{ name: 'http', port: 80, protocol: 'TCP', targetPort: 8080 }] } }),
     },
   ];
-  for (const s of scenarios) {
+  const only = arg('only');
+  for (const s of scenarios.filter((x) => !only || x.name.includes(only))) {
     const times = rigs.map(() => [] as ReturnType<Rig['event']>[]);
     for (let i = 0; i < REPS * 2; i++) {
       // Interleaved, alternating which implementation goes first.
