@@ -374,8 +374,60 @@ function contributionSig(c: Contribution): string {
   return c.conj ? `${c.key}\0c${c.conj.id},${c.conj.part}` : `${c.key}\0d${c.direct!.owner}\0${c.direct!.logs ? 1 : 0}\0${c.direct!.actions}`;
 }
 
+/** Everything of a rule its flows depend on except its peer IPs (addresses compared as text). */
+function samePeerFrame(a: NodeRule, b: NodeRule): boolean {
+  if (a.peers === 'any' || b.peers === 'any') return false;
+  if (a.id !== b.id || a.ruleId !== b.ruleId || a.direction !== b.direction || a.action !== b.action) return false;
+  if (a.targets.length !== b.targets.length) return false;
+  for (let i = 0; i < a.targets.length; i++) {
+    const x = a.targets[i]!;
+    const y = b.targets[i]!;
+    if (x.ref !== y.ref || x.kind !== y.kind || x.ips.join() !== y.ips.join()) return false;
+  }
+  return (
+    a.peers.cidrs.join() === b.peers.cidrs.join() &&
+    JSON.stringify(a.peers.services) === JSON.stringify(b.peers.services) &&
+    JSON.stringify(a.ports) === JSON.stringify(b.ports) &&
+    JSON.stringify(a.priority) === JSON.stringify(b.priority) &&
+    JSON.stringify(a.logging ?? null) === JSON.stringify(b.logging ?? null)
+  );
+}
+
+/** Where the peer addresses sit in a rule's main unit (see ruleUnits): clause index and clause count. */
+function ruleUnitShape(rule: NodeRule): { peerClause: number; clauses: number } {
+  return { peerClause: rule.direction === 'Egress' ? 1 : 0, clauses: rule.ports.length > 0 ? 3 : 2 };
+}
+
+/** What went from sorted `a` and came in sorted `b`; undefined when either is not strictly ascending. */
+function sortedDiff(a: readonly string[], b: readonly string[]): { gone: string[]; come: string[] } | undefined {
+  const gone: string[] = [];
+  const come: string[] = [];
+  let i = 0;
+  let j = 0;
+  while (i < a.length || j < b.length) {
+    const x = a[i];
+    const y = b[j];
+    if (y === undefined || (x !== undefined && x < y)) {
+      if (i > 0 && a[i - 1]! >= x!) return undefined;
+      gone.push(x!);
+      i++;
+    } else if (x === undefined || y < x) {
+      if (j > 0 && b[j - 1]! >= y) return undefined;
+      come.push(y);
+      j++;
+    } else {
+      if ((i > 0 && a[i - 1]! >= x) || (j > 0 && b[j - 1]! >= y)) return undefined;
+      i++;
+      j++;
+    }
+  }
+  return { gone, come };
+}
+
 interface RuleEntry {
   rule: NodeRule;
+  /** Whether the rule's main unit (addresses) was compiled: its peer clause can then be patched. */
+  mainUnit: boolean;
   table: TableName;
   priority: number;
   conjIds: number[];
@@ -438,10 +490,13 @@ export class PolicyFlows {
         prev.rule = rule; // same content; keep the latest object (its `order` may have moved)
         continue;
       }
+      if (prev && prev.table === table && prev.priority === priority && prev.endpoints === endpoints && prev.conjIds.join() === ids.join() && this.movePeerIps(prev, rule, touched)) continue;
       const contributions = ruleContributions(rule, table, priority, conjIds, input.serviceEndpoints);
       if (prev) this.replaceContributions(prev.contributions, contributions, touched);
       else for (const c of contributions) this.addContribution(c, touched);
-      this.rules.set(rule.id, { rule, table, priority, conjIds: ids, endpoints, contributions });
+      const conjMatch = `conj_id=${ids[0]}`;
+      const mainUnit = contributions.some((c) => c.match === conjMatch && c.direct?.owner === rule.id);
+      this.rules.set(rule.id, { rule, table, priority, conjIds: ids, endpoints, contributions, mainUnit });
     }
     const iso = isolationContributions(input.isolations);
     for (const [owner, c] of this.isolations) {
@@ -501,6 +556,54 @@ export class PolicyFlows {
         });
       }
     }
+  }
+
+  /**
+   * The common case of a group change: the rule differs from its compiled form only in its peer
+   * IPs (a Pod elsewhere joined or left a peer group). Its flows then differ only in the peer clause
+   * of its main unit, one flow per address that came or went, so only those are added and removed.
+   * False (nothing done) when anything else differs or the peer clause appears or disappears.
+   */
+  private movePeerIps(prev: RuleEntry, rule: NodeRule, touched: Set<string>): boolean {
+    const was = prev.rule;
+    if (was.peers === 'any' || rule.peers === 'any' || !samePeerFrame(was, rule)) return false;
+    const t = DIRECTION_TABLES[rule.direction];
+    const addrMatch = (a: string) => (a === '0.0.0.0/0' ? 'ip' : `ip,${t.peer}=${a}`);
+    // The main unit exists iff it has peer addresses; when it appears or disappears, recompile.
+    const cidrs = was.peers.cidrs.filter(isIPv4Address);
+    if (cidrs.length === 0 && (!was.peers.ips.some(isIPv4Address) || !rule.peers.ips.some(isIPv4Address))) return false;
+    const diff = sortedDiff(was.peers.ips, rule.peers.ips);
+    if (!diff) return false;
+    const cidrMatches = new Set(cidrs.map(addrMatch));
+    const gone = new Set(diff.gone.filter(isIPv4Address).map(addrMatch));
+    const come = diff.come.filter(isIPv4Address).map(addrMatch);
+    // An address whose match is also a CIDR's (one flow for both): recompile.
+    for (const m of [...gone, ...come]) if (cidrMatches.has(m)) return false;
+    if (gone.size === 0 && come.length === 0) {
+      prev.rule = rule;
+      return true;
+    }
+    if (!prev.mainUnit) return false;
+    const units = ruleUnitShape(rule);
+    const conjId = prev.conjIds[0]!;
+    const part = `${units.peerClause + 1}/${units.clauses}`;
+    const { table, priority } = prev;
+    const isPeer = (c: Contribution) => c.conj !== undefined && c.conj.id === conjId && c.conj.part === part;
+    if (gone.size > 0) {
+      const kept: Contribution[] = [];
+      for (const c of prev.contributions) {
+        if (isPeer(c) && gone.has(c.match)) this.removeContribution(c, touched);
+        else kept.push(c);
+      }
+      prev.contributions = kept;
+    }
+    for (const match of come) {
+      const c: Contribution = { key: flowKey(table, priority, match), table, priority, match, conj: { id: conjId, part } };
+      this.addContribution(c, touched);
+      prev.contributions.push(c);
+    }
+    prev.rule = rule;
+    return true;
   }
 
   /**
