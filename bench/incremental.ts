@@ -40,21 +40,18 @@ interface Impl {
   PolicyEngine: typeof import('../daemon/policy/engine.js').PolicyEngine;
   diffFlows: typeof import('../daemon/flows/diff.js').diffFlows;
   computeFlows: typeof import('../daemon/flows/pipeline.js').computeFlows;
-  unionFlows?: (base: readonly Flow[], sources: readonly (() => readonly Flow[])[]) => Flow[];
+  /** The agent's helpers when the build has them (pipeline flows remembered, union kept while its inputs are). */
+  FlowUnion?: typeof import('../daemon/flows/diff.js').FlowUnion;
+  PipelineFlows?: typeof import('../daemon/flows/pipeline.js').PipelineFlows;
 }
 
 async function loadImpl(name: string, dist: string): Promise<Impl> {
   const m = (p: string) => import(pathToFileURL(join(dist, p)).href);
   const [enf, eng, diff, pipe] = await Promise.all([m('daemon/enforcement/enforcer.js'), m('daemon/policy/engine.js'), m('daemon/flows/diff.js'), m('daemon/flows/pipeline.js')]);
-  return { name, Enforcer: enf.Enforcer, PolicyEngine: eng.PolicyEngine, diffFlows: diff.diffFlows, computeFlows: pipe.computeFlows, ...(diff.unionFlows ? { unionFlows: diff.unionFlows } : {}) };
-}
-
-/** The agent's desired set (Agent.desiredFlows): base pipeline flows, then each source's flows not already there. */
-function unionFlows(impl: Impl, base: readonly Flow[], sources: readonly (() => readonly Flow[])[]): Flow[] {
-  if (impl.unionFlows) return impl.unionFlows(base, sources);
-  const byCookie = new Map(base.map((f) => [f.cookie, f]));
-  for (const source of sources) for (const f of source()) if (!byCookie.has(f.cookie)) byCookie.set(f.cookie, f);
-  return [...byCookie.values()];
+  return {
+    name, Enforcer: enf.Enforcer, PolicyEngine: eng.PolicyEngine, diffFlows: diff.diffFlows, computeFlows: pipe.computeFlows,
+    ...(diff.FlowUnion ? { FlowUnion: diff.FlowUnion } : {}), ...(pipe.PipelineFlows ? { PipelineFlows: pipe.PipelineFlows } : {}),
+  };
 }
 
 const podIp = (k: number) => `10.${16 + (k >> 16)}.${(k >> 8) & 255}.${k & 255}`;
@@ -109,6 +106,8 @@ function netpol(p: number): KubeObject {
 class Rig {
   readonly enforcer: InstanceType<Impl['Enforcer']>;
   private readonly pipeline: Parameters<Impl['computeFlows']>[0];
+  /** Agent.desiredFlows of the build: with its helpers if it has them, else as it was written before them. */
+  private readonly desiredOf: (base: () => Flow[], policy: () => Flow[]) => Flow[];
   private installed: Set<string>;
   flows = 0;
 
@@ -117,6 +116,17 @@ class Rig {
     this.enforcer = new impl.Enforcer({ nodeName: NODE, ovsRunDir: '/nonexistent', bridge: 'br-int', log: silent });
     for (const o of objs) this.enforcer.onWatchEvent({ type: 'upsert', object: o } as never);
     const local = objs.filter((o) => o.kind === 'Pod' && o.spec?.nodeName === NODE);
+    if (impl.FlowUnion && impl.PipelineFlows) {
+      const union = new impl.FlowUnion();
+      const pipeline = new impl.PipelineFlows();
+      this.desiredOf = (_base, policy) => union.union([pipeline.flows(this.pipeline), policy()]);
+    } else {
+      this.desiredOf = (base, policy) => {
+        const byCookie = new Map(base().map((f) => [f.cookie, f]));
+        for (const f of policy()) if (!byCookie.has(f.cookie)) byCookie.set(f.cookie, f);
+        return [...byCookie.values()];
+      };
+    }
     this.pipeline = {
       gatewayOfport: 2, gatewayMac: '02:00:00:00:00:01', nodeIP: '172.20.0.1', serviceCIDRs: ['10.96.0.0/12'],
       pods: local.map((o, i) => ({ containerId: `c${i}`, ofport: 10 + i, mac: `02:00:00:00:${((i >> 8) & 255).toString(16).padStart(2, '0')}:${(i & 255).toString(16).padStart(2, '0')}`, ips: [o.status!.podIP as string] })),
@@ -128,7 +138,7 @@ class Rig {
 
   private desired(): Flow[] {
     // As the agent does: the pipeline's flows of the current local Pods, then the policy source.
-    return unionFlows(this.impl, this.impl.computeFlows(this.pipeline), [() => this.enforcer.flows()]);
+    return this.desiredOf(() => this.impl.computeFlows(this.pipeline), () => this.enforcer.flows());
   }
 
   /** One event and the flush it schedules, timed per phase (ms). */
@@ -184,7 +194,7 @@ async function main(): Promise<void> {
     { name: 'remote Pod relabel (ns-7/pod-3)', run: (rig, i) => rig.event(remote(i)) },
     { name: `local Pod relabel (ns-${localPod.ns}/pod-${localPod.j})`, run: (rig, i) => rig.event(localRelabel(i)) },
     {
-      name: 'new NetworkPolicy (then its removal)',
+      name: 'new NetworkPolicy in a namespace with a local Pod (then its removal; 1 in 10 selects that Pod)',
       run: (rig, i) => {
         const obj = netpol(K8S_POLICIES + (i >> 1));
         obj.metadata.namespace = `ns-${localPod.ns}`;
