@@ -218,6 +218,12 @@ export class InternalModel {
    * on nothing else; see nodeRulesOf), so a change rebuilds only the node rules it can affect.
    */
   private readonly nodeRuleParts = new Map<string, NodeRule[]>();
+  /**
+   * Groups changed since the node rules were last read: the rules naming them are found when the
+   * node rules are next read (once per read, not once per change: loading N policies without
+   * reading node rules in between, as simulate does, stays linear).
+   */
+  private readonly staleGroups = new Set<string>();
   /** Member key ("pod:ns/name") → ids of the AppliedToGroups containing it. */
   private readonly targetIndex = new Map<string, Set<string>>();
   private readonly changedTargets = new Set<string>();
@@ -272,12 +278,16 @@ export class InternalModel {
     const ruleIds = [...cs.rules.added, ...cs.rules.updated, ...cs.rules.removed];
     if (ruleIds.length > 0) this.sortedRules = undefined;
     for (const id of ruleIds) this.nodeRuleParts.delete(id);
-    const groups = new Set<string>();
-    for (const d of [cs.addressGroups, cs.appliedToGroups]) for (const list of [d.added, d.updated, d.removed]) for (const id of list) groups.add(id);
+    for (const d of [cs.addressGroups, cs.appliedToGroups]) for (const list of [d.added, d.updated, d.removed]) for (const id of list) this.staleGroups.add(id);
+  }
+
+  private dropStaleNodeRules(): void {
+    const groups = this.staleGroups;
     if (groups.size === 0) return;
     for (const r of this.computed.values()) {
       if (r.appliedToGroups.some((g) => groups.has(g)) || r.addressGroups.some((g) => groups.has(g))) this.nodeRuleParts.delete(r.id);
     }
+    groups.clear();
   }
 
   /** What a group's content is, cheap to take and compare (members by identity, then by value). */
@@ -747,6 +757,7 @@ export class InternalModel {
 
   nodeRuleSet(): NodeRule[] {
     if (this.nodeRuleCache) return this.nodeRuleCache;
+    this.dropStaleNodeRules();
     const groups: NodeRuleGroups = {
       appliedToMembers: (id) => [...this.groups.appliedTo.get(id)!.members.values()],
       addressGroup: (id) => {
