@@ -14,11 +14,11 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { AgentConfig } from './config.js';
 import { type CniHandler, type CniServer, type GcAttachment, type PodRequest, startCniServer } from './cniserver.js';
-import { diffFlows } from './flows/diff.js';
+import { diffFlows, FlowUnion } from './flows/diff.js';
 import type { Flow } from './flows/flow.js';
 import type { RuleStatistics } from './flows/policy/stats.js';
 import { FlowSync, type GatewayInfo, Ovs } from './flows/ovs.js';
-import { computeFlows } from './flows/pipeline.js';
+import { PipelineFlows } from './flows/pipeline.js';
 import { policiesAnswer } from './enforcement/policy-report.js';
 import { TraceError, type TraceReport, type TraceRequest } from './enforcement/traceflow.js';
 import { TRACE_COOKIE_FILTER, type TraceProtocol } from './flows/traceflow.js';
@@ -507,6 +507,8 @@ export class Agent {
   }
 
   private readonly flowSources: (() => Flow[])[] = [];
+  private readonly pipeline = new PipelineFlows();
+  private readonly union = new FlowUnion();
 
   /**
    * Adds flows to the desired set (policy enforcement plugs in here). Call syncFlows() after the
@@ -516,18 +518,16 @@ export class Agent {
     this.flowSources.push(source);
   }
 
+  /** The desired flow set (shared with later calls while nothing changed: do not modify it). */
   desiredFlows(): Flow[] {
     const base = this.pipelineFlows();
     if (this.flowSources.length === 0) return base;
-    // Same cookie = same flow content, so a flow two sources both want is installed once.
-    const byCookie = new Map(base.map((f) => [f.cookie, f]));
-    for (const source of this.flowSources) for (const f of source()) if (!byCookie.has(f.cookie)) byCookie.set(f.cookie, f);
-    return [...byCookie.values()];
+    return this.union.union([base, ...this.flowSources.map((source) => source())]);
   }
 
   private pipelineFlows(): Flow[] {
     if (!this.gateway) throw new Error('gateway not initialised');
-    return computeFlows({
+    return this.pipeline.flows({
       gatewayOfport: this.gateway.ofport,
       gatewayMac: this.gateway.mac,
       ...(this.nodeIP ? { nodeIP: this.nodeIP } : {}),

@@ -220,8 +220,9 @@ export class Enforcer {
         ? this.engine.upsert(obj)
         : this.engine.remove({ apiVersion: obj.apiVersion, kind: obj.kind, name: obj.metadata.name, ...(obj.metadata.namespace ? { namespace: obj.metadata.namespace } : {}) });
     // Service endpoints (toServices rules after DNAT) are not in the ChangeSet: the compiler finds
-    // their changes itself, so these kinds always get a compile.
-    this.changed(cs, ENDPOINT_KINDS.has(obj.kind));
+    // their changes itself, so these kinds get a compile when compiled flows depend on endpoints
+    // (a rule the ChangeSet adds is compiled with its endpoints anyway).
+    this.changed(cs, ENDPOINT_KINDS.has(obj.kind) && (this.fullCompile || this.policyFlows.dependsOnEndpoints()));
   }
 
   private changed(cs: ChangeSet, force = false): void {

@@ -66,5 +66,10 @@ export function resolveTableNames(actions: string): string {
   });
 }
 
-/** Normalizes a cookie as printed by ovs-ofctl (`0x51ce01…`) for comparison. */
-export const normalizeCookie = (c: string): string => `0x${BigInt(c).toString(16)}`;
+const NORMAL_COOKIE = /^0x[1-9a-f][0-9a-f]*$/;
+
+/**
+ * Normalizes a cookie as printed by ovs-ofctl (`0x51ce01…`) for comparison. Cookies sluice writes
+ * are already in normal form (lower case, no leading zero), which is checked without a BigInt.
+ */
+export const normalizeCookie = (c: string): string => (NORMAL_COOKIE.test(c) ? c : `0x${BigInt(c).toString(16)}`);

@@ -243,6 +243,23 @@ export function podFlows(pod: PodPort): Flow[] {
   return specs.map((s) => withCookie({ ...s, category: FlowCategory.pod, owner: pod.containerId }));
 }
 
+/**
+ * computeFlows remembered for the last input (compared by value): the agent asks for the desired
+ * set at every apply, and the pipeline's inputs (gateway, settings, local Pods) rarely changed.
+ * The result is shared: do not modify it.
+ */
+export class PipelineFlows {
+  private last?: { key: string; flows: Flow[] };
+
+  flows(input: PipelineInput): Flow[] {
+    const key = JSON.stringify(input);
+    if (this.last?.key === key) return this.last.flows;
+    const flows = computeFlows(input);
+    this.last = { key, flows };
+    return flows;
+  }
+}
+
 /** The complete desired flow set, in a deterministic order. Throws PipelineInputError on bad input. */
 export function computeFlows(input: PipelineInput): Flow[] {
   validatePipelineInput(input);

@@ -447,6 +447,9 @@ export class PolicyEngine {
       this.policies.delete(key);
     }
     this.applyPolicyResult(key, oldResult, entry?.result);
+    // The Tier table is a function of the objects that define Tiers alone: an object that defines
+    // none, before or after, leaves it as it is (rebuilding it per object makes loading quadratic).
+    if ((oldResult?.tiers.length ?? 0) === 0 && (entry?.result.tiers.length ?? 0) === 0) return;
     // Antrea policies depend on which Tiers exist: re-normalize them when Tiers change.
     this.rebuildTiers();
     if (this.tierSignature() !== tiersBefore) {

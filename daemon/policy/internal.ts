@@ -21,7 +21,7 @@
 import { formatCidr, parseCidr, subtractCidrs } from './cidr.js';
 import { podKey } from './cluster.js';
 import { compilePeer, ipv4ToNumber, podEndpoints, realizableMembers, type Endpoint, type MatchEnv, type PeerMatcher } from './match.js';
-import { buildNodeRules, type NodeRule, type NodeTarget } from './noderules.js';
+import { nodeRulesOf, type NodeRule, type NodeRuleGroups, type NodeTarget } from './noderules.js';
 import { labelValue } from './labels.js';
 import { canonicalJson, compareRules, stableHash } from './order.js';
 import type { ContainerPort, Direction, InternalRule, Isolation, NamespaceMatch, NodeInfo, Peer, PodInfo, PortMatch, RulePriority, RuleRef } from './types.js';
@@ -211,6 +211,19 @@ export class InternalModel {
   private readonly isolationById = new Map<string, ComputedIsolation>();
   private nodeIsolationCache?: NodeIsolation[] | undefined;
   private nodeRuleCache?: NodeRule[] | undefined;
+  /** rules(), kept until a computed rule is added, changed or removed. */
+  private sortedRules?: ComputedRule[] | undefined;
+  /**
+   * Each computed rule's node rules, kept until the rule or a group it names changes (they depend
+   * on nothing else; see nodeRulesOf), so a change rebuilds only the node rules it can affect.
+   */
+  private readonly nodeRuleParts = new Map<string, NodeRule[]>();
+  /**
+   * Groups changed since the node rules were last read: the rules naming them are found when the
+   * node rules are next read (once per read, not once per change: loading N policies without
+   * reading node rules in between, as simulate does, stays linear).
+   */
+  private readonly staleGroups = new Set<string>();
   /** Member key ("pod:ns/name") → ids of the AppliedToGroups containing it. */
   private readonly targetIndex = new Map<string, Set<string>>();
   private readonly changedTargets = new Set<string>();
@@ -255,8 +268,26 @@ export class InternalModel {
         cs.isolations.updated.length + cs.isolations.removed.length > 0) {
       this.nodeRuleCache = undefined;
       this.nodeIsolationCache = undefined;
+      this.forgetNodeRules(cs);
     }
     return cs;
+  }
+
+  /** Drops the kept node rules a ChangeSet may have changed (and rules() when the rule set changed). */
+  private forgetNodeRules(cs: ChangeSet): void {
+    const ruleIds = [...cs.rules.added, ...cs.rules.updated, ...cs.rules.removed];
+    if (ruleIds.length > 0) this.sortedRules = undefined;
+    for (const id of ruleIds) this.nodeRuleParts.delete(id);
+    for (const d of [cs.addressGroups, cs.appliedToGroups]) for (const list of [d.added, d.updated, d.removed]) for (const id of list) this.staleGroups.add(id);
+  }
+
+  private dropStaleNodeRules(): void {
+    const groups = this.staleGroups;
+    if (groups.size === 0) return;
+    for (const r of this.computed.values()) {
+      if (r.appliedToGroups.some((g) => groups.has(g)) || r.addressGroups.some((g) => groups.has(g))) this.nodeRuleParts.delete(r.id);
+    }
+    groups.clear();
   }
 
   /** What a group's content is, cheap to take and compare (members by identity, then by value). */
@@ -297,7 +328,15 @@ export class InternalModel {
   }
 
   rules(): ComputedRule[] {
-    return [...this.computed.values()].sort((a, b) => compareRules(a as unknown as InternalRule, b as unknown as InternalRule));
+    return [...this.sortedRuleList()];
+  }
+
+  private sortedRuleList(): readonly ComputedRule[] {
+    if (!this.sortedRules) {
+      this.sortedRules = [...this.computed.values()].sort((a, b) => compareRules(a as unknown as InternalRule, b as unknown as InternalRule));
+      for (const id of this.nodeRuleParts.keys()) if (!this.computed.has(id)) this.nodeRuleParts.delete(id);
+    }
+    return this.sortedRules;
   }
 
   private toAddressGroup(g: GroupRecord): AddressGroup {
@@ -719,15 +758,24 @@ export class InternalModel {
 
   nodeRuleSet(): NodeRule[] {
     if (this.nodeRuleCache) return this.nodeRuleCache;
-    this.nodeRuleCache = buildNodeRules(this.rules(), {
+    this.dropStaleNodeRules();
+    const groups: NodeRuleGroups = {
       appliedToMembers: (id) => [...this.groups.appliedTo.get(id)!.members.values()],
       addressGroup: (id) => {
         const g = this.groups.address.get(id)!;
         return { members: [...g.members.values()], ipBlocks: g.ipBlocks, namedPorts: g.portFilter !== undefined };
       },
       isLocal: (m) => this.isLocal(m),
+    };
+    const out: NodeRule[] = [];
+    this.sortedRuleList().forEach((r, order) => {
+      let parts = this.nodeRuleParts.get(r.id);
+      if (!parts) this.nodeRuleParts.set(r.id, (parts = nodeRulesOf(r, order, groups)));
+      else if (parts.length > 0 && parts[0]!.order !== order) this.nodeRuleParts.set(r.id, (parts = parts.map((n) => ({ ...n, order }))));
+      for (const n of parts) out.push(n);
     });
-    return this.nodeRuleCache;
+    this.nodeRuleCache = out;
+    return out;
   }
 
   private memberFor(pod: PodInfo): GroupMember {

@@ -56,77 +56,88 @@ export interface NodeRuleGroups {
 export function buildNodeRules(rules: ComputedRule[], groups: NodeRuleGroups): NodeRule[] {
   const out: NodeRule[] = [];
   rules.forEach((r, order) => {
-    const targets: GroupMember[] = [];
-    const seen = new Set<string>();
-    for (const id of r.appliedToGroups) {
-      for (const m of groups.appliedToMembers(id)) {
-        if (!groups.isLocal(m) || seen.has(m.ref)) continue;
-        if (r.targetNamespace !== undefined && (m.kind !== 'pod' || !m.ref.startsWith(`${r.targetNamespace}/`))) continue;
-        seen.add(m.ref);
-        targets.push(m);
-      }
-    }
-    if (targets.length === 0) return;
-    targets.sort((a, b) => (a.ref < b.ref ? -1 : 1));
-    const peerMembers: GroupMember[] = [];
-    /** Pods an egress named port may resolve on (members of the rule's named-port groups). */
-    const namedDestinations = new Map<string, GroupMember>();
-    const cidrs = new Set(r.ipBlocks);
-    for (const id of r.addressGroups) {
-      const g = groups.addressGroup(id);
-      if (g.namedPorts) {
-        for (const m of g.members) if (m.kind === 'pod') namedDestinations.set(m.ref, m);
-        continue;
-      }
-      peerMembers.push(...g.members);
-      for (const c of g.ipBlocks) cidrs.add(c);
-    }
-    const named = r.ports.some((p) => typeof p.port === 'string');
-    const base = { ruleId: r.id, ref: r.ref, direction: r.direction, action: r.action, priority: r.priority, order, ...(r.logging ? { logging: r.logging } : {}) };
-    const peersOf = (members: GroupMember[], withCidrs: boolean, explicit = false): NodeRule['peers'] => {
-      if (r.anyPeer && !explicit) return 'any';
-      const ips = new Set<string>();
-      const services: { ip: string; protocol: string; port: number }[] = [];
-      for (const m of members) {
-        if (m.kind === 'service') for (const ip of m.ips) for (const p of m.ports) services.push({ ip, protocol: p.protocol, port: p.containerPort });
-        else for (const ip of m.ips) ips.add(ip);
-      }
-      return { ips: [...ips].sort(), cidrs: withCidrs ? [...cidrs].sort() : [], services };
-    };
-    const targetList = (ms: GroupMember[]): NodeTarget[] => ms.map((m) => ({ kind: m.kind === 'node' ? 'node' : 'pod', ref: m.ref, ips: m.ips }));
-    if (!named) {
-      out.push({ id: r.id, ...base, targets: targetList(targets), peers: peersOf(peerMembers, true), ports: r.ports });
-      return;
-    }
-    // Named ports resolve on the destination Pod: the target for ingress, the peer for egress.
-    const partitions = new Map<string, { ports: PortMatch[]; members: GroupMember[] }>();
-    const partition = (m: GroupMember, ports: PortMatch[]) => {
-      if (ports.length === 0) return;
-      const key = canonicalJson(ports);
-      let p = partitions.get(key);
-      if (!p) partitions.set(key, (p = { ports, members: [] }));
-      p.members.push(m);
-    };
-    if (r.direction === 'Ingress') {
-      for (const m of targets) partition(m, resolveNamedPorts(r.ports, m.ports));
-      for (const [key, p] of [...partitions].sort(([a], [b]) => (a < b ? -1 : 1))) {
-        out.push({ id: `${r.id}#${stableHash(key)}`, ...base, targets: targetList(p.members), peers: peersOf(peerMembers, true), ports: p.ports });
-      }
-      return;
-    }
-    // Egress: the named ports, per destination Pod having them (inside any peer kind that can hold
-    // Pods: selectors, groups, Services' endpoints, ipBlocks, fqdn addresses; any peer = all Pods) ...
-    const namedOnly = r.ports.filter((p) => typeof p.port === 'string');
-    for (const m of [...namedDestinations.values()].sort((a, b) => (a.ref < b.ref ? -1 : 1))) partition(m, resolveNamedPorts(namedOnly, m.ports));
-    for (const [key, p] of [...partitions].sort(([a], [b]) => (a < b ? -1 : 1))) {
-      out.push({ id: `${r.id}#${stableHash(key)}`, ...base, targets: targetList(targets), peers: peersOf(p.members, false, true), ports: p.ports });
-    }
-    // ... and the other ports, to every peer.
-    const numericOnly = r.ports.filter((p) => typeof p.port !== 'string');
-    if (numericOnly.length > 0) {
-      out.push({ id: `${r.id}#numeric`, ...base, targets: targetList(targets), peers: peersOf(peerMembers, true), ports: numericOnly });
-    }
+    for (const n of nodeRulesOf(r, order, groups)) out.push(n);
   });
+  return out;
+}
+
+/**
+ * The node rules of one computed rule at position `order` of the evaluation order: a function of
+ * the rule and of the groups it names alone, so they can be kept per rule and rebuilt only when
+ * the rule or one of its groups changes.
+ */
+export function nodeRulesOf(r: ComputedRule, order: number, groups: NodeRuleGroups): NodeRule[] {
+  const out: NodeRule[] = [];
+  const targets: GroupMember[] = [];
+  const seen = new Set<string>();
+  for (const id of r.appliedToGroups) {
+    for (const m of groups.appliedToMembers(id)) {
+      if (!groups.isLocal(m) || seen.has(m.ref)) continue;
+      if (r.targetNamespace !== undefined && (m.kind !== 'pod' || !m.ref.startsWith(`${r.targetNamespace}/`))) continue;
+      seen.add(m.ref);
+      targets.push(m);
+    }
+  }
+  if (targets.length === 0) return out;
+  targets.sort((a, b) => (a.ref < b.ref ? -1 : 1));
+  const peerMembers: GroupMember[] = [];
+  /** Pods an egress named port may resolve on (members of the rule's named-port groups). */
+  const namedDestinations = new Map<string, GroupMember>();
+  const cidrs = new Set(r.ipBlocks);
+  for (const id of r.addressGroups) {
+    const g = groups.addressGroup(id);
+    if (g.namedPorts) {
+      for (const m of g.members) if (m.kind === 'pod') namedDestinations.set(m.ref, m);
+      continue;
+    }
+    peerMembers.push(...g.members);
+    for (const c of g.ipBlocks) cidrs.add(c);
+  }
+  const named = r.ports.some((p) => typeof p.port === 'string');
+  const base = { ruleId: r.id, ref: r.ref, direction: r.direction, action: r.action, priority: r.priority, order, ...(r.logging ? { logging: r.logging } : {}) };
+  const peersOf = (members: GroupMember[], withCidrs: boolean, explicit = false): NodeRule['peers'] => {
+    if (r.anyPeer && !explicit) return 'any';
+    const ips = new Set<string>();
+    const services: { ip: string; protocol: string; port: number }[] = [];
+    for (const m of members) {
+      if (m.kind === 'service') for (const ip of m.ips) for (const p of m.ports) services.push({ ip, protocol: p.protocol, port: p.containerPort });
+      else for (const ip of m.ips) ips.add(ip);
+    }
+    return { ips: [...ips].sort(), cidrs: withCidrs ? [...cidrs].sort() : [], services };
+  };
+  const targetList = (ms: GroupMember[]): NodeTarget[] => ms.map((m) => ({ kind: m.kind === 'node' ? 'node' : 'pod', ref: m.ref, ips: m.ips }));
+  if (!named) {
+    out.push({ id: r.id, ...base, targets: targetList(targets), peers: peersOf(peerMembers, true), ports: r.ports });
+    return out;
+  }
+  // Named ports resolve on the destination Pod: the target for ingress, the peer for egress.
+  const partitions = new Map<string, { ports: PortMatch[]; members: GroupMember[] }>();
+  const partition = (m: GroupMember, ports: PortMatch[]) => {
+    if (ports.length === 0) return;
+    const key = canonicalJson(ports);
+    let p = partitions.get(key);
+    if (!p) partitions.set(key, (p = { ports, members: [] }));
+    p.members.push(m);
+  };
+  if (r.direction === 'Ingress') {
+    for (const m of targets) partition(m, resolveNamedPorts(r.ports, m.ports));
+    for (const [key, p] of [...partitions].sort(([a], [b]) => (a < b ? -1 : 1))) {
+      out.push({ id: `${r.id}#${stableHash(key)}`, ...base, targets: targetList(p.members), peers: peersOf(peerMembers, true), ports: p.ports });
+    }
+    return out;
+  }
+  // Egress: the named ports, per destination Pod having them (inside any peer kind that can hold
+  // Pods: selectors, groups, Services' endpoints, ipBlocks, fqdn addresses; any peer = all Pods) ...
+  const namedOnly = r.ports.filter((p) => typeof p.port === 'string');
+  for (const m of [...namedDestinations.values()].sort((a, b) => (a.ref < b.ref ? -1 : 1))) partition(m, resolveNamedPorts(namedOnly, m.ports));
+  for (const [key, p] of [...partitions].sort(([a], [b]) => (a < b ? -1 : 1))) {
+    out.push({ id: `${r.id}#${stableHash(key)}`, ...base, targets: targetList(targets), peers: peersOf(p.members, false, true), ports: p.ports });
+  }
+  // ... and the other ports, to every peer.
+  const numericOnly = r.ports.filter((p) => typeof p.port !== 'string');
+  if (numericOnly.length > 0) {
+    out.push({ id: `${r.id}#numeric`, ...base, targets: targetList(targets), peers: peersOf(peerMembers, true), ports: numericOnly });
+  }
   return out;
 }
 

@@ -225,3 +225,43 @@ t.test('an EndpointSlice change alone re-targets toServices flows after DNAT', a
   t.ok(applies > before, 'the EndpointSlice change was applied to the bridge');
   t.ok(postDnat('10.2.0.6') && !postDnat('10.2.0.5'), 'the flow follows the endpoint to s2');
 });
+
+t.test('Service and Pod events that change no rule get no compile and no apply', async (t) => {
+  const e = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 5 });
+  t.teardown(() => e.close());
+  let applies = 0;
+  e.bindFlows(async () => {
+    applies++;
+  });
+  const up = (o: KubeObject) => e.onWatchEvent({ type: 'upsert', object: o });
+  up({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x', labels: { ns: 'x' } } });
+  up({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 'client', labels: { app: 'c' } }, spec: { nodeName: 'node-1' }, status: { phase: 'Running', podIP: '10.1.0.5' } });
+  const server = (labels: Record<string, string>): KubeObject => ({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 's1', labels }, spec: { nodeName: 'node-2', containers: [{ name: 'c', ports: [{ containerPort: 8080 }] }] }, status: { phase: 'Running', podIP: '10.2.0.5' } });
+  up(server({ app: 's' }));
+  const service = (port: number): KubeObject => ({ apiVersion: 'v1', kind: 'Service', metadata: { namespace: 'x', name: 's' }, spec: { clusterIP: '10.96.0.10', selector: { app: 's' }, ports: [{ port, protocol: 'TCP', targetPort: 8080 }] } });
+  up(service(80));
+  up({
+    apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'to-web' },
+    spec: { priority: 1, tier: 'application', appliedTo: [{ podSelector: { matchLabels: { app: 'c' } } }], egress: [{ action: 'Drop', to: [{ podSelector: { matchLabels: { app: 'web' } } }] }] },
+  });
+  const flows = JSON.stringify(e.flows());
+  await sleep(30);
+  const before = applies;
+  up(service(81));
+  up(server({ app: 's', other: 'label' }));
+  await sleep(60);
+  t.equal(applies, before, 'no rule uses Service endpoints and the Pod joined no group: nothing to apply');
+  t.equal(JSON.stringify(e.flows()), flows);
+  // Once a rule depends on the endpoints, the same kinds of events are compiled and applied.
+  up({
+    apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'only-svc' },
+    spec: { priority: 2, tier: 'application', appliedTo: [{ podSelector: { matchLabels: { app: 'c' } } }], egress: [{ action: 'Allow', toServices: [{ name: 's', namespace: 'x' }] }] },
+  });
+  await sleep(30);
+  const withSvc = applies;
+  t.ok(withSvc > before, 'the toServices policy was applied');
+  up(service(82));
+  await sleep(60);
+  t.ok(applies > withSvc, 'a Service change is applied once a toServices rule depends on it');
+  t.ok(e.flows().some((f) => f.match.includes('nw_dst=10.96.0.10,tp_dst=82')), 'the pre-DNAT flow has the new Service port');
+});

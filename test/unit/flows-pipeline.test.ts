@@ -1,7 +1,7 @@
 import t from 'tap';
-import { bundleText, diffFlows, isEmptyDiff, parseSluiceCookies } from '../../daemon/flows/diff.js';
-import { type Flow, flowText, resolveTableNames } from '../../daemon/flows/flow.js';
-import { computeFlows, type PipelineInput, PipelineInputError, podFlows } from '../../daemon/flows/pipeline.js';
+import { bundleText, diffFlows, FlowUnion, isEmptyDiff, parseSluiceCookies } from '../../daemon/flows/diff.js';
+import { type Flow, flowText, normalizeCookie, resolveTableNames } from '../../daemon/flows/flow.js';
+import { computeFlows, type PipelineInput, PipelineInputError, PipelineFlows, podFlows } from '../../daemon/flows/pipeline.js';
 import { POLICY_HOOK_TABLES, TABLES, tableId } from '../../daemon/flows/tables.js';
 
 const GWMAC = '0a:00:00:00:00:01';
@@ -185,4 +185,37 @@ t.test('bundle text: deletions first, by exact cookie; parse of dump output', as
     ' cookie=0x1234, table=0, priority=1 actions=drop',
   ].join('\n');
   t.same(parseSluiceCookies(dump), ['0x51ce01abcdef0123'], 'foreign cookies are ignored');
+});
+
+t.test('PipelineFlows: computeFlows of the input, recomputed when the input changes by value', async (t) => {
+  const cache = new PipelineFlows();
+  const a = cache.flows(input());
+  t.same(a, computeFlows(input()));
+  t.equal(cache.flows(input()), a, 'an equal input (another object): the same flows, not recomputed');
+  const p2 = { containerId: 'c2', ofport: 12, mac: '2a:00:00:00:00:12', ips: ['10.1.0.12'] };
+  const b = cache.flows(input({ pods: [p1, p2, p3] }));
+  t.not(b, a);
+  t.same(b, computeFlows(input({ pods: [p1, p2, p3] })), 'a new Pod: its flows are there');
+  t.throws(() => cache.flows(input({ gatewayMac: 'zz' })), new PipelineInputError('gatewayMac: "zz" is not a lower-case MAC address'), 'bad input still throws');
+});
+
+t.test('FlowUnion: one flow per cookie, first list first; recomputed when a list is another array', async (t) => {
+  const base = computeFlows(input());
+  const mine = podFlows({ containerId: 'c9', ofport: 19, mac: '2a:00:00:00:00:19', ips: ['10.1.0.19'] });
+  const u = new FlowUnion();
+  const first = u.union([base, [...mine, base[0]!]]);
+  t.same(first.map((f) => f.cookie), [...base, ...mine].map((f) => f.cookie), 'a flow both lists hold is there once');
+  t.equal(u.union([base, first.slice(base.length)]).length, base.length + mine.length);
+  const policy = [...mine];
+  const kept = u.union([base, policy]);
+  t.equal(u.union([base, policy]), kept, 'the same arrays: the same result');
+  const fewer = u.union([base, policy.slice(1)]);
+  t.equal(fewer.length, base.length + mine.length - 1, 'a new array is read again');
+});
+
+t.test('normalizeCookie: the form ovs-ofctl may print and the form sluice writes compare equal', async (t) => {
+  t.equal(normalizeCookie('0x51ce0212345678ab'), '0x51ce0212345678ab');
+  t.equal(normalizeCookie('0x51CE0212345678AB'), '0x51ce0212345678ab');
+  t.equal(normalizeCookie('0x0051ce0212345678ab'), '0x51ce0212345678ab');
+  t.equal(normalizeCookie('0x0'), '0x0');
 });

@@ -275,3 +275,27 @@ t.test('every Drop/Reject action flow goes to the Metric table, whose catch-all 
   t.ok(deciding.length >= 3);
   for (const f of deciding) t.match(f.actions, /set_field:0x1000\/0x1000->reg0,goto_table:(Egress|Ingress)Metric$/, `${f.table} ${f.match}`);
 });
+
+t.test('a rule whose peer addresses alone change: exactly the flows of the addresses that came and went, as a fresh compile', async (t) => {
+  const peers = (ips: string[], cidrs: string[] = []) => ({ ips, cidrs, services: [] });
+  const cases: { name: string; base: Parameters<typeof rule>[0]; from: string[]; to: string[]; cidrs?: string[]; changed: number }[] = [
+    { name: 'ingress, with ports', base: { id: 'pi', direction: 'Ingress', action: 'Allow', stage: 1, ports: [{ protocol: 'TCP', port: 80 }] }, from: ['10.2.0.21', '10.2.0.22'], to: ['10.2.0.21', '10.2.0.23'], changed: 2 },
+    { name: 'egress stage 0, no ports, a CIDR beside', base: { id: 'pe', direction: 'Egress', action: 'Drop' }, from: ['10.2.0.21'], to: ['10.2.0.20', '10.2.0.21', '10.2.0.30'], cidrs: ['192.168.0.0/16'], changed: 2 },
+    { name: 'addresses out of order (not the engine\'s form)', base: { id: 'pu', direction: 'Ingress', action: 'Allow', stage: 1 }, from: ['10.2.0.9', '10.2.0.10'], to: ['10.2.0.9', '10.2.0.11', '10.2.0.10'], changed: 1 },
+    { name: 'the last address goes: the main unit goes', base: { id: 'pl', direction: 'Egress', action: 'Allow', stage: 1 }, from: ['10.2.0.21'], to: [], changed: 6 },
+    { name: 'an IPv6 address only', base: { id: 'p6', direction: 'Ingress', action: 'Allow', stage: 1 }, from: ['10.2.0.21'], to: ['10.2.0.21', 'fd00::1'], changed: 0 },
+  ];
+  for (const c of cases) {
+    const before = rule({ ...c.base, peers: peers(c.from, c.cidrs) });
+    const after = rule({ ...c.base, peers: peers(c.to, c.cidrs) });
+    const pf = new PolicyFlows();
+    pf.sync({ rules: [before], isolations: [] });
+    const delta = pf.sync({ rules: [after], isolations: [] }, new Set([after.ruleId]));
+    const fresh = new PolicyFlows();
+    fresh.sync({ rules: [after], isolations: [] });
+    t.same(lines(pf.flows()), lines(fresh.flows()), `${c.name}: the flows of a fresh compile`);
+    t.equal(delta.add.length + delta.remove.length, c.changed, `${c.name}: ${c.changed} flows added or removed`);
+    const gone = c.from.filter((ip) => !c.to.includes(ip));
+    if (c.to.length > 0) t.ok(delta.remove.every((f) => gone.some((ip) => f.match.endsWith(`=${ip}`))), `${c.name}: only flows of addresses that went are removed`);
+  }
+});

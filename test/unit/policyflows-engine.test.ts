@@ -14,10 +14,10 @@ import type { KubeObject } from '../../daemon/policy/types.js';
 const nsObj = (name: string, labels: Record<string, string> = {}, annotations?: Record<string, string>): KubeObject => ({
   apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels: { ns: name, ...labels }, ...(annotations ? { annotations } : {}) },
 });
-const podObj = (namespace: string, name: string, ip: string, node: string, labels: Record<string, string>): KubeObject => ({
+const podObj = (namespace: string, name: string, ip: string, node: string, labels: Record<string, string>, ip6?: string): KubeObject => ({
   apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace, labels },
   spec: { nodeName: node, containers: [{ name: 'c', ports: [{ name: 'http', containerPort: 8000 + (Number(ip.split('.')[3]) % 3) }, { name: 'dns', containerPort: 53, protocol: 'UDP' }] }] },
-  status: { podIP: ip },
+  status: { podIP: ip, ...(ip6 ? { podIPs: [{ ip }, { ip: ip6 }] } : {}) },
 });
 
 t.test('flow count: one rule, 100 sources x 100 targets x 10 ports', async (t) => {
@@ -151,7 +151,9 @@ t.test('incremental deltas == full recompile, for random change sequences', asyn
   let nonEmpty = 0;
   let maxDelta = 0;
   let ownerChanges = 0;
-  for (const [seed, hash] of [[1, undefined], [2, undefined], [3, undefined], [4, undefined], [5, crowdedIds], [6, crowdedIds]] as const) {
+  let ipv6Steps = 0;
+  // Seeds 7 and 8: dual-stack Pods, so rules carry IPv6 targets and peers beside IPv4 ones.
+  for (const [seed, hash, dual] of [[1, undefined, false], [2, undefined, false], [3, undefined, false], [4, undefined, false], [5, crowdedIds, false], [6, crowdedIds, false], [7, undefined, true], [8, crowdedIds, true]] as const) {
     const r = rng(seed);
     const engine = new PolicyEngine({ nodeName: 'n1' });
     const opts = hash ? { naturalConjId: hash } : {};
@@ -189,6 +191,7 @@ t.test('incremental deltas == full recompile, for random change sequences', asyn
         installed = new Map(full.flows().map((f) => [f.cookie, f]));
       }
       checked++;
+      if (inc.flows().some((f) => /ipv6_(src|dst)=/.test(f.match))) ipv6Steps++;
       if (delta.add.length + delta.remove.length > 0) nonEmpty++;
       maxDelta = Math.max(maxDelta, delta.add.length + delta.remove.length);
     };
@@ -204,7 +207,8 @@ t.test('incremental deltas == full recompile, for random change sequences', asyn
         const next = { ns, node: r() < 0.6 ? 'n1' : 'n2', app: APPS[Math.floor(r() * 3)]! };
         pods.set(name, next);
         const ip = `10.${next.node === 'n1' ? 1 : 2}.0.${Number(name.slice(1)) + 1}`;
-        apply(engine.upsert(podObj(ns, name, ip, next.node, { app: next.app })), `pod ${ns}/${name} ${JSON.stringify(next)}`);
+        const ip6 = dual ? `fd00:${next.node === 'n1' ? 1 : 2}::${Number(name.slice(1)) + 1}` : undefined;
+        apply(engine.upsert(podObj(ns, name, ip, next.node, { app: next.app }, ip6)), `pod ${ns}/${name} ${JSON.stringify(next)}`);
       } else if (k < 0.45 && pods.size > 0) {
         const name = [...pods.keys()][Math.floor(r() * pods.size)]!;
         const ns = pods.get(name)!.ns;
@@ -226,6 +230,7 @@ t.test('incremental deltas == full recompile, for random change sequences', asyn
   t.comment(`${checked} changes checked, ${nonEmpty} with a non-empty delta, largest delta ${maxDelta} flows, ${ownerChanges} conjunction ids moved to another rule`);
   t.ok(ownerChanges > 0, 'the crowded id space really moves ids between rules');
   t.ok(nonEmpty > 100, 'the sequences really change flows');
+  t.ok(ipv6Steps > 50, `the dual-stack sequences really install IPv6 policy flows (${ipv6Steps} steps)`);
 });
 
 t.test('a restart with the same objects compiles the same flows (ids and priorities are a function of the rule set)', async (t) => {

@@ -172,8 +172,8 @@ interface Contribution {
   table: TableName;
   priority: number;
   match: string;
-  /** `conjunction(id,k/n)` text, or undefined for a flow that carries the action itself. */
-  conj?: string;
+  /** A `conjunction(id,k/n)` action (`part` = "k/n"), or undefined for a flow that carries the action itself. */
+  conj?: { id: number; part: string };
   direct?: { owner: string; actions: string; logs: boolean };
   /** A rule's counter flow in a Metric table (stats.ts). */
   metric?: Omit<MetricFlow, 'cookie'>;
@@ -268,6 +268,8 @@ function resolvedEndpoints(rule: NodeRule, resolve?: ServiceResolver): { protoco
   return out;
 }
 
+const hasServicePeers = (rule: NodeRule): boolean => rule.direction === 'Egress' && rule.peers !== 'any' && rule.peers.services.length > 0;
+
 /** What a rule's flows depend on besides the rule itself: its Services' endpoints. */
 const endpointsSignature = (rule: NodeRule, resolve?: ServiceResolver): string =>
   uniqSorted(resolvedEndpoints(rule, resolve).map((e) => `${L4[e.protocol as keyof typeof L4]}/${e.ip}/${e.port}`)).join(',');
@@ -348,7 +350,7 @@ function ruleContributions(rule: NodeRule, table: TableName, priority: number, c
       continue;
     }
     clauses.forEach((clause, i) => {
-      for (const match of clause) out.push({ key: flowKey(table, priority, match), table, priority, match, conj: `conjunction(${conjId},${i + 1}/${n})` });
+      for (const match of clause) out.push({ key: flowKey(table, priority, match), table, priority, match, conj: { id: conjId, part: `${i + 1}/${n}` } });
     });
     const match = `conj_id=${conjId}`;
     out.push({ key: flowKey(table, priority, match), table, priority, match, direct: { owner: unit.key, actions, logs } });
@@ -393,7 +395,8 @@ interface SharedFlow {
   table: TableName;
   priority: number;
   match: string;
-  conj: Map<string, number>;
+  /** Conjunction actions by `id,k/n`, with how many rules contribute each. */
+  conj: Map<string, { id: number; part: string; count: number }>;
   direct: Map<string, { actions: string; logs: boolean }>;
 }
 
@@ -405,21 +408,76 @@ function render(s: SharedFlow): Flow | undefined {
     return policyFlow(s.table, s.priority, s.match, chosen.actions);
   }
   if (s.conj.size === 0) return undefined;
-  const conj = [...s.conj.keys()].sort((a, b) => {
-    const [ia, ka] = conjSortKey(a);
-    const [ib, kb] = conjSortKey(b);
-    return ia - ib || ka.localeCompare(kb);
-  });
-  return policyFlow(s.table, s.priority, s.match, conj.join(','));
+  const conj = [...s.conj.values()].sort((a, b) => a.id - b.id || (a.part < b.part ? -1 : a.part > b.part ? 1 : 0));
+  return policyFlow(s.table, s.priority, s.match, conj.map((c) => `conjunction(${c.id},${c.part})`).join(','));
 }
 
-function conjSortKey(c: string): [number, string] {
-  const m = /^conjunction\((\d+),(.*)\)$/.exec(c);
-  return [Number(m?.[1] ?? 0), m?.[2] ?? ''];
+/** What a contribution adds to its shared flow: equal signatures are interchangeable contributions. */
+function contributionSig(c: Contribution): string {
+  return c.conj ? `${c.key}\0c${c.conj.id},${c.conj.part}` : `${c.key}\0d${c.direct!.owner}\0${c.direct!.logs ? 1 : 0}\0${c.direct!.actions}`;
+}
+
+/** Everything of a rule its flows depend on except its peer IPs (addresses compared as text). */
+const isIPv4Address = (a: string): boolean => familyOf(a) === 4;
+/** Every address of the rule (targets, peers, Service peers) is IPv4. */
+function ipv4Only(r: NodeRule): boolean {
+  if (r.peers === 'any') return false;
+  return [...r.peers.ips, ...r.peers.cidrs, ...r.peers.services.map((x) => x.ip), ...r.targets.flatMap((t) => t.ips)].every(isIPv4Address);
+}
+
+function samePeerFrame(a: NodeRule, b: NodeRule): boolean {
+  if (a.peers === 'any' || b.peers === 'any') return false;
+  if (a.id !== b.id || a.ruleId !== b.ruleId || a.direction !== b.direction || a.action !== b.action) return false;
+  if (a.targets.length !== b.targets.length) return false;
+  for (let i = 0; i < a.targets.length; i++) {
+    const x = a.targets[i]!;
+    const y = b.targets[i]!;
+    if (x.ref !== y.ref || x.kind !== y.kind || x.ips.join() !== y.ips.join()) return false;
+  }
+  return (
+    a.peers.cidrs.join() === b.peers.cidrs.join() &&
+    JSON.stringify(a.peers.services) === JSON.stringify(b.peers.services) &&
+    JSON.stringify(a.ports) === JSON.stringify(b.ports) &&
+    JSON.stringify(a.priority) === JSON.stringify(b.priority) &&
+    JSON.stringify(a.logging ?? null) === JSON.stringify(b.logging ?? null)
+  );
+}
+
+/** Where the peer addresses sit in a rule's main unit (see ruleUnits): clause index and clause count. */
+function ruleUnitShape(rule: NodeRule): { peerClause: number; clauses: number } {
+  return { peerClause: rule.direction === 'Egress' ? 1 : 0, clauses: rule.ports.length > 0 ? 3 : 2 };
+}
+
+/** What went from sorted `a` and came in sorted `b`; undefined when either is not strictly ascending. */
+function sortedDiff(a: readonly string[], b: readonly string[]): { gone: string[]; come: string[] } | undefined {
+  const gone: string[] = [];
+  const come: string[] = [];
+  let i = 0;
+  let j = 0;
+  while (i < a.length || j < b.length) {
+    const x = a[i];
+    const y = b[j];
+    if (y === undefined || (x !== undefined && x < y)) {
+      if (i > 0 && a[i - 1]! >= x!) return undefined;
+      gone.push(x!);
+      i++;
+    } else if (x === undefined || y < x) {
+      if (j > 0 && b[j - 1]! >= y) return undefined;
+      come.push(y);
+      j++;
+    } else {
+      if ((i > 0 && a[i - 1]! >= x) || (j > 0 && b[j - 1]! >= y)) return undefined;
+      i++;
+      j++;
+    }
+  }
+  return { gone, come };
 }
 
 interface RuleEntry {
   rule: NodeRule;
+  /** Whether the rule's main unit (addresses) was compiled: its peer clause can then be patched. */
+  mainUnit: boolean;
   table: TableName;
   priority: number;
   conjIds: number[];
@@ -438,6 +496,9 @@ export class PolicyFlows {
   private readonly rendered = new Map<string, Flow>();
   private readonly identities = new Map<number, RuleIdentity>();
   private initialized = false;
+  private servicePeers = false;
+  /** flows(), kept until a sync changes a flow. */
+  private sorted?: Flow[] | undefined;
 
   /** `naturalConjId` replaces the conjunction-id hash (tests force collisions with it). */
   constructor(private readonly opts: { naturalConjId?: (key: string) => number } = {}) {}
@@ -479,10 +540,13 @@ export class PolicyFlows {
         prev.rule = rule; // same content; keep the latest object (its `order` may have moved)
         continue;
       }
-      if (prev) for (const c of prev.contributions) this.removeContribution(c, touched);
+      if (prev && prev.table === table && prev.priority === priority && prev.endpoints === endpoints && prev.conjIds.join() === ids.join() && this.movePeerIps(prev, rule, touched)) continue;
       const contributions = ruleContributions(rule, table, priority, conjIds, input.serviceEndpoints);
-      for (const c of contributions) this.addContribution(c, touched);
-      this.rules.set(rule.id, { rule, table, priority, conjIds: ids, endpoints, contributions });
+      if (prev) this.replaceContributions(prev.contributions, contributions, touched);
+      else for (const c of contributions) this.addContribution(c, touched);
+      const conjMatch = `conj_id=${ids[0]}`;
+      const mainUnit = contributions.some((c) => c.match === conjMatch && c.direct?.owner === rule.id);
+      this.rules.set(rule.id, { rule, table, priority, conjIds: ids, endpoints, contributions, mainUnit });
     }
     const iso = isolationContributions(input.isolations);
     for (const [owner, c] of this.isolations) {
@@ -497,12 +561,14 @@ export class PolicyFlows {
       this.isolations.set(owner, c);
     }
     this.rebuildIdentities();
+    this.servicePeers = input.rules.some(hasServicePeers);
     return this.renderTouched(touched);
   }
 
-  /** Every policy flow, in a deterministic order. */
+  /** Every policy flow, in a deterministic order (the same array until the flows change: do not modify it). */
   flows(): Flow[] {
-    return [...this.rendered.values()].sort(compareFlows);
+    this.sorted ??= [...this.rendered.values()].sort(compareFlows);
+    return this.sorted;
   }
 
   /** Every rule's counter flows (per-rule statistics), with the cookies they are installed under. */
@@ -515,6 +581,14 @@ export class PolicyFlows {
       }
     }
     return out;
+  }
+
+  /**
+   * Whether the compiled flows depend on Service endpoints (some rule has toServices peers, whose
+   * post-DNAT flows match the endpoints): if not, an endpoint change alone changes no flow.
+   */
+  dependsOnEndpoints(): boolean {
+    return this.servicePeers;
   }
 
   /** The rule behind a conjunction id (from a punt's userdata), or undefined. */
@@ -534,10 +608,88 @@ export class PolicyFlows {
     }
   }
 
+  /**
+   * The common case of a group change: the rule differs from its compiled form only in its peer
+   * IPs (a Pod elsewhere joined or left a peer group). Its flows then differ only in the peer clause
+   * of its main unit, one flow per address that came or went, so only those are added and removed.
+   * False (nothing done) when anything else differs or the peer clause appears or disappears.
+   */
+  private movePeerIps(prev: RuleEntry, rule: NodeRule, touched: Set<string>): boolean {
+    const was = prev.rule;
+    if (was.peers === 'any' || rule.peers === 'any' || !samePeerFrame(was, rule)) return false;
+    // Only IPv4 rules take this path: with IPv6 anywhere in a rule, which families it installs
+    // can change with its peers, and a full recompile decides.
+    if (!ipv4Only(was) || !ipv4Only(rule)) return false;
+    const t = DIRECTION_TABLES[rule.direction];
+    const addrMatch = (a: string) => (a === '0.0.0.0/0' ? 'ip' : `ip,${t.peer}=${a}`);
+    // The main unit exists iff it has peer addresses; when it appears or disappears, recompile.
+    const cidrs = was.peers.cidrs.filter(isIPv4Address);
+    if (cidrs.length === 0 && (!was.peers.ips.some(isIPv4Address) || !rule.peers.ips.some(isIPv4Address))) return false;
+    const diff = sortedDiff(was.peers.ips, rule.peers.ips);
+    if (!diff) return false;
+    const cidrMatches = new Set(cidrs.map(addrMatch));
+    const gone = new Set(diff.gone.filter(isIPv4Address).map(addrMatch));
+    const come = diff.come.filter(isIPv4Address).map(addrMatch);
+    // An address whose match is also a CIDR's (one flow for both): recompile.
+    for (const m of [...gone, ...come]) if (cidrMatches.has(m)) return false;
+    if (gone.size === 0 && come.length === 0) {
+      prev.rule = rule;
+      return true;
+    }
+    if (!prev.mainUnit) return false;
+    const units = ruleUnitShape(rule);
+    const conjId = prev.conjIds[0]!;
+    const part = `${units.peerClause + 1}/${units.clauses}`;
+    const { table, priority } = prev;
+    const isPeer = (c: Contribution) => c.conj !== undefined && c.conj.id === conjId && c.conj.part === part;
+    if (gone.size > 0) {
+      const kept: Contribution[] = [];
+      for (const c of prev.contributions) {
+        if (isPeer(c) && gone.has(c.match)) this.removeContribution(c, touched);
+        else kept.push(c);
+      }
+      prev.contributions = kept;
+    }
+    for (const match of come) {
+      const c: Contribution = { key: flowKey(table, priority, match), table, priority, match, conj: { id: conjId, part } };
+      this.addContribution(c, touched);
+      prev.contributions.push(c);
+    }
+    prev.rule = rule;
+    return true;
+  }
+
+  /**
+   * A rule's contributions replaced by new ones, touching only the shared flows whose contributions
+   * differ: a rule recompiled because one peer address moved keeps all its other flows as they are.
+   */
+  private replaceContributions(old: readonly Contribution[], fresh: readonly Contribution[], touched: Set<string>): void {
+    const pending = new Map<string, Contribution[]>();
+    for (const c of fresh) {
+      const sig = contributionSig(c);
+      const list = pending.get(sig);
+      if (list) list.push(c);
+      else pending.set(sig, [c]);
+    }
+    // Removals first: a flow-carrying contribution is keyed by its owner, so its replacement
+    // (same owner, other actions) must land after the old one has gone.
+    for (const c of old) {
+      const list = pending.get(contributionSig(c));
+      if (list && list.length > 0) list.pop();
+      else this.removeContribution(c, touched);
+    }
+    for (const list of pending.values()) for (const c of list) this.addContribution(c, touched);
+  }
+
   private addContribution(c: Contribution, touched: Set<string>): void {
     let s = this.shared.get(c.key);
     if (!s) this.shared.set(c.key, (s = { table: c.table, priority: c.priority, match: c.match, conj: new Map(), direct: new Map() }));
-    if (c.conj) s.conj.set(c.conj, (s.conj.get(c.conj) ?? 0) + 1);
+    if (c.conj) {
+      const k = `${c.conj.id},${c.conj.part}`;
+      const cur = s.conj.get(k);
+      if (cur) cur.count++;
+      else s.conj.set(k, { id: c.conj.id, part: c.conj.part, count: 1 });
+    }
     if (c.direct) s.direct.set(c.direct.owner, { actions: c.direct.actions, logs: c.direct.logs });
     touched.add(c.key);
   }
@@ -546,9 +698,9 @@ export class PolicyFlows {
     const s = this.shared.get(c.key);
     if (!s) return;
     if (c.conj) {
-      const n = (s.conj.get(c.conj) ?? 0) - 1;
-      if (n > 0) s.conj.set(c.conj, n);
-      else s.conj.delete(c.conj);
+      const k = `${c.conj.id},${c.conj.part}`;
+      const cur = s.conj.get(k);
+      if (cur && --cur.count <= 0) s.conj.delete(k);
     }
     if (c.direct) s.direct.delete(c.direct.owner);
     if (s.conj.size === 0 && s.direct.size === 0) this.shared.delete(c.key);
@@ -572,12 +724,15 @@ export class PolicyFlows {
         this.rendered.set(key, now);
       }
     }
+    if (add.length + remove.length > 0) this.sorted = undefined;
     return { add: add.sort(compareFlows), remove: remove.sort(compareFlows) };
   }
 }
 
+const compareText = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
 function compareFlows(a: Flow, b: Flow): number {
-  return tableId(a.table) - tableId(b.table) || b.priority - a.priority || a.match.localeCompare(b.match) || a.actions.localeCompare(b.actions);
+  return tableId(a.table) - tableId(b.table) || b.priority - a.priority || compareText(a.match, b.match) || compareText(a.actions, b.actions);
 }
 
 /** Priorities of the ordered tables and conjunction ids, from the whole rule set. */
