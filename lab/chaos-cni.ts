@@ -13,9 +13,9 @@ import { spawn } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { join } from 'node:path';
 import type { Conflist, PluginConf } from './net/cni-config.js';
-import { type CniInvocation, type CniResult, cniArgs, nodeFilesystemView, pluginStdin } from './net/cni-runner.js';
+import { type CniInvocation, type CniResult, nodeFilesystemView, pluginEnv, pluginStdin } from './net/cni-runner.js';
 import { run } from './net/exec.js';
-import { cniBinDir, netnsPath, nodeNetns } from './net/names.js';
+import { cniBinDir, nodeNetns } from './net/names.js';
 
 export type CniAnswerKind = 'ok' | 'cni-error' | 'killed' | 'broken';
 
@@ -35,15 +35,7 @@ const PATIENCE_MS = 120_000;
 
 /** Runs one plugin; `killAfterMs` kills it that long after it started (the runtime's timeout). */
 export function callPlugin(inv: CniInvocation, command: 'ADD' | 'DEL', list: Conflist, plugin: PluginConf, prevResult: CniResult | undefined, killAfterMs?: number): Promise<CniAnswer> {
-  const env: NodeJS.ProcessEnv = {
-    PATH: process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-    CNI_COMMAND: command,
-    CNI_CONTAINERID: inv.containerId,
-    CNI_NETNS: netnsPath(inv.netns),
-    CNI_IFNAME: inv.ifName ?? 'eth0',
-    CNI_ARGS: cniArgs(inv),
-    CNI_PATH: cniBinDir(inv.lab),
-  };
+  const env = pluginEnv(inv, command);
   const t0 = performance.now();
   const file = join(cniBinDir(inv.lab), plugin.type);
   // `ip netns exec` and the filesystem view's shell both exec the plugin: the child is the plugin.

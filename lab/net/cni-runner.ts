@@ -134,8 +134,9 @@ export function nodeFilesystemView(lab: string, node: string): string[] {
   return ['sh', '-c', 'mount --bind "$1" /run/sluice && shift && exec "$@"', 'sh', src];
 }
 
-async function execPlugin(inv: CniInvocation, command: CniCommand, list: Conflist, plugin: PluginConf, prevResult: CniResult | undefined): Promise<string> {
-  const env: NodeJS.ProcessEnv = {
+/** The environment a runtime gives a plugin for `command` on `inv` (the CNI_* variables and a PATH). */
+export function pluginEnv(inv: CniInvocation, command: CniCommand): NodeJS.ProcessEnv {
+  return {
     PATH: process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
     CNI_COMMAND: command,
     CNI_CONTAINERID: inv.containerId,
@@ -144,6 +145,10 @@ async function execPlugin(inv: CniInvocation, command: CniCommand, list: Conflis
     CNI_ARGS: cniArgs(inv),
     CNI_PATH: cniBinDir(inv.lab),
   };
+}
+
+async function execPlugin(inv: CniInvocation, command: CniCommand, list: Conflist, plugin: PluginConf, prevResult: CniResult | undefined): Promise<string> {
+  const env = pluginEnv(inv, command);
   const file = join(cniBinDir(inv.lab), plugin.type);
   if (!existsSync(file)) {
     throw new CniPluginError(plugin.type, command, 999, `failed to find plugin "${plugin.type}" in path [${cniBinDir(inv.lab)}]`, undefined, '');

@@ -20,15 +20,38 @@ export async function sh(cmd: string, args: string[], opts: { input?: string; al
 export const inNs = (ns: string, cmd: string[], opts: { allowFail?: boolean; input?: string } = {}) => sh('ip', ['netns', 'exec', ns, ...cmd], opts);
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Why the lab tests cannot run here, or undefined. */
-export async function missingPrereq(): Promise<string | undefined> {
+const DATAPATH_TOOLS = ['ovs-vswitchd', 'ovsdb-server', 'ovs-vsctl', 'ovs-ofctl', 'ip', 'nft', 'iptables', 'ethtool', 'nsenter', 'nc', 'ping'];
+
+/** Why the lab tests cannot run here (not root, one of `tools` or the OVS schema missing), or undefined. */
+export async function missingPrereq(tools: readonly string[] = DATAPATH_TOOLS): Promise<string | undefined> {
   if (process.getuid?.() !== 0) return 'needs root (network namespaces, OVS)';
-  for (const tool of ['ovs-vswitchd', 'ovsdb-server', 'ovs-vsctl', 'ovs-ofctl', 'ip', 'nft', 'iptables', 'ethtool', 'nsenter', 'nc', 'ping']) {
+  for (const tool of tools) {
     const r = await sh('sh', ['-c', `command -v ${tool}`], { allowFail: true });
     if (r.code !== 0) return `missing tool ${tool}`;
   }
   if (!existsSync('/usr/share/openvswitch/vswitch.ovsschema')) return 'missing /usr/share/openvswitch/vswitch.ovsschema';
   return undefined;
+}
+
+/** SIGKILL to the process a pid file names, if any (a daemon of a private OVS). */
+export function killPidFile(file: string): void {
+  if (!existsSync(file)) return;
+  try {
+    process.kill(Number(readFileSync(file, 'utf8').trim()), 'SIGKILL');
+  } catch {
+    /* gone */
+  }
+}
+
+/** Kills a private OVS's daemons (started by startPrivateOvs in `runDir`). */
+export function stopPrivateOvs(runDir: string): void {
+  for (const d of ['ovs-vswitchd', 'ovsdb-server']) killPidFile(join(runDir, `${d}.pid`));
+}
+
+/** `sh` with every OVS tool pointed at the private OVS in `runDir`. */
+export function ovsShell(runDir: string): typeof sh {
+  const env = privateOvsEnv(runDir);
+  return (cmd, args, opts = {}) => sh(cmd, args, { ...opts, env });
 }
 
 /** Environment that keeps every OVS tool and daemon inside `runDir` (db, sockets, logs). */

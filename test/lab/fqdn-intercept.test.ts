@@ -14,7 +14,7 @@
  * dropped; DNS over TCP works and is learned too; NXDOMAIN answers are delivered; after the TTL
  * the address is dropped again. The hold latency is printed.
  */
-import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import t from 'tap';
@@ -37,12 +37,14 @@ import type { KubeObject } from '../../daemon/policy/types.js';
 import { simpleQuery } from '../unit/fqdn-helpers.js';
 import { connectProgram, dnsServerProgram, nodeIn, queryProgram as queryProgramTo } from './fqdn-programs.js';
 import { startPrivateOvs } from './datapath-env.js';
+import { missingPrereq, ovsShell, stopPrivateOvs } from './datapath-env.js';
 
 const NODE = 'fq-node';
 const POD_NS = 'fq-pod';
 const EXT_NS = 'fq-ext';
 const DIR = '/tmp/fq-lab';
 const RUN = join(DIR, 'ovs');
+const sh = ovsShell(RUN);
 const MGMT = join(RUN, 'br-int.mgmt');
 const POD_IP = '10.78.0.5';
 const POD_MAC = '0a:78:00:00:00:05';
@@ -53,34 +55,13 @@ const WEB = { www: '192.0.2.10', other: '192.0.2.11', api: '192.0.2.12' } as con
 
 const env = { ...process.env, OVS_RUNDIR: RUN, OVS_DBDIR: RUN, OVS_LOGDIR: RUN } as Record<string, string>;
 
-async function sh(cmd: string, args: string[], opts: { allowFail?: boolean; input?: string } = {}) {
-  const r = await execa(cmd, args, { reject: false, env, input: opts.input ?? '' });
-  if (r.exitCode !== 0 && !opts.allowFail) throw new Error(`${cmd} ${args.join(' ')}: exit ${r.exitCode}: ${r.stderr}`);
-  return { code: r.exitCode ?? -1, stdout: String(r.stdout), stderr: String(r.stderr) };
-}
 const inNs = (ns: string, cmd: string[], opts: { allowFail?: boolean; input?: string } = {}) => sh('ip', ['netns', 'exec', ns, ...cmd], opts);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-async function missingPrereq(): Promise<string | undefined> {
-  if (process.getuid?.() !== 0) return 'needs root (network namespaces, OVS)';
-  for (const tool of ['ovs-vswitchd', 'ovsdb-server', 'ovsdb-tool', 'ovs-vsctl', 'ovs-ofctl', 'ip', 'nft', 'ethtool']) {
-    if ((await sh('sh', ['-c', `command -v ${tool}`], { allowFail: true })).code !== 0) return `missing tool ${tool}`;
-  }
-  if (!existsSync('/usr/share/openvswitch/vswitch.ovsschema')) return 'missing /usr/share/openvswitch/vswitch.ovsschema';
-  return undefined;
-}
 
-function killPidFile(file: string): void {
-  if (!existsSync(file)) return;
-  try {
-    process.kill(Number(readFileSync(file, 'utf8').trim()), 'SIGKILL');
-  } catch {
-    /* gone */
-  }
-}
 
 async function teardown(): Promise<void> {
-  for (const d of ['ovs-vswitchd', 'ovsdb-server']) killPidFile(join(RUN, `${d}.pid`));
+  stopPrivateOvs(RUN);
   for (const ns of [POD_NS, EXT_NS, NODE]) await sh('ip', ['netns', 'del', ns], { allowFail: true });
   rmSync(DIR, { recursive: true, force: true });
 }
@@ -159,7 +140,7 @@ function killServers(s: Servers | undefined): void {
 // ---- the test --------------------------------------------------------------------------------
 
 t.test('DNS responses are held, learned and released; fqdn rules follow them on a real bridge', async (t) => {
-  const missing = await missingPrereq();
+  const missing = await missingPrereq(['ovs-vswitchd', 'ovsdb-server', 'ovsdb-tool', 'ovs-vsctl', 'ovs-ofctl', 'ip', 'nft', 'ethtool']);
   if (missing) {
     t.plan(0, `skipped: ${missing}`);
     return;
@@ -273,7 +254,7 @@ t.test('DNS responses are held, learned and released; fqdn rules follow them on 
 });
 
 t.test('the agent-facing FqdnLearning: enforcer hook, debounced apply, release after the covering bundle', async (t) => {
-  const missing = await missingPrereq();
+  const missing = await missingPrereq(['ovs-vswitchd', 'ovsdb-server', 'ovsdb-tool', 'ovs-vsctl', 'ovs-ofctl', 'ip', 'nft', 'ethtool']);
   if (missing) {
     t.plan(0, `skipped: ${missing}`);
     return;

@@ -9,9 +9,8 @@
  * replaced by its IPv6 counterpart. That image stands in for the IPv6 pipeline the datapath does
  * not have yet; the policy flows under test are the compiler's own output, unchanged.
  */
-import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { execa } from 'execa';
 import { pino } from 'pino';
 import t from 'tap';
 import { bundleText } from '../../daemon/flows/diff.js';
@@ -22,37 +21,18 @@ import { packetInMeters, meterText } from '../../daemon/flows/openflow/punt.js';
 import { PolicyFlows, policyFlowInput } from '../../daemon/flows/policy/index.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { KubeObject, Probe, Verdict } from '../../daemon/policy/types.js';
+import { missingPrereq, ovsShell, startPrivateOvs, stopPrivateOvs } from './datapath-env.js';
 
 const NS = 'p6-n1';
 const DIR = `/tmp/${NS}`;
 const RUN = join(DIR, 'ovs');
+const sh = ovsShell(RUN);
 
-async function sh(cmd: string, args: string[], opts: { input?: string; allowFail?: boolean } = {}) {
-  const r = await execa(cmd, args, { reject: false, input: opts.input ?? '', env: { ...process.env, OVS_RUNDIR: RUN, OVS_DBDIR: RUN, OVS_LOGDIR: RUN } });
-  if (r.exitCode !== 0 && !opts.allowFail) throw new Error(`${cmd} ${args.join(' ')}: exit ${r.exitCode}: ${r.stderr}`);
-  return { code: r.exitCode ?? -1, stdout: String(r.stdout), stderr: String(r.stderr) };
-}
 
-async function missingPrereq(): Promise<string | undefined> {
-  if (process.getuid?.() !== 0) return 'needs root (network namespace, OVS)';
-  for (const tool of ['ovs-vswitchd', 'ovsdb-server', 'ovsdb-tool', 'ovs-vsctl', 'ovs-ofctl', 'ovs-appctl', 'ip']) {
-    if ((await sh('sh', ['-c', `command -v ${tool}`], { allowFail: true })).code !== 0) return `missing tool ${tool}`;
-  }
-  if (!existsSync('/usr/share/openvswitch/vswitch.ovsschema')) return 'missing /usr/share/openvswitch/vswitch.ovsschema';
-  return undefined;
-}
 
-function killPidFile(file: string): void {
-  if (!existsSync(file)) return;
-  try {
-    process.kill(Number(readFileSync(file, 'utf8').trim()), 'SIGKILL');
-  } catch {
-    /* gone */
-  }
-}
 
 async function teardown(): Promise<void> {
-  for (const d of ['ovs-vswitchd', 'ovsdb-server']) killPidFile(join(RUN, `${d}.pid`));
+  stopPrivateOvs(RUN);
   await sh('ip', ['netns', 'del', NS], { allowFail: true });
   rmSync(DIR, { recursive: true, force: true });
 }
@@ -144,7 +124,7 @@ function ipv6Image(f: Flow): Flow | undefined {
   return { ...f, match: match.join(',') };
 }
 
-const why = await missingPrereq();
+const why = await missingPrereq(['ovs-vswitchd', 'ovsdb-server', 'ovsdb-tool', 'ovs-vsctl', 'ovs-ofctl', 'ovs-appctl', 'ip']);
 if (why) {
   t.plan(0, `skipped: ${why}`);
 } else {
@@ -153,10 +133,7 @@ if (why) {
   mkdirSync(RUN, { recursive: true });
   await sh('ip', ['netns', 'add', NS]);
   await sh('ip', ['netns', 'exec', NS, 'ip', 'link', 'set', 'lo', 'up']);
-  await sh('ovsdb-tool', ['create', join(RUN, 'conf.db'), '/usr/share/openvswitch/vswitch.ovsschema']);
-  await sh('ip', ['netns', 'exec', NS, 'ovsdb-server', `--remote=punix:${RUN}/db.sock`, `--pidfile=${RUN}/ovsdb-server.pid`, '--detach', `--log-file=${RUN}/ovsdb-server.log`, `${RUN}/conf.db`]);
-  await sh('ovs-vsctl', [`--db=unix:${RUN}/db.sock`, '--no-wait', 'init']);
-  await sh('ip', ['netns', 'exec', NS, 'ovs-vswitchd', `--pidfile=${RUN}/ovs-vswitchd.pid`, '--detach', `--log-file=${RUN}/ovs-vswitchd.log`, `unix:${RUN}/db.sock`]);
+  await startPrivateOvs(NS, RUN);
 
   const ovs = new Ovs({ ovsRunDir: RUN, bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
   await ovs.ensureBridge();
