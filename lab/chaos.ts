@@ -62,6 +62,12 @@ const QUICK = process.argv.includes('--quick');
 /** `--name NAME`: the lab's name (its namespaces and state), so a run can sit beside another lab. */
 const nameAt = process.argv.indexOf('--name');
 const LAB = checkLabName(nameAt >= 0 ? (process.argv[nameAt + 1] ?? '') : 'chaos');
+/**
+ * `--only WORD`: only the scenarios whose name contains WORD (`--only soak` gives the soak the whole
+ * 15 minutes, which the full run cannot fit beside the other scenarios).
+ */
+const onlyAt = process.argv.indexOf('--only');
+const ONLY = onlyAt >= 0 ? (process.argv[onlyAt + 1] ?? '') : undefined;
 /** The full run stops its soak early enough to finish within 20 minutes. */
 const FULL_BUDGET_MS = 19 * 60_000;
 const cli = join(repoRoot(), 'dist', 'lab', 'cli.js');
@@ -301,6 +307,7 @@ function quantile(buckets: [string, number][], q: number): string {
 }
 
 async function main(): Promise<void> {
+  if (ONLY === '') throw new Error('--only needs a word of a scenario name (e.g. --only soak)');
   const t0 = performance.now();
   const dir = mkdtempSync(join(tmpdir(), 'chaos-'));
   await labCli(['down']).catch(() => undefined);
@@ -318,7 +325,10 @@ async function main(): Promise<void> {
     await waitUntil('the deny enforced', async () => (await runProbes([{ sourceNetns: src, ip: pod('x/a').status.podIP, port: 80, protocol: 'TCP' }], 1000))[0]!.verdict === 'drop');
 
     let broken = 0; // the running scenario's other broken promises (its fault adds them)
+    /** The row of the scenario that just ran, if it was the one named (`--only` may have skipped it). */
+    const ranLast = (prefix: string): Row | undefined => (rows.at(-1)?.scenario.startsWith(prefix) ? rows.at(-1) : undefined);
     const scenario = async (name: string, iterations: number, fault: () => Promise<number | number[]>, flipped?: FlippedTarget) => {
+      if (ONLY !== undefined && !name.includes(ONLY)) return;
       broken = 0;
       // Sources on both nodes: z/a shares x/a's node, z/b does not (its packets reach x/a through the host route).
       const prober = new Prober([src, podNetns(LAB, 'z', 'b')], ['x/a', 'x/b', 'x/c'].map((r) => pod(r).status.podIP), ['y/a', 'y/c'].map((r) => pod(r).status.podIP), flipped);
@@ -567,8 +577,11 @@ async function main(): Promise<void> {
       await waitUntil('z/c reaches y/a again', async () => (await runProbes([{ sourceNetns: ns, ip: to, port: 80, protocol: 'TCP' }], 1000))[0]!.verdict === 'allow');
       return Math.round(performance.now() - k);
     });
-    rows[rows.length - 1]!.gaps += spoofedThrough;
-    console.error(`hostile Pod: ${spoofedThrough} of ${spoofed} spoofed datagrams reached y/a`);
+    const spoofRow = ranLast('hostile Pod: another');
+    if (spoofRow) {
+      spoofRow.gaps += spoofedThrough;
+      console.error(`hostile Pod: ${spoofedThrough} of ${spoofed} spoofed datagrams reached y/a`);
+    }
 
     // Forged frames from the hostile Pod's eth0 (raw frames: lab/forged-frames.py): gratuitous ARP
     // replies and requests claiming the gateway's and y/b's addresses (broadcast and unicast to y/b),
@@ -637,8 +650,9 @@ async function main(): Promise<void> {
       }
       return Math.round(performance.now() - k);
     });
-    rows[rows.length - 1]!.gaps += forgedThrough + poisoned;
-    if (python) console.error(`forged frames: ${forgedSent} sent, ${forgedThrough} reached a victim, ${poisoned} neighbour entries poisoned`);
+    const forgedRow = ranLast('hostile Pod: forged');
+    if (forgedRow) forgedRow.gaps += forgedThrough + poisoned;
+    if (forgedRow && python) console.error(`forged frames: ${forgedSent} sent, ${forgedThrough} reached a victim, ${poisoned} neighbour entries poisoned`);
 
     // Churn that changes a probed verdict: a policy allowing z into x/c on port 81 appears and goes
     // away. The probers' expectation for that pair follows the agent's commit, read from x/c's node:
@@ -670,9 +684,10 @@ async function main(): Promise<void> {
       return window;
     }, flipped);
     if (flipped.settled === 'allow') await clientFor(info).delete(resolveKind('networkpolicies'), FLIP.metadata.name, 'x');
-    console.error(`verdict flips: ${flips} flips; under a committed verdict z -> x/c:81 connected ${flipped.seen.allow} times while allowed and failed ${flipped.seen.deny} times while denied`);
-    if (flipped.seen.allow === 0 || flipped.seen.deny === 0) {
-      rows[rows.length - 1]!.broken++;
+    const flipRow = ranLast('verdict flips');
+    if (flipRow) console.error(`verdict flips: ${flips} flips; under a committed verdict z -> x/c:81 connected ${flipped.seen.allow} times while allowed and failed ${flipped.seen.deny} times while denied`);
+    if (flipRow && (flipped.seen.allow === 0 || flipped.seen.deny === 0)) {
+      flipRow.broken++;
       console.error('verdict flips: BROKEN: the probers never saw one of the two verdicts, so the flip check saw nothing');
     }
 
@@ -897,6 +912,11 @@ spec:
   console.log(`chaos ${QUICK ? '--quick ' : ''}done in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
   const failed = rows.some((r) => r.gaps > 0 || r.resets > 0 || r.broken > 0 || r.leaks.length > 0);
   if (failed) console.log('an invariant broke (gaps, resets, broken or leaks above); see the lines on stderr');
+  if (ONLY !== undefined && rows.length === 0) {
+    console.error(`chaos: --only ${ONLY} matches no scenario`);
+    process.exitCode = 2;
+    return;
+  }
   process.exitCode = failed ? 1 : 0;
 }
 
