@@ -19,7 +19,7 @@ export interface HostVeth {
 }
 
 const NETLINK_ROUTE = 0;
-const RTM = { NEWLINK: 16, GETLINK: 18, NEWNSID: 88, GETNSID: 90 } as const;
+const RTM = { GETLINK: 18, NEWNSID: 88, GETNSID: 90 } as const;
 const IFLA = { ADDRESS: 1, IFNAME: 3, LINK: 5, LINK_NETNSID: 37, TARGET_NETNSID: 46 } as const;
 const NETNSA = { NSID: 1, FD: 3 } as const;
 const NSID_NOT_ASSIGNED = -1;
