@@ -216,24 +216,6 @@ export class AgentMetrics {
     series('sluice_policy_rule_bytes_total', 'Bytes per rule on this node, counted as sluice_policy_rule_packets_total', (s) => s.bytes);
   }
 
-  /**
-   * Packet-ins the bridge's meters dropped before they reached the agent. The switch's totals restart
-   * with ovs-vswitchd (and a re-installed meter); the counter only ever adds what they gained.
-   */
-  private registerMeterDrops(read: () => Promise<Record<string, number> | undefined>): void {
-    const totals = this.totals;
-    new Counter({
-      name: 'sluice_packet_in_meter_drops_total',
-      help: 'Packets the bridge dropped at a packet-in meter instead of sending them to the agent, by meter (policy: reject and logging; dns; traceflow)',
-      labelNames: ['meter'],
-      registers: [this.registry],
-      async collect() {
-        const drops = await read().catch(() => undefined);
-        for (const [meter, total] of Object.entries(drops ?? {})) totals.feed(this, { meter }, total);
-      },
-    });
-  }
-
   /** A gauge set from `read` at each scrape (series `read` no longer returns disappear). */
   private gauge(name: string, help: string, labelNames: string[], read: () => Samples): void {
     new Gauge({
@@ -249,15 +231,15 @@ export class AgentMetrics {
   }
 
   /** A counter following the running totals `read` returns at each scrape (see TotalTracker). */
-  private counter(name: string, help: string, labelNames: string[], read: () => Samples): void {
+  private counter(name: string, help: string, labelNames: string[], read: () => Samples | Promise<Samples>): void {
     const totals = this.totals;
     new Counter({
       name,
       help,
       labelNames,
       registers: [this.registry],
-      collect() {
-        for (const [labels, total] of read()) totals.feed(this, labels, total);
+      async collect() {
+        for (const [labels, total] of await read()) totals.feed(this, labels, total);
       },
     });
   }
@@ -267,7 +249,15 @@ export class AgentMetrics {
     this.sources = sources;
     if (first && sources.enforcement) this.registerEnforcementMetrics();
     if (first && sources.ruleStats) this.registerRuleStatistics(async () => this.sources?.ruleStats?.());
-    if (first && sources.meterDrops) this.registerMeterDrops(async () => this.sources?.meterDrops?.());
+    if (first && sources.meterDrops) {
+      // The switch's totals restart with ovs-vswitchd (and a re-installed meter); the counter only adds what they gained.
+      this.counter(
+        'sluice_packet_in_meter_drops_total',
+        'Packets the bridge dropped at a packet-in meter instead of sending them to the agent, by meter (policy: reject and logging; dns; traceflow)',
+        ['meter'],
+        async () => Object.entries((await this.sources?.meterDrops?.().catch(() => undefined)) ?? {}).map(([meter, total]): Samples[number] => [{ meter }, total]),
+      );
+    }
   }
 
   observeCniRequest(command: string | undefined, result: 'ok' | number, seconds: number): void {
