@@ -9,6 +9,9 @@ import { createConnection } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
+import { pino } from 'pino';
+import { meterText, packetInMeters } from '../../daemon/flows/openflow/punt.js';
+import { type GatewayInfo, Ovs } from '../../daemon/flows/ovs.js';
 
 export const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -52,6 +55,53 @@ export function stopPrivateOvs(runDir: string): void {
 export function ovsShell(runDir: string): typeof sh {
   const env = privateOvsEnv(runDir);
   return (cmd, args, opts = {}) => sh(cmd, args, { ...opts, env });
+}
+
+/** A private OVS bridge for ofproto/trace tests: br-int with antrea-gw0 and one veth port per Pod. */
+export interface TraceBridge {
+  ovs: Ovs;
+  gw: GatewayInfo;
+  /** By Pod name: its port, the MAC its flows use (from the last byte of its IPv4 address) and that address. */
+  ports: Record<string, { ofport: number; mac: string; ip: string }>;
+}
+
+/**
+ * Network namespace `ns` with a private OVS (files under `dir`/ovs), br-int and antrea-gw0 as the
+ * agent sets them up, the packet-in meters, and for each Pod (name -> IPv4 address) a veth
+ * `<devPrefix><name>` attached as the agent attaches Pods (namespace x). Anything left from an
+ * earlier run is removed first.
+ */
+export async function startTraceBridge(ns: string, dir: string, devPrefix: string, pods: Record<string, string>): Promise<TraceBridge> {
+  const runDir = join(dir, 'ovs');
+  await stopTraceBridge(ns, dir);
+  mkdirSync(runDir, { recursive: true });
+  await sh('ip', ['netns', 'add', ns]);
+  await sh('ip', ['netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up']);
+  await startPrivateOvs(ns, runDir);
+  const ovs = new Ovs({ ovsRunDir: runDir, bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
+  await ovs.ensureBridge();
+  const gw = (await ovs.ensureGateway('antrea-gw0')).gateway;
+  const ports: TraceBridge['ports'] = {};
+  for (const [name, ip] of Object.entries(pods)) {
+    const dev = `${devPrefix}${name}`;
+    await sh('ip', ['netns', 'exec', ns, 'ip', 'link', 'add', dev, 'type', 'veth', 'peer', 'name', `${dev}x`]);
+    await sh('ip', ['netns', 'exec', ns, 'ip', 'link', 'set', dev, 'up']);
+    const mac = `2a:00:00:00:00:${ip.split('.')[3]!.padStart(2, '0')}`;
+    const ofport = await ovs.addPodPort(dev, {
+      'sluice-type': 'container', 'container-id': `c-${name}`, 'pod-namespace': 'x', 'pod-name': name, 'ip-address': ip,
+      'attached-mac': mac, 'net-ns': '/var/run/netns/none', 'if-name': 'eth0',
+    });
+    ports[name] = { ofport, mac, ip };
+  }
+  for (const m of packetInMeters()) await ovs.ofctl(['add-meter', ovs.target, meterText(m)]);
+  return { ovs, gw, ports };
+}
+
+/** Removes what startTraceBridge made: the OVS daemons, the namespace and `dir`. */
+export async function stopTraceBridge(ns: string, dir: string): Promise<void> {
+  stopPrivateOvs(join(dir, 'ovs'));
+  await sh('ip', ['netns', 'del', ns], { allowFail: true });
+  rmSync(dir, { recursive: true, force: true });
 }
 
 /** Environment that keeps every OVS tool and daemon inside `runDir` (db, sockets, logs). */

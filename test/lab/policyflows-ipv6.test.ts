@@ -9,33 +9,22 @@
  * replaced by its IPv6 counterpart. That image stands in for the IPv6 pipeline the datapath does
  * not have yet; the policy flows under test are the compiler's own output, unchanged.
  */
-import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { pino } from 'pino';
 import t from 'tap';
 import { bundleText } from '../../daemon/flows/diff.js';
 import type { Flow } from '../../daemon/flows/flow.js';
-import { Ovs } from '../../daemon/flows/ovs.js';
 import { computeFlows } from '../../daemon/flows/pipeline.js';
-import { packetInMeters, meterText } from '../../daemon/flows/openflow/punt.js';
 import { PolicyFlows, policyFlowInput } from '../../daemon/flows/policy/index.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { KubeObject, Probe, Verdict } from '../../daemon/policy/types.js';
-import { missingPrereq, ovsShell, startPrivateOvs, stopPrivateOvs } from './datapath-env.js';
+import { missingPrereq, ovsShell, startTraceBridge, stopTraceBridge } from './datapath-env.js';
 
 const NS = 'p6-n1';
 const DIR = `/tmp/${NS}`;
 const RUN = join(DIR, 'ovs');
 const sh = ovsShell(RUN);
 
-
-
-
-async function teardown(): Promise<void> {
-  stopPrivateOvs(RUN);
-  await sh('ip', ['netns', 'del', NS], { allowFail: true });
-  rmSync(DIR, { recursive: true, force: true });
-}
+const teardown = () => stopTraceBridge(NS, DIR);
 
 // ---- cluster: dual-stack Pods x/a, x/b, x/c here (n1); y/r and y/d on n2 -------------------------
 
@@ -129,28 +118,7 @@ if (why) {
   t.plan(0, `skipped: ${why}`);
 } else {
   t.teardown(teardown);
-  await teardown();
-  mkdirSync(RUN, { recursive: true });
-  await sh('ip', ['netns', 'add', NS]);
-  await sh('ip', ['netns', 'exec', NS, 'ip', 'link', 'set', 'lo', 'up']);
-  await startPrivateOvs(NS, RUN);
-
-  const ovs = new Ovs({ ovsRunDir: RUN, bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
-  await ovs.ensureBridge();
-  const gw = (await ovs.ensureGateway('antrea-gw0')).gateway;
-  const ports: Record<string, { ofport: number; mac: string }> = {};
-  for (const [name, ips] of Object.entries(LOCAL)) {
-    const dev = `p6p${name}`;
-    await sh('ip', ['netns', 'exec', NS, 'ip', 'link', 'add', dev, 'type', 'veth', 'peer', 'name', `${dev}x`]);
-    await sh('ip', ['netns', 'exec', NS, 'ip', 'link', 'set', dev, 'up']);
-    const mac = `2a:00:00:00:00:${ips[4].split('.')[3]!.padStart(2, '0')}`;
-    const ofport = await ovs.addPodPort(dev, {
-      'sluice-type': 'container', 'container-id': `c-${name}`, 'pod-namespace': 'x', 'pod-name': name, 'ip-address': ips[4],
-      'attached-mac': mac, 'net-ns': '/var/run/netns/none', 'if-name': 'eth0',
-    });
-    ports[name] = { ofport, mac };
-  }
-  for (const m of packetInMeters()) await ovs.ofctl(['add-meter', ovs.target, meterText(m)]);
+  const { ovs, gw, ports } = await startTraceBridge(NS, DIR, 'p6p', Object.fromEntries(Object.entries(LOCAL).map(([name, ips]) => [name, ips[4]])));
 
   const engine = new PolicyEngine({ nodeName: 'n1' });
   for (const o of [nodeObj('n1', [NODE[4], NODE[6]]), nodeObj('n2', ['192.168.100.2', 'fd00:ff::2']), ns('x'), ns('y')]) engine.upsert(o);

@@ -6,19 +6,15 @@
  * sources, ingress of local destinations; equal to evaluate() when both ends are local). SCTP can only be checked this way on this machine
  * (no SCTP sockets in the lab), which the test output says.
  */
-import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { pino } from 'pino';
 import t, { type Test } from 'tap';
 import { bundleText, diffFlows } from '../../daemon/flows/diff.js';
-import { Ovs } from '../../daemon/flows/ovs.js';
 import { computeFlows } from '../../daemon/flows/pipeline.js';
-import { packetInMeters, meterText } from '../../daemon/flows/openflow/punt.js';
 import { decodePolicyPuntExtra, decodePolicyPuntRegs, dirtyRuleIds, PolicyFlows, policyFlowInput } from '../../daemon/flows/policy/index.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { ChangeSet } from '../../daemon/policy/internal.js';
 import type { KubeObject, Probe, Verdict } from '../../daemon/policy/types.js';
-import { missingPrereq, ovsShell, startPrivateOvs, stopPrivateOvs } from './datapath-env.js';
+import { missingPrereq, ovsShell, startTraceBridge, stopTraceBridge } from './datapath-env.js';
 
 const NS = 'pf-n1';
 const DIR = `/tmp/${NS}`;
@@ -26,14 +22,7 @@ const RUN = join(DIR, 'ovs');
 const sh = ovsShell(RUN);
 const NODE_IP = '192.168.100.1';
 
-
-
-
-async function teardown(): Promise<void> {
-  stopPrivateOvs(RUN);
-  await sh('ip', ['netns', 'del', NS], { allowFail: true });
-  rmSync(DIR, { recursive: true, force: true });
-}
+const teardown = () => stopTraceBridge(NS, DIR);
 
 // ---- cluster objects -------------------------------------------------------------------------
 
@@ -150,29 +139,7 @@ if (why) {
   t.plan(0, `skipped: ${why}`);
 } else {
   t.teardown(teardown);
-  await teardown();
-  mkdirSync(RUN, { recursive: true });
-  await sh('ip', ['netns', 'add', NS]);
-  await sh('ip', ['netns', 'exec', NS, 'ip', 'link', 'set', 'lo', 'up']);
-  await startPrivateOvs(NS, RUN);
-
-  const log = pino({ level: 'silent' });
-  const ovs = new Ovs({ ovsRunDir: RUN, bridge: 'br-int', datapath: 'netdev', log });
-  await ovs.ensureBridge();
-  const gw = (await ovs.ensureGateway('antrea-gw0')).gateway;
-  const ports: Record<string, { ofport: number; mac: string; ip: string }> = {};
-  for (const [name, ip] of Object.entries(LOCAL)) {
-    const dev = `pfp${name}`;
-    await sh('ip', ['netns', 'exec', NS, 'ip', 'link', 'add', dev, 'type', 'veth', 'peer', 'name', `${dev}x`]);
-    await sh('ip', ['netns', 'exec', NS, 'ip', 'link', 'set', dev, 'up']);
-    const mac = `2a:00:00:00:00:${ip.split('.')[3]!.padStart(2, '0')}`;
-    const ofport = await ovs.addPodPort(dev, {
-      'sluice-type': 'container', 'container-id': `c-${name}`, 'pod-namespace': 'x', 'pod-name': name, 'ip-address': ip,
-      'attached-mac': mac, 'net-ns': '/var/run/netns/none', 'if-name': 'eth0',
-    });
-    ports[name] = { ofport, mac, ip };
-  }
-  for (const m of packetInMeters()) await ovs.ofctl(['add-meter', ovs.target, meterText(m)]);
+  const { ovs, gw, ports } = await startTraceBridge(NS, DIR, 'pfp', LOCAL);
 
   const engine = new PolicyEngine({ nodeName: 'n1' });
   for (const o of [nodeObj('n1', NODE_IP), nodeObj('n2', '192.168.100.2'), ns('x', { 'networkpolicy.antrea.io/enable-logging': 'true' }), ns('y')]) engine.upsert(o);
