@@ -5,7 +5,7 @@
  * and reports what was deleted meanwhile, without ever dropping objects that still exist.
  * Plus the enforcer's debounced flow application and order independence of its compiled flows.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -192,7 +192,11 @@ t.test('compiled flows do not depend on event order (incremental = full compile)
   t.pass('30 random orders give the full compile exactly');
 });
 
-t.test('an EndpointSlice change alone re-targets toServices flows after DNAT', async (t) => {
+/**
+ * An enforcer whose flow applies are counted, with Namespace x and a local client Pod (x/client,
+ * app=c, 10.1.0.5) in its view.
+ */
+function clientEnforcer(t: Test): { e: Enforcer; up: (o: KubeObject) => void; applies: () => number } {
   const e = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 5 });
   t.teardown(() => e.close());
   let applies = 0;
@@ -202,6 +206,11 @@ t.test('an EndpointSlice change alone re-targets toServices flows after DNAT', a
   const up = (o: KubeObject) => e.onWatchEvent({ type: 'upsert', object: o });
   up({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x', labels: { ns: 'x' } } });
   up({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 'client', labels: { app: 'c' } }, spec: { nodeName: 'node-1' }, status: { phase: 'Running', podIP: '10.1.0.5' } });
+  return { e, up, applies: () => applies };
+}
+
+t.test('an EndpointSlice change alone re-targets toServices flows after DNAT', async (t) => {
+  const { e, up, applies } = clientEnforcer(t);
   for (const [name, ip] of [['s1', '10.2.0.5'], ['s2', '10.2.0.6']] as const) {
     up({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name, labels: { app: 's' } }, spec: { nodeName: 'node-2', containers: [{ name: 'c', ports: [{ containerPort: 8080 }] }] }, status: { phase: 'Running', podIP: ip } });
   }
@@ -219,23 +228,15 @@ t.test('an EndpointSlice change alone re-targets toServices flows after DNAT', a
   t.ok(postDnat('10.2.0.5'), 'post-DNAT toServices flow for the endpoint s1');
   t.notOk(postDnat('10.2.0.6'));
   await sleep(30);
-  const before = applies;
+  const before = applies();
   up(slice('s2', '10.2.0.6'));
   await sleep(60);
-  t.ok(applies > before, 'the EndpointSlice change was applied to the bridge');
+  t.ok(applies() > before, 'the EndpointSlice change was applied to the bridge');
   t.ok(postDnat('10.2.0.6') && !postDnat('10.2.0.5'), 'the flow follows the endpoint to s2');
 });
 
 t.test('Service and Pod events that change no rule get no compile and no apply', async (t) => {
-  const e = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 5 });
-  t.teardown(() => e.close());
-  let applies = 0;
-  e.bindFlows(async () => {
-    applies++;
-  });
-  const up = (o: KubeObject) => e.onWatchEvent({ type: 'upsert', object: o });
-  up({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x', labels: { ns: 'x' } } });
-  up({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 'client', labels: { app: 'c' } }, spec: { nodeName: 'node-1' }, status: { phase: 'Running', podIP: '10.1.0.5' } });
+  const { e, up, applies } = clientEnforcer(t);
   const server = (labels: Record<string, string>): KubeObject => ({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 's1', labels }, spec: { nodeName: 'node-2', containers: [{ name: 'c', ports: [{ containerPort: 8080 }] }] }, status: { phase: 'Running', podIP: '10.2.0.5' } });
   up(server({ app: 's' }));
   const service = (port: number): KubeObject => ({ apiVersion: 'v1', kind: 'Service', metadata: { namespace: 'x', name: 's' }, spec: { clusterIP: '10.96.0.10', selector: { app: 's' }, ports: [{ port, protocol: 'TCP', targetPort: 8080 }] } });
@@ -246,11 +247,11 @@ t.test('Service and Pod events that change no rule get no compile and no apply',
   });
   const flows = JSON.stringify(e.flows());
   await sleep(30);
-  const before = applies;
+  const before = applies();
   up(service(81));
   up(server({ app: 's', other: 'label' }));
   await sleep(60);
-  t.equal(applies, before, 'no rule uses Service endpoints and the Pod joined no group: nothing to apply');
+  t.equal(applies(), before, 'no rule uses Service endpoints and the Pod joined no group: nothing to apply');
   t.equal(JSON.stringify(e.flows()), flows);
   // Once a rule depends on the endpoints, the same kinds of events are compiled and applied.
   up({
@@ -258,10 +259,10 @@ t.test('Service and Pod events that change no rule get no compile and no apply',
     spec: { priority: 2, tier: 'application', appliedTo: [{ podSelector: { matchLabels: { app: 'c' } } }], egress: [{ action: 'Allow', toServices: [{ name: 's', namespace: 'x' }] }] },
   });
   await sleep(30);
-  const withSvc = applies;
+  const withSvc = applies();
   t.ok(withSvc > before, 'the toServices policy was applied');
   up(service(82));
   await sleep(60);
-  t.ok(applies > withSvc, 'a Service change is applied once a toServices rule depends on it');
+  t.ok(applies() > withSvc, 'a Service change is applied once a toServices rule depends on it');
   t.ok(e.flows().some((f) => f.match.includes('nw_dst=10.96.0.10,tp_dst=82')), 'the pre-DNAT flow has the new Service port');
 });
