@@ -12,6 +12,7 @@ import { execa } from 'execa';
 import { pino } from 'pino';
 import { meterText, packetInMeters } from '../../daemon/flows/openflow/punt.js';
 import { type GatewayInfo, Ovs } from '../../daemon/flows/ovs.js';
+import type { Verdict } from '../../daemon/policy/types.js';
 
 export const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -95,6 +96,25 @@ export async function startTraceBridge(ns: string, dir: string, devPrefix: strin
   }
   for (const m of packetInMeters()) await ovs.ofctl(['add-meter', ovs.target, meterText(m)]);
   return { ovs, gw, ports };
+}
+
+/**
+ * One ofproto/trace of a first packet (`flow`, as ofproto/trace reads it) through br-int, judged by
+ * its final datapath actions: output ending at port `expectOut` is allow, a policy punt with the
+ * reject bit and no output is reject, a drop is drop. `sh` is an OVS-scoped shell (ovsShell).
+ */
+export async function traceFirstPacket(sh: ReturnType<typeof ovsShell>, flow: string, expectOut: string): Promise<{ verdict: Verdict | 'other'; out: string }> {
+  const out = (await sh('ovs-appctl', ['ofproto/trace', 'br-int', flow, '--ct-next', 'trk,new'])).stdout;
+  const actions = [...out.matchAll(/Datapath actions: (.*)/g)].pop()?.[1] ?? '';
+  if (/controller|userspace/.test(actions)) {
+    const ud = [...out.matchAll(/userdata=01\.([0-9a-f]{2})/g)].pop()?.[1];
+    if (ud !== undefined && (parseInt(ud, 16) & 0x02) !== 0 && !/,\d+$/.test(actions)) return { verdict: 'reject', out };
+    if (/,\d+$/.test(actions) && actions.endsWith(`,${expectOut}`)) return { verdict: 'allow', out };
+    return { verdict: ud !== undefined && !/\d$/.test(actions) ? 'drop' : 'other', out };
+  }
+  if (actions === 'drop') return { verdict: 'drop', out };
+  if (new RegExp(`(^|,)${expectOut}$`).test(actions)) return { verdict: 'allow', out };
+  return { verdict: 'other', out };
 }
 
 /** Removes what startTraceBridge made: the OVS daemons, the namespace and `dir`. */

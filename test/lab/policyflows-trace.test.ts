@@ -14,7 +14,7 @@ import { decodePolicyPuntExtra, decodePolicyPuntRegs, dirtyRuleIds, PolicyFlows,
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { ChangeSet } from '../../daemon/policy/internal.js';
 import type { KubeObject, Probe, Verdict } from '../../daemon/policy/types.js';
-import { missingPrereq, ovsShell, startTraceBridge, stopTraceBridge } from './datapath-env.js';
+import { missingPrereq, ovsShell, startTraceBridge, stopTraceBridge, traceFirstPacket } from './datapath-env.js';
 
 const NS = 'pf-n1';
 const DIR = `/tmp/${NS}`;
@@ -201,20 +201,7 @@ if (why) {
   };
 
   /** One ofproto/trace of a first packet: its verdict by the final datapath actions. */
-  const traceVerdict = async (flow: string, expectOut: string): Promise<{ verdict: Verdict | 'other'; out: string }> => {
-    const r = await sh('ovs-appctl', ['ofproto/trace', 'br-int', flow, '--ct-next', 'trk,new']);
-    const out = r.stdout;
-    const actions = [...out.matchAll(/Datapath actions: (.*)/g)].pop()?.[1] ?? '';
-    if (/controller|userspace/.test(actions)) {
-      const ud = [...out.matchAll(/userdata=01\.([0-9a-f]{2})/g)].pop()?.[1];
-      if (ud !== undefined && (parseInt(ud, 16) & 0x02) !== 0 && !/,\d+$/.test(actions)) return { verdict: 'reject', out };
-      if (/,\d+$/.test(actions) && actions.endsWith(`,${expectOut}`)) return { verdict: 'allow', out };
-      return { verdict: ud !== undefined && !/\d$/.test(actions) ? 'drop' : 'other', out };
-    }
-    if (actions === 'drop') return { verdict: 'drop', out };
-    if (new RegExp(`(^|,)${expectOut}$`).test(actions)) return { verdict: 'allow', out };
-    return { verdict: 'other', out };
-  };
+  const traceVerdict = (flow: string, expectOut: string) => traceFirstPacket(sh, flow, expectOut);
 
   /** The datapath's verdict for a probe, Service probes as pre-DNAT + re-entered post-DNAT packets. */
   const datapathVerdict = async (probe: Probe): Promise<{ verdict: Verdict | 'other'; out: string }> => {
