@@ -12,7 +12,8 @@ import { execa } from 'execa';
 import { pino } from 'pino';
 import { meterText, packetInMeters } from '../../daemon/flows/openflow/punt.js';
 import { type GatewayInfo, Ovs } from '../../daemon/flows/ovs.js';
-import type { Verdict } from '../../daemon/policy/types.js';
+import type { PolicyEngine } from '../../daemon/policy/engine.js';
+import type { Probe, Verdict } from '../../daemon/policy/types.js';
 
 export const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -115,6 +116,19 @@ export async function traceFirstPacket(sh: ReturnType<typeof ovsShell>, flow: st
   if (actions === 'drop') return { verdict: 'drop', out };
   if (new RegExp(`(^|,)${expectOut}$`).test(actions)) return { verdict: 'allow', out };
   return { verdict: 'other', out };
+}
+
+/**
+ * What one node's bridge must do with a probe: it enforces the egress and the ingress of its own
+ * Pods (`localPods`, "ns/name") only, so the verdict is the first non-allow among the local sides
+ * of engine.explain(), egress first; with no side of a Pod (hosts, outside), the engine's verdict.
+ */
+export function localVerdict(engine: PolicyEngine, localPods: ReadonlySet<string>, probe: Probe): { verdict: Verdict; by: string } {
+  const { result, sides } = engine.explain(probe);
+  if (sides.length === 0) return { verdict: result.verdict, by: result.note ?? '' };
+  const bad = sides.filter((s) => localPods.has(s.pod)).find((s) => s.verdict !== 'allow');
+  const d = bad?.decidedBy;
+  return { verdict: bad?.verdict ?? 'allow', by: d ? `${d.kind} ${d.name} ${d.rule ?? ''} (${d.direction})` : '' };
 }
 
 /** Removes what startTraceBridge made: the OVS daemons, the namespace and `dir`. */

@@ -16,8 +16,8 @@ import type { Flow } from '../../daemon/flows/flow.js';
 import { computeFlows } from '../../daemon/flows/pipeline.js';
 import { PolicyFlows, policyFlowInput } from '../../daemon/flows/policy/index.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
-import type { KubeObject, Probe, Verdict } from '../../daemon/policy/types.js';
-import { missingPrereq, ovsShell, startTraceBridge, stopTraceBridge, traceFirstPacket } from './datapath-env.js';
+import type { KubeObject, Probe } from '../../daemon/policy/types.js';
+import { missingPrereq, ovsShell, localVerdict, startTraceBridge, stopTraceBridge, traceFirstPacket } from './datapath-env.js';
 
 const NS = 'p6-n1';
 const DIR = `/tmp/${NS}`;
@@ -164,13 +164,7 @@ if (why) {
 
   /** This node's verdict: the first non-allow among the local sides of engine.explain(). */
   const localPods = new Set(Object.keys(LOCAL).map((n) => `x/${n}`));
-  const expected = (probe: Probe): { verdict: Verdict; by: string } => {
-    const { result, sides } = engine.explain(probe);
-    if (sides.length === 0) return { verdict: result.verdict, by: result.note ?? '' };
-    const bad = sides.filter((s) => localPods.has(s.pod)).find((s) => s.verdict !== 'allow');
-    const d = bad?.decidedBy;
-    return { verdict: bad?.verdict ?? 'allow', by: d ? `${d.kind} ${d.name} ${d.rule ?? ''} (${d.direction})` : '' };
-  };
+  const expected = (probe: Probe) => localVerdict(engine, localPods, probe);
 
   const PROBES: Probe[] = [];
   const both = (from: string, to: string, protocol: Probe['protocol'], port: number) => {

@@ -14,7 +14,7 @@ import { decodePolicyPuntExtra, decodePolicyPuntRegs, dirtyRuleIds, PolicyFlows,
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { ChangeSet } from '../../daemon/policy/internal.js';
 import type { KubeObject, Probe, Verdict } from '../../daemon/policy/types.js';
-import { missingPrereq, ovsShell, startTraceBridge, stopTraceBridge, traceFirstPacket } from './datapath-env.js';
+import { missingPrereq, ovsShell, localVerdict, startTraceBridge, stopTraceBridge, traceFirstPacket } from './datapath-env.js';
 
 const NS = 'pf-n1';
 const DIR = `/tmp/${NS}`;
@@ -228,13 +228,7 @@ if (why) {
    * non-allow among the local sides of engine.explain(), egress first.
    */
   const localPods = new Set(Object.keys(LOCAL).map((n) => `x/${n}`));
-  const expected = (probe: Probe): { verdict: Verdict; by: string } => {
-    const { result, sides } = engine.explain(probe);
-    if (sides.length === 0) return { verdict: result.verdict, by: result.note ?? '' };
-    const bad = sides.filter((s) => localPods.has(s.pod)).find((s) => s.verdict !== 'allow');
-    const d = bad?.decidedBy;
-    return { verdict: bad?.verdict ?? 'allow', by: d ? `${d.kind} ${d.name} ${d.rule ?? ''} (${d.direction})` : '' };
-  };
+  const expected = (probe: Probe) => localVerdict(engine, localPods, probe);
 
   const PROBES: Probe[] = [];
   const add = (from: string, to: string, protocol: Probe['protocol'], port: number) => PROBES.push({ from, to, protocol, port });
