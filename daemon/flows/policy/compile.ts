@@ -417,14 +417,13 @@ function contributionSig(c: Contribution): string {
   return c.conj ? `${c.key}\0c${c.conj.id},${c.conj.part}` : `${c.key}\0d${c.direct!.owner}\0${c.direct!.logs ? 1 : 0}\0${c.direct!.actions}`;
 }
 
-/** Everything of a rule its flows depend on except its peer IPs (addresses compared as text). */
-const isIPv4Address = (a: string): boolean => familyOf(a) === 4;
 /** Every address of the rule (targets, peers, Service peers) is IPv4. */
 function ipv4Only(r: NodeRule): boolean {
   if (r.peers === 'any') return false;
-  return [...r.peers.ips, ...r.peers.cidrs, ...r.peers.services.map((x) => x.ip), ...r.targets.flatMap((t) => t.ips)].every(isIPv4Address);
+  return [...r.peers.ips, ...r.peers.cidrs, ...r.peers.services.map((x) => x.ip), ...r.targets.flatMap((t) => t.ips)].every((a) => familyOf(a) === 4);
 }
 
+/** Everything of a rule its flows depend on except its peer IPs (addresses compared as text). */
 function samePeerFrame(a: NodeRule, b: NodeRule): boolean {
   if (a.peers === 'any' || b.peers === 'any') return false;
   if (a.id !== b.id || a.ruleId !== b.ruleId || a.direction !== b.direction || a.action !== b.action) return false;
@@ -620,16 +619,15 @@ export class PolicyFlows {
     // Only IPv4 rules take this path: with IPv6 anywhere in a rule, which families it installs
     // can change with its peers, and a full recompile decides.
     if (!ipv4Only(was) || !ipv4Only(rule)) return false;
-    const t = DIRECTION_TABLES[rule.direction];
-    const addrMatch = (a: string) => (a === '0.0.0.0/0' ? 'ip' : `ip,${t.peer}=${a}`);
+    const addrMatch = (a: string) => addressMatch(DIRECTION_TABLES[rule.direction].peer, a);
     // The main unit exists iff it has peer addresses; when it appears or disappears, recompile.
-    const cidrs = was.peers.cidrs.filter(isIPv4Address);
-    if (cidrs.length === 0 && (!was.peers.ips.some(isIPv4Address) || !rule.peers.ips.some(isIPv4Address))) return false;
+    const cidrs = was.peers.cidrs;
+    if (cidrs.length === 0 && (was.peers.ips.length === 0 || rule.peers.ips.length === 0)) return false;
     const diff = sortedDiff(was.peers.ips, rule.peers.ips);
     if (!diff) return false;
     const cidrMatches = new Set(cidrs.map(addrMatch));
-    const gone = new Set(diff.gone.filter(isIPv4Address).map(addrMatch));
-    const come = diff.come.filter(isIPv4Address).map(addrMatch);
+    const gone = new Set(diff.gone.map(addrMatch));
+    const come = diff.come.map(addrMatch);
     // An address whose match is also a CIDR's (one flow for both): recompile.
     for (const m of [...gone, ...come]) if (cidrMatches.has(m)) return false;
     if (gone.size === 0 && come.length === 0) {
