@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Runs the whole suite: pure tests in parallel, then root/lab tests one file at a time
-# (they share the machine's network namespaces and OVS). Ends with "N passed, N failed".
+# Runs the whole suite: pure tests in parallel; then lab tests two files at a time (each file
+# names its own labs and namespaces, and most of a lab test's time is spent waiting for packets
+# and timeouts, not on the CPU); then, one at a time, the lab files whose first line says
+# "// test-schedule: exclusive: <why>" (podman builds, or figures that a second lab's load would
+# skew). Ends with "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp)
@@ -10,7 +13,10 @@ if [ $# -gt 0 ]; then
   run "$@"
 else
   run -j2 'test/unit/**/*.test.ts'
-  run -j1 'test/lab/**/*.test.ts'
+  mapfile -t exclusive < <(grep -l '^// test-schedule: exclusive: ' test/lab/*.test.ts)
+  mapfile -t shared < <(grep -L '^// test-schedule: exclusive: ' test/lab/*.test.ts)
+  run -j2 "${shared[@]}"
+  run -j1 "${exclusive[@]}"
 fi
 node -e '
 const txt = require("fs").readFileSync(process.argv[1], "utf8");

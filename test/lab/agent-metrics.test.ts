@@ -1,3 +1,4 @@
+// test-schedule: exclusive: asserts packet-in meter figures, which depend on how much CPU the agent gets.
 /**
  * The agent's /metrics on a real lab (mt, ptp, 1 node, enforcing agent): the figures move with real
  * events — CNI ADD/DEL of Pods created and deleted through the node's chain, a policy committed to

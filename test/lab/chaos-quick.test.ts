@@ -1,3 +1,4 @@
+// test-schedule: exclusive: it measures gaps, resets and recovery times under injected faults; a second lab beside it would be one more fault.
 /**
  * The chaos suite's short run (`npm run chaos -- --quick`, lab/chaos.ts) in npm test: every fault
  * scenario once on its own 2-node lab, with the two invariants checked all along. The table it

@@ -1,3 +1,4 @@
+// test-schedule: exclusive: podman builds the image that the install suites also build (one content-addressed cache).
 /**
  * The container image (npm run image → scripts/image.mjs): built from Debian packages and this
  * repository, cached by content (a second build is a cache hit), with every binary the DaemonSet

@@ -1,3 +1,4 @@
+// test-schedule: exclusive: podman and its own PID namespace; watches daemons die and restart on a schedule.
 /**
  * The `ovs` container's command from install/sluice.yaml, run for real: the exact script, in a
  * private network namespace (im-ovs-<pid>) with private OVS directories (OVS_RUNDIR, OVS_LOGDIR,
