@@ -4,9 +4,14 @@
  * replies, audit log, DNS learning hook).
  *
  * Consistency: the engine is updated synchronously per event; the flow compile and the bridge
- * bundle are coalesced over `debounceMs`, and whatever bundle the agent applies (a debounced flush,
- * a CNI ADD, a resync) first compiles every change received so far, so each applied state is the
- * engine's state at one moment. Nothing is ever flushed to "allow": a lost watch keeps the last
+ * bundle follow, and whatever bundle the agent applies (a flush, a CNI ADD, a resync) first
+ * compiles every change received so far, so each applied state is the engine's state at one moment.
+ *
+ * Latency against batching: on an idle agent a change is compiled and applied on the next turn of
+ * the event loop (every event of the same watch read is in it). Changes that arrive while an apply
+ * runs wait for it and go together into the next one; and while applies follow each other closely
+ * (within `debounceMs` of the last one's end: a burst, a relist) the next one waits `debounceMs`,
+ * so a storm of events becomes a few large applies rather than one per event. Nothing is ever flushed to "allow": a lost watch keeps the last
  * state until the relist reports the differences.
  */
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
@@ -27,6 +32,7 @@ import { buildPolicyReport, type PolicyReport } from './policy-report.js';
 import { PodView } from './podview.js';
 import { decidePolicyPunt, rejectReplyMacs } from './punthandler.js';
 import type { EnforcementMetrics } from '../metrics.js';
+import { type Clock, realClock, type TimerHandle } from '../clock.js';
 
 /** What DNS learning plugs in (daemon/fqdn): called for every DNS punt; returns the engine's ChangeSet if it learned something. */
 export type DnsPuntHook = (pin: PacketIn, punt: DecodedPunt, engine: PolicyEngine) => ChangeSet | undefined | Promise<ChangeSet | undefined>;
@@ -52,8 +58,10 @@ export interface EnforcerOptions {
   bridge: string;
   auditLogPath?: string;
   log: Logger;
-  /** Coalescing window for bursts of API events. */
+  /** Coalescing window, used only during bursts (see the header). */
   debounceMs?: number;
+  /** Timers of the coalescing (tests step a manual clock). */
+  clock?: Clock;
   /** Packet-in rate per punt meter. */
   packetInRate?: number;
   dns?: DnsLearning;
@@ -108,7 +116,13 @@ export class Enforcer {
   private dirtySince?: number | undefined;
   private fullCompile = true;
   private pending = false;
-  private timer?: NodeJS.Timeout | undefined;
+  private timer?: TimerHandle | undefined;
+  /** A flush is between its compile and the end of its apply. */
+  private flushing = false;
+  /** A DNS answer waits for the next apply: it goes without the burst delay. */
+  private urgent = false;
+  private lastFlushEnd?: number;
+  private readonly clock: Clock;
   private expiryTimer?: NodeJS.Timeout;
   private closed = false;
   private readonly dispatch = { handled: 0, unclaimed: 0, failed: 0 };
@@ -128,6 +142,7 @@ export class Enforcer {
       log: (e) => opts.log.warn({ kind: e.kind, namespace: e.namespace, name: e.name, field: e.field, err: e.message }, 'policy: invalid object ignored'),
     });
     this.pods = new PodView(opts.nodeName);
+    this.clock = opts.clock ?? realClock;
     this.carrier = new RuleCountCarrier(this.loadCarrier());
   }
 
@@ -234,13 +249,16 @@ export class Enforcer {
     this.changeSeq++;
     for (const id of dirty) this.dirty.add(id);
     this.pending = true;
-    this.dirtySince ??= Date.now();
+    this.dirtySince ??= this.clock.now();
     this.schedule();
   }
 
+  /** Plans the next flush (the header says when); a running flush plans its successor itself. */
   private schedule(): void {
-    if (this.timer || this.closed) return;
-    this.timer = setTimeout(() => void this.flush(), this.opts.debounceMs ?? 20);
+    if (this.timer || this.flushing || this.closed) return;
+    const window = this.opts.debounceMs ?? 20;
+    const inBurst = this.lastFlushEnd !== undefined && this.clock.now() - this.lastFlushEnd < window;
+    this.timer = this.clock.setTimeout(() => void this.flush(), inBurst && !this.urgent ? window : 0);
   }
 
   /** Brings the compiled policy flows to the engine's current state (pure, synchronous). */
@@ -261,18 +279,24 @@ export class Enforcer {
     const seq = this.changeSeq;
     this.compileNow();
     this.dirtySince = undefined;
+    this.urgent = false;
     if (!this.applyFlows) return; // the agent's first sync will carry them
+    this.flushing = true;
     try {
       await this.applyFlows();
       this.applies++;
       this.committedSeq = Math.max(this.committedSeq, seq);
       if (since !== undefined) {
-        this.lastApplyMs = Date.now() - since;
+        this.lastApplyMs = this.clock.now() - since;
         this.opts.onRealized?.(this.lastApplyMs / 1000);
         this.opts.log.info({ ms: this.lastApplyMs, policyFlows: this.policyFlows.flows().length }, 'policy: flows committed');
       }
     } catch (err) {
       this.opts.log.error({ err: (err as Error).message }, 'policy: applying flows failed; the periodic resync retries');
+    } finally {
+      this.flushing = false;
+      this.lastFlushEnd = this.clock.now();
+      if (this.pending) this.schedule();
     }
   }
 
@@ -420,11 +444,13 @@ export class Enforcer {
     if (!this.opts.dns) return;
     const cs = await this.opts.dns.hook(pin, punt, this.engine);
     if (!cs) return;
+    // A held DNS response waits for this apply: no burst delay.
+    this.urgent = true;
     this.changed(cs);
-    // A held DNS response waits for this apply: no debounce.
     if (this.timer) {
-      clearTimeout(this.timer);
-      void this.flush();
+      this.clock.clearTimeout(this.timer);
+      this.timer = undefined;
+      this.schedule();
     }
   }
 
@@ -567,7 +593,7 @@ export class Enforcer {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    clearTimeout(this.timer);
+    this.clock.clearTimeout(this.timer);
     clearInterval(this.expiryTimer);
     await this.watch?.stop();
     this.opts.dns?.close();

@@ -16,6 +16,7 @@ import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import { seedCrds } from '../../lab/apiserver/resources.js';
 import { startLab } from './apiserver-helpers.js';
+import { ManualClock } from './manual-clock.js';
 
 const log = pino({ level: 'silent' });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -115,33 +116,78 @@ t.test('informers feed the engine; CRDs appear later; watch loss and 410 converg
   t.ok(applies > 0, `engine changes were applied to the bridge (${applies} debounced applies)`);
 });
 
-t.test('debounce: a burst of changes is one apply, with every change in it', async (t) => {
-  const enforcer = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 30 });
+const podX = (i: number): KubeObject => ({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: `p${i}`, labels: { app: 'p' } }, spec: { nodeName: 'node-1' }, status: { phase: 'Running', podIP: `10.1.1.${i + 1}` } });
+const denyX: KubeObject = { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace: 'x', name: 'deny' }, spec: { podSelector: {}, policyTypes: ['Ingress'] } };
+
+t.test('coalescing: the events of one read are one apply, with every change in it', async (t) => {
+  const clock = new ManualClock();
+  const enforcer = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 30, clock });
   t.teardown(() => enforcer.close());
   const applied: number[] = [];
   enforcer.bindFlows(async () => {
-    applied.push(enforcer.flows().length);
+    applied.push(enforcer.flows().filter((f) => f.table === 'IngressDefaultRule' && f.actions === 'drop').length);
   });
   enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x', labels: { ns: 'x' } } } });
-  for (let i = 0; i < 20; i++) {
-    enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: `p${i}`, labels: { app: 'p' } }, spec: { nodeName: 'node-1' }, status: { phase: 'Running', podIP: `10.1.1.${i + 1}` } } });
+  for (let i = 0; i < 20; i++) enforcer.onWatchEvent({ type: 'upsert', object: podX(i) });
+  enforcer.onWatchEvent({ type: 'upsert', object: denyX });
+  await clock.advance(0);
+  t.same(applied, [20], 'one apply, at once (no waiting on an idle agent), with all 20 isolation drops');
+  await clock.advance(1000);
+  t.same(applied, [20], 'and nothing more');
+});
+
+t.test('coalescing: idle changes go at once; changes during an apply wait for it, then for the burst window', async (t) => {
+  const clock = new ManualClock();
+  const enforcer = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 30, clock });
+  t.teardown(() => enforcer.close());
+  const releases: (() => void)[] = [];
+  const started: number[] = [];
+  enforcer.bindFlows(() => {
+    started.push(clock.now());
+    return new Promise<void>((r) => releases.push(r));
+  });
+  enforcer.onWatchEvent({ type: 'upsert', object: denyX });
+  enforcer.onWatchEvent({ type: 'upsert', object: podX(0) });
+  await clock.advance(0);
+  t.same(started, [0], 'the first change starts an apply on the next turn');
+  // Three changes while that apply runs (in separate reads).
+  for (let i = 1; i <= 3; i++) {
+    await clock.advance(5);
+    enforcer.onWatchEvent({ type: 'upsert', object: podX(i) });
   }
-  enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace: 'x', name: 'deny' }, spec: { podSelector: {}, policyTypes: ['Ingress'] } } });
-  await sleep(120);
-  t.equal(applied.length, 1, 'one apply for the burst');
-  t.equal(enforcer.flows().filter((f) => f.table === 'IngressDefaultRule' && f.actions === 'drop').length, 20, 'all 20 isolation drops in it');
+  t.same(started, [0], 'no second apply while the first runs');
+  releases[0]!();
+  await clock.advance(0);
+  t.same(started, [0], 'right after it ends, the changes wait out the burst window');
+  await clock.advance(29);
+  t.same(started, [0]);
+  await clock.advance(1);
+  t.same(started, [0, 45], 'then the three go together in one apply, 30 ms after the first ended');
+  const first = enforcer.status().committedChanges;
+  t.ok(first > 0 && first < enforcer.status().changes, 'only the first apply\'s changes are committed so far');
+  releases[1]!();
+  await clock.advance(0);
+  t.equal(enforcer.status().committedChanges, enforcer.status().changes, 'the second apply commits the other three');
+  await clock.advance(31);
+  enforcer.onWatchEvent({ type: 'remove', object: { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace: 'x', name: 'deny' } } });
+  await clock.advance(0);
+  t.same(started, [0, 45, 76], 'after a quiet window a change goes at once again');
+  releases[2]!();
+  await clock.advance(0);
+  t.equal(clock.waiting, 0, 'no timer left behind');
 });
 
 t.test('status: a change counts as committed only once the apply that carries it is done', async (t) => {
-  const enforcer = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 5 });
+  const clock = new ManualClock();
+  const enforcer = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 5, clock });
   t.teardown(() => enforcer.close());
   let release: () => void = () => undefined;
   enforcer.bindFlows(() => new Promise<void>((r) => (release = r)));
   enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 'a', labels: {} }, spec: { nodeName: 'node-1' }, status: { phase: 'Running', podIP: '10.1.1.1' } } });
-  enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace: 'x', name: 'deny' }, spec: { podSelector: {}, policyTypes: ['Ingress'] } } });
+  enforcer.onWatchEvent({ type: 'upsert', object: denyX });
   const seen = enforcer.status().changes;
   t.ok(seen > 0, `${seen} changes taken in`);
-  await sleep(40);
+  await clock.advance(40);
   t.equal(enforcer.status().committedChanges, 0, 'the apply is still running: nothing committed');
   const first = release;
   // A change arriving while that apply runs is not in it.
@@ -149,10 +195,10 @@ t.test('status: a change counts as committed only once the apply that carries it
   const later = enforcer.status().changes;
   t.ok(later > seen, 'the removal is one more change');
   first();
-  await sleep(40);
+  await clock.advance(40);
   t.equal(enforcer.status().committedChanges, seen, 'the finished apply commits the changes it was compiled with, not the later one');
   release();
-  await sleep(20);
+  await clock.advance(20);
   t.equal(enforcer.status().committedChanges, later, 'the next apply commits the removal');
 });
 
@@ -196,8 +242,9 @@ t.test('compiled flows do not depend on event order (incremental = full compile)
  * An enforcer whose flow applies are counted, with Namespace x and a local client Pod (x/client,
  * app=c, 10.1.0.5) in its view.
  */
-function clientEnforcer(t: Test): { e: Enforcer; up: (o: KubeObject) => void; applies: () => number } {
-  const e = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 5 });
+function clientEnforcer(t: Test): { e: Enforcer; up: (o: KubeObject) => void; applies: () => number; clock: ManualClock } {
+  const clock = new ManualClock();
+  const e = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 5, clock });
   t.teardown(() => e.close());
   let applies = 0;
   e.bindFlows(async () => {
@@ -206,11 +253,11 @@ function clientEnforcer(t: Test): { e: Enforcer; up: (o: KubeObject) => void; ap
   const up = (o: KubeObject) => e.onWatchEvent({ type: 'upsert', object: o });
   up({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x', labels: { ns: 'x' } } });
   up({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 'client', labels: { app: 'c' } }, spec: { nodeName: 'node-1' }, status: { phase: 'Running', podIP: '10.1.0.5' } });
-  return { e, up, applies: () => applies };
+  return { e, up, applies: () => applies, clock };
 }
 
 t.test('an EndpointSlice change alone re-targets toServices flows after DNAT', async (t) => {
-  const { e, up, applies } = clientEnforcer(t);
+  const { e, up, applies, clock } = clientEnforcer(t);
   for (const [name, ip] of [['s1', '10.2.0.5'], ['s2', '10.2.0.6']] as const) {
     up({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name, labels: { app: 's' } }, spec: { nodeName: 'node-2', containers: [{ name: 'c', ports: [{ containerPort: 8080 }] }] }, status: { phase: 'Running', podIP: ip } });
   }
@@ -227,16 +274,16 @@ t.test('an EndpointSlice change alone re-targets toServices flows after DNAT', a
   const postDnat = (ip: string) => e.flows().some((f) => f.table === 'AntreaPolicyEgressRule' && f.match.includes(`nw_dst=${ip}`) && f.match.includes('tp_dst=8080'));
   t.ok(postDnat('10.2.0.5'), 'post-DNAT toServices flow for the endpoint s1');
   t.notOk(postDnat('10.2.0.6'));
-  await sleep(30);
+  await clock.advance(30);
   const before = applies();
   up(slice('s2', '10.2.0.6'));
-  await sleep(60);
+  await clock.advance(60);
   t.ok(applies() > before, 'the EndpointSlice change was applied to the bridge');
   t.ok(postDnat('10.2.0.6') && !postDnat('10.2.0.5'), 'the flow follows the endpoint to s2');
 });
 
 t.test('Service and Pod events that change no rule get no compile and no apply', async (t) => {
-  const { e, up, applies } = clientEnforcer(t);
+  const { e, up, applies, clock } = clientEnforcer(t);
   const server = (labels: Record<string, string>): KubeObject => ({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 's1', labels }, spec: { nodeName: 'node-2', containers: [{ name: 'c', ports: [{ containerPort: 8080 }] }] }, status: { phase: 'Running', podIP: '10.2.0.5' } });
   up(server({ app: 's' }));
   const service = (port: number): KubeObject => ({ apiVersion: 'v1', kind: 'Service', metadata: { namespace: 'x', name: 's' }, spec: { clusterIP: '10.96.0.10', selector: { app: 's' }, ports: [{ port, protocol: 'TCP', targetPort: 8080 }] } });
@@ -246,11 +293,11 @@ t.test('Service and Pod events that change no rule get no compile and no apply',
     spec: { priority: 1, tier: 'application', appliedTo: [{ podSelector: { matchLabels: { app: 'c' } } }], egress: [{ action: 'Drop', to: [{ podSelector: { matchLabels: { app: 'web' } } }] }] },
   });
   const flows = JSON.stringify(e.flows());
-  await sleep(30);
+  await clock.advance(30);
   const before = applies();
   up(service(81));
   up(server({ app: 's', other: 'label' }));
-  await sleep(60);
+  await clock.advance(60);
   t.equal(applies(), before, 'no rule uses Service endpoints and the Pod joined no group: nothing to apply');
   t.equal(JSON.stringify(e.flows()), flows);
   // Once a rule depends on the endpoints, the same kinds of events are compiled and applied.
@@ -258,11 +305,11 @@ t.test('Service and Pod events that change no rule get no compile and no apply',
     apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'only-svc' },
     spec: { priority: 2, tier: 'application', appliedTo: [{ podSelector: { matchLabels: { app: 'c' } } }], egress: [{ action: 'Allow', toServices: [{ name: 's', namespace: 'x' }] }] },
   });
-  await sleep(30);
+  await clock.advance(30);
   const withSvc = applies();
   t.ok(withSvc > before, 'the toServices policy was applied');
   up(service(82));
-  await sleep(60);
+  await clock.advance(60);
   t.ok(applies() > withSvc, 'a Service change is applied once a toServices rule depends on it');
   t.ok(e.flows().some((f) => f.match.includes('nw_dst=10.96.0.10,tp_dst=82')), 'the pre-DNAT flow has the new Service port');
 });
