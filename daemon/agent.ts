@@ -13,7 +13,7 @@ import { mkdir } from 'node:fs/promises';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { AgentConfig } from './config.js';
-import { type CniHandler, type CniServer, type GcAttachment, type PodRequest, startCniServer } from './cniserver.js';
+import { type CniHandler, type CniServer, type GcAttachment, type PodRequest, startCniServer } from './cni/server.js';
 import { diffFlows, FlowUnion } from './flows/diff.js';
 import type { Flow } from './flows/flow.js';
 import type { RuleStatistics } from './flows/policy/stats.js';
@@ -30,7 +30,7 @@ import { type AdoptionStatus, type NodePod, planAdoption } from './adoption.js';
 import { ChainKeeper, type ChainStatus } from './chainkeeper.js';
 import { readCniCache } from './cni/runtime-cache.js';
 import { sluiceEntry } from '../install/conflist.js';
-import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './podattach.js';
+import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './cni/attacher.js';
 
 export interface AgentOptions {
   config: AgentConfig;

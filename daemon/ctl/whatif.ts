@@ -13,8 +13,8 @@ import { ManifestError, formatInvalidDocument, readManifests } from '../manifest
 import { parsePortRange, ProbeSyntaxError } from '../policy/probes.js';
 import type { KubeObject } from '../policy/types.js';
 import { type VerdictChange, type WhatIfResult, whatIf } from '../policy/whatif.js';
-import { getJson } from '../watch/clusterwatch.js';
-import { isNotFound, WATCHED_RESOURCES } from '../watch/resources.js';
+import { getJson } from '../enforcement/watch/clusterwatch.js';
+import { isNotFound, WATCHED_RESOURCES } from '../enforcement/watch/resources.js';
 import { describeRule, formatWarning, type Output, UsageError } from './simulate.js';
 
 export interface WhatIfCommandOptions {

@@ -12,7 +12,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import type * as K8s from '@kubernetes/client-node';
-import type { KubeObject } from '../policy/types.js';
+import type { KubeObject } from '../../policy/types.js';
 import { isNotFound, WATCHED_RESOURCES, type WatchedResource } from './resources.js';
 
 export type WatchEvent = { type: 'upsert'; object: KubeObject } | { type: 'remove'; object: KubeObject };
