@@ -31,6 +31,7 @@ import { ChainKeeper, type ChainStatus } from './chainkeeper.js';
 import { readCniCache } from './cni/runtime-cache.js';
 import { sluiceEntry } from '../install/conflist.js';
 import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './cni/attacher.js';
+import { KubeAccess } from './kube/access.js';
 
 export interface AgentOptions {
   config: AgentConfig;
@@ -92,52 +93,45 @@ export interface EventSubject {
 const API_TIMEOUT_MS = 10_000;
 const API_START_DEADLINE_MS = 30_000;
 
-function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_r, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+/** Pod fields the agent reads from the API (plain JSON, as served). */
+interface ApiPod {
+  metadata?: { namespace?: string; name?: string; uid?: string; deletionTimestamp?: string };
+  spec?: { hostNetwork?: boolean };
+  status?: { phase?: string; podIP?: string; podIPs?: { ip: string }[] };
 }
 
-/** The API server, only as much as the datapath needs today (Pod/policy informers come later). */
+/** The API server, only as much as the datapath needs: this Node, this node's Pods, Events. */
 class Kube {
   private constructor(
-    private readonly core: import('@kubernetes/client-node').CoreV1Api,
+    private readonly api: KubeAccess,
     readonly server: string,
   ) {}
 
   static async connect(kubeconfig: string | undefined): Promise<Kube> {
-    const k8s = await import('@kubernetes/client-node');
-    const kc = new k8s.KubeConfig();
-    if (kubeconfig) kc.loadFromFile(kubeconfig);
-    else kc.loadFromCluster();
-    return new Kube(kc.makeApiClient(k8s.CoreV1Api), kc.getCurrentCluster()?.server ?? '(none)');
+    const api = KubeAccess.load(kubeconfig);
+    return new Kube(api, api.server);
   }
 
   async nodeInternalIP(nodeName: string): Promise<string | undefined> {
-    const node = await withTimeout(this.core.readNode({ name: nodeName }), API_TIMEOUT_MS, `reading Node ${nodeName}`);
+    const node = (await this.api.getJson(`/api/v1/nodes/${encodeURIComponent(nodeName)}`, API_TIMEOUT_MS)) as { status?: { addresses?: { type: string; address: string }[] } };
     return node.status?.addresses?.find((a) => a.type === 'InternalIP' && /^\d+\.\d+\.\d+\.\d+$/.test(a.address))?.address;
+  }
+
+  private async podsOfNode(nodeName: string): Promise<ApiPod[]> {
+    const selector = encodeURIComponent(`spec.nodeName=${nodeName}`);
+    const list = (await this.api.getJson(`/api/v1/pods?fieldSelector=${selector}`, API_TIMEOUT_MS)) as { items?: ApiPod[] };
+    if (!Array.isArray(list.items)) throw new Error('listing Pods: the answer is not a list');
+    return list.items;
   }
 
   /** "namespace/name" of every Pod the API schedules on this node. */
   async nodePods(nodeName: string): Promise<Set<string>> {
-    const list = await withTimeout(
-      this.core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${nodeName}` }),
-      API_TIMEOUT_MS,
-      'listing Pods',
-    );
-    return new Set(list.items.map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`));
+    return new Set((await this.podsOfNode(nodeName)).map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`));
   }
 
   /** This node's Pods on the Pod network (not hostNetwork, not finished or terminating) with their addresses. */
   async nodePodNetworkPods(nodeName: string): Promise<NodePod[]> {
-    const list = await withTimeout(
-      this.core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${nodeName}` }),
-      API_TIMEOUT_MS,
-      'listing Pods',
-    );
-    return list.items
+    return (await this.podsOfNode(nodeName))
       .filter((p) => !p.spec?.hostNetwork && p.status?.podIP && p.status.phase !== 'Succeeded' && p.status.phase !== 'Failed' && !p.metadata?.deletionTimestamp)
       .map((p) => ({
         namespace: p.metadata?.namespace ?? '',
@@ -159,30 +153,33 @@ class Kube {
     if (obj.kind === 'Pod') {
       apiVersion = 'v1';
       if (!uid && obj.namespace) {
-        const pod = await withTimeout(this.core.readNamespacedPod({ namespace: obj.namespace, name: obj.name }), API_TIMEOUT_MS, `reading Pod ${obj.namespace}/${obj.name}`).catch(() => undefined);
+        const path = `/api/v1/namespaces/${encodeURIComponent(obj.namespace)}/pods/${encodeURIComponent(obj.name)}`;
+        const pod = (await this.api.getJson(path, API_TIMEOUT_MS).catch(() => undefined)) as ApiPod | undefined;
         uid = pod?.metadata?.uid;
       }
     }
-    await withTimeout(
-      this.core.createNamespacedEvent({
-        namespace,
-        body: {
-          metadata: { generateName: `${obj.name}.`, namespace },
-          involvedObject: { ...(apiVersion ? { apiVersion } : {}), kind: obj.kind, ...(obj.namespace ? { namespace: obj.namespace } : {}), name: obj.name, ...(uid ? { uid } : {}) },
-          type,
-          reason,
-          message,
-          source: { component: 'sluice-agent', host: nodeName },
-          reportingComponent: 'sluice-agent',
-          reportingInstance: nodeName,
-          firstTimestamp: now,
-          lastTimestamp: now,
-          count: 1,
-        },
-      }),
+    const at = now.toISOString().replace(/\.\d{3}Z$/, 'Z');
+    await this.api.postJson(
+      `/api/v1/namespaces/${encodeURIComponent(namespace)}/events`,
+      {
+        apiVersion: 'v1',
+        kind: 'Event',
+        metadata: { generateName: `${obj.name}.`, namespace },
+        involvedObject: { ...(apiVersion ? { apiVersion } : {}), kind: obj.kind, ...(obj.namespace ? { namespace: obj.namespace } : {}), name: obj.name, ...(uid ? { uid } : {}) },
+        type,
+        reason,
+        message,
+        source: { component: 'sluice-agent', host: nodeName },
+        reportingComponent: 'sluice-agent',
+        reportingInstance: nodeName,
+        firstTimestamp: at,
+        lastTimestamp: at,
+        count: 1,
+      },
       API_TIMEOUT_MS,
-      `recording an Event on ${obj.kind} ${obj.namespace ? `${obj.namespace}/` : ''}${obj.name}`,
-    );
+    ).catch((err: Error) => {
+      throw new Error(`recording an Event on ${obj.kind} ${obj.namespace ? `${obj.namespace}/` : ''}${obj.name}: ${err.message}`);
+    });
   }
 }
 

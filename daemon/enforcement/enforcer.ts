@@ -27,7 +27,7 @@ import { CounterBaseline, dirtyRuleIds, type FlowCounter, type MetricFlow, parse
 import { PolicyEngine, type ChangeSet } from '../policy/engine.js';
 import type { KubeObject } from '../policy/types.js';
 import type { PodAttachment } from '../cni/attacher.js';
-import { ClusterWatch, getJson, type WatchEvent } from './watch/clusterwatch.js';
+import { ClusterWatch, type WatchEvent } from './watch/clusterwatch.js';
 import { buildPolicyReport, type PolicyReport } from './policy-report.js';
 import { PodView } from './podview.js';
 import { decidePolicyPunt, rejectReplyMacs } from './punthandler.js';
@@ -321,11 +321,11 @@ export class Enforcer {
    */
   async podAttaching(pod: PodAttachment): Promise<void> {
     if (!pod.podName) return;
-    const kc = this.watch?.kc;
-    if (!this.pods.hasApi(pod.podNamespace, pod.podName) && kc) {
+    const access = this.watch?.access;
+    if (!this.pods.hasApi(pod.podNamespace, pod.podName) && access) {
       try {
         const path = `/api/v1/namespaces/${encodeURIComponent(pod.podNamespace)}/pods/${encodeURIComponent(pod.podName)}`;
-        const obj = (await getJson(kc, path, 5000)) as KubeObject;
+        const obj = (await access.getJson(path, 5000)) as KubeObject;
         obj.apiVersion = 'v1';
         obj.kind = 'Pod';
         // Only if the informer still has not delivered it (it is newer when it has).
