@@ -31,7 +31,7 @@ import { ChainKeeper, type ChainStatus } from './chainkeeper.js';
 import { readCniCache } from './cni/runtime-cache.js';
 import { sluiceEntry } from '../install/conflist.js';
 import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './cni/attacher.js';
-import { KubeAccess } from './kube/access.js';
+import { type EventSubject, NodeApi } from './kube/node-api.js';
 
 export interface AgentOptions {
   config: AgentConfig;
@@ -81,107 +81,8 @@ export interface EnforcementHooks {
 
 export class StartupError extends Error {}
 
-/** The object an Event is about. */
-export interface EventSubject {
-  apiVersion?: string | undefined;
-  kind: string;
-  namespace?: string | undefined;
-  name: string;
-  uid?: string | undefined;
-}
 
-const API_TIMEOUT_MS = 10_000;
 const API_START_DEADLINE_MS = 30_000;
-
-/** Pod fields the agent reads from the API (plain JSON, as served). */
-interface ApiPod {
-  metadata?: { namespace?: string; name?: string; uid?: string; deletionTimestamp?: string };
-  spec?: { hostNetwork?: boolean };
-  status?: { phase?: string; podIP?: string; podIPs?: { ip: string }[] };
-}
-
-/** The API server, only as much as the datapath needs: this Node, this node's Pods, Events. */
-class Kube {
-  private constructor(
-    private readonly api: KubeAccess,
-    readonly server: string,
-  ) {}
-
-  static async connect(kubeconfig: string | undefined): Promise<Kube> {
-    const api = KubeAccess.load(kubeconfig);
-    return new Kube(api, api.server);
-  }
-
-  async nodeInternalIP(nodeName: string): Promise<string | undefined> {
-    const node = (await this.api.getJson(`/api/v1/nodes/${encodeURIComponent(nodeName)}`, API_TIMEOUT_MS)) as { status?: { addresses?: { type: string; address: string }[] } };
-    return node.status?.addresses?.find((a) => a.type === 'InternalIP' && /^\d+\.\d+\.\d+\.\d+$/.test(a.address))?.address;
-  }
-
-  private async podsOfNode(nodeName: string): Promise<ApiPod[]> {
-    const selector = encodeURIComponent(`spec.nodeName=${nodeName}`);
-    const list = (await this.api.getJson(`/api/v1/pods?fieldSelector=${selector}`, API_TIMEOUT_MS)) as { items?: ApiPod[] };
-    if (!Array.isArray(list.items)) throw new Error('listing Pods: the answer is not a list');
-    return list.items;
-  }
-
-  /** "namespace/name" of every Pod the API schedules on this node. */
-  async nodePods(nodeName: string): Promise<Set<string>> {
-    return new Set((await this.podsOfNode(nodeName)).map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`));
-  }
-
-  /** This node's Pods on the Pod network (not hostNetwork, not finished or terminating) with their addresses. */
-  async nodePodNetworkPods(nodeName: string): Promise<NodePod[]> {
-    return (await this.podsOfNode(nodeName))
-      .filter((p) => !p.spec?.hostNetwork && p.status?.podIP && p.status.phase !== 'Succeeded' && p.status.phase !== 'Failed' && !p.metadata?.deletionTimestamp)
-      .map((p) => ({
-        namespace: p.metadata?.namespace ?? '',
-        name: p.metadata?.name ?? '',
-        ips: [...new Set([p.status!.podIP!, ...(p.status?.podIPs ?? []).map((x) => x.ip)])],
-      }));
-  }
-
-  /**
-   * Records a Kubernetes Event on an object (best effort: the caller logs a failure). The Event
-   * names the object by apiVersion, kind and uid as well as name: `kubectl describe` lists only
-   * Events whose involvedObject carries the object's uid, so a Pod's is read when not given.
-   */
-  async objectEvent(nodeName: string, obj: EventSubject, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> {
-    const now = new Date();
-    // A cluster-scoped object's Events live in "default", as the API server's own do.
-    const namespace = obj.namespace ?? 'default';
-    let { uid, apiVersion } = obj;
-    if (obj.kind === 'Pod') {
-      apiVersion = 'v1';
-      if (!uid && obj.namespace) {
-        const path = `/api/v1/namespaces/${encodeURIComponent(obj.namespace)}/pods/${encodeURIComponent(obj.name)}`;
-        const pod = (await this.api.getJson(path, API_TIMEOUT_MS).catch(() => undefined)) as ApiPod | undefined;
-        uid = pod?.metadata?.uid;
-      }
-    }
-    const at = now.toISOString().replace(/\.\d{3}Z$/, 'Z');
-    await this.api.postJson(
-      `/api/v1/namespaces/${encodeURIComponent(namespace)}/events`,
-      {
-        apiVersion: 'v1',
-        kind: 'Event',
-        metadata: { generateName: `${obj.name}.`, namespace },
-        involvedObject: { ...(apiVersion ? { apiVersion } : {}), kind: obj.kind, ...(obj.namespace ? { namespace: obj.namespace } : {}), name: obj.name, ...(uid ? { uid } : {}) },
-        type,
-        reason,
-        message,
-        source: { component: 'sluice-agent', host: nodeName },
-        reportingComponent: 'sluice-agent',
-        reportingInstance: nodeName,
-        firstTimestamp: at,
-        lastTimestamp: at,
-        count: 1,
-      },
-      API_TIMEOUT_MS,
-    ).catch((err: Error) => {
-      throw new Error(`recording an Event on ${obj.kind} ${obj.namespace ? `${obj.namespace}/` : ''}${obj.name}: ${err.message}`);
-    });
-  }
-}
 
 /** Many CNI operations at once, or one resync alone (so a resync never races a DEL's route restore). */
 class SharedExclusiveLock {
@@ -269,7 +170,7 @@ export class Agent {
   private adoptAgain?: string | undefined;
   private readonly attachFailedAt = new Map<string, number>();
   private invalidReported = new Set<string>();
-  private kube?: Kube;
+  private kube?: NodeApi;
   private monitorTimer?: NodeJS.Timeout;
   private closed = false;
   readonly attacher: PodAttacher;
@@ -456,7 +357,7 @@ export class Agent {
     let lastErr: unknown;
     for (let attempt = 0; ; attempt++) {
       try {
-        const kube = await Kube.connect(cfg.kubeconfig);
+        const kube = await NodeApi.connect(cfg.kubeconfig);
         const nodeIP = cfg.nodeIP ?? (await kube.nodeInternalIP(cfg.nodeName));
         if (!nodeIP) throw new StartupError(`Node ${cfg.nodeName} has no IPv4 InternalIP; set nodeIP in the config`);
         const livePods = await kube.nodePods(cfg.nodeName);
