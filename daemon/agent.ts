@@ -32,6 +32,7 @@ import { readCniCache } from './cni/runtime-cache.js';
 import { sluiceEntry } from '../install/conflist.js';
 import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './cni/attacher.js';
 import { type EventSubject, NodeApi } from './kube/node-api.js';
+import { SharedExclusiveLock } from './lock.js';
 
 export interface AgentOptions {
   config: AgentConfig;
@@ -83,37 +84,6 @@ export class StartupError extends Error {}
 
 
 const API_START_DEADLINE_MS = 30_000;
-
-/** Many CNI operations at once, or one resync alone (so a resync never races a DEL's route restore). */
-class SharedExclusiveLock {
-  private shared = 0;
-  private exclusive: Promise<void> | undefined;
-  private drained: (() => void) | undefined;
-
-  async runShared<T>(fn: () => Promise<T>): Promise<T> {
-    while (this.exclusive) await this.exclusive;
-    this.shared++;
-    try {
-      return await fn();
-    } finally {
-      if (--this.shared === 0) this.drained?.();
-    }
-  }
-
-  async runExclusive<T>(fn: () => Promise<T>): Promise<T> {
-    while (this.exclusive) await this.exclusive;
-    let release!: () => void;
-    this.exclusive = new Promise((r) => (release = r));
-    try {
-      if (this.shared > 0) await new Promise<void>((r) => (this.drained = r));
-      this.drained = undefined;
-      return await fn();
-    } finally {
-      this.exclusive = undefined;
-      release();
-    }
-  }
-}
 
 export interface AgentStatus {
   ready: boolean;
