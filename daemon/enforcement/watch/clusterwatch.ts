@@ -3,9 +3,10 @@
  * add/update/delete as an upsert or remove of a plain object with apiVersion and kind set.
  *
  * An informer resumes by itself only after 410 Gone or a clean end of its watch; every other
- * failure (socket reset, HTTP 5xx, API server restart) stops it, so the 'error' handler restarts it (resuming at the last resourceVersion; a 410 then relists, and objects missing from
- * the new list are reported deleted). A resource answered by 404 (CRD not installed) is retried
- * until it appears and counts as synced-and-empty meanwhile. Nothing is ever flushed here: until
+ * failure (socket reset, HTTP 5xx, API server restart) stops it, so the 'error' handler restarts
+ * it (resuming at the last resourceVersion; a 410 then relists, and objects missing from the new
+ * list are reported deleted). A resource answered by 404 (CRD not installed) is retried until it
+ * appears and counts as synced-and-empty meanwhile. Nothing is ever flushed here: until
  * a relist completes, consumers keep the last state they were told.
  */
 import { KubeAccess } from '../../kube/access.js';
@@ -110,9 +111,8 @@ export class ClusterWatch {
       };
       const informer = new Informer<KubeObject>(access, { path: r.path, list: listFn });
       state = { resource: r, informer, synced: false, absent: false, failures: 0, relists: 0, restarts: 0 };
-      const emit = (type: WatchEvent['type']) => (o: KubeObject) => {
+      const emit = (type: WatchEvent['type']) => (obj: KubeObject) => {
         if (this.stopped) return;
-        const obj = o;
         // Watch events carry apiVersion/kind; stamp them anyway (a CRD served at several versions).
         obj.apiVersion = r.apiVersion;
         obj.kind = r.kind;
