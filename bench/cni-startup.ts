@@ -14,7 +14,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pino from 'pino';
-import { startCniServer, type CniHandler } from '../daemon/cniserver.js';
+import { startCniServer, type CniHandler } from '../daemon/cni/server.js';
 
 const N = Number(process.argv[2] ?? 50);
 // Compiled to dist/bench/, or run from bench/ by a TS loader: find the repo root either way.

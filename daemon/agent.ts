@@ -13,7 +13,7 @@ import { mkdir } from 'node:fs/promises';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { AgentConfig } from './config.js';
-import { type CniHandler, type CniServer, type GcAttachment, type PodRequest, startCniServer } from './cniserver.js';
+import { type CniHandler, type CniServer, type GcAttachment, type PodRequest, startCniServer } from './cni/server.js';
 import { diffFlows, FlowUnion } from './flows/diff.js';
 import type { Flow } from './flows/flow.js';
 import type { RuleStatistics } from './flows/policy/stats.js';
@@ -30,7 +30,9 @@ import { type AdoptionStatus, type NodePod, planAdoption } from './adoption.js';
 import { ChainKeeper, type ChainStatus } from './chainkeeper.js';
 import { readCniCache } from './cni/runtime-cache.js';
 import { sluiceEntry } from '../install/conflist.js';
-import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './podattach.js';
+import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './cni/attacher.js';
+import { type EventSubject, NodeApi } from './kube/node-api.js';
+import { SharedExclusiveLock } from './lock.js';
 
 export interface AgentOptions {
   config: AgentConfig;
@@ -80,142 +82,8 @@ export interface EnforcementHooks {
 
 export class StartupError extends Error {}
 
-/** The object an Event is about. */
-export interface EventSubject {
-  apiVersion?: string | undefined;
-  kind: string;
-  namespace?: string | undefined;
-  name: string;
-  uid?: string | undefined;
-}
 
-const API_TIMEOUT_MS = 10_000;
 const API_START_DEADLINE_MS = 30_000;
-
-function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_r, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
-}
-
-/** The API server, only as much as the datapath needs today (Pod/policy informers come later). */
-class Kube {
-  private constructor(
-    private readonly core: import('@kubernetes/client-node').CoreV1Api,
-    readonly server: string,
-  ) {}
-
-  static async connect(kubeconfig: string | undefined): Promise<Kube> {
-    const k8s = await import('@kubernetes/client-node');
-    const kc = new k8s.KubeConfig();
-    if (kubeconfig) kc.loadFromFile(kubeconfig);
-    else kc.loadFromCluster();
-    return new Kube(kc.makeApiClient(k8s.CoreV1Api), kc.getCurrentCluster()?.server ?? '(none)');
-  }
-
-  async nodeInternalIP(nodeName: string): Promise<string | undefined> {
-    const node = await withTimeout(this.core.readNode({ name: nodeName }), API_TIMEOUT_MS, `reading Node ${nodeName}`);
-    return node.status?.addresses?.find((a) => a.type === 'InternalIP' && /^\d+\.\d+\.\d+\.\d+$/.test(a.address))?.address;
-  }
-
-  /** "namespace/name" of every Pod the API schedules on this node. */
-  async nodePods(nodeName: string): Promise<Set<string>> {
-    const list = await withTimeout(
-      this.core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${nodeName}` }),
-      API_TIMEOUT_MS,
-      'listing Pods',
-    );
-    return new Set(list.items.map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`));
-  }
-
-  /** This node's Pods on the Pod network (not hostNetwork, not finished or terminating) with their addresses. */
-  async nodePodNetworkPods(nodeName: string): Promise<NodePod[]> {
-    const list = await withTimeout(
-      this.core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${nodeName}` }),
-      API_TIMEOUT_MS,
-      'listing Pods',
-    );
-    return list.items
-      .filter((p) => !p.spec?.hostNetwork && p.status?.podIP && p.status.phase !== 'Succeeded' && p.status.phase !== 'Failed' && !p.metadata?.deletionTimestamp)
-      .map((p) => ({
-        namespace: p.metadata?.namespace ?? '',
-        name: p.metadata?.name ?? '',
-        ips: [...new Set([p.status!.podIP!, ...(p.status?.podIPs ?? []).map((x) => x.ip)])],
-      }));
-  }
-
-  /**
-   * Records a Kubernetes Event on an object (best effort: the caller logs a failure). The Event
-   * names the object by apiVersion, kind and uid as well as name: `kubectl describe` lists only
-   * Events whose involvedObject carries the object's uid, so a Pod's is read when not given.
-   */
-  async objectEvent(nodeName: string, obj: EventSubject, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> {
-    const now = new Date();
-    // A cluster-scoped object's Events live in "default", as the API server's own do.
-    const namespace = obj.namespace ?? 'default';
-    let { uid, apiVersion } = obj;
-    if (obj.kind === 'Pod') {
-      apiVersion = 'v1';
-      if (!uid && obj.namespace) {
-        const pod = await withTimeout(this.core.readNamespacedPod({ namespace: obj.namespace, name: obj.name }), API_TIMEOUT_MS, `reading Pod ${obj.namespace}/${obj.name}`).catch(() => undefined);
-        uid = pod?.metadata?.uid;
-      }
-    }
-    await withTimeout(
-      this.core.createNamespacedEvent({
-        namespace,
-        body: {
-          metadata: { generateName: `${obj.name}.`, namespace },
-          involvedObject: { ...(apiVersion ? { apiVersion } : {}), kind: obj.kind, ...(obj.namespace ? { namespace: obj.namespace } : {}), name: obj.name, ...(uid ? { uid } : {}) },
-          type,
-          reason,
-          message,
-          source: { component: 'sluice-agent', host: nodeName },
-          reportingComponent: 'sluice-agent',
-          reportingInstance: nodeName,
-          firstTimestamp: now,
-          lastTimestamp: now,
-          count: 1,
-        },
-      }),
-      API_TIMEOUT_MS,
-      `recording an Event on ${obj.kind} ${obj.namespace ? `${obj.namespace}/` : ''}${obj.name}`,
-    );
-  }
-}
-
-/** Many CNI operations at once, or one resync alone (so a resync never races a DEL's route restore). */
-class SharedExclusiveLock {
-  private shared = 0;
-  private exclusive: Promise<void> | undefined;
-  private drained: (() => void) | undefined;
-
-  async runShared<T>(fn: () => Promise<T>): Promise<T> {
-    while (this.exclusive) await this.exclusive;
-    this.shared++;
-    try {
-      return await fn();
-    } finally {
-      if (--this.shared === 0) this.drained?.();
-    }
-  }
-
-  async runExclusive<T>(fn: () => Promise<T>): Promise<T> {
-    while (this.exclusive) await this.exclusive;
-    let release!: () => void;
-    this.exclusive = new Promise((r) => (release = r));
-    try {
-      if (this.shared > 0) await new Promise<void>((r) => (this.drained = r));
-      this.drained = undefined;
-      return await fn();
-    } finally {
-      this.exclusive = undefined;
-      release();
-    }
-  }
-}
 
 export interface AgentStatus {
   ready: boolean;
@@ -272,7 +140,7 @@ export class Agent {
   private adoptAgain?: string | undefined;
   private readonly attachFailedAt = new Map<string, number>();
   private invalidReported = new Set<string>();
-  private kube?: Kube;
+  private kube?: NodeApi;
   private monitorTimer?: NodeJS.Timeout;
   private closed = false;
   readonly attacher: PodAttacher;
@@ -459,7 +327,7 @@ export class Agent {
     let lastErr: unknown;
     for (let attempt = 0; ; attempt++) {
       try {
-        const kube = await Kube.connect(cfg.kubeconfig);
+        const kube = await NodeApi.connect(cfg.kubeconfig);
         const nodeIP = cfg.nodeIP ?? (await kube.nodeInternalIP(cfg.nodeName));
         if (!nodeIP) throw new StartupError(`Node ${cfg.nodeName} has no IPv4 InternalIP; set nodeIP in the config`);
         const livePods = await kube.nodePods(cfg.nodeName);

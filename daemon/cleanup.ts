@@ -10,12 +10,12 @@ import { existsSync, lstatSync } from 'node:fs';
 import { readdir, rm, rmdir } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
-import { socketAnswers } from './cniserver.js';
+import { socketAnswers } from './cni/server.js';
 import type { AgentConfig } from './config.js';
 import { Ovs } from './flows/ovs.js';
 import { VIRTUAL_MAC } from './flows/tables.js';
 import { HostNetwork, removeGuardTable, repointPodNeighbours, resolveIptables } from './hostnet/index.js';
-import { attachmentFromPort, type PodAttachment } from './podattach.js';
+import { attachmentFromPort, type PodAttachment } from './cni/attacher.js';
 
 export interface CleanupReport {
   /** One line per thing restored or removed, in order. */

@@ -15,7 +15,7 @@ import { hideBin } from 'yargs/helpers';
 import { Agent } from './agent.js';
 import { type AgentConfig, ConfigError, DEFAULT_CONFIG_PATH, loadConfig } from './config.js';
 import { enforcementWanted, startEnforcement } from './enforcement/index.js';
-import { ATTACH_STEPS, type AttachStep } from './podattach.js';
+import { ATTACH_STEPS, type AttachStep } from './cni/attacher.js';
 import { cleanupNode, runningAgent } from './cleanup.js';
 import { startHealthServer } from './health.js';
 import { AgentMetrics } from './metrics.js';

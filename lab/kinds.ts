@@ -2,7 +2,7 @@
  * The resource kinds the lab's API server serves, and how a kind name typed on the command line
  * (or an object's apiVersion/kind) maps to a REST path. Pure: no I/O.
  */
-import { WATCHED_RESOURCES } from '../daemon/watch/resources.js';
+import { WATCHED_RESOURCES } from '../daemon/enforcement/watch/resources.js';
 
 export interface ResourceKind {
   group: string; // '' for the core group

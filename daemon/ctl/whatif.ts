@@ -8,13 +8,15 @@
  * Exit status: 0 when the comparison ran (whatever it found); 1 for unusable input or an API server
  * that cannot be read.
  */
+import http from 'node:http';
+import https from 'node:https';
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { Argv, CommandModule } from 'yargs';
 import { ManifestError, formatInvalidDocument, readManifests } from '../manifests.js';
 import { parsePortRange, ProbeSyntaxError } from '../policy/probes.js';
 import type { KubeObject } from '../policy/types.js';
 import { type VerdictChange, type WhatIfResult, whatIf } from '../policy/whatif.js';
-import { getJson } from '../watch/clusterwatch.js';
-import { isNotFound, WATCHED_RESOURCES } from '../watch/resources.js';
+import { isNotFound, WATCHED_RESOURCES } from '../enforcement/watch/resources.js';
 import { describeRule, formatWarning, type Output, UsageError } from './simulate.js';
 
 export interface WhatIfCommandOptions {
@@ -50,6 +52,44 @@ export function apiSource(kubeconfig: string | undefined): LiveSource {
     );
     return lists.flat();
   };
+}
+
+/**
+ * GET of an API path as plain JSON, authenticated as the kubeconfig says. Not the typed clients:
+ * they turn objects into model classes whose property names differ from the wire format
+ * (NetworkPolicy peers `from` become `_from`), which the policy normalizers would then not see.
+ */
+async function getJson(kc: KubeConfig, path: string, timeoutMs = 30_000): Promise<unknown> {
+  const server = kc.getCurrentCluster()?.server;
+  if (!server) throw new Error('kubeconfig has no current cluster');
+  const url = new URL(server.replace(/\/$/, '') + path);
+  const opts: https.RequestOptions = { method: 'GET', headers: { accept: 'application/json' }, timeout: timeoutMs };
+  await kc.applyToHTTPSOptions(opts);
+  const mod = url.protocol === 'https:' ? https : http;
+  return new Promise((resolve, reject) => {
+    const req = mod.request(url, opts, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('error', reject);
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        if (res.statusCode !== 200) {
+          const err = new Error(`GET ${path}: HTTP ${res.statusCode}: ${text.slice(0, 200)}`) as Error & { statusCode?: number | undefined };
+          err.statusCode = res.statusCode;
+          reject(err);
+          return;
+        }
+        try {
+          resolve(JSON.parse(text));
+        } catch (e) {
+          reject(new Error(`GET ${path}: not JSON: ${(e as Error).message}`));
+        }
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error(`GET ${path}: no answer within ${timeoutMs} ms`)));
+    req.on('error', reject);
+    req.end();
+  });
 }
 
 const endpoint = (c: VerdictChange) => `${c.from} -> ${c.to} ${c.port}/${c.protocol}`;

@@ -17,27 +17,27 @@
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { AuditLogger, DEFAULT_AUDIT_LOG_PATH } from '../auditlog/index.js';
+import { AuditLogger, DEFAULT_AUDIT_LOG_PATH } from './auditlog/index.js';
 import type { Flow } from '../flows/flow.js';
 import { OpenFlowController, packetInMeters, PUNT_METER_NAME, PuntCategory, PuntOp, runPacketInLoop, type DecodedPunt, type PacketInHandler } from '../flows/openflow/index.js';
 import { TraceError, type TraceIo, type TraceReport, type TraceRequest, Tracer } from './traceflow.js';
-import { buildRejectReply } from '../reject/index.js';
+import { sendRejectReply } from './reject/index.js';
 import type { PacketIn, PacketOut } from '../flows/openflow/wire.js';
 import { CounterBaseline, dirtyRuleIds, type FlowCounter, type MetricFlow, parseFlowCounters, PolicyFlows, policyFlowInput, type CarrierState, RuleCountCarrier, ruleKey, type RuleOfConj, ruleStatistics, type RuleStatistics } from '../flows/policy/index.js';
 import { PolicyEngine, type ChangeSet } from '../policy/engine.js';
 import type { KubeObject } from '../policy/types.js';
-import type { PodAttachment } from '../podattach.js';
-import { ClusterWatch, getJson, type WatchEvent } from '../watch/clusterwatch.js';
+import type { PodAttachment } from '../cni/attacher.js';
+import { ClusterWatch, type WatchEvent } from './watch/clusterwatch.js';
 import { buildPolicyReport, type PolicyReport } from './policy-report.js';
 import { PodView } from './podview.js';
 import { decidePolicyPunt, rejectReplyMacs } from './punthandler.js';
 import type { EnforcementMetrics } from '../metrics.js';
 import { type Clock, realClock, type TimerHandle } from '../clock.js';
 
-/** What DNS learning plugs in (daemon/fqdn): called for every DNS punt; returns the engine's ChangeSet if it learned something. */
+/** What DNS learning plugs in (enforcement/fqdn): called for every DNS punt; returns the engine's ChangeSet if it learned something. */
 export type DnsPuntHook = (pin: PacketIn, punt: DecodedPunt, engine: PolicyEngine) => ChangeSet | undefined | Promise<ChangeSet | undefined>;
 
-/** FQDN learning as the enforcer drives it (daemon/fqdn FqdnLearning has this shape). */
+/** FQDN learning as the enforcer drives it (fqdn/ FqdnLearning has this shape). */
 export interface DnsLearning {
   hook: DnsPuntHook;
   /** Wraps each flow apply (held DNS responses are released after the apply that carries what they taught). */
@@ -321,11 +321,11 @@ export class Enforcer {
    */
   async podAttaching(pod: PodAttachment): Promise<void> {
     if (!pod.podName) return;
-    const kc = this.watch?.kc;
-    if (!this.pods.hasApi(pod.podNamespace, pod.podName) && kc) {
+    const access = this.watch?.access;
+    if (!this.pods.hasApi(pod.podNamespace, pod.podName) && access) {
       try {
         const path = `/api/v1/namespaces/${encodeURIComponent(pod.podNamespace)}/pods/${encodeURIComponent(pod.podName)}`;
-        const obj = (await getJson(kc, path, 5000)) as KubeObject;
+        const obj = (await access.getJson(path, 5000)) as KubeObject;
         obj.apiVersion = 'v1';
         obj.kind = 'Pod';
         // Only if the informer still has not delivered it (it is newer when it has).
@@ -423,24 +423,19 @@ export class Enforcer {
 
   /** TCP RST / ICMP admin-prohibited back out of the port the packet came in on. */
   private reject(pin: PacketIn): void {
-    const reply = buildRejectReply(pin.packet);
-    if (!reply.ok) {
-      this.opts.log.debug({ reason: reply.reason }, 'packet-in: no reject reply');
-      return;
-    }
     const macs = rejectReplyMacs(this.portMac(pin.inPort));
     if (!macs) {
       this.opts.log.warn({ inPort: pin.inPort }, 'packet-in: reject for a packet from an unknown port; not answered');
       return;
     }
-    macs.dst.copy(reply.frame, 0);
-    macs.src.copy(reply.frame, 6);
-    if (this.controller!.packetOut({ packet: reply.frame, actions: [{ type: 'output', port: pin.inPort }] })) this.rejects++;
+    const sent = sendRejectReply(this.controller!, pin, macs);
+    if (sent.ok) this.rejects++;
+    else this.opts.log.debug({ reason: sent.reason }, 'packet-in: no reject reply');
   }
 
   private async onDnsPunt(pin: PacketIn, punt: DecodedPunt): Promise<void> {
     this.punts.dns++;
-    // FQDN learning (daemon/fqdn): without it DNS punts are only counted.
+    // FQDN learning (enforcement/fqdn): without it DNS punts are only counted.
     if (!this.opts.dns) return;
     const cs = await this.opts.dns.hook(pin, punt, this.engine);
     if (!cs) return;

@@ -5,7 +5,7 @@
 import type { Logger } from 'pino';
 import type { EnforcementHooks } from '../agent.js';
 import type { AgentConfig } from '../config.js';
-import { FqdnLearning } from '../fqdn/index.js';
+import { FqdnLearning } from './fqdn/index.js';
 import { Enforcer } from './enforcer.js';
 
 export { Enforcer, type DnsLearning, type DnsPuntHook, type EnforcerOptions, type EnforcerStatus } from './enforcer.js';
@@ -27,7 +27,7 @@ export async function startEnforcement(
   log: Logger,
   opts: { onRealized?: (seconds: number) => void } = {},
 ): Promise<{ enforcer: Enforcer; hooks: EnforcementHooks }> {
-  // FQDN peers follow what DNS tells local Pods (daemon/fqdn).
+  // FQDN peers follow what DNS tells local Pods (enforcement/fqdn).
   const dns = new FqdnLearning({ log: { debug: (o, m) => log.debug(o, m), warn: (o, m) => log.warn(o, m) } });
   const enforcer = new Enforcer({
     nodeName: cfg.nodeName,

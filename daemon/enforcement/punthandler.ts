@@ -3,7 +3,7 @@
  * rule from the userdata (or registers), answer Rejects, and turn logged packets into audit events
  * (policy reference from the compiler's conjunction id; conj id 0 = Kubernetes default drop).
  */
-import { K8S_DEFAULT_DROP_REFERENCE, packetFields, policyReference, type AuditAction, type AuditEvent } from '../auditlog/index.js';
+import { K8S_DEFAULT_DROP_REFERENCE, packetFields, policyReference, type AuditAction, type AuditEvent } from './auditlog/index.js';
 import { decodePolicyPuntExtra, decodePolicyPuntRegs, Disposition, type DecodedPolicyPunt } from '../flows/policy/punt.js';
 import type { RuleIdentity } from '../flows/policy/compile.js';
 import { PuntOp, type DecodedPunt } from '../flows/openflow/punt.js';

@@ -13,7 +13,7 @@ import {
   assembleTrace, type TraceContext, type TraceLeg, type TraceObservation, traceFrame, traceObservationFlows, type TraceProtocol, traceVerdict,
   TRACE_TOS, type TraceVerdict,
 } from '../flows/traceflow.js';
-import { ipv4ToString } from '../reject/packet.js';
+import { ipv4ToString } from '../packet.js';
 
 export interface TraceSource {
   pod: string;

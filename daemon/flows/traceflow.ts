@@ -12,7 +12,7 @@
  * A packet coming back from the host after DNAT (the re-entrance leg of a Service) starts with
  * clear registers and is observed again. Replies are not traced: they are not from the source.
  */
-import { ipv4ToBytes, ipv4TransportChecksum, internetChecksum } from '../reject/packet.js';
+import { ipv4ToBytes, ipv4TransportChecksum, internetChecksum } from '../packet.js';
 import { puntActions, PuntCategory } from './openflow/punt.js';
 import { REG0, TABLES, type TableName, VIRTUAL_MAC } from './tables.js';
 

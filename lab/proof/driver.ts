@@ -1,11 +1,11 @@
 /**
- * A conformance Driver (daemon/policy/conformance.ts) backed by a running lab: objects go to the
+ * A conformance Driver (lab/conformance.ts) backed by a running lab: objects go to the
  * lab's API server, every write is followed by a wait until the controllers (Pods, EndpointSlices,
  * kube-proxy) and the sluice agents have converged, and reachability is measured with real packets
  * (SCTP by ofproto/trace). One lab serves many cases: setUp() after the first resets the lab to the
  * model (deletes every policy object, restores labels) instead of rebuilding it.
  */
-import type { Driver, ExpectStep } from '../../daemon/policy/conformance.js';
+import type { Driver, ExpectStep } from '../conformance.js';
 import type { KubeObject, Probe, ProbeResult } from '../../daemon/policy/types.js';
 import type { ControlInfo } from '../control.js';
 import { KINDS, kindOfObject, type ResourceKind } from '../kinds.js';

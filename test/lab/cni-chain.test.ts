@@ -8,7 +8,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { startCniServer } from '../../daemon/cniserver.js';
+import { startCniServer } from '../../daemon/cni/server.js';
 import { CNI_BINARY, RecordingHandler, buildCniBinary, capturingLogger, tempDir } from '../unit/cni-harness.js';
 
 const PTP = '/usr/lib/cni/ptp';

@@ -13,7 +13,7 @@
 import { CONFORMANCE_SUITE_FILE } from '../fixtures/conformance.js';
 import t from 'tap';
 import { existsSync, readFileSync } from 'node:fs';
-import { modelObjects, runCase, type ConformanceCase, type ConformanceSuite, type Driver, type ExpectStep } from '../../daemon/policy/conformance.js';
+import { modelObjects, runCase, type ConformanceCase, type ConformanceSuite, type Driver, type ExpectStep } from '../../lab/conformance.js';
 import { readControl } from '../../lab/control.js';
 import { policyFlowCounts } from '../../lab/proof/converge.js';
 import { LabDriver } from '../../lab/proof/driver.js';

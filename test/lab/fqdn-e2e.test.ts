@@ -1,6 +1,6 @@
 /**
  * FQDN egress end to end through `sluice-lab up --sluice` (lab "fqe", one node, ptp): the real
- * agent (its enforcer drives daemon/fqdn's FqdnLearning), an Antrea ClusterNetworkPolicy
+ * agent (its enforcer drives daemon/enforcement/fqdn's FqdnLearning), an Antrea ClusterNetworkPolicy
  *   egress: Allow UDP/TCP 53 to the external host (the user's own DNS rule), Allow TCP 80 to
  *   fqdn "*.example.com", Drop everything else
  * and a DNS server on the lab's external host answering www.example.com A 198.51.100.10 (the

@@ -26,11 +26,11 @@ import { packetInMeters, PuntCategory } from '../../daemon/flows/openflow/punt.j
 import { computeFlows } from '../../daemon/flows/pipeline.js';
 import { dirtyRuleIds, PolicyFlows, policyFlowInput } from '../../daemon/flows/policy/index.js';
 import { GATEWAY_OFPORT } from '../../daemon/flows/tables.js';
-import { parseDnsMessage, resolvedNames } from '../../daemon/fqdn/dnswire.js';
-import { dnsInterceptFlows, dnsInterceptFlowsFor } from '../../daemon/fqdn/flows.js';
-import { expireFqdnsDue, FqdnExpiryTimer, processDnsPacketIn } from '../../daemon/fqdn/handler.js';
-import { FqdnLearner } from '../../daemon/fqdn/learner.js';
-import { FqdnLearning } from '../../daemon/fqdn/learning.js';
+import { parseDnsMessage, resolvedNames } from '../../daemon/enforcement/fqdn/dnswire.js';
+import { dnsInterceptFlows, dnsInterceptFlowsFor } from '../../daemon/enforcement/fqdn/flows.js';
+import { expireFqdnsDue, FqdnExpiryTimer, processDnsPacketIn } from '../../daemon/enforcement/fqdn/handler.js';
+import { FqdnLearner } from '../../daemon/enforcement/fqdn/learner.js';
+import { FqdnLearning } from '../../daemon/enforcement/fqdn/learning.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { ChangeSet } from '../../daemon/policy/internal.js';
 import type { KubeObject } from '../../daemon/policy/types.js';

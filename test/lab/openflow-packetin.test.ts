@@ -2,7 +2,7 @@
  * The packet-in path against a real OVS (netdev datapath) in a private namespace (prefix "of"):
  * br-int with two veth ports into namespaces of-a and of-b. Flows punt A's TCP SYNs and UDP
  * datagrams to B (after conntrack, with registers and a cookie set) to the agent's controller,
- * which answers with daemon/reject replies sent back out of A's port by PACKET_OUT. A's sockets
+ * which answers with daemon/enforcement/reject replies sent back out of A's port by PACKET_OUT. A's sockets
  * must then fail with ECONNREFUSED (TCP) / EHOSTUNREACH (UDP, ICMP 3/10) / EACCES (UDP over IPv6,
  * ICMPv6 1/1) — while B is listening on those ports, so the refusal can only come from the
  * controller. The same packet-ins feed the audit log. Also: the meter bounds a flood
@@ -13,13 +13,14 @@ import t from 'tap';
 import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { AuditLogger } from '../../daemon/auditlog/writer.js';
-import { packetFields, policyReference } from '../../daemon/auditlog/format.js';
+import { AuditLogger } from '../../daemon/enforcement/auditlog/writer.js';
+import { packetFields, policyReference } from '../../daemon/enforcement/auditlog/format.js';
 import { OpenFlowController } from '../../daemon/flows/openflow/controller.js';
-import { runPacketInLoop, sendRejectReply } from '../../daemon/flows/openflow/dispatch.js';
+import { runPacketInLoop } from '../../daemon/flows/openflow/dispatch.js';
+import { sendRejectReply } from '../../daemon/enforcement/reject/index.js';
 import { packetInMeters, PuntCategory, PuntOp, puntActions } from '../../daemon/flows/openflow/punt.js';
 import { CT_STATE, type PacketIn } from '../../daemon/flows/openflow/wire.js';
-import { decodePacket, TCP_FLAGS } from '../../daemon/reject/packet.js';
+import { decodePacket, TCP_FLAGS } from '../../daemon/packet.js';
 import { alive, startPrivateOvs, startPrivateVswitchd } from './datapath-env.js';
 
 const NODE = 'of-node';

@@ -1,5 +1,5 @@
 // Shared by the apiserver-*.test.ts files: start a lab API server, talk to it with
-// @kubernetes/client-node exactly as the agent does, and record informer events.
+// @kubernetes/client-node (as sluicectl and the lab do), and record informer events.
 import * as k8s from '@kubernetes/client-node';
 import { startApiServer, type ApiServer, type ApiServerOptions } from '../../lab/apiserver/server.js';
 
@@ -57,7 +57,7 @@ export interface Seen { verb: 'add' | 'update' | 'delete'; key: string; rv: stri
 
 /**
  * Records every informer event and restarts the informer from its 'error' handler, as the
- * agent does (client-node stops the informer on anything but 410 or a clean close).
+ * agent does with its own informers (client-node stops the informer on anything but 410 or a clean close).
  */
 export class Recorder<T extends k8s.KubernetesObject> {
   readonly seen: Seen[] = [];

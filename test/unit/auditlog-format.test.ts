@@ -1,5 +1,5 @@
 import t from 'tap';
-import { AuditDeduplicator } from '../../daemon/auditlog/dedup.js';
+import { AuditDeduplicator } from '../../daemon/enforcement/auditlog/dedup.js';
 import {
   type AuditEvent,
   formatAuditLine,
@@ -8,7 +8,7 @@ import {
   K8S_DEFAULT_DROP_REFERENCE,
   packetFields,
   policyReference,
-} from '../../daemon/auditlog/format.js';
+} from '../../daemon/enforcement/auditlog/format.js';
 
 // 2021/06/24 23:56:41.346165 UTC in ns
 const T0 = BigInt(Date.UTC(2021, 5, 24, 23, 56, 41)) * 1_000_000n + 346_165_000n;

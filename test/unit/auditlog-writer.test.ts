@@ -2,8 +2,8 @@ import t from 'tap';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AuditLogger, RotatingFileWriter } from '../../daemon/auditlog/writer.js';
-import type { AuditEvent } from '../../daemon/auditlog/format.js';
+import { AuditLogger, RotatingFileWriter } from '../../daemon/enforcement/auditlog/writer.js';
+import type { AuditEvent } from '../../daemon/enforcement/auditlog/format.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'of-auditlog-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));

@@ -6,7 +6,7 @@
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import t from 'tap';
-import { CniError, startCniServer } from '../../daemon/cniserver.js';
+import { CniError, startCniServer } from '../../daemon/cni/server.js';
 import { PTP_040, PTP_100 } from './cni-fixtures.js';
 import { RecordingHandler, buildCniBinary, capturingLogger, gate, makeStaleSocket, runCni, tempDir, until } from './cni-harness.js';
 

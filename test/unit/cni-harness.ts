@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pino, { type Logger } from 'pino';
-import type { CniHandler, GcAttachment, PodRequest } from '../../daemon/cniserver.js';
+import type { CniHandler, GcAttachment, PodRequest } from '../../daemon/cni/server.js';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const CNI_BINARY = join(ROOT, 'dist', 'bin', 'sluice-cni');

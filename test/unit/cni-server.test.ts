@@ -6,7 +6,7 @@ import { existsSync, lstatSync, mkdirSync, readFileSync, statSync, writeFileSync
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
 import t from 'tap';
-import { startCniServer } from '../../daemon/cniserver.js';
+import { startCniServer } from '../../daemon/cni/server.js';
 import { PTP_040 } from './cni-fixtures.js';
 import { RecordingHandler, capturingLogger, gate, makeStaleSocket, tempDir, until } from './cni-harness.js';
 

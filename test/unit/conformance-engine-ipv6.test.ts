@@ -6,7 +6,7 @@
 import { CONFORMANCE_SUITE_FILE } from '../fixtures/conformance.js';
 import t from 'tap';
 import { readFileSync } from 'node:fs';
-import { EngineDriver, defaultPodIp, defaultPodIpv6, runCase, substitutePlaceholders, type ConformanceSuite } from '../../daemon/policy/conformance.js';
+import { EngineDriver, defaultPodIp, defaultPodIpv6, runCase, substitutePlaceholders, type ConformanceSuite } from '../../lab/conformance.js';
 
 const suite = JSON.parse(readFileSync(CONFORMANCE_SUITE_FILE, 'utf8')) as ConformanceSuite;
 const v4 = (ns: string, name: string) => defaultPodIp(suite.model, ns, name);

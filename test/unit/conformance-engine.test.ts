@@ -5,7 +5,7 @@
 import { CONFORMANCE_SUITE_FILE } from '../fixtures/conformance.js';
 import t from 'tap';
 import { readFileSync } from 'node:fs';
-import { EngineDriver, runCase, type ConformanceSuite } from '../../daemon/policy/conformance.js';
+import { EngineDriver, runCase, type ConformanceSuite } from '../../lab/conformance.js';
 
 const SUITE_PATH = CONFORMANCE_SUITE_FILE;
 const suite = JSON.parse(readFileSync(SUITE_PATH, 'utf8')) as ConformanceSuite;

@@ -2,7 +2,7 @@
 import { CONFORMANCE_SUITE_FILE } from '../fixtures/conformance.js';
 import t from 'tap';
 import { readFileSync } from 'node:fs';
-import { defaultPodIp, expectedMatrix, modelObjects, modelPairs, substitutePlaceholders, type ConformanceSuite } from '../../daemon/policy/conformance.js';
+import { defaultPodIp, expectedMatrix, modelObjects, modelPairs, substitutePlaceholders, type ConformanceSuite } from '../../lab/conformance.js';
 
 const suite = JSON.parse(readFileSync(CONFORMANCE_SUITE_FILE, 'utf8')) as ConformanceSuite;
 

@@ -10,7 +10,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { dumpYaml } from '../../daemon/kube-yaml.js';
-import { defaultPodIp, defaultPodIpv6, runCase, type ConformanceSuite, type Driver, type ExpectStep } from '../../daemon/policy/conformance.js';
+import { defaultPodIp, defaultPodIpv6, runCase, type ConformanceSuite, type Driver, type ExpectStep } from '../../lab/conformance.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
 
 const ROOT = new URL('../..', import.meta.url).pathname;

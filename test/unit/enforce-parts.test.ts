@@ -11,8 +11,8 @@ import { decodePuntUserdata } from '../../daemon/flows/openflow/punt.js';
 import type { PacketIn } from '../../daemon/flows/openflow/wire.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
-import { isNotFound, WATCHED_RESOURCES } from '../../daemon/watch/resources.js';
-import { buildRejectReply } from '../../daemon/reject/index.js';
+import { isNotFound, WATCHED_RESOURCES } from '../../daemon/enforcement/watch/resources.js';
+import { buildRejectReply } from '../../daemon/enforcement/reject/index.js';
 
 const ns = (name: string, labels: Record<string, string> = {}, annotations: Record<string, string> = {}): KubeObject => ({
   apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels: { ns: name, ...labels }, annotations },

@@ -6,10 +6,10 @@
 import t from 'tap';
 import { pino } from 'pino';
 import { Enforcer } from '../../daemon/enforcement/enforcer.js';
-import type { PodRequest } from '../../daemon/cniserver.js';
+import type { PodRequest } from '../../daemon/cni/server.js';
 import type { Flow } from '../../daemon/flows/flow.js';
 import { podFlows } from '../../daemon/flows/pipeline.js';
-import { type AttachDeps, type PodAttachment, PodAttacher } from '../../daemon/podattach.js';
+import { type AttachDeps, type PodAttachment, PodAttacher } from '../../daemon/cni/attacher.js';
 
 const NETNS = '/proc/self/ns/net';
 const log = pino({ level: 'silent' });

@@ -1,10 +1,10 @@
 import t from 'tap';
-import type { PodRequest } from '../../daemon/cniserver.js';
+import type { PodRequest } from '../../daemon/cni/server.js';
 import { isRepairEvent, isRulesetTamperEvent } from '../../daemon/hostnet/monitor.js';
 import { flowCheckReport } from '../../daemon/ctl/node-flows.js';
 import { nameTables, traceFlow } from '../../daemon/ctl/node-trace.js';
 import { computeFlows } from '../../daemon/flows/pipeline.js';
-import { attachmentFromPort, podIPs, portIds } from '../../daemon/podattach.js';
+import { attachmentFromPort, podIPs, portIds } from '../../daemon/cni/attacher.js';
 
 const req = (prevResult: PodRequest['prevResult'], ifName = 'eth0'): PodRequest => ({
   containerId: 'c1', netns: '/var/run/netns/x', ifName, cniVersion: '1.0.0', networkName: 'n', config: {}, ...(prevResult ? { prevResult } : {}),

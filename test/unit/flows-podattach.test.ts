@@ -5,10 +5,10 @@
  */
 import t from 'tap';
 import { pino } from 'pino';
-import type { PodRequest } from '../../daemon/cniserver.js';
+import type { PodRequest } from '../../daemon/cni/server.js';
 import type { PodPortIds, PodPortRecord } from '../../daemon/flows/ovs.js';
 import { podFlows } from '../../daemon/flows/pipeline.js';
-import { ATTACH_STEPS, type AttachDeps, type AttachStep, type PodAttachment, PodAttacher } from '../../daemon/podattach.js';
+import { ATTACH_STEPS, type AttachDeps, type AttachStep, type PodAttachment, PodAttacher } from '../../daemon/cni/attacher.js';
 
 const NETNS = '/proc/self/ns/net'; // any path that exists
 

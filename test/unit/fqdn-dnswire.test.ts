@@ -1,5 +1,5 @@
 import t from 'tap';
-import { parseDnsMessage, readName, resolvedNames, type DnsMessage } from '../../daemon/fqdn/dnswire.js';
+import { parseDnsMessage, readName, resolvedNames, type DnsMessage } from '../../daemon/enforcement/fqdn/dnswire.js';
 import { a, aaaa, header, opt, question, rr, simpleResponse, wireName, wireNameWithPointer } from './fqdn-helpers.js';
 
 function parsed(buf: Buffer): DnsMessage {

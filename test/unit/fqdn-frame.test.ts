@@ -1,5 +1,5 @@
 import t from 'tap';
-import { extractDnsPayload } from '../../daemon/fqdn/frame.js';
+import { extractDnsPayload } from '../../daemon/enforcement/fqdn/frame.js';
 import { ethernet, ipv4Packet, simpleResponse, tcp, tcpDnsFrame, udp, udpDnsFrame } from './fqdn-helpers.js';
 
 const MSG = simpleResponse('www.example.com', [{ ip: '192.0.2.10', ttl: 5 }]);

@@ -1,7 +1,7 @@
 import t from 'tap';
-import { dnsInterceptFlows, dnsInterceptFlowsFor, fqdnTargetPodIps } from '../../daemon/fqdn/flows.js';
-import { expireFqdnsDue, FqdnExpiryTimer, handleDnsPacketIn, isEmptyChangeSet, mergeChangeSets, emptyChangeSet, processDnsPacketIn, resyncFqdns } from '../../daemon/fqdn/handler.js';
-import { FqdnLearner } from '../../daemon/fqdn/learner.js';
+import { dnsInterceptFlows, dnsInterceptFlowsFor, fqdnTargetPodIps } from '../../daemon/enforcement/fqdn/flows.js';
+import { expireFqdnsDue, FqdnExpiryTimer, handleDnsPacketIn, isEmptyChangeSet, mergeChangeSets, emptyChangeSet, processDnsPacketIn, resyncFqdns } from '../../daemon/enforcement/fqdn/handler.js';
+import { FqdnLearner } from '../../daemon/enforcement/fqdn/learner.js';
 import { flowText } from '../../daemon/flows/flow.js';
 import { PolicyFlows, policyFlowInput } from '../../daemon/flows/policy/index.js';
 import type { PacketIn, PacketOut } from '../../daemon/flows/openflow/wire.js';

@@ -1,6 +1,6 @@
 /**
  * Hand-built DNS wire messages and frames for the fqdn tests (not a test file itself). Written
- * independently of daemon/fqdn: names are spelled out label by label, pointers as raw bytes.
+ * independently of daemon/enforcement/fqdn: names are spelled out label by label, pointers as raw bytes.
  */
 
 /** Uncompressed wire form of a name ("" = root). */

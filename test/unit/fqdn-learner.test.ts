@@ -1,6 +1,6 @@
 import t from 'tap';
-import { FqdnLearner } from '../../daemon/fqdn/learner.js';
-import { FqdnPatternSet, fqdnPatternsOf } from '../../daemon/fqdn/patterns.js';
+import { FqdnLearner } from '../../daemon/enforcement/fqdn/learner.js';
+import { FqdnPatternSet, fqdnPatternsOf } from '../../daemon/enforcement/fqdn/patterns.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 
 const names = (o: Record<string, [string, number][]>) => new Map(Object.entries(o).map(([n, l]) => [n, l.map(([address, ttl]) => ({ address, ttl }))]));

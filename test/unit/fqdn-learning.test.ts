@@ -1,6 +1,6 @@
 import t from 'tap';
-import { FqdnLearning } from '../../daemon/fqdn/learning.js';
-import { isEmptyChangeSet } from '../../daemon/fqdn/handler.js';
+import { FqdnLearning } from '../../daemon/enforcement/fqdn/learning.js';
+import { isEmptyChangeSet } from '../../daemon/enforcement/fqdn/handler.js';
 import type { PacketIn, PacketOut } from '../../daemon/flows/openflow/wire.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { KubeObject } from '../../daemon/policy/types.js';

@@ -9,7 +9,7 @@ import { request } from 'node:http';
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
 import t from 'tap';
-import { startCniServer } from '../../daemon/cniserver.js';
+import { startCniServer } from '../../daemon/cni/server.js';
 import { startEndpoint } from '../../daemon/health.js';
 import { PTP_040 } from './cni-fixtures.js';
 import { RecordingHandler, capturingLogger, tempDir, type Call } from './cni-harness.js';

@@ -9,7 +9,7 @@ import { dirname, join, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseYamlDocuments } from '../../daemon/kube-yaml.js';
 import yargs from 'yargs';
-import { WATCHED_RESOURCES } from '../../daemon/watch/resources.js';
+import { WATCHED_RESOURCES } from '../../daemon/enforcement/watch/resources.js';
 import { parseConfig, type AgentConfig } from '../../daemon/config.js';
 import { cniCommand } from '../../daemon/ctl/cni.js';
 import { DEFAULT_SOCKET_PATH } from '../../cni/protocol.js';

@@ -1,6 +1,7 @@
 import t, { type Test } from 'tap';
 import { OpenFlowController } from '../../daemon/flows/openflow/controller.js';
-import { runPacketInLoop, sendRejectReply } from '../../daemon/flows/openflow/dispatch.js';
+import { runPacketInLoop } from '../../daemon/flows/openflow/dispatch.js';
+import { sendRejectReply } from '../../daemon/enforcement/reject/index.js';
 import type { PacketIn } from '../../daemon/flows/openflow/wire.js';
 import { FakeSwitch, header, oxm, packetIn2, u32 } from './openflow-fakeswitch.js';
 

@@ -11,7 +11,7 @@ import { canonicalIp, formatIp, ipFamily, parseCidr, parseIp } from '../../daemo
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import { ProbeSyntaxError, formatMatrices, parseEndpoint, parseProbes } from '../../daemon/policy/probes.js';
 import type { KubeObject, Probe } from '../../daemon/policy/types.js';
-import { formatAuditLine, packetFields } from '../../daemon/auditlog/format.js';
+import { formatAuditLine, packetFields } from '../../daemon/enforcement/auditlog/format.js';
 
 const NODES = { 'node-1': ['192.168.0.1', 'fd00:ff::1'], 'node-2': ['192.168.0.2', 'fd00:ff::2'] } as const;
 const v4 = (ns: string, p: string) => `10.0.${ns === 'x' ? 1 : 2}.${p === 'a' ? 10 : 11}`;

@@ -1,7 +1,7 @@
 import t from 'tap';
-import { packetFields } from '../../daemon/auditlog/format.js';
-import { ipv6ToString } from '../../daemon/reject/packet.js';
-import { buildRejectReply } from '../../daemon/reject/reject.js';
+import { packetFields } from '../../daemon/enforcement/auditlog/format.js';
+import { ipv6ToString } from '../../daemon/packet.js';
+import { buildRejectReply } from '../../daemon/enforcement/reject/reject.js';
 import { CLIENT_MAC, csum, mac, macStr, SERVER_MAC } from './reject-helpers.js';
 
 // Independent test-side encoding and checking (RFC 8200 / RFC 4443 / RFC 793).

@@ -1,6 +1,6 @@
 import t, { type Test } from 'tap';
-import { buildRejectReply } from '../../daemon/reject/reject.js';
-import { decodePacket } from '../../daemon/reject/packet.js';
+import { buildRejectReply } from '../../daemon/enforcement/reject/reject.js';
+import { decodePacket } from '../../daemon/packet.js';
 import { CLIENT_MAC, csum, mac, macStr, SERVER_MAC } from './reject-helpers.js';
 
 // Frames are built and checked here with an independent, straightforward implementation.

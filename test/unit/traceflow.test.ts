@@ -1,7 +1,7 @@
 // daemon/flows/traceflow.ts: the traced packet, the observation flows, and the report assembled
 // from the bridge's observations (test/lab/traceflow.test.ts traces real packets).
 import t from 'tap';
-import { decodeEthernet, decodeIpv4, internetChecksum, ipv4ToBytes, ipv4TransportChecksum } from '../../daemon/reject/packet.js';
+import { decodeEthernet, decodeIpv4, internetChecksum, ipv4ToBytes, ipv4TransportChecksum } from '../../daemon/packet.js';
 import { REG0, TABLES, tableId, VIRTUAL_MAC } from '../../daemon/flows/tables.js';
 import { assembleTrace, describeRule, TRACE_COOKIE_FILTER, TRACE_TOS, traceFrame, traceObservationFlows, type TraceContext } from '../../daemon/flows/traceflow.js';
 

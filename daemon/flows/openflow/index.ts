@@ -2,4 +2,4 @@ export { type ControllerLog, type ControllerOptions, type ControllerStats, OpenF
 export { BoundedQueue } from './queue.js';
 export * from './punt.js';
 export { CT_STATE, type MeterSpec, OFPP, OFPR, type PacketIn, type PacketOut, type PacketOutAction, type SwitchFeatures } from './wire.js';
-export { type DispatchStats, type PacketInHandler, runPacketInLoop, sendRejectReply } from './dispatch.js';
+export { type DispatchStats, type PacketInHandler, runPacketInLoop } from './dispatch.js';

@@ -24,10 +24,10 @@
  * DNS is never blocked here: the flows only punt replies and the agent releases every held packet
  * it receives, parseable or not. Queries are ordinary egress traffic, judged by the user's policies.
  */
-import { type Flow, FlowCategory, withCookie } from '../flows/flow.js';
-import { PUNT_METER_ID, PuntCategory, puntUserdata } from '../flows/openflow/punt.js';
-import { masked, REG0, type TableName } from '../flows/tables.js';
-import type { PolicyEngine } from '../policy/engine.js';
+import { type Flow, FlowCategory, withCookie } from '../../flows/flow.js';
+import { PUNT_METER_ID, PuntCategory, puntUserdata } from '../../flows/openflow/punt.js';
+import { masked, REG0, type TableName } from '../../flows/tables.js';
+import type { PolicyEngine } from '../../policy/engine.js';
 import { DNS_PORT } from './frame.js';
 
 export const DNS_INTERCEPT_TABLE: TableName = 'IngressSecurityClassifier';

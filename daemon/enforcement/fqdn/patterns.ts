@@ -5,7 +5,7 @@
  * `www.example.com` and `a.b.example.com` but not `example.com`, while `*example.com` also
  * matches `example.com` (and `myexample.com`). A pattern without `*` is an exact name.
  */
-import type { InternalRule } from '../policy/types.js';
+import type { InternalRule } from '../../policy/types.js';
 
 export const canonicalDnsName = (name: string): string => name.toLowerCase().replace(/\.$/, '');
 

@@ -14,10 +14,10 @@
  * update (so the compiled flows include it), whether that apply succeeded or failed, or after
  * `maxHoldMs` at the latest — DNS is never blocked by this mechanism, only delayed.
  */
-import type { Flow } from '../flows/flow.js';
-import type { DecodedPunt } from '../flows/openflow/punt.js';
-import type { PacketIn, PacketOut } from '../flows/openflow/wire.js';
-import type { ChangeSet, PolicyEngine } from '../policy/engine.js';
+import type { Flow } from '../../flows/flow.js';
+import type { DecodedPunt } from '../../flows/openflow/punt.js';
+import type { PacketIn, PacketOut } from '../../flows/openflow/wire.js';
+import type { ChangeSet, PolicyEngine } from '../../policy/engine.js';
 import { dnsInterceptFlowsFor, DnsPuntOp, type DnsInterceptMode } from './flows.js';
 import { expireFqdnsDue, handleDnsPacketIn, isEmptyChangeSet, releaseOf, resyncFqdns } from './handler.js';
 import { FqdnLearner, type LearnerOptions } from './learner.js';

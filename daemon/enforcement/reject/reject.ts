@@ -22,7 +22,7 @@ import {
   PacketDecodeError,
   type PacketSummary,
   TCP_FLAGS,
-} from './packet.js';
+} from '../../packet.js';
 
 export type RejectKind = 'tcp-rst' | 'icmp-admin-prohibited' | 'icmpv6-admin-prohibited';
 

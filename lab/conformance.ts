@@ -5,9 +5,9 @@
  * step's full 9×9 matrix. The Driver decides how reachability is measured: the in-process
  * engine (EngineDriver, below), `sluicectl simulate`, or the lab with real packets.
  */
-import { formatCidr, parseCidr } from './cidr.js';
-import { PolicyEngine } from './engine.js';
-import type { KubeObject } from './types.js';
+import { formatCidr, parseCidr } from '../daemon/policy/cidr.js';
+import { PolicyEngine } from '../daemon/policy/engine.js';
+import type { KubeObject } from '../daemon/policy/types.js';
 
 export interface ConformanceModel {
   namespaces: { name: string; labels: Record<string, string> }[];

@@ -11,15 +11,15 @@ import { chmod, lstat, mkdir, unlink } from 'node:fs/promises';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
-import { CniErrorCode, type CniCommand, type CniResponse } from '../cni/protocol.js';
-import { CniError } from './cni/errors.js';
-import { parseRequest, type GcAttachment, type PodRequest } from './cni/request.js';
-import { convertResult, type CniResult } from './cni/result.js';
-import { OperationSerializer } from './cni/serializer.js';
+import { CniErrorCode, type CniCommand, type CniResponse } from '../../cni/protocol.js';
+import { CniError } from './errors.js';
+import { parseRequest, type GcAttachment, type PodRequest } from './request.js';
+import { convertResult, type CniResult } from './result.js';
+import { OperationSerializer } from './serializer.js';
 
-export { CniError } from './cni/errors.js';
-export type { PodRequest, GcAttachment } from './cni/request.js';
-export type { CniResult, CniInterface, CniIpConfig, CniRoute, CniDns } from './cni/result.js';
+export { CniError } from './errors.js';
+export type { PodRequest, GcAttachment } from './request.js';
+export type { CniResult, CniInterface, CniIpConfig, CniRoute, CniDns } from './result.js';
 
 export interface CniHandler {
   /** Attach; throw CniError on failure (after rolling back). */

@@ -5,7 +5,7 @@
  * later fragments, or multicast/unspecified addresses. Pure.
  */
 import type { RejectResult } from './reject.js';
-import { decodeIpv6Packet, ETH_P_IPV6, IPPROTO, ipv6TransportChecksum, type Ipv6Summary, TCP_FLAGS } from './packet.js';
+import { decodeIpv6Packet, ETH_P_IPV6, IPPROTO, ipv6TransportChecksum, type Ipv6Summary, TCP_FLAGS } from '../../packet.js';
 import { replyEthernet, writeTcpReset } from './replyframe.js';
 
 export const ICMPV6_DEST_UNREACH = 1;

@@ -4,9 +4,9 @@
  * the engine/learner it is given (no I/O); `processDnsPacketIn` adds the ordering the agent needs
  * (apply flows, then release) around injected I/O.
  */
-import type { PacketIn, PacketOut } from '../flows/openflow/wire.js';
-import { decodePuntUserdata, PuntCategory } from '../flows/openflow/punt.js';
-import type { ChangeSet, PolicyEngine } from '../policy/engine.js';
+import type { PacketIn, PacketOut } from '../../flows/openflow/wire.js';
+import { decodePuntUserdata, PuntCategory } from '../../flows/openflow/punt.js';
+import type { ChangeSet, PolicyEngine } from '../../policy/engine.js';
 import { parseDnsMessage, resolvedNames } from './dnswire.js';
 import { DnsPuntOp } from './flows.js';
 import { extractDnsPayload } from './frame.js';

@@ -11,8 +11,8 @@
  * ICMP) print `<nil>`. The packet length is the IP total length (IPv6: 40 + payload length). The seed's format has no field for
  * a rule's logLabel, so none is written. Pure.
  */
-import type { RuleRef } from '../policy/types.js';
-import { decodeEthernet, decodeIpv6Packet, decodePacket, ETH_P_IPV6, ipv6ToString, PROTOCOL_NAMES } from '../reject/packet.js';
+import type { RuleRef } from '../../policy/types.js';
+import { decodeEthernet, decodeIpv6Packet, decodePacket, ETH_P_IPV6, ipv6ToString, PROTOCOL_NAMES } from '../../packet.js';
 
 export type AuditAction = 'Allow' | 'Drop' | 'Reject' | 'Pass' | 'Redirect';
 

@@ -2,7 +2,7 @@
  * The parts of a reject reply that do not depend on the IP family (reject.ts builds IPv4 replies,
  * reject6.ts IPv6 ones). Pure.
  */
-import { ETH_P_8021Q, type EthernetHeader, TCP_FLAGS, type TcpHeader } from './packet.js';
+import { ETH_P_8021Q, type EthernetHeader, TCP_FLAGS, type TcpHeader } from '../../packet.js';
 
 /**
  * A zeroed reply frame with room for `l3Length` bytes after its Ethernet header: MACs swapped,

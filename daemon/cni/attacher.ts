@@ -8,10 +8,10 @@ import { existsSync } from 'node:fs';
 import { isIPv4 } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import { CniErrorCode } from '../cni/protocol.js';
-import { CniError, type CniHandler, type GcAttachment, type PodRequest } from './cniserver.js';
-import { podFlows } from './flows/pipeline.js';
-import type { PodPortIds, PodPortRecord } from './flows/ovs.js';
+import { CniErrorCode } from '../../cni/protocol.js';
+import { CniError, type CniHandler, type GcAttachment, type PodRequest } from './server.js';
+import { podFlows } from '../flows/pipeline.js';
+import type { PodPortIds, PodPortRecord } from '../flows/ovs.js';
 
 /** What the agent knows about one attached Pod (rebuilt from OVSDB external_ids after a restart). */
 export interface PodAttachment {

@@ -1,18 +1,17 @@
 /**
- * Informers (client-node ListWatch) for every resource the policy engine needs, reporting each
+ * Informers (daemon/kube) for every resource the policy engine needs, reporting each
  * add/update/delete as an upsert or remove of a plain object with apiVersion and kind set.
  *
- * client-node 1.4 restarts an informer by itself only after 410 Gone or a clean close; every
- * other failure (socket reset, HTTP 5xx, API server restart) stops it, so the 'error' handler
- * restarts it (resuming at the last resourceVersion; a 410 then relists, and objects missing from
- * the new list are reported deleted). A resource answered by 404 (CRD not installed) is retried
- * until it appears and counts as synced-and-empty meanwhile. Nothing is ever flushed here: until
+ * An informer resumes by itself only after 410 Gone or a clean end of its watch; every other
+ * failure (socket reset, HTTP 5xx, API server restart) stops it, so the 'error' handler restarts
+ * it (resuming at the last resourceVersion; a 410 then relists, and objects missing from the new
+ * list are reported deleted). A resource answered by 404 (CRD not installed) is retried until it
+ * appears and counts as synced-and-empty meanwhile. Nothing is ever flushed here: until
  * a relist completes, consumers keep the last state they were told.
  */
-import http from 'node:http';
-import https from 'node:https';
-import type * as K8s from '@kubernetes/client-node';
-import type { KubeObject } from '../policy/types.js';
+import { KubeAccess } from '../../kube/access.js';
+import { Informer } from '../../kube/informer.js';
+import type { KubeObject } from '../../policy/types.js';
 import { isNotFound, WATCHED_RESOURCES, type WatchedResource } from './resources.js';
 
 export type WatchEvent = { type: 'upsert'; object: KubeObject } | { type: 'remove'; object: KubeObject };
@@ -36,56 +35,9 @@ export interface ClusterWatchOptions {
 
 type ListObject = { items: unknown[]; metadata?: { resourceVersion?: string } };
 
-/** Loads the kubeconfig file, or the in-cluster service account when none is given. */
-export async function loadKubeConfig(kubeconfig: string | undefined): Promise<K8s.KubeConfig> {
-  const k8s = await import('@kubernetes/client-node');
-  const kc = new k8s.KubeConfig();
-  if (kubeconfig) kc.loadFromFile(kubeconfig);
-  else kc.loadFromCluster();
-  return kc;
-}
-
-/**
- * GET of an API path as plain JSON. Not the typed clients: they turn objects into model classes
- * whose property names differ from the wire format (NetworkPolicy peers `from` become `_from`),
- * which the policy normalizers would then not see. Errors carry `statusCode`.
- */
-export async function getJson(kc: K8s.KubeConfig, path: string, timeoutMs = 30_000): Promise<unknown> {
-  const server = kc.getCurrentCluster()?.server;
-  if (!server) throw new Error('kubeconfig has no current cluster');
-  const url = new URL(server.replace(/\/$/, '') + path);
-  const opts: https.RequestOptions = { method: 'GET', headers: { accept: 'application/json' }, timeout: timeoutMs };
-  await kc.applyToHTTPSOptions(opts);
-  const mod = url.protocol === 'https:' ? https : http;
-  return new Promise((resolve, reject) => {
-    const req = mod.request(url, opts, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('error', reject);
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        if (res.statusCode !== 200) {
-          const err = new Error(`GET ${path}: HTTP ${res.statusCode}: ${text.slice(0, 200)}`) as Error & { statusCode?: number | undefined };
-          err.statusCode = res.statusCode;
-          reject(err);
-          return;
-        }
-        try {
-          resolve(JSON.parse(text));
-        } catch (e) {
-          reject(new Error(`GET ${path}: not JSON: ${(e as Error).message}`));
-        }
-      });
-    });
-    req.on('timeout', () => req.destroy(new Error(`GET ${path}: no answer within ${timeoutMs} ms`)));
-    req.on('error', reject);
-    req.end();
-  });
-}
-
-function makeLister(kc: K8s.KubeConfig, r: WatchedResource): () => Promise<ListObject> {
+function makeLister(access: KubeAccess, r: WatchedResource): () => Promise<ListObject> {
   return async () => {
-    const l = (await getJson(kc, r.path)) as ListObject;
+    const l = (await access.getJson(r.path)) as ListObject;
     if (!l || !Array.isArray(l.items)) throw new Error(`GET ${r.path}: not a list`);
     return l;
   };
@@ -101,7 +53,7 @@ function plain(item: unknown, r: WatchedResource): KubeObject {
 
 interface InformerState {
   resource: WatchedResource;
-  informer: K8s.ListWatch<K8s.KubernetesObject>;
+  informer: Informer<KubeObject>;
   synced: boolean;
   absent: boolean;
   failures: number;
@@ -118,8 +70,8 @@ export class ClusterWatch {
   private syncWaiters: (() => void)[] = [];
   /** Relists done after the first (watch loss, 410): for status and tests. */
   relists = 0;
-  /** The loaded kubeconfig (for direct reads). */
-  kc?: K8s.KubeConfig;
+  /** The API connection (for direct reads). */
+  access?: KubeAccess;
 
   private constructor(private readonly opts: ClusterWatchOptions) {}
 
@@ -130,13 +82,12 @@ export class ClusterWatch {
   }
 
   private async startAll(): Promise<void> {
-    const k8s = await import('@kubernetes/client-node');
-    const kc = await loadKubeConfig(this.opts.kubeconfig);
-    this.kc = kc;
+    const access = KubeAccess.load(this.opts.kubeconfig);
+    this.access = access;
     for (const r of this.opts.resources ?? WATCHED_RESOURCES) {
-      const list = makeLister(kc, r);
+      const list = makeLister(access, r);
       let state!: InformerState;
-      const listFn = async (): Promise<K8s.KubernetesListObject<K8s.KubernetesObject>> => {
+      const listFn = async (): Promise<{ items: KubeObject[]; metadata?: { resourceVersion?: string } }> => {
         let l: ListObject;
         try {
           l = await list();
@@ -154,15 +105,14 @@ export class ClusterWatch {
           this.relists++;
           state.relists++;
         }
-        // ListWatch fills its cache and fires add/update/delete right after this returns.
+        // The informer fills its cache and reports add/update/delete right after this returns.
         setImmediate(() => this.markSynced(state));
-        return { ...l, items: l.items.map((i) => plain(i, r)) } as unknown as K8s.KubernetesListObject<K8s.KubernetesObject>;
+        return { ...(l.metadata ? { metadata: l.metadata } : {}), items: l.items.map((i) => plain(i, r)) };
       };
-      const informer = new k8s.ListWatch<K8s.KubernetesObject>(r.path, new k8s.Watch(kc), listFn, false);
+      const informer = new Informer<KubeObject>(access, { path: r.path, list: listFn });
       state = { resource: r, informer, synced: false, absent: false, failures: 0, relists: 0, restarts: 0 };
-      const emit = (type: WatchEvent['type']) => (o: K8s.KubernetesObject) => {
+      const emit = (type: WatchEvent['type']) => (obj: KubeObject) => {
         if (this.stopped) return;
-        const obj = o as unknown as KubeObject;
         // Watch events carry apiVersion/kind; stamp them anyway (a CRD served at several versions).
         obj.apiVersion = r.apiVersion;
         obj.kind = r.kind;
@@ -225,7 +175,7 @@ export class ClusterWatch {
   /** The cached object, if the informer has it. */
   get(apiVersion: string, kind: string, name: string, namespace?: string): KubeObject | undefined {
     const s = this.states.find((x) => x.resource.apiVersion === apiVersion && x.resource.kind === kind);
-    return s?.informer.get(name, namespace) as unknown as KubeObject | undefined;
+    return s?.informer.get(name, namespace);
   }
 
   async stop(): Promise<void> {
