@@ -26,6 +26,8 @@ import { type HealthServer, startEndpoint, startHealthServer } from './health.js
 import type { AgentMetrics, EnforcementMetrics } from './metrics.js';
 import { disablePodTxOffload, guardedVeths, HostNetwork, PodLinks, resolveIptables } from './hostnet/index.js';
 import { isRepairEvent, isRulesetTamperEvent } from './hostnet/monitor.js';
+import { SERVICE_GATEWAY_IP } from './hostnet/index.js';
+import { describeRtEvent, ifindexOf, watchRtEvents } from './hostnet/rtevents.js';
 import { type AdoptionStatus, type NodePod, planAdoption } from './adoption.js';
 import { ChainKeeper, type ChainStatus } from './chainkeeper.js';
 import { readCniCache } from './cni/runtime-cache.js';
@@ -82,6 +84,9 @@ export interface EnforcementHooks {
 
 export class StartupError extends Error {}
 
+/** The gateway's permanent neighbours sluice keeps (a kernel event removing one triggers a repair). */
+const KEPT_NEIGHBOURS: ReadonlySet<string> = new Set([SERVICE_GATEWAY_IP]);
+
 
 const API_START_DEADLINE_MS = 30_000;
 
@@ -133,7 +138,7 @@ export class Agent {
   private lastResync?: AgentStatus['lastResync'];
   private readonly resyncCounts = { ok: 0, failed: 0, repairs: 0 };
   private metricsServer?: HealthServer;
-  private monitors: ChildProcess[] = [];
+  private monitors: { kill(): unknown }[] = [];
   private chainKeeper?: ChainKeeper;
   private adoption: AdoptionStatus = { adopted: 0, unattached: [] };
   private adopting?: Promise<void> | undefined;
@@ -504,17 +509,32 @@ export class Agent {
   }
 
   /**
-   * Event-driven repair: `ip monitor` reports deleted routes, rules and neighbours, and `nft monitor`
-   * deleted iptables rules (nft backend) and the veth guard table, so something removing table 300's
-   * route, a Pod route or sluice's chains is repaired in a moment instead of at the next periodic
-   * resync. Bursts (a Pod teardown, a flushed table) collapse into one resync. With the legacy
-   * iptables backend no events exist for its rules; the periodic resync covers them.
+   * Event-driven repair: rtnetlink notifications report deleted routes, rules and neighbours, and
+   * `nft monitor` deleted iptables rules (nft backend) and the veth guard table, so something
+   * removing table 300's route, a Pod route or sluice's chains is repaired in a moment instead of at
+   * the next periodic resync. Bursts (a Pod teardown, a flushed table) collapse into one resync.
+   * With the legacy iptables backend no events exist for its rules; the periodic resync covers them.
    */
   private watchHostChanges(): void {
-    this.monitors = [
-      this.watchMonitor('netlink', 'ip', ['-o', 'monitor', 'route', 'rule', 'neigh'], (l) => isRepairEvent(l, this.config.gateway, new Set([...this.pods.values()].flatMap((p) => p.ips)))),
-      this.watchMonitor('nftables', 'nft', ['monitor'], isRulesetTamperEvent),
-    ];
+    const gateway = this.config.gateway;
+    const rt = watchRtEvents(
+      (ev) => {
+        if (this.closed) return;
+        const gwIndex = ifindexOf(gateway);
+        const podIps = new Set([...this.pods.values()].flatMap((p) => p.ips));
+        if (!isRepairEvent(ev, { gatewayIfindex: gwIndex, podIps, neighbours: KEPT_NEIGHBOURS })) return;
+        this.repairSoon(`netlink: ${describeRtEvent(ev, (i) => (i === gwIndex ? gateway : undefined))}`);
+      },
+      // A lost notification (ENOBUFS after a burst) could have been a removal: check everything.
+      (err) => this.repairSoon(`netlink: ${err.message}`),
+    );
+    this.monitors = [{ kill: () => rt.close() }, this.watchMonitor('nftables', 'nft', ['monitor'], isRulesetTamperEvent)];
+  }
+
+  private repairSoon(reason: string): void {
+    if (this.closed) return;
+    clearTimeout(this.monitorTimer);
+    this.monitorTimer = setTimeout(() => void this.resync(reason), 200);
   }
 
   private watchMonitor(what: string, cmd: string, args: string[], relevant: (line: string) => boolean): ChildProcess {
@@ -526,9 +546,7 @@ export class Agent {
       const lines = buf.split('\n');
       buf = lines.pop() ?? '';
       const hit = lines.find(relevant);
-      if (hit === undefined || this.closed) return;
-      clearTimeout(this.monitorTimer);
-      this.monitorTimer = setTimeout(() => void this.resync(`${what}: ${hit.trim()}`), 200);
+      if (hit !== undefined) this.repairSoon(`${what}: ${hit.trim()}`);
     });
     return child;
   }

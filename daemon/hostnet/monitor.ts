@@ -5,27 +5,42 @@
  * (kube-proxy's iptables-restore, the primary CNI, Pod teardown) change their own objects constantly,
  * and a resync takes the exclusive lock that CNI operations wait for.
  */
+import { SERVICE_ROUTE_TABLE } from './index.js';
 import { desiredChains } from './iptables.js';
+import type { RtEvent } from './rtevents.js';
 import { GUARD_TABLE } from './vethguard.js';
 
+const RT_TABLE_MAIN = 254;
+
+/** What sluice keeps on the host that kernel events can report removed. */
+export interface KeptHostState {
+  /** antrea-gw0's interface index (undefined: it does not exist, so nothing on it can be lost). */
+  gatewayIfindex: number | undefined;
+  /** Addresses of the attached Pods (their host routes must stay on the gateway). */
+  podIps: ReadonlySet<string>;
+  /** The gateway's permanent neighbours (the virtual next hop of table 300). */
+  neighbours: ReadonlySet<string>;
+}
+
 /**
- * Whether an `ip -o monitor route rule neigh` line reports the removal of something sluice keeps:
- * a route via the gateway (Pod routes, table 300's default), the fwmark rule, or the permanent
- * 169.254.253.1 neighbour; or an attached Pod's host route replaced by one on another device (a
- * replace is reported as the new route alone, with no deletion). Ordinary neighbour garbage
- * collection on the gateway is not.
+ * Whether a kernel event reports the removal of something sluice keeps: a route through the
+ * gateway (Pod routes, table 300's default), the fwmark rule into table 300, or one of the
+ * gateway's permanent neighbours; or an attached Pod's host route in the main table replaced by
+ * one on another device (a replace is reported as the new route alone, with no deletion). Other
+ * neighbours on the gateway come and go (garbage collection) and do not count; they are told apart
+ * by address, because the kernel reports every deleted neighbour as FAILED without its lladdr.
  */
-export function isRepairEvent(line: string, gateway: string, podIps: ReadonlySet<string> = new Set()): boolean {
-  const gw = new RegExp(`\\bdev ${gateway.replace(/[.]/g, '\\.')}\\b`);
-  if (!line.startsWith('Deleted')) {
-    const m = /^(\d+\.\d+\.\d+\.\d+)(?:\/32)? (?:via \S+ )?dev \S+/.exec(line);
-    const neighbour = /\b(lladdr|REACHABLE|STALE|DELAY|PROBE|FAILED|INCOMPLETE|PERMANENT|NOARP)\b/.test(line);
-    return m !== null && podIps.has(m[1]!) && !gw.test(line) && !neighbour && !/\btable\b/.test(line);
+export function isRepairEvent(ev: RtEvent, kept: KeptHostState): boolean {
+  const onGateway = (i: number | undefined) => kept.gatewayIfindex !== undefined && i === kept.gatewayIfindex;
+  switch (ev.kind) {
+    case 'route':
+      if (ev.deleted) return onGateway(ev.ifindex);
+      return ev.table === RT_TABLE_MAIN && ev.prefixLen === (ev.family === 4 ? 32 : 128) && kept.podIps.has(ev.dst) && !onGateway(ev.ifindex);
+    case 'rule':
+      return ev.deleted && ev.table === SERVICE_ROUTE_TABLE && ev.fwmark !== undefined;
+    case 'neigh':
+      return ev.deleted && onGateway(ev.ifindex) && kept.neighbours.has(ev.ip);
   }
-  if (/fwmark/.test(line)) return /\blookup (300|antrea_service)\b/.test(line);
-  if (!gw.test(line)) return false;
-  if (/\blladdr\b/.test(line)) return line.includes('169.254.253.1 ');
-  return true;
 }
 
 /** Tables and chains of sluice's iptables rules: its own chains and the built-in chains that jump to them. */
