@@ -18,16 +18,23 @@ const missing = (await missingPrereq(['ip'])) ?? (existsSync(join(DIST, 'rtevent
 if (missing) t.plan(0, missing);
 else {
   const ip = (...args: string[]) => run('ip', ['-n', NS, ...args]);
+  const removeNs = () => run('ip', ['netns', 'del', NS], { allowFail: true });
   await run('ip', ['netns', 'add', NS]);
-  t.teardown(() => run('ip', ['netns', 'del', NS], { allowFail: true }));
-  // veth pairs stand in for the gateway and a Pod's host veth (no dummy module here)
-  for (const [dev, peer] of [['antrea-gw0', 'gw-peer'], ['veth-x', 'x-peer']]) {
-    await ip('link', 'add', dev!, 'type', 'veth', 'peer', 'name', peer!);
-    await ip('link', 'set', dev!, 'up');
-    await ip('link', 'set', peer!, 'up');
+  t.teardown(removeNs);
+  try {
+    // veth pairs stand in for the gateway and a Pod's host veth (no dummy module here)
+    for (const [dev, peer] of [['antrea-gw0', 'gw-peer'], ['veth-x', 'x-peer']]) {
+      await ip('link', 'add', dev!, 'type', 'veth', 'peer', 'name', peer!);
+      await ip('link', 'set', dev!, 'up');
+      await ip('link', 'set', peer!, 'up');
+    }
+    await ip('addr', 'add', '192.168.100.1/32', 'dev', 'antrea-gw0');
+    await ip('-6', 'addr', 'add', 'fd00:99::1/64', 'dev', 'antrea-gw0', 'nodad');
+  } catch (err) {
+    // a failed set-up ends the file before its teardown would run
+    await removeNs();
+    throw err;
   }
-  await ip('addr', 'add', '192.168.100.1/32', 'dev', 'antrea-gw0');
-  await ip('-6', 'addr', 'add', 'fd00:99::1/64', 'dev', 'antrea-gw0', 'nodad');
 
   // The watch runs inside the namespace and prints one JSON line per event: the event, whether it
   // is a repair event for the gateway, and its log text.
