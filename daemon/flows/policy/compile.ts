@@ -133,8 +133,41 @@ const familyOf = (a: string): Family | undefined => (isIPv4(a.split('/')[0]!) ? 
 const l4 = (protocol: string, family: Family): string | undefined => (family === 4 ? L4 : L4_6)[protocol as keyof typeof L4];
 /** `ip,nw_src=A` / `ipv6,ipv6_src=A` (the whole family's range: bare `ip` / `ipv6`). */
 function addressMatch(field: 'nw_src' | 'nw_dst', address: string): string {
-  if (familyOf(address) === 6) return address === '::/0' ? 'ipv6' : `ipv6,${field === 'nw_src' ? 'ipv6_src' : 'ipv6_dst'}=${address}`;
-  return address === '0.0.0.0/0' ? 'ip' : `ip,${field}=${address}`;
+  const memoKey = field === 'nw_src' ? `s${address}` : `d${address}`;
+  const known = ADDRESS_MATCHES.get(memoKey);
+  if (known !== undefined) return known;
+  let match: string;
+  if (familyOf(address) === 6) match = address === '::/0' ? 'ipv6' : `ipv6,${field === 'nw_src' ? 'ipv6_src' : 'ipv6_dst'}=${address}`;
+  else match = address === '0.0.0.0/0' ? 'ip' : `ip,${field}=${address}`;
+  if (ADDRESS_MATCHES.size >= ADDRESS_MATCHES_MAX) ADDRESS_MATCHES.clear();
+  ADDRESS_MATCHES.set(memoKey, match);
+  return match;
+}
+
+/**
+ * One string per address match, shared by every rule that has the address: a peer address
+ * appears in many rules (every rule selecting its Pod), and each kept contribution holds its
+ * match. Bounded: when full it starts over (later matches are then new copies, still correct).
+ */
+const ADDRESS_MATCHES = new Map<string, string>();
+const ADDRESS_MATCHES_MAX = 1 << 18;
+
+/** `k/n`, the clause a conjunction action names: one string per value. */
+const PARTS = new Map<string, string>();
+function partLabel(k: number, n: number): string {
+  const text = `${k}/${n}`;
+  const known = PARTS.get(text);
+  if (known !== undefined) return known;
+  PARTS.set(text, text);
+  return text;
+}
+
+/** A number naming (conjunction id, clause) within one shared flow: ids are 32-bit, clauses few. */
+const PART_INDEX = new Map<string, number>();
+function conjKey(id: number, part: string): number {
+  let i = PART_INDEX.get(part);
+  if (i === undefined) PART_INDEX.set(part, (i = PART_INDEX.size));
+  return id * 4096 + i;
 }
 
 function portBlocks(lo: number | undefined, hi: number | undefined): (string | undefined)[] {
@@ -350,7 +383,7 @@ function ruleContributions(rule: NodeRule, table: TableName, priority: number, c
       continue;
     }
     clauses.forEach((clause, i) => {
-      for (const match of clause) out.push({ key: flowKey(table, priority, match), table, priority, match, conj: { id: conjId, part: `${i + 1}/${n}` } });
+      for (const match of clause) out.push({ key: flowKey(table, priority, match), table, priority, match, conj: { id: conjId, part: partLabel(i + 1, n) } });
     });
     const match = `conj_id=${conjId}`;
     out.push({ key: flowKey(table, priority, match), table, priority, match, direct: { owner: unit.key, actions, logs } });
@@ -396,7 +429,8 @@ interface SharedFlow {
   priority: number;
   match: string;
   /** Conjunction actions by `id,k/n`, with how many rules contribute each. */
-  conj: Map<string, { id: number; part: string; count: number }>;
+  /** By conjKey(id, part). */
+  conj: Map<number, { id: number; part: string; count: number }>;
   direct: Map<string, { actions: string; logs: boolean }>;
 }
 
@@ -637,7 +671,7 @@ export class PolicyFlows {
     if (!prev.mainUnit) return false;
     const units = ruleUnitShape(rule);
     const conjId = prev.conjIds[0]!;
-    const part = `${units.peerClause + 1}/${units.clauses}`;
+    const part = partLabel(units.peerClause + 1, units.clauses);
     const { table, priority } = prev;
     const isPeer = (c: Contribution) => c.conj !== undefined && c.conj.id === conjId && c.conj.part === part;
     if (gone.size > 0) {
@@ -683,7 +717,7 @@ export class PolicyFlows {
     let s = this.shared.get(c.key);
     if (!s) this.shared.set(c.key, (s = { table: c.table, priority: c.priority, match: c.match, conj: new Map(), direct: new Map() }));
     if (c.conj) {
-      const k = `${c.conj.id},${c.conj.part}`;
+      const k = conjKey(c.conj.id, c.conj.part);
       const cur = s.conj.get(k);
       if (cur) cur.count++;
       else s.conj.set(k, { id: c.conj.id, part: c.conj.part, count: 1 });
@@ -696,7 +730,7 @@ export class PolicyFlows {
     const s = this.shared.get(c.key);
     if (!s) return;
     if (c.conj) {
-      const k = `${c.conj.id},${c.conj.part}`;
+      const k = conjKey(c.conj.id, c.conj.part);
       const cur = s.conj.get(k);
       if (cur && --cur.count <= 0) s.conj.delete(k);
     }
