@@ -6,6 +6,7 @@
  * networking converges; so a restarted agent recomputes the same desired state and touches
  * nothing that is already right.
  */
+import { isIPv4, isIPv6 } from 'node:net';
 import { EventEmitter } from 'node:events';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -115,9 +116,13 @@ class Kube {
     return new Kube(kc.makeApiClient(k8s.CoreV1Api), kc.getCurrentCluster()?.server ?? '(none)');
   }
 
-  async nodeInternalIP(nodeName: string): Promise<string | undefined> {
+  /** The Node's first InternalIP of each family. */
+  async nodeInternalIPs(nodeName: string): Promise<{ nodeIP?: string; nodeIPv6?: string }> {
     const node = await withTimeout(this.core.readNode({ name: nodeName }), API_TIMEOUT_MS, `reading Node ${nodeName}`);
-    return node.status?.addresses?.find((a) => a.type === 'InternalIP' && /^\d+\.\d+\.\d+\.\d+$/.test(a.address))?.address;
+    const internal = (node.status?.addresses ?? []).filter((a) => a.type === 'InternalIP').map((a) => a.address);
+    const v4 = internal.find((a) => isIPv4(a));
+    const v6 = internal.find((a) => isIPv6(a));
+    return { ...(v4 ? { nodeIP: v4 } : {}), ...(v6 ? { nodeIPv6: v6 } : {}) };
   }
 
   /** "namespace/name" of every Pod the API schedules on this node. */
@@ -257,6 +262,7 @@ export class Agent {
   private hostnet?: HostNetwork;
   private gateway?: GatewayInfo;
   private nodeIP?: string | undefined;
+  private nodeIPv6?: string | undefined;
   private ready = false;
   private ovsReachable = true;
   private cni?: CniServer;
@@ -374,8 +380,9 @@ export class Agent {
     await this.waitForOvsdb();
     log.info({ db: this.ovs.db }, 'startup: OVSDB reachable');
 
-    const { nodeIP, livePods } = await this.connectApi();
+    const { nodeIP, nodeIPv6, livePods } = await this.connectApi();
     this.nodeIP = nodeIP;
+    this.nodeIPv6 = nodeIPv6;
 
     const bridgeChanges = await this.ovs.ensureBridge();
     const gw = await this.ovs.ensureGateway(cfg.gateway);
@@ -399,6 +406,7 @@ export class Agent {
       gateway: cfg.gateway,
       serviceCIDRs: cfg.serviceCIDRs,
       ...(nodeIP ? { nodeIP } : {}),
+      ...(nodeIPv6 ? { nodeIPv6 } : {}),
       rtTablesFile: cfg.rtTablesFile,
       iptables: iptables.commands,
       log,
@@ -414,7 +422,7 @@ export class Agent {
 
     if (serveCni) this.cni = await startCniServer(cfg.socketPath, this.handler, log, this.metrics && ((c, r, s) => this.metrics!.observeCniRequest(c, r, s)));
     this.ready = true;
-    log.info({ ms: Date.now() - t0, pods: this.pods.size, nodeIP }, 'startup: ready');
+    log.info({ ms: Date.now() - t0, pods: this.pods.size, nodeIP, nodeIPv6 }, 'startup: ready');
 
     this.watchHostChanges();
     // Pods that were running before the agent (sluice installed on a busy node) cross no bridge yet.
@@ -452,27 +460,28 @@ export class Agent {
     }
   }
 
-  /** nodeIP (configured or the Node's InternalIP) and, when the API answers, the Pods on this node. */
-  private async connectApi(): Promise<{ nodeIP?: string; livePods?: Set<string> }> {
+  /** nodeIP / nodeIPv6 (configured or the Node's InternalIPs) and, when the API answers, the Pods on this node. */
+  private async connectApi(): Promise<{ nodeIP?: string; nodeIPv6?: string; livePods?: Set<string> }> {
     const { config: cfg, log } = this;
     const deadline = Date.now() + API_START_DEADLINE_MS;
+    const configured = { ...(cfg.nodeIP ? { nodeIP: cfg.nodeIP } : {}), ...(cfg.nodeIPv6 ? { nodeIPv6: cfg.nodeIPv6 } : {}) };
     let lastErr: unknown;
     for (let attempt = 0; ; attempt++) {
       try {
         const kube = await Kube.connect(cfg.kubeconfig);
-        const nodeIP = cfg.nodeIP ?? (await kube.nodeInternalIP(cfg.nodeName));
-        if (!nodeIP) throw new StartupError(`Node ${cfg.nodeName} has no IPv4 InternalIP; set nodeIP in the config`);
+        const { nodeIP, nodeIPv6 } = cfg.nodeIP || cfg.nodeIPv6 ? configured : await kube.nodeInternalIPs(cfg.nodeName);
+        if (!nodeIP && !nodeIPv6) throw new StartupError(`Node ${cfg.nodeName} has no InternalIP; set nodeIP (and/or nodeIPv6) in the config`);
         const livePods = await kube.nodePods(cfg.nodeName);
         this.kube = kube;
-        log.info({ server: kube.server, nodeIP, pods: livePods.size }, 'startup: API server reachable');
-        return { nodeIP, livePods };
+        log.info({ server: kube.server, nodeIP, nodeIPv6, pods: livePods.size }, 'startup: API server reachable');
+        return { ...(nodeIP ? { nodeIP } : {}), ...(nodeIPv6 ? { nodeIPv6 } : {}), livePods };
       } catch (err) {
         lastErr = err;
         if (err instanceof StartupError) throw err;
-        if (cfg.nodeIP) {
+        if (cfg.nodeIP || cfg.nodeIPv6) {
           // Enough to run the datapath; leftovers are then judged by their netns alone.
           log.warn({ err: (err as Error).message }, 'startup: API server unavailable; continuing with the configured nodeIP');
-          return { nodeIP: cfg.nodeIP };
+          return configured;
         }
         if (Date.now() > deadline) break;
         log.warn({ err: (err as Error).message, attempt }, 'startup: API server not reachable yet, retrying');
@@ -531,6 +540,7 @@ export class Agent {
       gatewayOfport: this.gateway.ofport,
       gatewayMac: this.gateway.mac,
       ...(this.nodeIP ? { nodeIP: this.nodeIP } : {}),
+      ...(this.nodeIPv6 ? { nodeIPv6: this.nodeIPv6 } : {}),
       serviceCIDRs: this.config.serviceCIDRs,
       pods: [...this.pods.values()].map((p) => ({ containerId: p.containerId, ofport: p.ofport, mac: p.mac, ips: p.ips })),
     });
