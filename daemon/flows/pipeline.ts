@@ -97,15 +97,21 @@ const canonCidr = (cidr: string): string => {
 };
 const cidrFamily = (cidr: string): 4 | 6 => (cidr.includes(':') ? 6 : 4);
 
-/** Pod addresses the bridge could not route: link-local, multicast, unspecified, loopback. */
-function checkPodIP(ip: string, field: string): void {
-  checkIP(ip, field);
+/** Why `ip` cannot be a Pod address the bridge routes (link-local, multicast...), or undefined. */
+export function podAddressProblem(ip: string): string | undefined {
+  const addr = parseIp(ip);
+  if (!addr || isIpv4Mapped(addr)) return `"${ip}" is not an IPv4 or IPv6 address`;
   const bad = [['fe80::/10', 'link-local'], ['ff00::/8', 'multicast'], ['::/128', 'unspecified'], ['::1/128', 'loopback'], ['224.0.0.0/4', 'multicast'], ['127.0.0.0/8', 'loopback'], ['0.0.0.0/32', 'unspecified']] as const;
-  const addr = parseIp(ip)!;
   for (const [cidr, what] of bad) {
     const c = parseCidr(cidr)!;
-    if (c.family === addr.family && addr.value >= c.start && addr.value <= c.end) throw new PipelineInputError(`${field}: "${ip}" is a ${what} address, not a Pod address`);
+    if (c.family === addr.family && addr.value >= c.start && addr.value <= c.end) return `"${ip}" is a ${what} address, not a Pod address`;
   }
+  return undefined;
+}
+
+function checkPodIP(ip: string, field: string): void {
+  const problem = podAddressProblem(ip);
+  if (problem) throw new PipelineInputError(`${field}: ${problem}`);
 }
 
 export function validatePipelineInput(input: PipelineInput): void {
