@@ -13,7 +13,7 @@
  *    host undoes its DNAT even when the endpoint is a local Pod.
  *
  * Both families take the same walks (`ip` flows and their `ipv6` twins). IPv6 has no ARP: Neighbour
- * Discovery takes its place in the ARP tables (see ND_RESPONDER_ACTIONS), and link-local and
+ * Discovery takes its place in the ARP tables (see ndResponderActions), and link-local and
  * multicast destinations never cross the bridge (each Pod's link is its own).
  */
 import { canonicalIp, isIpv4Mapped, parseCidr, parseIp } from '../policy/cidr.js';

@@ -1,7 +1,7 @@
 /**
- * The IPv6 datapath with real packets: a dual-stack lab (2 nodes, ptp + host-local with an IPv6
- * range, sluice-cni chained, a sluice-agent per node on the netdev datapath), Pods attached by the
- * real CNI chain. IPv6 Pod to Pod on one node and across nodes, node to Pod, Pod to an IPv6
+ * The IPv6 datapath with real packets, on a dual-stack lab (v6a) and an IPv6-only one (v6b): 2
+ * nodes, ptp + host-local with an IPv6 range, sluice-cni chained, a sluice-agent per node on the
+ * netdev datapath, Pods attached by the real CNI chain. IPv6 Pod to Pod on one node and across nodes, node to Pod, Pod to an IPv6
  * Service (a DNAT in the node's ip6tables, as kube-proxy writes it) with a local and a remote
  * endpoint, spoofed sources dropped, and the IPv4 path of the same Pods unchanged beside it.
  * The agents run without an API server (nodeIP/nodeIPv6 configured), so no policy is enforced here.
@@ -9,20 +9,19 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { agentPidPath, startAgent } from '../../lab/agent.js';
 import {
   createLab, createPodSandbox, destroyLab, missingLabPrerequisites, nodeIP, nodeIPv6, nodeNetns, type PodSandbox, runIn, runOvs, sluiceSocketPath,
 } from '../../lab/net/index.js';
 import { repoRoot } from '../../lab/net/names.js';
 
-const LAB = 'v6a';
 const SERVICE6 = 'fd00:96::10';
 const missing = missingLabPrerequisites();
 const built = ['dist/daemon/main.js', 'dist/bin/sluice-cni'].map((f) => join(repoRoot(), f));
 
 /** STATUS over the agent's CNI socket until it says ready. */
-async function agentReady(node: string, timeoutMs = 60_000): Promise<void> {
+async function agentReady(LAB: string, node: string, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     const ok = await new Promise<boolean>((resolve) => {
@@ -45,15 +44,20 @@ if (missing.length) {
 } else if (built.some((f) => !existsSync(f))) {
   t.plan(0, `skipped: build first (npm run build): ${built.join(', ')}`);
 } else {
+  await t.test('dual-stack Pods', (t) => suite(t, 'v6a', 'dual'));
+  await t.test('IPv6-only Pods', (t) => suite(t, 'v6b', 'ipv6'));
+}
+
+async function suite(t: Test, LAB: string, ipFamily: 'dual' | 'ipv6'): Promise<void> {
   await destroyLab(LAB);
   t.teardown(() => destroyLab(LAB).then(() => undefined));
-  const info = await createLab({ name: LAB, nodes: 2, primary: 'ptp', chainSluice: true, ipFamily: 'dual' });
+  const info = await createLab({ name: LAB, nodes: 2, primary: 'ptp', chainSluice: true, ipFamily });
   for (const node of ['node-1', 'node-2']) {
     await startAgent(LAB, node, 60_000, { KUBERNETES_SERVICE_HOST: '', KUBERNETES_SERVICE_PORT: '' }, {
       kubeconfig: null, nodeIP: nodeIP(node), nodeIPv6: nodeIPv6(node), serviceCIDRs: ['10.96.0.0/16', 'fd00:96::/112'], enforcePolicies: false,
       healthAddress: '127.0.0.1:10349',
     });
-    await agentReady(node);
+    await agentReady(LAB, node);
   }
   const pods: Record<string, PodSandbox> = {};
   for (const [name, node] of [['a', 'node-1'], ['b', 'node-1'], ['c', 'node-2']] as const) {
@@ -82,14 +86,15 @@ if (missing.length) {
 
   t.test('Pods get an IPv4 and an IPv6 address from ptp + host-local, attached by the chain', async (t) => {
     for (const [name, p] of Object.entries(pods)) {
-      t.match(v4(name), new RegExp(`^10\\.10\\.${p.node.slice(5)}\\.\\d+$`), `${name}: IPv4 ${v4(name)}`);
+      if (ipFamily === 'dual') t.match(v4(name), new RegExp(`^10\\.10\\.${p.node.slice(5)}\\.\\d+$`), `${name}: IPv4 ${v4(name)}`);
       t.match(v6(name), new RegExp(`^fd00:10:${p.node.slice(5)}::[0-9a-f]+$`), `${name}: IPv6 ${v6(name)}`);
       const route = (await runIn(nodeNetns(LAB, p.node), 'ip', ['-6', 'route', 'show', `${v6(name)}/128`])).stdout;
       t.match(route, /dev antrea-gw0/, `${name}: the IPv6 host route is on antrea-gw0`);
       const tx = (await runIn(ns(name), 'ethtool', ['-k', 'eth0'])).stdout;
       t.match(tx, /tx-checksumming: off/, `${name}: TX checksum offload off (netdev datapath), set by the agent`);
     }
-    t.equal(info.ipFamily, 'dual');
+    t.equal(info.ipFamily, ipFamily);
+    t.same(Object.values(pods).map((p) => p.ips.length), Object.values(pods).map(() => (ipFamily === 'dual' ? 2 : 1)), `${ipFamily}: ${ipFamily === 'dual' ? 'both families' : 'IPv6 alone'}`);
   });
 
   t.test('IPv6 Pod to Pod on one node and across nodes, and node to Pod', async (t) => {
@@ -106,7 +111,7 @@ if (missing.length) {
     await listen('c', 8080);
     t.ok(await connect(ns('a'), v6('b'), 8080), 'TCP over IPv6 a -> b:8080 (same node)');
     t.ok(await connect(ns('a'), v6('c'), 8080), 'TCP over IPv6 a -> c:8080 (across nodes)');
-    t.equal(await ping(ns('a'), v4('c'), 3), 3, 'the same Pods\' IPv4 path beside it');
+    if (ipFamily === 'dual') t.equal(await ping(ns('a'), v4('c'), 3), 3, 'the same Pods\' IPv4 path beside it');
   });
 
   t.test('Pod to an IPv6 Service: out to the host, DNAT, back through table 300 and re-entrance', async (t) => {
