@@ -2,7 +2,8 @@
  * A NetworkPolicy enforced on IPv6 traffic with real packets, the evaluator as the oracle: a
  * dual-stack `sluice-lab up --ip-family dual` (API server, kubelets, enforcing agents), Pods
  * serving TCP 8080 on both families, a policy with a podSelector peer and an IPv6 ipBlock (with an
- * except), and every probe's real verdict over IPv6 (and IPv4) equal to `sluicectl simulate
+ * except) and an Antrea policy rejecting one Pod (a TCP RST over IPv6 as over IPv4), and every
+ * probe's real verdict over IPv6 (and IPv4) equal to `sluicectl simulate
  * --family 6` (`--family 4`) on a snapshot of the lab's objects.
  */
 import { rmSync, writeFileSync } from 'node:fs';
@@ -70,13 +71,41 @@ spec:
             except: ["${d6}/128"]
       ports:
         - port: ${PORT}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata:
+  name: a-reject-e
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo:
+    - namespaceSelector:
+        matchLabels:
+          ns: x
+      podSelector:
+        matchLabels:
+          pod: a
+  ingress:
+    - name: reject-e
+      action: Reject
+      from:
+        - podSelector:
+            matchLabels:
+              pod: e
 `;
 
-  /** Real verdict of one TCP probe: a connection to [addr]:PORT from the Pod's namespace. */
-  const real = async (p: Probe): Promise<'allow' | 'drop'> => {
+  /**
+   * Real verdict of one TCP probe: a connection to [addr]:PORT from the Pod's namespace. As the
+   * lab's prober judges it: connected is allow, silence until the 2 s timeout is drop, any answer
+   * that refuses (a RST, an ICMP error) before it is reject.
+   */
+  const real = async (p: Probe): Promise<'allow' | 'drop' | 'reject'> => {
     const [ns, name] = p.from.split('/') as [string, string];
-    const r = await runIn(podNetns(LAB, ns, name), 'nc', [`-${p.family}`, '-z', '-w', '2', addr(p.to, p.family)!, String(p.port)], { allowFail: true });
-    return r.exitCode === 0 ? 'allow' : 'drop';
+    const started = Date.now();
+    const r = await runIn(podNetns(LAB, ns, name), 'nc', ['-v', `-${p.family}`, '-z', '-w', '2', addr(p.to, p.family)!, String(p.port)], { allowFail: true });
+    if (r.exitCode === 0) return 'allow';
+    return /timed out/i.test(r.stderr + r.stdout) || Date.now() - started >= 1900 ? 'drop' : 'reject';
   };
   const simulate = async (probes: Probe[], scenario: string): Promise<string[]> => {
     const file = join(dir, 'probes.json');
@@ -102,13 +131,13 @@ spec:
     t.same(open, PROBES.map(() => 'allow'), 'before any policy every probe connects, in both families');
   });
 
-  await t.test('the policy is enforced on IPv6 (and IPv4) traffic exactly as simulate --family says', async (t) => {
+  await t.test('the policies are enforced on IPv6 (and IPv4) traffic exactly as simulate --family says', async (t) => {
     writeFileSync(join(dir, 'policy.yaml'), policy);
     const applied = await cli(['apply', '--name', LAB, '-f', join(dir, 'policy.yaml')]);
     t.equal(applied.code, 0, `applied${applied.code ? `: ${applied.stderr}` : ''}`);
     const scenario = await snapshot(LAB, join(dir, 'snapshot'));
     const want = await simulate(PROBES, scenario);
-    t.ok(want.includes('allow') && want.includes('drop'), `the simulator's verdicts are mixed: ${want.join(',')}`);
+    t.ok(want.includes('allow') && want.includes('drop') && want.includes('reject'), `the simulator's verdicts are mixed: ${want.join(',')}`);
     const differ = PROBES.filter((p, i) => p.family === 6 && want[i] !== want[PROBES.findIndex((q) => q.family === 4 && q.from === p.from && q.to === p.to)]);
     t.ok(differ.length >= 1, `${differ.length} probes differ by family (the ipBlock is IPv6)`);
     // The agents realize the policy shortly after the API has it: probe until the verdicts settle.
