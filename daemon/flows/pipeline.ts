@@ -80,7 +80,6 @@ export function checkCIDR(cidr: string, field: string): void {
   if (!ip || !parsed || isIpv4Mapped(ip)) throw new PipelineInputError(`${field}: "${cidr}" is not an IPv4 or IPv6 CIDR`);
   if (ip.value !== parsed.start) throw new PipelineInputError(`${field}: "${cidr}" has host bits set`);
 }
-export const ipToInt = (ip: string): number => ip.split('.').reduce((a, o) => ((a << 8) | Number(o)) >>> 0, 0);
 
 /** 4 or 6 for an address text (IPv4-mapped IPv6 counts as neither: the bridge never sees one). */
 export function familyOf(ip: string): 4 | 6 | undefined {
