@@ -7,7 +7,7 @@
  * runtime's CNI library cached when the primary ADDed it (daemon/cni/runtime-cache.ts). This
  * module matches those entries to the node's Pods from the API.
  */
-import { isIPv4 } from 'node:net';
+import { canonicalIp } from './policy/cidr.js';
 import type { CachedAttachment } from './cni/runtime-cache.js';
 
 /** A Pod of this node on the Pod network, as the API shows it. */
@@ -51,7 +51,7 @@ export function planAdoption(
 ): AdoptionPlan {
   const plan: AdoptionPlan = { adopt: [], cannot: [] };
   for (const pod of [...pods].sort((a, b) => `${a.namespace}/${a.name}`.localeCompare(`${b.namespace}/${b.name}`))) {
-    const ips = pod.ips.filter((ip) => isIPv4(ip));
+    const ips = pod.ips.map((ip) => canonicalIp(ip)).filter((ip): ip is string => ip !== undefined);
     if (ips.length === 0 || ips.some((ip) => attachedIps.has(ip))) continue;
     const named = (e: CachedAttachment) => e.podNamespace === undefined || e.podName === undefined || (e.podNamespace === pod.namespace && e.podName === pod.name);
     const forIp = entries.filter((e) => e.ips.some((ip) => ips.includes(ip)));

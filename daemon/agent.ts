@@ -24,9 +24,8 @@ import { TraceError, type TraceReport, type TraceRequest } from './enforcement/t
 import { TRACE_COOKIE_FILTER, type TraceProtocol } from './flows/traceflow.js';
 import { type HealthServer, startEndpoint, startHealthServer } from './health.js';
 import type { AgentMetrics, EnforcementMetrics } from './metrics.js';
-import { disablePodTxOffload, guardedVeths, HostNetwork, PodLinks, resolveIptables } from './hostnet/index.js';
+import { disablePodTxOffload, guardedVeths, HostNetwork, PodLinks, resolveIptables, SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6 } from './hostnet/index.js';
 import { isRepairEvent, isRulesetTamperEvent } from './hostnet/monitor.js';
-import { SERVICE_GATEWAY_IP } from './hostnet/index.js';
 import { describeRtEvent, ifindexOf, watchRtEvents } from './hostnet/rtevents.js';
 import { type AdoptionStatus, type NodePod, planAdoption } from './adoption.js';
 import { ChainKeeper, type ChainStatus } from './chainkeeper.js';
@@ -85,8 +84,7 @@ export interface EnforcementHooks {
 export class StartupError extends Error {}
 
 /** The gateway's permanent neighbours sluice keeps (a kernel event removing one triggers a repair). */
-const KEPT_NEIGHBOURS: ReadonlySet<string> = new Set([SERVICE_GATEWAY_IP]);
-
+const KEPT_NEIGHBOURS: ReadonlySet<string> = new Set([SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6]);
 
 const API_START_DEADLINE_MS = 30_000;
 
@@ -130,6 +128,7 @@ export class Agent {
   private hostnet?: HostNetwork;
   private gateway?: GatewayInfo;
   private nodeIP?: string | undefined;
+  private nodeIPv6?: string | undefined;
   private ready = false;
   private ovsReachable = true;
   private cni?: CniServer;
@@ -247,8 +246,9 @@ export class Agent {
     await this.waitForOvsdb();
     log.info({ db: this.ovs.db }, 'startup: OVSDB reachable');
 
-    const { nodeIP, livePods } = await this.connectApi();
+    const { nodeIP, nodeIPv6, livePods } = await this.connectApi();
     this.nodeIP = nodeIP;
+    this.nodeIPv6 = nodeIPv6;
 
     const bridgeChanges = await this.ovs.ensureBridge();
     const gw = await this.ovs.ensureGateway(cfg.gateway);
@@ -272,6 +272,7 @@ export class Agent {
       gateway: cfg.gateway,
       serviceCIDRs: cfg.serviceCIDRs,
       ...(nodeIP ? { nodeIP } : {}),
+      ...(nodeIPv6 ? { nodeIPv6 } : {}),
       rtTablesFile: cfg.rtTablesFile,
       iptables: iptables.commands,
       log,
@@ -287,7 +288,7 @@ export class Agent {
 
     if (serveCni) this.cni = await startCniServer(cfg.socketPath, this.handler, log, this.metrics && ((c, r, s) => this.metrics!.observeCniRequest(c, r, s)));
     this.ready = true;
-    log.info({ ms: Date.now() - t0, pods: this.pods.size, nodeIP }, 'startup: ready');
+    log.info({ ms: Date.now() - t0, pods: this.pods.size, nodeIP, nodeIPv6 }, 'startup: ready');
 
     this.watchHostChanges();
     // Pods that were running before the agent (sluice installed on a busy node) cross no bridge yet.
@@ -325,27 +326,28 @@ export class Agent {
     }
   }
 
-  /** nodeIP (configured or the Node's InternalIP) and, when the API answers, the Pods on this node. */
-  private async connectApi(): Promise<{ nodeIP?: string; livePods?: Set<string> }> {
+  /** nodeIP / nodeIPv6 (configured or the Node's InternalIPs) and, when the API answers, the Pods on this node. */
+  private async connectApi(): Promise<{ nodeIP?: string; nodeIPv6?: string; livePods?: Set<string> }> {
     const { config: cfg, log } = this;
     const deadline = Date.now() + API_START_DEADLINE_MS;
+    const configured = { ...(cfg.nodeIP ? { nodeIP: cfg.nodeIP } : {}), ...(cfg.nodeIPv6 ? { nodeIPv6: cfg.nodeIPv6 } : {}) };
     let lastErr: unknown;
     for (let attempt = 0; ; attempt++) {
       try {
         const kube = await NodeApi.connect(cfg.kubeconfig);
-        const nodeIP = cfg.nodeIP ?? (await kube.nodeInternalIP(cfg.nodeName));
-        if (!nodeIP) throw new StartupError(`Node ${cfg.nodeName} has no IPv4 InternalIP; set nodeIP in the config`);
+        const { nodeIP, nodeIPv6 } = cfg.nodeIP || cfg.nodeIPv6 ? configured : await kube.nodeInternalIPs(cfg.nodeName);
+        if (!nodeIP && !nodeIPv6) throw new StartupError(`Node ${cfg.nodeName} has no InternalIP; set nodeIP (and/or nodeIPv6) in the config`);
         const livePods = await kube.nodePods(cfg.nodeName);
         this.kube = kube;
-        log.info({ server: kube.server, nodeIP, pods: livePods.size }, 'startup: API server reachable');
-        return { nodeIP, livePods };
+        log.info({ server: kube.server, nodeIP, nodeIPv6, pods: livePods.size }, 'startup: API server reachable');
+        return { ...(nodeIP ? { nodeIP } : {}), ...(nodeIPv6 ? { nodeIPv6 } : {}), livePods };
       } catch (err) {
         lastErr = err;
         if (err instanceof StartupError) throw err;
-        if (cfg.nodeIP) {
+        if (cfg.nodeIP || cfg.nodeIPv6) {
           // Enough to run the datapath; leftovers are then judged by their netns alone.
           log.warn({ err: (err as Error).message }, 'startup: API server unavailable; continuing with the configured nodeIP');
-          return { nodeIP: cfg.nodeIP };
+          return configured;
         }
         if (Date.now() > deadline) break;
         log.warn({ err: (err as Error).message, attempt }, 'startup: API server not reachable yet, retrying');
@@ -404,6 +406,7 @@ export class Agent {
       gatewayOfport: this.gateway.ofport,
       gatewayMac: this.gateway.mac,
       ...(this.nodeIP ? { nodeIP: this.nodeIP } : {}),
+      ...(this.nodeIPv6 ? { nodeIPv6: this.nodeIPv6 } : {}),
       serviceCIDRs: this.config.serviceCIDRs,
       pods: [...this.pods.values()].map((p) => ({ containerId: p.containerId, ofport: p.ofport, mac: p.mac, ips: p.ips })),
     });

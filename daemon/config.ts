@@ -18,7 +18,8 @@
  * metricsAddress: 0.0.0.0:9377      # default: none; also serve /metrics here (for Prometheus: hostNetwork
  *                                   # Pods are scraped on the node's address, which 127.0.0.1 is not)
  * logLevel: info                # fatal error warn info debug trace
- * nodeIP: 192.168.77.11         # default: the Node object's InternalIP
+ * nodeIP: 192.168.77.11         # default: the Node object's IPv4 InternalIP
+ * nodeIPv6: fd00:77::11         # default: the Node object's IPv6 InternalIP (IPv6 / dual-stack nodes)
  * resyncIntervalSeconds: 60     # host networking + flows convergence
  * flowCheckIntervalSeconds: 5   # quick check that OVS still has the flows (ovs-vswitchd restart)
  * rtTablesFile: /etc/iproute2/rt_tables.d/sluice.conf   # "" = do not register the table name
@@ -35,7 +36,7 @@
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { isAbsolute } from 'node:path';
-import { isIPv4 } from 'node:net';
+import { isIPv4, isIPv6 } from 'node:net';
 import { parseYaml } from './kube-yaml.js';
 import { checkCIDR, PipelineInputError } from './flows/pipeline.js';
 import { chooseDatapath, kernelOvs, type KernelOvs } from './flows/datapath.js';
@@ -58,6 +59,7 @@ export interface AgentConfig {
   metricsAddress?: { host: string; port: number };
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
   nodeIP?: string;
+  nodeIPv6?: string;
   resyncIntervalSeconds: number;
   flowCheckIntervalSeconds: number;
   /** null: do not register the route table name. */
@@ -103,7 +105,7 @@ export class ConfigError extends Error {
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
 const KEYS = [
   'nodeName', 'kubeconfig', 'bridge', 'datapath', 'iptablesBackend', 'gateway', 'serviceCIDRs', 'socketPath', 'ovsRunDir', 'stateDir',
-  'healthAddress', 'metricsAddress', 'logLevel', 'nodeIP', 'resyncIntervalSeconds', 'flowCheckIntervalSeconds', 'rtTablesFile',
+  'healthAddress', 'metricsAddress', 'logLevel', 'nodeIP', 'nodeIPv6', 'resyncIntervalSeconds', 'flowCheckIntervalSeconds', 'rtTablesFile',
   'auditLogPath', 'enforcePolicies', 'cniConfDir', 'cniBinDir', 'cniCacheDir', 'packetInRate',
 ] as const;
 /** Linux interface names: 1-15 bytes, no '/', whitespace or ':'. */
@@ -186,6 +188,8 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
 
   const nodeIP = str('nodeIP');
   if (nodeIP !== undefined && !isIPv4(nodeIP)) bad('nodeIP', `"${nodeIP}" is not an IPv4 address`);
+  const nodeIPv6 = str('nodeIPv6');
+  if (nodeIPv6 !== undefined && !isIPv6(nodeIPv6)) bad('nodeIPv6', `"${nodeIPv6}" is not an IPv6 address`);
 
   let rtTablesFile: string | null = CONFIG_DEFAULTS.rtTablesFile;
   if ('rtTablesFile' in raw) {
@@ -223,6 +227,7 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     ...(metricsAddress ? { metricsAddress } : {}),
     logLevel: logLevel as AgentConfig['logLevel'],
     ...(nodeIP !== undefined ? { nodeIP } : {}),
+    ...(nodeIPv6 !== undefined ? { nodeIPv6 } : {}),
     resyncIntervalSeconds: seconds('resyncIntervalSeconds', CONFIG_DEFAULTS.resyncIntervalSeconds),
     flowCheckIntervalSeconds: seconds('flowCheckIntervalSeconds', CONFIG_DEFAULTS.flowCheckIntervalSeconds),
     rtTablesFile,

@@ -3,7 +3,7 @@
  * is wrong. The CLI (lab/cli.ts) only dispatches on the result.
  */
 import yargs from 'yargs';
-import { DEFAULT_LAB, LAB_NAME, MAX_NODES } from './net/names.js';
+import { DEFAULT_LAB, IP_FAMILIES, type IpFamily, LAB_NAME, MAX_NODES } from './net/names.js';
 
 export class UsageError extends Error {
   override name = 'UsageError';
@@ -14,7 +14,7 @@ export type Output = 'table' | 'json';
 export type PatchType = 'json' | 'merge';
 
 export type Command =
-  | { cmd: 'up'; name: string; nodes: number; primary: Primary; sluice: boolean; files: string[] }
+  | { cmd: 'up'; name: string; nodes: number; primary: Primary; sluice: boolean; files: string[]; ipFamily: IpFamily }
   | { cmd: 'down'; name: string; all: boolean }
   | { cmd: 'apply'; name: string; files: string[] }
   | { cmd: 'delete'; name: string; files: string[]; ignoreNotFound: boolean }
@@ -37,6 +37,7 @@ function parser(argv: string[]) {
       y
         .option('nodes', { type: 'number', default: 2, describe: 'number of lab nodes' })
         .option('primary', { type: 'string', choices: ['ptp', 'eks'], default: 'ptp', describe: 'primary CNI flavour' })
+        .option('ip-family', { type: 'string', choices: [...IP_FAMILIES], default: 'ipv4', describe: 'Pod address families (ipv6, dual: ptp only; host-local IPv6 ranges fd00:10:<node>::/64)' })
         .option('sluice', { type: 'boolean', default: true, describe: 'chain sluice after the primary and run an enforcing sluice-agent per node (--no-sluice: primary CNI only)' })
         .option('f', { alias: 'filename', type: 'string', array: true, default: [], describe: 'scenario manifest file or directory' }),
     )
@@ -108,7 +109,11 @@ export function parseArgs(argv: string[]): Command {
   };
   switch (cmd) {
     case 'up':
-      return { cmd, name, nodes: checkNodes(), primary: a.primary as Primary, sluice: Boolean(a.sluice), files };
+    {
+      const ipFamily = a['ip-family'] as IpFamily;
+      if (ipFamily !== 'ipv4' && a.primary !== 'ptp') throw new UsageError(`--ip-family ${ipFamily} needs --primary ptp (the eks flavour is IPv4-only in the lab)`);
+      return { cmd, name, nodes: checkNodes(), primary: a.primary as Primary, sluice: Boolean(a.sluice), files, ipFamily };
+    }
     case 'down':
       return { cmd, name, all: Boolean(a.all) };
     case 'apply':

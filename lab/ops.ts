@@ -15,7 +15,7 @@ import { daemonSetProblems } from './daemonset.js';
 import { desiredEndpointSlices, diffSlices, isManagedSlice, SERVICE_NAME_LABEL } from './endpointslices.js';
 import { parseObjectRef, resolveKind } from './kinds.js';
 import { createLab, readLabInfo } from './net/lab.js';
-import { nodeIP, nodeName, nodeNetns, netnsPath, podCidr, podNetns, repoRoot, stateDir } from './net/names.js';
+import { type IpFamily, nodeIP, nodeName, nodeNetns, netnsPath, podCidr, podNetns, repoRoot, stateDir } from './net/names.js';
 import { missingLabPrerequisites } from './net/prereq.js';
 import { runProbes } from './net/probe-runner.js';
 import { runIn, sleep } from './net/exec.js';
@@ -46,6 +46,8 @@ export interface UpOptions {
   primary: Primary;
   sluice: boolean;
   files: string[];
+  /** Default ipv4. */
+  ipFamily?: IpFamily;
 }
 
 export async function up(opts: UpOptions, out: Out): Promise<{ ms: number; info: ControlInfo }> {
@@ -67,7 +69,7 @@ export async function up(opts: UpOptions, out: Out): Promise<{ ms: number; info:
     await stopSupervisor(opts.name);
     await destroyLab(opts.name);
   }
-  out(`creating lab "${opts.name}": ${opts.nodes} node(s), primary ${opts.primary}, sluice ${opts.sluice ? 'on' : 'off'}`);
+  out(`creating lab "${opts.name}": ${opts.nodes} node(s), primary ${opts.primary}, ${opts.ipFamily ?? 'ipv4'}, sluice ${opts.sluice ? 'on' : 'off'}`);
   // Interrupted half-way (Ctrl-C): remove what exists rather than leave a half-built lab.
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals): void => {
@@ -87,7 +89,7 @@ export async function up(opts: UpOptions, out: Out): Promise<{ ms: number; info:
     // Open vSwitch runs per node only for the lab's own agents: without them (--no-sluice) nothing
     // uses it, and sluice installed later from install/sluice.yaml brings its own (the DaemonSet's ovs
     // container), which must find the node's OVS run directory free.
-    await createLab({ name: opts.name, nodes: opts.nodes, primary: opts.primary, chainSluice: opts.sluice, ovs: opts.sluice });
+    await createLab({ name: opts.name, nodes: opts.nodes, primary: opts.primary, chainSluice: opts.sluice, ovs: opts.sluice, ...(opts.ipFamily ? { ipFamily: opts.ipFamily } : {}) });
   } catch (err) {
     if (interrupted) await new Promise(() => undefined);
     done();

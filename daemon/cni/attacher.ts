@@ -5,12 +5,12 @@
  * place and changes nothing.
  */
 import { existsSync } from 'node:fs';
-import { isIPv4 } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { CniErrorCode } from '../../cni/protocol.js';
 import { CniError, type CniHandler, type GcAttachment, type PodRequest } from './server.js';
-import { podFlows } from '../flows/pipeline.js';
+import { interfaceIPs } from './result.js';
+import { podAddressProblem, podFlows } from '../flows/pipeline.js';
 import type { PodPortIds, PodPortRecord } from '../flows/ovs.js';
 
 /** What the agent knows about one attached Pod (rebuilt from OVSDB external_ids after a restart). */
@@ -101,15 +101,29 @@ export function attachmentFromPort(r: PodPortRecord): PodAttachment | undefined 
   };
 }
 
-/** The Pod's IPv4 addresses from prevResult: those on CNI_IFNAME (or unassigned ones). */
+/** The Pod's addresses (IPv4 and IPv6) from prevResult: those on CNI_IFNAME (or unassigned ones). */
 export function podIPs(req: PodRequest): string[] {
-  const result = req.prevResult;
-  const ifaces = result?.interfaces ?? [];
-  const ips = (result?.ips ?? [])
-    .filter((ip) => ip.interface === undefined || ifaces[ip.interface]?.name === req.ifName)
-    .map((ip) => ip.address.split('/')[0]!)
-    .filter((a) => isIPv4(a));
-  return [...new Set(ips)].sort();
+  return interfaceIPs(req.prevResult, req.ifName);
+}
+
+/**
+ * The Pod's addresses, or a CNI error naming what is wrong: none at all, or one the bridge cannot
+ * route (link-local, multicast...). Every address is attached with its family's flows, or the Pod
+ * is not attached at all.
+ */
+function usablePodIPs(req: PodRequest, where: string): string[] {
+  const ips = podIPs(req);
+  if (ips.length === 0) {
+    throw new CniError(
+      CniErrorCode.InvalidNetworkConfig,
+      `${where} has no IP address for interface ${req.ifName}: sluice needs the primary CNI's Pod IPs to route them through the bridge`,
+    );
+  }
+  for (const ip of ips) {
+    const problem = podAddressProblem(ip);
+    if (problem) throw new CniError(CniErrorCode.InvalidNetworkConfig, `${where}, interface ${req.ifName}: ${problem}`);
+  }
+  return ips;
 }
 
 const describe = (err: unknown): string => (err instanceof Error ? err.message : String(err));
@@ -167,13 +181,7 @@ export class PodAttacher implements CniHandler {
     } catch (err) {
       throw new CniError(CniErrorCode.InvalidEnvironment, `CNI_IFNAME ${req.ifName}: ${describe(err)}`);
     }
-    const ips = podIPs(req);
-    if (ips.length === 0) {
-      throw new CniError(
-        CniErrorCode.InvalidNetworkConfig,
-        `prevResult has no IPv4 address for interface ${req.ifName}: sluice needs the primary CNI's Pod IPs to route them through ${this.d.bridge}`,
-      );
-    }
+    const ips = usablePodIPs(req, 'prevResult');
     const want = attachmentFor(req, veth, ips, -1);
     const existing = this.d.pods.get(req.containerId);
     if (existing && sameAttachment(existing, want)) {
@@ -267,8 +275,7 @@ export class PodAttacher implements CniHandler {
     } catch (err) {
       throw new CniError(CniErrorCode.InvalidEnvironment, `interface ${req.ifName} in ${req.netns}: ${describe(err)}`);
     }
-    const ips = podIPs(req);
-    if (ips.length === 0) throw new CniError(CniErrorCode.InvalidNetworkConfig, `the cached CNI result has no IPv4 address for ${req.ifName}`);
+    const ips = usablePodIPs(req, 'the cached CNI result');
     const clash = [...d.pods.values()].find((p) => p.ips.some((ip) => ips.includes(ip)) || p.hostVeth === veth.hostIfName);
     if (clash) throw new CniError(CniErrorCode.AttachFailed, `${clash.hostVeth === veth.hostIfName ? `veth ${veth.hostIfName}` : `an address of ${ips.join(',')}`} is already attached for container ${clash.containerId}`);
     const pod = attachmentFor(req, veth, ips, await d.ovs.freeOfport());

@@ -10,6 +10,7 @@
  */
 import { isIP } from 'node:net';
 import { CniErrorCode, compareVersions, isSupportedVersion } from '../../cni/protocol.js';
+import { canonicalIp } from '../policy/cidr.js';
 import { CniError } from './errors.js';
 
 export interface CniInterface {
@@ -83,6 +84,21 @@ export function isCidr(value: unknown): value is string {
   const prefix = value.slice(slash + 1);
   if (family === 0 || !/^\d{1,3}$/.test(prefix)) return false;
   return Number(prefix) <= (family === 4 ? 32 : 128);
+}
+
+/**
+ * The addresses a result gives interface `ifName` (or no interface in particular), both families,
+ * without prefix length, each once, IPv6 in canonical text (so they compare with the API's).
+ */
+export function interfaceIPs(result: CniResult | undefined, ifName: string): string[] {
+  const ifaces = Array.isArray(result?.interfaces) ? result.interfaces : [];
+  const ips = (Array.isArray(result?.ips) ? result.ips : [])
+    .filter((ip) => ip && typeof ip.address === 'string')
+    .filter((ip) => ip.interface === undefined || ifaces[ip.interface]?.name === ifName)
+    .map((ip) => ip.address.split('/')[0]!)
+    .filter((a) => isIP(a) !== 0)
+    .map((a) => canonicalIp(a) ?? a);
+  return [...new Set(ips)].sort();
 }
 
 /** IP family ("4" | "6") of a CIDR or bare address, as 0.x results spell it. */

@@ -5,9 +5,8 @@
  * result of the ADD. The runtime's later DEL and CHECK use the same container id and interface.
  */
 import { readdir, readFile } from 'node:fs/promises';
-import { isIPv4 } from 'node:net';
 import { join } from 'node:path';
-import type { CniResult } from './result.js';
+import { type CniResult, interfaceIPs } from './result.js';
 
 /** One attachment as the runtime's CNI library cached it. */
 export interface CachedAttachment {
@@ -19,7 +18,7 @@ export interface CachedAttachment {
   netns?: string;
   podNamespace?: string;
   podName?: string;
-  /** The IPv4 addresses the primary gave the interface. */
+  /** The addresses (both families, canonical) the primary gave the interface. */
   ips: string[];
   result: CniResult;
 }
@@ -49,16 +48,12 @@ export function parseCacheEntry(file: string, text: string): CachedAttachment | 
   }
   const ifaces = Array.isArray(result.interfaces) ? result.interfaces : [];
   const sandbox = ifaces.find((i) => i && i.name === ifName && typeof i.sandbox === 'string' && i.sandbox)?.sandbox;
-  const ips = result.ips
-    .filter((ip) => ip && typeof ip.address === 'string')
-    .filter((ip) => ip.interface === undefined || ifaces[ip.interface]?.name === ifName)
-    .map((ip) => ip.address.split('/')[0]!)
-    .filter((a) => isIPv4(a));
+  const ips = interfaceIPs(result, ifName);
   const netns = str(o.netns) ?? sandbox;
   const podNamespace = args.get('K8S_POD_NAMESPACE');
   const podName = args.get('K8S_POD_NAME');
   return {
-    file, containerId, ifName, networkName, ips: [...new Set(ips)].sort(), result,
+    file, containerId, ifName, networkName, ips, result,
     ...(netns ? { netns } : {}), ...(podNamespace ? { podNamespace } : {}), ...(podName ? { podName } : {}),
   };
 }

@@ -57,9 +57,9 @@ export function flowText(f: Flow): string {
   return `table=${tableId(f.table)},priority=${f.priority},cookie=${f.cookie}${match} actions=${resolveTableNames(f.actions)}`;
 }
 
-/** `goto_table:Name` / `ct(table=Name` -> numbers. Names are only ever written through here. */
+/** `goto_table:Name` / `ct(table=Name` / `resubmit(,Name)` -> numbers. Names are only ever written through here. */
 export function resolveTableNames(actions: string): string {
-  return actions.replace(/(goto_table:|table=)([A-Za-z][A-Za-z0-9]*)/g, (_m, kw: string, name: string) => {
+  return actions.replace(/(goto_table:|table=|resubmit\(,)([A-Za-z][A-Za-z0-9]*)/g, (_m, kw: string, name: string) => {
     const id = tableId(name as TableName);
     if (id < 0) throw new Error(`unknown table ${name} in actions "${actions}"`);
     return `${kw}${id}`;

@@ -11,12 +11,17 @@
  *    de:ad:be:ef:de:ad (the host's raw table skips conntrack for it), out IN_PORT, no OVS commit.
  *  - Replies of connections that entered from the gateway go back to the gateway (ct_mark), so the
  *    host undoes its DNAT even when the endpoint is a local Pod.
+ *
+ * Both families take the same walks (`ip` flows and their `ipv6` twins). IPv6 has no ARP: Neighbour
+ * Discovery takes its place in the ARP tables (see ndResponderActions), and link-local and
+ * multicast destinations never cross the bridge (each Pod's link is its own).
  */
-import { isIPv4 } from 'node:net';
+import { canonicalIp, isIpv4Mapped, parseCidr, parseIp } from '../policy/cidr.js';
 import { type Flow, FlowCategory, type FlowSpec, withCookie } from './flow.js';
 import {
   CT_MARK_FROM_GATEWAY,
   CT_ZONE,
+  hex,
   masked,
   nextTable,
   POLICY_HOOK_TABLES,
@@ -35,7 +40,7 @@ export interface PodPort {
   ofport: number;
   /** MAC of the Pod's own interface (inside its netns): the only source MAC it may use. */
   mac: string;
-  /** The Pod's IPv4 addresses (no prefix length). */
+  /** The Pod's addresses, IPv4 and/or IPv6 (no prefix length). */
   ips: string[];
 }
 
@@ -44,6 +49,9 @@ export interface PipelineInput {
   gatewayMac: string;
   /** Packets from the gateway with this source are host-originated (kubelet probes etc.). */
   nodeIP?: string | undefined;
+  /** The node's IPv6 address, the same for IPv6 packets. */
+  nodeIPv6?: string | undefined;
+  /** Service CIDRs of either family. */
   serviceCIDRs: string[];
   pods: PodPort[];
 }
@@ -58,23 +66,58 @@ function checkMac(mac: string, field: string): void {
 function checkOfport(p: number, field: string): void {
   if (!Number.isInteger(p) || p < 1 || p >= 0xff00) throw new PipelineInputError(`${field}: ${p} is not a valid OpenFlow port number`);
 }
-function checkIPv4(ip: string, field: string): void {
-  if (!isIPv4(ip)) throw new PipelineInputError(`${field}: "${ip}" is not an IPv4 address`);
+function checkIP(ip: string, field: string, family?: 4 | 6): void {
+  const fam = familyOf(ip);
+  if (fam === undefined || (family !== undefined && fam !== family)) {
+    throw new PipelineInputError(`${field}: "${ip}" is not an ${family === 6 ? 'IPv6' : family === 4 ? 'IPv4' : 'IPv4 or IPv6'} address`);
+  }
 }
+/** A Service CIDR (or any CIDR setting) of either family, without host bits. */
 export function checkCIDR(cidr: string, field: string): void {
-  const m = /^([^/]+)\/(\d{1,2})$/.exec(cidr);
-  if (!m || !isIPv4(m[1]!) || Number(m[2]) > 32) throw new PipelineInputError(`${field}: "${cidr}" is not an IPv4 CIDR`);
-  const bits = Number(m[2]);
-  const n = ipToInt(m[1]!);
-  const hostMask = 2 ** (32 - bits) - 1;
-  if (n % (hostMask + 1) !== 0) throw new PipelineInputError(`${field}: "${cidr}" has host bits set`);
+  const slash = typeof cidr === 'string' ? cidr.indexOf('/') : -1;
+  const ip = slash > 0 ? parseIp(cidr.slice(0, slash)) : undefined;
+  const parsed = parseCidr(cidr);
+  if (!ip || !parsed || isIpv4Mapped(ip)) throw new PipelineInputError(`${field}: "${cidr}" is not an IPv4 or IPv6 CIDR`);
+  if (ip.value !== parsed.start) throw new PipelineInputError(`${field}: "${cidr}" has host bits set`);
 }
-export const ipToInt = (ip: string): number => ip.split('.').reduce((a, o) => ((a << 8) | Number(o)) >>> 0, 0);
+
+/** 4 or 6 for an address text (IPv4-mapped IPv6 counts as neither: the bridge never sees one). */
+export function familyOf(ip: string): 4 | 6 | undefined {
+  const parsed = parseIp(ip);
+  return parsed && !isIpv4Mapped(parsed) ? parsed.family : undefined;
+}
+
+/** The canonical text of an address, so one address always gives the same flows (and cookies). */
+const canon = (ip: string): string => canonicalIp(ip) ?? ip;
+/** A CIDR with its address in canonical text. */
+const canonCidr = (cidr: string): string => {
+  const [ip, len] = cidr.split('/');
+  return `${canon(ip!)}/${len}`;
+};
+const cidrFamily = (cidr: string): 4 | 6 => (cidr.includes(':') ? 6 : 4);
+
+/** Why `ip` cannot be a Pod address the bridge routes (link-local, multicast...), or undefined. */
+export function podAddressProblem(ip: string): string | undefined {
+  const addr = parseIp(ip);
+  if (!addr || isIpv4Mapped(addr)) return `"${ip}" is not an IPv4 or IPv6 address`;
+  const bad = [['fe80::/10', 'link-local'], ['ff00::/8', 'multicast'], ['::/128', 'unspecified'], ['::1/128', 'loopback'], ['224.0.0.0/4', 'multicast'], ['127.0.0.0/8', 'loopback'], ['0.0.0.0/32', 'unspecified']] as const;
+  for (const [cidr, what] of bad) {
+    const c = parseCidr(cidr)!;
+    if (c.family === addr.family && addr.value >= c.start && addr.value <= c.end) return `"${ip}" is a ${what} address, not a Pod address`;
+  }
+  return undefined;
+}
+
+function checkPodIP(ip: string, field: string): void {
+  const problem = podAddressProblem(ip);
+  if (problem) throw new PipelineInputError(`${field}: ${problem}`);
+}
 
 export function validatePipelineInput(input: PipelineInput): void {
   checkOfport(input.gatewayOfport, 'gatewayOfport');
   checkMac(input.gatewayMac, 'gatewayMac');
-  if (input.nodeIP !== undefined) checkIPv4(input.nodeIP, 'nodeIP');
+  if (input.nodeIP !== undefined) checkIP(input.nodeIP, 'nodeIP', 4);
+  if (input.nodeIPv6 !== undefined) checkIP(input.nodeIPv6, 'nodeIPv6', 6);
   input.serviceCIDRs.forEach((c, i) => checkCIDR(c, `serviceCIDRs[${i}]`));
   const ofports = new Map<number, string>([[input.gatewayOfport, 'the gateway']]);
   const ips = new Map<string, string>();
@@ -88,10 +131,10 @@ export function validatePipelineInput(input: PipelineInput): void {
     if (other) throw new PipelineInputError(`${where}.ofport ${pod.ofport} is already used by ${other}`);
     ofports.set(pod.ofport, `container ${pod.containerId}`);
     for (const ip of pod.ips) {
-      checkIPv4(ip, `${where}.ips`);
-      const owner = ips.get(ip);
+      checkPodIP(ip, `${where}.ips`);
+      const owner = ips.get(canon(ip));
       if (owner) throw new PipelineInputError(`${where}: IP ${ip} is already used by container ${owner}`);
-      ips.set(ip, pod.containerId);
+      ips.set(canon(ip), pod.containerId);
     }
   }
 }
@@ -112,79 +155,74 @@ const ARP_RESPONDER_ACTIONS = [
   'IN_PORT',
 ].join(',');
 
-/** Flows that depend only on node settings (gateway, node IP, Service CIDRs). */
+/** ICMPv6 types of Neighbour Discovery. */
+export const ND = { routerSolicit: 133, routerAdvert: 134, solicit: 135, advert: 136, redirect: 137 } as const;
+/** NA flags (RFC 4861 4.4): Router, Solicited, Override. */
+const NA_FLAGS = { router: 0x80000000, solicited: 0x40000000, override: 0x20000000 } as const;
+
+/**
+ * The Neighbour Advertisement built in place from a Solicitation (the ARP responder's IPv6 twin):
+ * Ethernet and IPv6 addresses swapped with the solicited target as the source, type 135 -> 136,
+ * the flags, and the Source Link-Layer option turned into a Target Link-Layer option. The target
+ * link-layer address can only be written to a packet that already is an advertisement (OVS checks
+ * the field's prerequisites against the current flow), hence the resubmit into this same table,
+ * where the advertisement flow finishes it. OVS fixes the ICMPv6 checksum.
+ */
+const ndResponderActions = (flags: number): string => [
+  'move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[]',
+  `set_field:${VIRTUAL_MAC}->eth_src`,
+  'move:NXM_NX_IPV6_SRC[]->NXM_NX_IPV6_DST[]',
+  'move:NXM_NX_ND_TARGET[]->NXM_NX_IPV6_SRC[]',
+  `set_field:${ND.advert}->icmpv6_type`,
+  `set_field:${hex(flags >>> 0)}->nd_reserved`,
+  'set_field:2->nd_options_type',
+  'resubmit(,ARPResponder)',
+].join(',');
+
+type Spec = Omit<FlowSpec, 'category'>;
+const FAMILIES = [4, 6] as const;
+/** The per-family vocabulary of OpenFlow matches. */
+const F = {
+  4: { ip: 'ip', src: 'nw_src', dst: 'nw_dst' },
+  6: { ip: 'ipv6', src: 'ipv6_src', dst: 'ipv6_dst' },
+} as const;
+
+/** Flows that depend only on node settings (gateway, node IPs, Service CIDRs). */
 export function baseFlows(input: Omit<PipelineInput, 'pods'>): Flow[] {
   const gw = input.gatewayOfport;
   const toGateway = `set_field:${input.gatewayMac}->eth_dst,set_field:${gw}->reg1,${setReg0(REG0.dstGateway, REG0.dstMask)}`;
-  const reentrance = `ip,reg0=${masked(REG0.srcGateway | REG0.dstGateway, REG0.srcMask | REG0.dstMask)}`;
-  const specs: Omit<FlowSpec, 'category'>[] = [
+  const nodeIPs = { 4: input.nodeIP, 6: input.nodeIPv6 };
+  const specs: Spec[] = [
     // Classifier
     { table: 'Classifier', priority: 200, match: 'arp', actions: goto('ARPSpoofGuard') },
-    ...(input.nodeIP
-      ? [{
-          table: 'Classifier' as const,
-          priority: 210,
-          match: `ip,in_port=${gw},nw_src=${input.nodeIP}`,
-          actions: `${setReg0(REG0.srcGateway | REG0.fromHost, REG0.srcMask | REG0.fromHost)},${goto('SpoofGuard')}`,
-        }]
-      : []),
-    { table: 'Classifier', priority: 200, match: `ip,in_port=${gw}`, actions: `${setReg0(REG0.srcGateway, REG0.srcMask)},${goto('SpoofGuard')}` },
+    // Neighbour Discovery is IPv6's ARP: solicitations and advertisements to the ARP tables.
+    ...[ND.solicit, ND.advert].map((type) => ({ table: 'Classifier' as const, priority: 220, match: `icmp6,icmp_type=${type},icmp_code=0`, actions: goto('ARPSpoofGuard') })),
     { table: 'Classifier', priority: 0, match: '', actions: 'drop' },
     // ARP: the host may ARP for anything; Pods are checked per port.
     { table: 'ARPSpoofGuard', priority: 200, match: `arp,in_port=${gw}`, actions: goto('ARPResponder') },
+    // ND likewise: the host may solicit anything. Nothing on the bridge solicits anyone (the
+    // responder answers every solicitation), so advertisements from the host or from a Pod have no
+    // receiver and fall to the miss flow: a Pod cannot advertise another's address or the gateway's.
+    { table: 'ARPSpoofGuard', priority: 200, match: `icmp6,icmp_type=${ND.solicit},icmp_code=0,in_port=${gw}`, actions: goto('ARPResponder') },
     { table: 'ARPSpoofGuard', priority: 0, match: '', actions: 'drop' },
     { table: 'ARPResponder', priority: 200, match: 'arp,arp_op=1', actions: ARP_RESPONDER_ACTIONS },
+    // Duplicate Address Detection (source ::) asks whether anyone else holds the asker's own
+    // tentative address: an answer would make its address unusable, so none is given.
+    { table: 'ARPResponder', priority: 210, match: `icmp6,icmp_type=${ND.solicit},ipv6_src=::`, actions: 'drop' },
+    // To a Pod the bridge is its router; to the host, it answers for Pods, which are not routers.
+    { table: 'ARPResponder', priority: 200, match: `icmp6,icmp_type=${ND.solicit},icmp_code=0`, actions: ndResponderActions(NA_FLAGS.router | NA_FLAGS.solicited | NA_FLAGS.override) },
+    { table: 'ARPResponder', priority: 205, match: `icmp6,icmp_type=${ND.solicit},icmp_code=0,in_port=${gw}`, actions: ndResponderActions(NA_FLAGS.solicited | NA_FLAGS.override) },
+    { table: 'ARPResponder', priority: 200, match: `icmp6,icmp_type=${ND.advert}`, actions: `set_field:${VIRTUAL_MAC}->nd_tll,IN_PORT` },
     { table: 'ARPResponder', priority: 0, match: '', actions: 'drop' },
-    // The gateway is not spoof-checked: it carries everyone's traffic.
-    { table: 'SpoofGuard', priority: 200, match: `ip,in_port=${gw}`, actions: goto('ConntrackZone') },
-    // A router forwards only frames addressed to it: the host's ip_forward, which this pipeline
-    // replaces, drops a Pod's frames sent to a group address (broadcast, multicast) or to a MAC that
-    // is not its own. L3Forwarding rewrites both MACs, so without these such frames would be routed;
-    // the re-entrance MAC above all means "from the host" to the host's raw table.
-    ...[REENTRANCE_MAC, '01:00:00:00:00:00/01:00:00:00:00:00'].map((dst) => ({
-      table: 'SpoofGuard' as const,
-      priority: 210,
-      match: `ip,reg0=${masked(REG0.srcPod, REG0.srcMask)},dl_dst=${dst}`,
-      actions: 'drop',
-    })),
     { table: 'SpoofGuard', priority: 0, match: '', actions: 'drop' },
-    // Conntrack (no NAT in OVS: kube-proxy NATs in the host).
-    ...input.serviceCIDRs.map((cidr) => ({
-      table: 'ConntrackZone' as const,
-      priority: 210,
-      match: `ip,nw_dst=${cidr}`,
-      actions: `${setReg0(REG0.toService, REG0.toService)},ct(table=ConntrackState,zone=${CT_ZONE})`,
-    })),
-    { table: 'ConntrackZone', priority: 200, match: 'ip', actions: `ct(table=ConntrackState,zone=${CT_ZONE})` },
     { table: 'ConntrackZone', priority: 0, match: '', actions: 'drop' },
-    { table: 'ConntrackState', priority: 200, match: 'ct_state=+inv+trk,ip', actions: 'drop' },
     { table: 'ConntrackState', priority: 0, match: '', actions: goto(nextTable('ConntrackState')) },
     // Policy hooks: pass-through until enforcement fills them.
     ...POLICY_HOOK_TABLES.map((t) => ({ table: t, priority: 0, match: '', actions: goto(nextTable(t)) })),
     // A Drop/Reject rule's packet is dropped in the Metric table after its rule's counter flow; this
     // flow drops it even when no counter flow matches, so statistics can never let a packet through.
     ...(['EgressMetric', 'IngressMetric'] as const).map((t) => ({ table: t, priority: 100, match: `reg0=${masked(REG0.ruleDrop, REG0.ruleDrop)}`, actions: 'drop' })),
-    // L3 forwarding
-    {
-      table: 'L3Forwarding',
-      priority: 210,
-      match: `ct_state=+rpl+trk,ct_mark=${masked(CT_MARK_FROM_GATEWAY, CT_MARK_FROM_GATEWAY)},ip,reg0=${masked(REG0.srcPod, REG0.srcMask)}`,
-      actions: `${toGateway},${goto('L3DecTTL')}`,
-    },
-    ...input.serviceCIDRs.map((cidr) => ({
-      table: 'L3Forwarding' as const,
-      priority: 190,
-      match: `ip,nw_dst=${cidr}`,
-      actions: `${toGateway},${goto('L3DecTTL')}`,
-    })),
-    { table: 'L3Forwarding', priority: 100, match: 'ip', actions: `${toGateway},${goto('L3DecTTL')}` },
     { table: 'L3Forwarding', priority: 0, match: '', actions: 'drop' },
-    {
-      table: 'L3DecTTL',
-      priority: 200,
-      match: `ip,reg0=${masked(REG0.srcPod | REG0.dstPod, REG0.srcMask | REG0.dstMask)}`,
-      actions: `dec_ttl,${goto('IngressSecurityClassifier')}`,
-    },
     { table: 'L3DecTTL', priority: 0, match: '', actions: goto('IngressSecurityClassifier') },
     // Ingress rules only concern local Pod destinations; host-originated traffic is exempt.
     {
@@ -200,42 +238,127 @@ export function baseFlows(input: Omit<PipelineInput, 'pods'>): Flow[] {
       actions: goto('ConntrackCommit'),
     },
     { table: 'IngressSecurityClassifier', priority: 0, match: '', actions: goto(nextTable('IngressSecurityClassifier')) },
-    // Commit: re-entrance is never committed; connections from the gateway are marked.
-    { table: 'ConntrackCommit', priority: 210, match: reentrance, actions: goto('Output') },
-    {
-      table: 'ConntrackCommit',
-      priority: 200,
-      match: `ct_state=+new+trk,ip,reg0=${masked(REG0.srcGateway, REG0.srcMask)}`,
-      actions: `ct(commit,zone=${CT_ZONE},exec(set_field:${masked(CT_MARK_FROM_GATEWAY, CT_MARK_FROM_GATEWAY)}->ct_mark,${ruleLabels})),${goto('Output')}`,
-    },
-    { table: 'ConntrackCommit', priority: 190, match: 'ct_state=+new+trk,ip', actions: `ct(commit,zone=${CT_ZONE},exec(${ruleLabels})),${goto('Output')}` },
     { table: 'ConntrackCommit', priority: 0, match: '', actions: goto('Output') },
-    // Output
-    { table: 'Output', priority: 210, match: reentrance, actions: `set_field:${REENTRANCE_MAC}->eth_src,IN_PORT` },
-    { table: 'Output', priority: 200, match: 'ip', actions: 'output:NXM_NX_REG1[]' },
   ];
+  for (const family of FAMILIES) {
+    const { ip, dst } = F[family];
+    const nodeIP = nodeIPs[family];
+    const cidrs = input.serviceCIDRs.filter((c) => cidrFamily(c) === family).map(canonCidr);
+    const reentrance = `${ip},reg0=${masked(REG0.srcGateway | REG0.dstGateway, REG0.srcMask | REG0.dstMask)}`;
+    specs.push(
+      ...(nodeIP
+        ? [{
+            table: 'Classifier' as const,
+            priority: 210,
+            match: `${ip},in_port=${gw},${F[family].src}=${canon(nodeIP)}`,
+            actions: `${setReg0(REG0.srcGateway | REG0.fromHost, REG0.srcMask | REG0.fromHost)},${goto('SpoofGuard')}`,
+          }]
+        : []),
+      { table: 'Classifier', priority: 200, match: `${ip},in_port=${gw}`, actions: `${setReg0(REG0.srcGateway, REG0.srcMask)},${goto('SpoofGuard')}` },
+      // The gateway is not spoof-checked: it carries everyone's traffic.
+      { table: 'SpoofGuard', priority: 200, match: `${ip},in_port=${gw}`, actions: goto('ConntrackZone') },
+      // A router forwards only frames addressed to it: the host's ip_forward, which this pipeline
+      // replaces, drops a Pod's frames sent to a group address (broadcast, multicast) or to a MAC
+      // that is not its own. L3Forwarding rewrites both MACs, so without these such frames would be
+      // routed; the re-entrance MAC above all means "from the host" to the host's raw table.
+      ...[REENTRANCE_MAC, '01:00:00:00:00:00/01:00:00:00:00:00'].map((d) => ({
+        table: 'SpoofGuard' as const,
+        priority: 210,
+        match: `${ip},reg0=${masked(REG0.srcPod, REG0.srcMask)},dl_dst=${d}`,
+        actions: 'drop',
+      })),
+      // IPv6 scopes a router never forwards, whoever sends them: link-local sources and
+      // destinations (each Pod's link ends at its port; the host's at the gateway) and multicast
+      // (the host's MLD reports and router solicitations, a Pod's router advertisements).
+      ...(family === 6
+        ? ['ipv6_src=fe80::/10', 'ipv6_dst=fe80::/10', 'ipv6_dst=ff00::/8'].map((m) => ({ table: 'SpoofGuard' as const, priority: 220, match: `ipv6,${m}`, actions: 'drop' }))
+        : []),
+      // Conntrack (no NAT in OVS: kube-proxy NATs in the host).
+      ...cidrs.map((cidr) => ({
+        table: 'ConntrackZone' as const,
+        priority: 210,
+        match: `${ip},${dst}=${cidr}`,
+        actions: `${setReg0(REG0.toService, REG0.toService)},ct(table=ConntrackState,zone=${CT_ZONE})`,
+      })),
+      { table: 'ConntrackZone', priority: 200, match: ip, actions: `ct(table=ConntrackState,zone=${CT_ZONE})` },
+      { table: 'ConntrackState', priority: 200, match: `ct_state=+inv+trk,${ip}`, actions: 'drop' },
+      // L3 forwarding
+      {
+        table: 'L3Forwarding',
+        priority: 210,
+        match: `ct_state=+rpl+trk,ct_mark=${masked(CT_MARK_FROM_GATEWAY, CT_MARK_FROM_GATEWAY)},${ip},reg0=${masked(REG0.srcPod, REG0.srcMask)}`,
+        actions: `${toGateway},${goto('L3DecTTL')}`,
+      },
+      ...cidrs.map((cidr) => ({
+        table: 'L3Forwarding' as const,
+        priority: 190,
+        match: `${ip},${dst}=${cidr}`,
+        actions: `${toGateway},${goto('L3DecTTL')}`,
+      })),
+      { table: 'L3Forwarding', priority: 100, match: ip, actions: `${toGateway},${goto('L3DecTTL')}` },
+      // dec_ttl decrements IPv6's hop limit too.
+      {
+        table: 'L3DecTTL',
+        priority: 200,
+        match: `${ip},reg0=${masked(REG0.srcPod | REG0.dstPod, REG0.srcMask | REG0.dstMask)}`,
+        actions: `dec_ttl,${goto('IngressSecurityClassifier')}`,
+      },
+      // Commit: re-entrance is never committed; connections from the gateway are marked.
+      { table: 'ConntrackCommit', priority: 210, match: reentrance, actions: goto('Output') },
+      {
+        table: 'ConntrackCommit',
+        priority: 200,
+        match: `ct_state=+new+trk,${ip},reg0=${masked(REG0.srcGateway, REG0.srcMask)}`,
+        actions: `ct(commit,zone=${CT_ZONE},exec(set_field:${masked(CT_MARK_FROM_GATEWAY, CT_MARK_FROM_GATEWAY)}->ct_mark,${ruleLabels})),${goto('Output')}`,
+      },
+      { table: 'ConntrackCommit', priority: 190, match: `ct_state=+new+trk,${ip}`, actions: `ct(commit,zone=${CT_ZONE},exec(${ruleLabels})),${goto('Output')}` },
+      // Output
+      { table: 'Output', priority: 210, match: reentrance, actions: `set_field:${REENTRANCE_MAC}->eth_src,IN_PORT` },
+      { table: 'Output', priority: 200, match: ip, actions: 'output:NXM_NX_REG1[]' },
+    );
+  }
   return specs.map((s) => withCookie({ ...s, category: FlowCategory.base }));
 }
 
 /** Flows of one local Pod: classification, spoof guards and L3 delivery by destination IP. */
 export function podFlows(pod: PodPort): Flow[] {
   const p = pod.ofport;
-  const specs: Omit<FlowSpec, 'category' | 'owner'>[] = [
-    { table: 'Classifier', priority: 200, match: `ip,in_port=${p}`, actions: `${setReg0(REG0.srcPod, REG0.srcMask)},${goto('SpoofGuard')}` },
-  ];
-  for (const ip of [...pod.ips].sort()) {
-    specs.push(
-      {
+  const ips = [...new Set(pod.ips.map(canon))].sort();
+  const families = FAMILIES.filter((f) => ips.some((ip) => familyOf(ip) === f));
+  const specs: Omit<FlowSpec, 'category' | 'owner'>[] = families.map((f) => ({
+    table: 'Classifier' as const,
+    priority: 200,
+    match: `${F[f].ip},in_port=${p}`,
+    actions: `${setReg0(REG0.srcPod, REG0.srcMask)},${goto('SpoofGuard')}`,
+  }));
+  const v6 = ips.filter((ip) => familyOf(ip) === 6);
+  // A Pod solicits from one of its own addresses or its link-local one, with its own MAC in the
+  // Source Link-Layer option (the address the answer goes to and the neighbour entry it creates).
+  for (const src of v6.length ? [...v6, 'fe80::/10'] : []) {
+    specs.push({
+      table: 'ARPSpoofGuard',
+      priority: 200,
+      match: `icmp6,icmp_type=${ND.solicit},icmp_code=0,in_port=${p},dl_src=${pod.mac},ipv6_src=${src},nd_sll=${pod.mac}`,
+      actions: goto('ARPResponder'),
+    });
+  }
+  for (const ip of ips) {
+    const family = familyOf(ip)!;
+    const { ip: proto, src, dst } = F[family];
+    if (family === 4) {
+      specs.push({
         table: 'ARPSpoofGuard',
         priority: 200,
         match: `arp,in_port=${p},dl_src=${pod.mac},arp_spa=${ip},arp_sha=${pod.mac}`,
         actions: goto('ARPResponder'),
-      },
-      { table: 'SpoofGuard', priority: 200, match: `ip,in_port=${p},dl_src=${pod.mac},nw_src=${ip}`, actions: goto('ConntrackZone') },
+      });
+    }
+    specs.push(
+      { table: 'SpoofGuard', priority: 200, match: `${proto},in_port=${p},dl_src=${pod.mac},${src}=${ip}`, actions: goto('ConntrackZone') },
       {
         table: 'L3Forwarding',
         priority: 200,
-        match: `ip,nw_dst=${ip}`,
+        match: `${proto},${dst}=${ip}`,
         actions: `set_field:${VIRTUAL_MAC}->eth_src,set_field:${pod.mac}->eth_dst,set_field:${p}->reg1,${setReg0(REG0.dstPod, REG0.dstMask)},${goto('L3DecTTL')}`,
       },
     );

@@ -7,10 +7,10 @@
 
 /** Tables in pipeline order (OpenFlow goto_table only jumps forward, so order = numbering). */
 export const TABLES = [
-  'Classifier', // 0: where did the packet come from (gateway / local Pod), ARP vs IP
-  'ARPSpoofGuard', // Pod ARP only for its own IP+MAC
-  'ARPResponder', // every ARP request -> aa:bb:cc:dd:ee:ff
-  'SpoofGuard', // Pod IP only from its own IP+MAC
+  'Classifier', // 0: where did the packet come from (gateway / local Pod), ARP/ND vs IP
+  'ARPSpoofGuard', // Pod ARP / IPv6 Neighbour Solicitation only for its own IP+MAC
+  'ARPResponder', // every ARP request / Neighbour Solicitation -> aa:bb:cc:dd:ee:ff (DAD excepted)
+  'SpoofGuard', // Pod IP/IPv6 only from its own IP+MAC
   'ConntrackZone', // ct(zone=65520)
   'ConntrackState', // +inv drop
   // Egress policy hooks (filled by the enforcement issue; today they pass everything).

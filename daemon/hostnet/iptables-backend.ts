@@ -28,6 +28,12 @@ export const backendCommands = (backend: IptablesBackend): IptablesCommands => (
   restore: `iptables-${backend}-restore`,
 });
 
+/** The same backend's IPv6 binaries (ip6tables, ip6tables-save, ip6tables-restore, or their -nft/-legacy forms). */
+export function ip6Commands(cmd: IptablesCommands): IptablesCommands {
+  const six = (bin: string) => bin.replace(/(^|\/)iptables([^/]*)$/, '$1ip6tables$2');
+  return { ...cmd, iptables: six(cmd.iptables), save: six(cmd.save), restore: six(cmd.restore) };
+}
+
 const HINT_CHAINS = ['KUBE-IPTABLES-HINT', 'KUBE-KUBELET-CANARY'];
 
 /** What one backend's `iptables-save` + `ip6tables-save` printed (undefined: that backend is not installed). */

@@ -11,7 +11,10 @@ export const SERVICE_MARK = 0x800;
 
 export interface IptablesOptions {
   gateway: string;
+  /** Service CIDRs of either family: each family's rules take their own. */
   serviceCIDRs: string[];
+  /** Which family's tables (iptables or ip6tables): 4 by default. `commands` must be that family's. */
+  family?: 4 | 6;
   /** The backend's binaries (iptables-backend.ts); default: the host's plain iptables. */
   commands?: IptablesCommands;
 }
@@ -28,15 +31,17 @@ interface ChainSpec {
 export function desiredChains(opts: IptablesOptions): ChainSpec[] {
   const gw = opts.gateway;
   const mark = `0x${SERVICE_MARK.toString(16)}`;
-  const mangle: string[] = opts.serviceCIDRs.map(
+  const family = opts.family ?? 4;
+  const serviceCIDRs = opts.serviceCIDRs.filter((c) => (c.includes(':') ? 6 : 4) === family);
+  const mangle: string[] = serviceCIDRs.map(
     (cidr) => `-i ${gw} -d ${cidr} -m comment --comment "Antrea: mark service traffic" -j MARK --or-mark ${mark}`,
   );
   // Clear only bit 0x800 on traffic not bound to a Service CIDR (other components' mark bits stay).
   const clearBit = `-m comment --comment "Antrea: unmark post LB service traffic" -j MARK --and-mark 0x${(~SERVICE_MARK >>> 0).toString(16)}`;
-  if (opts.serviceCIDRs.length === 1) {
-    mangle.push(`! -d ${opts.serviceCIDRs[0]} ${clearBit}`);
+  if (serviceCIDRs.length === 1) {
+    mangle.push(`! -d ${serviceCIDRs[0]} ${clearBit}`);
   } else {
-    for (const cidr of opts.serviceCIDRs) mangle.push(`-d ${cidr} -j RETURN`);
+    for (const cidr of serviceCIDRs) mangle.push(`-d ${cidr} -j RETURN`);
     mangle.push(clearBit);
   }
   return [

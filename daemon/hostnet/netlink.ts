@@ -7,11 +7,16 @@
  * - table ids above 255 passed as attrs.table with data.table = 252 (RT_TABLE_COMPAT);
  * - `onlink` as the raw RTNH_F_ONLINK flag; scope-link routes deleted with scope NOWHERE;
  * - dumps filtered here (the kernel does not filter them).
- * It works in the calling process's network namespace.
+ * It works in the calling process's network namespace. Both address families: an address's text
+ * decides which (IPv4 dotted quad or IPv6); dumps take the family they list.
  */
 import { createRtNetlink, FlagsNew, type RtNetlinkSocket } from 'netlink';
+import { canonicalIp, formatIp, parseIp } from '../policy/cidr.js';
 
 const AF_INET = 2;
+const AF_INET6 = 10;
+export type Family = 4 | 6;
+const af = (family: Family): number => (family === 4 ? AF_INET : AF_INET6);
 const RTNH_F_ONLINK = 4;
 const RT_TABLE_MAIN = 254;
 const RT_TABLE_COMPAT = 252;
@@ -24,6 +29,8 @@ export interface RouteSpec {
   onlink?: boolean;
   table?: number;
   scope?: 'link' | 'universe';
+  /** For "default": which family's default route (other destinations say it themselves). */
+  family?: Family;
 }
 
 export interface RouteEntry {
@@ -50,15 +57,29 @@ export interface NeighborEntry {
 }
 
 export function ipToBuffer(ip: string): Buffer {
-  const parts = ip.split('.').map(Number);
-  if (parts.length !== 4 || parts.some((p) => !Number.isInteger(p) || p < 0 || p > 255)) {
-    throw new Error(`not an IPv4 address: ${ip}`);
-  }
-  return Buffer.from(parts);
+  const parsed = parseIp(ip);
+  if (!parsed) throw new Error(`not an IPv4 or IPv6 address: ${ip}`);
+  const bytes = parsed.family === 4 ? 4 : 16;
+  const out = Buffer.alloc(bytes);
+  for (let i = 0; i < bytes; i++) out[i] = Number((parsed.value >> BigInt(8 * (bytes - 1 - i))) & 0xffn);
+  return out;
 }
 
+/** The address in a 4- or 16-byte buffer, IPv6 in canonical text. */
 export function bufferToIp(b: Buffer): string {
-  return [...b].join('.');
+  if (b.length === 4) return [...b].join('.');
+  let v = 0n;
+  for (const x of b) v = (v << 8n) | BigInt(x);
+  return formatIp(6, v);
+}
+
+/** 4 or 6 for an address or CIDR text ("default" is IPv4's unless `family` says otherwise). */
+export function familyOfText(text: string, family: Family = 4): Family {
+  if (text === 'default') return family;
+  const ip = text.split('/')[0]!;
+  const parsed = parseIp(ip);
+  if (!parsed) throw new Error(`not an IPv4 or IPv6 address: ${text}`);
+  return parsed.family;
 }
 
 export function macToBuffer(mac: string): Buffer {
@@ -120,31 +141,36 @@ export class Rtnl {
     await this.serial(() => this.sock.setLink({ index, flags: { up: true }, change: { up: true } }));
   }
 
-  async addresses(name: string): Promise<string[]> {
+  /** The interface's addresses as CIDRs (IPv6 in canonical text), of one family or both. */
+  async addresses(name: string, family?: Family): Promise<string[]> {
     const index = await this.requireLink(name);
     const addrs = await this.serial(() => this.sock.getAddresses());
     return addrs
-      .filter((a) => a.data.index === index && a.data.family === AF_INET && a.attrs.address)
+      .filter((a) => a.data.index === index && (family === undefined ? a.data.family === AF_INET || a.data.family === AF_INET6 : a.data.family === af(family)))
+      .filter((a) => a.attrs.address)
       .map((a) => `${bufferToIp(a.attrs.address!)}/${a.data.prefixlen}`);
   }
 
+  /** Adds (or replaces) an address; IPv6 addresses skip Duplicate Address Detection (`nodad`). */
   async addAddress(name: string, cidr: string): Promise<void> {
     const index = await this.requireLink(name);
     const [ip, len] = cidr.split('/');
+    const family = familyOfText(ip!);
+    const scope = family === 6 && canonicalIp(ip!)!.startsWith('fe80:') ? 'LINK' : 'UNIVERSE';
     await this.serial(() =>
       this.sock.newAddress(
-        { family: AF_INET, prefixlen: Number(len), index, scope: 'UNIVERSE' as never },
-        { address: ipToBuffer(ip!), local: ipToBuffer(ip!) },
+        { family: af(family), prefixlen: Number(len), index, scope: scope as never, ...(family === 6 ? { flags: { nodad: true, permanent: true } } : {}) },
+        family === 4 ? { address: ipToBuffer(ip!), local: ipToBuffer(ip!) } : { address: ipToBuffer(ip!) },
         { flags: FlagsNew.CREATE | FlagsNew.REPLACE },
       ),
     );
   }
 
-  /** IPv4 routes of one table (default: main). */
-  async routes(table = RT_TABLE_MAIN): Promise<RouteEntry[]> {
-    const all = await this.serial(() => this.sock.getRoutes({ family: AF_INET }));
+  /** Routes of one table (default: main) and family (default: IPv4). */
+  async routes(table = RT_TABLE_MAIN, family: Family = 4): Promise<RouteEntry[]> {
+    const all = await this.serial(() => this.sock.getRoutes({ family: af(family) }));
     return all
-      .filter((r) => (r.attrs.table ?? r.data.table) === table && r.data.family === AF_INET)
+      .filter((r) => (r.attrs.table ?? r.data.table) === table && r.data.family === af(family))
       .map((r) => ({
         dst: r.attrs.dst ? `${bufferToIp(r.attrs.dst)}/${r.data.dstLen}` : 'default',
         ifindex: r.attrs.oif,
@@ -166,11 +192,13 @@ export class Rtnl {
     const oif = await this.requireLink(spec.dev);
     const table = spec.table ?? RT_TABLE_MAIN;
     const isDefault = spec.dst === 'default';
-    const [ip, len] = isDefault ? ['0.0.0.0', '0'] : spec.dst.split('/');
-    const scope = op === 'delete' ? 'NOWHERE' : spec.scope === 'link' ? 'LINK' : 'UNIVERSE';
+    const family = familyOfText(spec.dst, spec.family ?? (spec.via ? familyOfText(spec.via) : 4));
+    const [ip, len] = isDefault ? [family === 4 ? '0.0.0.0' : '::', '0'] : spec.dst.split('/');
+    // IPv6 routes are all of universe scope (the kernel ignores any other).
+    const scope = op === 'delete' ? 'NOWHERE' : spec.scope === 'link' && family === 4 ? 'LINK' : 'UNIVERSE';
     const data = {
-      family: AF_INET,
-      dstLen: Number(len ?? 32),
+      family: af(family),
+      dstLen: Number(len ?? (family === 4 ? 32 : 128)),
       table: table > 255 ? RT_TABLE_COMPAT : table,
       protocol: 'BOOT' as const,
       scope: scope as never,
@@ -190,8 +218,8 @@ export class Rtnl {
     }
   }
 
-  async rules(): Promise<RuleEntry[]> {
-    const all = await this.serial(() => this.sock.getRules({ family: AF_INET }));
+  async rules(family: Family = 4): Promise<RuleEntry[]> {
+    const all = await this.serial(() => this.sock.getRules({ family: af(family) }));
     return all.map((r) => ({
       ...(r.attrs.priority !== undefined ? { priority: r.attrs.priority } : {}),
       fwmark: r.attrs.fwmark,
@@ -201,10 +229,10 @@ export class Rtnl {
     }));
   }
 
-  async addRule(rule: Required<Pick<RuleEntry, 'priority' | 'table'>> & RuleEntry): Promise<void> {
+  async addRule(rule: Required<Pick<RuleEntry, 'priority' | 'table'>> & RuleEntry, family: Family = 4): Promise<void> {
     await this.serial(() =>
       this.sock.newRule(
-        { family: AF_INET, table: rule.table > 255 ? RT_TABLE_COMPAT : rule.table, action: 'toTbl' as never },
+        { family: af(family), table: rule.table > 255 ? RT_TABLE_COMPAT : rule.table, action: 'toTbl' as never },
         {
           priority: rule.priority,
           table: rule.table,
@@ -216,20 +244,20 @@ export class Rtnl {
     );
   }
 
-  async deleteRule(rule: Required<Pick<RuleEntry, 'priority' | 'table'>>): Promise<void> {
+  async deleteRule(rule: Required<Pick<RuleEntry, 'priority' | 'table'>>, family: Family = 4): Promise<void> {
     await this.serial(() =>
       this.sock.delRule(
-        { family: AF_INET, table: rule.table > 255 ? RT_TABLE_COMPAT : rule.table, action: 'toTbl' as never },
+        { family: af(family), table: rule.table > 255 ? RT_TABLE_COMPAT : rule.table, action: 'toTbl' as never },
         { priority: rule.priority, table: rule.table },
       ),
     );
   }
 
-  async neighbors(dev: string): Promise<NeighborEntry[]> {
+  async neighbors(dev: string, family: Family = 4): Promise<NeighborEntry[]> {
     const ifindex = await this.requireLink(dev);
-    const all = await this.serial(() => this.sock.getNeighbors({ family: AF_INET }));
+    const all = await this.serial(() => this.sock.getNeighbors({ family: af(family) }));
     return all
-      .filter((n) => n.data.ifindex === ifindex && n.attrs.dst)
+      .filter((n) => n.data.ifindex === ifindex && n.data.family === af(family) && n.attrs.dst)
       .map((n) => ({
         ip: bufferToIp(n.attrs.dst!),
         ifindex,
@@ -240,14 +268,14 @@ export class Rtnl {
 
   async deleteNeighbor(dev: string, ip: string): Promise<void> {
     const ifindex = await this.requireLink(dev);
-    await this.serial(() => this.sock.delNeighbor({ family: AF_INET, ifindex }, { dst: ipToBuffer(ip) }));
+    await this.serial(() => this.sock.delNeighbor({ family: af(familyOfText(ip)), ifindex }, { dst: ipToBuffer(ip) }));
   }
 
   async replacePermanentNeighbor(dev: string, ip: string, mac: string): Promise<void> {
     const ifindex = await this.requireLink(dev);
     await this.serial(() =>
       this.sock.newNeighbor(
-        { family: AF_INET, ifindex, state: { permanent: true } },
+        { family: af(familyOfText(ip)), ifindex, state: { permanent: true } },
         { dst: ipToBuffer(ip), lladdr: macToBuffer(mac) },
         { flags: FlagsNew.CREATE | FlagsNew.REPLACE },
       ),

@@ -3,6 +3,7 @@
  * its Node's InternalIP, the Pods scheduled on the node (adoption at start-up), and Events on
  * Pods and policies. Plain JSON through KubeAccess.
  */
+import { isIPv4, isIPv6 } from 'node:net';
 import type { NodePod } from '../adoption.js';
 import { KubeAccess } from './access.js';
 
@@ -36,9 +37,13 @@ export class NodeApi {
     return new NodeApi(api, api.server);
   }
 
-  async nodeInternalIP(nodeName: string): Promise<string | undefined> {
+  /** The Node's first InternalIP of each family. */
+  async nodeInternalIPs(nodeName: string): Promise<{ nodeIP?: string; nodeIPv6?: string }> {
     const node = (await this.api.getJson(`/api/v1/nodes/${encodeURIComponent(nodeName)}`, API_TIMEOUT_MS)) as { status?: { addresses?: { type: string; address: string }[] } };
-    return node.status?.addresses?.find((a) => a.type === 'InternalIP' && /^\d+\.\d+\.\d+\.\d+$/.test(a.address))?.address;
+    const internal = (node.status?.addresses ?? []).filter((a) => a.type === 'InternalIP').map((a) => a.address);
+    const v4 = internal.find((a) => isIPv4(a));
+    const v6 = internal.find((a) => isIPv6(a));
+    return { ...(v4 ? { nodeIP: v4 } : {}), ...(v6 ? { nodeIPv6: v6 } : {}) };
   }
 
   private async podsOfNode(nodeName: string): Promise<ApiPod[]> {

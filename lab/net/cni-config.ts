@@ -1,5 +1,5 @@
 /** The per-node CNI network configuration list (pure). */
-import { cniBinDir, ipamDir, podRange, sluiceSocketPath } from './names.js';
+import { cniBinDir, hasIPv4, hasIPv6, type IpFamily, ipamDir, podRange, podRange6, sluiceSocketPath } from './names.js';
 
 export type PrimaryFlavour = 'ptp' | 'eks';
 export const PRIMARY_FLAVOURS: readonly PrimaryFlavour[] = ['ptp', 'eks'];
@@ -13,21 +13,23 @@ export interface Conflist {
   plugins: PluginConf[];
 }
 
-function hostLocalIpam(lab: string, node: string): Record<string, unknown> {
+/** host-local with one range (and default route) per family of the lab. */
+function hostLocalIpam(lab: string, node: string, family: IpFamily): Record<string, unknown> {
   return {
     type: 'host-local',
-    ranges: [[podRange(node)]],
-    routes: [{ dst: '0.0.0.0/0' }],
+    ranges: [...(hasIPv4(family) ? [[podRange(node)]] : []), ...(hasIPv6(family) ? [[podRange6(node)]] : [])],
+    routes: [...(hasIPv4(family) ? [{ dst: '0.0.0.0/0' }] : []), ...(hasIPv6(family) ? [{ dst: '::/0' }] : [])],
     dataDir: ipamDir(lab, node),
   };
 }
 
-export function primaryPlugin(lab: string, node: string, flavour: PrimaryFlavour): PluginConf {
+export function primaryPlugin(lab: string, node: string, flavour: PrimaryFlavour, family: IpFamily = 'ipv4'): PluginConf {
   switch (flavour) {
     case 'ptp':
-      return { type: 'ptp', ipMasq: false, mtu: 1500, ipam: hostLocalIpam(lab, node) };
+      return { type: 'ptp', ipMasq: false, mtu: 1500, ipam: hostLocalIpam(lab, node, family) };
     case 'eks':
-      return { type: 'eks-sim', mtu: 1500, ipam: hostLocalIpam(lab, node) };
+      if (family !== 'ipv4') throw new Error(`the eks primary flavour is IPv4-only in the lab; --ip-family ${family} needs --primary ptp`);
+      return { type: 'eks-sim', mtu: 1500, ipam: hostLocalIpam(lab, node, family) };
     default:
       throw new Error(`primary flavour ${JSON.stringify(flavour)} is not one of ${PRIMARY_FLAVOURS.join(', ')}`);
   }
@@ -36,8 +38,8 @@ export function primaryPlugin(lab: string, node: string, flavour: PrimaryFlavour
 export const sluicePlugin = (lab: string, node: string): PluginConf => ({ type: 'sluice-cni', socketPath: sluiceSocketPath(lab, node) });
 
 /** `[primary]`, or `[primary, sluice-cni]` when sluice is chained. */
-export function nodeConflist(lab: string, node: string, flavour: PrimaryFlavour, chainSluice: boolean): Conflist {
-  const plugins = [primaryPlugin(lab, node, flavour)];
+export function nodeConflist(lab: string, node: string, flavour: PrimaryFlavour, chainSluice: boolean, family: IpFamily = 'ipv4'): Conflist {
+  const plugins = [primaryPlugin(lab, node, flavour, family)];
   if (chainSluice) plugins.push(sluicePlugin(lab, node));
   return { cniVersion: CNI_VERSION, name: NETWORK_NAME, plugins };
 }

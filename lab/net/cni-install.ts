@@ -6,7 +6,7 @@
 import { existsSync, lstatSync, mkdirSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type PrimaryFlavour, nodeConflist } from './cni-config.js';
-import { cniBinDir, cniConfDir, conflistPath, distScript, repoRoot } from './names.js';
+import { cniBinDir, cniConfDir, conflistPath, distScript, type IpFamily, repoRoot } from './names.js';
 
 export const SYSTEM_CNI_DIR = '/usr/lib/cni';
 
@@ -36,9 +36,9 @@ export function installCniPlugins(lab: string): string {
   return dir;
 }
 
-export function writeNodeConflist(lab: string, node: string, flavour: PrimaryFlavour, chainSluice: boolean): string {
+export function writeNodeConflist(lab: string, node: string, flavour: PrimaryFlavour, chainSluice: boolean, family: IpFamily = 'ipv4'): string {
   mkdirSync(cniConfDir(lab, node), { recursive: true });
   const file = conflistPath(lab, node);
-  writeFileSync(file, JSON.stringify(nodeConflist(lab, node, flavour, chainSluice), null, 2) + '\n');
+  writeFileSync(file, JSON.stringify(nodeConflist(lab, node, flavour, chainSluice, family), null, 2) + '\n');
   return file;
 }

@@ -76,6 +76,24 @@ export const podRange = (node: string): { subnet: string; rangeStart: string; ra
   return { subnet: `10.10.${i}.0/24`, rangeStart: `10.10.${i}.2`, rangeEnd: `10.10.${i}.254` };
 };
 
+/** Which address families the lab gives its nodes and Pods (`sluice-lab up --ip-family`). */
+export type IpFamily = 'ipv4' | 'ipv6' | 'dual';
+export const IP_FAMILIES: readonly IpFamily[] = ['ipv4', 'ipv6', 'dual'];
+export const hasIPv4 = (f: IpFamily): boolean => f !== 'ipv6';
+export const hasIPv6 = (f: IpFamily): boolean => f !== 'ipv4';
+
+/** The VPC's IPv6 subnet: the router, the nodes and the external host, as in IPv4 (::1, ::<10+i>, ::fa). */
+export const VPC_SUBNET6 = 'fd00:77::/64';
+export const VPC_ROUTER_IPV6 = 'fd00:77::1';
+export const EXT_IPV6 = 'fd00:77::fa';
+/** Node i's IPv6 uplink address, also its IPv6 InternalIP. */
+export const nodeIPv6 = (node: string): string => `fd00:77::${(10 + nodeIndex(node)).toString(16)}`;
+export const podCidr6 = (node: string): string => `fd00:10:${nodeIndex(node).toString(16)}::/64`;
+export const podRange6 = (node: string): { subnet: string; rangeStart: string; rangeEnd: string } => {
+  const p = `fd00:10:${nodeIndex(node).toString(16)}::`;
+  return { subnet: `${p}/64`, rangeStart: `${p}2`, rangeEnd: `${p}fe` };
+};
+
 /** 8 hex chars of sha256("<podNamespace>/<podName>"): keeps netns names short. */
 export const podHash = (namespace: string, name: string): string =>
   createHash('sha256').update(`${namespace}/${name}`).digest('hex').slice(0, 8);

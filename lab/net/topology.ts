@@ -7,8 +7,8 @@
 import { mkdirSync } from 'node:fs';
 import { ipBatch, run, runIn } from './exec.js';
 import {
-  BLACKHOLE_CIDR, EXT_IP, EXT_PUBLIC_IP, PROHIBIT_CIDR, LabConfigError, MAX_NODES, VPC_ROUTER_IP, checkLabName, extNetns, nodeIP, nodeName,
-  nodeNetns, podCidr, stateDir, vpcNetns,
+  BLACKHOLE_CIDR, EXT_IP, EXT_IPV6, EXT_PUBLIC_IP, PROHIBIT_CIDR, LabConfigError, MAX_NODES, VPC_ROUTER_IP, VPC_ROUTER_IPV6, checkLabName, extNetns,
+  hasIPv6, type IpFamily, nodeIP, nodeIPv6, nodeName, nodeNetns, podCidr, podCidr6, stateDir, vpcNetns,
 } from './names.js';
 
 export const VPC_BRIDGE = 'br-vpc';
@@ -50,9 +50,19 @@ async function ensureUplink(lab: string, bridgePort: string, netns: string, ifna
 export interface TopologyOptions {
   lab: string;
   nodes: number;
+  /**
+   * With IPv6 (ipv6, dual) every wire also carries IPv6: the VPC subnet fd00:77::/64, each node's
+   * IPv6 Pod CIDR routed to it by the VPC router, the external host's IPv6 address. IPv4 stays on
+   * the wires in every form: the lab's control plane (API server, agents' health) speaks it.
+   */
+  ipFamily?: IpFamily;
 }
 
-export async function createTopology({ lab, nodes }: TopologyOptions): Promise<void> {
+/** Addresses on lab wires skip Duplicate Address Detection (it would hold them tentative for a second). */
+const addr6 = (cidr: string, dev: string) => `addr replace ${cidr} dev ${dev} nodad`;
+
+export async function createTopology({ lab, nodes, ipFamily = 'ipv4' }: TopologyOptions): Promise<void> {
+  const v6 = hasIPv6(ipFamily);
   checkLabName(lab);
   if (!Number.isInteger(nodes) || nodes < 1 || nodes > MAX_NODES) {
     throw new LabConfigError(`nodes must be an integer 1-${MAX_NODES}, got ${JSON.stringify(nodes)}`);
@@ -72,6 +82,10 @@ export async function createTopology({ lab, nodes }: TopologyOptions): Promise<v
     `route replace blackhole ${BLACKHOLE_CIDR}`,
     `route replace prohibit ${PROHIBIT_CIDR}`,
   ]);
+  if (v6) {
+    await sysctl(vpc, ['net.ipv6.conf.all.forwarding=1']);
+    await ipBatch(vpc, [addr6(`${VPC_ROUTER_IPV6}/64`, VPC_BRIDGE)]);
+  }
 
   await Promise.all(
     nodeList.map(async (node) => {
@@ -86,6 +100,11 @@ export async function createTopology({ lab, nodes }: TopologyOptions): Promise<v
         `route replace default via ${VPC_ROUTER_IP} dev uplink`,
       ]);
       await ipBatch(vpc, [`link set ${port} master ${VPC_BRIDGE} up`, `route replace ${podCidr(node)} via ${nodeIP(node)}`]);
+      if (v6) {
+        await sysctl(ns, ['net.ipv6.conf.all.forwarding=1']);
+        await ipBatch(ns, [addr6(`${nodeIPv6(node)}/64`, 'uplink'), `route replace ::/0 via ${VPC_ROUTER_IPV6} dev uplink`]);
+        await ipBatch(vpc, [`route replace ${podCidr6(node)} via ${nodeIPv6(node)}`]);
+      }
     }),
   );
 
@@ -98,4 +117,5 @@ export async function createTopology({ lab, nodes }: TopologyOptions): Promise<v
     `route replace default via ${VPC_ROUTER_IP} dev eth0`,
   ]);
   await ipBatch(vpc, [`link set v-ext master ${VPC_BRIDGE} up`, `route replace ${EXT_PUBLIC_IP}/32 via ${EXT_IP}`]);
+  if (v6) await ipBatch(ext, [addr6(`${EXT_IPV6}/64`, 'eth0'), `route replace ::/0 via ${VPC_ROUTER_IPV6} dev eth0`]);
 }

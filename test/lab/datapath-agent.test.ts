@@ -288,8 +288,10 @@ if (why) {
     t.match(noNetns, { ok: false, code: 4, msg: /CNI_NETNS \/var\/run\/netns\/dpa-none does not exist/ });
     const noIf = await cni(sock, podRequest('ADD', p3, { ifName: 'eth9' }));
     t.match(noIf, { ok: false, code: 4, msg: /CNI_IFNAME eth9/ });
-    const noIp = await cni(sock, podRequest('ADD', p3, { config: netConf({ prevResult: { cniVersion: '1.0.0', ips: [{ address: 'fd00::5/128' }] } }) }));
-    t.match(noIp, { ok: false, code: 7, msg: /no IPv4 address/ });
+    const noIp = await cni(sock, podRequest('ADD', p3, { config: netConf({ prevResult: { cniVersion: '1.0.0', ips: [] } }) }));
+    t.match(noIp, { ok: false, code: 7, msg: /no IP address/ });
+    const linkLocal = await cni(sock, podRequest('ADD', p3, { config: netConf({ prevResult: { cniVersion: '1.0.0', ips: [{ address: `${p3.ip}/32` }, { address: 'fe80::5/64' }] } }) }));
+    t.match(linkLocal, { ok: false, code: 7, msg: /"fe80::5" is a link-local address/ });
     t.equal(await routeDev(p3.ip), p3.hostVeth, 'route untouched');
     t.equal((await node.vsctl(['--if-exists', 'get', 'Port', p3.hostVeth, 'name'])).stdout.trim(), '', 'no port');
   });

@@ -3,16 +3,12 @@
  * compiled policy flows (both families) loaded into a real OVS (netdev, private directories, in a
  * "p6-n1" network namespace) with one `ovs-ofctl --bundle add-flows`, and TCP/UDP/SCTP/ICMP(v6)
  * probes of each family must get the verdict the engine gives for this node's sides.
- *
- * The base pipeline (computeFlows) is IPv4-only. For IPv6 packets to reach the policy tables this
- * test adds an IPv6 image of it: every flow matching `ip` copied with `ipv6` and each address
- * replaced by its IPv6 counterpart. That image stands in for the IPv6 pipeline the datapath does
- * not have yet; the policy flows under test are the compiler's own output, unchanged.
+ * The base pipeline is computeFlows' own, for dual-stack Pods, so IPv6 packets reach the policy
+ * tables the way the datapath sends them there.
  */
 import { join } from 'node:path';
 import t from 'tap';
 import { bundleText } from '../../daemon/flows/diff.js';
-import type { Flow } from '../../daemon/flows/flow.js';
 import { computeFlows } from '../../daemon/flows/pipeline.js';
 import { PolicyFlows, policyFlowInput } from '../../daemon/flows/policy/index.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
@@ -33,9 +29,6 @@ const LOCAL: Record<string, Ips> = { a: { 4: '10.1.0.11', 6: 'fd00:1::11' }, b: 
 const REMOTE: Record<string, Ips> = { 'y/r': { 4: '10.2.0.21', 6: 'fd00:2::21' }, 'y/d': { 4: '10.2.0.22', 6: 'fd00:2::22' } };
 const NODE: Ips = { 4: '192.168.100.1', 6: 'fd00:ff::1' };
 const SERVICE_CIDR: Ips = { 4: '10.96.0.0/16', 6: 'fd00:96::/112' };
-/** IPv4 text -> IPv6 counterpart, for the IPv6 image of the base pipeline. */
-const V6_OF = new Map<string, string>([...Object.values(LOCAL), ...Object.values(REMOTE), NODE, SERVICE_CIDR].map((x) => [x[4], x[6]]));
-
 const ns = (name: string): KubeObject => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels: { ns: name } } });
 const podObj = (namespace: string, name: string, ips: Ips, node: string): KubeObject => ({
   apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace, labels: { pod: name } },
@@ -98,21 +91,6 @@ const POLICIES: KubeObject[] = [
   },
 ];
 
-/** The IPv6 image of an IPv4 pipeline flow, or undefined for flows that are not IPv4-specific. */
-function ipv6Image(f: Flow): Flow | undefined {
-  const tokens = f.match.split(',');
-  if (!tokens.includes('ip')) return undefined;
-  const match = tokens.map((tok) => {
-    if (tok === 'ip') return 'ipv6';
-    const m = /^nw_(src|dst)=(.*)$/.exec(tok);
-    if (!m) return tok;
-    const v6 = V6_OF.get(m[2]!);
-    if (!v6) throw new Error(`no IPv6 counterpart for ${m[2]} in ${f.match}`);
-    return `ipv6_${m[1]}=${v6}`;
-  });
-  return { ...f, match: match.join(',') };
-}
-
 const why = await missingPrereq(['ovs-vswitchd', 'ovsdb-server', 'ovsdb-tool', 'ovs-vsctl', 'ovs-ofctl', 'ovs-appctl', 'ip']);
 if (why) {
   t.plan(0, `skipped: ${why}`);
@@ -127,10 +105,9 @@ if (why) {
   for (const p of POLICIES) engine.upsert(p);
 
   const pipeline = computeFlows({
-    gatewayOfport: gw.ofport, gatewayMac: gw.mac, nodeIP: NODE[4], serviceCIDRs: [SERVICE_CIDR[4]],
-    pods: Object.entries(ports).map(([name, p]) => ({ containerId: `c-${name}`, ofport: p.ofport, mac: p.mac, ips: [LOCAL[name]![4]] })),
+    gatewayOfport: gw.ofport, gatewayMac: gw.mac, nodeIP: NODE[4], nodeIPv6: NODE[6], serviceCIDRs: [SERVICE_CIDR[4], SERVICE_CIDR[6]],
+    pods: Object.entries(ports).map(([name, p]) => ({ containerId: `c-${name}`, ofport: p.ofport, mac: p.mac, ips: [LOCAL[name]![4], LOCAL[name]![6]] })),
   });
-  const image = pipeline.map(ipv6Image).filter((f): f is Flow => !!f);
   const policy = new PolicyFlows();
   policy.sync(policyFlowInput(engine));
 
@@ -193,7 +170,7 @@ if (why) {
     const v6 = flows.filter((f) => /\bipv6\b|ipv6_|tcp6|udp6|sctp6|icmp6/.test(f.match));
     t.ok(v6.length >= 15, `${v6.length} of ${flows.length} policy flows match IPv6`);
     t.ok(flows.some((f) => f.match.includes('icmpv6_type=128')), 'an ICMPv6 type match');
-    const desired = [...pipeline, ...image, ...flows];
+    const desired = [...pipeline, ...flows];
     const r = await sh('ovs-ofctl', ['-O', 'OpenFlow15', '--bundle', 'add-flows', ovs.target, '-'], { input: bundleText({ add: desired, remove: [], unchanged: 0 }), allowFail: true });
     t.equal(r.code, 0, `ovs-ofctl accepted every flow${r.code ? `: ${r.stderr}` : ''}`);
     const dumped = (await sh('ovs-ofctl', ['-O', 'OpenFlow15', 'dump-flows', ovs.target])).stdout.split('\n').filter((l) => l.includes('cookie=')).length;

@@ -10,7 +10,7 @@ import { planAdoption } from '../../daemon/adoption.js';
 import { type CachedAttachment, parseCacheEntry, readCniCache } from '../../daemon/cni/runtime-cache.js';
 
 /** A cache file as libcni (cachedInfo, CNICacheV1) writes it: config is base64 ([]byte). */
-function libcniFile(o: { id: string; ip: string; ns?: string; name?: string; netns?: string; sandboxOnly?: boolean }): string {
+function libcniFile(o: { id: string; ip: string; ip6?: string; ns?: string; name?: string; netns?: string; sandboxOnly?: boolean }): string {
   const conflist = { cniVersion: '1.0.0', name: 'aws-cni', plugins: [{ type: 'aws-cni' }] };
   return JSON.stringify({
     kind: 'cniCacheV1',
@@ -24,7 +24,7 @@ function libcniFile(o: { id: string; ip: string; ns?: string; name?: string; net
     result: {
       cniVersion: '1.0.0',
       interfaces: [{ name: `eni${o.id}`, mac: '0a:00:00:00:00:01' }, { name: 'eth0', mac: '0a:00:00:00:00:02', sandbox: o.netns ?? `/var/run/netns/cni-${o.id}` }],
-      ips: [{ address: `${o.ip}/32`, interface: 1 }, { address: 'fd00::5/128', interface: 1 }],
+      ips: [{ address: `${o.ip}/32`, interface: 1 }, { address: `${o.ip6 ?? 'fd00::5'}/128`, interface: 1 }],
       routes: [{ dst: '0.0.0.0/0' }],
     },
   });
@@ -36,9 +36,10 @@ const entry = (o: Parameters<typeof libcniFile>[0]): CachedAttachment => {
   return e;
 };
 
-t.test('a libcni cache file gives the container, interface, netns, Pod name and IPv4 addresses', async (t) => {
+t.test('a libcni cache file gives the container, interface, netns, Pod name and addresses of both families', async (t) => {
   const e = entry({ id: 'abc', ip: '10.0.1.5', ns: 'default', name: 'web-1' });
-  t.match(e, { containerId: 'abc', ifName: 'eth0', networkName: 'aws-cni', netns: '/var/run/netns/cni-abc', podNamespace: 'default', podName: 'web-1', ips: ['10.0.1.5'] });
+  t.match(e, { containerId: 'abc', ifName: 'eth0', networkName: 'aws-cni', netns: '/var/run/netns/cni-abc', podNamespace: 'default', podName: 'web-1' });
+  t.same(e.ips, ['10.0.1.5', 'fd00::5']);
   t.equal(entry({ id: 'old', ip: '10.0.1.6', sandboxOnly: true }).netns, '/var/run/netns/cni-old', 'older libcni: the netns comes from the sandbox interface');
   t.notOk('podName' in entry({ id: 'x', ip: '10.0.1.7' }), 'no CNI_ARGS name: none invented');
 });
@@ -83,11 +84,19 @@ t.test('planAdoption: unattached Pods with a usable entry are adopted; the other
   ];
   const plan = planAdoption(pods, new Set(['10.0.1.1']), entries, exists, '/var/lib/cni');
   t.same(plan.adopt.map((a) => [a.pod.name, a.entry.containerId]), [['unnamed', 'anon'], ['web-1', 'abc']]);
-  t.same(plan.cannot.map((c) => c.pod.name), ['netns-gone', 'no-cache', 'reused-ip']);
+  t.same(plan.cannot.map((c) => c.pod.name), ['netns-gone', 'no-cache', 'reused-ip', 'v6-only']);
   const why = Object.fromEntries(plan.cannot.map((c) => [c.pod.name, c.reason]));
   t.match(why['no-cache'], /no CNI result for 10\.0\.1\.9 is cached in \/var\/lib\/cni\/results/);
   t.match(why['reused-ip'], /names another Pod \(default\/someone-else\)/);
+  t.match(why['v6-only'], /no CNI result for fd00::9 is cached/, 'an IPv6 Pod is looked up by its IPv6 address');
   t.match(why['netns-gone'], /network namespace of its cached CNI result is gone \(\/var\/run\/netns\/gone\)/);
+});
+
+t.test('planAdoption: an IPv6-only Pod is adopted by its IPv6 address, however the API writes it', async (t) => {
+  const pods = [{ namespace: 'a', name: 'v6', ips: ['FD00:0::7'] }];
+  const plan = planAdoption(pods, new Set(), [entry({ id: 'v6', ip: '10.0.0.7', ip6: 'fd00::7', ns: 'a', name: 'v6' })], () => true, '/c');
+  t.same(plan.adopt.map((a) => a.entry.containerId), ['v6']);
+  t.same(planAdoption(pods, new Set(['fd00::7']), [], () => true, '/c'), { adopt: [], cannot: [] }, 'attached already (canonical text): nothing to do');
 });
 
 t.test('planAdoption: an entry naming the Pod beats an older unnamed one for the same address', async (t) => {

@@ -11,18 +11,18 @@ const req = (prevResult: PodRequest['prevResult'], ifName = 'eth0'): PodRequest 
   containerId: 'c1', netns: '/var/run/netns/x', ifName, cniVersion: '1.0.0', networkName: 'n', config: {}, ...(prevResult ? { prevResult } : {}),
 });
 
-t.test('podIPs: IPv4 addresses of CNI_IFNAME only, without prefix', async (t) => {
+t.test('podIPs: the IPv4 and IPv6 addresses of CNI_IFNAME only, without prefix, IPv6 canonical', async (t) => {
   const prev = {
     cniVersion: '1.0.0',
     interfaces: [{ name: 'veth1' }, { name: 'eth0', sandbox: '/var/run/netns/x' }, { name: 'net1', sandbox: '/var/run/netns/x' }],
     ips: [
       { address: '10.1.0.11/24', interface: 1 },
-      { address: 'fd00::11/64', interface: 1 },
+      { address: 'FD00:0::11/64', interface: 1 },
       { address: '10.9.0.1/24', interface: 2 },
       { address: '10.1.0.12/32' },
     ],
   };
-  t.same(podIPs(req(prev)), ['10.1.0.11', '10.1.0.12'], 'other interfaces and IPv6 are left out; unassigned IPs count');
+  t.same(podIPs(req(prev)), ['10.1.0.11', '10.1.0.12', 'fd00::11'], 'other interfaces are left out; unassigned IPs count; both families');
   t.same(podIPs(req(prev, 'net1')), ['10.1.0.12', '10.9.0.1']);
   t.same(podIPs(req(undefined)), []);
 });

@@ -201,7 +201,8 @@ t.test('bad input', async (t) => {
     code: 4,
     message: 'CNI_IFNAME eth0: no such device',
   });
-  await t.rejects(a.add(req({ prevResult: { cniVersion: '1.1.0', ips: [{ address: 'fd00::1/128' }] } })), { code: 7, message: /no IPv4 address for interface eth0/ });
+  await t.rejects(a.add(req({ prevResult: { cniVersion: '1.1.0', ips: [] } })), { code: 7, message: /prevResult has no IP address for interface eth0/ });
+  await t.rejects(a.add(req({ prevResult: { cniVersion: '1.1.0', ips: [{ address: '10.1.0.5/32' }, { address: 'fe80::1/64' }] } })), { code: 7, message: 'prevResult, interface eth0: "fe80::1" is a link-local address, not a Pod address' });
   await t.rejects(new PodAttacher(w.deps({ isReady: () => false })).add(req()), { code: 11 });
   await t.rejects(new PodAttacher(w.deps({ isReady: () => false })).status(), { code: 50 });
   t.same(w.calls, [], 'nothing was touched');
@@ -259,9 +260,35 @@ t.test('adoption refuses what it cannot do, naming it', async (t) => {
   const w = new World();
   const a = new PodAttacher(w.deps());
   await t.rejects(a.adopt(req({ netns: '/nonexistent/netns' })), /network namespace \/nonexistent\/netns does not exist/);
-  await t.rejects(a.adopt(req({ prevResult: { cniVersion: '1.1.0', interfaces: [], ips: [] } })), /no IPv4 address for eth0/);
+  await t.rejects(a.adopt(req({ prevResult: { cniVersion: '1.1.0', interfaces: [], ips: [] } })), /the cached CNI result has no IP address for interface eth0/);
   await a.add(req());
   t.equal((await a.adopt(req())).containerId, 'c1', 'an attached container is returned as is');
   await t.rejects(a.adopt(req({ containerId: 'c2' })), /already attached for container c1/);
   t.same(await new PodAttacher(w.deps({ isReady: () => false })).adopt(req()).catch((e: Error) => e.message), 'sluice-agent is not ready yet');
+});
+
+t.test('IPv6-only and dual-stack Pods: every address attached, each with its family\'s flows, CHECK and DEL over both', async (t) => {
+  for (const [what, addresses] of [['IPv6-only', ['fd00:10::5/128']], ['dual-stack', ['10.1.0.11/32', 'fd00:10:0::5/128']]] as const) {
+    const w = new World();
+    const a = new PodAttacher(w.deps());
+    const prevResult = { cniVersion: '1.1.0', interfaces: [{ name: 'eth0', sandbox: NETNS }], ips: addresses.map((address) => ({ address, interface: 0 })) };
+    const r = req({ prevResult });
+    await a.add(r);
+    const pod = w.pods.get('c1')!;
+    const ips = addresses.map((x) => x.split('/')[0]!.replace('fd00:10:0::5', 'fd00:10::5')).sort();
+    t.same(pod.ips, ips, `${what}: every address, IPv6 canonical`);
+    t.same([...w.routes.keys()].sort(), ips, `${what}: every address's host route moved`);
+    t.ok([...w.routes.values()].every((dev) => dev === 'antrea-gw0'));
+    t.equal(w.ports.get('eni1')!.ids['ip-address'], ips.join(','), `${what}: OVSDB records both`);
+    const flows = podFlows(pod);
+    t.ok(flows.some((f) => f.match === 'ipv6,ipv6_dst=fd00:10::5'), `${what}: delivery to the IPv6 address`);
+    t.ok(flows.some((f) => f.match.startsWith('icmp6,icmp_type=135') && f.match.includes('ipv6_src=fd00:10::5')), `${what}: its Neighbour Solicitations pass`);
+    t.equal(flows.some((f) => f.match.startsWith('arp')), what === 'dual-stack', `${what}: ARP only with an IPv4 address`);
+    t.ok(flows.every((f) => w.installed.has(f.cookie)), `${what}: installed`);
+    await a.check(r);
+    w.routes.set('fd00:10::5', 'eni1');
+    await t.rejects(a.check(r), /host route for fd00:10::5 does not point at antrea-gw0/, `${what}: CHECK looks at the IPv6 route`);
+    await a.del(r);
+    t.same([...w.routes.values()], ips.map(() => 'eni1'), `${what}: DEL puts both back on the veth`);
+  }
 });

@@ -49,9 +49,13 @@ t.test('kinds: names, aliases, groups and paths', async (t) => {
 });
 
 t.test('args: commands, defaults and errors', async (t) => {
-  t.same(parseArgs(['up']), { cmd: 'up', name: 'sl', nodes: 2, primary: 'ptp', sluice: true, files: [] });
+  t.same(parseArgs(['up']), { cmd: 'up', name: 'sl', nodes: 2, primary: 'ptp', sluice: true, files: [], ipFamily: 'ipv4' });
+  t.equal((parseArgs(['up', '--ip-family', 'dual']) as { ipFamily: string }).ipFamily, 'dual');
+  t.equal((parseArgs(['up', '--ip-family', 'ipv6']) as { ipFamily: string }).ipFamily, 'ipv6');
+  t.throws(() => parseArgs(['up', '--ip-family', '7']), UsageError);
+  t.throws(() => parseArgs(['up', '--ip-family', 'ipv6', '--primary', 'eks']), /--ip-family ipv6 needs --primary ptp/);
   t.same(parseArgs(['up', '--name', 'lb1', '--nodes', '3', '--primary', 'eks', '-f', 'a.yaml', '-f', 'dir', '--no-sluice']), {
-    cmd: 'up', name: 'lb1', nodes: 3, primary: 'eks', sluice: false, files: ['a.yaml', 'dir'],
+    cmd: 'up', name: 'lb1', nodes: 3, primary: 'eks', sluice: false, files: ['a.yaml', 'dir'], ipFamily: 'ipv4',
   });
   t.equal((parseArgs(['up', '--sluice']) as { sluice: boolean }).sluice, true);
   t.equal((parseArgs(['up', '--no-sluice']) as { sluice: boolean }).sluice, false);

@@ -2,7 +2,7 @@ import t from 'tap';
 import { nodeConflist } from '../../lab/net/cni-config.js';
 import { cniArgs, pluginStdin } from '../../lab/net/cni-runner.js';
 import {
-  checkLabName, eniName, nodeIP, nodeNetns, parseLabNetns, podCidr, podHash, podNetns, podRange, stateDir,
+  nodeIPv6, podCidr6, checkLabName, eniName, nodeIP, nodeNetns, parseLabNetns, podCidr, podHash, podNetns, podRange, stateDir,
 } from '../../lab/net/names.js';
 import { createHash } from 'node:crypto';
 
@@ -50,6 +50,18 @@ t.test('conflists: [primary] or [primary, sluice-cni], host-local under the stat
   t.same(eks.plugins.map((p) => p.type), ['eks-sim', 'sluice-cni']);
   t.same(eks.plugins[1], { type: 'sluice-cni', socketPath: '/run/sluice-lab/la/node-1/cni.sock' });
   t.throws(() => nodeConflist('la', 'node-1', 'calico' as 'ptp', false), /not one of ptp, eks/);
+});
+
+t.test('conflists by IP family: host-local gets one range and one default route per family', async (t) => {
+  const ipam = (family: 'ipv4' | 'ipv6' | 'dual') => nodeConflist('la', 'node-2', 'ptp', true, family).plugins[0]!.ipam as { ranges: unknown[]; routes: unknown[] };
+  t.same(ipam('ipv4').ranges, [[{ subnet: '10.10.2.0/24', rangeStart: '10.10.2.2', rangeEnd: '10.10.2.254' }]]);
+  t.same(ipam('ipv6').ranges, [[{ subnet: 'fd00:10:2::/64', rangeStart: 'fd00:10:2::2', rangeEnd: 'fd00:10:2::fe' }]]);
+  t.same(ipam('ipv6').routes, [{ dst: '::/0' }]);
+  t.same(ipam('dual').ranges.length, 2);
+  t.same(ipam('dual').routes, [{ dst: '0.0.0.0/0' }, { dst: '::/0' }]);
+  t.throws(() => nodeConflist('la', 'node-1', 'eks', true, 'dual'), /eks primary flavour is IPv4-only/);
+  t.equal(nodeIPv6('node-12'), 'fd00:77::16');
+  t.equal(podCidr6('node-12'), 'fd00:10:c::/64');
 });
 
 t.test('plugin stdin carries name, cniVersion and prevResult; CNI_ARGS has the pod identity', async (t) => {
