@@ -66,10 +66,15 @@ export function policyFlows(): Flow[] {
   return pf.flows();
 }
 
+/** The corpus: sluice's flows (unique by cookie) and the traceflow observation flows (text, own cookies). */
+export function corpusFlows(): { flows: Flow[]; trace: string[] } {
+  const all: Flow[] = [...computeFlows(PIPELINE), ...policyFlows(), ...dnsInterceptFlows({ pods: ['10.1.0.11'], mode: 'hold' }), ...dnsInterceptFlows({ pods: 'all', mode: 'copy' })];
+  const flows = [...new Map(all.map((f) => [f.cookie, f])).values()];
+  return { flows, trace: traceObservationFlows('10.1.0.11').trim().split('\n') };
+}
+
 /** Every flow of the corpus as ovs-ofctl add-flow text, unique. */
 export function corpusFlowTexts(): string[] {
-  const flows: Flow[] = [...computeFlows(PIPELINE), ...policyFlows(), ...dnsInterceptFlows({ pods: ['10.1.0.11'], mode: 'hold' }), ...dnsInterceptFlows({ pods: 'all', mode: 'copy' })];
-  const texts = flows.map(flowText);
-  const trace = traceObservationFlows('10.1.0.11').trim().split('\n');
-  return [...new Set([...texts, ...trace])];
+  const { flows, trace } = corpusFlows();
+  return [...new Set([...flows.map(flowText), ...trace])];
 }
