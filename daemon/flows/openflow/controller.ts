@@ -253,7 +253,7 @@ export class OpenFlowController extends EventEmitter {
 
   /**
    * Applies flow-mods as one atomic, ordered bundle: OPEN, one BUNDLE_ADD per flow-mod (each far
-   * below the 64 KiB message limit), a barrier, then COMMIT. The switch checks each flow-mod when it
+   * below the 64 KiB message limit) and a barrier in one write, then COMMIT. The switch checks each flow-mod when it
    * is added and again when the bundle commits; if it refuses one, the bundle is discarded (the
    * commit never happens or fails as a whole) and the error names that flow's text and the
    * switch's error type/code. `timeoutMs` bounds the barrier and the commit (large bundles).
@@ -276,11 +276,15 @@ export class OpenFlowController extends EventEmitter {
       return undefined;
     };
     try {
-      await this.request(encodeBundleControl(this.nextXid(), id, OFPBCT.OPEN_REQUEST));
+      // OPEN, the adds and a barrier go out together (the switch handles them in order); the
+      // barrier's reply says every add has been checked, so COMMIT only follows a clean bundle.
       const sock = this.socket;
-      if (!sock) throw new OpenFlowError('connection lost while opening a flow bundle');
+      const opened = this.request(encodeBundleControl(this.nextXid(), id, OFPBCT.OPEN_REQUEST));
       for (const a of adds) sock.write(a.msg);
-      await this.request(encodeBarrierRequest(this.nextXid()), timeoutMs);
+      const checked = this.request(encodeBarrierRequest(this.nextXid()), timeoutMs);
+      const [open, barrier] = await Promise.allSettled([opened, checked]);
+      if (open.status === 'rejected') throw open.reason;
+      if (barrier.status === 'rejected') throw barrier.reason;
       const early = refused();
       if (early) {
         await this.request(encodeBundleControl(this.nextXid(), id, OFPBCT.DISCARD_REQUEST)).catch(() => undefined);
