@@ -269,6 +269,7 @@ export class Agent {
   private nodeIP?: string | undefined;
   private ready = false;
   private ovsReachable = true;
+  private checkingFlows = false;
   private cni?: CniServer;
   private health?: HealthServer;
   private timers: NodeJS.Timeout[] = [];
@@ -759,7 +760,9 @@ export class Agent {
    * the periodic resync reads the cookies anyway.)
    */
   private async checkFlows(): Promise<void> {
-    if (this.closed || !this.ready) return;
+    // One check at a time: while ovs-vswitchd is down each one waits for the connection (bounded).
+    if (this.closed || !this.ready || this.checkingFlows) return;
+    this.checkingFlows = true;
     try {
       const desired = this.desiredFlows();
       if ((await this.ovs.installedCount()) === desired.length) {
@@ -775,6 +778,8 @@ export class Agent {
     } catch (err) {
       if (this.ovsReachable) this.log.error({ err: (err as Error).message }, 'flow check: OVS unreachable');
       this.ovsReachable = false;
+    } finally {
+      this.checkingFlows = false;
     }
   }
 

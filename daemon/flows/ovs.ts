@@ -201,7 +201,9 @@ export class Ovs {
     return true;
   }
 
+  /** ovs-ofctl against this bridge; refused once useOpenFlow() was called (the agent forks none). */
   async ofctl(args: string[], input?: string): Promise<string> {
+    if (this.openflow) throw new OvsError(`ovs-ofctl ${args.join(' ')}: refused, flows of ${this.opts.bridge} go over the OpenFlow connection`);
     const r = await execa('ovs-ofctl', ['-O', 'OpenFlow15', `--timeout=${this.timeout}`, ...args], {
       reject: false,
       input: input ?? '',
