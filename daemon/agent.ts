@@ -18,10 +18,12 @@ import { diffFlows, FlowUnion } from './flows/diff.js';
 import type { Flow } from './flows/flow.js';
 import type { RuleStatistics } from './flows/policy/stats.js';
 import { FlowSync, type GatewayInfo, Ovs } from './flows/ovs.js';
+import { OpenFlowController } from './flows/openflow/controller.js';
+import { packetInMeters } from './flows/openflow/punt.js';
 import { PipelineFlows } from './flows/pipeline.js';
 import { policiesAnswer } from './enforcement/policy-report.js';
 import { TraceError, type TraceReport, type TraceRequest } from './enforcement/traceflow.js';
-import { TRACE_COOKIE_FILTER, type TraceProtocol } from './flows/traceflow.js';
+import { TRACE_COOKIE_PREFIX, type TraceProtocol } from './flows/traceflow.js';
 import { type HealthServer, startEndpoint, startHealthServer } from './health.js';
 import type { AgentMetrics, EnforcementMetrics } from './metrics.js';
 import { disablePodTxOffload, guardedVeths, HostNetwork, PodLinks, resolveIptables, SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6 } from './hostnet/index.js';
@@ -75,7 +77,7 @@ export interface EnforcementHooks {
   policyObject?(e: { kind: string; namespace?: string | undefined; name: string }): EventSubject | undefined;
   /** Figures for /metrics. */
   metrics?(): EnforcementMetrics;
-  /** Per-rule statistics from the bridge's counter flows; `dump` returns ovs-ofctl dump-flows of the Metric tables. */
+  /** Per-rule statistics from the bridge's counter flows; `dump` returns the Metric tables' flows with their counters (dump-flows line form). */
   ruleStats?(dump: () => Promise<string>): Promise<RuleStatistics[]>;
   /** Packets each packet-in meter dropped, by what it limits (the bridge's meter statistics). */
   meterDrops?(): Promise<Record<string, number>>;
@@ -110,6 +112,9 @@ export interface AgentStatus {
   adoption?: AdoptionStatus;
 }
 
+const TRACE_COOKIE = BigInt(TRACE_COOKIE_PREFIX) << 48n;
+const TRACE_COOKIE_MASK = 0xffffn << 48n;
+
 const mib = (bytes: number) => Math.round((bytes / 1048576) * 10) / 10;
 
 /** What the policy side listens to: 'pod-attached' / 'pod-detached' with the PodAttachment. */
@@ -124,6 +129,11 @@ export class Agent {
   readonly podEvents: PodEvents & EventEmitter = new EventEmitter();
   readonly ovs: Ovs;
   private readonly flowSync: FlowSync;
+  /**
+   * The agent's OpenFlow connection to the bridge: every flow is programmed and read back over it
+   * (no ovs-ofctl), and the packet-in path (enforcement) shares it.
+   */
+  readonly openflow: OpenFlowController;
   private readonly lock = new SharedExclusiveLock();
   private hostnet?: HostNetwork;
   private gateway?: GatewayInfo;
@@ -131,6 +141,7 @@ export class Agent {
   private nodeIPv6?: string | undefined;
   private ready = false;
   private ovsReachable = true;
+  private checkingFlows = false;
   private cni?: CniServer;
   private health?: HealthServer;
   private timers: NodeJS.Timeout[] = [];
@@ -158,6 +169,14 @@ export class Agent {
   ) {
     this.ovs = new Ovs({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
     this.flowSync = new FlowSync(this.ovs, log);
+    this.openflow = new OpenFlowController({
+      socketPath: `${config.ovsRunDir}/${config.bridge}.mgmt`,
+      meters: packetInMeters(config.packetInRate),
+      // After an ovs-vswitchd restart the flows are replayed on reconnection: retry at least every 500 ms.
+      reconnectMaxMs: 500,
+      log: { debug: (o, m) => log.debug(o, m), info: (o, m) => log.info(o, m), warn: (o, m) => log.warn(o, m) },
+    });
+    this.ovs.useOpenFlow(this.openflow);
     this.attacher = new PodAttacher({
       datapath: config.datapath,
       bridge: config.bridge,
@@ -254,6 +273,7 @@ export class Agent {
     const gw = await this.ovs.ensureGateway(cfg.gateway);
     this.gateway = gw.gateway;
     log.info({ bridge: cfg.bridge, gateway: gw.gateway, changes: [...bridgeChanges, ...gw.changes] }, 'startup: bridge and gateway');
+    this.startOpenFlow();
 
     const stale = await this.loadAttachments(livePods);
     if (this.enforcement) {
@@ -264,7 +284,7 @@ export class Agent {
     log.info({ added: diff.add.length, removed: diff.remove.length, unchanged: diff.unchanged, pods: this.pods.size }, 'startup: flows converged');
     if (await this.ovs.endFlowRestoreWait()) log.info('startup: flow-restore-wait ended (ovs-vswitchd forwards by the new flows)');
     // Observation flows of a trace the previous agent did not finish.
-    await this.ovs.ofctl(['del-flows', this.ovs.target, TRACE_COOKIE_FILTER]);
+    await this.ovs.deleteFlows(TRACE_COOKIE, TRACE_COOKIE_MASK);
 
     const iptables = await resolveIptables(cfg.iptablesBackend);
     log.info({ backend: iptables.commands.backend ?? 'iptables', why: iptables.why }, 'startup: iptables backend');
@@ -583,11 +603,11 @@ export class Agent {
           // Cached datapath flows of the source's traffic were made without the observation flows
           // and could carry the traced packet past them: purged after each change.
           addFlows: async (text) => {
-            await this.ovs.ofctl(['add-flows', this.ovs.target, '-'], text);
+            await this.ovs.addFlows(text.split('\n').filter((l) => l.trim() !== ''));
             await this.ovs.appctl(['revalidator/purge']);
           },
           removeFlows: async () => {
-            await this.ovs.ofctl(['del-flows', this.ovs.target, TRACE_COOKIE_FILTER]);
+            await this.ovs.deleteFlows(TRACE_COOKIE, TRACE_COOKIE_MASK);
             await this.ovs.appctl(['revalidator/purge']);
           },
         },
@@ -601,11 +621,44 @@ export class Agent {
     }
   }
 
-  /** Cheap watchdog: if OVS lost sluice's flows (ovs-vswitchd restarted), converge everything now. */
+  /**
+   * Connects to the bridge's management socket (it exists once the bridge does) and keeps
+   * reconnecting. The first flow sync waits for the connection (bounded, see Ovs.useOpenFlow); every
+   * later connection means ovs-vswitchd restarted or the socket was lost: the meters are back (the
+   * handshake installs them) and every flow is replayed.
+   */
+  private startOpenFlow(): void {
+    let first = true;
+    this.openflow.on('connected', () => {
+      if (first) {
+        first = false;
+        return;
+      }
+      this.log.warn('openflow: reconnected to the bridge; replaying flows');
+      void this.resync('openflow reconnected');
+    });
+    this.openflow.on('disconnected', (reason: string) => this.log.warn({ reason }, 'openflow: disconnected from the bridge'));
+    this.openflow.start();
+  }
+
+  /**
+   * Cheap watchdog: if OVS lost sluice's flows (ovs-vswitchd restarted), converge everything now.
+   * It asks only for the number of sluice flows installed (one aggregate-statistics request); the
+   * cookies are read, and compared with the desired set, only when that number differs. (A flow
+   * lost while a stale one is left over keeps the count; the next sync removes the stale one, and
+   * the periodic resync reads the cookies anyway.)
+   */
   private async checkFlows(): Promise<void> {
-    if (this.closed || !this.ready) return;
+    // One check at a time: while ovs-vswitchd is down each one waits for the connection (bounded).
+    if (this.closed || !this.ready || this.checkingFlows) return;
+    this.checkingFlows = true;
     try {
-      const diff = diffFlows(this.desiredFlows(), await this.ovs.installedCookies());
+      const desired = this.desiredFlows();
+      if ((await this.ovs.installedCount()) === desired.length) {
+        this.ovsReachable = true;
+        return;
+      }
+      const diff = diffFlows(desired, await this.ovs.installedCookies());
       this.ovsReachable = true;
       if (diff.add.length) {
         this.log.warn({ missing: diff.add.length }, 'flows missing from the bridge (ovs-vswitchd restarted?); converging');
@@ -614,6 +667,8 @@ export class Agent {
     } catch (err) {
       if (this.ovsReachable) this.log.error({ err: (err as Error).message }, 'flow check: OVS unreachable');
       this.ovsReachable = false;
+    } finally {
+      this.checkingFlows = false;
     }
   }
 
@@ -768,6 +823,7 @@ export class Agent {
     this.chainKeeper?.close();
     await this.cni?.close();
     await this.enforcement?.close();
+    await this.openflow.close();
     await this.health?.close();
     await this.metricsServer?.close();
     await this.hostnet?.close();

@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { AuditLogger, DEFAULT_AUDIT_LOG_PATH } from './auditlog/index.js';
 import type { Flow } from '../flows/flow.js';
-import { OpenFlowController, packetInMeters, PUNT_METER_NAME, PuntCategory, PuntOp, runPacketInLoop, type DecodedPunt, type PacketInHandler } from '../flows/openflow/index.js';
+import { type OpenFlowController, PUNT_METER_NAME, PuntCategory, PuntOp, runPacketInLoop, type DecodedPunt, type PacketInHandler } from '../flows/openflow/index.js';
 import { TraceError, type TraceIo, type TraceReport, type TraceRequest, Tracer } from './traceflow.js';
 import { sendRejectReply } from './reject/index.js';
 import type { PacketIn, PacketOut } from '../flows/openflow/wire.js';
@@ -62,8 +62,6 @@ export interface EnforcerOptions {
   debounceMs?: number;
   /** Timers of the coalescing (tests step a manual clock). */
   clock?: Clock;
-  /** Packet-in rate per punt meter. */
-  packetInRate?: number;
   dns?: DnsLearning;
   /** Each committed batch of API changes: seconds from its first change to the flows on the bridge. */
   onRealized?: (seconds: number) => void;
@@ -133,7 +131,6 @@ export class Enforcer {
   private changeSeq = 0;
   private committedSeq = 0;
   private lastApplyMs?: number;
-  private firstConnect = true;
   private portMac: (ofport: number) => string | undefined = () => undefined;
 
   constructor(private readonly opts: EnforcerOptions) {
@@ -352,13 +349,15 @@ export class Enforcer {
   // ------------------------------------------------------------------ bridge side
 
   /**
-   * Connects the packet-in path (installs the punt meters) and hands the enforcer the agent's flow
-   * sync. Waits for the controller up to `connectTimeoutMs` (punt flows use `controller(meter_id=)`,
-   * which OVS accepts before the meter exists, so a slow connection only delays metering).
+   * Takes the packet-in path on the agent's OpenFlow connection (which installs the punt meters,
+   * replays flows when it reconnects, and is closed by the agent) and hands the enforcer the agent's
+   * flow sync. Waits for the connection up to `connectTimeoutMs` (punt flows use
+   * `controller(meter_id=)`, which OVS accepts before the meter exists, so a slow connection only
+   * delays metering).
    */
   async attach(opts: {
+    controller: OpenFlowController;
     applyFlows: () => Promise<unknown>;
-    resync: (reason: string) => Promise<unknown>;
     /** MAC of what is behind an OpenFlow port (gateway, local Pod), for reject replies. */
     portMac: (ofport: number) => string | undefined;
     connectTimeoutMs?: number;
@@ -366,25 +365,8 @@ export class Enforcer {
     this.portMac = opts.portMac;
     const { log } = this.opts;
     this.audit = new AuditLogger({ path: this.opts.auditLogPath ?? DEFAULT_AUDIT_LOG_PATH });
-    const controller = new OpenFlowController({
-      socketPath: `${this.opts.ovsRunDir}/${this.opts.bridge}.mgmt`,
-      meters: packetInMeters(this.opts.packetInRate),
-      // After an ovs-vswitchd restart the flows are replayed on reconnection: retry at least every 500 ms.
-      reconnectMaxMs: 500,
-      log: { debug: (o, m) => log.debug(o, m), info: (o, m) => log.info(o, m), warn: (o, m) => log.warn(o, m) },
-    });
+    const controller = opts.controller;
     this.controller = controller;
-    controller.on('connected', () => {
-      if (this.firstConnect) {
-        this.firstConnect = false;
-        return;
-      }
-      // ovs-vswitchd restarted (or the socket was lost): meters are back; replay every flow now.
-      log.warn('openflow: reconnected to the bridge; replaying flows');
-      void opts.resync('openflow reconnected');
-    });
-    controller.on('disconnected', (reason: string) => log.warn({ reason }, 'openflow: disconnected from the bridge'));
-    controller.start();
     const timeout = opts.connectTimeoutMs ?? 10_000;
     const ok = await Promise.race([controller.waitConnected().then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), timeout).unref())]);
     if (ok) log.info({ socket: `${this.opts.ovsRunDir}/${this.opts.bridge}.mgmt` }, 'openflow: connected, punt meters installed');
@@ -592,7 +574,6 @@ export class Enforcer {
     clearInterval(this.expiryTimer);
     await this.watch?.stop();
     this.opts.dns?.close();
-    await this.controller?.close().catch(() => undefined);
     this.audit?.close();
   }
 }

@@ -35,7 +35,6 @@ export async function startEnforcement(
     ovsRunDir: cfg.ovsRunDir,
     bridge: cfg.bridge,
     auditLogPath: cfg.auditLogPath,
-    packetInRate: cfg.packetInRate,
     stateDir: cfg.stateDir,
     log,
     dns,
@@ -47,7 +46,7 @@ export async function startEnforcement(
     prepare: async (agent, localPods) => {
       enforcer.localPodsAtStart(localPods);
       await enforcer.waitSynced();
-      await enforcer.attach({ applyFlows: () => agent.syncFlows(), resync: (reason) => agent.resync(reason), portMac: (ofport) => agent.portMac(ofport) });
+      await enforcer.attach({ controller: agent.openflow, applyFlows: () => agent.syncFlows(), portMac: (ofport) => agent.portMac(ofport) });
     },
     podAttaching: (pod) => enforcer.podAttaching(pod),
     podDetached: (pod) => enforcer.podDetached(pod),

@@ -1,6 +1,6 @@
 /**
- * Desired-state flow sync, the pure half: which cookies to delete and which flows to add, and the
- * one `ovs-ofctl --bundle add-flows` transaction that does it. Unchanged flows are not touched.
+ * Desired-state flow sync, the pure half: which cookies to delete and which flows to add (applied
+ * as one OpenFlow bundle, Ovs.applyDiff). Unchanged flows are not touched.
  */
 import { COOKIE_PREFIX, type Flow, flowText, normalizeCookie } from './flow.js';
 
@@ -42,8 +42,9 @@ export class FlowUnion {
 export const isEmptyDiff = (d: FlowDiff): boolean => d.add.length === 0 && d.remove.length === 0;
 
 /**
- * The bundle file: deletions first (a replaced flow may keep its table/priority/match under a new
- * cookie), then additions. Deleting by exact cookie (mask -1) never depends on match syntax.
+ * The diff as an `ovs-ofctl --bundle add-flows` file, for the tools that fork ovs-ofctl: deletions
+ * first (a replaced flow may keep its table/priority/match under a new cookie), then additions.
+ * Deleting by exact cookie (mask -1) never depends on match syntax.
  */
 export function bundleText(d: FlowDiff): string {
   const lines = [...d.remove.map((c) => `delete cookie=${c}/-1`), ...d.add.map((f) => `add ${flowText(f)}`)];

@@ -2,9 +2,11 @@
  * Thin OVS adapter, everything under `ovsRunDir` so a node's private OVS (the lab) and the
  * machine's OVS are addressed the same way: the per-Pod work (ports, their records, the OpenFlow
  * port numbers) on one OVSDB session and ovs-vswitchd's control socket, with no process forked;
- * the bridge and gateway set-up (start-up and resync only) through ovs-vsctl, flows through
- * ovs-ofctl against the bridge's management socket. Every method converges and reports what it
- * changed.
+ * the bridge and gateway set-up (start-up and resync only) through ovs-vsctl. Flows go over the
+ * agent's OpenFlow connection to the bridge's management socket once useOpenFlow() is called (the
+ * agent always does, before its first flow sync); the tools that construct an Ovs without one
+ * (sluicectl, cleanup, the lab) fork ovs-ofctl instead. Every method converges and reports what
+ * it changed.
  */
 import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
@@ -12,7 +14,10 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import type { Logger } from 'pino';
 import { bundleText, diffFlows, type FlowDiff, isEmptyDiff, parseSluiceCookies } from './diff.js';
-import { type Flow, SLUICE_COOKIE_FILTER } from './flow.js';
+import { COOKIE_PREFIX, type Flow, flowText, SLUICE_COOKIE_FILTER } from './flow.js';
+import type { BundleEntry, OpenFlowController } from './openflow/controller.js';
+import { encodeFlowAdd, encodeFlowDeleteByCookie, type FlowStatsFilter } from './openflow/flowmod.js';
+import { parseFlowText } from './openflow/flowtext.js';
 import { GATEWAY_OFPORT, tableId, TABLES, type TableName } from './tables.js';
 import { JsonRpcClosed } from '../ovs/jsonrpc.js';
 import { type Condition, decodeValue, OvsdbClient, OvsdbError, ovsMap, type Row } from '../ovs/ovsdb.js';
@@ -30,6 +35,22 @@ export interface OvsOptions {
 }
 
 export class OvsError extends Error {}
+
+/** sluice's cookies: prefix 0x51ce in the top 16 bits. */
+const SLUICE_COOKIES: FlowStatsFilter = { cookie: BigInt(`0x${COOKIE_PREFIX}`) << 48n, cookieMask: 0xffffn << 48n };
+const ALL_ONES_64 = 0xffffffffffffffffn;
+
+/** A flow-mod adding one flow given as ovs-ofctl text (parsed now: a syntax error throws before anything is sent). */
+export function addEntry(text: string): BundleEntry {
+  const flow = parseFlowText(text);
+  return { text, encode: (xid) => encodeFlowAdd(xid, flow) };
+}
+
+/** A flow-mod deleting every flow, in every table, whose cookie matches `cookie` under `mask`. */
+export function deleteEntry(cookie: bigint, mask = ALL_ONES_64): BundleEntry {
+  const text = `delete cookie=0x${cookie.toString(16)}/${mask === ALL_ONES_64 ? '-1' : `0x${mask.toString(16)}`}`;
+  return { text, encode: (xid) => encodeFlowDeleteByCookie(xid, cookie, mask) };
+}
 
 /** external_ids of a Pod port (on its Interface row): everything needed to rebuild its flows. */
 export interface PodPortIds {
@@ -104,6 +125,7 @@ export class Ovs {
   readonly target: string;
   private readonly timeout: number;
   private readonly ovsdb: OvsdbClient;
+  private openflow?: OpenFlowController;
 
   constructor(readonly opts: OvsOptions) {
     this.db = `unix:${opts.ovsRunDir}/db.sock`;
@@ -179,7 +201,9 @@ export class Ovs {
     return true;
   }
 
+  /** ovs-ofctl against this bridge; refused once useOpenFlow() was called (the agent forks none). */
   async ofctl(args: string[], input?: string): Promise<string> {
+    if (this.openflow) throw new OvsError(`ovs-ofctl ${args.join(' ')}: refused, flows of ${this.opts.bridge} go over the OpenFlow connection`);
     const r = await execa('ovs-ofctl', ['-O', 'OpenFlow15', `--timeout=${this.timeout}`, ...args], {
       reject: false,
       input: input ?? '',
@@ -355,16 +379,94 @@ export class Ovs {
       .sort((a, b) => a.name.localeCompare(b.name));
   }
 
-  /** Cookies of sluice's installed flows. */
-  async installedCookies(): Promise<string[]> {
-    return parseSluiceCookies(await this.ofctl(['dump-flows', '--no-names', '--no-stats', this.target, SLUICE_COOKIE_FILTER]));
+  /**
+   * From now on every flow method goes over `controller` (the agent's connection to this bridge's
+   * management socket), never through ovs-ofctl. A method called while it is not connected waits
+   * for it up to the command timeout, then fails saying so.
+   */
+  useOpenFlow(controller: OpenFlowController): void {
+    this.openflow = controller;
   }
 
-  /** sluice's flows of `tables` with their counters (one ovs-ofctl call per table). */
+  private async connected(what: string): Promise<OpenFlowController | undefined> {
+    const c = this.openflow;
+    if (!c || c.isConnected) return c;
+    try {
+      await c.waitConnected(this.timeout * 1000);
+    } catch (err) {
+      throw new OvsError(`${what}: ${(err as Error).message} (is ovs-vswitchd running with bridge ${this.opts.bridge}?)`);
+    }
+    return c;
+  }
+
+  /** Runs an OpenFlow exchange, its failures as OvsError naming what was being done. */
+  private async over<T>(what: string, run: (c: OpenFlowController) => Promise<T>, ofctl: () => Promise<T>): Promise<T> {
+    const c = await this.connected(what);
+    if (!c) return ofctl();
+    try {
+      return await run(c);
+    } catch (err) {
+      throw new OvsError(`${what}: ${(err as Error).message}`);
+    }
+  }
+
+  /** Cookies of sluice's installed flows. */
+  async installedCookies(): Promise<string[]> {
+    return this.over(
+      'read the installed flows',
+      async (c) => (await c.flowDesc(SLUICE_COOKIES)).map((f) => `0x${f.cookie.toString(16)}`),
+      async () => parseSluiceCookies(await this.ofctl(['dump-flows', '--no-names', '--no-stats', this.target, SLUICE_COOKIE_FILTER])),
+    );
+  }
+
+  /** How many of sluice's flows the bridge holds (one aggregate-statistics request, no flow listed). */
+  async installedCount(): Promise<number> {
+    return this.over(
+      'count the installed flows',
+      async (c) => (await c.aggregateStats(SLUICE_COOKIES)).flowCount,
+      async () => Number(/flow_count=(\d+)/.exec(await this.ofctl(['dump-aggregate', this.target, SLUICE_COOKIE_FILTER]))?.[1] ?? Number.NaN),
+    );
+  }
+
+  /**
+   * sluice's flows of `tables` with their counters, one line per flow in ovs-ofctl's dump-flows
+   * form (`cookie=0x…, table=N, n_packets=P, n_bytes=B`) as parseFlowCounters reads it.
+   */
   async dumpCounters(tables: TableName[]): Promise<string> {
-    const out: string[] = [];
-    for (const t of tables) out.push(await this.ofctl(['dump-flows', '--no-names', this.target, `table=${tableId(t)},${SLUICE_COOKIE_FILTER}`]));
-    return out.join('\n');
+    return this.over(
+      'read the flow counters',
+      async (c) => {
+        const lines: string[] = [];
+        for (const t of tables) {
+          for (const f of await c.flowDesc({ ...SLUICE_COOKIES, table: tableId(t) })) {
+            lines.push(`cookie=0x${f.cookie.toString(16)}, table=${f.table}, n_packets=${f.packets ?? 0n}, n_bytes=${f.bytes ?? 0n}, priority=${f.priority}`);
+          }
+        }
+        return lines.join('\n');
+      },
+      async () => {
+        const out: string[] = [];
+        for (const t of tables) out.push(await this.ofctl(['dump-flows', '--no-names', this.target, `table=${tableId(t)},${SLUICE_COOKIE_FILTER}`]));
+        return out.join('\n');
+      },
+    );
+  }
+
+  /** Adds flows given as ovs-ofctl text, all or none (traceflow's observation flows). */
+  async addFlows(texts: readonly string[]): Promise<void> {
+    if (texts.length === 0) return;
+    const entries = texts.map(addEntry);
+    await this.over('add flows', (c) => c.flowBundle(entries), async () => {
+      await this.ofctl(['--bundle', 'add-flows', this.target, '-'], `${texts.join('\n')}\n`);
+    });
+  }
+
+  /** Deletes every flow whose cookie matches `cookie` under `mask`, in every table. */
+  async deleteFlows(cookie: bigint, mask: bigint): Promise<void> {
+    const filter = `cookie=0x${cookie.toString(16)}/0x${mask.toString(16)}`;
+    await this.over(`delete flows ${filter}`, (c) => c.flowBundle([deleteEntry(cookie, mask)]), async () => {
+      await this.ofctl(['del-flows', this.target, filter]);
+    });
   }
 
   /** All flows of the bridge as ovs-ofctl prints them (names on), for troubleshooting. */
@@ -373,8 +475,9 @@ export class Ovs {
   }
 
   /**
-   * One atomic OpenFlow bundle. On the userspace (netdev) datapath the cached megaflows are then
-   * purged, so every packet after this call is decided by the new tables. Reason: when a change
+   * The diff as one atomic OpenFlow bundle: its deletions (by exact cookie), then its additions. On
+   * the userspace (netdev) datapath the cached megaflows are then purged (over ovs-vswitchd's
+   * control socket, no process forked), so every packet after this call is decided by the new tables. Reason: when a change
    * alters a megaflow's actions, ovs-vswitchd's revalidator rewrites it by looking the datapath
    * flow up by key, not by flow id (dpif-netdev, OVS 3.1). If a wider megaflow overlaps a narrower
    * one (same source and destination, one for any protocol, one for TCP/80), the rewrite can land
@@ -383,9 +486,13 @@ export class Ovs {
    * (seen in the model=datapath lab suites). The kernel datapath rewrites by flow id and needs no
    * purge.
    */
-  async applyBundle(text: string): Promise<void> {
-    if (!text) return;
-    await this.ofctl(['--bundle', 'add-flows', this.target, '-'], text);
+  async applyDiff(diff: FlowDiff): Promise<void> {
+    if (isEmptyDiff(diff)) return;
+    // Deletions first: a replaced flow may keep its table/priority/match under a new cookie.
+    const entries = [...diff.remove.map((c) => deleteEntry(BigInt(c))), ...diff.add.map((f) => addEntry(flowText(f)))];
+    await this.over('apply flows', (c) => c.flowBundle(entries), async () => {
+      await this.ofctl(['--bundle', 'add-flows', this.target, '-'], bundleText(diff));
+    });
     if (this.opts.datapath === 'netdev') await this.appctl(['revalidator/purge']);
   }
 }
@@ -393,8 +500,8 @@ export class Ovs {
 /**
  * Desired-state flow programming. One sync runs at a time; callers that arrive while one runs share
  * the next one (it computes the desired set when it starts, so it covers all of them). The set of
- * installed cookies is remembered after each successful bundle so a CNI ADD/DEL costs one
- * ovs-ofctl call; `verify` (start-up, resync, the flow watchdog's repairs) dumps the bridge first.
+ * installed cookies is remembered after each successful bundle so a CNI ADD/DEL costs one bundle;
+ * `verify` (start-up, resync, the flow watchdog's repairs) reads the installed cookies first.
  */
 export class FlowSync {
   private running: Promise<unknown> = Promise.resolve();
@@ -429,7 +536,7 @@ export class FlowSync {
     const diff = diffFlows(flows, installed);
     if (!isEmptyDiff(diff)) {
       try {
-        await this.ovs.applyBundle(bundleText(diff));
+        await this.ovs.applyDiff(diff);
       } catch (err) {
         this.installed = undefined;
         throw err;

@@ -1,6 +1,7 @@
 /** FlowSync against a fake bridge: one bundle per sync, remembered state, verify, coalescing, failures. */
 import t from 'tap';
 import { pino } from 'pino';
+import { bundleText, type FlowDiff } from '../../daemon/flows/diff.js';
 import type { Flow } from '../../daemon/flows/flow.js';
 import { FlowSync, type Ovs } from '../../daemon/flows/ovs.js';
 import { computeFlows } from '../../daemon/flows/pipeline.js';
@@ -14,7 +15,8 @@ class FakeBridge {
     this.dumps++;
     return [...this.cookies];
   }
-  async applyBundle(text: string) {
+  async applyDiff(diff: FlowDiff) {
+    const text = bundleText(diff);
     await new Promise((r) => setTimeout(r, 5));
     if (this.failNext) {
       this.failNext = false;

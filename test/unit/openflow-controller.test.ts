@@ -1,5 +1,6 @@
 import t, { type Test } from 'tap';
-import { OpenFlowController } from '../../daemon/flows/openflow/controller.js';
+import { FlowBundleError, OpenFlowController } from '../../daemon/flows/openflow/controller.js';
+import { addEntry, deleteEntry } from '../../daemon/flows/ovs.js';
 import { runPacketInLoop } from '../../daemon/flows/openflow/dispatch.js';
 import { sendRejectReply } from '../../daemon/enforcement/reject/index.js';
 import type { PacketIn } from '../../daemon/flows/openflow/wire.js';
@@ -208,4 +209,75 @@ t.test('dispatch loop: handlers by punt category, failures isolated; reject repl
     t.equal(frame[14 + 20 + 13], 0x14, 'RST|ACK');
     t.equal(frame.readUInt32BE(14 + 20 + 8), 101, 'acknowledges the SYN');
   }
+});
+
+// ---- flow programming and read-back ----
+
+const flowEntry = (text: string) => addEntry(text);
+
+t.test('flow bundle: OPEN, one ADD per flow-mod under its own xid, barrier, COMMIT', async (t) => {
+  const { sw, c } = await setup(t);
+  c.start();
+  await c.waitConnected();
+  const from = sw.received.length;
+  await c.flowBundle([deleteEntry(0x51ce000000000001n), flowEntry('table=1,priority=5,cookie=0x51ce000000000002,ip actions=drop'), flowEntry('table=2,priority=6,cookie=0x51ce000000000003,arp actions=goto_table:3')]);
+  const got = sw.received.slice(from);
+  t.same(got.map((r) => r.type), [33, 34, 34, 34, 20, 33], 'OPEN, three adds, BARRIER, COMMIT');
+  t.same([got[0]!.msg.readUInt16BE(12), got[5]!.msg.readUInt16BE(12)], [0, 4], 'OPEN_REQUEST ... COMMIT_REQUEST');
+  t.ok(got.filter((r) => r.type === 33 || r.type === 34).every((r) => r.msg.readUInt16BE(14) === 3), 'atomic | ordered everywhere');
+  const ids = new Set(got.filter((r) => r.type === 33 || r.type === 34).map((r) => r.msg.readUInt32BE(8)));
+  t.equal(ids.size, 1, 'one bundle id');
+  for (const add of got.filter((r) => r.type === 34)) {
+    t.equal(add.msg.readUInt32BE(20), add.xid, 'the inner flow-mod carries the add message\'s xid');
+    t.equal(add.msg[17], 14, 'inner message is a FLOW_MOD');
+  }
+  t.equal(got[1]!.msg[16 + 8 + 17], 3, 'the delete comes first (OFPFC_DELETE)');
+  t.equal(got[2]!.msg.readBigUInt64BE(16 + 8), 0x51ce000000000002n, 'then the adds, in order');
+});
+
+t.test('a refused add: the bundle is discarded, the error names the flow', async (t) => {
+  const { sw, c } = await setup(t);
+  c.start();
+  await c.waitConnected();
+  sw.bundleAddError = (fm) => (fm.readBigUInt64BE(8) === 0x51ce000000000002n ? [2, 10] : undefined);
+  const from = sw.received.length;
+  const bad = 'table=1,priority=5,cookie=0x51ce000000000002,ip actions=drop';
+  const err = await c.flowBundle([flowEntry('table=1,priority=5,cookie=0x51ce000000000001,ip actions=drop'), flowEntry(bad)]).then(() => undefined, (e: unknown) => e);
+  t.ok(err instanceof FlowBundleError, 'a FlowBundleError');
+  t.equal((err as FlowBundleError).flow, bad);
+  t.equal((err as Error).message, `the switch refused flow "${bad}": OFPET_BAD_ACTION/OFPBAC_MATCH_INCONSISTENT (type 2, code 10); the bundle was discarded, no flow of it applied`);
+  const controls = sw.received.slice(from).filter((r) => r.type === 33).map((r) => r.msg.readUInt16BE(12));
+  t.same(controls, [0, 6], 'OPEN then DISCARD, never COMMIT');
+  t.equal(c.stats().switchErrors, 0, 'the error was the bundle\'s, not reported as stray');
+});
+
+t.test('a flow refused at COMMIT is named too; a commit error of its own is reported by name', async (t) => {
+  const { sw, c } = await setup(t);
+  c.start();
+  await c.waitConnected();
+  const texts = ['table=1,priority=5,cookie=0x51ce000000000001,ip actions=drop', 'table=1,priority=6,cookie=0x51ce000000000002,ip actions=drop'];
+  sw.commitError = { index: 1, type: 5, code: 1 };
+  await t.rejects(c.flowBundle(texts.map(flowEntry)), { message: `the switch refused flow "${texts[1]}": OFPET_FLOW_MOD_FAILED/OFPFMFC_TABLE_FULL (type 5, code 1); the bundle was discarded, no flow of it applied` });
+  sw.commitError = undefined;
+  sw.commitOnlyError = [17, 14];
+  await t.rejects(c.flowBundle(texts.map(flowEntry)), { message: 'the switch refused to commit a bundle of 2 flow-mods: OFPET_BUNDLE_FAILED/OFPBFC_TIMEOUT (type 17, code 14)' });
+  sw.commitOnlyError = undefined;
+  await c.flowBundle(texts.map(flowEntry));
+  t.pass('the next bundle goes through');
+});
+
+t.test('flow read-back: descriptions over several reply parts, aggregate count; not connected is an error', async (t) => {
+  const { sw, c } = await setup(t);
+  await t.rejects(c.flowDesc({ cookie: 0n, cookieMask: 0n }), /not connected/);
+  await t.rejects(c.flowBundle([flowEntry('table=0 actions=drop')]), /not connected/);
+  c.start();
+  await c.waitConnected();
+  sw.flowDescs = [1, 2, 3, 4, 5].map((i) => ({ table: i, priority: 100 + i, cookie: 0x51ce000000000000n + BigInt(i), packets: BigInt(i), bytes: BigInt(i * 60) }));
+  const from = sw.received.length;
+  const got = await c.flowDesc({ cookie: 0x51ce000000000000n, cookieMask: 0xffff000000000000n });
+  t.same(got, sw.flowDescs, 'five flows from three parts (OFPMPF_REPLY_MORE)');
+  const req = sw.received.slice(from).find((r) => r.type === 18)!;
+  t.equal(req.msg[16], 0xff, 'all tables');
+  t.same([req.msg.readBigUInt64BE(32), req.msg.readBigUInt64BE(40)], [0x51ce000000000000n, 0xffff000000000000n], 'cookie filter');
+  t.same(await c.aggregateStats({ cookie: 0x51ce000000000000n, cookieMask: 0xffff000000000000n }), { flowCount: 5, packets: 7n, bytes: 700n });
 });

@@ -82,6 +82,16 @@ export class FakeSwitch {
   meterStatsPerPart = 8;
   /** Answer echo requests (false simulates a hung switch). */
   answerEcho = true;
+  /** A bundled flow-mod's error when it is added ([type, code]), or undefined to accept it. */
+  bundleAddError: (flowMod: Buffer) => [number, number] | undefined = () => undefined;
+  /** At COMMIT: the error of the n-th added message (as OVS reports it, under its xid), then OFPBFC_MSG_FAILED for the commit. */
+  commitError?: { index: number; type: number; code: number } | undefined;
+  /** At COMMIT: an error for the commit alone. */
+  commitOnlyError?: [number, number] | undefined;
+  /** Flow descriptions answered to OFPMP_FLOW_DESC, `flowDescPerPart` per reply part. */
+  flowDescs: { table: number; priority: number; cookie: bigint; packets: bigint; bytes: bigint }[] = [];
+  flowDescPerPart = 2;
+  private bundleXids: number[] = [];
   private listeners: ((r: Received) => void)[] = [];
 
   async listen(): Promise<void> {
@@ -123,7 +133,60 @@ export class FakeSwitch {
     else if (r.type === 29 && msg.readUInt16BE(8) === 0 && this.existingMeters.has(msg.readUInt32BE(12))) sock.write(errorMsg(r.xid, 12, 1, msg));
     else if (r.type === 29 && msg.readUInt16BE(8) === 0) this.existingMeters.add(msg.readUInt32BE(12));
     else if (r.type === 18 && msg.readUInt16BE(8) === 9) for (const part of this.meterStatsReply(r.xid)) sock.write(part);
+    else if (r.type === 18 && msg.readUInt16BE(8) === 1) for (const part of this.flowDescReply(r.xid)) sock.write(part);
+    else if (r.type === 18 && msg.readUInt16BE(8) === 2) sock.write(this.aggregateReply(r.xid));
+    else if (r.type === 34) {
+      this.bundleXids.push(r.xid);
+      const err = this.bundleAddError(msg.subarray(16));
+      if (err) sock.write(errorMsg(r.xid, err[0], err[1], msg));
+    } else if (r.type === 33) this.bundleControl(sock, r.xid, msg);
     for (const l of this.listeners) l(r);
+  }
+
+  private bundleControl(sock: Socket, xid: number, msg: Buffer): void {
+    const type = msg.readUInt16BE(12);
+    if (type === 0) this.bundleXids = [];
+    if (type === 4 && this.commitError) {
+      sock.write(errorMsg(this.bundleXids[this.commitError.index]!, this.commitError.type, this.commitError.code, msg));
+      sock.write(errorMsg(xid, 17, 13, msg)); // OFPBFC_MSG_FAILED
+      return;
+    }
+    if (type === 4 && this.commitOnlyError) {
+      sock.write(errorMsg(xid, this.commitOnlyError[0], this.commitOnlyError[1], msg));
+      return;
+    }
+    const reply = Buffer.from(msg);
+    reply.writeUInt16BE(type + 1, 12); // *_REPLY
+    sock.write(reply);
+  }
+
+  /** OpenFlow 1.5 flow descriptions (empty match, OXS packet and byte counts, no instructions), in parts. */
+  private flowDescReply(xid: number): Buffer[] {
+    const entry = (f: FakeSwitch['flowDescs'][number]) => {
+      const stats = Buffer.concat([Buffer.from([0, 0, 0, 28]), u32(0x80020808), u64(f.packets), u32(0x80020a08), u64(f.bytes), Buffer.alloc(4)]);
+      const e = Buffer.concat([Buffer.alloc(24), Buffer.from('0001000400000000', 'hex'), stats]);
+      e.writeUInt16BE(e.length, 0);
+      e[4] = f.table;
+      e.writeUInt16BE(f.priority, 6);
+      e.writeBigUInt64BE(f.cookie, 16);
+      return e;
+    };
+    const parts: Buffer[] = [];
+    for (let i = 0; i === 0 || i < this.flowDescs.length; i += this.flowDescPerPart) {
+      const body = Buffer.concat(this.flowDescs.slice(i, i + this.flowDescPerPart).map(entry));
+      const head = Buffer.alloc(8);
+      head.writeUInt16BE(1, 0);
+      head.writeUInt16BE(i + this.flowDescPerPart < this.flowDescs.length ? 1 : 0, 2);
+      parts.push(Buffer.concat([header(19, 16 + body.length, xid), head, body]));
+    }
+    return parts;
+  }
+
+  private aggregateReply(xid: number): Buffer {
+    const stats = Buffer.concat([Buffer.from([0, 0, 0, 36]), u32(0x80020604), u32(this.flowDescs.length), u32(0x80020808), u64(7n), u32(0x80020a08), u64(700n), Buffer.alloc(4)]);
+    const head = Buffer.alloc(8);
+    head.writeUInt16BE(2, 0);
+    return Buffer.concat([header(19, 16 + stats.length, xid), head, stats]);
   }
 
   /** The meter-statistics reply as OVS lays it out (ofp_meter_stats with one drop band each), in parts. */

@@ -1,7 +1,7 @@
 /**
- * The agent's OpenFlow connection to br-int, used only for the packet-in path (Reject replies, audit
- * logging, DNS learning), the meters that rate-limit it and their statistics. Flows are still programmed with
- * ovs-ofctl bundles by the pipeline code.
+ * The agent's OpenFlow connection to br-int: flow programming (atomic bundles of flow-mods, see
+ * ./flowmod.ts) and flow read-back (flow descriptions, aggregate counts), the packet-in path
+ * (Reject replies, audit logging, DNS learning), the meters that rate-limit it and their statistics.
  *
  * Topology: the agent is the *client* of the bridge's management socket
  * `<ovs rundir>/<bridge>.mgmt`, which ovs-vswitchd always listens on. Nothing is written to OVSDB
@@ -17,6 +17,20 @@
  */
 import { EventEmitter } from 'node:events';
 import { createConnection, type Socket } from 'node:net';
+import {
+  type AggregateStats,
+  decodeAggregateStatsReply,
+  decodeFlowDescReply,
+  encodeAggregateStatsRequest,
+  encodeBundleAdd,
+  encodeBundleControl,
+  encodeFlowDescRequest,
+  errorName,
+  type FlowDescEntry,
+  type FlowStatsFilter,
+  OFPBCT,
+  OFPT_BUNDLE_CONTROL,
+} from './flowmod.js';
 import { BoundedQueue } from './queue.js';
 import {
   decodeError,
@@ -99,6 +113,23 @@ export class OpenFlowError extends Error {
   }
 }
 
+/** A flow-mod of a bundle: its text (for errors) and its encoding under a given xid. */
+export interface BundleEntry {
+  text: string;
+  encode: (xid: number) => Buffer;
+}
+
+/** The switch refused a flow of a bundle; the bundle was discarded, so nothing of it was applied. */
+export class FlowBundleError extends OpenFlowError {
+  constructor(
+    message: string,
+    readonly flow: string,
+    info: OfpErrorInfo,
+  ) {
+    super(message, info);
+  }
+}
+
 interface Pending {
   resolve: (msg: Buffer) => void;
   reject: (e: Error) => void;
@@ -119,6 +150,7 @@ export class OpenFlowController extends EventEmitter {
   private ready = false;
   private stopped = true;
   private xid = 0;
+  private bundleId = 0;
   private pending = new Map<number, Pending>();
   private helloWaiter?: ((msg: Buffer) => void) | undefined;
   /** xids of fire-and-forget requests whose errors are collected until the next barrier. */
@@ -216,12 +248,81 @@ export class OpenFlowController extends EventEmitter {
 
   /** The switch's statistics of every meter (one multipart request, its parts joined). */
   async meterStats(): Promise<MeterStats[]> {
+    return (await this.multipart(encodeMeterStatsRequest)).flatMap((part) => decodeMeterStatsReply(part).meters);
+  }
+
+  /**
+   * Applies flow-mods as one atomic, ordered bundle: OPEN, one BUNDLE_ADD per flow-mod (each far
+   * below the 64 KiB message limit) and a barrier in one write, then COMMIT. The switch checks each flow-mod when it
+   * is added and again when the bundle commits; if it refuses one, the bundle is discarded (the
+   * commit never happens or fails as a whole) and the error names that flow's text and the
+   * switch's error type/code. `timeoutMs` bounds the barrier and the commit (large bundles).
+   */
+  async flowBundle(entries: readonly BundleEntry[], timeoutMs = 60_000): Promise<void> {
+    if (entries.length === 0) return;
+    if (!this.ready || !this.socket) throw new OpenFlowError('not connected');
+    this.bundleId = (this.bundleId + 1) >>> 0 || 1;
+    const id = this.bundleId;
+    const adds = entries.map((e) => {
+      const xid = this.nextXid();
+      return { xid, text: e.text, msg: encodeBundleAdd(id, e.encode(xid)) };
+    });
+    for (const a of adds) this.watched.set(a.xid, undefined);
+    const refused = (): FlowBundleError | undefined => {
+      for (const a of adds) {
+        const info = this.watched.get(a.xid);
+        if (info) return new FlowBundleError(`the switch refused flow "${a.text}": ${errorName(info.type, info.code)}; the bundle was discarded, no flow of it applied`, a.text, info);
+      }
+      return undefined;
+    };
+    try {
+      // OPEN, the adds and a barrier go out together (the switch handles them in order); the
+      // barrier's reply says every add has been checked, so COMMIT only follows a clean bundle.
+      const sock = this.socket;
+      const opened = this.request(encodeBundleControl(this.nextXid(), id, OFPBCT.OPEN_REQUEST));
+      for (const a of adds) sock.write(a.msg);
+      const checked = this.request(encodeBarrierRequest(this.nextXid()), timeoutMs);
+      const [open, barrier] = await Promise.allSettled([opened, checked]);
+      if (open.status === 'rejected') throw open.reason;
+      if (barrier.status === 'rejected') throw barrier.reason;
+      const early = refused();
+      if (early) {
+        await this.request(encodeBundleControl(this.nextXid(), id, OFPBCT.DISCARD_REQUEST)).catch(() => undefined);
+        throw early;
+      }
+      try {
+        await this.request(encodeBundleControl(this.nextXid(), id, OFPBCT.COMMIT_REQUEST), timeoutMs);
+      } catch (err) {
+        const late = refused();
+        if (late) throw late;
+        const info = (err as OpenFlowError).info;
+        if (info) throw new OpenFlowError(`the switch refused to commit a bundle of ${adds.length} flow-mods: ${errorName(info.type, info.code)}`, info);
+        throw err;
+      }
+    } finally {
+      for (const a of adds) this.watched.delete(a.xid);
+    }
+  }
+
+  /** Flow descriptions (table, priority, cookie, counters) of the flows `filter` selects. */
+  async flowDesc(filter: FlowStatsFilter): Promise<FlowDescEntry[]> {
+    return (await this.multipart((xid) => encodeFlowDescRequest(xid, filter))).flatMap(decodeFlowDescReply);
+  }
+
+  /** How many flows `filter` selects, and their packet and byte totals. */
+  async aggregateStats(filter: FlowStatsFilter): Promise<AggregateStats> {
+    const parts = await this.multipart((xid) => encodeAggregateStatsRequest(xid, filter));
+    return decodeAggregateStatsReply(parts[parts.length - 1]!);
+  }
+
+  /** One multipart request; every part of its reply (OFPMPF_REPLY_MORE), in order. */
+  private async multipart(encode: (xid: number) => Buffer): Promise<Buffer[]> {
     if (!this.ready) throw new OpenFlowError('not connected');
     const xid = this.nextXid();
     this.multipartParts.set(xid, []);
     try {
-      const last = await this.request(encodeMeterStatsRequest(xid));
-      return [...(this.multipartParts.get(xid) ?? []), last].flatMap((part) => decodeMeterStatsReply(part).meters);
+      const last = await this.request(encode(xid));
+      return [...(this.multipartParts.get(xid) ?? []), last];
     } finally {
       this.multipartParts.delete(xid);
     }
@@ -432,6 +533,7 @@ export class OpenFlowController extends EventEmitter {
       case OFPT.ECHO_REPLY:
       case OFPT.FEATURES_REPLY:
       case OFPT.BARRIER_REPLY:
+      case OFPT_BUNDLE_CONTROL:
         this.resolvePending(h.xid, msg);
         return;
       case OFPT.ERROR:

@@ -1,4 +1,4 @@
-export { type ControllerLog, type ControllerOptions, type ControllerStats, OpenFlowController, OpenFlowError } from './controller.js';
+export { type BundleEntry, type ControllerLog, type ControllerOptions, type ControllerStats, FlowBundleError, OpenFlowController, OpenFlowError } from './controller.js';
 export { BoundedQueue } from './queue.js';
 export * from './punt.js';
 export { CT_STATE, type MeterSpec, OFPP, OFPR, type PacketIn, type PacketOut, type PacketOutAction, type SwitchFeatures } from './wire.js';
