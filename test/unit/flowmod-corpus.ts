@@ -1,8 +1,9 @@
 /**
  * A node's whole flow set as the agent computes it, for the native flow-programming tests: the base
- * pipeline with two Pods, compiled policy rules in both address families (every action, logging,
- * port ranges, source ports, ICMP/ICMPv6, SCTP, toServices, isolation), the DNS intercept in both
- * modes and one traceflow's observation flows. Every match field and action kind the agent emits
+ * pipeline with IPv4, dual-stack and IPv6-only Pods (Neighbour Discovery included), compiled policy
+ * rules in both address families (every action, logging, port ranges, source ports, ICMP/ICMPv6,
+ * SCTP, toServices, isolation), the DNS intercept in both modes and one traceflow's observation
+ * flows. Every match field and action kind the agent emits
  * appears here.
  */
 import { type Flow, flowText } from '../../daemon/flows/flow.js';
@@ -16,10 +17,12 @@ export const PIPELINE: PipelineInput = {
   gatewayOfport: 32769,
   gatewayMac: '0a:58:0a:01:00:01',
   nodeIP: '192.168.100.1',
-  serviceCIDRs: ['10.96.0.0/12'],
+  nodeIPv6: 'fd00:77::11',
+  serviceCIDRs: ['10.96.0.0/12', 'fd00:96::/108'],
   pods: [
     { containerId: 'aaaa', ofport: 3, mac: '0a:58:0a:01:00:0b', ips: ['10.1.0.11'] },
-    { containerId: 'bbbb', ofport: 4, mac: '0a:58:0a:01:00:0c', ips: ['10.1.0.12'] },
+    { containerId: 'bbbb', ofport: 4, mac: '0a:58:0a:01:00:0c', ips: ['10.1.0.12', 'fd00:1::12'] },
+    { containerId: 'cccc', ofport: 5, mac: '0a:58:0a:01:00:0d', ips: ['fd00:1::13'] },
   ],
 };
 

@@ -28,6 +28,8 @@ export interface FieldDef {
 
 const OFB = 0x8000;
 const NXM1 = 0x0001;
+/** OVS's class for its ND extension fields (nd_reserved, nd_options_type), as ovs-ofctl encodes them. */
+const ERICSSON_OXM = 0x1000;
 
 const defs: (FieldDef & { aliases?: string[] })[] = [
   { name: 'in_port', oxmClass: OFB, code: 0, bytes: 4, kind: 'int' },
@@ -44,8 +46,8 @@ const defs: (FieldDef & { aliases?: string[] })[] = [
   { name: 'udp_dst', oxmClass: OFB, code: 16, bytes: 2, kind: 'int' },
   { name: 'sctp_src', oxmClass: OFB, code: 17, bytes: 2, kind: 'int' },
   { name: 'sctp_dst', oxmClass: OFB, code: 18, bytes: 2, kind: 'int' },
-  { name: 'icmpv4_type', aliases: ['icmp_type'], oxmClass: OFB, code: 19, bytes: 1, kind: 'int' },
-  { name: 'icmpv4_code', aliases: ['icmp_code'], oxmClass: OFB, code: 20, bytes: 1, kind: 'int' },
+  { name: 'icmpv4_type', oxmClass: OFB, code: 19, bytes: 1, kind: 'int' },
+  { name: 'icmpv4_code', oxmClass: OFB, code: 20, bytes: 1, kind: 'int' },
   { name: 'arp_op', aliases: ['NXM_OF_ARP_OP'], oxmClass: OFB, code: 21, bytes: 2, kind: 'int' },
   { name: 'arp_spa', aliases: ['NXM_OF_ARP_SPA'], oxmClass: OFB, code: 22, bytes: 4, kind: 'ipv4' },
   { name: 'arp_tpa', aliases: ['NXM_OF_ARP_TPA'], oxmClass: OFB, code: 23, bytes: 4, kind: 'ipv4' },
@@ -55,6 +57,11 @@ const defs: (FieldDef & { aliases?: string[] })[] = [
   { name: 'ipv6_dst', aliases: ['NXM_NX_IPV6_DST'], oxmClass: OFB, code: 27, bytes: 16, kind: 'ipv6' },
   { name: 'icmpv6_type', oxmClass: OFB, code: 29, bytes: 1, kind: 'int' },
   { name: 'icmpv6_code', oxmClass: OFB, code: 30, bytes: 1, kind: 'int' },
+  { name: 'nd_target', aliases: ['NXM_NX_ND_TARGET'], oxmClass: OFB, code: 31, bytes: 16, kind: 'ipv6' },
+  { name: 'nd_sll', aliases: ['NXM_NX_ND_SLL'], oxmClass: OFB, code: 32, bytes: 6, kind: 'mac' },
+  { name: 'nd_tll', aliases: ['NXM_NX_ND_TLL'], oxmClass: OFB, code: 33, bytes: 6, kind: 'mac' },
+  { name: 'nd_reserved', oxmClass: ERICSSON_OXM, code: 1, bytes: 4, kind: 'int' },
+  { name: 'nd_options_type', oxmClass: ERICSSON_OXM, code: 2, bytes: 1, kind: 'int' },
   ...Array.from({ length: 16 }, (_, n) => ({ name: `reg${n}`, aliases: [`NXM_NX_REG${n}`], oxmClass: NXM1, code: n, bytes: 4, kind: 'int' as const })),
   { name: 'pkt_mark', aliases: ['NXM_NX_PKT_MARK'], oxmClass: NXM1, code: 33, bytes: 4, kind: 'int' },
   { name: 'conj_id', oxmClass: NXM1, code: 37, bytes: 4, kind: 'int' },
@@ -300,7 +307,7 @@ function parseMatch(tokens: string[], flow: ParsedFlow): void {
       if (text.includes('/')) throw new FlowSyntaxError(`cookie "${text}": a flow to add has no cookie mask`);
       flow.cookie = parseUint(text, 'cookie');
       if (flow.cookie >> 64n) throw new FlowSyntaxError(`cookie ${text} is wider than 64 bits`);
-    } else if (key === 'tp_src' || key === 'tp_dst') transport.push({ key, text });
+    } else if (key === 'tp_src' || key === 'tp_dst' || key === 'icmp_type' || key === 'icmp_code') transport.push({ key, text });
     else if (key === 'nw_tos') {
       const tos = smallUint(text, 0xff, 'nw_tos');
       if (tos & 3) throw new FlowSyntaxError(`nw_tos=${text}: the two ECN bits must be 0`);
@@ -314,14 +321,22 @@ function parseMatch(tokens: string[], flow: ParsedFlow): void {
       put({ field, ...parseFieldValue(field, text) }, token);
     }
   }
-  if (transport.length) {
+  // tp_src/tp_dst name the transport's own fields, icmp_type/icmp_code ICMP's or ICMPv6's (as OVS
+  // reads them): which one depends on the protocol the match names.
+  for (const t of transport) {
     const proto = byName.get('ip_proto')?.value[0];
-    const name = proto === 6 ? 'tcp' : proto === 17 ? 'udp' : proto === 132 ? 'sctp' : undefined;
-    if (!name) throw new FlowSyntaxError(`${transport[0]!.key} needs tcp, udp or sctp (tcp6, udp6, sctp6) in the match`);
-    for (const t of transport) {
-      const field = fieldByName(`${name}_${t.key.slice(3)}`);
-      put({ field, ...parseFieldValue(field, t.text) }, `${t.key}=${t.text}`);
+    let name: string | undefined;
+    if (t.key.startsWith('icmp_')) {
+      if (proto === 1) name = `icmpv4_${t.key.slice(5)}`;
+      else if (proto === 58) name = `icmpv6_${t.key.slice(5)}`;
+      else throw new FlowSyntaxError(`${t.key} needs icmp or icmp6 in the match`);
+    } else {
+      const l4 = proto === 6 ? 'tcp' : proto === 17 ? 'udp' : proto === 132 ? 'sctp' : undefined;
+      if (!l4) throw new FlowSyntaxError(`${t.key} needs tcp, udp or sctp (tcp6, udp6, sctp6) in the match`);
+      name = `${l4}_${t.key.slice(3)}`;
     }
+    const field = fieldByName(name);
+    put({ field, ...parseFieldValue(field, t.text) }, `${t.key}=${t.text}`);
   }
   const entries: MatchEntry[] = [];
   for (const e of byName.values()) {
@@ -330,7 +345,8 @@ function parseMatch(tokens: string[], flow: ParsedFlow): void {
     else entries.push(e);
   }
   // Prerequisites first: OVS checks each entry's prerequisites against the entries before it.
-  const rank = (f: FieldDef) => (f.name === 'in_port' ? 0 : f.name === 'eth_type' ? 2 : f.name === 'ip_proto' ? 3 : f.name.startsWith('eth_') ? 1 : 4);
+  const rank = (f: FieldDef) =>
+    f.name === 'in_port' ? 0 : f.name === 'eth_type' ? 2 : f.name === 'ip_proto' ? 3 : f.name.startsWith('eth_') ? 1 : f.name.startsWith('icmpv6_') ? 4 : f.name.startsWith('nd_') ? 6 : 5;
   flow.match = entries.sort((a, b) => rank(a.field) - rank(b.field));
 }
 
