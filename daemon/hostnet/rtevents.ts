@@ -5,6 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { createNetlink, type NetlinkSocket } from 'netlink';
+import { ipv6ToString } from '../packet.js';
 import { parseAttrs } from './podlink.js';
 
 const NETLINK_ROUTE = 0;
@@ -37,24 +38,7 @@ export type RtEvent =
 function ipText(b: Buffer | undefined, family: 4 | 6): string | undefined {
   if (!b) return undefined;
   if (family === 4 && b.length >= 4) return `${b[0]}.${b[1]}.${b[2]}.${b[3]}`;
-  if (family === 6 && b.length >= 16) {
-    const groups: string[] = [];
-    for (let i = 0; i < 16; i += 2) groups.push(b.readUInt16BE(i).toString(16));
-    // the longest run of zero groups (at least two) becomes "::", as inet_ntop writes it
-    let best = { at: -1, len: 0 };
-    for (let i = 0; i < 8; ) {
-      if (groups[i] !== '0') {
-        i++;
-        continue;
-      }
-      let j = i;
-      while (j < 8 && groups[j] === '0') j++;
-      if (j - i > best.len) best = { at: i, len: j - i };
-      i = j;
-    }
-    if (best.len < 2) return groups.join(':');
-    return `${groups.slice(0, best.at).join(':')}::${groups.slice(best.at + best.len).join(':')}`;
-  }
+  if (family === 6 && b.length >= 16) return ipv6ToString(b.subarray(0, 16));
   return undefined;
 }
 

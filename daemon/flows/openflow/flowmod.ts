@@ -16,7 +16,7 @@
  *   properties, each only when given so OVS's defaults apply otherwise).
  */
 import { type Action, type FieldDef, type MatchEntry, OFPP_IN_PORT, type ParsedFlow, type SubField } from './flowtext.js';
-import { NX_EXPERIMENTER_ID, OFP_HEADER_LEN, OFP_MAX_MSG_LEN, OFP15_VERSION, OFPP, WireError } from './wire.js';
+import { message, NX_EXPERIMENTER_ID, OFPP, pad8, WireError } from './wire.js';
 
 export const OFPT_FLOW_MOD = 14;
 export const OFPT_BUNDLE_CONTROL = 33;
@@ -57,19 +57,6 @@ const NX_CT_F_COMMIT = 1;
 const NX_CT_RECIRC_NONE = 0xff;
 const OFPCML_NO_BUFFER = 0xffff;
 
-const pad8 = (n: number): number => (n + 7) & ~7;
-
-function message(type: number, xid: number, body: Buffer): Buffer {
-  const len = OFP_HEADER_LEN + body.length;
-  if (len > OFP_MAX_MSG_LEN) throw new WireError(`OpenFlow message of ${len} bytes exceeds ${OFP_MAX_MSG_LEN}`);
-  const out = Buffer.alloc(len);
-  out[0] = OFP15_VERSION;
-  out[1] = type;
-  out.writeUInt16BE(len, 2);
-  out.writeUInt32BE(xid >>> 0, 4);
-  body.copy(out, OFP_HEADER_LEN);
-  return out;
-}
 
 // ---- match ----
 

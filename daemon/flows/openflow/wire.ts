@@ -100,7 +100,8 @@ export function decodeHeader(buf: Buffer): Header {
   return { version: buf[0]!, type: buf[1]!, length: buf.readUInt16BE(2), xid: buf.readUInt32BE(4) };
 }
 
-function message(type: number, xid: number, body: Buffer = Buffer.alloc(0)): Buffer {
+/** An OpenFlow 1.5 message: header (version, type, length, xid) and body. */
+export function message(type: number, xid: number, body: Buffer = Buffer.alloc(0)): Buffer {
   const len = OFP_HEADER_LEN + body.length;
   if (len > OFP_MAX_MSG_LEN) throw new WireError(`OpenFlow message of ${len} bytes exceeds ${OFP_MAX_MSG_LEN}`);
   const out = Buffer.alloc(len);
@@ -112,7 +113,7 @@ function message(type: number, xid: number, body: Buffer = Buffer.alloc(0)): Buf
   return out;
 }
 
-const pad8 = (n: number): number => (n + 7) & ~7;
+export const pad8 = (n: number): number => (n + 7) & ~7;
 
 /**
  * Splits a byte stream into whole OpenFlow messages. Feed it chunks as they arrive; each call
