@@ -394,9 +394,9 @@ export function kubeconfig(opts: { name: string }, out: Out): void {
   out(path);
 }
 
-export async function probe(opts: { name: string; probes?: string; output: 'table' | 'json' }, out: Out): Promise<ProbeResult[]> {
+export async function probe(opts: { name: string; probes?: string; family?: 4 | 6; output: 'table' | 'json' }, out: Out): Promise<ProbeResult[]> {
   const info = requireRunningLab(opts.name);
-  const results = await probeLab(info, opts.probes ? await readProbeFile(opts.probes) : undefined);
+  const results = await probeLab(info, opts.probes ? await readProbeFile(opts.probes) : undefined, opts.family);
   if (opts.output === 'json') out(JSON.stringify(results, null, 2));
   else out(results.length ? formatMatrices(results) : 'nothing to probe (no running Pods with served ports)');
   return results;
@@ -422,15 +422,18 @@ async function readProbeFile(file: string): Promise<Probe[]> {
   }
 }
 
-/** Sends the probes (default: every Pod to every Pod on every served port) and returns verdicts. */
-export async function probeLab(info: ControlInfo, probes?: Probe[]): Promise<ProbeResult[]> {
+/**
+ * Sends the probes (default: every Pod to every Pod on every served port) and returns verdicts;
+ * `family` applies to every probe without its own. A result names its family when the probe did.
+ */
+export async function probeLab(info: ControlInfo, probes?: Probe[], family?: 4 | 6): Promise<ProbeResult[]> {
   const rest = clientFor(info);
   const [pods, services] = await Promise.all([rest.list(POD), rest.list(SERVICE)]);
-  const list = probes ?? defaultProbes(pods.items);
+  const list = (probes ?? defaultProbes(pods.items)).map((p) => (family !== undefined && p.family === undefined ? { ...p, family } : p));
   if (list.length === 0) return [];
   const net = planProbes(list, { lab: info.name, nodes: info.nodes, pods: pods.items, services: services.items });
   const verdicts = await runProbes(net);
-  return list.map((p, i) => ({ from: p.from, to: p.to, port: p.port, protocol: p.protocol, verdict: verdicts[i]!.verdict }));
+  return list.map((p, i) => ({ from: p.from, to: p.to, port: p.port, protocol: p.protocol, ...(p.family !== undefined ? { family: p.family } : {}), verdict: verdicts[i]!.verdict }));
 }
 
 // ------------------------------------------------------------------------------------------

@@ -63,6 +63,7 @@ t.test('args: commands, defaults and errors', async (t) => {
   t.same(parseArgs(['get', 'nodes']), { cmd: 'get', name: 'sl', kind: 'nodes', output: 'table' });
   t.same(parseArgs(['label', 'pod', 'x/a', 'app=web', 'old-']), { cmd: 'label', name: 'sl', kind: 'pod', ref: 'x/a', labels: ['app=web', 'old-'] });
   t.same(parseArgs(['probe', '--probes', 'p.json', '-o', 'json']), { cmd: 'probe', name: 'sl', probes: 'p.json', output: 'json' });
+  t.same(parseArgs(['probe', '--family', '6']), { cmd: 'probe', name: 'sl', family: 6, output: 'table' });
   t.same(parseArgs(['down', '--all']), { cmd: 'down', name: 'sl', all: true });
   t.same(parseArgs(['apply', '-f', 'x.yaml']), { cmd: 'apply', name: 'sl', files: ['x.yaml'] });
   t.same(parseArgs(['delete', '-f', 'x.yaml']), { cmd: 'delete', name: 'sl', files: ['x.yaml'], ignoreNotFound: false });
