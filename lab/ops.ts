@@ -26,6 +26,7 @@ import { defaultProbes, planProbes } from './probeplan.js';
 import { ApiError, RestClient } from './restclient.js';
 import { applyLabelArgs, mergeNodeLabels, objectRef, planApply, planDelete, servedPorts, type PlannedObject } from './scenario.js';
 import { servicePortRules } from './service-rules.js';
+import { clusterIPMatch, dnatTarget } from './net/kube-proxy.js';
 
 export type Out = (text: string) => void;
 
@@ -341,10 +342,12 @@ export async function waitForServices(rest: RestClient, lab: string, nodes: stri
     }
     if (!why) {
       const needles = servicePortRules(services.items, slices.items).flatMap((r) =>
-        r.endpoints.length ? [`-d ${r.clusterIP}/32`, ...r.endpoints.map((e) => `--to-destination ${e.ip}:${e.port}`)] : [],
+        r.endpoints.length ? [clusterIPMatch(r), ...r.endpoints.map((e) => `--to-destination ${dnatTarget(e)}`)] : [],
       );
       for (const node of nodes) {
-        const { stdout } = await runIn(nodeNetns(lab, node), 'iptables-save', ['-t', 'nat']);
+        // Both families' nat tables, read as one text: IPv6 Services live in ip6tables.
+        const tables = await Promise.all(['iptables-save', 'ip6tables-save'].map((save) => runIn(nodeNetns(lab, node), save, ['-t', 'nat'])));
+        const stdout = tables.map((r) => r.stdout).join('\n');
         const missing = needles.find((n) => !stdout.includes(n));
         if (missing) why = `kube-proxy on ${node} has not programmed "${missing}" yet`;
         // Rules for endpoints that are gone must be gone too.

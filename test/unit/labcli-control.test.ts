@@ -50,6 +50,11 @@ t.test('service rules: ClusterIP Service ports with the ready endpoints of the m
     'y/other:dns 53/UDP -> ',
   ], 'not-ready endpoints, headless Services and SCTP ports are left out');
   t.doesNotThrow(() => renderServiceRules(rules), 'lab/net accepts them');
+
+  const dualSvc: KubeObject = { apiVersion: 'v1', kind: 'Service', metadata: { namespace: 'x', name: 'd' }, spec: { clusterIP: '10.96.0.9', clusterIPs: ['10.96.0.9', 'fd00:96::9'], ports: [{ port: 80 }] } };
+  const dslice = (name: string, addressType: string, ip: string): KubeObject => ({ ...slice(name, 'd', [[ip, true]], [{ name: '', port: 8080, protocol: 'TCP' }]), addressType });
+  const dualRules = servicePortRules([dualSvc], [dslice('d-4', 'IPv4', '10.10.1.2'), dslice('d-6', 'IPv6', 'fd00:10:1::2')]);
+  t.same(dualRules.map((r) => `${r.clusterIP} -> ${r.endpoints.map((e) => e.ip).join(',')}`), ['10.96.0.9 -> 10.10.1.2', 'fd00:96::9 -> fd00:10:1::2'], 'a dual-stack Service: one rule set per ClusterIP, endpoints of its family');
 });
 
 t.test('probe planning: default set and where packets go', async (t) => {
@@ -167,6 +172,10 @@ t.test('kubelet status, Node object, agent config, supervisor args', async (t) =
   t.same(n.metadata.labels, { 'kubernetes.io/hostname': 'node-3', 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': n.metadata.labels!['kubernetes.io/arch'] });
   t.equal(n.spec.podCIDR, '10.10.3.0/24');
   t.same((nodeStatus('node-3', 'now').addresses as unknown[])[0], { type: 'InternalIP', address: '192.168.77.13' });
+  t.same((nodeStatus('node-3', 'now', 'dual').addresses as { address: string }[]).map((a) => a.address), ['192.168.77.13', 'fd00:77::d', 'node-3'], 'IPv6 InternalIP beside the IPv4 one');
+  t.same(nodeObject('node-3', 'dual').spec.podCIDRs, ['10.10.3.0/24', 'fd00:10:3::/64']);
+  t.same(nodeObject('node-3', 'ipv6').spec.podCIDR, 'fd00:10:3::/64');
+  t.same(agentConfig('sl', 'node-1', 'dual').serviceCIDRs, ['10.96.0.0/16', 'fd00:96::/112'], 'the agent treats IPv6 ClusterIPs as Services');
 
   t.same(agentConfig('sl', 'node-1'), {
     nodeName: 'node-1',
