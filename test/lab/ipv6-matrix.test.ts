@@ -1,8 +1,10 @@
 /**
- * The transparent matrix on a dual-stack ptp lab (lab name "v6m"), over IPv6 and over IPv4: with
- * [ptp, sluice] every probe gets the verdict it gets with [ptp] alone. The example workload's
- * Services are made dual-stack (ipFamilyPolicy PreferDualStack), so they have an IPv6 ClusterIP
- * that the lab's kube-proxy DNATs in ip6tables. All real packets, sent through `sluice-lab probe`.
+ * The transparent matrix on ptp labs with IPv6 (lab name "v6m"): with [ptp, sluice] every probe
+ * gets the verdict it gets with [ptp] alone. Dual-stack: over IPv6 and over IPv4, the example
+ * workload's Services made dual-stack (ipFamilyPolicy PreferDualStack), so they have an IPv6
+ * ClusterIP that the lab's kube-proxy DNATs in ip6tables. IPv6-only: the example workload as is,
+ * its Services single-stack IPv6 (the lab's only Service range). All real packets, sent through
+ * `sluice-lab probe`.
  */
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -25,9 +27,9 @@ type SvcList = { items: { metadata: { namespace: string; name: string }; spec: {
 
 const lab = (args: string[], allowFail = false) => sh(process.execPath, [CLI, ...args, '--name', LAB], { allowFail });
 
-async function up(sluice: boolean): Promise<void> {
+async function up(ipFamily: 'dual' | 'ipv6', sluice: boolean): Promise<void> {
   await lab(['down'], true);
-  const r = await lab(['up', '--nodes', '2', '--primary', 'ptp', '--ip-family', 'dual', sluice ? '--sluice' : '--no-sluice', '-f', WORKLOAD], true);
+  const r = await lab(['up', '--nodes', '2', '--primary', 'ptp', '--ip-family', ipFamily, sluice ? '--sluice' : '--no-sluice', '-f', WORKLOAD], true);
   if (r.code !== 0) throw new Error(`sluice-lab up failed:\n${r.stdout}\n${r.stderr}`);
 }
 
@@ -109,45 +111,49 @@ if (why) {
     rmSync(PROBES, { force: true });
     rmSync(WORKLOAD, { force: true });
   });
-  // The example workload with every Service dual-stack (only Services have spec.selector).
   const workload = readFileSync(join(REPO, 'examples', 'workload.yaml'), 'utf8');
-  const dual = workload.replaceAll('spec:\n  selector:', 'spec:\n  ipFamilyPolicy: PreferDualStack\n  selector:');
-  writeFileSync(WORKLOAD, dual);
 
-  await t.test('dual-stack ptp: [ptp, sluice] reaches exactly what [ptp] reaches, over IPv6 and IPv4', async (t) => {
-    t.equal(dual.split('ipFamilyPolicy: PreferDualStack').length - 1, 9, 'the 9 example Services are dual-stack');
-    await up(false);
-    const byNode = await podsByNode();
-    const services = JSON.parse((await lab(['get', 'services', '-o', 'json'])).stdout) as SvcList;
-    t.ok(services.items.every((s) => s.spec.clusterIPs?.length === 2 && /^fd00:96::/.test(s.spec.clusterIPs[1]!)), 'every Service has an IPv4 and an IPv6 ClusterIP');
-    const pods = JSON.parse((await lab(['get', 'pods', '-o', 'json'])).stdout) as PodList;
-    t.ok(pods.items.every((p) => p.status.podIPs?.some((ip) => /^fd00:10:/.test(ip.ip))), 'every Pod has an IPv6 address');
+  for (const ipFamily of ['dual', 'ipv6'] as const) {
+    const families: (4 | 6)[] = ipFamily === 'dual' ? [6, 4] : [6];
+    await t.test(`${ipFamily} ptp: [ptp, sluice] reaches exactly what [ptp] reaches, over ${families.map((f) => `IPv${f}`).join(' and ')}`, async (t) => {
+      // Dual-stack: every Service made dual-stack (only Services have spec.selector).
+      const text = ipFamily === 'dual' ? workload.replaceAll('spec:\n  selector:', 'spec:\n  ipFamilyPolicy: PreferDualStack\n  selector:') : workload;
+      if (ipFamily === 'dual') t.equal(text.split('ipFamilyPolicy: PreferDualStack').length - 1, 9, 'the 9 example Services are dual-stack');
+      writeFileSync(WORKLOAD, text);
+      await up(ipFamily, false);
+      const byNode = await podsByNode();
+      const services = JSON.parse((await lab(['get', 'services', '-o', 'json'])).stdout) as SvcList;
+      const wantIPs = ipFamily === 'dual' ? 2 : 1;
+      t.ok(services.items.every((s) => s.spec.clusterIPs?.length === wantIPs && /^fd00:96::/.test(s.spec.clusterIPs.at(-1)!)), `every Service has ${ipFamily === 'dual' ? 'an IPv4 and an IPv6 ClusterIP' : 'an IPv6 ClusterIP'}`);
+      const pods = JSON.parse((await lab(['get', 'pods', '-o', 'json'])).stdout) as PodList;
+      t.ok(pods.items.every((p) => p.status.podIPs?.some((ip) => /^fd00:10:/.test(ip.ip))), 'every Pod has an IPv6 address');
 
-    const v6 = matrix(byNode, 6);
-    const v4 = matrix(byNode, 4);
-    const svcBefore = await ip6ServicePackets();
-    const alone6 = await probe(v6);
-    const alone4 = await probe(v4);
-    // With the primary alone everything in this matrix is reachable: a verdict other than allow here
-    // would be the lab's fault, and "identical" would prove nothing about it.
-    t.same(alone6.filter((v) => v.verdict !== 'allow'), [], `every IPv6 probe passes with ptp alone:\n${show(alone6)}`);
-    t.same(alone4.filter((v) => v.verdict !== 'allow'), [], `every IPv4 probe passes with ptp alone:\n${show(alone4)}`);
-    t.ok((await ip6ServicePackets()) - svcBefore >= 10, 'the IPv6 Service probes went through ip6tables\' DNAT');
+      const matrices = families.map((f) => matrix(byNode, f));
+      const svcBefore = await ip6ServicePackets();
+      const alone: Verdict[][] = [];
+      for (const [i, m] of matrices.entries()) {
+        alone.push(await probe(m));
+        // With the primary alone everything in this matrix is reachable: a verdict other than allow
+        // here would be the lab's fault, and "identical" would prove nothing about it.
+        t.same(alone[i]!.filter((v) => v.verdict !== 'allow'), [], `every IPv${families[i]} probe passes with ptp alone:\n${show(alone[i]!)}`);
+      }
+      t.ok((await ip6ServicePackets()) - svcBefore >= 10, 'the IPv6 Service probes went through ip6tables\' DNAT');
 
-    await up(true);
-    t.same(await podsByNode(), byNode, 'same Pod placement');
-    const bridgeBefore = await bridgeIPv6Packets();
-    const chained6 = await probe(v6);
-    t.same(chained6, alone6, `identical IPv6 matrix with sluice chained (${v6.length} probes):\n${show(chained6)}`);
-    const chained4 = await probe(v4);
-    t.same(chained4, alone4, `identical IPv4 matrix with sluice chained (${v4.length} probes)`);
-    const crossed = (await bridgeIPv6Packets()) - bridgeBefore;
-    t.ok(crossed >= v6.length, `node-1's br-int matched ${crossed} packets on its IPv6 flows during the probes`);
-    const chainedPods = JSON.parse((await lab(['get', 'pods', '-o', 'json'])).stdout) as PodList;
-    for (const pod of chainedPods.items.filter((p) => p.spec.nodeName === 'node-1')) {
-      const ip6 = pod.status.podIPs!.map((p) => p.ip).find((ip) => ip.includes(':'))!;
-      const route = (await inNs(`${LAB}-node-1`, ['ip', '-6', 'route', 'get', ip6])).stdout;
-      t.match(route, /dev antrea-gw0/, `${pod.metadata.namespace}/${pod.metadata.name} (${ip6}) is routed via the gateway`);
-    }
-  });
+      await up(ipFamily, true);
+      t.same(await podsByNode(), byNode, 'same Pod placement');
+      const bridgeBefore = await bridgeIPv6Packets();
+      for (const [i, m] of matrices.entries()) {
+        const chained = await probe(m);
+        t.same(chained, alone[i], `identical IPv${families[i]} matrix with sluice chained (${m.length} probes):\n${show(chained)}`);
+      }
+      const crossed = (await bridgeIPv6Packets()) - bridgeBefore;
+      t.ok(crossed >= matrices[0]!.length, `node-1's br-int matched ${crossed} packets on its IPv6 flows during the probes`);
+      const chainedPods = JSON.parse((await lab(['get', 'pods', '-o', 'json'])).stdout) as PodList;
+      for (const pod of chainedPods.items.filter((p) => p.spec.nodeName === 'node-1')) {
+        const ip6 = pod.status.podIPs!.map((p) => p.ip).find((ip) => ip.includes(':'))!;
+        const route = (await inNs(`${LAB}-node-1`, ['ip', '-6', 'route', 'get', ip6])).stdout;
+        t.match(route, /dev antrea-gw0/, `${pod.metadata.namespace}/${pod.metadata.name} (${ip6}) is routed via the gateway`);
+      }
+    });
+  }
 }
