@@ -3,7 +3,8 @@
  * gets the verdict it gets with [ptp] alone. Dual-stack: over IPv6 and over IPv4, the example
  * workload's Services made dual-stack (ipFamilyPolicy PreferDualStack), so they have an IPv6
  * ClusterIP that the lab's kube-proxy DNATs in ip6tables. IPv6-only: the example workload as is,
- * its Services single-stack IPv6 (the lab's only Service range). All real packets, sent through
+ * its Services single-stack IPv6 (the lab's only Service range). A hostNetwork Pod stands in for a
+ * node that serves: Pod -> node and node -> node. All real packets, sent through
  * `sluice-lab probe`.
  */
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -19,6 +20,7 @@ const PROBES = `/tmp/${LAB}-probes.json`;
 const NODE_IP6 = { 'node-1': 'fd00:77::b', 'node-2': 'fd00:77::c' } as const;
 const NODE_IP = { 'node-1': '192.168.77.11', 'node-2': '192.168.77.12' } as const;
 const EXT_IP6 = 'fd00:77::fa';
+const HOST_POD = 'zz/host';
 
 type Probe = { from: string; to: string; port?: number; protocol: string; family?: 4 | 6 };
 type Verdict = { from: string; to: string; port: number; protocol: string; family?: number; verdict: string };
@@ -49,7 +51,7 @@ async function podsByNode(): Promise<Record<string, string[]>> {
  */
 function matrix(byNode: Record<string, string[]>, family: 4 | 6): Probe[] {
   const [a, c] = byNode['node-1']!;
-  const [b] = byNode['node-2']!;
+  const [b] = byNode['node-2']!.filter((p) => p !== HOST_POD);
   const node = family === 6 ? NODE_IP6 : NODE_IP;
   const ext = family === 6 ? EXT_IP6 : '192.168.77.250';
   const svc = (ref: string) => `service:${ref}`;
@@ -69,6 +71,9 @@ function matrix(byNode: Record<string, string[]>, family: 4 | 6): Probe[] {
       { from: b!, to: svc(a!), port: 81, protocol },
       { from: `ip:${node['node-1']}`, to: svc(b!), port: 80, protocol }, // node -> Service
       { from: `ip:${node['node-1']}`, to: svc(c!), port: 81, protocol },
+      { from: a!, to: HOST_POD, port: 8080, protocol }, // Pod -> remote node (a hostNetwork Pod's server)
+      { from: `ip:${node['node-1']}`, to: HOST_POD, port: 8080, protocol }, // node -> node
+      { from: HOST_POD, to: a!, port: 80, protocol }, // hostNetwork Pod -> Pod
     );
   }
   probes.push({ from: a!, to: `ip:${node['node-1']}`, protocol: 'ICMP' }, { from: a!, to: c!, protocol: 'ICMP' }, { from: a!, to: b!, protocol: 'ICMP' });
@@ -79,6 +84,10 @@ function matrix(byNode: Record<string, string[]>, family: 4 | 6): Probe[] {
 async function probe(probes: Probe[]): Promise<Verdict[]> {
   writeFileSync(PROBES, JSON.stringify(probes));
   return JSON.parse((await lab(['probe', '--probes', PROBES, '-o', 'json'])).stdout) as Verdict[];
+}
+
+async function probeAll(): Promise<Verdict[]> {
+  return JSON.parse((await lab(['probe', '--family', '6', '-o', 'json'])).stdout) as Verdict[];
 }
 
 const show = (vs: Verdict[]) => vs.map((v) => `${v.from} -> ${v.to} ${v.port}/${v.protocol} IPv${v.family}: ${v.verdict}`).join('\n');
@@ -111,7 +120,14 @@ if (why) {
     rmSync(PROBES, { force: true });
     rmSync(WORKLOAD, { force: true });
   });
-  const workload = readFileSync(join(REPO, 'examples', 'workload.yaml'), 'utf8');
+  // The example workload and a hostNetwork Pod on node-2 (last in the file and in its namespace's
+  // order, so the scheduler places the example Pods as usual and the matrix picks the same ones).
+  const hostPod = [
+    '---', 'apiVersion: v1', 'kind: Namespace', 'metadata:', '  name: zz', '---', 'apiVersion: v1', 'kind: Pod', 'metadata:', '  name: host', '  namespace: zz', 'spec:',
+    '  hostNetwork: true', '  nodeSelector:', '    kubernetes.io/hostname: node-2', '  containers:', '    - name: server', '      image: sluice-lab/workload', '      ports:',
+    '        - {containerPort: 8080, protocol: TCP}', '        - {containerPort: 8080, protocol: UDP}', '',
+  ].join('\n');
+  const workload = `${readFileSync(join(REPO, 'examples', 'workload.yaml'), 'utf8').trimEnd()}\n${hostPod}`;
 
   for (const ipFamily of ['dual', 'ipv6'] as const) {
     const families: (4 | 6)[] = ipFamily === 'dual' ? [6, 4] : [6];
@@ -126,7 +142,8 @@ if (why) {
       const wantIPs = ipFamily === 'dual' ? 2 : 1;
       t.ok(services.items.every((s) => s.spec.clusterIPs?.length === wantIPs && /^fd00:96::/.test(s.spec.clusterIPs.at(-1)!)), `every Service has ${ipFamily === 'dual' ? 'an IPv4 and an IPv6 ClusterIP' : 'an IPv6 ClusterIP'}`);
       const pods = JSON.parse((await lab(['get', 'pods', '-o', 'json'])).stdout) as PodList;
-      t.ok(pods.items.every((p) => p.status.podIPs?.some((ip) => /^fd00:10:/.test(ip.ip))), 'every Pod has an IPv6 address');
+      t.ok(pods.items.every((p) => p.status.podIPs?.some((ip) => /^fd00:(10|77):/.test(ip.ip))), 'every Pod has an IPv6 address');
+      t.same(pods.items.find((p) => p.metadata.name === 'host')?.status.podIPs, [{ ip: NODE_IP['node-2'] }, { ip: NODE_IP6['node-2'] }], 'the hostNetwork Pod has the node\'s addresses, IPv6 too');
 
       const matrices = families.map((f) => matrix(byNode, f));
       const svcBefore = await ip6ServicePackets();
@@ -138,6 +155,9 @@ if (why) {
         t.same(alone[i]!.filter((v) => v.verdict !== 'allow'), [], `every IPv${families[i]} probe passes with ptp alone:\n${show(alone[i]!)}`);
       }
       t.ok((await ip6ServicePackets()) - svcBefore >= 10, 'the IPv6 Service probes went through ip6tables\' DNAT');
+      // Every Pod to every Pod on every served port over IPv6 (sluice-lab probe --family 6, no probe file).
+      const everyAlone = await probeAll();
+      t.same(everyAlone.filter((v) => v.verdict !== 'allow' || v.family !== 6), [], `all ${everyAlone.length} default probes over IPv6 pass with ptp alone`);
 
       await up(ipFamily, true);
       t.same(await podsByNode(), byNode, 'same Pod placement');
@@ -146,10 +166,12 @@ if (why) {
         const chained = await probe(m);
         t.same(chained, alone[i], `identical IPv${families[i]} matrix with sluice chained (${m.length} probes):\n${show(chained)}`);
       }
+      const every = await probeAll();
+      t.same(every, everyAlone, `identical default IPv6 matrix with sluice chained (${every.length} probes)`);
       const crossed = (await bridgeIPv6Packets()) - bridgeBefore;
       t.ok(crossed >= matrices[0]!.length, `node-1's br-int matched ${crossed} packets on its IPv6 flows during the probes`);
       const chainedPods = JSON.parse((await lab(['get', 'pods', '-o', 'json'])).stdout) as PodList;
-      for (const pod of chainedPods.items.filter((p) => p.spec.nodeName === 'node-1')) {
+      for (const pod of chainedPods.items.filter((p) => p.spec.nodeName === 'node-1' && p.metadata.name !== 'host')) {
         const ip6 = pod.status.podIPs!.map((p) => p.ip).find((ip) => ip.includes(':'))!;
         const route = (await inNs(`${LAB}-node-1`, ['ip', '-6', 'route', 'get', ip6])).stdout;
         t.match(route, /dev antrea-gw0/, `${pod.metadata.namespace}/${pod.metadata.name} (${ip6}) is routed via the gateway`);
