@@ -8,7 +8,8 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync
 import { join } from 'node:path';
 import { dumpYaml } from '../daemon/kube-yaml.js';
 import { sleep } from './net/exec.js';
-import { cniBinDir, cniCacheDir, cniConfDir, nodeNetns, nodeStateDir, ovsDir, repoRoot, sluiceSocketPath } from './net/names.js';
+import { readLabInfo } from './net/lab.js';
+import { cniBinDir, cniCacheDir, cniConfDir, type IpFamily, nodeNetns, nodeStateDir, ovsDir, repoRoot, SERVICE_CIDR, SERVICE_CIDR6, sluiceSocketPath } from './net/names.js';
 
 export const agentConfigPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.yaml');
 export const agentLogPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.log');
@@ -17,14 +18,15 @@ export const agentAuditLogPath = (lab: string, node: string): string => join(nod
 export const nodeKubeconfigPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'kubeconfig');
 
 /** The agent's config (the contract with daemon/): pure. */
-export function agentConfig(lab: string, node: string): Record<string, unknown> {
+export function agentConfig(lab: string, node: string, family: IpFamily = 'ipv4'): Record<string, unknown> {
   return {
     nodeName: node,
     kubeconfig: nodeKubeconfigPath(lab, node),
     bridge: 'br-int',
     datapath: 'netdev',
     gateway: 'antrea-gw0',
-    serviceCIDRs: ['10.96.0.0/16'],
+    // Both ranges once Pods have IPv6: the pipeline must treat IPv6 ClusterIPs as Services too.
+    serviceCIDRs: family === 'ipv4' ? [SERVICE_CIDR] : [SERVICE_CIDR, SERVICE_CIDR6],
     socketPath: sluiceSocketPath(lab, node),
     ovsRunDir: ovsDir(lab, node),
     stateDir: join(nodeStateDir(lab, node), 'agent'),
@@ -51,7 +53,7 @@ export async function startAgent(lab: string, node: string, timeoutMs = 30_000, 
   if (!existsSync(main)) throw new Error(`--sluice: ${main} is missing (the agent is not built)`);
   const config = agentConfigPath(lab, node);
   mkdirSync(join(nodeStateDir(lab, node), 'agent'), { recursive: true });
-  writeFileSync(config, dumpYaml({ ...agentConfig(lab, node), ...overrides }));
+  writeFileSync(config, dumpYaml({ ...agentConfig(lab, node, readLabInfo(lab)?.ipFamily ?? 'ipv4'), ...overrides }));
   const log = openSync(agentLogPath(lab, node), 'a');
   const child = spawn('ip', ['netns', 'exec', nodeNetns(lab, node), process.execPath, main, '--config', config], {
     detached: true,

@@ -22,7 +22,7 @@ export type Command =
   | { cmd: 'patch'; name: string; kind: string; ref: string; type: PatchType; patch: unknown }
   | { cmd: 'get'; name: string; kind: string; ref?: string; output: Output }
   | { cmd: 'kubeconfig'; name: string }
-  | { cmd: 'probe'; name: string; probes?: string; output: Output }
+  | { cmd: 'probe'; name: string; probes?: string; family?: 4 | 6; output: Output }
   | { cmd: 'demo'; name: string; nodes: number; primary: Primary; sluice: boolean }
   | { cmd: 'help'; text: string };
 
@@ -68,6 +68,7 @@ function parser(argv: string[]) {
     .command('probe', 'send real packets and report reachability', (y) =>
       y
         .option('probes', { type: 'string', describe: 'JSON probe file (default: every Pod to every Pod on every served port)' })
+        .option('family', { type: 'string', choices: ['4', '6'], describe: 'address family of every probe without its own "family" (default: the destination\'s primary address)' })
         .option('o', { alias: 'output', type: 'string', choices: ['table', 'json'], default: 'table' }),
     )
     // Listed for --help only: lab/cli.ts hands `verify` to lab/verify.ts before this parser runs.
@@ -142,7 +143,7 @@ export function parseArgs(argv: string[]): Command {
     case 'kubeconfig':
       return { cmd, name };
     case 'probe':
-      return { cmd, name, ...(a.probes ? { probes: String(a.probes) } : {}), output: a.o as Output };
+      return { cmd, name, ...(a.probes ? { probes: String(a.probes) } : {}), ...(a.family !== undefined ? { family: Number(a.family) as 4 | 6 } : {}), output: a.o as Output };
     default:
       return { cmd: 'demo', name, nodes: checkNodes(), primary: a.primary as Primary, sluice: Boolean(a.sluice) };
   }

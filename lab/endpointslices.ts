@@ -3,6 +3,7 @@
  * Service with a selector should have given the Pods, and the diff against what exists.
  */
 import { createHash } from 'node:crypto';
+import { parseIp } from '../daemon/policy/cidr.js';
 import { labelValue } from '../daemon/policy/labels.js';
 import type { KubeObject } from '../daemon/policy/types.js';
 
@@ -68,22 +69,41 @@ export function resolvePorts(svcPorts: ServicePort[], pod: KubeObject): SlicePor
 
 const shortHash = (s: string): string => createHash('sha256').update(s).digest('hex').slice(0, 5);
 
+type AddressType = 'IPv4' | 'IPv6';
+const addressTypeOf = (ip: string): AddressType => (ip.includes(':') ? 'IPv6' : 'IPv4');
+
+/** A Pod's address of one family (status.podIPs, status.podIP as the fallback). */
+function podAddress(pod: KubeObject, family: AddressType): string | undefined {
+  const all = [pod.status?.podIP, ...((pod.status?.podIPs ?? []) as { ip?: string }[]).map((p) => p.ip)];
+  return all.find((ip): ip is string => typeof ip === 'string' && ip !== '' && addressTypeOf(ip) === family);
+}
+
+/** The families a Service's slices carry: its spec.ipFamilies (IPv4 when unset). */
+function serviceFamilies(svc: KubeObject): AddressType[] {
+  const listed = ((svc.spec?.ipFamilies ?? []) as unknown[]).filter((f): f is AddressType => f === 'IPv4' || f === 'IPv6');
+  return listed.length ? [...new Set(listed)] : ['IPv4'];
+}
+
 /**
- * The slices a Service should have: one per distinct set of resolved ports (named ports may resolve
- * differently on different Pods), endpoints sorted by address. A Service whose selector matches no
- * usable Pod gets one empty slice, like the real controller. null for a Service without selector
- * (its slices are someone else's).
+ * The slices a Service should have: per address family of the Service (spec.ipFamilies), one per
+ * distinct set of resolved ports (named ports may resolve differently on different Pods), endpoints
+ * sorted by address. A family whose Pods cannot serve gets one empty slice, like the real
+ * controller. null for a Service without selector (its slices are someone else's).
  */
 export function desiredEndpointSlices(svc: KubeObject, pods: KubeObject[]): KubeObject[] | null {
   const selector: Record<string, string> | undefined = svc.spec?.selector;
   if (!selector || Object.keys(selector).length === 0) return null;
+  return serviceFamilies(svc).flatMap((family) => familySlices(svc, selector, pods, family));
+}
+
+function familySlices(svc: KubeObject, selector: Record<string, string>, pods: KubeObject[], family: AddressType): KubeObject[] {
   const namespace = svc.metadata.namespace ?? 'default';
   const svcPorts: ServicePort[] = svc.spec?.ports ?? [];
   const groups = new Map<string, { ports: SlicePort[]; endpoints: unknown[] }>();
   const members = pods
-    .filter((p) => (p.metadata.namespace ?? 'default') === namespace && p.status?.podIP && selectorMatches(selector, p.metadata.labels))
+    .filter((p) => (p.metadata.namespace ?? 'default') === namespace && podAddress(p, family) && selectorMatches(selector, p.metadata.labels))
     .filter((p) => p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed')
-    .sort((a, b) => compareIPs(a.status.podIP, b.status.podIP));
+    .sort((a, b) => compareIPs(podAddress(a, family)!, podAddress(b, family)!));
   for (const pod of members) {
     const ports = resolvePorts(svcPorts, pod);
     if (!ports) continue;
@@ -91,7 +111,7 @@ export function desiredEndpointSlices(svc: KubeObject, pods: KubeObject[]): Kube
     if (!groups.has(key)) groups.set(key, { ports, endpoints: [] });
     const ready = podIsReady(pod) && !isTerminating(pod);
     groups.get(key)!.endpoints.push({
-      addresses: [pod.status.podIP],
+      addresses: [podAddress(pod, family)],
       conditions: { ready, serving: podIsReady(pod), terminating: isTerminating(pod) },
       ...(pod.spec?.nodeName ? { nodeName: pod.spec.nodeName } : {}),
       targetRef: { kind: 'Pod', namespace, name: pod.metadata.name, ...(pod.metadata.uid ? { uid: pod.metadata.uid } : {}) },
@@ -99,26 +119,30 @@ export function desiredEndpointSlices(svc: KubeObject, pods: KubeObject[]): Kube
   }
   if (groups.size === 0) groups.set('[]', { ports: [], endpoints: [] });
   const base = svc.metadata.name.slice(0, 57);
+  // IPv4 slices keep the names they had before slices had a family; IPv6 ones hash the family in.
+  const suffix = family === 'IPv4' ? '' : '/IPv6';
   return [...groups.entries()].map(([key, g]) => ({
     apiVersion: 'discovery.k8s.io/v1',
     kind: 'EndpointSlice',
     metadata: {
-      name: `${base}-${shortHash(key)}`,
+      name: `${base}-${shortHash(key + suffix)}`,
       namespace,
       labels: { [SERVICE_NAME_LABEL]: svc.metadata.name, [MANAGED_BY_LABEL]: MANAGED_BY },
       ...(svc.metadata.uid
         ? { ownerReferences: [{ apiVersion: 'v1', kind: 'Service', name: svc.metadata.name, uid: svc.metadata.uid, controller: true, blockOwnerDeletion: true }] }
         : {}),
     } as KubeObject['metadata'],
-    addressType: 'IPv4',
+    addressType: family,
     endpoints: g.endpoints,
     ports: g.ports,
   }));
 }
 
+/** Numeric address order within one family. */
 function compareIPs(a: string, b: string): number {
-  const n = (ip: string): number => ip.split('.').reduce((acc, o) => acc * 256 + Number(o), 0);
-  return n(a) - n(b);
+  const n = (ip: string): bigint => parseIp(ip)?.value ?? 0n;
+  const d = n(a) - n(b);
+  return d < 0n ? -1 : d > 0n ? 1 : 0;
 }
 
 export interface SliceDiff {

@@ -26,6 +26,7 @@ import { defaultProbes, planProbes } from './probeplan.js';
 import { ApiError, RestClient } from './restclient.js';
 import { applyLabelArgs, mergeNodeLabels, objectRef, planApply, planDelete, servedPorts, type PlannedObject } from './scenario.js';
 import { servicePortRules } from './service-rules.js';
+import { clusterIPMatch, dnatTarget } from './net/kube-proxy.js';
 
 export type Out = (text: string) => void;
 
@@ -341,10 +342,12 @@ export async function waitForServices(rest: RestClient, lab: string, nodes: stri
     }
     if (!why) {
       const needles = servicePortRules(services.items, slices.items).flatMap((r) =>
-        r.endpoints.length ? [`-d ${r.clusterIP}/32`, ...r.endpoints.map((e) => `--to-destination ${e.ip}:${e.port}`)] : [],
+        r.endpoints.length ? [clusterIPMatch(r), ...r.endpoints.map((e) => `--to-destination ${dnatTarget(e)}`)] : [],
       );
       for (const node of nodes) {
-        const { stdout } = await runIn(nodeNetns(lab, node), 'iptables-save', ['-t', 'nat']);
+        // Both families' nat tables, read as one text: IPv6 Services live in ip6tables.
+        const tables = await Promise.all(['iptables-save', 'ip6tables-save'].map((save) => runIn(nodeNetns(lab, node), save, ['-t', 'nat'])));
+        const stdout = tables.map((r) => r.stdout).join('\n');
         const missing = needles.find((n) => !stdout.includes(n));
         if (missing) why = `kube-proxy on ${node} has not programmed "${missing}" yet`;
         // Rules for endpoints that are gone must be gone too.
@@ -394,9 +397,9 @@ export function kubeconfig(opts: { name: string }, out: Out): void {
   out(path);
 }
 
-export async function probe(opts: { name: string; probes?: string; output: 'table' | 'json' }, out: Out): Promise<ProbeResult[]> {
+export async function probe(opts: { name: string; probes?: string; family?: 4 | 6; output: 'table' | 'json' }, out: Out): Promise<ProbeResult[]> {
   const info = requireRunningLab(opts.name);
-  const results = await probeLab(info, opts.probes ? await readProbeFile(opts.probes) : undefined);
+  const results = await probeLab(info, opts.probes ? await readProbeFile(opts.probes) : undefined, opts.family);
   if (opts.output === 'json') out(JSON.stringify(results, null, 2));
   else out(results.length ? formatMatrices(results) : 'nothing to probe (no running Pods with served ports)');
   return results;
@@ -422,15 +425,18 @@ async function readProbeFile(file: string): Promise<Probe[]> {
   }
 }
 
-/** Sends the probes (default: every Pod to every Pod on every served port) and returns verdicts. */
-export async function probeLab(info: ControlInfo, probes?: Probe[]): Promise<ProbeResult[]> {
+/**
+ * Sends the probes (default: every Pod to every Pod on every served port) and returns verdicts;
+ * `family` applies to every probe without its own. A result names its family when the probe did.
+ */
+export async function probeLab(info: ControlInfo, probes?: Probe[], family?: 4 | 6): Promise<ProbeResult[]> {
   const rest = clientFor(info);
   const [pods, services] = await Promise.all([rest.list(POD), rest.list(SERVICE)]);
-  const list = probes ?? defaultProbes(pods.items);
+  const list = (probes ?? defaultProbes(pods.items)).map((p) => (family !== undefined && p.family === undefined ? { ...p, family } : p));
   if (list.length === 0) return [];
   const net = planProbes(list, { lab: info.name, nodes: info.nodes, pods: pods.items, services: services.items });
   const verdicts = await runProbes(net);
-  return list.map((p, i) => ({ from: p.from, to: p.to, port: p.port, protocol: p.protocol, verdict: verdicts[i]!.verdict }));
+  return list.map((p, i) => ({ from: p.from, to: p.to, port: p.port, protocol: p.protocol, ...(p.family !== undefined ? { family: p.family } : {}), verdict: verdicts[i]!.verdict }));
 }
 
 // ------------------------------------------------------------------------------------------

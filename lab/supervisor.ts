@@ -28,7 +28,8 @@ import { startDaemonSetController } from './dscontroller.js';
 import { startPodmanKubelet } from './podman-kubelet.js';
 import { startKubeProxy } from './kubeproxy.js';
 import { sleep } from './net/exec.js';
-import { nodeIP, nodeName, nodeNetns, nodeStateDir, podCidr, repoRoot, stateDir } from './net/names.js';
+import { hasIPv4, hasIPv6, type IpFamily, nodeIP, nodeIPv6, nodeName, nodeNetns, nodeStateDir, podCidr, podCidr6, repoRoot, serviceCIDRs, stateDir } from './net/names.js';
+import { readLabInfo } from './net/lab.js';
 import { ApiError, RestClient } from './restclient.js';
 import { jsonLog } from './workqueue.js';
 
@@ -45,7 +46,8 @@ export interface SupervisorArgs {
 }
 
 /** The Node object a kubelet registers (pure). */
-export function nodeObject(node: string): KubeObject {
+export function nodeObject(node: string, family: IpFamily = 'ipv4'): KubeObject {
+  const cidrs = [...(hasIPv4(family) ? [podCidr(node)] : []), ...(hasIPv6(family) ? [podCidr6(node)] : [])];
   return {
     apiVersion: 'v1',
     kind: 'Node',
@@ -53,14 +55,16 @@ export function nodeObject(node: string): KubeObject {
       name: node,
       labels: { 'kubernetes.io/hostname': node, 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': process.arch === 'arm64' ? 'arm64' : 'amd64' },
     },
-    spec: { podCIDR: podCidr(node), podCIDRs: [podCidr(node)] },
+    spec: { podCIDR: cidrs[0], podCIDRs: cidrs },
   };
 }
 
-export function nodeStatus(node: string, now: string): Record<string, unknown> {
+/** A node's uplink keeps IPv4 in every family (the control plane speaks it); IPv6 is added beside it. */
+export function nodeStatus(node: string, now: string, family: IpFamily = 'ipv4'): Record<string, unknown> {
   return {
     addresses: [
       { type: 'InternalIP', address: nodeIP(node) },
+      ...(hasIPv6(family) ? [{ type: 'InternalIP', address: nodeIPv6(node) }] : []),
       { type: 'Hostname', address: node },
     ],
     conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'sluice-lab kubelet is posting ready status', lastHeartbeatTime: now, lastTransitionTime: now }],
@@ -69,8 +73,8 @@ export function nodeStatus(node: string, now: string): Record<string, unknown> {
 }
 
 /** Registers a lab node (keeping labels someone added, like a kubelet re-registering). */
-async function registerNode(rest: RestClient, node: string): Promise<void> {
-  const want = nodeObject(node);
+async function registerNode(rest: RestClient, node: string, family: IpFamily): Promise<void> {
+  const want = nodeObject(node, family);
   const existing = await rest.tryGet(NODE, node);
   if (!existing) {
     await rest.create(NODE, want);
@@ -78,7 +82,7 @@ async function registerNode(rest: RestClient, node: string): Promise<void> {
     const labels = { ...(existing.metadata.labels ?? {}), ...want.metadata.labels };
     await rest.update(NODE, { ...existing, metadata: { ...existing.metadata, labels }, spec: { ...existing.spec, ...want.spec } });
   }
-  await rest.patch(NODE, node, undefined, { status: nodeStatus(node, new Date().toISOString()) }, 'status');
+  await rest.patch(NODE, node, undefined, { status: nodeStatus(node, new Date().toISOString(), family) }, 'status');
 }
 
 function startForwarder(lab: string, node: string, log: ReturnType<typeof jsonLog>): ChildProcess {
@@ -147,12 +151,14 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   writeFileSync(supervisorPidPath(lab), `${process.pid}\n`);
   rmSync(controlPath(lab), { force: true });
 
+  const family = readLabInfo(lab)?.ipFamily ?? 'ipv4';
   const token = readControl(lab)?.token ?? randomBytes(16).toString('hex');
   const pki = ensureLabPki(pkiDir(lab));
   const saKey = serviceAccountKey(lab);
   const api = await startApiServer({
     host: '127.0.0.1', port: 0, unixSocket: apiSocketPath(lab), token, dataFile: apiDataPath(lab), installCRDs: true,
     tls: { cert: pki.cert, key: pki.key, unixSocket: apiTlsSocketPath(lab) }, serviceAccountKey: saKey,
+    serviceCIDR: serviceCIDRs(family).join(','),
   });
   log('info', 'API server listening', { url: api.url, unix: apiSocketPath(lab) });
   writeFileSync(hostKubeconfigPath(lab), kubeconfigYaml(api.url, token), { mode: 0o600 });
@@ -164,7 +170,7 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   const forwarders = nodes.map((node) => startForwarder(lab, node, log));
   const rest = new RestClient(api.url, token);
   const kc = kubeConfigFor(api.url, token);
-  await Promise.all(nodes.map((node) => registerNode(rest, node)));
+  await Promise.all(nodes.map((node) => registerNode(rest, node, family)));
   await Promise.all(nodes.map((node) => waitForForwarder(lab, node)));
 
   // The agents start now; each node's kubelet creates its first Pod only once its agent listens.

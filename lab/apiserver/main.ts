@@ -1,11 +1,11 @@
 // Runs the lab API server as its own process:
 //   node dist/lab/apiserver/main.js [--host H] [--port N] [--unix PATH] [--token T] [--data FILE]
-//        [--no-crds] [--history N] [--service-cidr CIDR] [--expired-watch http|event]
+//        [--no-crds] [--history N] [--service-cidr CIDR[,CIDR]] [--expired-watch http|event]
 // Prints one JSON line {"msg":"listening","url":...} on stdout once it serves; stops on SIGTERM/SIGINT.
 import { startApiServer, type ApiServerOptions } from './server.js';
 
 function usage(problem: string): never {
-  process.stderr.write(`${problem}\nusage: main.js [--host H] [--port N] [--unix PATH] [--token T] [--data FILE] [--no-crds] [--history N] [--service-cidr CIDR] [--expired-watch http|event]\n`);
+  process.stderr.write(`${problem}\nusage: main.js [--host H] [--port N] [--unix PATH] [--token T] [--data FILE] [--no-crds] [--history N] [--service-cidr CIDR[,CIDR]] [--expired-watch http|event]\n`);
   process.exit(2);
 }
 

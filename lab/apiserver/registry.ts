@@ -2,6 +2,7 @@
 // of each kind (server-set metadata, defaults, ClusterIP allocation, namespace cascade, CRD
 // serving) and the Kubernetes Status errors they fail with. No HTTP here.
 import { randomUUID } from 'node:crypto';
+import { formatCidr, formatIp, parseCidr, parseIp } from '../../daemon/policy/cidr.js';
 import { applyPatch, deepEqual, PatchError } from './patch.js';
 import {
   builtinTypes, compareKubeVersions, crdProblem, crdStorageKey, seedCrds, typesFromCrd, type ResourceType,
@@ -70,33 +71,47 @@ function specPart(obj: KObject): Record<string, unknown> {
   return rest;
 }
 
-function ipToInt(ip: string): number | undefined {
-  const parts = ip.split('.');
-  if (parts.length !== 4 || parts.some((p) => !/^(0|[1-9][0-9]{0,2})$/.test(p) || Number(p) > 255)) return undefined;
-  return parts.reduce((acc, p) => acc * 256 + Number(p), 0);
+type IpFamilyName = 'IPv4' | 'IPv6';
+const familyName = (f: 4 | 6): IpFamilyName => (f === 4 ? 'IPv4' : 'IPv6');
+
+/** One Service CIDR: its family, first address and size. */
+export interface ServiceRange { family: IpFamilyName; base: bigint; size: bigint; cidr: string }
+
+/**
+ * The ClusterIP ranges, as kube-apiserver's --service-cluster-ip-range takes them: one CIDR, or
+ * two of different families separated by a comma (dual-stack; the first is the primary family).
+ * IPv4 between /8 and /30, IPv6 between /64 and /124.
+ */
+export function parseServiceCIDRs(text: string): ServiceRange[] {
+  const parts = text.split(',').map((p) => p.trim());
+  const ranges = parts.map((cidr) => {
+    const c = parseCidr(cidr);
+    const ok = c && (c.family === 4 ? c.prefix >= 8 && c.prefix <= 30 : c.prefix >= 64 && c.prefix <= 124);
+    if (!c || !ok) throw new Error(`serviceCIDR "${cidr}" must be an IPv4 CIDR with a prefix length between /8 and /30 or an IPv6 CIDR between /64 and /124`);
+    return { family: familyName(c.family), base: c.start, size: c.end - c.start + 1n, cidr: formatCidr(c) };
+  });
+  if (ranges.length > 2 || (ranges.length === 2 && ranges[0]!.family === ranges[1]!.family)) {
+    throw new Error(`serviceCIDR "${text}" must be one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma`);
+  }
+  return ranges;
 }
-const intToIp = (n: number) => [24, 16, 8, 0].map((s) => Math.floor(n / 2 ** s) % 256).join('.');
 
-export interface ServiceRange { base: number; size: number }
-
-export function parseServiceCIDR(cidr: string): ServiceRange {
-  const m = /^([0-9.]+)\/([0-9]{1,2})$/.exec(cidr);
-  const addr = m ? ipToInt(m[1]!) : undefined;
-  const bits = m ? Number(m[2]) : NaN;
-  if (addr === undefined || !(bits >= 8 && bits <= 30)) throw new Error(`serviceCIDR "${cidr}" must be an IPv4 CIDR with a prefix length between /8 and /30`);
-  const size = 2 ** (32 - bits);
-  return { base: addr - (addr % size), size };
+/** The canonical form of an address of `family`, or undefined. */
+function canonicalIp(ip: string, family: IpFamilyName): string | undefined {
+  const parsed = parseIp(ip);
+  return parsed && familyName(parsed.family) === family ? formatIp(parsed.family, parsed.value) : undefined;
 }
 
 export interface Selection { labelSelector?: string | undefined; fieldSelector?: string | undefined }
 
 export class Registry {
-  private readonly serviceRange: ServiceRange;
+  /** The primary family's range first. */
+  private readonly serviceRanges: ServiceRange[];
   /** Types defined by CRD objects; recomputed after any CRD change. */
   private crdTypes: ResourceType[] | undefined;
 
   constructor(readonly store: ObjectStore, serviceCIDR: string) {
-    this.serviceRange = parseServiceCIDR(serviceCIDR);
+    this.serviceRanges = parseServiceCIDRs(serviceCIDR);
     store.subscribe((e) => {
       if (e.resource === crdStorageKey) this.crdTypes = undefined;
     });
@@ -387,51 +402,93 @@ export class Registry {
     }
     if (spec.type === 'ExternalName') return;
     spec.internalTrafficPolicy ??= 'Cluster';
-    const requested = typeof spec.clusterIP === 'string' && spec.clusterIP !== '' ? spec.clusterIP
-      : Array.isArray(spec.clusterIPs) && typeof spec.clusterIPs[0] === 'string' ? spec.clusterIPs[0] : undefined;
     const oldSpec = existing && isRecord(existing.spec) ? existing.spec : undefined;
-    let ip: string;
+    const requestedList = Array.isArray(spec.clusterIPs) ? spec.clusterIPs.filter((ip): ip is string => typeof ip === 'string' && ip !== '') : [];
+    const requested = typeof spec.clusterIP === 'string' && spec.clusterIP !== '' ? [spec.clusterIP, ...requestedList.slice(1)] : requestedList;
     if (oldSpec && typeof oldSpec.clusterIP === 'string') {
-      if (requested !== undefined && requested !== oldSpec.clusterIP) {
-        throw invalid(rt, name, 'spec.clusterIPs[0]', `Invalid value: ${JSON.stringify(requested)}: may not change once set`);
+      const oldIPs = Array.isArray(oldSpec.clusterIPs) ? (oldSpec.clusterIPs as string[]) : [oldSpec.clusterIP];
+      if (requested.length && requested.some((ip, i) => ip !== oldIPs[i])) {
+        throw invalid(rt, name, 'spec.clusterIPs', `Invalid value: ${JSON.stringify(requested)}: may not change once set`);
       }
-      ip = oldSpec.clusterIP;
-    } else if (requested === 'None') {
-      ip = 'None';
-    } else if (requested !== undefined) {
-      const n = ipToInt(requested);
-      const { base, size } = this.serviceRange;
-      if (n === undefined || n <= base || n >= base + size - 1) {
-        throw invalid(rt, name, 'spec.clusterIPs', `Invalid value: "${requested}": provided IP is not in the valid range; the range of valid IPs is ${intToIp(base)}/${32 - Math.log2(size)}`);
+      spec.clusterIP = oldSpec.clusterIP;
+      spec.clusterIPs = oldIPs;
+      spec.ipFamilies = oldSpec.ipFamilies ?? spec.ipFamilies;
+      spec.ipFamilyPolicy = oldSpec.ipFamilyPolicy ?? spec.ipFamilyPolicy;
+      return;
+    }
+    if (requested[0] === 'None') {
+      spec.clusterIP = 'None';
+      spec.clusterIPs = ['None'];
+      if (spec.ipFamilies === undefined) {
+        spec.ipFamilies = [this.serviceRanges[0]!.family];
+        spec.ipFamilyPolicy ??= 'SingleStack';
       }
-      if (this.allocatedClusterIPs().has(requested)) {
-        throw invalid(rt, name, 'spec.clusterIPs', `Invalid value: "${requested}": provided IP is already allocated`);
-      }
-      ip = requested;
+      return;
+    }
+    const policy = spec.ipFamilyPolicy ?? 'SingleStack';
+    if (policy !== 'SingleStack' && policy !== 'PreferDualStack' && policy !== 'RequireDualStack') {
+      throw invalid(rt, name, 'spec.ipFamilyPolicy', `Unsupported value: ${JSON.stringify(policy)}: supported values: "PreferDualStack", "RequireDualStack", "SingleStack"`);
+    }
+    const configured = this.serviceRanges.map((r) => r.family);
+    let families: IpFamilyName[];
+    if (Array.isArray(spec.ipFamilies) && spec.ipFamilies.length) {
+      families = spec.ipFamilies as IpFamilyName[];
+      families.forEach((f, i) => {
+        if (f !== 'IPv4' && f !== 'IPv6') throw invalid(rt, name, `spec.ipFamilies[${i}]`, `Unsupported value: ${JSON.stringify(f)}: supported values: "IPv4", "IPv6"`);
+        if (!configured.includes(f)) throw invalid(rt, name, `spec.ipFamilies[${i}]`, `Invalid value: "${f}": not configured on this cluster`);
+      });
+      if (families.length > 2 || new Set(families).size !== families.length) throw invalid(rt, name, 'spec.ipFamilies', `Invalid value: ${JSON.stringify(families)}: at most one of each family`);
+    } else if (requested.length) {
+      families = requested.map((ip, i) => {
+        const p = parseIp(ip);
+        if (!p) throw invalid(rt, name, `spec.clusterIPs[${i}]`, `Invalid value: "${ip}": must be a valid IP address`);
+        return familyName(p.family);
+      });
     } else {
-      ip = this.allocateClusterIP();
+      families = [configured[0]!];
     }
-    spec.clusterIP = ip;
-    spec.clusterIPs = [ip];
-    if (ip !== 'None' || spec.ipFamilies === undefined) {
-      spec.ipFamilies ??= ['IPv4'];
-      spec.ipFamilyPolicy ??= 'SingleStack';
-    }
+    if (policy === 'SingleStack' && families.length > 1) throw invalid(rt, name, 'spec.ipFamilyPolicy', 'Invalid value: "SingleStack": must be dual-stack for 2 IP families');
+    if (policy === 'RequireDualStack' && configured.length < 2) throw invalid(rt, name, 'spec.ipFamilyPolicy', 'Invalid value: "RequireDualStack": this cluster is not configured for dual-stack Services');
+    if (policy !== 'SingleStack' && families.length === 1 && configured.length === 2) families = [families[0]!, configured.find((f) => f !== families[0])!];
+    const used = this.allocatedClusterIPs();
+    const ips = families.map((family, i) => {
+      const range = this.serviceRanges.find((r) => r.family === family)!;
+      const want = requested[i];
+      if (want === undefined) return this.allocateClusterIP(range, used);
+      const ip = canonicalIp(want, family);
+      const v = ip === undefined ? undefined : parseIp(ip)!.value;
+      if (v === undefined || v <= range.base || v >= range.base + range.size - 1n) {
+        throw invalid(rt, name, 'spec.clusterIPs', `Invalid value: "${want}": provided IP is not in the valid range; the range of valid IPs is ${range.cidr}`);
+      }
+      if (used.has(ip!)) throw invalid(rt, name, 'spec.clusterIPs', `Invalid value: "${want}": provided IP is already allocated`);
+      used.add(ip!);
+      return ip!;
+    });
+    spec.clusterIP = ips[0];
+    spec.clusterIPs = ips;
+    spec.ipFamilies = families;
+    spec.ipFamilyPolicy = policy;
   }
 
   private allocatedClusterIPs(): Set<string> {
-    return new Set(this.store.list('/services').map((s) => (isRecord(s.spec) ? s.spec.clusterIP : undefined))
-      .filter((ip): ip is string => typeof ip === 'string'));
+    return new Set(this.store.list('/services').flatMap((s) => {
+      if (!isRecord(s.spec)) return [];
+      const ips = Array.isArray(s.spec.clusterIPs) ? s.spec.clusterIPs : [s.spec.clusterIP];
+      return ips.filter((ip): ip is string => typeof ip === 'string');
+    }));
   }
 
-  private allocateClusterIP(): string {
-    const used = this.allocatedClusterIPs();
-    const { base, size } = this.serviceRange;
-    // .1 is the kubernetes Service's address in a real cluster; start after it.
-    for (let n = base + 2; n < base + size - 1; n++) {
-      const ip = intToIp(n);
-      if (!used.has(ip)) return ip;
+  /** The lowest free address of `range` (also marked used in `used`). */
+  private allocateClusterIP(range: ServiceRange, used: Set<string>): string {
+    const family = range.family === 'IPv4' ? 4 : 6;
+    // The range's first address after the network address is the kubernetes Service's in a real cluster; start after it.
+    for (let n = range.base + 2n; n < range.base + range.size - 1n; n++) {
+      const ip = formatIp(family, n);
+      if (!used.has(ip)) {
+        used.add(ip);
+        return ip;
+      }
     }
-    throw new ApiError(500, 'InternalError', `failed to allocate a serviceIP: the range ${intToIp(base)}/${32 - Math.log2(size)} is full`);
+    throw new ApiError(500, 'InternalError', `failed to allocate a serviceIP: the range ${range.cidr} is full`);
   }
 }

@@ -20,7 +20,7 @@ export interface ApiServerOptions {
   dataFile?: string;        // persist objects + current resourceVersion here; reload at start
   installCRDs?: boolean;    // default true: serve the crd.antrea.io and policy.networking.k8s.io resources
   historyLimit?: number;    // watch events kept for resuming; older resourceVersions get 410 Gone (default 1000)
-  serviceCIDR?: string;     // ClusterIP allocation range, default 10.96.0.0/16
+  serviceCIDR?: string;     // ClusterIP allocation range(s), "A" or "A,B" (one per family, primary first), default 10.96.0.0/16
   bookmarkIntervalMs?: number; // period of BOOKMARK events on watches that allow them (default 10000)
   /**
    * How a watch from an expired resourceVersion fails: 'http' (default) answers HTTP 410;

@@ -94,6 +94,12 @@ export const podRange6 = (node: string): { subnet: string; rangeStart: string; r
   return { subnet: `${p}/64`, rangeStart: `${p}2`, rangeEnd: `${p}fe` };
 };
 
+/** The Service ClusterIP ranges: IPv4 as before, the IPv6 one for labs whose Pods have IPv6. */
+export const SERVICE_CIDR = '10.96.0.0/16';
+export const SERVICE_CIDR6 = 'fd00:96::/112';
+/** What the lab's API server allocates from, primary family first: IPv6-only Pods get IPv6 Services. */
+export const serviceCIDRs = (f: IpFamily): string[] => (f === 'ipv4' ? [SERVICE_CIDR] : f === 'dual' ? [SERVICE_CIDR, SERVICE_CIDR6] : [SERVICE_CIDR6]);
+
 /** 8 hex chars of sha256("<podNamespace>/<podName>"): keeps netns names short. */
 export const podHash = (namespace: string, name: string): string =>
   createHash('sha256').update(`${namespace}/${name}`).digest('hex').slice(0, 8);

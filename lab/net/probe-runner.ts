@@ -2,6 +2,7 @@
  * Fans probes out: one prober process per source namespace, probing all of that source's
  * targets concurrently, every source in parallel — so a whole matrix takes about one timeout.
  */
+import { isIP } from 'node:net';
 import { distScript } from './names.js';
 import { run } from './exec.js';
 
@@ -24,11 +25,10 @@ export interface NetProbeResult extends NetProbe {
 }
 
 export const DEFAULT_PROBE_TIMEOUT_MS = 1500;
-const IPV4 = /^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/;
 
 function checkProbe(p: NetProbe, i: number): void {
   if (!p || typeof p.sourceNetns !== 'string' || !p.sourceNetns) throw new Error(`probe ${i}: sourceNetns is required`);
-  if (!IPV4.test(p.ip)) throw new Error(`probe ${i}: ip ${JSON.stringify(p.ip)} is not IPv4`);
+  if (typeof p.ip !== 'string' || isIP(p.ip) === 0 || p.ip.includes('%')) throw new Error(`probe ${i}: ip ${JSON.stringify(p.ip)} is not an IPv4 or IPv6 address`);
   if (!['TCP', 'UDP', 'ICMP'].includes(p.protocol)) throw new Error(`probe ${i}: protocol ${JSON.stringify(p.protocol)} must be TCP, UDP or ICMP`);
   if (p.protocol !== 'ICMP' && (!Number.isInteger(p.port) || p.port < 1 || p.port > 65535)) throw new Error(`probe ${i}: port ${JSON.stringify(p.port)} is not 1-65535`);
 }

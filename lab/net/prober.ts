@@ -5,13 +5,14 @@
  *   reject - a TCP RST or an ICMP error arrived before the timeout (ECONNREFUSED, EHOSTUNREACH, ...).
  *   drop   - nothing came back before the timeout.
  * stdin:  {"timeoutMs": 1500, "targets": [{"ip": "10.10.1.2", "port": 80, "protocol": "TCP"}, ...]}
+ *         (IPv4 or IPv6 addresses; ICMP over IPv6 is an ICMPv6 echo request)
  * stdout: [{"verdict": "allow", "detail": "echo", "ms": 3}, ...] in target order.
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createSocket } from 'node:dgram';
 import { readFileSync } from 'node:fs';
-import { connect } from 'node:net';
+import { connect, isIPv6 } from 'node:net';
 
 type Verdict = 'allow' | 'drop' | 'reject';
 interface Target { ip: string; port: number; protocol: 'TCP' | 'UDP' | 'ICMP' }
@@ -56,7 +57,7 @@ function probeUdp(t: Target, timeoutMs: number): Promise<Outcome> {
   const start = Date.now();
   const token = Buffer.from(`sluice-probe-${randomBytes(6).toString('hex')}\n`);
   return new Promise((resolve) => {
-    const sock = createSocket('udp4');
+    const sock = createSocket(isIPv6(t.ip) ? 'udp6' : 'udp4');
     let resend: NodeJS.Timeout | undefined;
     const done = (o: Outcome) => {
       clearTimeout(timer);

@@ -14,7 +14,8 @@ import { basename, join } from 'node:path';
 import type { Conflist } from './cni-config.js';
 import { cachedNetworks, cniAdd, cniDel, type CniInvocation, type CniResult } from './cni-runner.js';
 import { run, runIn } from './exec.js';
-import { conflistPath, cniCacheDir, nodeIP, nodeIndex, nodeNetns, podHash, podNetns, podsStateDir, stateDir } from './names.js';
+import { readLabInfo } from './lab.js';
+import { conflistPath, cniCacheDir, hasIPv6, nodeIP, nodeIPv6, nodeIndex, nodeNetns, podHash, podNetns, podsStateDir, stateDir } from './names.js';
 import { ensureNetns, listNetns } from './topology.js';
 import { startWorkload, stopWorkload, workloadPorts } from './workload-process.js';
 
@@ -118,7 +119,9 @@ export async function createPodSandbox(spec: PodSandboxSpec): Promise<PodSandbox
   if (spec.hostNetwork) {
     const netns = nodeNetns(lab, node);
     await startWorkload(netns, ports, pidFile(lab, namespace, name), logFile(lab, namespace, name));
-    const sandbox: PodSandbox = { namespace, name, node, containerId, hostNetwork: true, netns, ips: [nodeIP(node)], result: null, txChecksumOffByLab: false };
+    // The node's addresses, as a kubelet reports them for a hostNetwork Pod: IPv6 beside IPv4 once the lab has it.
+    const ips = [nodeIP(node), ...(hasIPv6(readLabInfo(lab)?.ipFamily ?? 'ipv4') ? [nodeIPv6(node)] : [])];
+    const sandbox: PodSandbox = { namespace, name, node, containerId, hostNetwork: true, netns, ips, result: null, txChecksumOffByLab: false };
     writeFileSync(metaFile(lab, namespace, name), JSON.stringify(sandbox, null, 2));
     return sandbox;
   }

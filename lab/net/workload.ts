@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * A Pod's workload: TCP and UDP echo servers on the given ports (every byte received is sent
- * back, so a line in is the same line out). Started detached inside the Pod's (or node's)
+ * back, so a line in is the same line out), on IPv4 and IPv6. Started detached inside the Pod's (or node's)
  * namespace; writes its pid file only once every port listens, so the pid file means "ready".
  *   node workload.js --tcp 80,81 --udp 80,81 --pidfile /run/sluice-lab/<L>/.../workload.pid
  */
@@ -24,15 +24,28 @@ function arg(name: string): string | undefined {
   return i >= 0 ? process.argv[i + 1] : undefined;
 }
 
-function listenTcp(port: number): Promise<Server> {
+/**
+ * TCP on `::` without IPV6_V6ONLY: one socket takes both families (IPv4 peers arrive as
+ * ::ffff:a.b.c.d). A namespace with no IPv6 at all falls back to 0.0.0.0.
+ */
+async function listenTcp(port: number): Promise<Server> {
+  try {
+    return await listenTcpOn(port, '::');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EAFNOSUPPORT' && (err as NodeJS.ErrnoException).code !== 'EADDRNOTAVAIL') throw err;
+    return listenTcpOn(port, '0.0.0.0');
+  }
+}
+
+function listenTcpOn(port: number, host: string): Promise<Server> {
   const server = createServer({ noDelay: true }, (sock) => {
     sock.on('error', () => sock.destroy());
     sock.pipe(sock);
   });
   server.maxConnections = 100_000;
   return new Promise((resolve, reject) => {
-    server.once('error', (err) => reject(new Error(`TCP ${port}: ${err.message}`)));
-    server.listen({ port, host: '0.0.0.0', backlog: 4096 }, () => resolve(server));
+    server.once('error', (err: NodeJS.ErrnoException) => reject(Object.assign(new Error(`TCP ${port}: ${err.message}`), { code: err.code })));
+    server.listen({ port, host, backlog: 4096, ipv6Only: false }, () => resolve(server));
   });
 }
 
@@ -42,13 +55,27 @@ function listenTcp(port: number): Promise<Server> {
  * address makes the kernel pick it as the source. Linux delivers to the most specific socket.
  */
 async function listenUdp(port: number): Promise<UdpSocket[]> {
-  const locals = Object.values(networkInterfaces()).flat().filter((a) => a?.family === 'IPv4').map((a) => a!.address);
-  const extra = [...new Set(locals)].filter((a) => !a.startsWith('127.'));
-  return Promise.all(['0.0.0.0', ...(extra.length > 1 ? extra : [])].map((addr) => bindUdp(port, addr)));
+  const v4 = await Promise.all(udpAddresses('IPv4', '0.0.0.0').map((addr) => bindUdp(port, addr, 'udp4')));
+  // IPv6 apart (IPV6_V6ONLY), so the same per-address rule holds for each family. Loopback and
+  // link-local addresses are never probed, so they do not count as a second address (198.51.100.10
+  // on the external host's lo does).
+  let v6: UdpSocket[] = [];
+  try {
+    v6 = await Promise.all(udpAddresses('IPv6', '::').map((addr) => bindUdp(port, addr, 'udp6')));
+  } catch (err) {
+    if (!/EAFNOSUPPORT|EADDRNOTAVAIL/.test((err as Error).message)) throw err;
+  }
+  return [...v4, ...v6];
 }
 
-function bindUdp(port: number, address: string): Promise<UdpSocket> {
-  const sock = createSocket({ type: 'udp4', reuseAddr: true });
+function udpAddresses(family: 'IPv4' | 'IPv6', wildcard: string): string[] {
+  const locals = Object.values(networkInterfaces()).flat().filter((a) => a?.family === family && !a.address.startsWith('127.') && a.address !== '::1' && !a.address.startsWith('fe80:')).map((a) => a!.address);
+  const extra = [...new Set(locals)];
+  return [wildcard, ...(extra.length > 1 ? extra : [])];
+}
+
+function bindUdp(port: number, address: string, type: 'udp4' | 'udp6'): Promise<UdpSocket> {
+  const sock = createSocket({ type, reuseAddr: true, ...(type === 'udp6' ? { ipv6Only: true } : {}) });
   sock.on('message', (msg, rinfo) => sock.send(msg, rinfo.port, rinfo.address));
   return new Promise((resolve, reject) => {
     sock.once('error', (err) => reject(new Error(`UDP ${address}:${port}: ${err.message}`)));

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { createInterface } from 'node:readline';
 import t from 'tap';
 import { applyPatch, jsonPatch, mergePatch, type PatchError } from '../../lab/apiserver/patch.js';
-import { parseServiceCIDR } from '../../lab/apiserver/registry.js';
+import { parseServiceCIDRs } from '../../lab/apiserver/registry.js';
 import { compareKubeVersions } from '../../lab/apiserver/resources.js';
 import { parseFieldSelector, parseLabelSelector } from '../../lab/apiserver/selectors.js';
 import { ObjectStore } from '../../lab/apiserver/store.js';
@@ -99,9 +99,13 @@ t.test('store: global RV, bounded history, 410 floor, persistence', async (t) =>
 });
 
 t.test('service CIDR and version ordering', async (t) => {
-  t.same(parseServiceCIDR('10.96.0.0/16'), { base: (10 * 256 + 96) * 65536, size: 65536 });
-  t.same(parseServiceCIDR('10.96.5.7/24').size, 256);
-  for (const bad of ['10.96.0.0', '10.96.0.0/31', '300.1.1.1/16', 'fd00::/108']) t.throws(() => parseServiceCIDR(bad), /serviceCIDR/);
+  t.same(parseServiceCIDRs('10.96.0.0/16'), [{ family: 'IPv4', base: BigInt((10 * 256 + 96) * 65536), size: 65536n, cidr: '10.96.0.0/16' }]);
+  t.same(parseServiceCIDRs('10.96.5.7/24')[0]!.size, 256n);
+  t.same(parseServiceCIDRs('10.96.0.0/16,fd00:96::/112').map((r) => [r.family, r.cidr, r.size]), [['IPv4', '10.96.0.0/16', 65536n], ['IPv6', 'fd00:96::/112', 65536n]], 'dual-stack: IPv4 and IPv6');
+  t.same(parseServiceCIDRs('fd00:96::/112')[0]!.family, 'IPv6', 'IPv6 alone');
+  for (const bad of ['10.96.0.0', '10.96.0.0/31', '300.1.1.1/16', 'fd00::/48', 'fd00::/126', '10.96.0.0/16,10.97.0.0/16', '10.96.0.0/16,fd00:96::/112,fd00:97::/112']) {
+    t.throws(() => parseServiceCIDRs(bad), /serviceCIDR/, bad);
+  }
   t.same(['v1alpha1', 'v1', 'v1beta1', 'v2alpha1', 'v1alpha2', 'v2'].sort(compareKubeVersions), ['v2', 'v1', 'v1beta1', 'v2alpha1', 'v1alpha2', 'v1alpha1']);
 });
 

@@ -252,6 +252,31 @@ t.test('services: ClusterIP allocation, headless, requested and immutable IPs', 
   t.equal((await svc('f')).spec!.clusterIP, '10.100.0.3', 'a deleted Service frees its address');
 });
 
+t.test('services: dual-stack ClusterIPs from an IPv4 and an IPv6 range', async (t) => {
+  const { core } = await startLab(t, { serviceCIDR: '10.100.0.0/29,fd00:96::/124' });
+  const svc = (name: string, spec: k8s.V1ServiceSpec = {}) => core.createNamespacedService({ namespace: 'default',
+    body: { metadata: { name }, spec: { ports: [{ port: 80 }], ...spec } } });
+  const single = await svc('single');
+  t.same([single.spec!.clusterIPs, single.spec!.ipFamilies, single.spec!.ipFamilyPolicy], [['10.100.0.2'], ['IPv4'], 'SingleStack'], 'the primary family by default');
+  const dual = await svc('dual', { ipFamilyPolicy: 'PreferDualStack' });
+  t.same([dual.spec!.clusterIP, dual.spec!.clusterIPs, dual.spec!.ipFamilies], ['10.100.0.3', ['10.100.0.3', 'fd00:96::2'], ['IPv4', 'IPv6']], 'PreferDualStack: one of each');
+  const v6first = await svc('v6first', { ipFamilyPolicy: 'RequireDualStack', ipFamilies: ['IPv6', 'IPv4'] });
+  t.same(v6first.spec!.clusterIPs, ['fd00:96::3', '10.100.0.4'], 'in the order of ipFamilies');
+  const v6 = await svc('v6', { ipFamilies: ['IPv6'] });
+  t.same([v6.spec!.clusterIPs, v6.spec!.ipFamilyPolicy], [['fd00:96::4'], 'SingleStack'], 'IPv6 alone');
+  const asked = await svc('asked', { ipFamilyPolicy: 'RequireDualStack', clusterIPs: ['10.100.0.6', 'FD00:96:0::0a'] });
+  t.same(asked.spec!.clusterIPs, ['10.100.0.6', 'fd00:96::a'], 'requested addresses, in canonical form');
+  t.match(await failureCode(svc('dupv6', { clusterIPs: ['fd00:96::a'] })), { code: 422, body: { message: /already allocated/ } });
+  t.match(await failureCode(svc('outv6', { clusterIPs: ['fd00:97::5'] })), { code: 422, body: { message: /not in the valid range.*fd00:96::\/124/ } });
+  t.match(await failureCode(svc('two', { ipFamilyPolicy: 'SingleStack', ipFamilies: ['IPv4', 'IPv6'] })), { code: 422, body: { message: /SingleStack/ } });
+  const kept = await core.replaceNamespacedService({ namespace: 'default', name: 'dual', body: { metadata: { name: 'dual' }, spec: { ports: [{ port: 81 }] } } });
+  t.same([kept.spec!.clusterIPs, kept.spec!.ipFamilies, kept.spec!.ipFamilyPolicy], [['10.100.0.3', 'fd00:96::2'], ['IPv4', 'IPv6'], 'PreferDualStack'], 'an update keeps both');
+  const { core: v4only } = await startLab(t, { serviceCIDR: '10.100.0.0/29' });
+  const prefer = await v4only.createNamespacedService({ namespace: 'default', body: { metadata: { name: 'p' }, spec: { ports: [{ port: 80 }], ipFamilyPolicy: 'PreferDualStack' } } });
+  t.same(prefer.spec!.clusterIPs, ['10.100.0.2'], 'PreferDualStack on a single-stack cluster: one address');
+  t.match(await failureCode(v4only.createNamespacedService({ namespace: 'default', body: { metadata: { name: 'r' }, spec: { ports: [{ port: 80 }], ipFamilyPolicy: 'RequireDualStack' } } })), { code: 422, body: { message: /not configured for dual-stack/ } });
+});
+
 t.test('CRD-backed resources: served by default in both Antrea versions and the policy API groups', async (t) => {
   const { custom, server } = await startLab(t);
   const acnp = { apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'deny-all' },

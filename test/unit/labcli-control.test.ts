@@ -4,6 +4,7 @@ import { agentConfig } from '../../lab/agent.js';
 import { matrixDifferences } from '../../lab/demo.js';
 import { runningStatus } from '../../lab/kubelet.js';
 import { renderServiceRules } from '../../lab/net/kube-proxy.js';
+import { podNetns } from '../../lab/net/names.js';
 import { formatObjects, table } from '../../lab/output.js';
 import { defaultProbes, planProbes, ProbePlanError } from '../../lab/probeplan.js';
 import { resolveKind } from '../../lab/kinds.js';
@@ -49,6 +50,11 @@ t.test('service rules: ClusterIP Service ports with the ready endpoints of the m
     'y/other:dns 53/UDP -> ',
   ], 'not-ready endpoints, headless Services and SCTP ports are left out');
   t.doesNotThrow(() => renderServiceRules(rules), 'lab/net accepts them');
+
+  const dualSvc: KubeObject = { apiVersion: 'v1', kind: 'Service', metadata: { namespace: 'x', name: 'd' }, spec: { clusterIP: '10.96.0.9', clusterIPs: ['10.96.0.9', 'fd00:96::9'], ports: [{ port: 80 }] } };
+  const dslice = (name: string, addressType: string, ip: string): KubeObject => ({ ...slice(name, 'd', [[ip, true]], [{ name: '', port: 8080, protocol: 'TCP' }]), addressType });
+  const dualRules = servicePortRules([dualSvc], [dslice('d-4', 'IPv4', '10.10.1.2'), dslice('d-6', 'IPv6', 'fd00:10:1::2')]);
+  t.same(dualRules.map((r) => `${r.clusterIP} -> ${r.endpoints.map((e) => e.ip).join(',')}`), ['10.96.0.9 -> 10.10.1.2', 'fd00:96::9 -> fd00:10:1::2'], 'a dual-stack Service: one rule set per ClusterIP, endpoints of its family');
 });
 
 t.test('probe planning: default set and where packets go', async (t) => {
@@ -99,7 +105,50 @@ t.test('probe planning: default set and where packets go', async (t) => {
     ),
   ) as Error;
   t.ok(err instanceof ProbePlanError);
-  for (const m of [/probe 0 .*x\/p is not running/, /probe 1 .*no ClusterIP/, /probe 2 .*no Pod x\/zz/, /probe 3 .*cannot send/, /probe 4 .*SCTP/, /probe 5 .*1\.2\.3\.4/, /probe 6 .*IPv6 cannot be probed in the lab/, /probe 7 .*IPv6 cannot be probed/]) t.match(err.message, m);
+  for (const m of [/probe 0 .*x\/p is not running/, /probe 1 .*no ClusterIP/, /probe 2 .*no Pod x\/zz/, /probe 3 .*cannot send/, /probe 4 .*SCTP/, /probe 5 .*1\.2\.3\.4/, /probe 6 .*Pod x\/a has no IPv6 address/, /probe 7 .*IPv6.*Pod x\/a has no IPv6 address/]) t.match(err.message, m);
+});
+
+t.test('probe planning over IPv6: the family chosen, every endpoint resolved in it', async (t) => {
+  const dual = (ns: string, name: string, v4: string, v6: string, node: string): KubeObject => {
+    const p = pod(ns, name, v4, node, [[80, 'TCP']]);
+    p.status.podIPs = [{ ip: v4 }, { ip: v6 }];
+    return p;
+  };
+  const pods = [dual('x', 'a', '10.10.1.2', 'fd00:10:1::2', 'node-1'), dual('x', 'b', '10.10.2.2', 'fd00:10:2::2', 'node-2'), pod('x', 'o', 'fd00:10:1::3', 'node-1', [[80, 'TCP']]), pod('x', 'f', '10.10.1.9', 'node-1', [[80, 'TCP']])];
+  const services: KubeObject[] = [
+    { apiVersion: 'v1', kind: 'Service', metadata: { namespace: 'x', name: 'ds' }, spec: { clusterIP: '10.96.0.7', clusterIPs: ['10.96.0.7', 'fd00:96::7'] } },
+    { apiVersion: 'v1', kind: 'Service', metadata: { namespace: 'x', name: 'v4' }, spec: { clusterIP: '10.96.0.8', clusterIPs: ['10.96.0.8'] } },
+  ];
+  const view = { lab: 'lb9', nodes: ['node-1', 'node-2'], pods, services };
+  const net = planProbes(
+    [
+      { from: 'x/a', to: 'x/b', port: 80, protocol: 'TCP' },
+      { from: 'x/a', to: 'x/b', port: 80, protocol: 'UDP', family: 6 },
+      { from: 'x/a', to: 'service:x/ds', port: 80, protocol: 'TCP', family: 6 },
+      { from: 'x/a', to: 'service:x/ds', port: 80, protocol: 'TCP' },
+      { from: 'ip:fd00:77::b', to: 'x/a', port: 0, protocol: 'ICMP' },
+      { from: 'ip:fd00:77::fa', to: 'x/b', port: 80, protocol: 'TCP' },
+      { from: 'ip:fd00:10:2::2', to: 'ip:fd00:77::c', port: 80, protocol: 'TCP' },
+      { from: 'x/a', to: 'x/o', port: 80, protocol: 'TCP' },
+    ],
+    view,
+  );
+  t.same(net.map((n) => n.ip), ['10.10.2.2', 'fd00:10:2::2', 'fd00:96::7', '10.96.0.7', 'fd00:10:1::2', 'fd00:10:2::2', 'fd00:77::c', 'fd00:10:1::3'],
+    'IPv4 by default on dual-stack, IPv6 when asked or when an ip: endpoint or an IPv6-only destination says so');
+  t.same(net.slice(4, 7).map((n) => n.sourceNetns), ['lb9-node-1', 'lb9-ext', podNetns('lb9', 'x', 'b')],
+    'node, external host and Pod IPv6 addresses send from their namespaces');
+  const err = t.throws(() =>
+    planProbes(
+      [
+        { from: 'x/a', to: 'service:x/v4', port: 80, protocol: 'TCP', family: 6 },
+        { from: 'x/f', to: 'x/a', port: 80, protocol: 'TCP', family: 6 },
+        { from: 'x/a', to: 'ip:fd00:77::c', port: 80, protocol: 'TCP', family: 4 },
+        { from: 'ip:fd00:77::99', to: 'x/a', port: 80, protocol: 'TCP' },
+      ],
+      view,
+    ),
+  ) as Error;
+  for (const m of [/probe 0 .*no IPv6 ClusterIP/, /probe 1 .*Pod x\/f has no IPv6 address/, /probe 2 .*an IPv6 address cannot take part in an IPv4 probe/, /probe 3 .*nothing in the lab has address fd00:77::99/]) t.match(err.message, m);
 });
 
 t.test('demo: matrix differences', async (t) => {
@@ -123,6 +172,10 @@ t.test('kubelet status, Node object, agent config, supervisor args', async (t) =
   t.same(n.metadata.labels, { 'kubernetes.io/hostname': 'node-3', 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': n.metadata.labels!['kubernetes.io/arch'] });
   t.equal(n.spec.podCIDR, '10.10.3.0/24');
   t.same((nodeStatus('node-3', 'now').addresses as unknown[])[0], { type: 'InternalIP', address: '192.168.77.13' });
+  t.same((nodeStatus('node-3', 'now', 'dual').addresses as { address: string }[]).map((a) => a.address), ['192.168.77.13', 'fd00:77::d', 'node-3'], 'IPv6 InternalIP beside the IPv4 one');
+  t.same(nodeObject('node-3', 'dual').spec.podCIDRs, ['10.10.3.0/24', 'fd00:10:3::/64']);
+  t.same(nodeObject('node-3', 'ipv6').spec.podCIDR, 'fd00:10:3::/64');
+  t.same(agentConfig('sl', 'node-1', 'dual').serviceCIDRs, ['10.96.0.0/16', 'fd00:96::/112'], 'the agent treats IPv6 ClusterIPs as Services');
 
   t.same(agentConfig('sl', 'node-1'), {
     nodeName: 'node-1',

@@ -63,6 +63,7 @@ t.test('args: commands, defaults and errors', async (t) => {
   t.same(parseArgs(['get', 'nodes']), { cmd: 'get', name: 'sl', kind: 'nodes', output: 'table' });
   t.same(parseArgs(['label', 'pod', 'x/a', 'app=web', 'old-']), { cmd: 'label', name: 'sl', kind: 'pod', ref: 'x/a', labels: ['app=web', 'old-'] });
   t.same(parseArgs(['probe', '--probes', 'p.json', '-o', 'json']), { cmd: 'probe', name: 'sl', probes: 'p.json', output: 'json' });
+  t.same(parseArgs(['probe', '--family', '6']), { cmd: 'probe', name: 'sl', family: 6, output: 'table' });
   t.same(parseArgs(['down', '--all']), { cmd: 'down', name: 'sl', all: true });
   t.same(parseArgs(['apply', '-f', 'x.yaml']), { cmd: 'apply', name: 'sl', files: ['x.yaml'] });
   t.same(parseArgs(['delete', '-f', 'x.yaml']), { cmd: 'delete', name: 'sl', files: ['x.yaml'], ignoreNotFound: false });
@@ -154,6 +155,16 @@ t.test('endpoint slices: selection, readiness, named ports, diff', async (t) => 
   t.equal(d2.create.length + d2.update.length, 2);
   const d3 = diffSlices([], existing);
   t.equal(d3.delete.length, 1);
+
+  // A dual-stack Service: one slice per family, each Pod under its address of that family.
+  const dual = (p: KubeObject, v6: string): KubeObject => ({ ...p, status: { ...p.status, podIPs: [{ ip: p.status.podIP }, { ip: v6 }] } });
+  const ds = desiredEndpointSlices({ ...svc, spec: { ...svc.spec, ipFamilies: ['IPv4', 'IPv6'] } }, [dual(b, 'fd00:10:2::3'), dual(a, 'fd00:10:1::5'), notReady])!;
+  t.same(ds.map((x) => x.addressType), ['IPv4', 'IPv6']);
+  t.same(ds.map((x) => (x.endpoints as { addresses: string[] }[]).map((e) => e.addresses[0])), [['10.10.1.5', '10.10.1.9', '10.10.2.3'], ['fd00:10:1::5', 'fd00:10:2::3']], 'a Pod without IPv6 is only in the IPv4 slice');
+  t.equal(ds[0]!.metadata.name, slices[0]!.metadata.name, 'the IPv4 slice keeps its name');
+  t.not(ds[1]!.metadata.name, ds[0]!.metadata.name);
+  const v6only = desiredEndpointSlices({ ...svc, spec: { ...svc.spec, ipFamilies: ['IPv6'] } }, [a])!;
+  t.same(v6only.map((x) => [x.addressType, x.endpoints]), [['IPv6', []]], 'an IPv6 Service over IPv4-only Pods: one empty IPv6 slice');
 });
 
 t.test('scenario: order, lab rules, normalization', async (t) => {

@@ -9,6 +9,21 @@ const web: ServicePortRule = {
 };
 const dns: ServicePortRule = { namespace: 'y', name: 'dns', clusterIP: '10.96.0.53', port: 53, protocol: 'UDP', endpoints: [{ ip: '10.10.1.4', port: 81 }] };
 
+const web6: ServicePortRule = {
+  namespace: 'x', name: 'web', portName: 'http', clusterIP: 'fd00:96::10', port: 80, protocol: 'TCP',
+  endpoints: [{ ip: 'fd00:10:2::2', port: 8080 }, { ip: 'fd00:10:1::2', port: 8080 }],
+};
+
+t.test('IPv6: the same shape for ip6tables, /128 matches and bracketed DNAT targets', async (t) => {
+  const { chains, rules } = renderServiceRules([web6]);
+  const svc = svcChain(web6);
+  t.equal(chains.length, 1 + 1 + 2);
+  t.ok(rules.includes(`-A KUBE-SERVICES -d fd00:96::10/128 -p tcp -m comment --comment "x/web:http cluster IP" -m tcp --dport 80 -j ${svc}`));
+  t.ok(rules.includes(`-A ${sepChain(web6, web6.endpoints[1]!)} -p tcp -m comment --comment "x/web:http" -m tcp -j DNAT --to-destination [fd00:10:1::2]:8080`));
+  t.match(rules.filter((r) => r.startsWith(`-A ${svc} `))[0]!, /fd00:10:1::2:8080.*--probability 0\.5000000000/, 'endpoints ordered, probabilities as for IPv4');
+  t.match(renderNatRestore([web6]), /^\*nat\n:KUBE-SERVICES - \[0:0\]/);
+});
+
 t.test('chain names: KUBE-SVC/KUBE-SEP + 16 base32 chars, stable, distinct per port/protocol/endpoint', async (t) => {
   t.match(svcChain(web), /^KUBE-SVC-[A-Z2-7]{16}$/);
   t.match(sepChain(web, web.endpoints[0]!), /^KUBE-SEP-[A-Z2-7]{16}$/);
@@ -78,7 +93,9 @@ t.test('parseNatState reads iptables-save output', async (t) => {
 });
 
 t.test('bad input gets an error naming the service and the field', async (t) => {
-  t.throws(() => renderServiceRules([{ ...web, clusterIP: '10.96.0' }]), /x\/web.*clusterIP "10\.96\.0" is not IPv4/);
+  t.throws(() => renderServiceRules([{ ...web, clusterIP: '10.96.0' }]), /x\/web.*clusterIP "10\.96\.0" is not IPv4 or IPv6/);
+  t.throws(() => renderServiceRules([{ ...web, clusterIP: 'fd00:96::10' }]), /endpoint 0 ip "10\.10\.2\.2" is not IPv6 like the clusterIP/);
+  t.throws(() => renderServiceRules([web, web6]), /different tables/);
   t.throws(() => renderServiceRules([{ ...web, port: 0 }]), /port 0 is not 1-65535/);
   t.throws(() => renderServiceRules([{ ...web, protocol: 'ICMP' as 'TCP' }]), /protocol "ICMP"/);
   t.throws(() => renderServiceRules([{ ...web, endpoints: [{ ip: '10.10.1.2', port: 70000 }] }]), /endpoint 0 port 70000/);
