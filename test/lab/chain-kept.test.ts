@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { agentPidPath } from '../../lab/agent.js';
 import { cniConfDir, conflistPath } from '../../lab/net/names.js';
 import { agentStatus, labCli, probe, upEnforcingLab, withEnforcingLab, writeTempFile } from './enforce-helpers.js';
+import { cliJson, type ListJson, type PodJson } from './labcli-helpers.js';
 
 const LAB = 'ck';
 const NODE = 'node-1';
@@ -106,11 +107,16 @@ withEnforcingLab(LAB, 'chain-kept-', (dir) => {
     t.same(verdicts.map((v) => v.verdict), attachedClients.map(() => 'drop'), `the deny policy applies to the Pods created around the rewrites (${attachedClients.join(', ')})`);
 
     // A certain window: the agent paused, the primary rewrites, a Pod is created by the primary alone.
+    // The agent stays paused until the lab kubelet has run that Pod's ADD (it has an IP): on a busy
+    // machine the kubelet can be slower than the re-chain, and its ADD would then go through sluice.
     const pid = Number(readFileSync(agentPidPath(LAB, NODE), 'utf8').trim());
     process.kill(pid, 'SIGSTOP');
     try {
       primaryRewrites(conflist);
       await labCli(LAB, ['apply', '-f', writeTempFile(dir, 'late.yaml', pod('late', 'client'))]);
+      const lateIp = async () => (await cliJson<ListJson<PodJson>>(['get', 'pods', '-o', 'json', '--name', LAB])).items.find((p) => p.metadata.name === 'late')?.status?.podIP;
+      for (let i = 0; i < 300 && !(await lateIp()); i++) await sleep(100);
+      t.ok(await lateIp(), 'the Pod got its address from the primary alone while the agent was paused');
     } finally {
       process.kill(pid, 'SIGCONT');
     }
