@@ -2,7 +2,9 @@
  * Thin OVS adapter, everything under `ovsRunDir` so a node's private OVS (the lab) and the
  * machine's OVS are addressed the same way: the per-Pod work (ports, their records, the OpenFlow
  * port numbers) on one OVSDB session and ovs-vswitchd's control socket, with no process forked;
- * the bridge and gateway set-up (start-up and resync only) through ovs-vsctl. Flows go over the
+ * the bridge, gateway and flow-table-name checks of start-up and resync read over that session too,
+ * so a resync that finds them right forks nothing; only creating or repairing them goes through
+ * ovs-vsctl (its add-br / add-port do what the bridge needs in one command). Flows go over the
  * agent's OpenFlow connection to the bridge's management socket once useOpenFlow() is called (the
  * agent always does, before its first flow sync); the tools that construct an Ovs without one
  * (sluicectl, cleanup, the lab) fork ovs-ofctl instead. Every method converges and reports what
@@ -20,7 +22,7 @@ import { encodeFlowAdd, encodeFlowDeleteByCookie, type FlowStatsFilter } from '.
 import { parseFlowText } from './openflow/flowtext.js';
 import { GATEWAY_OFPORT, tableId, TABLES, type TableName } from './tables.js';
 import { JsonRpcClosed } from '../ovs/jsonrpc.js';
-import { type Condition, decodeValue, OvsdbClient, OvsdbError, ovsMap, type Row } from '../ovs/ovsdb.js';
+import { type Condition, OvsdbClient, OvsdbError, ovsMap, type Row } from '../ovs/ovsdb.js';
 import { unixctl } from '../ovs/unixctl.js';
 
 export type Datapath = 'system' | 'netdev';
@@ -78,14 +80,6 @@ export interface GatewayInfo {
   name: string;
   ofport: number;
   mac: string;
-}
-
-type OvsJsonTable = { headings: string[]; data: unknown[][] };
-
-/** Rows of ovs-vsctl --format=json, cells decoded as OVSDB's wire values are (the same encoding). */
-function rows(json: string): Record<string, unknown>[] {
-  const t = JSON.parse(json) as OvsJsonTable;
-  return t.data.map((r) => Object.fromEntries(t.headings.map((h, i) => [h, decodeValue(r[i])])));
 }
 
 /** A one-element OVSDB set is printed as the bare element. */
@@ -195,8 +189,8 @@ export class Ovs {
    * being flushed, until this says the OpenFlow tables are complete again. Returns whether it was set.
    */
   async endFlowRestoreWait(): Promise<boolean> {
-    const value = await this.vsctl(['--if-exists', 'get', 'Open_vSwitch', '.', 'other_config:flow-restore-wait']);
-    if (value.trim().replace(/"/g, '') !== 'true') return false;
+    const [row] = await this.select('read flow-restore-wait', 'Open_vSwitch', [], ['other_config']);
+    if ((row?.other_config as Record<string, string> | undefined)?.['flow-restore-wait'] !== 'true') return false;
     await this.vsctl(['--no-wait', 'remove', 'Open_vSwitch', '.', 'other_config', 'flow-restore-wait']);
     return true;
   }
@@ -228,7 +222,7 @@ export class Ovs {
   /** Fails with a message saying where OVSDB was expected when it does not answer. */
   async ping(): Promise<void> {
     try {
-      await this.vsctl(['show']);
+      await this.select('read the Open_vSwitch row', 'Open_vSwitch', [], ['_uuid']);
     } catch (err) {
       throw new OvsError(`cannot reach OVSDB at ${this.db} (is ovsdb-server running with ovsRunDir ${this.opts.ovsRunDir}?): ${(err as Error).message}`);
     }
@@ -237,7 +231,7 @@ export class Ovs {
   /** Creates or adopts the bridge: datapath, fail-mode secure, OpenFlow 1.5, named tables. */
   async ensureBridge(): Promise<string[]> {
     const br = this.opts.bridge;
-    const found = rows(await this.vsctl(['--format=json', '--columns=name,datapath_type,fail_mode,protocols,flow_tables', 'find', 'Bridge', `name=${br}`]));
+    const found = await this.select(`look up bridge ${br}`, 'Bridge', [['name', '==', br]], ['name', 'datapath_type', 'fail_mode', 'protocols', 'flow_tables']);
     const changes: string[] = [];
     const want = { datapath_type: this.opts.datapath, fail_mode: 'secure', protocols: ['OpenFlow15'] };
     const cur = found[0];
@@ -262,9 +256,9 @@ export class Ovs {
   /** Registers TABLES as Flow_Table names so ovs-ofctl --names and ofproto/trace print them. */
   private async ensureTableNames(): Promise<boolean> {
     const br = this.opts.bridge;
-    const tables = rows(await this.vsctl(['--format=json', '--columns=_uuid,name', 'list', 'Flow_Table']));
+    const tables = await this.select('list flow tables', 'Flow_Table', [], ['_uuid', 'name']);
     const nameOf = new Map(tables.map((r) => [asString(r._uuid), asString(r.name)]));
-    const bridge = rows(await this.vsctl(['--format=json', '--columns=flow_tables', 'find', 'Bridge', `name=${br}`]))[0];
+    const [bridge] = await this.select(`look up bridge ${br}`, 'Bridge', [['name', '==', br]], ['flow_tables']);
     const current = (bridge?.flow_tables ?? {}) as Record<string, unknown>;
     const same =
       Object.keys(current).length === TABLES.length && TABLES.every((name, i) => nameOf.get(asString(current[String(i)])) === name);
@@ -285,7 +279,7 @@ export class Ovs {
     const changes: string[] = [];
     let cur = await this.findInterface(name);
     if (cur) {
-      const onBridge = (await this.vsctl(['port-to-br', name]).catch(() => '')).trim();
+      const onBridge = await this.bridgeOfPort(name);
       if (onBridge && onBridge !== br) throw new OvsError(`${name} exists on bridge ${onBridge}, not ${br}: remove it or choose another gateway name`);
       if (asString(cur.type) !== 'internal') throw new OvsError(`${name} exists in OVSDB with type "${asString(cur.type)}", expected an internal port`);
     }
@@ -310,6 +304,15 @@ export class Ovs {
     const cur = await this.findInterface(name);
     if (!cur) return undefined;
     return { name, ofport: asNumber(cur.ofport), mac: asString(cur.mac) || asString(cur.mac_in_use) };
+  }
+
+  /** The bridge that has a port named `name` ('' when none does). */
+  private async bridgeOfPort(name: string): Promise<string> {
+    const what = `find the bridge of port ${name}`;
+    const [port] = await this.select(what, 'Port', [['name', '==', name]], ['_uuid']);
+    if (!port) return '';
+    const [bridge] = await this.select(what, 'Bridge', [['ports', 'includes', ['uuid', String(port._uuid)]]], ['name']);
+    return bridge ? asString(bridge.name) : '';
   }
 
   private async findInterface(name: string): Promise<Record<string, unknown> | undefined> {
