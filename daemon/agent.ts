@@ -543,9 +543,19 @@ export class Agent {
     const rt = watchRtEvents(
       (ev) => {
         if (this.closed) return;
+        const pods = this.pods;
+        // Read on access: most events (neighbour state changes) are decided without either.
+        const kept = {
+          get gatewayIfindex() {
+            return ifindexOf(gateway);
+          },
+          get podIps() {
+            return new Set([...pods.values()].flatMap((p) => p.ips));
+          },
+          neighbours: KEPT_NEIGHBOURS,
+        };
+        if (!isRepairEvent(ev, kept)) return;
         const gwIndex = ifindexOf(gateway);
-        const podIps = new Set([...this.pods.values()].flatMap((p) => p.ips));
-        if (!isRepairEvent(ev, { gatewayIfindex: gwIndex, podIps, neighbours: KEPT_NEIGHBOURS })) return;
         this.repairSoon(`netlink: ${describeRtEvent(ev, (i) => (i === gwIndex ? gateway : undefined))}`);
       },
       // A lost notification (ENOBUFS after a burst) could have been a removal: check everything.

@@ -12,6 +12,7 @@
  */
 import { join, posix } from 'node:path';
 import type { KubeObject } from '../daemon/policy/types.js';
+import { SERVICE_ACCOUNT_DIR } from '../daemon/kube/access.js';
 
 export class PodSpecError extends Error {
   override name = 'PodSpecError';
@@ -22,7 +23,8 @@ export class PodInputMissing extends Error {
   override name = 'PodInputMissing';
 }
 
-export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
+/** Where a Pod's service account token and CA are mounted (the agent reads them from there). */
+export { SERVICE_ACCOUNT_DIR };
 
 /** Where a node's host paths live, and what a Pod on it sees of the cluster. */
 export interface NodeDirs {

@@ -12,7 +12,11 @@ import { GUARD_TABLE } from './vethguard.js';
 
 const RT_TABLE_MAIN = 254;
 
-/** What sluice keeps on the host that kernel events can report removed. */
+/**
+ * What sluice keeps on the host that kernel events can report removed. isRepairEvent reads each
+ * field only for the events that need it (neighbour changes, the most frequent, mostly none), so a
+ * caller may compute them on access.
+ */
 export interface KeptHostState {
   /** antrea-gw0's interface index (undefined: it does not exist, so nothing on it can be lost). */
   gatewayIfindex: number | undefined;
@@ -31,7 +35,10 @@ export interface KeptHostState {
  * by address, because the kernel reports every deleted neighbour as FAILED without its lladdr.
  */
 export function isRepairEvent(ev: RtEvent, kept: KeptHostState): boolean {
-  const onGateway = (i: number | undefined) => kept.gatewayIfindex !== undefined && i === kept.gatewayIfindex;
+  const onGateway = (i: number | undefined) => {
+    const gw = kept.gatewayIfindex;
+    return gw !== undefined && i === gw;
+  };
   switch (ev.kind) {
     case 'route':
       if (ev.deleted) return onGateway(ev.ifindex);
@@ -39,7 +46,7 @@ export function isRepairEvent(ev: RtEvent, kept: KeptHostState): boolean {
     case 'rule':
       return ev.deleted && ev.table === SERVICE_ROUTE_TABLE && ev.fwmark !== undefined;
     case 'neigh':
-      return ev.deleted && onGateway(ev.ifindex) && kept.neighbours.has(ev.ip);
+      return ev.deleted && kept.neighbours.has(ev.ip) && onGateway(ev.ifindex);
   }
 }
 

@@ -72,10 +72,6 @@ export class Informer<T extends ListedObject> {
     return out;
   }
 
-  latestResourceVersion(): string {
-    return this.resourceVersion;
-  }
-
   private async run(gen: number): Promise<void> {
     if (!this.resourceVersion) {
       let listed: Awaited<ReturnType<InformerOptions<T>['list']>>;
