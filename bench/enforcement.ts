@@ -11,15 +11,15 @@
  * usage (root, after a build): node dist/bench/enforcement.js [--events 100] [--remote 980] [--policies 500] [--local-events 100] [--keep]
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { openSync, readSync, closeSync, statSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { agentLogPath, agentPidPath } from '../lab/agent.js';
+import { agentLogPath } from '../lab/agent.js';
 import { readControl } from '../lab/control.js';
 import { resolveKind } from '../lab/kinds.js';
-import { nodeNetns, ovsDir, podNetns, repoRoot } from '../lab/net/names.js';
+import { podNetns, repoRoot } from '../lab/net/names.js';
 import { clientFor } from '../lab/ops.js';
 import type { KubeObject } from '../daemon/policy/types.js';
+import { agentMemory, flowCount, LogTail, pct, sleep } from './lab-agent.js';
 
 const LAB = 'en4';
 const NODE = 'node-1';
@@ -34,51 +34,10 @@ const POLICIES = arg('policies', 500);
 const LOCAL = 10;
 const cli = join(repoRoot(), 'dist', 'lab', 'cli.js');
 const lab = (...args: string[]) => execFileSync(process.execPath, [cli, ...args, '--name', LAB], { stdio: ['ignore', 'pipe', 'inherit'] }).toString();
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const POD = resolveKind('pods');
 const NS = resolveKind('namespaces');
 const NETPOL = resolveKind('networkpolicies');
-
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!;
-}
-
-/** Follows the agent's JSON log from its current end. */
-class LogTail {
-  private offset: number;
-  private buf = '';
-  constructor(private readonly file: string) {
-    this.offset = statSync(file).size;
-  }
-  /** Resolves with the first new line containing every needle, and the time it was seen. */
-  async waitFor(needles: string[], timeoutMs = 60_000): Promise<{ line: string; at: number }> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const size = statSync(this.file).size;
-      if (size > this.offset) {
-        const fd = openSync(this.file, 'r');
-        const chunk = Buffer.alloc(size - this.offset);
-        readSync(fd, chunk, 0, chunk.length, this.offset);
-        closeSync(fd);
-        this.offset = size;
-        this.buf += chunk.toString('utf8');
-      }
-      const lines = this.buf.split('\n');
-      this.buf = lines.pop() ?? '';
-      const at = performance.now();
-      for (const [i, l] of lines.entries()) {
-        if (needles.every((n) => l.includes(n))) {
-          this.buf = lines.slice(i + 1).join('\n') + (lines.length > i + 1 ? '\n' : '') + this.buf;
-          return { line: l, at };
-        }
-      }
-      if (Date.now() > deadline) throw new Error(`no log line with ${needles.join(' + ')} within ${timeoutMs} ms`);
-      await sleep(2);
-    }
-  }
-}
 
 const ipOf = (i: number): string => `10.200.${Math.floor(i / 250)}.${(i % 250) + 2}`;
 
@@ -106,37 +65,6 @@ function connectionRate(fromPod: string, ip: string, port: number, seconds = 3):
     for (let i = 0; i < 8; i++) { active++; one(); }`;
   const r = spawnSync('ip', ['netns', 'exec', podNetns(LAB, 'bench', fromPod), process.execPath, '-e', script], { encoding: 'utf8' });
   return Number(r.stdout.trim()) / seconds;
-}
-
-function flowCount(): number {
-  const r = spawnSync('ovs-ofctl', ['-O', 'OpenFlow15', 'dump-aggregate', 'br-int'], { env: { ...process.env, OVS_RUNDIR: ovsDir(LAB, NODE) }, encoding: 'utf8' });
-  return Number(/flow_count=(\d+)/.exec(r.stdout)?.[1] ?? NaN);
-}
-
-/** Agent memory: RSS from /proc, and the JS heap split the agent reports in /status (live vs reserved). */
-function agentMemory(): string {
-  const pid = readFileSync(agentPidPath(LAB, NODE), 'utf8').trim();
-  const rss = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
-  const r = spawnSync('ip', ['netns', 'exec', nodeNetns(LAB, NODE), 'curl', '-s', '--max-time', '5', 'http://127.0.0.1:10349/status'], { encoding: 'utf8' });
-  let heap = '';
-  try {
-    const m = (JSON.parse(r.stdout) as { memory?: { heapUsedMiB: number; heapTotalMiB: number } }).memory;
-    if (m) heap = ` (JS heap ${m.heapUsedMiB.toFixed(0)} of ${m.heapTotalMiB.toFixed(0)} MiB)`;
-  } catch {
-    heap = ' (JS heap: /status unavailable)';
-  }
-  return `agent RSS ${rss.toFixed(0)} MiB${heap}`;
-}
-
-async function settle(tail: LogTail): Promise<void> {
-  // Quiet for 2 s: no further commit.
-  for (;;) {
-    try {
-      await tail.waitFor(['policy: flows committed'], 2000);
-    } catch {
-      return;
-    }
-  }
 }
 
 function netpol(i: number): KubeObject {
@@ -172,14 +100,14 @@ async function main(): Promise<void> {
   }
   console.log(`set-up: ${LOCAL + 1} real Pods, ${REMOTE} API-only Pods (created in ${((performance.now() - tRemote) / 1000).toFixed(1)} s)`);
   const tail = new LogTail(agentLogPath(LAB, NODE));
-  await settle(tail);
+  await tail.settle();
   const rate0 = connectionRate('cli', ips.get('srv-0')!, 80);
-  console.log(`connection setup cli (node-2) -> srv-0 (node-1), 0 policies: ${rate0.toFixed(0)} conn/s; flows on ${NODE}: ${flowCount()}; ${agentMemory()}`);
+  console.log(`connection setup cli (node-2) -> srv-0 (node-1), 0 policies: ${rate0.toFixed(0)} conn/s; flows on ${NODE}: ${flowCount(LAB, NODE)}; ${agentMemory(LAB, NODE)}`);
 
   const tPol = performance.now();
   for (let i = 0; i < POLICIES; i++) await rest.create(NETPOL, netpol(i));
-  await settle(tail);
-  console.log(`${POLICIES} NetworkPolicies created and enforced in ${((performance.now() - tPol) / 1000).toFixed(1)} s; flows on ${NODE}: ${flowCount()}; ${agentMemory()}`);
+  await tail.settle();
+  console.log(`${POLICIES} NetworkPolicies created and enforced in ${((performance.now() - tPol) / 1000).toFixed(1)} s; flows on ${NODE}: ${flowCount(LAB, NODE)}; ${agentMemory(LAB, NODE)}`);
 
   const measure = async (what: string, n: number, act: (i: number) => Promise<unknown>, needles: (i: number) => string[]): Promise<void> => {
     const ms: number[] = [];
@@ -192,19 +120,19 @@ async function main(): Promise<void> {
     console.log(`${what}: p50 ${pct(ms, 50).toFixed(1)} ms, p99 ${pct(ms, 99).toFixed(1)} ms (n=${n}, max ${Math.max(...ms).toFixed(1)} ms)`);
   };
   await measure('(a) new NetworkPolicy -> flows committed', EVENTS, (i) => rest.create(NETPOL, netpol(POLICIES + i)), () => ['policy: flows committed']);
-  await settle(tail);
+  await tail.settle();
   await measure('(b) Pod relabel into a group -> flows committed', EVENTS, (i) => rest.patch(POD, `remote-${i}`, 'bench', { metadata: { labels: { role: `r${(i % 20) + 1}` } } }), () => ['policy: flows committed']);
-  await settle(tail);
+  await tail.settle();
   await measure(
     '(c) new local Pod (API create, kubelet sandbox, CNI ADD) -> attached with its flows',
     LOCAL_EVENTS,
     (i) => rest.create(POD, { apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'bench', name: `new-${i}`, labels: { srv: `s${i % LOCAL}` } }, spec: { nodeName: NODE, containers: [container] } }),
     (i) => ['add: attached', `bench/new-${i}"`],
   );
-  await settle(tail);
+  await tail.settle();
   const rate500 = connectionRate('cli', ips.get('srv-0')!, 80);
   console.log(`connection setup cli -> srv-0 with ${POLICIES + EVENTS} policies: ${rate500.toFixed(0)} conn/s (ratio to 0 policies: ${(rate500 / rate0).toFixed(2)})`);
-  console.log(`final: flows on ${NODE}: ${flowCount()}; ${agentMemory()}; Pods known cluster-wide: ${LOCAL + 1 + REMOTE + LOCAL_EVENTS}; bench ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+  console.log(`final: flows on ${NODE}: ${flowCount(LAB, NODE)}; ${agentMemory(LAB, NODE)}; Pods known cluster-wide: ${LOCAL + 1 + REMOTE + LOCAL_EVENTS}; bench ${((performance.now() - t0) / 1000).toFixed(0)} s`);
   if (!process.argv.includes('--keep')) spawnSync(process.execPath, [cli, 'down', '--name', LAB], { stdio: 'ignore' });
 }
 

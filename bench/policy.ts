@@ -1,25 +1,19 @@
 /**
- * Policy engine bench (prints figures, asserts nothing):
- * 10 000 Pods in 500 namespaces on 50 Nodes, 2 000 mixed policies (K8s NetworkPolicy, and
- * Antrea ClusterNetworkPolicy / AdminNetworkPolicy / BaselineAdminNetworkPolicy when their
- * normalizers are registered). Measures cold compute time and RSS, one Pod relabel and one
- * policy edit (incremental time and changed rules/groups), and evaluator queries per second.
+ * Policy engine bench (prints figures, asserts nothing): 10 000 Pods in 500 namespaces on 50
+ * Nodes, 2 000 policies of every kind (bench/cluster-model.ts). Measures cold compute time and
+ * RSS, one Pod relabel and one policy edit (incremental time and changed rules/groups), and
+ * evaluator queries per second.
  *
  * Run: npx tsc -p tsconfig.json && node dist/bench/policy.js
  */
 import { PolicyEngine, type ChangeSet } from '../daemon/policy/engine.js';
-import { normalizers as adminNormalizers } from '../daemon/policy/admin/index.js';
-import { normalizers as antreaNormalizers } from '../daemon/policy/antrea/index.js';
-import type { KubeObject, Probe } from '../daemon/policy/types.js';
+import type { Probe } from '../daemon/policy/types.js';
+import { clusterModel } from './cluster-model.js';
 
 const NAMESPACES = 500;
 const PODS_PER_NS = 20;
 const NODES = 50;
 const POLICIES = 2000;
-
-const has = (list: { kind: string }[], kind: string) => list.some((n) => n.kind === kind);
-const withAntrea = has(antreaNormalizers, 'ClusterNetworkPolicy');
-const withAdmin = has(adminNormalizers, 'AdminNetworkPolicy');
 
 function ms(start: bigint): string {
   return `${(Number(process.hrtime.bigint() - start) / 1e6).toFixed(1)} ms`;
@@ -30,95 +24,7 @@ function summary(cs: ChangeSet): string {
   return `rules ${n(cs.rules)}, addressGroups ${n(cs.addressGroups)}, appliedToGroups ${n(cs.appliedToGroups)}`;
 }
 
-function objects(): { cluster: KubeObject[]; policies: KubeObject[] } {
-  const cluster: KubeObject[] = [];
-  for (let n = 0; n < NODES; n++) {
-    cluster.push({ apiVersion: 'v1', kind: 'Node', metadata: { name: `node-${n}`, labels: { zone: `z${n % 3}` } }, status: { addresses: [{ type: 'InternalIP', address: `172.20.${n >> 8}.${n & 255}` }] } });
-  }
-  for (let i = 0; i < NAMESPACES; i++) {
-    cluster.push({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: `ns-${i}`, labels: { team: `t${i % 20}`, env: i % 2 ? 'prod' : 'dev' } } });
-    for (let j = 0; j < PODS_PER_NS; j++) {
-      const k = i * PODS_PER_NS + j;
-      cluster.push({
-        apiVersion: 'v1', kind: 'Pod',
-        metadata: { name: `pod-${j}`, namespace: `ns-${i}`, labels: { app: `app-${j % 10}`, tier: ['fe', 'be', 'db'][j % 3]! } },
-        spec: { nodeName: `node-${k % NODES}`, containers: [{ name: 'c', ports: [{ name: 'http', containerPort: 8080 + (j % 3) }, { name: 'dns', containerPort: 53, protocol: 'UDP' }] }] },
-        status: { podIP: `10.${16 + (k >> 16)}.${(k >> 8) & 255}.${k & 255}` },
-      });
-    }
-  }
-  const policies: KubeObject[] = [];
-  let count = 0;
-  const k8sShare = POLICIES - (withAntrea ? 300 : 0) - (withAdmin ? 200 : 0);
-  for (let p = 0; p < k8sShare; p++, count++) {
-    const ns = `ns-${p % NAMESPACES}`;
-    const shape = Math.floor(p / NAMESPACES);
-    const spec = [
-      { podSelector: { matchLabels: { tier: 'db' } }, policyTypes: ['Ingress'] },
-      { podSelector: { matchLabels: { tier: 'db' } }, ingress: [{ from: [{ podSelector: { matchLabels: { tier: 'be' } } }], ports: [{ port: 'http' }] }] },
-      { podSelector: { matchLabels: { tier: 'fe' } }, ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: `t${p % 20}` } } }, { ipBlock: { cidr: '192.168.0.0/16', except: ['192.168.1.0/24'] } }], ports: [{ port: 8080, endPort: 8082 }] }], egress: [{ to: [{ namespaceSelector: {}, podSelector: { matchLabels: { app: 'app-1' } } }] }] },
-      { podSelector: { matchExpressions: [{ key: 'app', operator: 'In', values: ['app-2', 'app-3'] }] }, ingress: [{ from: [{ namespaceSelector: { matchLabels: { env: 'prod' } }, podSelector: { matchLabels: { tier: 'fe' } } }] }] },
-    ][shape % 4];
-    policies.push({ apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name: `np-${p}`, namespace: ns }, spec });
-  }
-  // The rest split between the other kinds: 200 ACNP (+ ClusterGroups), 100 ANNP, 1 BANP, CNP and ANP.
-  if (withAntrea) {
-    for (let g = 0; g < 20; g++) {
-      cluster.push({ apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterGroup', metadata: { name: `cg-${g}` }, spec: { namespaceSelector: { matchLabels: { team: `t${g}` } }, podSelector: { matchLabels: { tier: 'fe' } } } });
-    }
-    for (let p = 0; p < 200; p++, count++) {
-      policies.push({
-        apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: `acnp-${p}` },
-        spec: {
-          priority: 1 + (p % 50), tier: ['securityops', 'application', 'baseline'][p % 3],
-          appliedTo: [{ namespaceSelector: { matchLabels: { team: `t${p % 20}` } }, podSelector: { matchLabels: { app: `app-${p % 10}` } } }],
-          ingress: [{ action: p % 3 === 2 ? 'Drop' : ['Allow', 'Drop', 'Pass'][p % 3], from: [p % 5 === 0 ? { group: `cg-${p % 20}` } : { namespaceSelector: { matchLabels: { env: 'dev' } } }], ports: [{ protocol: 'TCP', port: 8080 }] }],
-          egress: [{ action: 'Drop', to: [{ ipBlock: { cidr: `203.0.${p % 256}.0/24` } }] }],
-        },
-      });
-    }
-    for (let p = 0; p < 100; p++, count++) {
-      policies.push({
-        apiVersion: 'crd.antrea.io/v1beta1', kind: 'NetworkPolicy', metadata: { name: `annp-${p}`, namespace: `ns-${(p * 5) % NAMESPACES}` },
-        spec: {
-          priority: 5, tier: 'application',
-          appliedTo: [{ podSelector: { matchLabels: { tier: 'db' } } }],
-          ingress: [{ action: 'Allow', from: [{ podSelector: { matchLabels: { tier: 'be' } } }], ports: [{ protocol: 'TCP', port: 8081 }] }, { action: 'Drop' }],
-        },
-      });
-    }
-  }
-  if (withAdmin) {
-    policies.push({
-      apiVersion: 'policy.networking.k8s.io/v1alpha1', kind: 'BaselineAdminNetworkPolicy', metadata: { name: 'default' },
-      spec: { subject: { namespaces: {} }, ingress: [{ name: 'deny-other-teams', action: 'Deny', from: [{ namespaces: { matchLabels: { team: 't0' } } }] }] },
-    });
-    count++;
-    for (let p = 0; p < 49; p++, count++) {
-      policies.push({
-        apiVersion: 'policy.networking.k8s.io/v1alpha2', kind: 'ClusterNetworkPolicy', metadata: { name: `cnp-${p}` },
-        spec: {
-          tier: p % 2 ? 'Admin' : 'Baseline', priority: p,
-          subject: { namespaces: { matchLabels: { team: `t${p % 20}` } } },
-          ingress: [{ name: 'r', action: ['Accept', 'Deny', 'Pass'][p % 3], from: [{ namespaces: { matchLabels: { env: 'prod' } } }], protocols: [{ tcp: { destinationPort: { number: 443 } } }] }],
-        },
-      });
-    }
-    for (let p = 0; count < POLICIES; p++, count++) {
-      policies.push({
-        apiVersion: 'policy.networking.k8s.io/v1alpha1', kind: 'AdminNetworkPolicy', metadata: { name: `anp-${p}` },
-        spec: {
-          priority: p % 1000,
-          subject: { pods: { namespaceSelector: { matchLabels: { team: `t${p % 20}` } }, podSelector: { matchLabels: { tier: 'db' } } } },
-          ingress: [{ name: 'from-fe', action: ['Allow', 'Deny', 'Pass'][p % 3], from: [{ pods: { namespaceSelector: {}, podSelector: { matchLabels: { tier: 'fe' } } } }], ports: [{ portNumber: { protocol: 'TCP', port: 8080 } }] }],
-        },
-      });
-    }
-  }
-  return { cluster, policies };
-}
-
-const { cluster, policies } = objects();
+const { cluster, policies } = clusterModel({ namespaces: NAMESPACES, podsPerNamespace: PODS_PER_NS, nodes: NODES, policies: POLICIES });
 const kinds = new Map<string, number>();
 for (const p of policies) {
   const k = `${p.kind} (${p.apiVersion.split('/')[0]})`;

@@ -21,3 +21,19 @@ export const realClock: Clock = {
     if (h) clearTimeout(h.timer as NodeJS.Timeout);
   },
 };
+
+/**
+ * A reply deadline that a busy event loop cannot fake. After a long synchronous stretch (a cold
+ * policy compile, a GC pause), expired timers run before the poll phase reads the sockets, so a
+ * reply that arrived in time would be reported missing and a healthy OVS or API server blamed.
+ * `expire` therefore runs only if the reply has still not cancelled the deadline after one more
+ * pass through the poll phase. Returns the cancel function.
+ */
+export function replyDeadline(ms: number, expire: () => void): () => void {
+  let cancelled = false;
+  const timer = setTimeout(() => setImmediate(() => cancelled || expire()), ms);
+  return () => {
+    cancelled = true;
+    clearTimeout(timer);
+  };
+}

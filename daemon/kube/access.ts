@@ -244,7 +244,11 @@ export class KubeAccess {
   private requestJson(method: string, path: string, body: unknown, timeoutMs: number): Promise<unknown> {
     const url = new URL(this.server + path);
     return new Promise((resolve, reject) => {
+      // Response bytes seen: an idle timeout that fires after the event loop was busy does not
+      // cut a response that was arriving (see replyDeadline).
+      let progress = 0;
       const req = this.send(method, url, body, (res) => {
+        res.on('data', () => progress++);
         readBody(res).then((text) => {
           const code = res.statusCode ?? 0;
           if (code < 200 || code > 299) return reject(apiError(method, path, code, text));
@@ -255,7 +259,12 @@ export class KubeAccess {
           }
         }, reject);
       });
-      req.setTimeout(timeoutMs, () => req.destroy(new Error(`${method} ${path}: no answer within ${timeoutMs} ms`)));
+      req.setTimeout(timeoutMs, () => {
+        const seen = progress;
+        setImmediate(() => {
+          if (progress === seen) req.destroy(new Error(`${method} ${path}: no answer within ${timeoutMs} ms`));
+        });
+      });
       req.on('error', reject);
     });
   }

@@ -6,6 +6,7 @@
  * "update") to a listener. It never reconnects by itself: the clients above decide when to.
  */
 import { connect, type Socket } from 'node:net';
+import { replyDeadline } from '../clock.js';
 
 export class JsonRpcError extends Error {
   override name = 'JsonRpcError';
@@ -76,7 +77,8 @@ interface Pending {
   method: string;
   resolve: (v: unknown) => void;
   reject: (e: Error) => void;
-  timer: NodeJS.Timeout;
+  /** Cancels the reply deadline. */
+  cancel: () => void;
 }
 
 export class JsonRpcConnection {
@@ -120,17 +122,17 @@ export class JsonRpcConnection {
   static connect(path: string, timeoutMs = 5000): Promise<JsonRpcConnection> {
     return new Promise((resolve, reject) => {
       const socket = connect(path);
-      const timer = setTimeout(() => {
+      const cancel = replyDeadline(timeoutMs, () => {
         socket.destroy();
         reject(new JsonRpcClosed(`${path}: no connection within ${timeoutMs} ms`));
-      }, timeoutMs);
+      });
       socket.once('connect', () => {
-        clearTimeout(timer);
+        cancel();
         socket.removeAllListeners('error');
         resolve(new JsonRpcConnection(socket, path));
       });
       socket.once('error', (err) => {
-        clearTimeout(timer);
+        cancel();
         reject(new JsonRpcClosed(`${path}: ${err.message}`));
       });
     });
@@ -148,11 +150,11 @@ export class JsonRpcConnection {
     if (this.socket.destroyed) return Promise.reject(this.closeError ?? new JsonRpcClosed(`${this.path}: connection closed`));
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
+      const cancel = replyDeadline(timeoutMs, () => {
         this.pending.delete(id);
         reject(new JsonRpcClosed(`${this.path}: ${method}: no reply within ${timeoutMs} ms`));
-      }, timeoutMs);
-      this.pending.set(id, { method, resolve, reject, timer });
+      });
+      this.pending.set(id, { method, resolve, reject, cancel });
       this.socket.write(JSON.stringify({ method, params, id }));
     });
   }
@@ -174,14 +176,14 @@ export class JsonRpcConnection {
     const p = typeof m.id === 'number' ? this.pending.get(m.id) : undefined;
     if (!p) return; // a reply to a request that already timed out
     this.pending.delete(m.id as number);
-    clearTimeout(p.timer);
+    p.cancel();
     if (m.error !== null && m.error !== undefined) p.reject(new JsonRpcError(p.method, m.error));
     else p.resolve(m.result);
   }
 
   private fail(err: Error): void {
     for (const [id, p] of this.pending) {
-      clearTimeout(p.timer);
+      p.cancel();
       this.pending.delete(id);
       p.reject(err);
     }

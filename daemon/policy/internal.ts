@@ -137,10 +137,28 @@ interface GroupRecord {
   portFilter?: ReadonlySet<string>;
 }
 
-interface GroupState {
+/**
+ * A group as it was when a change first touched it. Its members are not copied: `members` is the
+ * map the group had then, and `changed` keeps the earlier value of every key changed in that map
+ * since (undefined: absent). A group's members map is replaced, never mutated, when it is
+ * recomputed as a whole, so the old map stays as it was. Taking a snapshot is O(1) and comparing
+ * it O(changed keys), not O(members): a Pod event touches every group the Pod is in.
+ */
+interface GroupBefore {
   peer: string;
   ipBlocks: string;
   members: Map<string, GroupMember>;
+  changed: Map<string, GroupMember | undefined>;
+}
+
+function membersBefore(b: GroupBefore): Map<string, GroupMember> {
+  if (b.changed.size === 0) return b.members;
+  const m = new Map(b.members);
+  for (const [k, v] of b.changed) {
+    if (v) m.set(k, v);
+    else m.delete(k);
+  }
+  return m;
 }
 
 function sameMembers(a: Map<string, GroupMember>, b: Map<string, GroupMember>): boolean {
@@ -152,8 +170,14 @@ function sameMembers(a: Map<string, GroupMember>, b: Map<string, GroupMember>): 
   return true;
 }
 
-function sameGroupState(a: GroupState, b: GroupState): boolean {
-  return a.peer === b.peer && a.ipBlocks === b.ipBlocks && sameMembers(a.members, b.members);
+function unchangedGroup(was: GroupBefore, now: GroupRecord): boolean {
+  if (was.peer !== now.peerJson || was.ipBlocks !== now.ipBlocks.join(',')) return false;
+  if (now.members !== was.members) return sameMembers(membersBefore(was), now.members);
+  for (const [k, m] of was.changed) {
+    const o = now.members.get(k);
+    if (o !== m && !sameMember(m, o)) return false;
+  }
+  return true;
 }
 
 const EMPTY: ReadonlySet<string> = new Set();
@@ -202,8 +226,8 @@ export class InternalModel {
   private readonly computed = new Map<string, ComputedRule>();
   private readonly relativeRules = new Set<string>();
   private touched?: {
-    address: Map<string, GroupState | null>;
-    appliedTo: Map<string, GroupState | null>;
+    address: Map<string, GroupBefore | null>;
+    appliedTo: Map<string, GroupBefore | null>;
     rules: Map<string, string | null>;
     isolations: Map<string, string | null>;
   } | undefined;
@@ -256,9 +280,20 @@ export class InternalModel {
       for (const list of [d.added, d.updated, d.removed]) list.sort();
       return d;
     };
+    const groupDelta = (kind: GroupKind): IdDelta => {
+      const d: IdDelta = { added: [], updated: [], removed: [] };
+      for (const [id, was] of t[kind]) {
+        const now = this.groups[kind].get(id);
+        if (!was && now) d.added.push(id);
+        else if (was && !now) d.removed.push(id);
+        else if (was && now && !unchangedGroup(was, now)) d.updated.push(id);
+      }
+      for (const list of [d.added, d.updated, d.removed]) list.sort();
+      return d;
+    };
     const cs: ChangeSet = {
-      addressGroups: delta(t.address, (id) => this.groupState('address', id), sameGroupState),
-      appliedToGroups: delta(t.appliedTo, (id) => this.groupState('appliedTo', id), sameGroupState),
+      addressGroups: groupDelta('address'),
+      appliedToGroups: groupDelta('appliedTo'),
       rules: delta(t.rules, (id) => this.ruleJson(id), (a, b) => a === b),
       isolations: delta(t.isolations, (id) => this.isolationJson(id), (a, b) => a === b),
     };
@@ -290,11 +325,6 @@ export class InternalModel {
     groups.clear();
   }
 
-  /** What a group's content is, cheap to take and compare (members by identity, then by value). */
-  private groupState(kind: GroupKind, id: string): GroupState | null {
-    const g = this.groups[kind].get(id);
-    return g ? { peer: g.peerJson, ipBlocks: g.ipBlocks.join(','), members: new Map(g.members) } : null;
-  }
 
   private isolationJson(id: string): string | null {
     const i = this.isolationById.get(id);
@@ -306,9 +336,12 @@ export class InternalModel {
     return r ? canonicalJson(r) : null;
   }
 
-  private touchGroup(g: GroupRecord): void {
+  /** Records the group with this id as it is now (null: none yet), once per change. */
+  private touchGroup(g: Pick<GroupRecord, 'id' | 'kind'>): void {
     const map = this.touched?.[g.kind];
-    if (map && !map.has(g.id)) map.set(g.id, this.groupState(g.kind, g.id));
+    if (!map || map.has(g.id)) return;
+    const cur = this.groups[g.kind].get(g.id);
+    map.set(g.id, cur ? { peer: cur.peerJson, ipBlocks: cur.ipBlocks.join(','), members: cur.members, changed: new Map() } : null);
   }
 
   private touchRule(id: string): void {
@@ -539,7 +572,7 @@ export class InternalModel {
       g.refs++;
       return g;
     }
-    this.touchGroup({ id, kind } as GroupRecord);
+    this.touchGroup({ id, kind });
     const namespaces = peer.kind === 'pods' && peer.namespaces.kind === 'names' ? new Set(peer.namespaces.names) : undefined;
     g = {
       id, kind, peer, matcher: compilePeer(peer, this.env, 0, kind === 'appliedTo'), ...(namespaces ? { namespaces } : {}), members: new Map(), ipBlocks: [], refs: 1,
@@ -639,6 +672,8 @@ export class InternalModel {
   }
 
   private setMember(g: GroupRecord, key: string, member: GroupMember | undefined): void {
+    const before = this.touched?.[g.kind].get(g.id);
+    if (before && before.members === g.members && !before.changed.has(key)) before.changed.set(key, g.members.get(key));
     if (member) {
       g.members.set(key, member);
       if (g.kind === 'appliedTo') this.indexTarget(g, key);

@@ -101,6 +101,24 @@ t.test('JsonRpcConnection: replies matched by id out of order, echo answered, no
   await t.rejects(JsonRpcConnection.connect(path), /rpc\.sock: connect (ENOENT|ECONNREFUSED)/, 'nothing listening: the path is named');
 });
 
+t.test('JsonRpcConnection: a reply that arrived while the event loop was busy past the deadline counts', async (t) => {
+  const path = join(dir, 'busy.sock');
+  const server = await serve(path, (m, sock) => {
+    sock.write(JSON.stringify({ result: 'answered in time', error: null, id: m.id }));
+    // The process then computes for longer than the client's deadline (a cold compile, a GC
+    // pause): when the loop comes back, the expired timer runs before the socket is read.
+    const until = Date.now() + 150;
+    while (Date.now() < until);
+  });
+  const conn = await JsonRpcConnection.connect(path);
+  try {
+    t.equal(await conn.request('busy', [], 50), 'answered in time', 'the reply that was waiting in the socket is taken, not a timeout');
+  } finally {
+    conn.close();
+    await close(server);
+  }
+});
+
 t.test('JsonRpcConnection: requests in flight fail when the server goes away', async (t) => {
   const path = join(dir, 'drop.sock');
   const server = await serve(path, (_m, sock) => sock.destroy());

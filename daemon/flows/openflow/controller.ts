@@ -31,6 +31,7 @@ import {
   OFPBCT,
   OFPT_BUNDLE_CONTROL,
 } from './flowmod.js';
+import { replyDeadline } from '../../clock.js';
 import { BoundedQueue } from './queue.js';
 import {
   decodeError,
@@ -133,7 +134,8 @@ export class FlowBundleError extends OpenFlowError {
 interface Pending {
   resolve: (msg: Buffer) => void;
   reject: (e: Error) => void;
-  timer: NodeJS.Timeout;
+  /** Cancels the reply deadline. */
+  cancel: () => void;
 }
 
 const noopLog: ControllerLog = { debug() {}, info() {}, warn() {} };
@@ -197,16 +199,16 @@ export class OpenFlowController extends EventEmitter {
   waitConnected(timeoutMs = 10_000): Promise<SwitchFeatures> {
     if (this.ready && this.features) return Promise.resolve(this.features);
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
+      const cancel = replyDeadline(timeoutMs, () => {
         this.connectedWaiters = this.connectedWaiters.filter((w) => w.resolve !== done);
         reject(new OpenFlowError(`no OpenFlow connection to ${this.opts.socketPath} within ${timeoutMs} ms`));
-      }, timeoutMs);
+      });
       const done = (f: SwitchFeatures) => {
-        clearTimeout(timer);
+        cancel();
         resolve(f);
       };
       this.connectedWaiters.push({ resolve: done, reject: (e) => {
-          clearTimeout(timer);
+          cancel();
           reject(e);
         } });
     });
@@ -412,7 +414,7 @@ export class OpenFlowController extends EventEmitter {
     this.helloWaiter = undefined;
     this.watched.clear();
     for (const [xid, p] of this.pending) {
-      clearTimeout(p.timer);
+      p.cancel();
       p.reject(new OpenFlowError(`request ${xid} aborted: ${reason}`));
     }
     this.pending.clear();
@@ -423,9 +425,9 @@ export class OpenFlowController extends EventEmitter {
 
   private async handshake(sock: Socket): Promise<void> {
     const hello = new Promise<Buffer>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new OpenFlowError(`no HELLO within ${this.opts.requestTimeoutMs} ms`)), this.opts.requestTimeoutMs);
+      const cancel = replyDeadline(this.opts.requestTimeoutMs, () => reject(new OpenFlowError(`no HELLO within ${this.opts.requestTimeoutMs} ms`)));
       this.helloWaiter = (m) => {
-        clearTimeout(timer);
+        cancel();
         resolve(m);
       };
     });
@@ -489,11 +491,11 @@ export class OpenFlowController extends EventEmitter {
     if (!sock) return Promise.reject(new OpenFlowError('not connected'));
     const xid = msg.readUInt32BE(4);
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
+      const cancel = replyDeadline(timeoutMs, () => {
         this.pending.delete(xid);
         reject(new OpenFlowError(`no reply to message type ${msg[1]} (xid ${xid}) within ${timeoutMs} ms`));
-      }, timeoutMs);
-      this.pending.set(xid, { resolve, reject, timer });
+      });
+      this.pending.set(xid, { resolve, reject, cancel });
       sock.write(msg);
     });
   }
@@ -557,7 +559,7 @@ export class OpenFlowController extends EventEmitter {
     const p = this.pending.get(xid);
     if (!p) return;
     this.pending.delete(xid);
-    clearTimeout(p.timer);
+    p.cancel();
     p.resolve(msg);
   }
 
@@ -575,7 +577,7 @@ export class OpenFlowController extends EventEmitter {
     const p = this.pending.get(xid);
     if (p) {
       this.pending.delete(xid);
-      clearTimeout(p.timer);
+      p.cancel();
       this.s.switchErrors++;
       p.reject(new OpenFlowError(`switch error type ${info.type} code ${info.code} for xid ${xid}`, info));
       return;

@@ -1,0 +1,211 @@
+/**
+ * Agent cold-start bench (prints figures, asserts nothing). A 1-node lab "cs1" whose API server
+ * holds 10 000 Pods on other nodes (API objects only) and 1 000 policies of every kind
+ * (bench/cluster-model.ts), and 110 real Pods on node-1 with the model's labels, so the policies
+ * select them. Then the node's agent is killed (SIGKILL) and started again, measuring from the
+ * process start to
+ *   - "flows converged": the start-up bundle is on the bridge (base, Pod and policy flows);
+ *   - "ready": host networking converged too, the agent serves CNI requests;
+ * and its RSS once ready. Two kinds of start, interleaved: `restart` (the bridge keeps the flows,
+ * as after an agent upgrade: the bundle should change nothing) and `empty bridge` (every flow
+ * deleted first, as after a node reboot).
+ *
+ * A/B in one run: `--baseline DIR` (a checkout with its own dist/, e.g. an older build) starts that
+ * build's agent on the same lab, alternating with this one. Runs idle, then with a CPU load
+ * generator on every core (`--no-loaded` skips that round).
+ *
+ * usage (root, after a build): node dist/bench/cold-start.js [--reps 3] [--baseline DIR] [--keep]
+ */
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
+import { closeSync, existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
+import { join, resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import type { KubeObject } from '../daemon/policy/types.js';
+import { agentConfigPath, agentLogPath, agentPidPath } from '../lab/agent.js';
+import { readControl } from '../lab/control.js';
+import { apiVersionOf, KINDS, type ResourceKind } from '../lab/kinds.js';
+import { nodeNetns, ovsDir, repoRoot } from '../lab/net/names.js';
+import { clientFor, waitForPods } from '../lab/ops.js';
+import type { RestClient } from '../lab/restclient.js';
+import { clusterModel, namespaceLabels, podContainers, podLabels } from './cluster-model.js';
+import { agentRssMiB, flowCount, LogTail, pct } from './lab-agent.js';
+
+const LAB = 'cs1';
+const NODE = 'node-1';
+const arg = (name: string): string | undefined => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? process.argv[i + 1] : undefined;
+};
+const REPS = Number(arg('reps') ?? 3);
+const LOCAL = Number(arg('local') ?? 110);
+const BASELINE = arg('baseline');
+const NAMESPACES = 500;
+const cli = join(repoRoot(), 'dist', 'lab', 'cli.js');
+const lab = (...args: string[]) => execFileSync(process.execPath, [cli, ...args, '--name', LAB], { stdio: ['ignore', 'pipe', 'inherit'] }).toString();
+const POD = KINDS.find((k) => k.kind === 'Pod')!;
+const load = () => loadavg().map((x) => x.toFixed(2)).join(' ');
+
+function kindOf(o: KubeObject): ResourceKind {
+  const k = KINDS.find((k) => k.kind === o.kind && apiVersionOf(k) === o.apiVersion);
+  if (!k) throw new Error(`no lab kind for ${o.apiVersion} ${o.kind}`);
+  return k;
+}
+
+/** Runs `fn` over `items` with at most `width` calls in flight. */
+async function pool<T>(items: readonly T[], width: number, fn: (item: T) => Promise<unknown>): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: width }, async () => {
+    while (next < items.length) await fn(items[next++]!);
+  }));
+}
+
+async function populate(rest: RestClient): Promise<void> {
+  const t0 = performance.now();
+  // Other nodes' names that no lab node has: the lab kubelet leaves those Pods alone.
+  const model = clusterModel({ namespaces: NAMESPACES, podsPerNamespace: 20, nodes: 50, policies: 1000, nodeName: (n) => `far-${n}` });
+  const namespaces = model.cluster.filter((o) => o.kind === 'Namespace');
+  const pods = model.cluster.filter((o) => o.kind === 'Pod');
+  const groups = model.cluster.filter((o) => o.kind !== 'Namespace' && o.kind !== 'Pod' && o.kind !== 'Node');
+  await pool(namespaces, 16, (o) => rest.create(kindOf(o), o));
+  await pool(pods, 16, async (o) => {
+    const { status, ...rest0 } = o;
+    await rest.create(kindOf(o), rest0 as KubeObject);
+    await rest.patch(kindOf(o), o.metadata.name, o.metadata.namespace, { status }, 'status');
+  });
+  await pool(groups, 16, (o) => rest.create(kindOf(o), o));
+  const local = Array.from({ length: LOCAL }, (_, i) => ({ namespace: `ns-${i % NAMESPACES}`, name: `local-${i}`, j: i % 20 }));
+  await pool(local, 8, (p) =>
+    rest.create(POD, {
+      apiVersion: 'v1', kind: 'Pod',
+      metadata: { namespace: p.namespace, name: p.name, labels: podLabels(p.j) },
+      spec: { nodeName: NODE, containers: podContainers(p.j).map((c) => ({ ...c, image: 'bench' })) },
+    }),
+  );
+  await waitForPods(rest, local, 600_000);
+  await pool(model.policies, 16, (o) => rest.create(kindOf(o), o));
+  const kinds = new Map<string, number>();
+  for (const p of model.policies) kinds.set(`${p.kind} (${p.apiVersion.split('/')[0]})`, (kinds.get(`${p.kind} (${p.apiVersion.split('/')[0]})`) ?? 0) + 1);
+  console.log(
+    `set-up in ${((performance.now() - t0) / 1000).toFixed(0)} s: ${pods.length} API-only Pods in ${namespaces.length} Namespaces (labels ${JSON.stringify(namespaceLabels(1))}…), ` +
+      `${LOCAL} real Pods on ${NODE}, ${model.policies.length} policies: ${[...kinds].map(([k, n]) => `${n} ${k}`).join(', ')}; ${groups.length} ClusterGroups`,
+  );
+}
+
+function killAgent(): void {
+  const pid = Number(readFileSync(agentPidPath(LAB, NODE), 'utf8').trim());
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    return;
+  }
+  for (let i = 0; i < 100; i++) {
+    try {
+      process.kill(pid, 0);
+    } catch {
+      return;
+    }
+    spawnSync('sleep', ['0.05']);
+  }
+}
+
+interface StartFigures {
+  convergedMs: number;
+  readyMs: number;
+  added: number;
+  removed: number;
+  rssMiB: number;
+  inputsMs?: number;
+}
+
+/** Starts the agent of `dist` (a build's dist/ directory) the way the lab does, and times its start-up from its log's timestamps. */
+async function timedStart(dist: string): Promise<StartFigures> {
+  const log = agentLogPath(LAB, NODE);
+  writeFileSync(log, '');
+  const tail = new LogTail(log);
+  const fd = openSync(log, 'a');
+  const t0 = Date.now();
+  const child = spawn('ip', ['netns', 'exec', nodeNetns(LAB, NODE), process.execPath, join(dist, 'daemon', 'main.js'), '--config', agentConfigPath(LAB, NODE)], { detached: true, stdio: ['ignore', fd, fd] });
+  closeSync(fd);
+  child.unref();
+  writeFileSync(agentPidPath(LAB, NODE), `${child.pid}\n`);
+  await tail.waitFor(['startup: ready'], 180_000);
+  const lines = readFileSync(log, 'utf8').split('\n').flatMap((l) => {
+    try {
+      return [JSON.parse(l) as { msg?: string; time?: number; ms?: number; added?: number; removed?: number }];
+    } catch {
+      return [];
+    }
+  });
+  const line = (msg: string) => {
+    const l = lines.find((x) => x.msg === msg);
+    if (!l?.time) throw new Error(`agent log has no timed "${msg}" line`);
+    return l;
+  };
+  const converged = line('startup: flows converged');
+  const figures: StartFigures = { convergedMs: converged.time! - t0, readyMs: line('startup: ready').time! - t0, added: converged.added ?? Number.NaN, removed: converged.removed ?? Number.NaN, rssMiB: agentRssMiB(LAB, NODE) };
+  const inputs = lines.find((x) => x.msg === 'startup: policy inputs listed');
+  if (inputs?.ms !== undefined) figures.inputsMs = inputs.ms;
+  return figures;
+}
+
+function startLoad(): ChildProcess[] {
+  return cpus().map(() => spawn(process.execPath, ['-e', 'for(;;){}'], { stdio: 'ignore' }));
+}
+
+async function round(name: string, builds: { label: string; dist: string }[]): Promise<void> {
+  const loadGen = name === 'loaded' ? startLoad() : [];
+  const results = new Map<string, StartFigures[]>();
+  try {
+    for (let r = 0; r < REPS; r++) {
+      for (const kind of ['restart', 'empty bridge'] as const) {
+        for (const b of r % 2 ? [...builds].reverse() : builds) {
+          killAgent();
+          if (kind === 'empty bridge') {
+            execFileSync('ovs-ofctl', ['-O', 'OpenFlow15', 'del-flows', 'br-int'], { env: { ...process.env, OVS_RUNDIR: ovsDir(LAB, NODE) } });
+          }
+          const key = `${b.label}: ${kind}`;
+          const f = await timedStart(b.dist);
+          results.set(key, [...(results.get(key) ?? []), f]);
+        }
+      }
+    }
+  } finally {
+    for (const p of loadGen) p.kill('SIGKILL');
+  }
+  console.log(`${name} (load average at the end ${load()}), ${REPS} starts each, p50 (max):`);
+  for (const [key, fs] of results) {
+    const col = (xs: number[]) => `${pct(xs, 50).toFixed(0)} (${Math.max(...xs).toFixed(0)})`;
+    const inputs = fs.flatMap((f) => (f.inputsMs === undefined ? [] : [f.inputsMs]));
+    console.log(
+      `  ${key.padEnd(32)} start -> flows converged ${col(fs.map((f) => f.convergedMs))} ms; -> ready ${col(fs.map((f) => f.readyMs))} ms; ` +
+        `${inputs.length ? `policy inputs listed in ${col(inputs)} ms; ` : ''}bundle +${fs[0]!.added}/-${fs[0]!.removed} flows; RSS at ready ${pct(fs.map((f) => f.rssMiB), 50).toFixed(0)} MiB`,
+    );
+  }
+}
+
+async function main(): Promise<void> {
+  const t0 = performance.now();
+  spawnSync(process.execPath, [cli, 'down', '--name', LAB], { stdio: 'ignore' });
+  lab('up', '--sluice', '--nodes', '1');
+  const rest = clientFor(readControl(LAB)!);
+  await populate(rest);
+  await new LogTail(agentLogPath(LAB, NODE)).settle();
+  console.log(`enforcing: ${flowCount(LAB, NODE)} flows on ${NODE}; agent RSS ${agentRssMiB(LAB, NODE).toFixed(0)} MiB; load average ${load()}`);
+  const builds = [{ label: 'this build', dist: join(repoRoot(), 'dist') }];
+  if (BASELINE) {
+    const dist = join(resolve(BASELINE), 'dist');
+    if (!existsSync(join(dist, 'daemon', 'main.js'))) throw new Error(`--baseline ${BASELINE}: ${dist}/daemon/main.js is missing (build it first)`);
+    builds.unshift({ label: `baseline ${BASELINE}`, dist });
+  }
+  await round('idle', builds);
+  if (!process.argv.includes('--no-loaded')) await round('loaded', builds);
+  console.log(`bench ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+  if (!process.argv.includes('--keep')) spawnSync(process.execPath, [cli, 'down', '--name', LAB], { stdio: 'ignore' });
+}
+
+main().catch((err) => {
+  console.error(`bench failed: ${(err as Error).stack ?? err}`);
+  if (!process.argv.includes('--keep')) spawnSync(process.execPath, [cli, 'down', '--name', LAB], { stdio: 'ignore' });
+  process.exit(1);
+});

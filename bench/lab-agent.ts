@@ -1,0 +1,88 @@
+/**
+ * What the lab benches read from a node's running agent: its JSON log followed from a point on,
+ * the bridge's flow count, the agent's memory, percentiles. Measures only; asserts nothing.
+ */
+import { spawnSync } from 'node:child_process';
+import { closeSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
+import { agentPidPath } from '../lab/agent.js';
+import { nodeNetns, ovsDir } from '../lab/net/names.js';
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export function pct(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!;
+}
+
+/** Follows the agent's JSON log from its current end. */
+export class LogTail {
+  private offset: number;
+  private buf = '';
+  constructor(private readonly file: string) {
+    this.offset = statSync(file).size;
+  }
+  /** Resolves with the first new line containing every needle, and the time it was seen. */
+  async waitFor(needles: string[], timeoutMs = 60_000): Promise<{ line: string; at: number }> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const size = statSync(this.file).size;
+      if (size > this.offset) {
+        const fd = openSync(this.file, 'r');
+        const chunk = Buffer.alloc(size - this.offset);
+        readSync(fd, chunk, 0, chunk.length, this.offset);
+        closeSync(fd);
+        this.offset = size;
+        this.buf += chunk.toString('utf8');
+      }
+      const lines = this.buf.split('\n');
+      this.buf = lines.pop() ?? '';
+      const at = performance.now();
+      for (const [i, l] of lines.entries()) {
+        if (needles.every((n) => l.includes(n))) {
+          this.buf = lines.slice(i + 1).join('\n') + (lines.length > i + 1 ? '\n' : '') + this.buf;
+          return { line: l, at };
+        }
+      }
+      if (Date.now() > deadline) throw new Error(`no log line with ${needles.join(' + ')} within ${timeoutMs} ms`);
+      await sleep(2);
+    }
+  }
+
+  /** Returns once no policy commit has followed for 2 s. */
+  async settle(): Promise<void> {
+    for (;;) {
+      try {
+        await this.waitFor(['policy: flows committed'], 2000);
+      } catch {
+        return;
+      }
+    }
+  }
+}
+
+/** Flows on the node's br-int (aggregate statistics). */
+export function flowCount(lab: string, node: string): number {
+  const r = spawnSync('ovs-ofctl', ['-O', 'OpenFlow15', 'dump-aggregate', 'br-int'], { env: { ...process.env, OVS_RUNDIR: ovsDir(lab, node) }, encoding: 'utf8' });
+  return Number(/flow_count=(\d+)/.exec(r.stdout)?.[1] ?? Number.NaN);
+}
+
+/** The agent's RSS in MiB, from /proc. */
+export function agentRssMiB(lab: string, node: string): number {
+  const pid = readFileSync(agentPidPath(lab, node), 'utf8').trim();
+  return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
+}
+
+/** Agent memory: RSS from /proc, and the JS heap split the agent reports in /status (live vs reserved). */
+export function agentMemory(lab: string, node: string): string {
+  const rss = agentRssMiB(lab, node);
+  const r = spawnSync('ip', ['netns', 'exec', nodeNetns(lab, node), 'curl', '-s', '--max-time', '5', 'http://127.0.0.1:10349/status'], { encoding: 'utf8' });
+  let heap = '';
+  try {
+    const m = (JSON.parse(r.stdout) as { memory?: { heapUsedMiB: number; heapTotalMiB: number } }).memory;
+    if (m) heap = ` (JS heap ${m.heapUsedMiB.toFixed(0)} of ${m.heapTotalMiB.toFixed(0)} MiB)`;
+  } catch {
+    heap = ' (JS heap: /status unavailable)';
+  }
+  return `agent RSS ${rss.toFixed(0)} MiB${heap}`;
+}
