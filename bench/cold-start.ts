@@ -14,7 +14,7 @@
  * build's agent on the same lab, alternating with this one. Runs idle, then with a CPU load
  * generator on every core (`--no-loaded` skips that round).
  *
- * usage (root, after a build): node dist/bench/cold-start.js [--reps 3] [--baseline DIR] [--keep]
+ * usage (root, after a build): node dist/bench/cold-start.js [--reps 2] [--local 110] [--baseline DIR] [--keep]
  */
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
@@ -37,7 +37,7 @@ const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(`--${name}`);
   return i > 0 ? process.argv[i + 1] : undefined;
 };
-const REPS = Number(arg('reps') ?? 3);
+const REPS = Number(arg('reps') ?? 2);
 const LOCAL = Number(arg('local') ?? 110);
 const BASELINE = arg('baseline');
 const NAMESPACES = 500;
