@@ -197,10 +197,11 @@ function add(raw: string, conf: NetConf): unknown {
     }
     if (v6) {
       batch.push(
-        `-6 route replace ${GATEWAY6} dev ${ifName}`,
-        `-6 route replace default via ${GATEWAY6} dev ${ifName}`,
-        `-6 addr add ${v6}/128 dev ${ifName}`,
-        `-6 neigh replace ${GATEWAY6} lladdr ${hostMac} dev ${ifName} nud permanent`,
+        // (a batch line takes no -6: the addresses give the family)
+        `route replace ${GATEWAY6}/128 dev ${ifName}`,
+        `route replace ::/0 via ${GATEWAY6} dev ${ifName}`,
+        `addr add ${v6}/128 dev ${ifName}`,
+        `neigh replace ${GATEWAY6} lladdr ${hostMac} dev ${ifName} nud permanent`,
       );
     }
     inPod(netns, ['-batch', '-'], batch.join('\n') + '\n');
