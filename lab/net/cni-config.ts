@@ -1,5 +1,5 @@
 /** The per-node CNI network configuration list (pure). */
-import { cniBinDir, hasIPv4, hasIPv6, type IpFamily, ipamDir, podRange, podRange6, sluiceSocketPath } from './names.js';
+import { cniBinDir, EGRESS_V4_RANGE, egressIpamDir, hasIPv4, hasIPv6, type IpFamily, ipamDir, nodeIP, podRange, podRange6, sluiceSocketPath } from './names.js';
 
 export type PrimaryFlavour = 'ptp' | 'eks';
 export const PRIMARY_FLAVOURS: readonly PrimaryFlavour[] = ['ptp', 'eks'];
@@ -28,7 +28,6 @@ export function primaryPlugin(lab: string, node: string, flavour: PrimaryFlavour
     case 'ptp':
       return { type: 'ptp', ipMasq: false, mtu: 1500, ipam: hostLocalIpam(lab, node, family) };
     case 'eks':
-      if (family !== 'ipv4') throw new Error(`the eks primary flavour is IPv4-only in the lab; --ip-family ${family} needs --primary ptp`);
       return { type: 'eks-sim', mtu: 1500, ipam: hostLocalIpam(lab, node, family) };
     default:
       throw new Error(`primary flavour ${JSON.stringify(flavour)} is not one of ${PRIMARY_FLAVOURS.join(', ')}`);
@@ -37,9 +36,28 @@ export function primaryPlugin(lab: string, node: string, flavour: PrimaryFlavour
 
 export const sluicePlugin = (lab: string, node: string): PluginConf => ({ type: 'sluice-cni', socketPath: sluiceSocketPath(lab, node) });
 
-/** `[primary]`, or `[primary, sluice-cni]` when sluice is chained. */
+/**
+ * The VPC CNI's `egress-cni` as IPv6 clusters chain it: an IPv4 path out for IPv6-only Pods,
+ * addresses from 169.254.172.0/22 (its own host-local store), SNAT to the node's IPv4 address.
+ */
+export function egressV4Plugin(lab: string, node: string): PluginConf {
+  return {
+    type: 'eks-egress-sim',
+    mtu: 1500,
+    nodeIP: nodeIP(node),
+    ipam: { type: 'host-local', ranges: [[{ subnet: EGRESS_V4_RANGE }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: egressIpamDir(lab, node) },
+  };
+}
+
+/** The primary's plugins: the eks flavour on IPv6-only labs chains its IPv4 egress plugin. */
+export function primaryPlugins(lab: string, node: string, flavour: PrimaryFlavour, family: IpFamily = 'ipv4'): PluginConf[] {
+  const primary = primaryPlugin(lab, node, flavour, family);
+  return flavour === 'eks' && family === 'ipv6' ? [primary, egressV4Plugin(lab, node)] : [primary];
+}
+
+/** `[primary…]`, or `[primary…, sluice-cni]` when sluice is chained. */
 export function nodeConflist(lab: string, node: string, flavour: PrimaryFlavour, chainSluice: boolean, family: IpFamily = 'ipv4'): Conflist {
-  const plugins = [primaryPlugin(lab, node, flavour, family)];
+  const plugins = primaryPlugins(lab, node, flavour, family);
   if (chainSluice) plugins.push(sluicePlugin(lab, node));
   return { cniVersion: CNI_VERSION, name: NETWORK_NAME, plugins };
 }

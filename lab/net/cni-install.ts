@@ -1,6 +1,6 @@
 /**
  * Fills the lab's CNI plugin directory and writes each node's conflist. The directory holds
- * symlinks to Debian's ptp/host-local, a wrapper running the lab's eks-sim plugin, and sluice-cni
+ * symlinks to Debian's ptp/host-local, wrappers running the lab's eks-sim plugins, and sluice-cni
  * when it has been built.
  */
 import { existsSync, lstatSync, mkdirSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -31,7 +31,10 @@ export function installCniPlugins(lab: string): string {
     ensureSymlink(target, join(dir, p));
   }
   // A wrapper instead of a symlink: dist files are not executable and node may not be on root's PATH.
-  writeFileSync(join(dir, 'eks-sim'), `#!/bin/sh\nexec '${process.execPath}' '${distScript('eks-sim')}' "$@"\n`, { mode: 0o755 });
+  // eks-sim.js is both plugins; it tells them apart by the configuration's type.
+  for (const type of ['eks-sim', 'eks-egress-sim']) {
+    writeFileSync(join(dir, type), `#!/bin/sh\nexec '${process.execPath}' '${distScript('eks-sim')}' "$@"\n`, { mode: 0o755 });
+  }
   if (existsSync(sluiceCniBinary())) ensureSymlink(sluiceCniBinary(), join(dir, 'sluice-cni'));
   return dir;
 }

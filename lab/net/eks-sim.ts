@@ -1,20 +1,53 @@
 #!/usr/bin/env node
 /**
- * eks-sim: a CNI plugin that leaves a Pod wired exactly like the AWS VPC CNI does (routed,
- * no bridge): Pod eth0 holds a /32, routes `169.254.1.1 dev eth0 scope link` and
- * `default via 169.254.1.1`, a PERMANENT neighbour 169.254.1.1 -> host veth MAC; the host veth is
- * `eni<11 hex of sha1(containerId)>`, has no IP, and carries `<podIP>/32 dev eni… scope link`.
- * IPAM is delegated to the configured IPAM plugin (host-local in the lab) found on CNI_PATH.
- * Runs in the node namespace; CNI spec 1.x contract: ADD/DEL/CHECK/VERSION/STATUS/GC, DEL idempotent,
- * errors as a CNI error object on stdout with exit 1.
+ * eks-sim: CNI plugins that leave a Pod wired the way the AWS VPC CNI does (routed, no bridge).
+ *
+ * `type: "eks-sim"` (the VPC CNI's `aws-cni`): one veth, host end `eni<11 hex of sha1(containerId)>`
+ * with no address of its own. Per address family of the IPAM result:
+ * - IPv4: Pod `eth0` holds `<ip>/32`, routes `169.254.1.1 dev eth0 scope link` and
+ *   `default via 169.254.1.1`, PERMANENT neighbour 169.254.1.1 -> host veth MAC; host route
+ *   `<ip>/32 dev eni… scope link`.
+ * - IPv6: Pod `eth0` (IPv6 on, also on `lo`) holds `<ip>/128` (the lab's node prefix stands for the
+ *   prefix delegated to the node's ENI), routes `fe80::1 dev eth0` and `default via fe80::1`,
+ *   PERMANENT neighbour fe80::1 -> host veth MAC (nothing on the host owns fe80::1: the host routes
+ *   whatever arrives on the veth); host route `<ip>/128 dev eni…`; the host veth gets accept_ra=0,
+ *   accept_redirects=1, forwarding=0; ADD returns once DAD has finished on `eth0` (the VPC CNI waits
+ *   for its addresses to be stable, with a 10 s limit).
+ * The result has the VPC CNI's shape: interfaces `[host veth (name only), eth0 (sandbox, mac = the
+ * route table id "1" of the primary ENI), dummy<…> (mac "0" = no VLAN, sandbox "0" = device
+ * number)]`, one ip per family on interface 1. Those `mac` values are not MAC addresses; a chained
+ * plugin must hand them on untouched.
+ *
+ * `type: "eks-egress-sim"` (the VPC CNI's `egress-cni` in IPv4 mode, chained after it in IPv6
+ * clusters): gives the Pod an IPv4 path out without an IPv4 Pod address. A second veth, Pod end
+ * `v4if0` holding a 169.254.172.0/22 address from its own IPAM (a host-local range), routes via
+ * 169.254.172.1 (on the host end, `vethXXXXXXXX`, scope link, with the host route `<ip>/32`), and
+ * SNAT to the node's IPv4 address (`nodeIP` in its config) in the nat table: `POSTROUTING -s <ip>
+ * -j CNI-E4-<hash>`, that chain accepting multicast and SNATting the rest. It appends its two
+ * interfaces to prevResult and returns it otherwise unchanged: the IPv4 address is in no result, so
+ * it is no Pod IP. It does nothing when prevResult already has an IPv4 address.
+ *
+ * IPAM is delegated to the configured IPAM plugin (host-local in the lab) found on CNI_PATH. Both
+ * run in the node namespace; CNI spec 1.x contract: ADD/DEL/CHECK/VERSION/STATUS/GC, DEL
+ * idempotent, failures as a CNI error object on stdout with exit 1 after undoing what ADD did.
+ *
+ * Left out of the VPC CNI: ENIs, warm pools, the `to <podIP> lookup main` rules (priority 512) and
+ * per-ENI route tables (one flat node network here), branch ENIs / security groups for Pods,
+ * multi-NIC Pods.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { isIPv6 } from 'node:net';
 import { join } from 'node:path';
 import { eniName } from './names.js';
 
 const SUPPORTED = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'];
-const GATEWAY = '169.254.1.1';
+const GATEWAY4 = '169.254.1.1';
+const GATEWAY6 = 'fe80::1';
+const EGRESS_IF = 'v4if0';
+const EGRESS_GATEWAY = '169.254.172.1';
+const DAD_TIMEOUT_MS = 10_000;
 
 class CniFailure extends Error {
   constructor(readonly code: number, msg: string, readonly details?: string) {
@@ -22,13 +55,33 @@ class CniFailure extends Error {
   }
 }
 
+interface ResultIp {
+  address: string;
+  gateway?: string;
+  interface?: number;
+  [extra: string]: unknown;
+}
+interface ResultIface {
+  name: string;
+  mac?: string;
+  sandbox?: string;
+}
+interface Result {
+  cniVersion?: string;
+  interfaces?: ResultIface[];
+  ips?: ResultIp[];
+  [extra: string]: unknown;
+}
+
 interface NetConf {
   cniVersion: string;
   name: string;
   type: string;
   mtu?: number;
+  /** eks-egress-sim: the node's IPv4 address the Pod's IPv4 egress is SNATed to. */
+  nodeIP?: string;
   ipam?: { type?: string };
-  prevResult?: { ips?: { address: string }[] };
+  prevResult?: Result;
 }
 
 function sh(file: string, args: string[], input?: string): string {
@@ -39,6 +92,7 @@ function sh(file: string, args: string[], input?: string): string {
 }
 
 const inPod = (netns: string, args: string[], input?: string): string => sh('nsenter', [`--net=${netns}`, 'ip', ...args], input);
+const inPodCmd = (netns: string, file: string, args: string[]): string => sh('nsenter', [`--net=${netns}`, file, ...args]);
 
 function linkExists(name: string): boolean {
   return spawnSync('ip', ['link', 'show', 'dev', name], { encoding: 'utf8' }).status === 0;
@@ -59,7 +113,7 @@ function findPlugin(type: string): string {
 }
 
 /** Runs the IPAM plugin with our environment and config (the delegation ptp and friends do). */
-function ipam(command: string, raw: string, conf: NetConf): { ips?: { address: string }[] } | null {
+function ipam(command: string, raw: string, conf: NetConf): Result | null {
   const type = conf.ipam?.type;
   if (!type) throw new CniFailure(7, 'ipam.type is required');
   const r = spawnSync(findPlugin(type), [], { input: raw, encoding: 'utf8', env: { ...process.env, CNI_COMMAND: command } });
@@ -72,7 +126,7 @@ function ipam(command: string, raw: string, conf: NetConf): { ips?: { address: s
     }
     throw new CniFailure(e.code ?? 999, `IPAM ${type} ${command}: ${e.msg ?? (r.stderr || r.stdout).trim()}`, e.details);
   }
-  return command === 'ADD' ? (JSON.parse(r.stdout) as { ips?: { address: string }[] }) : null;
+  return command === 'ADD' ? (JSON.parse(r.stdout) as Result) : null;
 }
 
 function env(name: string): string {
@@ -81,6 +135,35 @@ function env(name: string): string {
   return v;
 }
 
+const addressOf = (cidr: string): string => cidr.split('/')[0]!;
+
+/** The first IPv4 and the first IPv6 address of a result (without prefix length). */
+function families(result: Result | null | undefined): { v4?: string; v6?: string } {
+  const addrs = (result?.ips ?? []).map((ip) => addressOf(ip.address));
+  const v4 = addrs.find((a) => !isIPv6(a));
+  const v6 = addrs.find((a) => isIPv6(a));
+  return { ...(v4 ? { v4 } : {}), ...(v6 ? { v6 } : {}) };
+}
+
+/** Writes an IPv6 sysctl of an interface in this process's namespace. */
+function ipv6Sysctl(ifName: string, key: string, value: string): void {
+  writeFileSync(`/proc/sys/net/ipv6/conf/${ifName}/${key}`, value);
+}
+
+/** Waits until no IPv6 address on the Pod's interface is tentative (DAD done), or fails. */
+function waitForDad(netns: string, ifName: string): void {
+  const deadline = Date.now() + DAD_TIMEOUT_MS;
+  for (;;) {
+    const out = inPod(netns, ['-6', '-o', 'addr', 'show', 'dev', ifName]);
+    if (/dadfailed/.test(out)) throw new CniFailure(999, `duplicate address detection failed on ${ifName}`, out.trim());
+    if (!/tentative/.test(out)) return;
+    if (Date.now() > deadline) throw new CniFailure(999, `the IPv6 addresses of ${ifName} were still tentative after ${DAD_TIMEOUT_MS / 1000} s`, out.trim());
+    spawnSync('sleep', ['0.05']);
+  }
+}
+
+const dummyName = (containerId: string): string => `dummy${createHash('sha1').update(containerId).digest('hex').slice(0, 11)}`;
+
 function add(raw: string, conf: NetConf): unknown {
   const containerId = env('CNI_CONTAINERID');
   const netns = env('CNI_NETNS');
@@ -88,34 +171,52 @@ function add(raw: string, conf: NetConf): unknown {
   const mtu = conf.mtu ?? 1500;
   const hostIf = eniName(containerId);
   const alloc = ipam('ADD', raw, conf);
-  const cidr = alloc?.ips?.[0]?.address;
-  if (!cidr) throw new CniFailure(999, 'IPAM returned no address');
-  const podIP = cidr.split('/')[0]!;
+  const { v4, v6 } = families(alloc);
+  if (!v4 && !v6) throw new CniFailure(999, 'IPAM returned no address');
   try {
     if (linkExists(hostIf)) sh('ip', ['link', 'del', hostIf]); // a retried ADD starts clean
     sh('ip', ['link', 'add', hostIf, 'mtu', String(mtu), 'type', 'veth', 'peer', 'name', ifName, 'mtu', String(mtu), 'netns', netns]);
+    if (v6) {
+      ipv6Sysctl(hostIf, 'accept_ra', '0');
+      ipv6Sysctl(hostIf, 'accept_redirects', '1');
+      ipv6Sysctl(hostIf, 'forwarding', '0');
+    }
     sh('ip', ['link', 'set', hostIf, 'up']);
-    sh('ip', ['route', 'replace', `${podIP}/32`, 'dev', hostIf, 'scope', 'link']);
+    if (v4) sh('ip', ['route', 'replace', `${v4}/32`, 'dev', hostIf, 'scope', 'link']);
+    if (v6) sh('ip', ['-6', 'route', 'replace', `${v6}/128`, 'dev', hostIf]);
     const hostMac = linkMac(sh('ip', ['-j', 'link', 'show', 'dev', hostIf]));
-    inPod(netns, ['-batch', '-'], [
-      'link set lo up',
-      `addr add ${podIP}/32 dev ${ifName}`,
-      `link set ${ifName} up`,
-      `route replace ${GATEWAY} dev ${ifName} scope link`,
-      `route replace default via ${GATEWAY} dev ${ifName}`,
-      `neigh replace ${GATEWAY} lladdr ${hostMac} dev ${ifName} nud permanent`,
-    ].join('\n') + '\n');
-    const podMac = linkMac(inPod(netns, ['-j', 'link', 'show', 'dev', ifName]));
+    if (v6) inPodCmd(netns, 'sysctl', ['-qw', `net.ipv6.conf.${ifName}.disable_ipv6=0`, 'net.ipv6.conf.lo.disable_ipv6=0']);
+    const batch = ['link set lo up', `link set ${ifName} up`];
+    if (v4) {
+      batch.push(
+        `addr add ${v4}/32 dev ${ifName}`,
+        `route replace ${GATEWAY4} dev ${ifName} scope link`,
+        `route replace default via ${GATEWAY4} dev ${ifName}`,
+        `neigh replace ${GATEWAY4} lladdr ${hostMac} dev ${ifName} nud permanent`,
+      );
+    }
+    if (v6) {
+      batch.push(
+        // (a batch line takes no -6: the addresses give the family)
+        `route replace ${GATEWAY6}/128 dev ${ifName}`,
+        `route replace ::/0 via ${GATEWAY6} dev ${ifName}`,
+        `addr add ${v6}/128 dev ${ifName}`,
+        `neigh replace ${GATEWAY6} lladdr ${hostMac} dev ${ifName} nud permanent`,
+      );
+    }
+    inPod(netns, ['-batch', '-'], batch.join('\n') + '\n');
+    if (v6) waitForDad(netns, ifName);
     const old = conf.cniVersion.startsWith('0.');
+    const ip = (addr: string, bits: number, gateway: string, version: string): ResultIp => ({ ...(old ? { version } : {}), address: `${addr}/${bits}`, gateway, interface: 1 });
     return {
       cniVersion: conf.cniVersion,
-      interfaces: [{ name: hostIf, mac: hostMac }, { name: ifName, mac: podMac, sandbox: netns }],
-      ips: [{ ...(old ? { version: '4' } : {}), address: `${podIP}/32`, gateway: GATEWAY, interface: 1 }],
-      routes: [{ dst: '0.0.0.0/0', gw: GATEWAY }],
+      interfaces: [{ name: hostIf }, { name: ifName, sandbox: netns, mac: '1' }, { name: dummyName(containerId), mac: '0', sandbox: '0' }],
+      ips: [...(v4 ? [ip(v4, 32, GATEWAY4, '4')] : []), ...(v6 ? [ip(v6, 128, GATEWAY6, '6')] : [])],
+      routes: [...(v4 ? [{ dst: '0.0.0.0/0', gw: GATEWAY4 }] : []), ...(v6 ? [{ dst: '::/0', gw: GATEWAY6 }] : [])],
       dns: {},
     };
   } catch (err) {
-    // Leave nothing half-configured: the veth (and with it the Pod side) and the address go.
+    // Leave nothing half-configured: the veth (and with it the Pod side and host routes) and the addresses go.
     if (linkExists(hostIf)) spawnSync('ip', ['link', 'del', hostIf]);
     try {
       ipam('DEL', raw, conf);
@@ -128,7 +229,7 @@ function add(raw: string, conf: NetConf): unknown {
 
 function del(raw: string, conf: NetConf): void {
   const hostIf = eniName(env('CNI_CONTAINERID'));
-  if (linkExists(hostIf)) sh('ip', ['link', 'del', hostIf]); // takes the Pod end and the host route with it
+  if (linkExists(hostIf)) sh('ip', ['link', 'del', hostIf]); // takes the Pod end and the host routes with it
   if (conf.ipam?.type) ipam('DEL', raw, conf);
 }
 
@@ -137,25 +238,129 @@ function check(raw: string, conf: NetConf): void {
   const netns = env('CNI_NETNS');
   const ifName = env('CNI_IFNAME');
   const hostIf = eniName(containerId);
-  const cidr = conf.prevResult?.ips?.[0]?.address;
-  if (!cidr) throw new CniFailure(7, 'CHECK needs prevResult with an IP');
-  const podIP = cidr.split('/')[0]!;
+  const { v4, v6 } = families(conf.prevResult);
+  if (!v4 && !v6) throw new CniFailure(7, 'CHECK needs prevResult with an IP');
   const problems: string[] = [];
   if (!linkExists(hostIf)) problems.push(`host veth ${hostIf} missing`);
   else {
-    const addrs = sh('ip', ['-4', '-o', 'addr', 'show', 'dev', hostIf]).trim();
-    if (addrs) problems.push(`host veth ${hostIf} has an IPv4 address`);
-    if (!sh('ip', ['route', 'show', `${podIP}/32`, 'dev', hostIf]).includes('scope link')) problems.push(`host route ${podIP}/32 dev ${hostIf} missing`);
+    if (sh('ip', ['-4', '-o', 'addr', 'show', 'dev', hostIf]).trim()) problems.push(`host veth ${hostIf} has an IPv4 address`);
+    if (v4 && !sh('ip', ['route', 'show', `${v4}/32`, 'dev', hostIf]).includes('scope link')) problems.push(`host route ${v4}/32 dev ${hostIf} missing`);
+    if (v6 && !sh('ip', ['-6', 'route', 'show', `${v6}/128`, 'dev', hostIf]).trim()) problems.push(`host route ${v6}/128 dev ${hostIf} missing`);
   }
   try {
-    if (!inPod(netns, ['-4', '-o', 'addr', 'show', 'dev', ifName]).includes(`${podIP}/32`)) problems.push(`${ifName} lacks ${podIP}/32`);
-    if (!inPod(netns, ['route', 'show', 'default']).includes(`via ${GATEWAY}`)) problems.push(`default route via ${GATEWAY} missing`);
-    if (!inPod(netns, ['neigh', 'show', GATEWAY, 'dev', ifName]).includes('PERMANENT')) problems.push(`permanent neighbour ${GATEWAY} missing`);
+    const gateways = [...(v4 ? [['-4', `${v4}/32`, GATEWAY4]] : []), ...(v6 ? [['-6', `${v6}/128`, GATEWAY6]] : [])];
+    for (const [fam, cidr, gw] of gateways as [string, string, string][]) {
+      if (!inPod(netns, [fam, '-o', 'addr', 'show', 'dev', ifName]).includes(cidr)) problems.push(`${ifName} lacks ${cidr}`);
+      if (!inPod(netns, [fam, 'route', 'show', 'default']).includes(`via ${gw}`)) problems.push(`default route via ${gw} missing`);
+      if (!inPod(netns, [fam, 'neigh', 'show', gw, 'dev', ifName]).includes('PERMANENT')) problems.push(`permanent neighbour ${gw} missing`);
+    }
   } catch (err) {
     problems.push(`cannot inspect the Pod namespace: ${(err as Error).message}`);
   }
   if (problems.length) throw new CniFailure(999, 'eks-sim CHECK failed', problems.join('; '));
   ipam('CHECK', raw, conf);
+}
+
+/** The egress plugin's host veth: `veth` + 8 hex, like the random names it has on EKS, but derived from the container. */
+const egressHostIf = (containerId: string): string => `veth${createHash('sha1').update(`egress-v4/${containerId}`).digest('hex').slice(0, 8)}`;
+const egressChain = (containerId: string): string => `CNI-E4-${createHash('sha1').update(containerId).digest('hex').slice(0, 20)}`;
+const egressComment = (conf: NetConf, containerId: string): string => `name: "${conf.name}" id: "${containerId}"`;
+
+function iptables(args: string[], allowFail = false): boolean {
+  const r = spawnSync('iptables', ['-w', '-t', 'nat', ...args], { encoding: 'utf8' });
+  if (r.status !== 0 && !allowFail) throw new CniFailure(999, `iptables -t nat ${args.join(' ')} failed`, (r.stderr || r.stdout).trim());
+  return r.status === 0;
+}
+
+/** The Pod's SNAT rules: gone when absent already (DEL is idempotent). */
+function removeSnat(conf: NetConf, containerId: string, podV4: string | undefined): void {
+  const chain = egressChain(containerId);
+  if (podV4) iptables(['-D', 'POSTROUTING', '-s', podV4, '-j', chain, '-m', 'comment', '--comment', egressComment(conf, containerId)], true);
+  iptables(['-F', chain], true);
+  iptables(['-X', chain], true);
+}
+
+function egressAdd(raw: string, conf: NetConf): unknown {
+  const containerId = env('CNI_CONTAINERID');
+  const netns = env('CNI_NETNS');
+  const prev = conf.prevResult;
+  if (!prev) throw new CniFailure(7, 'eks-egress-sim must be chained after the primary plugin (no prevResult)');
+  if (families(prev).v4) return { ...prev, cniVersion: conf.cniVersion }; // the Pod has IPv4 of its own
+  if (!conf.nodeIP) throw new CniFailure(7, 'nodeIP is required (the node address IPv4 egress is SNATed to)');
+  const mtu = conf.mtu ?? 1500;
+  const hostIf = egressHostIf(containerId);
+  const alloc = ipam('ADD', raw, conf);
+  const cidr = alloc?.ips?.find((ip) => !isIPv6(addressOf(ip.address)))?.address;
+  if (!cidr) throw new CniFailure(999, 'egress IPAM returned no IPv4 address');
+  const podV4 = addressOf(cidr);
+  try {
+    if (linkExists(hostIf)) sh('ip', ['link', 'del', hostIf]);
+    removeSnat(conf, containerId, podV4);
+    sh('ip', ['link', 'add', hostIf, 'mtu', String(mtu), 'type', 'veth', 'peer', 'name', EGRESS_IF, 'mtu', String(mtu), 'netns', netns]);
+    sh('ip', ['link', 'set', hostIf, 'up']);
+    sh('ip', ['addr', 'add', `${EGRESS_GATEWAY}/32`, 'dev', hostIf, 'scope', 'link']);
+    sh('ip', ['route', 'replace', `${podV4}/32`, 'dev', hostIf, 'scope', 'link']);
+    const hostMac = linkMac(sh('ip', ['-j', 'link', 'show', 'dev', hostIf]));
+    const [net, bits] = cidr.split('/') as [string, string];
+    inPod(netns, ['-batch', '-'], [
+      `link set ${EGRESS_IF} up`,
+      `addr add ${cidr} dev ${EGRESS_IF} noprefixroute`,
+      `route replace ${EGRESS_GATEWAY} dev ${EGRESS_IF} scope link src ${podV4}`,
+      `route replace ${subnetOf(net, Number(bits))}/${bits} via ${EGRESS_GATEWAY} dev ${EGRESS_IF} src ${podV4}`,
+      `route replace default via ${EGRESS_GATEWAY} dev ${EGRESS_IF}`,
+    ].join('\n') + '\n');
+    const podMac = linkMac(inPod(netns, ['-j', 'link', 'show', 'dev', EGRESS_IF]));
+    const comment = egressComment(conf, containerId);
+    const chain = egressChain(containerId);
+    iptables(['-N', chain]);
+    iptables(['-A', chain, '-d', '224.0.0.0/4', '-j', 'ACCEPT', '-m', 'comment', '--comment', comment]);
+    iptables(['-A', chain, '-j', 'SNAT', '--to-source', conf.nodeIP, '-m', 'comment', '--comment', comment, '--random-fully']);
+    iptables(['-A', 'POSTROUTING', '-s', podV4, '-j', chain, '-m', 'comment', '--comment', comment]);
+    return {
+      ...prev,
+      cniVersion: conf.cniVersion,
+      interfaces: [...(prev.interfaces ?? []), { name: hostIf, mac: hostMac }, { name: EGRESS_IF, mac: podMac, sandbox: netns }],
+    };
+  } catch (err) {
+    if (linkExists(hostIf)) spawnSync('ip', ['link', 'del', hostIf]);
+    removeSnat(conf, containerId, podV4);
+    try {
+      ipam('DEL', raw, conf);
+    } catch {
+      // the original error matters more
+    }
+    throw err;
+  }
+}
+
+/** The network address of `ip`/`bits` (IPv4). */
+function subnetOf(ip: string, bits: number): string {
+  const n = ip.split('.').reduce((a, o) => a * 256 + Number(o), 0);
+  const masked = bits === 0 ? 0 : n - (n % 2 ** (32 - bits));
+  return [24, 16, 8, 0].map((s) => Math.floor(masked / 2 ** s) % 256).join('.');
+}
+
+function egressDel(raw: string, conf: NetConf): void {
+  const containerId = env('CNI_CONTAINERID');
+  const netns = process.env.CNI_NETNS;
+  let podV4: string | undefined;
+  if (netns && existsSync(netns)) {
+    const r = spawnSync('nsenter', [`--net=${netns}`, 'ip', '-4', '-j', 'addr', 'show', 'dev', EGRESS_IF], { encoding: 'utf8' });
+    if (r.status === 0) podV4 = (JSON.parse(r.stdout || '[]') as { addr_info?: { local?: string }[] }[])[0]?.addr_info?.[0]?.local;
+  }
+  const hostIf = egressHostIf(containerId);
+  if (linkExists(hostIf)) sh('ip', ['link', 'del', hostIf]);
+  removeSnat(conf, containerId, podV4);
+  if (conf.ipam?.type) ipam('DEL', raw, conf);
+}
+
+function egressCheck(conf: NetConf): void {
+  if (!conf.prevResult || families(conf.prevResult).v4) return;
+  const containerId = env('CNI_CONTAINERID');
+  const problems: string[] = [];
+  if (!linkExists(egressHostIf(containerId))) problems.push(`egress host veth ${egressHostIf(containerId)} missing`);
+  if (!iptables(['-S', egressChain(containerId)], true)) problems.push(`SNAT chain ${egressChain(containerId)} missing`);
+  if (problems.length) throw new CniFailure(999, 'eks-egress-sim CHECK failed', problems.join('; '));
 }
 
 function main(): void {
@@ -177,15 +382,18 @@ function main(): void {
     if (!SUPPORTED.includes(conf.cniVersion)) {
       throw new CniFailure(1, `cniVersion ${JSON.stringify(conf.cniVersion)} is not supported`, `supported: ${SUPPORTED.join(', ')}`);
     }
+    const egress = conf.type === 'eks-egress-sim';
     switch (command) {
       case 'ADD':
-        process.stdout.write(JSON.stringify(add(raw, conf)) + '\n');
+        process.stdout.write(JSON.stringify(egress ? egressAdd(raw, conf) : add(raw, conf)) + '\n');
         return;
       case 'DEL':
-        del(raw, conf);
+        if (egress) egressDel(raw, conf);
+        else del(raw, conf);
         return;
       case 'CHECK':
-        check(raw, conf);
+        if (egress) egressCheck(conf);
+        else check(raw, conf);
         return;
       case 'STATUS':
       case 'GC':

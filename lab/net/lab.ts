@@ -68,7 +68,6 @@ export async function createLab(opts: LabOptions = {}): Promise<LabInfo> {
   const chainSluice = opts.chainSluice ?? false;
   const ipFamily = opts.ipFamily ?? 'ipv4';
   if (!IP_FAMILIES.includes(ipFamily)) throw new LabConfigError(`ipFamily must be one of ${IP_FAMILIES.join(', ')}, got ${JSON.stringify(ipFamily)}`);
-  if (ipFamily !== 'ipv4' && primary !== 'ptp') throw new LabConfigError(`ipFamily ${ipFamily} needs the ptp primary (the eks flavour is IPv4-only in the lab)`);
   if (!PRIMARY_FLAVOURS.includes(primary)) throw new LabConfigError(`primary must be one of ${PRIMARY_FLAVOURS.join(', ')}, got ${JSON.stringify(primary)}`);
   const previous = readLabInfo(name);
   if (previous && previous.primary !== primary) {

@@ -52,6 +52,8 @@ export const nodeStateDir = (lab: string, node: string): string => {
 };
 export const ovsDir = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'ovs');
 export const ipamDir = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'ipam');
+/** host-local store of the eks flavour's IPv4 egress addresses (IPv6-only labs). */
+export const egressIpamDir = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'ipam-egress-v4');
 export const cniConfDir = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'cni');
 export const conflistPath = (lab: string, node: string): string => join(cniConfDir(lab, node), '10-lab.conflist');
 export const cniCacheDir = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'cni-cache');
@@ -93,6 +95,9 @@ export const podRange6 = (node: string): { subnet: string; rangeStart: string; r
   const p = `fd00:10:${nodeIndex(node).toString(16)}::`;
   return { subnet: `${p}/64`, rangeStart: `${p}2`, rangeEnd: `${p}fe` };
 };
+
+/** Where the eks flavour's IPv4 egress path for IPv6-only Pods takes its addresses (as the VPC CNI). */
+export const EGRESS_V4_RANGE = '169.254.172.0/22';
 
 /** The Service ClusterIP ranges: IPv4 as before, the IPv6 one for labs whose Pods have IPv6. */
 export const SERVICE_CIDR = '10.96.0.0/16';

@@ -163,6 +163,51 @@ if (missing.length) {
     t.same(await nodeVeths(), [], 'eni veth removed');
   });
 
+  t.test('eks-sim in IPv6 mode with eks-egress-sim chained: the VPC CNI\'s wiring and result, CHECK, DEL', async (t) => {
+    const egressDir = `${ipamDir(LAB, NODE)}-egress-test`;
+    const list: Conflist = {
+      cniVersion: '1.0.0', name: 'eks6test',
+      plugins: [
+        { type: 'eks-sim', ipam: { type: 'host-local', ranges: [[{ subnet: 'fd00:10:1::/64', rangeStart: 'fd00:10:1::100', rangeEnd: 'fd00:10:1::110' }]], dataDir: ipamDir(LAB, NODE) } },
+        { type: 'eks-egress-sim', nodeIP: '192.168.77.11', ipam: { type: 'host-local', ranges: [[{ subnet: '169.254.172.0/22' }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: egressDir } },
+      ],
+    };
+    const ns = podNetns(LAB, 'x', 'eks6');
+    await run('ip', ['netns', 'add', ns]);
+    const inv = { lab: LAB, node: NODE, containerId: 'c0ffee6' + '0'.repeat(57), netns: ns, podNamespace: 'x', podName: 'eks6' };
+    const res = await cniAdd(inv, list);
+    t.equal(res.ips?.length, 1, 'one IP: the egress address is no Pod IP');
+    t.match(res.ips?.[0], { address: /^fd00:10:1::(10\d|110)\/128$/, gateway: 'fe80::1', interface: 1 });
+    const names = (res.interfaces ?? []).map((i) => i.name);
+    t.match(names, [/^eni[0-9a-f]{11}$/, 'eth0', /^dummy[0-9a-f]{11}$/, /^veth[0-9a-f]{8}$/, 'v4if0'], 'the VPC CNI\'s interfaces, then egress-cni\'s pair');
+    t.same((res.interfaces ?? []).slice(0, 3).map((i) => i.mac), [undefined, '1', '0'], 'mac fields as the VPC CNI fills them (route table id, VLAN id)');
+    const podIP = res.ips![0]!.address.split('/')[0]!;
+    const route6 = (await runIn(ns, 'ip', ['-6', 'route', 'show', 'default'])).stdout;
+    t.match(route6, /default via fe80::1 dev eth0/, 'IPv6 default route via fe80::1');
+    t.match((await runIn(ns, 'ip', ['-6', 'neigh', 'show', 'fe80::1'])).stdout, /PERMANENT/, 'fe80::1 is a permanent neighbour');
+    t.notMatch((await runIn(ns, 'ip', ['-6', 'addr', 'show', 'dev', 'eth0'])).stdout, /tentative/, 'ADD returned after DAD');
+    t.match((await runIn(nodeNetns(LAB, NODE), 'ip', ['-6', 'route', 'show', `${podIP}/128`])).stdout, new RegExp(`dev ${names[0]}`), 'host route /128 to the eni veth');
+    t.equal((await runIn(nodeNetns(LAB, NODE), 'cat', [`/proc/sys/net/ipv6/conf/${names[0]}/accept_ra`])).stdout.trim(), '0', 'host veth accept_ra=0');
+    t.match((await runIn(ns, 'ip', ['-4', 'addr', 'show', 'dev', 'v4if0'])).stdout, /inet 169\.254\.17[2-5]\.\d+\/22/, 'v4if0 has an egress address');
+    t.match((await runIn(ns, 'ip', ['-4', 'route', 'show', 'default'])).stdout, /via 169\.254\.172\.1 dev v4if0/, 'IPv4 default route via the egress gateway');
+    const nat = async () => (await runIn(nodeNetns(LAB, NODE), 'iptables-save', ['-t', 'nat'])).stdout;
+    t.match(await nat(), /-A CNI-E4-[0-9a-f]+ .*-j SNAT --to-source 192\.168\.77\.11/, 'SNAT to the node');
+
+    await t.resolves(cniCheck(inv), 'CHECK passes on a fresh Pod');
+    await runIn(ns, 'ip', ['-6', 'neigh', 'del', 'fe80::1', 'dev', 'eth0']);
+    const broken = await cniCheck(inv).catch((e: unknown) => e);
+    t.match((broken as CniPluginError).details, /permanent neighbour fe80::1 missing/, 'CHECK notices the missing gateway neighbour');
+
+    await cniDel(inv, list);
+    t.notMatch(await nat(), /CNI-E4-/, 'DEL removed the SNAT chain and its jump');
+    t.same(await nodeVeths(), [], 'both host veths removed');
+    t.same(readdirSync(`${ipamDir(LAB, NODE)}/eks6test`).filter((f) => f.includes(':')), [], 'IPv6 address released');
+    t.same(readdirSync(`${egressDir}/eks6test`).filter((f) => /^169/.test(f)), [], 'egress address released');
+    await t.resolves(cniDel(inv, list), 'DEL again is fine');
+    await run('ip', ['netns', 'del', ns]);
+    await t.resolves(cniDel(inv, list), 'DEL after the namespace is gone is fine');
+  });
+
   t.test('bad sandbox input gets a clear error', async (t) => {
     await t.rejects(createPodSandbox({ lab: LAB, node: NODE, namespace: 'x', name: 'Bad_Name' }), /Pod name "Bad_Name" is not a DNS name/);
     await t.rejects(createPodSandbox({ lab: LAB, node: 'worker', namespace: 'x', name: 'a' }), /not a lab node name/);

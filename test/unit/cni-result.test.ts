@@ -1,7 +1,7 @@
 import t from 'tap';
 import { SUPPORTED_VERSIONS } from '../../cni/protocol.js';
 import { CniError } from '../../daemon/cni/errors.js';
-import { convertResult, isCidr, normalizeResult, validateResult } from '../../daemon/cni/result.js';
+import { convertResult, interfaceIPs, isCidr, normalizeResult, validateResult } from '../../daemon/cni/result.js';
 import { DUAL_110, PTP_040, PTP_100 } from './cni-fixtures.js';
 
 const OLD = ['0.3.0', '0.3.1', '0.4.0'];
@@ -78,12 +78,34 @@ t.test('a result without cniVersion (libcni strips nothing, but hand-made ones d
   t.equal(convertResult(bare, '0.4.0').ips?.[0]?.version, '4');
 });
 
+t.test('the AWS VPC CNI\'s prevResult (IPv6, egress-cni chained) is accepted and handed on unchanged', async (t) => {
+  // aws-cni: host veth by name only, eth0's "mac" is the route table id, the dummy interface's the
+  // VLAN id; egress-cni appends its veth pair and leaves ips alone (its IPv4 address is no Pod IP).
+  const vpc = {
+    cniVersion: '0.4.0',
+    interfaces: [
+      { name: 'eni8ea2c11fe35' },
+      { name: 'eth0', sandbox: '/var/run/netns/cni-1', mac: '1' },
+      { name: 'dummy8ea2c11fe35', mac: '0', sandbox: '0' },
+      { name: 'veth1a2b3c4d', mac: '4e:9c:21:0a:bb:01' },
+      { name: 'v4if0', mac: '9a:1f:33:c0:de:02', sandbox: '/var/run/netns/cni-1' },
+    ],
+    ips: [{ version: '6', address: '2600:1f14:abc:1::5/128', gateway: 'fe80::1', interface: 1 }],
+    routes: [{ dst: '::/0', gw: 'fe80::1' }],
+  };
+  const n = normalizeResult(vpc);
+  t.same(n.interfaces, vpc.interfaces, 'interfaces untouched, "mac" values too');
+  t.same(interfaceIPs(n, 'eth0'), ['2600:1f14:abc:1::5'], 'the Pod IP is eth0\'s IPv6 address only');
+  t.same(interfaceIPs(n, 'v4if0'), [], 'the egress interface has no Pod IP');
+  t.same(convertResult(n, '0.4.0'), vpc, 'converted back, the same result');
+});
+
 t.test('invalid results are rejected with code 7 and the field named', async (t) => {
   const cases: [string, unknown, RegExp][] = [
     ['not an object', [], /prevResult must be a JSON object/],
     ['interfaces not a list', { interfaces: {} }, /prevResult\.interfaces must be a list/],
     ['interface without name', { interfaces: [{ mac: '0a:58:0a:f4:00:05' }] }, /prevResult\.interfaces\[0\]\.name must be a non-empty string/],
-    ['bad mac', { interfaces: [{ name: 'eth0', mac: 'zz:00' }] }, /prevResult\.interfaces\[0\]\.mac/],
+    ['mac not a string', { interfaces: [{ name: 'eth0', mac: 5 }] }, /prevResult\.interfaces\[0\]\.mac must be a string/],
     ['negative mtu', { interfaces: [{ name: 'eth0', mtu: -1 }] }, /prevResult\.interfaces\[0\]\.mtu must be a non-negative integer/],
     ['address without prefix', { ips: [{ address: '10.0.0.5' }] }, /prevResult\.ips\[0\]\.address must be an IP address in CIDR notation/],
     ['address with bad prefix', { ips: [{ address: '10.0.0.5/33' }] }, /prevResult\.ips\[0\]\.address/],

@@ -53,7 +53,7 @@ t.test('args: commands, defaults and errors', async (t) => {
   t.equal((parseArgs(['up', '--ip-family', 'dual']) as { ipFamily: string }).ipFamily, 'dual');
   t.equal((parseArgs(['up', '--ip-family', 'ipv6']) as { ipFamily: string }).ipFamily, 'ipv6');
   t.throws(() => parseArgs(['up', '--ip-family', '7']), UsageError);
-  t.throws(() => parseArgs(['up', '--ip-family', 'ipv6', '--primary', 'eks']), /--ip-family ipv6 needs --primary ptp/);
+  t.same(parseArgs(['up', '--ip-family', 'ipv6', '--primary', 'eks']), { cmd: 'up', name: 'sl', nodes: 2, primary: 'eks', sluice: true, files: [], ipFamily: 'ipv6' });
   t.same(parseArgs(['up', '--name', 'lb1', '--nodes', '3', '--primary', 'eks', '-f', 'a.yaml', '-f', 'dir', '--no-sluice']), {
     cmd: 'up', name: 'lb1', nodes: 3, primary: 'eks', sluice: false, files: ['a.yaml', 'dir'], ipFamily: 'ipv4',
   });

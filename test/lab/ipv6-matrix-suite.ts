@@ -1,0 +1,324 @@
+/**
+ * The transparent matrix on labs with IPv6, one primary per test file (ipv6-matrix: ptp,
+ * ipv6-matrix-eks: the EKS-style flavour): with [primary, sluice] every probe gets the verdict it
+ * gets with the primary alone. Dual-stack: over IPv6 and over IPv4, the example workload's
+ * Services made dual-stack (ipFamilyPolicy PreferDualStack), so they have an IPv6 ClusterIP that
+ * the lab's kube-proxy DNATs in ip6tables. IPv6-only: the example workload as is, its Services
+ * single-stack IPv6 (the lab's only Service range). A hostNetwork Pod stands in for a node that
+ * serves: Pod -> node and node -> node. All real packets, sent through `sluice-lab probe`.
+ * EKS-style Pods are checked to be wired as the VPC CNI wires them (a /128, the default route via
+ * fe80::1 with a permanent neighbour, with and without sluice); with sluice, a Pod that lost that
+ * neighbour gets fe80::1 answered by the bridge; on the IPv6-only lab their IPv4 egress path
+ * (v4if0, SNAT to the node) is probed with and without sluice too, and a few NetworkPolicy steps
+ * give real verdicts equal to `sluicectl simulate` over IPv6.
+ */
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Test } from 'tap';
+import { type NetProbe, runProbes } from '../../lab/net/index.js';
+import { podNetns } from '../../lab/net/names.js';
+import { inNs, missingPrereq, REPO, sh } from './datapath-env.js';
+import { compareWithSimulate, fullProbeSet, POLICIES, tempDir } from './enforce-helpers.js';
+
+type Primary = 'ptp' | 'eks';
+const CLI = join(REPO, 'dist', 'lab', 'cli.js');
+const EXT_IP = '192.168.77.250';
+const NODE_IP6 = { 'node-1': 'fd00:77::b', 'node-2': 'fd00:77::c' } as const;
+const NODE_IP = { 'node-1': '192.168.77.11', 'node-2': '192.168.77.12' } as const;
+const EXT_IP6 = 'fd00:77::fa';
+const HOST_POD = 'zz/host';
+
+type Probe = { from: string; to: string; port?: number; protocol: string; family?: 4 | 6 };
+type Verdict = { from: string; to: string; port: number; protocol: string; family?: number; verdict: string };
+type PodList = { items: { metadata: { namespace: string; name: string }; spec: { nodeName: string }; status: { podIP: string; podIPs?: { ip: string }[] } }[] };
+type SvcList = { items: { metadata: { namespace: string; name: string }; spec: { clusterIPs?: string[] } }[] };
+
+/** One lab of the file: its name, the primary it runs, its scratch files. */
+class Lab {
+  readonly workload: string;
+  readonly probes: string;
+  constructor(readonly name: string, readonly primary: Primary) {
+    this.workload = `/tmp/${name}-workload.yaml`;
+    this.probes = `/tmp/${name}-probes.json`;
+  }
+
+  cli(args: string[], allowFail = false) {
+    return sh(process.execPath, [CLI, ...args, '--name', this.name], { allowFail });
+  }
+
+  async up(ipFamily: 'dual' | 'ipv6', sluice: boolean): Promise<void> {
+    await this.cli(['down'], true);
+    const r = await this.cli(['up', '--nodes', '2', '--primary', this.primary, '--ip-family', ipFamily, sluice ? '--sluice' : '--no-sluice', '-f', this.workload], true);
+    if (r.code !== 0) throw new Error(`sluice-lab up failed:\n${r.stdout}\n${r.stderr}`);
+  }
+
+  async pods(): Promise<PodList> {
+    return JSON.parse((await this.cli(['get', 'pods', '-o', 'json'])).stdout) as PodList;
+  }
+}
+
+async function podsByNode(lab: Lab): Promise<Record<string, string[]>> {
+  const list = await lab.pods();
+  const out: Record<string, string[]> = {};
+  for (const p of list.items) (out[p.spec.nodeName] ??= []).push(`${p.metadata.namespace}/${p.metadata.name}`);
+  for (const k of Object.keys(out)) out[k]!.sort();
+  return out;
+}
+
+/**
+ * Pod <-> Pod on one node and across nodes, node -> own and remote Pod, Pod <-> the external host,
+ * Pod -> Service with a local and with a remote endpoint, node -> Service; TCP and UDP on the
+ * served ports, ICMP(v6) echo to a node, a local and a remote Pod. `family` 6: IPv6 addresses and
+ * ClusterIPs; 4: the IPv4 ones of the same Pods and Services.
+ */
+function matrix(byNode: Record<string, string[]>, family: 4 | 6): Probe[] {
+  const [a, c] = byNode['node-1']!;
+  const [b] = byNode['node-2']!.filter((p) => p !== HOST_POD);
+  const node = family === 6 ? NODE_IP6 : NODE_IP;
+  const ext = family === 6 ? EXT_IP6 : '192.168.77.250';
+  const svc = (ref: string) => `service:${ref}`;
+  const probes: Probe[] = [];
+  for (const protocol of ['TCP', 'UDP']) {
+    probes.push(
+      { from: a!, to: c!, port: 80, protocol }, // same node
+      { from: c!, to: a!, port: 81, protocol },
+      { from: a!, to: b!, port: 80, protocol }, // cross node
+      { from: b!, to: a!, port: 81, protocol },
+      { from: `ip:${node['node-1']}`, to: a!, port: 80, protocol }, // node -> own Pod
+      { from: `ip:${node['node-2']}`, to: a!, port: 80, protocol }, // remote node -> Pod
+      { from: a!, to: `ip:${ext}`, port: 80, protocol }, // Pod -> external
+      { from: `ip:${ext}`, to: a!, port: 81, protocol }, // external -> Pod
+      { from: a!, to: svc(c!), port: 80, protocol }, // Service, local endpoint
+      { from: a!, to: svc(b!), port: 80, protocol }, // Service, remote endpoint (re-entrance)
+      { from: b!, to: svc(a!), port: 81, protocol },
+      { from: `ip:${node['node-1']}`, to: svc(b!), port: 80, protocol }, // node -> Service
+      { from: `ip:${node['node-1']}`, to: svc(c!), port: 81, protocol },
+      { from: a!, to: HOST_POD, port: 8080, protocol }, // Pod -> remote node (a hostNetwork Pod's server)
+      { from: `ip:${node['node-1']}`, to: HOST_POD, port: 8080, protocol }, // node -> node
+      { from: HOST_POD, to: a!, port: 80, protocol }, // hostNetwork Pod -> Pod
+    );
+  }
+  probes.push({ from: a!, to: `ip:${node['node-1']}`, protocol: 'ICMP' }, { from: a!, to: c!, protocol: 'ICMP' }, { from: a!, to: b!, protocol: 'ICMP' });
+  // Pods and Services get the family from the probe; ip: endpoints carry their own.
+  return probes.map((p) => ({ ...p, family }));
+}
+
+async function probe(lab: Lab, probes: Probe[]): Promise<Verdict[]> {
+  writeFileSync(lab.probes, JSON.stringify(probes));
+  return JSON.parse((await lab.cli(['probe', '--probes', lab.probes, '-o', 'json'])).stdout) as Verdict[];
+}
+
+async function probeAll(lab: Lab): Promise<Verdict[]> {
+  return JSON.parse((await lab.cli(['probe', '--family', '6', '-o', 'json'])).stdout) as Verdict[];
+}
+
+/**
+ * IPv6-only EKS-style Pods reach IPv4 through their egress interface (no IPv4 Pod address, so no
+ * `sluice-lab probe`): TCP, UDP and ICMP from two Pods' namespaces to the external host.
+ */
+async function probeEgressV4(lab: Lab, pods: string[]): Promise<string[]> {
+  const targets: NetProbe[] = pods.flatMap((ref) => {
+    const [ns, name] = ref.split('/') as [string, string];
+    const sourceNetns = podNetns(lab.name, ns, name);
+    return [
+      { sourceNetns, ip: EXT_IP, port: 80, protocol: 'TCP' },
+      { sourceNetns, ip: EXT_IP, port: 81, protocol: 'UDP' },
+      { sourceNetns, ip: EXT_IP, port: 0, protocol: 'ICMP' },
+    ] satisfies NetProbe[];
+  });
+  const results = await runProbes(targets);
+  return results.map((r, i) => `${pods[Math.floor(i / 3)]} -> ${EXT_IP} ${targets[i]!.port}/${targets[i]!.protocol}: ${r.verdict}`);
+}
+
+/** Packets node-1's egress SNAT chains (CNI-E4-*) sent to SNAT. */
+async function egressSnatPackets(lab: Lab): Promise<number> {
+  const out = (await inNs(`${lab.name}-node-1`, ['iptables-save', '-t', 'nat', '-c'])).stdout;
+  return [...out.matchAll(/^\[(\d+):\d+\] -A CNI-E4-\S+ .*-j SNAT/gm)].reduce((n, m) => n + Number(m[1]), 0);
+}
+
+const show = (vs: Verdict[]) => vs.map((v) => `${v.from} -> ${v.to} ${v.port}/${v.protocol} IPv${v.family}: ${v.verdict}`).join('\n');
+
+/** Packets the nodes' ip6tables KUBE-SERVICES rules sent to a Service chain. */
+async function ip6ServicePackets(lab: Lab): Promise<number> {
+  let n = 0;
+  for (const node of ['node-1', 'node-2']) {
+    const out = (await inNs(`${lab.name}-${node}`, ['ip6tables', '-t', 'nat', '-L', 'KUBE-SERVICES', '-v', '-n', '-x'])).stdout;
+    n += [...out.matchAll(/^\s*(\d+)\s+\d+\s+KUBE-SVC-/gm)].reduce((s, m) => s + Number(m[1]), 0);
+  }
+  return n;
+}
+
+/** Packets node-1's br-int matched on IPv6 flows (ipv6/tcp6/udp6/icmp6 matches) in table 0 and after. */
+async function bridgeIPv6Packets(lab: Lab): Promise<number> {
+  const run = `/run/sluice-lab/${lab.name}/node-1/ovs`;
+  const env = { ...(process.env as Record<string, string>), OVS_RUNDIR: run };
+  await sh('ovs-appctl', ['revalidator/wait'], { env });
+  const out = (await sh('ovs-ofctl', ['-O', 'OpenFlow15', 'dump-flows', `unix:${run}/br-int.mgmt`], { env })).stdout;
+  return out.split('\n').filter((l) => /\b(ipv6|tcp6|udp6|icmp6)\b/.test(l)).reduce((s, l) => s + Number(/n_packets=(\d+)/.exec(l)?.[1] ?? 0), 0);
+}
+
+/** Runs `ip` in a namespace and returns its JSON output. */
+async function ipJson<T>(ns: string, args: string[]): Promise<T> {
+  return JSON.parse((await inNs(ns, ['ip', '-j', ...args])).stdout || '[]') as T;
+}
+
+/**
+ * EKS-style Pods on node-1 are wired as the VPC CNI wires them, with and without sluice: each
+ * address alone (/32, /128) on eth0, the default route of each family via its link-local gateway
+ * (169.254.1.1, fe80::1) with a PERMANENT neighbour entry holding the host veth's MAC.
+ */
+async function eksWiring(t: Test, lab: Lab, pods: PodList): Promise<void> {
+  const links = await ipJson<{ ifindex: number; address: string }[]>(`${lab.name}-node-1`, ['link', 'show']);
+  for (const pod of pods.items.filter((p) => p.spec.nodeName === 'node-1' && p.metadata.name !== 'host')) {
+    const ref = `${pod.metadata.namespace}/${pod.metadata.name}`;
+    const ns = podNetns(lab.name, pod.metadata.namespace, pod.metadata.name);
+    const [eth0] = await ipJson<{ link_index: number; addr_info: { family: string; local: string; prefixlen: number; scope: string }[] }[]>(ns, ['addr', 'show', 'dev', 'eth0']);
+    const hostMac = links.find((l) => l.ifindex === eth0?.link_index)?.address;
+    const global = (eth0?.addr_info ?? []).filter((a) => a.scope === 'global').map((a) => `${a.local}/${a.prefixlen}`).sort();
+    t.same(global, pod.status.podIPs!.map((p) => `${p.ip}/${p.ip.includes(':') ? 128 : 32}`).sort(), `${ref}: eth0 holds its Pod IPs alone`);
+    for (const [fam, gw] of pod.status.podIPs!.map((p): [string, string] => (p.ip.includes(':') ? ['-6', 'fe80::1'] : ['-4', '169.254.1.1']))) {
+      const [route] = await ipJson<{ gateway?: string; dev?: string }[]>(ns, [fam, 'route', 'show', 'default']);
+      t.same([route?.gateway, route?.dev], [gw, 'eth0'], `${ref}: default route via ${gw}`);
+      const [neigh] = await ipJson<{ lladdr?: string; state?: string[] }[]>(ns, [fam, 'neigh', 'show', gw, 'dev', 'eth0']);
+      t.same([neigh?.lladdr, neigh?.state], [hostMac, ['PERMANENT']], `${ref}: ${gw} is a permanent neighbour at the host veth's MAC`);
+    }
+  }
+}
+
+/**
+ * A Pod whose permanent fe80::1 entry is gone solicits its gateway: the bridge's ND responder
+ * answers (router flag, the gateway MAC) and the Pod's IPv6 traffic flows again.
+ */
+async function gatewayByND(t: Test, lab: Lab, byNode: Record<string, string[]>): Promise<void> {
+  const [ref] = byNode['node-1']!;
+  const [ns, name] = ref!.split('/') as [string, string];
+  const netns = podNetns(lab.name, ns, name);
+  await inNs(netns, ['ip', '-6', 'neigh', 'del', 'fe80::1', 'dev', 'eth0']);
+  const ping = await inNs(netns, ['ping', '-6', '-c', '1', '-W', '2', EXT_IP6], { allowFail: true });
+  t.equal(ping.code, 0, `${ref} reaches ${EXT_IP6} after soliciting fe80::1`);
+  const [neigh] = await ipJson<{ lladdr?: string; router?: null }[]>(netns, ['-6', 'neigh', 'show', 'fe80::1', 'dev', 'eth0']);
+  t.same([neigh?.lladdr, neigh !== undefined && 'router' in neigh], ['aa:bb:cc:dd:ee:ff', true], 'fe80::1 resolved by the bridge to the gateway MAC, as a router');
+}
+
+/**
+ * NetworkPolicy on the IPv6-only EKS-style lab with sluice: after each step every probe (Pod -> Pod
+ * and Pod -> Service on 80/TCP and 80/UDP, node -> Pod; all over IPv6) gets with real packets the
+ * verdict `sluicectl simulate` gives on a snapshot of the same objects. One port of the full
+ * enforcement probe set, to keep this short (the full set runs on IPv4 in enforce-eks).
+ */
+async function policyEqualsSimulate(t: Test, lab: Lab): Promise<void> {
+  const dir = tempDir(`${lab.name}-policy-`);
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const probes = fullProbeSet([NODE_IP6['node-1'], NODE_IP6['node-2']]).filter((p) => p.port === 80);
+  const fixture = (f: string) => join(REPO, 'test', 'lab', 'fixtures', 'enforce', f);
+  const steps: [string, string[]][] = [
+    ['K8s default deny of x, allow from y', [join(POLICIES, '01-default-deny-x.yaml'), join(POLICIES, '02-allow-from-y.yaml')]],
+    ['Antrea ACNP drop', [join(POLICIES, '04-antrea-acnp.yaml')]],
+    ['Antrea Reject', [fixture('10-reject.yaml')]],
+  ];
+  for (const [step, files] of steps) {
+    await lab.cli(['apply', ...files.flatMap((f) => ['-f', f])]);
+    const c = await compareWithSimulate(lab.name, dir, probes);
+    t.same(c.mismatches, [], `${step}: ${c.probes} IPv6 probes, lab verdicts = simulate verdicts (${JSON.stringify(c.counts)}${c.retried ? `; ${c.retried} probed again` : ''})`);
+    t.ok((c.counts.drop ?? 0) + (c.counts.reject ?? 0) > 0, `${step}: the policies block something`);
+  }
+}
+
+/**
+ * The matrix on one primary's lab `labName`: dual-stack, then IPv6-only. Skips (with the reason)
+ * on a machine that cannot run labs or without a build.
+ */
+export async function runIpv6Matrix(t: Test, primary: Primary, labName: string): Promise<void> {
+  const why = (await missingPrereq()) ?? (existsSync(CLI) ? undefined : `${CLI} is missing (build first)`) ?? (existsSync(join(REPO, 'dist', 'bin', 'sluice-cni')) ? undefined : 'dist/bin/sluice-cni is missing (build the CNI plugin first)');
+  if (why) {
+    t.plan(0, `skipped: ${why}`);
+    return;
+  }
+  const lab = new Lab(labName, primary);
+  t.teardown(async () => {
+    await lab.cli(['down'], true);
+    rmSync(lab.probes, { force: true });
+    rmSync(lab.workload, { force: true });
+  });
+  // The example workload and a hostNetwork Pod on node-2 (last in the file and in its namespace's
+  // order, so the scheduler places the example Pods as usual and the matrix picks the same ones).
+  const hostPod = [
+    '---', 'apiVersion: v1', 'kind: Namespace', 'metadata:', '  name: zz', '---', 'apiVersion: v1', 'kind: Pod', 'metadata:', '  name: host', '  namespace: zz', 'spec:',
+    '  hostNetwork: true', '  nodeSelector:', '    kubernetes.io/hostname: node-2', '  containers:', '    - name: server', '      image: sluice-lab/workload', '      ports:',
+    '        - {containerPort: 8080, protocol: TCP}', '        - {containerPort: 8080, protocol: UDP}', '',
+  ].join('\n');
+  const workload = `${readFileSync(join(REPO, 'examples', 'workload.yaml'), 'utf8').trimEnd()}\n${hostPod}`;
+
+  const matrixOn = (ipFamily: 'dual' | 'ipv6') => {
+    const families: (4 | 6)[] = ipFamily === 'dual' ? [6, 4] : [6];
+    const { primary } = lab;
+    return t.test(`${ipFamily} ${primary}: [${primary}, sluice] reaches exactly what [${primary}] reaches, over ${families.map((f) => `IPv${f}`).join(' and ')}`, async (t) => {
+      // Dual-stack: every Service made dual-stack (only Services have spec.selector).
+      const text = ipFamily === 'dual' ? workload.replaceAll('spec:\n  selector:', 'spec:\n  ipFamilyPolicy: PreferDualStack\n  selector:') : workload;
+      if (ipFamily === 'dual') t.equal(text.split('ipFamilyPolicy: PreferDualStack').length - 1, 9, 'the 9 example Services are dual-stack');
+      writeFileSync(lab.workload, text);
+      await lab.up(ipFamily, false);
+      const byNode = await podsByNode(lab);
+      const services = JSON.parse((await lab.cli(['get', 'services', '-o', 'json'])).stdout) as SvcList;
+      const wantIPs = ipFamily === 'dual' ? 2 : 1;
+      t.ok(services.items.every((s) => s.spec.clusterIPs?.length === wantIPs && /^fd00:96::/.test(s.spec.clusterIPs.at(-1)!)), `every Service has ${ipFamily === 'dual' ? 'an IPv4 and an IPv6 ClusterIP' : 'an IPv6 ClusterIP'}`);
+      const pods = await lab.pods();
+      t.ok(pods.items.every((p) => p.status.podIPs?.some((ip) => /^fd00:(10|77):/.test(ip.ip))), 'every Pod has an IPv6 address');
+      t.same(pods.items.find((p) => p.metadata.name === 'host')?.status.podIPs, [{ ip: NODE_IP['node-2'] }, { ip: NODE_IP6['node-2'] }], 'the hostNetwork Pod has the node\'s addresses, IPv6 too');
+
+      if (primary === 'eks') await eksWiring(t, lab, pods);
+
+      const matrices = families.map((f) => matrix(byNode, f));
+      const svcBefore = await ip6ServicePackets(lab);
+      const alone: Verdict[][] = [];
+      for (const [i, m] of matrices.entries()) {
+        alone.push(await probe(lab, m));
+        // With the primary alone everything in this matrix is reachable: a verdict other than allow
+        // here would be the lab's fault, and "identical" would prove nothing about it.
+        t.same(alone[i]!.filter((v) => v.verdict !== 'allow'), [], `every IPv${families[i]} probe passes with ${primary} alone:\n${show(alone[i]!)}`);
+      }
+      t.ok((await ip6ServicePackets(lab)) - svcBefore >= 10, 'the IPv6 Service probes went through ip6tables\' DNAT');
+      // Every Pod to every Pod on every served port over IPv6 (sluice-lab probe --family 6, no probe file).
+      const everyAlone = await probeAll(lab);
+      t.same(everyAlone.filter((v) => v.verdict !== 'allow' || v.family !== 6), [], `all ${everyAlone.length} default probes over IPv6 pass with ${primary} alone`);
+      // IPv6-only EKS-style Pods: IPv4 out through the egress interface, SNATed to the node.
+      const egressFrom = byNode['node-1']!.slice(0, 2);
+      const egressV4 = primary === 'eks' && ipFamily === 'ipv6';
+      const egressAlone = egressV4 ? await probeEgressV4(lab, egressFrom) : [];
+      if (egressV4) t.same(egressAlone.filter((v) => !v.endsWith(': allow')), [], `IPv4 egress from IPv6-only Pods passes with ${primary} alone:\n${egressAlone.join('\n')}`);
+
+      await lab.up(ipFamily, true);
+      t.same(await podsByNode(lab), byNode, 'same Pod placement');
+      const bridgeBefore = await bridgeIPv6Packets(lab);
+      for (const [i, m] of matrices.entries()) {
+        const chained = await probe(lab, m);
+        t.same(chained, alone[i], `identical IPv${families[i]} matrix with sluice chained (${m.length} probes):\n${show(chained)}`);
+      }
+      const every = await probeAll(lab);
+      t.same(every, everyAlone, `identical default IPv6 matrix with sluice chained (${every.length} probes)`);
+      if (egressV4) {
+        const snatBefore = await egressSnatPackets(lab);
+        const egress = await probeEgressV4(lab, egressFrom);
+        t.same(egress, egressAlone, `identical IPv4 egress with sluice chained:\n${egress.join('\n')}`);
+        t.ok((await egressSnatPackets(lab)) > snatBefore, 'the IPv4 egress went through the egress plugin\'s SNAT');
+      }
+      const crossed = (await bridgeIPv6Packets(lab)) - bridgeBefore;
+      t.ok(crossed >= matrices[0]!.length, `node-1's br-int matched ${crossed} packets on its IPv6 flows during the probes`);
+      const chainedPods = await lab.pods();
+      for (const pod of chainedPods.items.filter((p) => p.spec.nodeName === 'node-1' && p.metadata.name !== 'host')) {
+        for (const ip of pod.status.podIPs!.map((p) => p.ip)) {
+          const route = (await inNs(`${lab.name}-node-1`, ['ip', ...(ip.includes(':') ? ['-6'] : []), 'route', 'get', ip])).stdout;
+          t.match(route, /dev antrea-gw0/, `${pod.metadata.namespace}/${pod.metadata.name} (${ip}) is routed via the gateway`);
+        }
+      }
+      if (primary === 'eks') {
+        await eksWiring(t, lab, chainedPods);
+        await gatewayByND(t, lab, byNode);
+        if (ipFamily === 'ipv6') await policyEqualsSimulate(t, lab);
+      }
+    });
+  };
+
+  await matrixOn('dual');
+  await matrixOn('ipv6');
+}
