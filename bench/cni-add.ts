@@ -1,23 +1,25 @@
 /**
  * CNI ADD latency through the runtime path (the lab's libcni-like runner, real plugins) on a 1-node
- * lab named "dpb" with the agent running (OVS netdev): Pods ADDed with [ptp] alone and with
+ * lab of its own (default "cadb", no test uses it; refused if a lab of that name is up) with the
+ * agent running (OVS netdev): Pods ADDed with [ptp] alone and with
  * [ptp, sluice], interleaved one for one so that load drifting during the run hits both alike. Runs
  * twice: idle, then with a CPU load generator busy on every core (started and stopped by the bench).
  * Prints p50/p95 of each, their ratio, the agent's own time per ADD (its steps, summed) and the
  * sluice-cni process start time and the agent's RSS. Not a test: it asserts nothing, it measures.
  *
- * usage (root, after a build): node dist/bench/cni-add.js [--pods 50] [--only idle|loaded]
+ * usage (root, after a build): node dist/bench/cni-add.js [--pods 50] [--only idle|loaded] [--lab NAME]
  */
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { cpus } from 'node:os';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { nodeConflist } from '../lab/net/cni-config.js';
 import { cniAdd, cniDel, type CniInvocation } from '../lab/net/cni-runner.js';
 import { repoRoot, stateDir } from '../lab/net/names.js';
 
-const LAB = 'dpb';
+const argLab = process.argv.indexOf('--lab');
+const LAB = argLab > 0 ? process.argv[argLab + 1]! : 'cadb';
 const NODE = 'node-1';
 const argPods = process.argv.indexOf('--pods');
 const PODS = argPods > 0 ? Number(process.argv[argPods + 1]) : 50;
@@ -108,8 +110,13 @@ const fmt = (n: number) => `${n.toFixed(1)} ms`;
 
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 
+/** Set once this run brings its lab up: only then may a failure take it down. */
+let labIsOurs = false;
+
 async function main(): Promise<void> {
-  lab('down');
+  // Never take over (and tear down) a lab someone else is using.
+  if (existsSync(stateDir(LAB))) throw new Error(`a lab named ${LAB} exists (${stateDir(LAB)}); choose another with --lab`);
+  labIsOurs = true;
   lab('up', '--nodes', '1', '--primary', 'ptp', '--sluice');
   const rssIdle = agentRssMiB();
   console.log(`CNI ADD latency, ${PODS} Pods per chain and round, [ptp] and [ptp, sluice] interleaved (runtime path, 1-node lab, OVS netdev, ${cpus().length} CPUs)`);
@@ -138,7 +145,7 @@ async function main(): Promise<void> {
 
 main().catch((err: Error) => {
   try {
-    lab('down');
+    if (labIsOurs) lab('down');
   } catch {
     /* best effort */
   }

@@ -26,7 +26,7 @@ import { TraceError, type TraceReport, type TraceRequest } from './enforcement/t
 import { TRACE_COOKIE_PREFIX, type TraceProtocol } from './flows/traceflow.js';
 import { type HealthServer, startEndpoint, startHealthServer } from './health.js';
 import type { AgentMetrics, EnforcementMetrics } from './metrics.js';
-import { disablePodTxOffload, guardedVeths, HostNetwork, PodLinks, resolveIptables, SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6 } from './hostnet/index.js';
+import { HostNetwork, NetnsHelper, PodLinks, resolveIptables, SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6 } from './hostnet/index.js';
 import { isRepairEvent, isRulesetTamperEvent } from './hostnet/monitor.js';
 import { describeRtEvent, ifindexOf, watchRtEvents } from './hostnet/rtevents.js';
 import { type AdoptionStatus, type NodePod, planAdoption } from './adoption.js';
@@ -126,6 +126,7 @@ export class Agent {
   readonly pods = new Map<string, PodAttachment>();
   /** Finds Pods' veths for ADD and adoption over one rtnetlink socket (daemon/hostnet/podlink.ts). */
   private readonly podLinks = new PodLinks();
+  private readonly netnsHelper: NetnsHelper;
   readonly podEvents: PodEvents & EventEmitter = new EventEmitter();
   readonly ovs: Ovs;
   private readonly flowSync: FlowSync;
@@ -167,6 +168,7 @@ export class Agent {
     private readonly enforcement?: EnforcementHooks,
     private readonly metrics?: AgentMetrics,
   ) {
+    this.netnsHelper = new NetnsHelper({ log });
     this.ovs = new Ovs({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
     this.flowSync = new FlowSync(this.ovs, log);
     this.openflow = new OpenFlowController({
@@ -187,11 +189,12 @@ export class Agent {
         checkPodRoutes: (ips) => this.net.checkPodRoutes(ips),
         isolateHostVeth: (veth) => this.net.isolateHostVeth(veth),
         releaseHostVeth: (veth) => this.net.releaseHostVeth(veth),
-        isolatedVeths: () => guardedVeths(),
+        isolatedVeths: () => this.net.isolatedVeths(),
       },
       // One rtnetlink socket for every ADD; no process enters the Pod's namespace.
       findHostVeth: (netns, ifName) => this.podLinks.findHostVeth(netns, ifName),
-      disablePodTxOffload,
+      // One long-lived helper process for every Pod (started on the first netdev ADD).
+      disablePodTxOffload: (netns, ifName) => this.netnsHelper.disableTxOffload(netns, ifName),
       pods: this.pods,
       syncFlows: (opts) => this.syncFlows(opts),
       isReady: () => this.ready,
@@ -509,7 +512,7 @@ export class Agent {
         if (await this.ovs.endFlowRestoreWait()) repairs.push('flow-restore-wait ended (ovs-vswitchd was restarted over the bridge)');
         repairs.push(...(await this.net.resync(this.podRoutes())));
         if (this.config.datapath === 'netdev') {
-          const isolated = new Set(await guardedVeths());
+          const isolated = new Set(await this.net.isolatedVeths());
           for (const pod of this.pods.values()) {
             if (isolated.has(pod.hostVeth)) continue;
             await this.net.isolateHostVeth(pod.hostVeth);
@@ -838,6 +841,7 @@ export class Agent {
     await this.metricsServer?.close();
     await this.hostnet?.close();
     this.podLinks.close();
+    this.netnsHelper.close();
     this.ovs.close();
   }
 }

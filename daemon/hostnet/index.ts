@@ -18,10 +18,11 @@ import { IptablesRules, SERVICE_MARK } from './iptables.js';
 import { ip6Commands, type IptablesCommands, DEFAULT_IPTABLES } from './iptables-backend.js';
 import { canonicalIp } from '../policy/cidr.js';
 import { type Family, familyOfText, Rtnl } from './netlink.js';
-import { guardVeth, unguardVeth } from './vethguard.js';
+import { VethGuard } from './vethguard.js';
 
-export { disablePodTxOffload, findHostVethByNsenter, type HostVeth, PodLinks, repointPodNeighbours } from './podlink.js';
-export { guardedVeths, removeGuardTable } from './vethguard.js';
+export { NetnsHelper } from './netns-helper.js';
+export { findHostVethByNsenter, type HostVeth, PodLinks, repointPodNeighbours } from './podlink.js';
+export { GUARD_TABLE, VethGuard } from './vethguard.js';
 export { resolveIptables, type IptablesCommands } from './iptables-backend.js';
 
 export const SERVICE_ROUTE_TABLE = 300;
@@ -55,6 +56,8 @@ export interface HostNetworkOptions {
 export class HostNetwork {
   private readonly iptables: IptablesRules;
   private readonly ip6tables: IptablesRules;
+  /** The netdev datapath's veth guard (its nf_tables socket opens on first use). */
+  private readonly guard = new VethGuard();
 
   private constructor(
     private readonly opts: HostNetworkOptions,
@@ -84,6 +87,7 @@ export class HostNetwork {
 
   async close(): Promise<void> {
     this.rtnl.close();
+    this.guard.close();
   }
 
   /** Converges the node-wide state; returns what it had to create or repair. */
@@ -204,11 +208,16 @@ export class HostNetwork {
   }
 
   async isolateHostVeth(ifName: string): Promise<void> {
-    await guardVeth(ifName);
+    await this.guard.guard(ifName);
   }
 
   async releaseHostVeth(ifName: string): Promise<void> {
-    await unguardVeth(ifName);
+    await this.guard.unguard(ifName);
+  }
+
+  /** Host veths that carry the netdev ingress drop. */
+  async isolatedVeths(): Promise<string[]> {
+    return this.guard.guarded();
   }
 
   /** Periodic convergence: node-wide state plus every attached Pod's routes. */
