@@ -15,6 +15,7 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { execa } from 'execa';
+import { type Clock, realClock } from '../clock.js';
 
 /** setns(2)'s system call number per Node architecture name. */
 const SETNS_SYSCALL: Partial<Record<NodeJS.Architecture, number>> = {
@@ -119,6 +120,7 @@ export interface NetnsHelperOptions {
   /** Used when the helper cannot run or will not start. */
   fallback?: (netnsPath: string, ifName: string) => Promise<void>;
   timeoutMs?: number;
+  clock?: Clock;
   log?: { warn(obj: object, msg: string): void };
 }
 
@@ -131,11 +133,13 @@ export class NetnsHelper {
   private readonly spawnHelper: HelperSpawner;
   private readonly fallback: (netnsPath: string, ifName: string) => Promise<void>;
   private readonly timeoutMs: number;
+  private readonly clock: Clock;
 
   constructor(private readonly opts: NetnsHelperOptions = {}) {
     this.spawnHelper = opts.spawn ?? spawnPerlHelper;
     this.fallback = opts.fallback ?? txOffByNsenter;
     this.timeoutMs = opts.timeoutMs ?? 5000;
+    this.clock = opts.clock ?? realClock;
   }
 
   /** Whether a helper process is running now. */
@@ -172,18 +176,18 @@ export class NetnsHelper {
         const proc = this.process();
         if (!proc) return reject(new HelperUnavailable());
         let timedOut = false;
-        const timer = setTimeout(() => {
+        const timer = this.clock.setTimeout(() => {
           // A wedged helper: kill it (its exit rejects this request); the next one starts afresh.
           timedOut = true;
           proc.kill();
         }, this.timeoutMs);
         this.waiters.push({
           resolve: (l) => {
-            clearTimeout(timer);
+            this.clock.clearTimeout(timer);
             resolve(l);
           },
           reject: (e) => {
-            clearTimeout(timer);
+            this.clock.clearTimeout(timer);
             reject(timedOut ? new Error(`netns helper gave no answer within ${this.timeoutMs} ms (killed)`) : e);
           },
         });

@@ -6,6 +6,7 @@
  * network byte order.
  */
 import { RawNetlinkSocket } from 'netlink';
+import { type Clock, realClock } from '../clock.js';
 
 const NETLINK_NETFILTER = 12;
 const NLMSG = { ERROR: 2, DONE: 3 } as const;
@@ -220,6 +221,7 @@ export class NfTables {
   constructor(
     private readonly openTransport: () => NetlinkTransport = rawTransport,
     private readonly timeoutMs = 5000,
+    private readonly clock: Clock = realClock,
   ) {}
 
   private socket(): NetlinkTransport {
@@ -259,7 +261,7 @@ export class NfTables {
       new Promise<Buffer[]>((resolve, reject) => {
         const sock = this.socket();
         const { datagram, awaited, dump } = build(() => (this.seq = (this.seq % 0x7fff_ffff) + 1));
-        const timer = setTimeout(() => {
+        const timer = this.clock.setTimeout(() => {
           for (const s of awaited.keys()) this.pending.delete(s);
           reject(new Error(`nf_tables did not answer within ${this.timeoutMs} ms`));
         }, this.timeoutMs);
@@ -269,7 +271,7 @@ export class NfTables {
           rows: [],
           dump,
           done: (err, rows) => {
-            clearTimeout(timer);
+            this.clock.clearTimeout(timer);
             if (err) reject(err);
             else resolve(rows);
           },
@@ -278,7 +280,7 @@ export class NfTables {
         try {
           sock.send(datagram);
         } catch (err) {
-          clearTimeout(timer);
+          this.clock.clearTimeout(timer);
           for (const s of awaited.keys()) this.pending.delete(s);
           reject(err as Error);
         }
