@@ -136,6 +136,8 @@ export class Agent {
    */
   readonly openflow: OpenFlowController;
   private readonly lock = new SharedExclusiveLock();
+  /** Resyncs one after another (their host part runs outside the lock). */
+  private resyncQueue: Promise<unknown> = Promise.resolve();
   private hostnet?: HostNetwork;
   private gateway?: GatewayInfo;
   private nodeIP?: string | undefined;
@@ -485,13 +487,23 @@ export class Agent {
 
   /**
    * Full convergence: bridge, gateway, Pod ofports, flows, host networking. Logs what it repaired.
-   * Runs alone (no CNI operation in between).
+   * Resyncs run one at a time. CNI operations wait only while Pod state is compared and repaired:
+   * the OVS part (OVSDB and OpenFlow round trips) and, after the host part was read without the
+   * lock (node-wide state no CNI operation touches: table 300, rules, iptables chains; then the
+   * Pods' routes and veth guards in one dump each), the repair of the Pods still attached as read.
    */
   resync(reason: string): Promise<string[]> {
-    return this.lock.runExclusive(async () => {
-      if (this.closed) return [];
-      const repairs: string[] = [];
-      try {
+    const run = () => this.resyncOnce(reason);
+    const result = this.resyncQueue.then(run, run);
+    this.resyncQueue = result.catch(() => undefined);
+    return result;
+  }
+
+  private async resyncOnce(reason: string): Promise<string[]> {
+    if (this.closed) return [];
+    const repairs: string[] = [];
+    try {
+      await this.lock.runExclusive(async () => {
         repairs.push(...(await this.ovs.ensureBridge()));
         const gw = await this.ovs.ensureGateway(this.config.gateway);
         repairs.push(...gw.changes);
@@ -510,28 +522,34 @@ export class Agent {
         const diff = await this.syncFlows({ verify: true });
         if (diff.add.length || diff.remove.length) repairs.push(`flows: +${diff.add.length} -${diff.remove.length}`);
         if (await this.ovs.endFlowRestoreWait()) repairs.push('flow-restore-wait ended (ovs-vswitchd was restarted over the bridge)');
-        repairs.push(...(await this.net.resync(this.podRoutes())));
-        if (this.config.datapath === 'netdev') {
-          const isolated = new Set(await this.net.isolatedVeths());
-          for (const pod of this.pods.values()) {
-            if (isolated.has(pod.hostVeth)) continue;
+      });
+      repairs.push(...(await this.net.ensureBase()));
+      const seen = [...this.pods.values()];
+      const routeProblems = await this.net.podRouteProblems(seen.map((p) => p.ips));
+      const isolated = this.config.datapath === 'netdev' ? new Set(await this.net.isolatedVeths()) : undefined;
+      await this.lock.runExclusive(async () => {
+        for (const [i, pod] of seen.entries()) {
+          // A Pod DELeted or re-ADDed since it was read: that operation set its routes and guard.
+          if (this.pods.get(pod.containerId) !== pod) continue;
+          repairs.push(...(await this.net.repairPodRoutes(pod, routeProblems[i]!)));
+          if (isolated && !isolated.has(pod.hostVeth)) {
             await this.net.isolateHostVeth(pod.hostVeth);
             repairs.push(`re-isolated host veth ${pod.hostVeth} (container ${pod.containerId})`);
           }
         }
-        this.ovsReachable = true;
-        this.lastResync = { at: new Date().toISOString(), repairs };
-        this.resyncCounts.ok++;
-        this.resyncCounts.repairs += repairs.length;
-        if (repairs.length) this.log.warn({ reason, repairs }, 'resync: repaired');
-        else this.log.debug({ reason }, 'resync: nothing to repair');
-      } catch (err) {
-        this.lastResync = { at: new Date().toISOString(), repairs, error: (err as Error).message };
-        this.resyncCounts.failed++;
-        this.log.error({ reason, err: (err as Error).message }, 'resync: failed');
-      }
-      return repairs;
-    });
+      });
+      this.ovsReachable = true;
+      this.lastResync = { at: new Date().toISOString(), repairs };
+      this.resyncCounts.ok++;
+      this.resyncCounts.repairs += repairs.length;
+      if (repairs.length) this.log.warn({ reason, repairs }, 'resync: repaired');
+      else this.log.debug({ reason }, 'resync: nothing to repair');
+    } catch (err) {
+      this.lastResync = { at: new Date().toISOString(), repairs, error: (err as Error).message };
+      this.resyncCounts.failed++;
+      this.log.error({ reason, err: (err as Error).message }, 'resync: failed');
+    }
+    return repairs;
   }
 
   /**
