@@ -56,11 +56,13 @@ class FakeKernel {
       const rows = [...this.chains.values()].map((c) =>
         nlmsg(MSG.NEWCHAIN, 2, first.seq, Buffer.concat([Buffer.from([NFPROTO_NETDEV, 0, 0, 0]), str(1, c.table), str(3, c.name), attr(4 | 0x8000, str(3, c.device))])),
       );
-      return this.reply(...rows, nlmsg(3, 2, first.seq, Buffer.alloc(4)));
+      this.reply(...rows, nlmsg(3, 2, first.seq, Buffer.alloc(4)));
+      return;
     }
     if (first.type === MSG.GETTABLE) {
       const name = cstr(parseAttrs(first.payload, 4).get(1))!;
-      return this.reply(this.tables.has(name) ? nlmsg(MSG.NEWTABLE, 0, first.seq, Buffer.concat([Buffer.alloc(4), str(1, name)])) : ack(first.seq, 2));
+      this.reply(this.tables.has(name) ? nlmsg(MSG.NEWTABLE, 0, first.seq, Buffer.concat([Buffer.alloc(4), str(1, name)])) : ack(first.seq, 2));
+      return;
     }
     this.batches.push(msgs.map((m) => ({ type: m.type, flags: m.flags })));
     t.equal(first.type, 0x10, 'a batch begins with NFNL_MSG_BATCH_BEGIN');
