@@ -504,6 +504,7 @@ export class Agent {
     const repairs: string[] = [];
     try {
       await this.lock.runExclusive(async () => {
+        if (this.closed) return;
         repairs.push(...(await this.ovs.ensureBridge()));
         const gw = await this.ovs.ensureGateway(this.config.gateway);
         repairs.push(...gw.changes);
@@ -523,11 +524,13 @@ export class Agent {
         if (diff.add.length || diff.remove.length) repairs.push(`flows: +${diff.add.length} -${diff.remove.length}`);
         if (await this.ovs.endFlowRestoreWait()) repairs.push('flow-restore-wait ended (ovs-vswitchd was restarted over the bridge)');
       });
+      if (this.closed) return repairs;
       repairs.push(...(await this.net.ensureBase()));
       const seen = [...this.pods.values()];
       const routeProblems = await this.net.podRouteProblems(seen.map((p) => p.ips));
       const isolated = this.config.datapath === 'netdev' ? new Set(await this.net.isolatedVeths()) : undefined;
       await this.lock.runExclusive(async () => {
+        if (this.closed) return;
         for (const [i, pod] of seen.entries()) {
           // A Pod DELeted or re-ADDed since it was read: that operation set its routes and guard.
           if (this.pods.get(pod.containerId) !== pod) continue;
