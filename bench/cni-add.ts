@@ -1,53 +1,77 @@
 /**
  * CNI ADD latency through the runtime path (the lab's libcni-like runner, real plugins) on a 1-node
- * lab named "dpb" with the agent running (OVS netdev): Pods ADDed with [ptp] alone and with
+ * lab of its own (default "cadb", no test uses it; refused if a lab of that name is up) with the
+ * agent running (OVS netdev): Pods ADDed with [ptp] alone and with
  * [ptp, sluice], interleaved one for one so that load drifting during the run hits both alike. Runs
  * twice: idle, then with a CPU load generator busy on every core (started and stopped by the bench).
  * Prints p50/p95 of each, their ratio, the agent's own time per ADD (its steps, summed) and the
  * sluice-cni process start time and the agent's RSS. Not a test: it asserts nothing, it measures.
  *
- * usage (root, after a build): node dist/bench/cni-add.js [--pods 50] [--only idle|loaded]
+ * With `--baseline DIR` (another checkout, built), a second lab ("<name>o") runs that build's agent
+ * and plugin at the same time, and its [ptp, sluice] ADDs join the interleaving: old and new build
+ * side by side, under the same load.
+ *
+ * usage (root, after a build): node dist/bench/cni-add.js [--pods 50] [--only idle|loaded] [--lab NAME] [--baseline DIR]
  */
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { cpus } from 'node:os';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { nodeConflist } from '../lab/net/cni-config.js';
 import { cniAdd, cniDel, type CniInvocation } from '../lab/net/cni-runner.js';
 import { repoRoot, stateDir } from '../lab/net/names.js';
 
-const LAB = 'dpb';
+const argLab = process.argv.indexOf('--lab');
+const LAB = argLab > 0 ? process.argv[argLab + 1]! : 'cadb';
 const NODE = 'node-1';
 const argPods = process.argv.indexOf('--pods');
 const PODS = argPods > 0 ? Number(process.argv[argPods + 1]) : 50;
 const argOnly = process.argv.indexOf('--only');
 const ONLY = argOnly > 0 ? process.argv[argOnly + 1] : undefined;
-const cli = join(repoRoot(), 'dist', 'lab', 'cli.js');
+const argBase = process.argv.indexOf('--baseline');
+const BASELINE = argBase > 0 ? process.argv[argBase + 1] : undefined;
+const BASE_LAB = `${LAB}o`;
 
-const lab = (...args: string[]) => execFileSync(process.execPath, [cli, ...args, '--name', LAB], { stdio: ['ignore', 'pipe', 'inherit'] }).toString();
+interface Build {
+  label: string;
+  lab: string;
+  root: string;
+}
+const builds: Build[] = [{ label: 'new', lab: LAB, root: repoRoot() }, ...(BASELINE ? [{ label: 'baseline', lab: BASE_LAB, root: BASELINE }] : [])];
+
+const labCli = (b: Build, ...args: string[]) =>
+  execFileSync(process.execPath, [join(b.root, 'dist', 'lab', 'cli.js'), ...args, '--name', b.lab], { stdio: ['ignore', 'pipe', 'inherit'] }).toString();
 
 function pct(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
 }
 
-/** `PODS` ADDs of each conflist, alternating, then their DELs; the ADD times of each. */
-async function addInterleaved(round: string): Promise<{ alone: number[]; chained: number[] }> {
-  const lists = { alone: nodeConflist(LAB, NODE, 'ptp', false), chained: nodeConflist(LAB, NODE, 'ptp', true) };
-  const times = { alone: [] as number[], chained: [] as number[] };
-  const invs: { inv: CniInvocation; list: (typeof lists)['alone'] }[] = [];
+type Kind = 'alone' | 'chained' | 'baseline';
+
+/** `PODS` ADDs of each kind, in an order rotating every round, then their DELs; the ADD times of each. */
+async function addInterleaved(round: string): Promise<Record<Kind, number[]>> {
+  const lists = {
+    alone: { lab: LAB, list: nodeConflist(LAB, NODE, 'ptp', false) },
+    chained: { lab: LAB, list: nodeConflist(LAB, NODE, 'ptp', true) },
+    baseline: { lab: BASE_LAB, list: nodeConflist(BASE_LAB, NODE, 'ptp', true) },
+  };
+  const kinds: Kind[] = BASELINE ? ['alone', 'chained', 'baseline'] : ['alone', 'chained'];
+  const times: Record<Kind, number[]> = { alone: [], chained: [], baseline: [] };
+  const invs: { inv: CniInvocation; list: (typeof lists)['alone']['list'] }[] = [];
   for (let i = 0; i < PODS; i++) {
-    for (const kind of i % 2 === 0 ? (['alone', 'chained'] as const) : (['chained', 'alone'] as const)) {
-      const netns = `${LAB}-${round}-${kind[0]}${i}`;
+    for (const kind of [...kinds.slice(i % kinds.length), ...kinds.slice(0, i % kinds.length)]) {
+      const { lab, list } = lists[kind];
+      const netns = `${lab}-${round}-${kind[0]}${i}`;
       spawnSync('ip', ['netns', 'del', netns]);
       execFileSync('ip', ['netns', 'add', netns]);
       execFileSync('ip', ['-n', netns, 'link', 'set', 'lo', 'up']);
-      const inv: CniInvocation = { lab: LAB, node: NODE, containerId: `bench${round}${kind[0]}${String(i).padStart(4, '0')}`, netns, podNamespace: 'bench', podName: `${round}-${kind}-${i}` };
+      const inv: CniInvocation = { lab, node: NODE, containerId: `bench${round}${kind[0]}${String(i).padStart(4, '0')}`, netns, podNamespace: 'bench', podName: `${round}-${kind}-${i}` };
       const t0 = performance.now();
-      await cniAdd(inv, lists[kind]);
+      await cniAdd(inv, list);
       times[kind].push(performance.now() - t0);
-      invs.push({ inv, list: lists[kind] });
+      invs.push({ inv, list });
     }
   }
   for (const { inv, list } of invs) {
@@ -62,9 +86,9 @@ function startLoad(): ChildProcess[] {
   return cpus().map(() => spawn(process.execPath, ['-e', 'for(;;){}'], { stdio: 'ignore' }));
 }
 
-function agentRssMiB(): number | undefined {
+function agentRssMiB(lab: string): number | undefined {
   try {
-    const pid = readFileSync(join(stateDir(LAB), NODE, 'agent.pid'), 'utf8').trim();
+    const pid = readFileSync(join(stateDir(lab), NODE, 'agent.pid'), 'utf8').trim();
     const kb = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
     return kb ? Number(kb) / 1024 : undefined;
   } catch {
@@ -72,14 +96,14 @@ function agentRssMiB(): number | undefined {
   }
 }
 
-const agentLog = () => readFileSync(join(stateDir(LAB), NODE, 'agent.log'), 'utf8');
+const agentLog = (lab: string) => readFileSync(join(stateDir(lab), NODE, 'agent.log'), 'utf8');
 
 /** p50 of each ADD step as the agent logged it ("add: attached" ms) after log offset `from`, and of their sum. */
-function agentStepP50(from: number): { steps: Record<string, number>; total: number; request: number } {
+function agentStepP50(lab: string, from: number): { steps: Record<string, number>; total: number; request: number } {
   const steps: Record<string, number[]> = {};
   const totals: number[] = [];
   const requests: number[] = [];
-  for (const line of agentLog().slice(from).split('\n')) {
+  for (const line of agentLog(lab).slice(from).split('\n')) {
     if (line.includes('"cni: request done"') && line.includes('"command":"ADD"')) requests.push((JSON.parse(line) as { ms: number }).ms);
     if (!line.includes('"add: attached"')) continue;
     const ms = (JSON.parse(line) as { ms?: Record<string, number> }).ms ?? {};
@@ -93,54 +117,72 @@ function agentStepP50(from: number): { steps: Record<string, number>; total: num
   };
 }
 
-function pluginStartMs(): number {
-  const bin = join(repoRoot(), 'dist', 'bin', 'sluice-cni');
-  const times: number[] = [];
+/** p50 of 20 VERSION runs of each build's plugin binary, interleaved. */
+function pluginStartMs(): number[] {
+  const bins = builds.map((b) => join(b.root, 'dist', 'bin', 'sluice-cni'));
+  const times = bins.map(() => [] as number[]);
   for (let i = 0; i < 20; i++) {
-    const t0 = performance.now();
-    spawnSync(bin, [], { env: { CNI_COMMAND: 'VERSION' }, input: '{"cniVersion":"1.1.0"}' });
-    times.push(performance.now() - t0);
+    for (const [k, bin] of bins.entries()) {
+      const t0 = performance.now();
+      spawnSync(bin, [], { env: { CNI_COMMAND: 'VERSION' }, input: '{"cniVersion":"1.1.0"}' });
+      times[k]!.push(performance.now() - t0);
+    }
   }
-  return pct(times, 50);
+  return times.map((t) => pct(t, 50));
 }
 
 const fmt = (n: number) => `${n.toFixed(1)} ms`;
 
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 
+/** The labs this run brought up: only those may it take down. */
+const ours: Build[] = [];
+
+function report(label: string, adds: number[], alone: number[], agent: ReturnType<typeof agentStepP50>): void {
+  console.log(`  ${label.padEnd(22)} p50 ${fmt(pct(adds, 50))}  p95 ${fmt(pct(adds, 95))}  ratio to [ptp] p50 ${(pct(adds, 50) / pct(alone, 50)).toFixed(2)}x  p95 ${(pct(adds, 95) / pct(alone, 95)).toFixed(2)}x`);
+  console.log(`  ${''.padEnd(22)} agent time per ADD (sum of its steps) p50 ${fmt(agent.total)}; steps p50: ${Object.entries(agent.steps).map(([k, v]) => `${k} ${v} ms`).join(', ')}`);
+  console.log(`  ${''.padEnd(22)} agent's CNI server, request read -> answer written, p50 ${fmt(agent.request)}; left for plugin start and runner p50 ${fmt(pct(adds, 50) - pct(alone, 50) - agent.request)}`);
+}
+
 async function main(): Promise<void> {
-  lab('down');
-  lab('up', '--nodes', '1', '--primary', 'ptp', '--sluice');
-  const rssIdle = agentRssMiB();
-  console.log(`CNI ADD latency, ${PODS} Pods per chain and round, [ptp] and [ptp, sluice] interleaved (runtime path, 1-node lab, OVS netdev, ${cpus().length} CPUs)`);
+  // Never take over (and tear down) a lab someone else is using.
+  for (const b of builds) if (existsSync(stateDir(b.lab))) throw new Error(`a lab named ${b.lab} exists (${stateDir(b.lab)}); choose another with --lab`);
+  for (const b of builds) {
+    ours.push(b);
+    labCli(b, 'up', '--nodes', '1', '--primary', 'ptp', '--sluice');
+  }
+  const rssIdle = builds.map((b) => agentRssMiB(b.lab));
+  console.log(`CNI ADD latency, ${PODS} Pods per chain and round, [ptp] and [ptp, sluice]${BASELINE ? ` and the baseline build's [ptp, sluice] (${BASELINE})` : ''} interleaved (runtime path, 1-node lab, OVS netdev, ${cpus().length} CPUs)`);
   for (const round of ['idle', 'loaded'] as const) {
     if (ONLY && ONLY !== round) continue;
     const load = round === 'loaded' ? startLoad() : [];
     try {
-      const logFrom = agentLog().length;
-      const { alone, chained } = await addInterleaved(round);
-      const { steps, total, request } = agentStepP50(logFrom);
-      console.log(`${round} (load average at the end ${loadavg()}):`);
-      console.log(`  [ptp]          p50 ${fmt(pct(alone, 50))}  p95 ${fmt(pct(alone, 95))}`);
-      console.log(`  [ptp, sluice]  p50 ${fmt(pct(chained, 50))}  p95 ${fmt(pct(chained, 95))}`);
-      console.log(`  ratio          p50 ${(pct(chained, 50) / pct(alone, 50)).toFixed(2)}x  p95 ${(pct(chained, 95) / pct(alone, 95)).toFixed(2)}x`);
-      console.log(`  agent time per ADD (sum of its steps) p50 ${fmt(total)}; steps p50: ${Object.entries(steps).map(([k, v]) => `${k} ${v} ms`).join(', ')}`);
-      console.log(`  agent's CNI server, request read -> answer written, p50 ${fmt(request)}`);
+      const logFrom = builds.map((b) => agentLog(b.lab).length);
+      const before = loadavg();
+      const times = await addInterleaved(round);
+      console.log(`${round} (load average at the start ${before}, at the end ${loadavg()}):`);
+      console.log(`  ${'[ptp]'.padEnd(22)} p50 ${fmt(pct(times.alone, 50))}  p95 ${fmt(pct(times.alone, 95))}`);
+      report('[ptp, sluice]', times.chained, times.alone, agentStepP50(LAB, logFrom[0]!));
+      if (BASELINE) report('baseline [ptp, sluice]', times.baseline, times.alone, agentStepP50(BASE_LAB, logFrom[1]!));
     } finally {
       for (const p of load) p.kill('SIGKILL');
     }
   }
-  const rssAfter = agentRssMiB();
-  lab('down');
-  console.log(`sluice-cni start (VERSION, p50 of 20): ${fmt(pluginStartMs())}`);
-  console.log(`sluice-agent RSS: ${rssIdle?.toFixed(1) ?? '?'} MiB idle, ${rssAfter?.toFixed(1) ?? '?'} MiB after the ADDs`);
+  const rssAfter = builds.map((b) => agentRssMiB(b.lab));
+  for (const b of ours.splice(0)) labCli(b, 'down');
+  const starts = pluginStartMs();
+  for (const [k, b] of builds.entries()) {
+    console.log(`${b.label}: sluice-cni start (VERSION, p50 of 20) ${fmt(starts[k]!)}; sluice-agent RSS ${rssIdle[k]?.toFixed(1) ?? '?'} MiB idle, ${rssAfter[k]?.toFixed(1) ?? '?'} MiB after the ADDs`);
+  }
 }
 
 main().catch((err: Error) => {
-  try {
-    lab('down');
-  } catch {
-    /* best effort */
+  for (const b of ours) {
+    try {
+      labCli(b, 'down');
+    } catch {
+      /* best effort */
+    }
   }
   process.stderr.write(`bench failed: ${err.stack ?? err.message}\n`);
   process.exit(1);

@@ -26,7 +26,7 @@ import { TraceError, type TraceReport, type TraceRequest } from './enforcement/t
 import { TRACE_COOKIE_PREFIX, type TraceProtocol } from './flows/traceflow.js';
 import { type HealthServer, startEndpoint, startHealthServer } from './health.js';
 import type { AgentMetrics, EnforcementMetrics } from './metrics.js';
-import { disablePodTxOffload, guardedVeths, HostNetwork, PodLinks, resolveIptables, SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6 } from './hostnet/index.js';
+import { HostNetwork, NetnsHelper, PodLinks, resolveIptables, SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6 } from './hostnet/index.js';
 import { isRepairEvent, isRulesetTamperEvent } from './hostnet/monitor.js';
 import { describeRtEvent, ifindexOf, watchRtEvents } from './hostnet/rtevents.js';
 import { type AdoptionStatus, type NodePod, planAdoption } from './adoption.js';
@@ -126,6 +126,7 @@ export class Agent {
   readonly pods = new Map<string, PodAttachment>();
   /** Finds Pods' veths for ADD and adoption over one rtnetlink socket (daemon/hostnet/podlink.ts). */
   private readonly podLinks = new PodLinks();
+  private readonly netnsHelper: NetnsHelper;
   readonly podEvents: PodEvents & EventEmitter = new EventEmitter();
   readonly ovs: Ovs;
   private readonly flowSync: FlowSync;
@@ -135,6 +136,8 @@ export class Agent {
    */
   readonly openflow: OpenFlowController;
   private readonly lock = new SharedExclusiveLock();
+  /** Resyncs one after another (their host part runs outside the lock). */
+  private resyncQueue: Promise<unknown> = Promise.resolve();
   private hostnet?: HostNetwork;
   private gateway?: GatewayInfo;
   private nodeIP?: string | undefined;
@@ -167,6 +170,7 @@ export class Agent {
     private readonly enforcement?: EnforcementHooks,
     private readonly metrics?: AgentMetrics,
   ) {
+    this.netnsHelper = new NetnsHelper({ log });
     this.ovs = new Ovs({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
     this.flowSync = new FlowSync(this.ovs, log);
     this.openflow = new OpenFlowController({
@@ -187,11 +191,12 @@ export class Agent {
         checkPodRoutes: (ips) => this.net.checkPodRoutes(ips),
         isolateHostVeth: (veth) => this.net.isolateHostVeth(veth),
         releaseHostVeth: (veth) => this.net.releaseHostVeth(veth),
-        isolatedVeths: () => guardedVeths(),
+        isolatedVeths: () => this.net.isolatedVeths(),
       },
       // One rtnetlink socket for every ADD; no process enters the Pod's namespace.
       findHostVeth: (netns, ifName) => this.podLinks.findHostVeth(netns, ifName),
-      disablePodTxOffload,
+      // One long-lived helper process for every Pod (started on the first netdev ADD).
+      disablePodTxOffload: (netns, ifName) => this.netnsHelper.disableTxOffload(netns, ifName),
       pods: this.pods,
       syncFlows: (opts) => this.syncFlows(opts),
       isReady: () => this.ready,
@@ -482,13 +487,24 @@ export class Agent {
 
   /**
    * Full convergence: bridge, gateway, Pod ofports, flows, host networking. Logs what it repaired.
-   * Runs alone (no CNI operation in between).
+   * Resyncs run one at a time. CNI operations wait only while Pod state is compared and repaired:
+   * the OVS part (OVSDB and OpenFlow round trips) and, after the host part was read without the
+   * lock (node-wide state no CNI operation touches: table 300, rules, iptables chains; then the
+   * Pods' routes and veth guards in one dump each), the repair of the Pods still attached as read.
    */
   resync(reason: string): Promise<string[]> {
-    return this.lock.runExclusive(async () => {
-      if (this.closed) return [];
-      const repairs: string[] = [];
-      try {
+    const run = () => this.resyncOnce(reason);
+    const result = this.resyncQueue.then(run, run);
+    this.resyncQueue = result.catch(() => undefined);
+    return result;
+  }
+
+  private async resyncOnce(reason: string): Promise<string[]> {
+    if (this.closed) return [];
+    const repairs: string[] = [];
+    try {
+      await this.lock.runExclusive(async () => {
+        if (this.closed) return;
         repairs.push(...(await this.ovs.ensureBridge()));
         const gw = await this.ovs.ensureGateway(this.config.gateway);
         repairs.push(...gw.changes);
@@ -507,28 +523,36 @@ export class Agent {
         const diff = await this.syncFlows({ verify: true });
         if (diff.add.length || diff.remove.length) repairs.push(`flows: +${diff.add.length} -${diff.remove.length}`);
         if (await this.ovs.endFlowRestoreWait()) repairs.push('flow-restore-wait ended (ovs-vswitchd was restarted over the bridge)');
-        repairs.push(...(await this.net.resync(this.podRoutes())));
-        if (this.config.datapath === 'netdev') {
-          const isolated = new Set(await guardedVeths());
-          for (const pod of this.pods.values()) {
-            if (isolated.has(pod.hostVeth)) continue;
+      });
+      if (this.closed) return repairs;
+      repairs.push(...(await this.net.ensureBase()));
+      const seen = [...this.pods.values()];
+      const routeProblems = await this.net.podRouteProblems(seen.map((p) => p.ips));
+      const isolated = this.config.datapath === 'netdev' ? new Set(await this.net.isolatedVeths()) : undefined;
+      await this.lock.runExclusive(async () => {
+        if (this.closed) return;
+        for (const [i, pod] of seen.entries()) {
+          // A Pod DELeted or re-ADDed since it was read: that operation set its routes and guard.
+          if (this.pods.get(pod.containerId) !== pod) continue;
+          repairs.push(...(await this.net.repairPodRoutes(pod, routeProblems[i]!)));
+          if (isolated && !isolated.has(pod.hostVeth)) {
             await this.net.isolateHostVeth(pod.hostVeth);
             repairs.push(`re-isolated host veth ${pod.hostVeth} (container ${pod.containerId})`);
           }
         }
-        this.ovsReachable = true;
-        this.lastResync = { at: new Date().toISOString(), repairs };
-        this.resyncCounts.ok++;
-        this.resyncCounts.repairs += repairs.length;
-        if (repairs.length) this.log.warn({ reason, repairs }, 'resync: repaired');
-        else this.log.debug({ reason }, 'resync: nothing to repair');
-      } catch (err) {
-        this.lastResync = { at: new Date().toISOString(), repairs, error: (err as Error).message };
-        this.resyncCounts.failed++;
-        this.log.error({ reason, err: (err as Error).message }, 'resync: failed');
-      }
-      return repairs;
-    });
+      });
+      this.ovsReachable = true;
+      this.lastResync = { at: new Date().toISOString(), repairs };
+      this.resyncCounts.ok++;
+      this.resyncCounts.repairs += repairs.length;
+      if (repairs.length) this.log.warn({ reason, repairs }, 'resync: repaired');
+      else this.log.debug({ reason }, 'resync: nothing to repair');
+    } catch (err) {
+      this.lastResync = { at: new Date().toISOString(), repairs, error: (err as Error).message };
+      this.resyncCounts.failed++;
+      this.log.error({ reason, err: (err as Error).message }, 'resync: failed');
+    }
+    return repairs;
   }
 
   /**
@@ -838,6 +862,7 @@ export class Agent {
     await this.metricsServer?.close();
     await this.hostnet?.close();
     this.podLinks.close();
+    this.netnsHelper.close();
     this.ovs.close();
   }
 }

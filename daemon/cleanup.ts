@@ -14,7 +14,7 @@ import { socketAnswers } from './cni/server.js';
 import type { AgentConfig } from './config.js';
 import { Ovs } from './flows/ovs.js';
 import { VIRTUAL_MAC } from './flows/tables.js';
-import { HostNetwork, removeGuardTable, repointPodNeighbours, resolveIptables } from './hostnet/index.js';
+import { HostNetwork, repointPodNeighbours, resolveIptables, VethGuard } from './hostnet/index.js';
 import { attachmentFromPort, type PodAttachment } from './cni/attacher.js';
 
 export interface CleanupReport {
@@ -188,7 +188,8 @@ export async function cleanupNode(
     });
     await step('remove the veth guard table', async () => {
       // After the bridge: a guard left on a veth sluice no longer knew about only black-holes it now.
-      const { existed, released } = await removeGuardTable();
+      const guard = new VethGuard();
+      const { existed, released } = await guard.removeTable().finally(() => guard.close());
       if (!existed) return [];
       return [`nft table netdev sluice_veth_guard${released.length ? ` (also released leftover guards on ${released.join(', ')})` : ''}`];
     });

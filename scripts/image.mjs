@@ -34,7 +34,8 @@ const BASE = {
   variant: 'minbase',
   // openvswitch-switch: ovs-vswitchd/ovsdb-server/ovs-ctl (the ovs container); iptables: both the nft and
   // the legacy backend; kmod: ovs-ctl loads the openvswitch module; procps: ovs-ctl's process checks;
-  // ethtool: the userspace datapath (datapath: netdev) turns TX checksum offload off on Pod veths.
+  // ethtool: the userspace datapath (datapath: netdev) turns TX checksum offload off on Pod veths
+  // through a perl helper (perl-base is in every Debian system); ethtool is its per-Pod fallback.
   packages: ['ca-certificates', 'ethtool', 'iproute2', 'iptables', 'kmod', 'nftables', 'openvswitch-switch', 'procps'],
   // Lean: no documentation, manual pages or translations.
   dpkgopts: ['path-exclude=/usr/share/doc/*', 'path-exclude=/usr/share/man/*', 'path-exclude=/usr/share/locale/*', 'path-include=/usr/share/locale/locale.alias'],

@@ -22,7 +22,7 @@ import { encodeFlowAdd, encodeFlowDeleteByCookie, type FlowStatsFilter } from '.
 import { parseFlowText } from './openflow/flowtext.js';
 import { GATEWAY_OFPORT, tableId, TABLES, type TableName } from './tables.js';
 import { JsonRpcClosed } from '../ovs/jsonrpc.js';
-import { type Condition, OvsdbClient, OvsdbError, ovsMap, type Row } from '../ovs/ovsdb.js';
+import { type Condition, type Operation, type OperationResult, OvsdbClient, OvsdbError, ovsMap, type Row } from '../ovs/ovsdb.js';
 import { unixctl } from '../ovs/unixctl.js';
 
 export type Datapath = 'system' | 'netdev';
@@ -41,6 +41,11 @@ export class OvsError extends Error {}
 /** sluice's cookies: prefix 0x51ce in the top 16 bits. */
 const SLUICE_COOKIES: FlowStatsFilter = { cookie: BigInt(`0x${COOKIE_PREFIX}`) << 48n, cookieMask: 0xffffn << 48n };
 const ALL_ONES_64 = 0xffffffffffffffffn;
+/** Ends a transaction that changes what ovs-vswitchd must apply: asks it to, and reads the target back. */
+const NEXT_CFG: Operation[] = [
+  { op: 'mutate', table: 'Open_vSwitch', where: [], mutations: [['next_cfg', '+=', 1]] },
+  { op: 'select', table: 'Open_vSwitch', where: [], columns: ['next_cfg'] },
+];
 
 /** A flow-mod adding one flow given as ovs-ofctl text (parsed now: a syntax error throws before anything is sent). */
 export function addEntry(text: string): BundleEntry {
@@ -158,17 +163,30 @@ export class Ovs {
    * removed one is gone from the datapath.
    */
   private async waitForVswitchd(what: string): Promise<void> {
-    const [, sel] = await this.transact(what, [
-      { op: 'mutate', table: 'Open_vSwitch', where: [], mutations: [['next_cfg', '+=', 1]] },
-      { op: 'select', table: 'Open_vSwitch', where: [], columns: ['next_cfg'] },
-    ]);
-    const target = Number(sel?.rows?.[0]?.next_cfg);
-    const deadline = Date.now() + this.timeout * 1000;
-    for (let delay = 1; ; delay = Math.min(delay * 2, 50)) {
-      const [row] = await this.select(what, 'Open_vSwitch', [], ['cur_cfg']);
-      if (Number(row?.cur_cfg) >= target) return;
-      if (Date.now() > deadline) throw new OvsError(`${what}: ovs-vswitchd did not apply the change within ${this.timeout} s (is it running?)`);
-      await new Promise((r) => setTimeout(r, delay));
+    const results = await this.transact(what, NEXT_CFG);
+    await this.waitForCfg(what, results);
+  }
+
+  /**
+   * Waits until ovs-vswitchd applied the configuration a transaction ending with NEXT_CFG asked
+   * for: one OVSDB "wait" operation that ovsdb-server answers once cur_cfg reaches it (no
+   * polling), followed in the same transaction by `then` (read what vswitchd wrote), whose
+   * results it returns.
+   */
+  private async waitForCfg(what: string, changed: OperationResult[], then: Operation[] = []): Promise<OperationResult[]> {
+    const target = Number(changed.at(-1)?.rows?.[0]?.next_cfg);
+    if (!Number.isFinite(target)) throw new OvsError(`${what}: OVSDB returned no next_cfg`);
+    // Shorter than the session's own request timeout, so the wait's expiry is what reports it.
+    const timeout = Math.max(0, this.timeout * 1000 - 1000);
+    try {
+      const [, ...rest] = await this.transact(what, [
+        { op: 'wait', table: 'Open_vSwitch', where: [['cur_cfg', '>=', target]], columns: ['cur_cfg'], until: '!=', rows: [], timeout },
+        ...then,
+      ]);
+      return rest;
+    } catch (err) {
+      if (err instanceof OvsError && /timed out/.test(err.message)) throw new OvsError(`${what}: ovs-vswitchd did not apply the change within ${this.timeout} s (is it running?)`);
+      throw err;
     }
   }
 
@@ -328,25 +346,31 @@ export class Ovs {
     const br = this.opts.bridge;
     const request = ofportRequest !== undefined ? { ofport_request: ofportRequest } : {};
     const [found] = await this.select(what, 'Interface', [['name', '==', name]], ['_uuid', 'external_ids']);
+    let merged: Record<string, string> | undefined;
     if (found) {
       // Already a port (a repeated ADD, a resync): its other external_ids stay, ours are set.
-      const merged = { ...(found.external_ids as Record<string, string>), ...ids };
+      merged = { ...(found.external_ids as Record<string, string>), ...ids };
       const [port] = await this.select(what, 'Port', [['interfaces', 'includes', ['uuid', String(found._uuid)]]], ['_uuid']);
       const [bridge] = await this.select(what, 'Bridge', [['name', '==', br]], ['ports']);
       if (!bridge) throw new OvsError(`${what}: bridge ${br} does not exist`);
       if (!port || !(bridge.ports as string[]).includes(String(port._uuid))) throw new OvsError(`${what}: interface ${name} exists in OVSDB but not as a port of ${br}`);
-      await this.transact(what, [{ op: 'update', table: 'Interface', where: [['_uuid', '==', ['uuid', String(found._uuid)]]], row: { external_ids: ovsMap(merged), ...request } }]);
+    }
+    // The change and the request that ovs-vswitchd apply it go in one transaction.
+    let changed: OperationResult[];
+    if (found && merged) {
+      changed = await this.transact(what, [{ op: 'update', table: 'Interface', where: [['_uuid', '==', ['uuid', String(found._uuid)]]], row: { external_ids: ovsMap(merged), ...request } }, ...NEXT_CFG]);
     } else {
-      const [, , mutated] = await this.transact(what, [
+      changed = await this.transact(what, [
         { op: 'insert', table: 'Interface', 'uuid-name': 'iface', row: { name, external_ids: ovsMap({ ...ids }), ...request } },
         { op: 'insert', table: 'Port', 'uuid-name': 'port', row: { name, interfaces: ['named-uuid', 'iface'] } },
         { op: 'mutate', table: 'Bridge', where: [['name', '==', br]], mutations: [['ports', 'insert', ['set', [['named-uuid', 'port']]]]] },
+        ...NEXT_CFG,
       ]);
       // Not an error in OVSDB: nothing matched. The new rows are then unreferenced and dropped.
-      if (mutated?.count !== 1) throw new OvsError(`${what}: bridge ${br} does not exist`);
+      if (changed[2]?.count !== 1) throw new OvsError(`${what}: bridge ${br} does not exist`);
     }
-    await this.waitForVswitchd(what);
-    const cur = await this.findInterface(name);
+    const [read] = await this.waitForCfg(what, changed, [{ op: 'select', table: 'Interface', where: [['name', '==', name]], columns: ['ofport', 'error'] }]);
+    const cur = read?.rows?.[0];
     const ofport = asNumber(cur?.ofport);
     if (ofport < 1) throw new OvsError(`OVS could not attach ${name}: ${asString(cur?.error) || 'no OpenFlow port assigned'}`);
     return ofport;

@@ -18,10 +18,11 @@ import { IptablesRules, SERVICE_MARK } from './iptables.js';
 import { ip6Commands, type IptablesCommands, DEFAULT_IPTABLES } from './iptables-backend.js';
 import { canonicalIp } from '../policy/cidr.js';
 import { type Family, familyOfText, Rtnl } from './netlink.js';
-import { guardVeth, unguardVeth } from './vethguard.js';
+import { VethGuard } from './vethguard.js';
 
-export { disablePodTxOffload, findHostVethByNsenter, type HostVeth, PodLinks, repointPodNeighbours } from './podlink.js';
-export { guardedVeths, removeGuardTable } from './vethguard.js';
+export { NetnsHelper } from './netns-helper.js';
+export { findHostVethByNsenter, type HostVeth, PodLinks, repointPodNeighbours } from './podlink.js';
+export { GUARD_TABLE, VethGuard } from './vethguard.js';
 export { resolveIptables, type IptablesCommands } from './iptables-backend.js';
 
 export const SERVICE_ROUTE_TABLE = 300;
@@ -55,6 +56,8 @@ export interface HostNetworkOptions {
 export class HostNetwork {
   private readonly iptables: IptablesRules;
   private readonly ip6tables: IptablesRules;
+  /** The netdev datapath's veth guard (its nf_tables socket opens on first use). */
+  private readonly guard = new VethGuard();
 
   private constructor(
     private readonly opts: HostNetworkOptions,
@@ -84,6 +87,7 @@ export class HostNetwork {
 
   async close(): Promise<void> {
     this.rtnl.close();
+    this.guard.close();
   }
 
   /** Converges the node-wide state; returns what it had to create or repair. */
@@ -190,38 +194,54 @@ export class HostNetwork {
 
   /** Problems with the Pod's routes, empty when each IP routes via the gateway. */
   async checkPodRoutes(ips: string[]): Promise<string[]> {
+    return (await this.podRouteProblems([ips]))[0]!;
+  }
+
+  /** checkPodRoutes for many Pods at once (one route dump per family): the problems of each, in order. */
+  async podRouteProblems(pods: string[][]): Promise<string[][]> {
     const gwIndex = await this.rtnl.requireLink(this.opts.gateway);
-    const routes = new Map<Family, Awaited<ReturnType<Rtnl['routes']>>>();
-    const problems: string[] = [];
-    for (const ip of ips) {
-      const family = familyOfText(ip);
-      if (!routes.has(family)) routes.set(family, await this.rtnl.routes(undefined, family));
-      const r = routes.get(family)!.find((x) => x.dst === canonCidr(hostRoute(ip)));
-      if (!r) problems.push(`no host route for ${ip}`);
-      else if (r.ifindex !== gwIndex) problems.push(`host route for ${ip} does not point at ${this.opts.gateway}`);
+    const routes = new Map<Family, Map<string, Awaited<ReturnType<Rtnl['routes']>>[number]>>();
+    const out: string[][] = [];
+    for (const ips of pods) {
+      const problems: string[] = [];
+      for (const ip of ips) {
+        const family = familyOfText(ip);
+        if (!routes.has(family)) routes.set(family, new Map((await this.rtnl.routes(undefined, family)).map((r) => [r.dst, r])));
+        const r = routes.get(family)!.get(canonCidr(hostRoute(ip)));
+        if (!r) problems.push(`no host route for ${ip}`);
+        else if (r.ifindex !== gwIndex) problems.push(`host route for ${ip} does not point at ${this.opts.gateway}`);
+      }
+      out.push(problems);
     }
-    return problems;
+    return out;
   }
 
   async isolateHostVeth(ifName: string): Promise<void> {
-    await guardVeth(ifName);
+    await this.guard.guard(ifName);
   }
 
   async releaseHostVeth(ifName: string): Promise<void> {
-    await unguardVeth(ifName);
+    await this.guard.unguard(ifName);
+  }
+
+  /** Host veths that carry the netdev ingress drop. */
+  async isolatedVeths(): Promise<string[]> {
+    return this.guard.guarded();
   }
 
   /** Periodic convergence: node-wide state plus every attached Pod's routes. */
   async resync(pods: { ips: string[]; hostVeth?: string }[]): Promise<string[]> {
     const repairs = await this.ensureBase();
-    for (const pod of pods) {
-      const problems = await this.checkPodRoutes(pod.ips);
-      if (problems.length) {
-        await this.movePodRoutes(pod.ips, pod.hostVeth ?? '');
-        repairs.push(...problems.map((p) => `${p}: restored`));
-      }
-    }
+    const problems = await this.podRouteProblems(pods.map((p) => p.ips));
+    for (const [i, pod] of pods.entries()) repairs.push(...(await this.repairPodRoutes(pod, problems[i]!)));
     return repairs;
+  }
+
+  /** Moves a Pod's routes back onto the gateway when `problems` (from podRouteProblems) says they are not. */
+  async repairPodRoutes(pod: { ips: string[]; hostVeth?: string }, problems: string[]): Promise<string[]> {
+    if (problems.length === 0) return [];
+    await this.movePodRoutes(pod.ips, pod.hostVeth ?? '');
+    return problems.map((p) => `${p}: restored`);
   }
 
   /**

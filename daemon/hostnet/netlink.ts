@@ -109,14 +109,26 @@ export class Rtnl {
     return run;
   }
 
+  /**
+   * One link, asked for by name or index (RTM_GETLINK for that link alone, not a dump of every
+   * link: a node with hundreds of Pod veths answers in the same time); undefined when there is none.
+   */
+  private async link(which: { name: string } | { index: number }) {
+    try {
+      const [l] = await this.serial(() => ('name' in which ? this.sock.getLink({}, { ifname: which.name }) : this.sock.getLink({ index: which.index })));
+      return l;
+    } catch (err) {
+      if (/\bENODEV\b/.test((err as Error).message)) return undefined;
+      throw err;
+    }
+  }
+
   async linkIndex(name: string): Promise<number | undefined> {
-    const links = await this.serial(() => this.sock.getLinks());
-    return links.find((l) => l.attrs.ifname === name)?.data.index;
+    return (await this.link({ name }))?.data.index;
   }
 
   async linkName(index: number): Promise<string | undefined> {
-    const links = await this.serial(() => this.sock.getLinks());
-    return links.find((l) => l.data.index === index)?.attrs.ifname;
+    return (await this.link({ index }))?.attrs.ifname;
   }
 
   async requireLink(name: string): Promise<number> {
@@ -126,14 +138,12 @@ export class Rtnl {
   }
 
   async linkMac(name: string): Promise<string | undefined> {
-    const links = await this.serial(() => this.sock.getLinks());
-    const mac = links.find((l) => l.attrs.ifname === name)?.attrs.address;
+    const mac = (await this.link({ name }))?.attrs.address;
     return mac ? bufferToMac(Buffer.from(mac)) : undefined;
   }
 
   async linkIsUp(name: string): Promise<boolean> {
-    const links = await this.serial(() => this.sock.getLinks());
-    return Boolean(links.find((l) => l.attrs.ifname === name)?.data.flags?.up);
+    return Boolean((await this.link({ name }))?.data.flags?.up);
   }
 
   async setLinkUp(name: string): Promise<void> {

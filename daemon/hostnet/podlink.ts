@@ -3,8 +3,8 @@
  * entering the Pod's namespace: the namespace gets an id in the host's (RTM_GETNSID on an fd of its
  * path), the Pod's interface is read through that id (IFLA_TARGET_NETNSID, Linux 4.20+), and its
  * peer is the host link whose own link-netnsid points back at the Pod. Kernels without target
- * namespace ids fall back to `nsenter ip link`. TX offload (userspace datapath only) still needs a
- * process in the Pod's namespace: netlink's ethtool family works only in the caller's namespace.
+ * namespace ids fall back to `nsenter ip link`. What needs the Pod's namespace itself (TX offload)
+ * is netns-helper.ts's.
  */
 import { closeSync, openSync } from 'node:fs';
 import { execa } from 'execa';
@@ -225,9 +225,4 @@ export async function repointPodNeighbours(netnsPath: string, ifName: string, fr
   const stale = entries.filter((e) => e.dst && e.lladdr?.toLowerCase() === fromMac.toLowerCase()).map((e) => e.dst!);
   for (const dst of stale) await inNetns(netnsPath, ['ip', 'neigh', 'replace', dst, 'lladdr', toMac, 'dev', ifName, 'nud', 'stale']);
   return stale;
-}
-
-/** Userspace datapath: partial TX checksums from the Pod break OVS userspace conntrack. */
-export async function disablePodTxOffload(netnsPath: string, ifName: string): Promise<void> {
-  await inNetns(netnsPath, ['ethtool', '-K', ifName, 'tx', 'off']);
 }

@@ -17,6 +17,8 @@ export type Operation =
   | { op: 'update'; table: string; where: Condition[]; row: Row }
   | { op: 'mutate'; table: string; where: Condition[]; mutations: [string, string, unknown][] }
   | { op: 'delete'; table: string; where: Condition[] }
+  /** Holds the transaction until the selected rows are (==) or are not (!=) `rows`, at most `timeout` ms. */
+  | { op: 'wait'; table: string; where: Condition[]; columns: string[]; until: '==' | '!='; rows: Row[]; timeout?: number }
   | { op: 'comment'; comment: string };
 
 export interface OperationResult {

@@ -9,6 +9,8 @@ import { join } from 'node:path';
 import { JsonRpcClosed, JsonRpcConnection, JsonRpcError, JsonSplitter } from '../../daemon/ovs/jsonrpc.js';
 import { decodeValue, OvsdbClient, OvsdbError } from '../../daemon/ovs/ovsdb.js';
 import { unixctl, UnixctlError } from '../../daemon/ovs/unixctl.js';
+import { Ovs } from '../../daemon/flows/ovs.js';
+import pino from 'pino';
 
 const dir = mkdtempSync(join(tmpdir(), 'ovs-jsonrpc-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -163,6 +165,34 @@ t.test('OvsdbClient: transact, errors named by operation, a new session after th
   await close(server);
   await t.rejects(new OvsdbClient(join(dir, 'none.sock')).transact([]), /cannot reach OVSDB at unix:.*none\.sock \(is ovsdb-server running\?\)/);
   t.same(decodeValue(['set', [['uuid', 'a'], ['uuid', 'b']]]), ['a', 'b']);
+});
+
+t.test('Ovs.addPodPort: the port and the next_cfg request in one transaction, then one wait (no polling) that also reads the ofport', async (t) => {
+  const sub = mkdtempSync(join(dir, 'addport-'));
+  const transacts: { op: string; table?: string; until?: string; where?: unknown[] }[][] = [];
+  let vswitchdAnswers = true;
+  const server = await serve(join(sub, 'db.sock'), (m, sock) => {
+    if (m.method !== 'transact') return;
+    const ops = (m.params as unknown[]).slice(1) as { op: string; table?: string; until?: string; where?: unknown[] }[];
+    transacts.push(ops);
+    const reply = (result: unknown[]) => sock.write(JSON.stringify({ result, error: null, id: m.id }));
+    if (ops[0]?.op === 'wait') {
+      // ovsdb-server answers a wait once the condition holds (vswitchd raised cur_cfg), or "timed out".
+      if (!vswitchdAnswers) return reply([{ error: 'timed out' }]);
+      return setTimeout(() => reply([{}, { rows: [{ ofport: 12, error: ['set', []] }] }]), 5);
+    }
+    reply(ops.map((op) => (op.op === 'select' && op.table === 'Open_vSwitch' ? { rows: [{ next_cfg: 41 }] } : op.op === 'select' ? { rows: [] } : op.op === 'mutate' ? { count: 1 } : { uuid: ['uuid', 'u'] })));
+  });
+  const ovs = new Ovs({ ovsRunDir: sub, bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
+  t.equal(await ovs.addPodPort('veth1', { 'sluice-type': 'container', 'container-id': 'c1' } as never), 12);
+  t.equal(transacts.length, 3, 'look-up, change, wait: three round trips whatever vswitchd takes');
+  t.same(transacts[1]!.map((o) => `${o.op} ${o.table}`), ['insert Interface', 'insert Port', 'mutate Bridge', 'mutate Open_vSwitch', 'select Open_vSwitch']);
+  t.same(transacts[2]!.map((o) => o.op), ['wait', 'select']);
+  t.same(transacts[2]![0]!.where, [['cur_cfg', '>=', 41]], 'waits for the configuration the change asked for');
+  vswitchdAnswers = false;
+  await t.rejects(ovs.addPodPort('veth2', { 'sluice-type': 'container' } as never), /attach veth2 to br-int: ovs-vswitchd did not apply the change within 15 s \(is it running\?\)/);
+  ovs.close();
+  await close(server);
 });
 
 t.test('unixctl: the result text, or the error text ovs-appctl would print', async (t) => {
