@@ -10,7 +10,7 @@
  *    own Pods is never blocked, a remote node is an ordinary peer.
  * With `families` (a dual-stack lab) every probe is made once per family, with `family` set: the
  * external host and the nodes by their address of that family (ip:fd00:77::fa, the IPv6
- * InternalIP).
+ * InternalIP), a Service in the families of its ClusterIPs.
  */
 import { labelValue } from '../../daemon/policy/labels.js';
 import type { KubeObject, Probe } from '../../daemon/policy/types.js';
@@ -65,7 +65,10 @@ function familyProbes(pods: KubeObject[], services: KubeObject[], opts: ProbeSet
     }
   }
   if (opts.services ?? true) {
-    const svcs = services.filter((s) => s.spec?.clusterIP && s.spec.clusterIP !== 'None' && !(s.metadata.namespace === 'default' && s.metadata.name === 'kubernetes'));
+    const clusterIPs = (s: KubeObject): string[] => ((s.spec?.clusterIPs ?? [s.spec?.clusterIP]) as unknown[]).filter((ip): ip is string => typeof ip === 'string' && ip !== '' && ip !== 'None');
+    const svcs = services.filter(
+      (s) => clusterIPs(s).some((ip) => family === undefined || ip.includes(':') === (family === 6)) && !(s.metadata.namespace === 'default' && s.metadata.name === 'kubernetes'),
+    );
     for (const from of running) {
       for (const svc of svcs) {
         if (running.some((p) => selects(svc, p) && p === from)) continue;
