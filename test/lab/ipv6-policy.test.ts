@@ -4,7 +4,9 @@
  * serving TCP 8080 on both families, a policy with a podSelector peer and an IPv6 ipBlock (with an
  * except) and an Antrea policy rejecting one Pod (a TCP RST over IPv6 as over IPv4), and every
  * probe's real verdict over IPv6 (and IPv4) equal to `sluicectl simulate
- * --family 6` (`--family 4`) on a snapshot of the lab's objects.
+ * --family 6` (`--family 4`) on a snapshot of the lab's objects. The rejects as the client sees
+ * them on the wire: a TCP RST, ICMPv6 destination unreachable code 1 for UDP and ICMPv6, checksums
+ * verified by tcpdump.
  */
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -154,5 +156,33 @@ spec:
       counts[`IPv${p.family} ${want[i]}`] = (counts[`IPv${p.family} ${want[i]}`] ?? 0) + 1;
     });
     t.comment(`${PROBES.length} probes with real packets: ${JSON.stringify(counts)}`);
+  });
+
+  await t.test('Reject over IPv6 on the wire: TCP gets a RST, UDP and ICMPv6 an ICMPv6 administratively prohibited, checksums valid', async (t) => {
+    // x/e is rejected by x/a's ACNP on every protocol. tcpdump in x/e's namespace sees what the
+    // client receives; -vv verifies each checksum ("(correct)", "[icmp6 sum ok]").
+    const e = podNetns(LAB, 'x', 'e');
+    const [a6, e6] = [addr('x/a', 6)!, addr('x/e', 6)!];
+    const capture = runIn(e, 'timeout', ['6', 'tcpdump', '-i', 'eth0', '-n', '-vv', '-l', `ip6 and src host ${a6} and (tcp or icmp6)`], { allowFail: true, timeoutMs: 15_000 });
+    await new Promise((r) => setTimeout(r, 1500));
+    const tcp = await real({ from: 'x/e', to: 'x/a', port: PORT, protocol: 'TCP', family: 6 });
+    // A connected UDP socket learns of the ICMPv6 error: administratively prohibited is EACCES.
+    const udp = await runIn(e, 'python3', ['-c', [
+      'import socket, sys',
+      's = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); s.settimeout(2)',
+      `s.connect((${JSON.stringify(a6)}, ${PORT})); s.send(b"sluice")`,
+      'try:\n  s.recv(100); print("answered")\nexcept PermissionError: print("EACCES")\nexcept socket.timeout: print("timeout")\nexcept OSError as err: print(err.errno)',
+    ].join('\n')], { allowFail: true });
+    const ping6 = await runIn(e, 'ping', ['-6', '-n', '-c', '1', '-W', '2', a6], { allowFail: true });
+    const wire = (await capture).stdout;
+    t.comment(`captured in x/e:\n${wire.trim()}`);
+    t.equal(tcp, 'reject', 'TCP x/e -> x/a over IPv6: refused at once (reject)');
+    t.match(wire, new RegExp(`${a6}\\.${PORT} > ${e6}\\.\\d+: Flags \\[R[^\\]]*\\], cksum 0x[0-9a-f]+ \\(correct\\)`), 'a RST from x/a:8080 to x/e with a correct checksum');
+    t.equal(udp.stdout.trim(), 'EACCES', `UDP x/e -> x/a over IPv6: the socket gets EACCES, the ICMPv6 error for "administratively prohibited" (${udp.stdout.trim() || udp.stderr.trim()})`);
+    const prohibited = [...wire.matchAll(new RegExp(`${a6} > ${e6}: \\[icmp6 sum ok\\] ICMP6, destination unreachable, unreachable prohibited[^\\n]*\\n?(.*)`, 'g'))];
+    t.ok(prohibited.length >= 2, `${prohibited.length} ICMPv6 destination unreachable, code 1 (administratively prohibited), from x/a with a correct checksum`);
+    t.ok(prohibited.some((m) => /UDP/.test(m[0]!)), 'one quotes the UDP datagram');
+    t.ok(prohibited.some((m) => /echo request/.test(m[0]!)), 'one quotes the echo request');
+    t.match(ping6.stdout, /Unreachable|prohibited|Administratively/i, `ping -6 reports the refusal (${ping6.stdout.split('\n').filter((l) => /icmp|Unreach|prohib/i.test(l)).join(' ').trim()})`);
   });
 }
