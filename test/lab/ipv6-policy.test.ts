@@ -179,10 +179,11 @@ spec:
     t.equal(tcp, 'reject', 'TCP x/e -> x/a over IPv6: refused at once (reject)');
     t.match(wire, new RegExp(`${a6}\\.${PORT} > ${e6}\\.\\d+: Flags \\[R[^\\]]*\\], cksum 0x[0-9a-f]+ \\(correct\\)`), 'a RST from x/a:8080 to x/e with a correct checksum');
     t.equal(udp.stdout.trim(), 'EACCES', `UDP x/e -> x/a over IPv6: the socket gets EACCES, the ICMPv6 error for "administratively prohibited" (${udp.stdout.trim() || udp.stderr.trim()})`);
-    const prohibited = [...wire.matchAll(new RegExp(`${a6} > ${e6}: \\[icmp6 sum ok\\] ICMP6, destination unreachable, unreachable prohibited[^\\n]*\\n?(.*)`, 'g'))];
+    // The error quotes the whole refused packet: its length tells which one it answers.
+    const prohibited = [...wire.matchAll(new RegExp(`payload length: (\\d+)\\) ${a6} > ${e6}: \\[icmp6 sum ok\\] ICMP6, destination unreachable,\\s+unreachable prohibited`, 'g'))].map((m) => Number(m[1]));
     t.ok(prohibited.length >= 2, `${prohibited.length} ICMPv6 destination unreachable, code 1 (administratively prohibited), from x/a with a correct checksum`);
-    t.ok(prohibited.some((m) => /UDP/.test(m[0]!)), 'one quotes the UDP datagram');
-    t.ok(prohibited.some((m) => /echo request/.test(m[0]!)), 'one quotes the echo request');
+    t.ok(prohibited.includes(8 + 40 + 8 + 6), 'one quotes the UDP datagram (IPv6 + UDP header + 6 bytes)');
+    t.ok(prohibited.includes(8 + 40 + 8 + 56), 'one quotes the echo request (IPv6 + ICMPv6 echo with ping\'s 56 bytes)');
     t.match(ping6.stdout, /Unreachable|prohibited|Administratively/i, `ping -6 reports the refusal (${ping6.stdout.split('\n').filter((l) => /icmp|Unreach|prohib/i.test(l)).join(' ').trim()})`);
   });
 }
