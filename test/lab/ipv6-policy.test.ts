@@ -11,7 +11,9 @@
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { podNetns, runIn } from '../../lab/net/index.js';
+import type { TraceReport } from '../../daemon/enforcement/traceflow.js';
+import { agentConfigPath } from '../../lab/agent.js';
+import { nodeNetns, podNetns, runIn } from '../../lab/net/index.js';
 import { run, SLUICECTL, snapshot, tempDir } from './enforce-helpers.js';
 import { cli, cliJson, sluiceSkipReason } from './labcli-helpers.js';
 
@@ -26,6 +28,8 @@ const workload = yaml([
 ]);
 
 type Probe = { from: string; to: string; port: number; protocol: 'TCP'; family: 4 | 6 };
+/** A probe as `sluicectl simulate` reads it. */
+type SimProbe = { from: string; to: string; port: number; protocol: 'TCP' | 'UDP' | 'ICMP'; family: 4 | 6 };
 
 const reason = sluiceSkipReason();
 if (reason) {
@@ -109,7 +113,7 @@ spec:
     if (r.exitCode === 0) return 'allow';
     return /timed out/i.test(r.stderr + r.stdout) || Date.now() - started >= 1900 ? 'drop' : 'reject';
   };
-  const simulate = async (probes: Probe[], scenario: string): Promise<string[]> => {
+  const simulate = async (probes: SimProbe[], scenario: string): Promise<string[]> => {
     const file = join(dir, 'probes.json');
     writeFileSync(file, JSON.stringify(probes));
     const r = await run(process.execPath, [SLUICECTL, 'simulate', '-f', scenario, '--probes', file, '-o', 'json']);
@@ -185,5 +189,30 @@ spec:
     t.ok(prohibited.includes(8 + 40 + 8 + 6), 'one quotes the UDP datagram (IPv6 + UDP header + 6 bytes)');
     t.ok(prohibited.includes(8 + 40 + 8 + 56), 'one quotes the echo request (IPv6 + ICMPv6 echo with ping\'s 56 bytes)');
     t.match(ping6.stdout, /Unreachable|prohibited|Administratively/i, `ping -6 reports the refusal (${ping6.stdout.split('\n').filter((l) => /icmp|Unreach|prohib/i.test(l)).join(' ').trim()})`);
+  });
+
+  await t.test('sluicectl node traceflow with IPv6 packets: the verdict and the rule, as simulate says', async (t) => {
+    const traceflow = async (args: string[]) => {
+      const r = await run('ip', ['netns', 'exec', nodeNetns(LAB, 'node-1'), process.execPath, SLUICECTL, 'node', 'traceflow', '--config', agentConfigPath(LAB, 'node-1'), ...args, '-o', 'json']);
+      return { ...r, report: r.code === 0 ? (JSON.parse(r.stdout) as TraceReport) : undefined };
+    };
+    const a6 = addr('x/a', 6)!;
+    const cases: { args: string[]; probe: SimProbe; dst: string }[] = [
+      { args: ['--from', 'x/b', '--to', 'x/a', '--port', String(PORT), '--family', '6'], probe: { from: 'x/b', to: 'x/a', port: PORT, protocol: 'TCP', family: 6 }, dst: a6 },
+      { args: ['--from', 'x/e', '--to', 'x/a', '--port', String(PORT), '--protocol', 'UDP', '--family', '6'], probe: { from: 'x/e', to: 'x/a', port: PORT, protocol: 'UDP', family: 6 }, dst: a6 },
+      { args: ['--from', 'x/e', '--to', `ip:${a6}`, '--protocol', 'ICMP'], probe: { from: 'x/e', to: `ip:${a6}`, port: 0, protocol: 'ICMP', family: 6 }, dst: a6 },
+      { args: ['--from', 'x/b', '--to', 'x/a', '--port', String(PORT)], probe: { from: 'x/b', to: 'x/a', port: PORT, protocol: 'TCP', family: 4 }, dst: addr('x/a', 4)! },
+    ];
+    const scenario = await snapshot(LAB, join(dir, 'snapshot-trace'));
+    const want = await simulate(cases.map((c) => c.probe), scenario);
+    for (const [i, c] of cases.entries()) {
+      const r = await traceflow(c.args);
+      t.equal(r.code, 0, `traceflow ${c.args.join(' ')}${r.code ? `: ${r.stderr.trim()}` : ''}`);
+      t.equal(r.report?.dstIp, c.dst, `traced to ${c.dst} (IPv${c.dst.includes(':') ? 6 : 4})`);
+      t.equal(r.report?.verdict, want[i], `${c.probe.from} -> ${c.probe.to} ${c.probe.protocol} IPv${c.probe.family}: traced ${r.report?.verdict}, simulate ${want[i]}`);
+      if (want[i] === 'reject') t.match(r.report?.legs.at(-1)?.ingressRule, { name: 'a-reject-e', rule: 'reject-e' }, 'the Reject names its rule');
+    }
+    const mismatch = await traceflow(['--from', 'x/b', '--to', `ip:${a6}`, '--port', String(PORT), '--family', '4']);
+    t.match(mismatch.stderr, /family 4: the destination ip:\S+ is an IPv6 address/, 'an IPv6 destination with --family 4 is refused with why');
   });
 }
