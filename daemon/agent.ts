@@ -598,7 +598,7 @@ export class Agent {
     if (!this.gateway) return { code: 503, body: { error: 'starting: the bridge is not set up yet' } };
     if (!['TCP', 'UDP', 'ICMP'].includes(protocol)) return bad(`protocol "${protocol}": use TCP, UDP or ICMP`);
     if (protocol !== 'ICMP' && !(Number.isInteger(port) && port >= 1 && port <= 65535)) return bad(`port "${q.get('port') ?? ''}": a port 1-65535 is needed for ${protocol}`);
-    if (!to) return bad('to: the destination is missing (ns/pod, service:ns/name or ip:A.B.C.D)');
+    if (!to) return bad('to: the destination is missing (ns/pod, service:ns/name or ip:ADDRESS)');
     const src = [...this.pods.values()].find((p) => `${p.podNamespace}/${p.podName}` === from);
     if (!src) return bad(`from "${from}": no Pod of that name is attached on ${this.config.nodeName} (traceflow runs on the source Pod's node)`);
     // The family: an ip: destination's, else ?family=4|6, else IPv4 when the source has it.
