@@ -10,7 +10,7 @@
  * IPv6 address too, the API-only ones fd00:200::/64) and measures the connection-setup rate over
  * IPv6 beside IPv4. Not a test: it asserts nothing, it measures.
  *
- * usage (root, after a build): node dist/bench/enforcement.js [--events 100] [--remote 980] [--policies 500] [--local-events 100] [--ip-family ipv4|dual] [--keep]
+ * usage (root, after a build): node dist/bench/enforcement.js [--events 100] [--remote 980] [--policies 500] [--local-events 100] [--ip-family ipv4|dual] [--lab en4] [--keep]
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { openSync, readSync, closeSync, statSync, readFileSync } from 'node:fs';
@@ -23,7 +23,9 @@ import { nodeNetns, ovsDir, podNetns, repoRoot } from '../lab/net/names.js';
 import { clientFor } from '../lab/ops.js';
 import type { KubeObject } from '../daemon/policy/types.js';
 
-const LAB = 'en4';
+const labArg = process.argv.indexOf('--lab');
+/** The lab's name: another one (`--lab`) lets two runs of this bench share a machine. */
+const LAB = (labArg > 0 ? process.argv[labArg + 1] : undefined) ?? 'en4';
 const NODE = 'node-1';
 const arg = (name: string, dflt: number): number => {
   const i = process.argv.indexOf(`--${name}`);
