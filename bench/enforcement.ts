@@ -12,7 +12,8 @@
  *
  * usage (root, after a build): node dist/bench/enforcement.js [--events 100] [--remote 980] [--policies 500] [--local-events 100] [--ip-family ipv4|dual] [--lab en4] [--keep]
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFile, execFileSync, spawnSync } from 'node:child_process';
+import { promisify } from 'node:util';
 import { openSync, readSync, closeSync, statSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -42,6 +43,7 @@ if (IP_FAMILY !== 'ipv4' && IP_FAMILY !== 'dual') throw new Error(`--ip-family $
 const FAMILIES: (4 | 6)[] = IP_FAMILY === 'dual' ? [4, 6] : [4];
 const cli = join(repoRoot(), 'dist', 'lab', 'cli.js');
 const lab = (...args: string[]) => execFileSync(process.execPath, [cli, ...args, '--name', LAB], { stdio: ['ignore', 'pipe', 'inherit'] }).toString();
+const execFileAsync = promisify(execFile);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const POD = resolveKind('pods');
@@ -110,14 +112,16 @@ async function waitRunning(rest: ReturnType<typeof clientFor>, names: string[]):
  * closed with a RST: a FIN close leaves the client's port in TIME_WAIT for 60 s, and a second run
  * would then measure the kernel's search for a free ephemeral port (~10x slower), not the bridge.
  */
-function connectionRate(fromPod: string, ip: string, port: number, seconds = 3): number {
+async function connectionRate(fromPod: string, ip: string, port: number, seconds = 3): Promise<number> {
   const script = `
     const net = require('node:net'); let n = 0; const end = Date.now() + ${seconds * 1000}; let active = 0;
     const one = () => { if (Date.now() > end) { if (--active === 0) { console.log(n); process.exit(0); } return; }
       const s = net.connect({ host: '${ip}', port: ${port} }, () => { n++; s.resetAndDestroy(); one(); }); s.on('error', () => { s.destroy(); one(); }); };
     for (let i = 0; i < 8; i++) { active++; one(); }`;
-  const r = spawnSync('ip', ['netns', 'exec', podNetns(LAB, 'bench', fromPod), process.execPath, '-e', script], { encoding: 'utf8' });
-  return Number(r.stdout.trim()) / seconds;
+  // Not spawnSync: the event loop must keep running, or the API client would reuse a keep-alive
+  // connection the server closed meanwhile.
+  const { stdout } = await execFileAsync('ip', ['netns', 'exec', podNetns(LAB, 'bench', fromPod), process.execPath, '-e', script], { encoding: 'utf8' });
+  return Number(stdout.trim()) / seconds;
 }
 
 function flowCount(): number {
@@ -187,14 +191,14 @@ async function main(): Promise<void> {
   const tail = new LogTail(agentLogPath(LAB, NODE));
   await settle(tail);
   // IPv4 and IPv6 measured by turns, so that a change in the machine's load hits both alike.
-  const rates = (): Map<4 | 6, number> => {
+  const rates = async (): Promise<Map<4 | 6, number>> => {
     const sums = new Map<4 | 6, number>(FAMILIES.map((f) => [f, 0]));
-    for (let round = 0; round < 2; round++) for (const f of FAMILIES) sums.set(f, sums.get(f)! + connectionRate('cli', ips.get('srv-0')!.get(f)!, 80) / 2);
+    for (let round = 0; round < 2; round++) for (const f of FAMILIES) sums.set(f, sums.get(f)! + (await connectionRate('cli', ips.get('srv-0')!.get(f)!, 80)) / 2);
     return sums;
   };
   const show = (r: Map<4 | 6, number>) => FAMILIES.map((f) => `IPv${f} ${r.get(f)!.toFixed(0)}`).join(', ');
   const load = () => `load average ${readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')}`;
-  const rate0 = rates();
+  const rate0 = await rates();
   console.log(`connection setup cli (node-2) -> srv-0 (node-1), 0 policies: ${show(rate0)} conn/s; flows on ${NODE}: ${flowCount()}; ${agentMemory()}; ${load()}`);
 
   const tPol = performance.now();
@@ -223,7 +227,7 @@ async function main(): Promise<void> {
     (i) => ['add: attached', `bench/new-${i}"`],
   );
   await settle(tail);
-  const rate500 = rates();
+  const rate500 = await rates();
   const ratios = FAMILIES.map((f) => `IPv${f} ${(rate500.get(f)! / rate0.get(f)!).toFixed(2)}`).join(', ');
   console.log(`connection setup cli -> srv-0 with ${POLICIES + EVENTS} policies: ${show(rate500)} conn/s (ratio to 0 policies: ${ratios}); ${load()}`);
   console.log(`final: flows on ${NODE}: ${flowCount()}; ${agentMemory()}; Pods known cluster-wide: ${LOCAL + 1 + REMOTE + LOCAL_EVENTS}; bench ${((performance.now() - t0) / 1000).toFixed(0)} s`);
