@@ -69,9 +69,9 @@ function batchingDriver(d: LabDriver, c: ConformanceCase, family: 4 | 6, evaluat
         if (!group) throw new Error(`${c.id}: more expect steps probed than the case has`);
         const kinds = [...new Map(group.map((e) => [`${e.port}/${e.protocol}`, e])).values()];
         const probes: Probe[] = kinds.flatMap((e) => pairs.map(([from, to]) => ({ from, to, port: e.port, protocol: e.protocol, family })));
-        const results = await d.probeAll(probes);
-        // After the probes: the lab has converged by then (probeAll waits for pending writes).
-        const judged = await evaluatorVerdicts(d, probes);
+        // The API server holds every write of the case already (each returned); probeAll waits for
+        // the agents, so the evaluator can read the objects meanwhile.
+        const [results, judged] = await Promise.all([d.probeAll(probes), evaluatorVerdicts(d, probes)]);
         const matrix = (e: ExpectStep, verdicts: Map<string, boolean>) =>
           new Map(pairs.map(([from, to]) => [`${from}>${to}`, verdicts.get(`${from}>${to} ${e.port}/${e.protocol}`)!]));
         const measured = new Map(results.map((r) => [`${r.from}>${r.to} ${r.port}/${r.protocol}`, r.verdict === 'allow']));
