@@ -6,11 +6,15 @@
  * bundle is on the bridge) for (a) a new NetworkPolicy, (b) a Pod relabel that moves it into a
  * group, (c) a new local Pod (API create to "add: attached", which includes the lab kubelet's
  * sandbox set-up) — p50/p99; flows installed; agent RSS; TCP connection-setup rate between two
- * Pods with 0 and with 500 policies. Not a test: it asserts nothing, it measures.
+ * Pods with 0 and with 500 policies. `--ip-family dual` runs it on a dual-stack lab (every Pod has an
+ * IPv6 address too, the API-only ones fd00:200::/64) and measures the connection-setup rate over
+ * IPv6 beside IPv4. Not a test: it asserts nothing, it measures.
  *
- * usage (root, after a build): node dist/bench/enforcement.js [--events 100] [--remote 980] [--policies 500] [--local-events 100] [--keep]
+ * usage (root, after a build): node dist/bench/enforcement.js [--events 100] [--remote 980] [--policies 500] [--local-events 100] [--ip-family ipv4|dual] [--lab en4] [--keep]
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFile, execFileSync, spawnSync } from 'node:child_process';
+import { loadavg } from 'node:os';
+import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { agentLogPath } from '../lab/agent.js';
@@ -21,7 +25,9 @@ import { clientFor } from '../lab/ops.js';
 import type { KubeObject } from '../daemon/policy/types.js';
 import { agentMemory, flowCount, LogTail, pct, sleep } from './lab-agent.js';
 
-const LAB = 'en4';
+const labArg = process.argv.indexOf('--lab');
+/** The lab's name: another one (`--lab`) lets two runs of this bench share a machine. */
+const LAB = (labArg > 0 ? process.argv[labArg + 1] : undefined) ?? 'en4';
 const NODE = 'node-1';
 const arg = (name: string, dflt: number): number => {
   const i = process.argv.indexOf(`--${name}`);
@@ -32,20 +38,29 @@ const LOCAL_EVENTS = arg('local-events', EVENTS);
 const REMOTE = arg('remote', 980);
 const POLICIES = arg('policies', 500);
 const LOCAL = 10;
+const familyArg = process.argv.indexOf('--ip-family');
+const IP_FAMILY = (familyArg > 0 ? process.argv[familyArg + 1] : undefined) ?? 'ipv4';
+if (IP_FAMILY !== 'ipv4' && IP_FAMILY !== 'dual') throw new Error(`--ip-family ${IP_FAMILY}: use ipv4 or dual`);
+const FAMILIES: (4 | 6)[] = IP_FAMILY === 'dual' ? [4, 6] : [4];
 const cli = join(repoRoot(), 'dist', 'lab', 'cli.js');
 const lab = (...args: string[]) => execFileSync(process.execPath, [cli, ...args, '--name', LAB], { stdio: ['ignore', 'pipe', 'inherit'] }).toString();
+const execFileAsync = promisify(execFile);
 
 const POD = resolveKind('pods');
 const NS = resolveKind('namespaces');
 const NETPOL = resolveKind('networkpolicies');
 
 const ipOf = (i: number): string => `10.200.${Math.floor(i / 250)}.${(i % 250) + 2}`;
+const ip6Of = (i: number): string => `fd00:200::${(i + 2).toString(16)}`;
 
-async function waitRunning(rest: ReturnType<typeof clientFor>, names: string[]): Promise<Map<string, string>> {
+/** Each Pod's address of each family, once all of `names` run. */
+async function waitRunning(rest: ReturnType<typeof clientFor>, names: string[]): Promise<Map<string, Map<4 | 6, string>>> {
   const deadline = Date.now() + 180_000;
+  const byFamily = (p: KubeObject) =>
+    new Map([...(p.status?.podIP ? [p.status.podIP as string] : []), ...((p.status?.podIPs ?? []) as { ip: string }[]).map((x) => x.ip)].map((ip): [4 | 6, string] => [ip.includes(':') ? 6 : 4, ip]));
   for (;;) {
     const items = (await rest.list(POD, { namespace: 'bench' })).items;
-    const ips = new Map(items.filter((p) => p.status?.phase === 'Running' && p.status?.podIP).map((p) => [p.metadata.name, p.status.podIP as string]));
+    const ips = new Map(items.filter((p) => p.status?.phase === 'Running' && FAMILIES.every((f) => byFamily(p).has(f))).map((p) => [p.metadata.name, byFamily(p)]));
     if (names.every((n) => ips.has(n))) return ips;
     if (Date.now() > deadline) throw new Error(`Pods not running: ${names.filter((n) => !ips.has(n)).join(', ')}`);
     await sleep(200);
@@ -57,14 +72,16 @@ async function waitRunning(rest: ReturnType<typeof clientFor>, names: string[]):
  * closed with a RST: a FIN close leaves the client's port in TIME_WAIT for 60 s, and a second run
  * would then measure the kernel's search for a free ephemeral port (~10x slower), not the bridge.
  */
-function connectionRate(fromPod: string, ip: string, port: number, seconds = 3): number {
+async function connectionRate(fromPod: string, ip: string, port: number, seconds = 3): Promise<number> {
   const script = `
     const net = require('node:net'); let n = 0; const end = Date.now() + ${seconds * 1000}; let active = 0;
     const one = () => { if (Date.now() > end) { if (--active === 0) { console.log(n); process.exit(0); } return; }
       const s = net.connect({ host: '${ip}', port: ${port} }, () => { n++; s.resetAndDestroy(); one(); }); s.on('error', () => { s.destroy(); one(); }); };
     for (let i = 0; i < 8; i++) { active++; one(); }`;
-  const r = spawnSync('ip', ['netns', 'exec', podNetns(LAB, 'bench', fromPod), process.execPath, '-e', script], { encoding: 'utf8' });
-  return Number(r.stdout.trim()) / seconds;
+  // Not spawnSync: the event loop must keep running, or the API client would reuse a keep-alive
+  // connection the server closed meanwhile.
+  const { stdout } = await execFileAsync('ip', ['netns', 'exec', podNetns(LAB, 'bench', fromPod), process.execPath, '-e', script], { encoding: 'utf8' });
+  return Number(stdout.trim()) / seconds;
 }
 
 function netpol(i: number): KubeObject {
@@ -81,7 +98,7 @@ function netpol(i: number): KubeObject {
 async function main(): Promise<void> {
   const t0 = performance.now();
   spawnSync(process.execPath, [cli, 'down', '--name', LAB], { stdio: 'ignore' });
-  lab('up', '--sluice', '--nodes', '2');
+  lab('up', '--sluice', '--nodes', '2', '--ip-family', IP_FAMILY);
   const info = readControl(LAB)!;
   const rest = clientFor(info);
   await rest.create(NS, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'bench', labels: { ns: 'bench' } } });
@@ -96,13 +113,22 @@ async function main(): Promise<void> {
   for (let i = 0; i < REMOTE; i++) {
     const name = `remote-${i}`;
     await rest.create(POD, { apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'bench', name, labels: { role: `r${i % 20}`, grp: `g${i % 50}` } }, spec: { nodeName: 'node-9', containers: [container] } });
-    await rest.patch(POD, name, 'bench', { status: { phase: 'Running', podIP: ipOf(i), podIPs: [{ ip: ipOf(i) }] } }, 'status');
+    const podIPs = [ipOf(i), ...(FAMILIES.includes(6) ? [ip6Of(i)] : [])].map((ip) => ({ ip }));
+    await rest.patch(POD, name, 'bench', { status: { phase: 'Running', podIP: ipOf(i), podIPs } }, 'status');
   }
   console.log(`set-up: ${LOCAL + 1} real Pods, ${REMOTE} API-only Pods (created in ${((performance.now() - tRemote) / 1000).toFixed(1)} s)`);
   const tail = new LogTail(agentLogPath(LAB, NODE));
   await tail.settle();
-  const rate0 = connectionRate('cli', ips.get('srv-0')!, 80);
-  console.log(`connection setup cli (node-2) -> srv-0 (node-1), 0 policies: ${rate0.toFixed(0)} conn/s; flows on ${NODE}: ${flowCount(LAB, NODE)}; ${agentMemory(LAB, NODE)}`);
+  // IPv4 and IPv6 measured by turns, so that a change in the machine's load hits both alike.
+  const rates = async (): Promise<Map<4 | 6, number>> => {
+    const sums = new Map<4 | 6, number>(FAMILIES.map((f) => [f, 0]));
+    for (let round = 0; round < 2; round++) for (const f of FAMILIES) sums.set(f, sums.get(f)! + (await connectionRate('cli', ips.get('srv-0')!.get(f)!, 80)) / 2);
+    return sums;
+  };
+  const show = (r: Map<4 | 6, number>) => FAMILIES.map((f) => `IPv${f} ${r.get(f)!.toFixed(0)}`).join(', ');
+  const load = () => `load average ${loadavg().map((x) => x.toFixed(2)).join(' ')}`;
+  const rate0 = await rates();
+  console.log(`connection setup cli (node-2) -> srv-0 (node-1), 0 policies: ${show(rate0)} conn/s; flows on ${NODE}: ${flowCount(LAB, NODE)}; ${agentMemory(LAB, NODE)}; ${load()}`);
 
   const tPol = performance.now();
   for (let i = 0; i < POLICIES; i++) await rest.create(NETPOL, netpol(i));
@@ -130,8 +156,9 @@ async function main(): Promise<void> {
     (i) => ['add: attached', `bench/new-${i}"`],
   );
   await tail.settle();
-  const rate500 = connectionRate('cli', ips.get('srv-0')!, 80);
-  console.log(`connection setup cli -> srv-0 with ${POLICIES + EVENTS} policies: ${rate500.toFixed(0)} conn/s (ratio to 0 policies: ${(rate500 / rate0).toFixed(2)})`);
+  const rate500 = await rates();
+  const ratios = FAMILIES.map((f) => `IPv${f} ${(rate500.get(f)! / rate0.get(f)!).toFixed(2)}`).join(', ');
+  console.log(`connection setup cli -> srv-0 with ${POLICIES + EVENTS} policies: ${show(rate500)} conn/s (ratio to 0 policies: ${ratios}); ${load()}`);
   console.log(`final: flows on ${NODE}: ${flowCount(LAB, NODE)}; ${agentMemory(LAB, NODE)}; Pods known cluster-wide: ${LOCAL + 1 + REMOTE + LOCAL_EVENTS}; bench ${((performance.now() - t0) / 1000).toFixed(0)} s`);
   if (!process.argv.includes('--keep')) spawnSync(process.execPath, [cli, 'down', '--name', LAB], { stdio: 'ignore' });
 }

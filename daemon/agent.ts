@@ -609,7 +609,7 @@ export class Agent {
   }
 
   /**
-   * GET /traceflow?from=ns/pod&to=…&port=N&protocol=TCP|UDP|ICMP: a real packet from a local Pod
+   * GET /traceflow?from=ns/pod&to=…&port=N&protocol=TCP|UDP|ICMP[&family=4|6]: a real packet from a local Pod
    * through the bridge (sluicectl node traceflow). 400 names what is wrong with the request.
    */
   private async traceflow(q: URLSearchParams): Promise<{ code: number; body: unknown }> {
@@ -622,11 +622,17 @@ export class Agent {
     if (!this.gateway) return { code: 503, body: { error: 'starting: the bridge is not set up yet' } };
     if (!['TCP', 'UDP', 'ICMP'].includes(protocol)) return bad(`protocol "${protocol}": use TCP, UDP or ICMP`);
     if (protocol !== 'ICMP' && !(Number.isInteger(port) && port >= 1 && port <= 65535)) return bad(`port "${q.get('port') ?? ''}": a port 1-65535 is needed for ${protocol}`);
-    if (!to) return bad('to: the destination is missing (ns/pod, service:ns/name or ip:A.B.C.D)');
+    if (!to) return bad('to: the destination is missing (ns/pod, service:ns/name or ip:ADDRESS)');
     const src = [...this.pods.values()].find((p) => `${p.podNamespace}/${p.podName}` === from);
     if (!src) return bad(`from "${from}": no Pod of that name is attached on ${this.config.nodeName} (traceflow runs on the source Pod's node)`);
-    const ip = src.ips.find((a) => a.includes('.'));
-    if (!ip) return bad(`from "${from}": the Pod has no IPv4 address`);
+    // The family: an ip: destination's, else ?family=4|6, else IPv4 when the source has it.
+    const asked = q.get('family');
+    if (asked !== null && asked !== '4' && asked !== '6') return bad(`family "${asked}": use 4 or 6`);
+    const fixed = /^ip:(.*)$/.exec(to)?.[1];
+    const family = fixed !== undefined ? (fixed.includes(':') ? 6 : 4) : asked ? Number(asked) : src.ips.some((a) => !a.includes(':')) ? 4 : 6;
+    if (asked && Number(asked) !== family) return bad(`family ${asked}: the destination ${to} is an IPv${family} address`);
+    const ip = src.ips.find((a) => a.includes(':') === (family === 6));
+    if (!ip) return bad(`from "${from}": the Pod has no IPv${family} address`);
     const byPort = new Map([...this.pods.values()].map((p) => [p.ofport, `Pod ${p.podNamespace}/${p.podName} (port ${p.ofport})`]));
     const gw = this.gateway;
     const name = (ofport: number) => (ofport === gw.ofport ? `${gw.name} (port ${ofport})` : byPort.get(ofport) ?? `port ${ofport}`);

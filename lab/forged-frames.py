@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
-"""Raw Ethernet frames for the chaos suite's hostile Pod (lab/chaos.ts), which Node cannot send.
+"""Raw Ethernet frames for hostile-Pod tests (lab/chaos.ts, test/lab/ipv6-datapath.test.ts), which
+Node cannot send.
 
   forged-frames.py send IFACE JSON   sends the frames JSON describes out of IFACE, prints how many
-  forged-frames.py sniff IFACE SECS  prints, one JSON line each, the ARP frames and the UDP datagrams
-                                     to port 9998 that IFACE receives within SECS seconds
+  forged-frames.py sniff IFACE SECS  prints, one JSON line each, the ARP frames, the IPv6 Neighbour
+                                     Advertisements and the UDP datagrams (IPv4 or IPv6) to port 9998
+                                     that IFACE receives within SECS seconds
 
 A frame in JSON: {"kind": "arp", "src": MAC, "dst": MAC, "op": 1|2, "sha": MAC, "spa": IP,
-"tha": MAC, "tpa": IP} or {"kind": "udp", "src": MAC, "dst": MAC, "ip_src": IP, "ip_dst": IP,
-"tag": TEXT}. Each is sent `repeat` times (default 3), 10 ms apart.
+"tha": MAC, "tpa": IP}, {"kind": "udp", "src": MAC, "dst": MAC, "ip_src": IP, "ip_dst": IP,
+"tag": TEXT}, the same with "kind": "udp6" and IPv6 addresses, or {"kind": "na", "src": MAC,
+"dst": MAC, "ip_src": IPv6, "ip_dst": IPv6, "target": IPv6, "tll": MAC, "flags": "RSO"} (a
+Neighbour Advertisement with the Router/Solicited/Override flags named, hop limit 255). Each is sent
+`repeat` times (default 3), 10 ms apart.
 """
 import json
 import select
@@ -37,7 +42,31 @@ def checksum(data):
     return ~s & 0xFFFF
 
 
+def ipv6_header(f, next_header, payload):
+    return struct.pack('!IHBB16s16s', 0x60000000, len(payload), next_header, f.get('hop_limit', 255 if f['kind'] == 'na' else 64),
+                       socket.inet_pton(socket.AF_INET6, f['ip_src']), socket.inet_pton(socket.AF_INET6, f['ip_dst']))
+
+
+def upper_checksum6(f, next_header, data):
+    pseudo = socket.inet_pton(socket.AF_INET6, f['ip_src']) + socket.inet_pton(socket.AF_INET6, f['ip_dst']) + struct.pack('!IxxxB', len(data), next_header)
+    return checksum(pseudo + data)
+
+
+def frame6(f):
+    if f['kind'] == 'na':
+        flags = sum(bit for ch, bit in (('R', 0x80000000), ('S', 0x40000000), ('O', 0x20000000)) if ch in f.get('flags', ''))
+        body = struct.pack('!BBHI16s', 136, 0, 0, flags, socket.inet_pton(socket.AF_INET6, f['target'])) + b'\x02\x01' + mac(f['tll'])
+        body = body[:2] + struct.pack('!H', upper_checksum6(f, 58, body)) + body[4:]
+        return mac(f['dst']) + mac(f['src']) + b'\x86\xdd' + ipv6_header(f, 58, body) + body
+    payload = f['tag'].encode()
+    udp = struct.pack('!HHHH', 40000, 9998, 8 + len(payload), 0) + payload
+    udp = udp[:6] + struct.pack('!H', upper_checksum6(f, 17, udp) or 0xFFFF) + udp[8:]
+    return mac(f['dst']) + mac(f['src']) + b'\x86\xdd' + ipv6_header(f, 17, udp) + udp
+
+
 def frame(f):
+    if f['kind'] in ('na', 'udp6'):
+        return frame6(f)
     if f['kind'] == 'arp':
         body = struct.pack('!HHBBH6s4s6s4s', 1, 0x0800, 6, 4, f['op'], mac(f['sha']), socket.inet_aton(f['spa']), mac(f['tha']), socket.inet_aton(f['tpa']))
         return mac(f['dst']) + mac(f['src']) + b'\x08\x06' + body
@@ -82,6 +111,15 @@ def sniff(iface, secs):
             if dport == 9998:
                 tag = data[14 + ihl + 8:].decode(errors='replace')
                 print(json.dumps({'kind': 'udp', **head, 'ip_src': socket.inet_ntoa(data[26:30]), 'tag': tag}), flush=True)
+        elif ethertype == 0x86DD and len(data) >= 62:
+            next_header = data[20]
+            ip_src = socket.inet_ntop(socket.AF_INET6, data[22:38])
+            if next_header == 58 and data[54] == 136 and len(data) >= 78:
+                target = socket.inet_ntop(socket.AF_INET6, data[62:78])
+                tll = mac_text(data[80:86]) if len(data) >= 86 and data[78] == 2 else None
+                print(json.dumps({'kind': 'na', **head, 'ip_src': ip_src, 'target': target, 'tll': tll}), flush=True)
+            elif next_header == 17 and struct.unpack('!H', data[56:58])[0] == 9998:
+                print(json.dumps({'kind': 'udp6', **head, 'ip_src': ip_src, 'tag': data[62:].decode(errors='replace')}), flush=True)
 
 
 if __name__ == '__main__':

@@ -1,6 +1,6 @@
 /**
- * `sluicectl node traceflow --from ns/pod --to ns/pod|service:ns/name|ip:A.B.C.D --port N
- * --protocol TCP|UDP|ICMP [-o json]`: the agent injects a real packet at the source Pod's port and
+ * `sluicectl node traceflow --from ns/pod --to ns/pod|service:ns/name|ip:ADDRESS --port N
+ * --protocol TCP|UDP|ICMP [--family 4|6] [-o json]`: the agent injects a real packet at the source Pod's port and
  * reports every table it visited, the rule that decided and where it went (observed; `node trace`
  * is ofproto/trace's computation). Run on the source Pod's node.
  */
@@ -14,12 +14,14 @@ interface Args extends NodeArgs {
   to: string;
   port?: number | undefined;
   protocol: string;
+  family?: number | undefined;
   output: string;
 }
 
 /** The report as text: one block per leg (a Service adds the leg after the host's DNAT). */
 export function renderTrace(r: TraceReport): string {
-  const lines = [`${r.from} -> ${r.to} (${r.dstIp}) ${r.protocol === 'ICMP' ? 'ICMP' : `${r.port}/${r.protocol}`}: ${r.verdict}`];
+  const icmp = r.dstIp.includes(':') ? 'ICMPv6' : 'ICMP';
+  const lines = [`${r.from} -> ${r.to} (${r.dstIp}) ${r.protocol === 'ICMP' ? icmp : `${r.port}/${r.protocol}`}: ${r.verdict}`];
   // A packet that keeps coming back from the host (a loop until its TTL runs out): the first two
   // legs and the last show it.
   const shown = r.legs.length > 4 ? [0, 1, r.legs.length - 1] : r.legs.map((_l, i) => i);
@@ -44,12 +46,17 @@ export const nodeTraceflowCommand: CommandModule<object, Args> = {
   builder: (y) =>
     withConfig(y)
       .option('from', { type: 'string', demandOption: 'traceflow needs --from ns/pod (a Pod on this node)', describe: 'source Pod (ns/name), on this node' })
-      .option('to', { type: 'string', demandOption: 'traceflow needs --to ns/pod|service:ns/name|ip:A.B.C.D', describe: 'destination: ns/pod, service:ns/name or ip:A.B.C.D' })
+      .option('to', { type: 'string', demandOption: 'traceflow needs --to ns/pod|service:ns/name|ip:ADDRESS', describe: 'destination: ns/pod, service:ns/name or ip:ADDRESS (IPv4 or IPv6)' })
       .option('port', { type: 'number', describe: 'destination port (TCP/UDP; for a Service, its port)' })
-      .option('protocol', { type: 'string', choices: ['TCP', 'UDP', 'ICMP'], default: 'TCP' })
+      .option('protocol', { type: 'string', choices: ['TCP', 'UDP', 'ICMP'], default: 'TCP', describe: 'ICMP: an echo request (ICMPv6 over IPv6)' })
+      .option('family', { type: 'number', choices: [4, 6], describe: 'address family of the traced packet (default: an ip: destination\'s, else IPv4 when the source Pod has an IPv4 address, else IPv6)' })
       .option('output', { alias: 'o', choices: ['table', 'json'], default: 'table', describe: 'output format' }) as never,
   handler: async (argv) => {
-    const q = new URLSearchParams({ from: argv.from, to: argv.to, protocol: argv.protocol, ...(argv.port !== undefined ? { port: String(argv.port) } : {}) });
+    const q = new URLSearchParams({
+      from: argv.from, to: argv.to, protocol: argv.protocol,
+      ...(argv.port !== undefined ? { port: String(argv.port) } : {}),
+      ...(argv.family !== undefined ? { family: String(argv.family) } : {}),
+    });
     const body = await agentBody(argv.config, `/traceflow?${q}`, 'node traceflow', 10_000);
     if (body === undefined) return;
     console.log(argv.output === 'json' ? JSON.stringify(body, null, 2) : renderTrace(body as TraceReport));

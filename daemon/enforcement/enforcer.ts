@@ -25,6 +25,7 @@ import { sendRejectReply } from './reject/index.js';
 import type { PacketIn, PacketOut } from '../flows/openflow/wire.js';
 import { CounterBaseline, dirtyRuleIds, type FlowCounter, type MetricFlow, parseFlowCounters, PolicyFlows, policyFlowInput, type CarrierState, RuleCountCarrier, ruleKey, type RuleOfConj, ruleStatistics, type RuleStatistics } from '../flows/policy/index.js';
 import { PolicyEngine, type ChangeSet } from '../policy/engine.js';
+import { parseIp } from '../policy/cidr.js';
 import type { KubeObject } from '../policy/types.js';
 import type { PodAttachment } from '../cni/attacher.js';
 import { ClusterWatch, type WatchEvent } from './watch/clusterwatch.js';
@@ -526,25 +527,34 @@ export class Enforcer {
     });
   }
 
-  /** The address a traceflow destination names: "ns/pod", "service:ns/name" (its ClusterIP) or "ip:A.B.C.D". */
-  traceTarget(to: string): string {
-    const ip = /^ip:(\d{1,3}(?:\.\d{1,3}){3})$/.exec(to);
-    if (ip) return ip[1]!;
+  /**
+   * The address of `family` a traceflow destination names: "ns/pod", "service:ns/name" (its
+   * ClusterIP) or "ip:ADDRESS" (which must be of that family).
+   */
+  traceTarget(to: string, family: 4 | 6 = 4): string {
+    const ofFamily = (a: string) => a.includes(':') === (family === 6);
+    const ip = /^ip:(.+)$/.exec(to);
+    if (ip) {
+      const parsed = parseIp(ip[1]!);
+      if (!parsed) throw new TraceError(`${to}: not an IPv4 or IPv6 address`);
+      if (parsed.family !== family) throw new TraceError(`${to}: an IPv${parsed.family} destination for an IPv${family} trace`);
+      return ip[1]!;
+    }
     const svc = /^service:([^/]+)\/(.+)$/.exec(to);
     if (svc) {
       const s = [...this.engine.cluster.services.values()].find((x) => x.namespace === svc[1] && x.name === svc[2]);
-      const cip = s?.clusterIPs.find((a) => a.includes('.'));
-      if (!cip) throw new TraceError(`${to}: no such Service with an IPv4 ClusterIP`);
+      const cip = s?.clusterIPs.find(ofFamily);
+      if (!cip) throw new TraceError(`${to}: no such Service with an IPv${family} ClusterIP`);
       return cip;
     }
     const pod = /^([^/:]+)\/([^/]+)$/.exec(to);
     if (pod) {
       const p = [...this.engine.cluster.pods.values()].find((x) => x.namespace === pod[1] && x.name === pod[2]);
-      const pip = p?.ips.find((a) => a.includes('.'));
-      if (!pip) throw new TraceError(`${to}: no such Pod with an IPv4 address`);
+      const pip = p?.ips.find(ofFamily);
+      if (!pip) throw new TraceError(`${to}: no such Pod with an IPv${family} address`);
       return pip;
     }
-    throw new TraceError(`destination "${to}": use ns/pod, service:ns/name or ip:A.B.C.D`);
+    throw new TraceError(`destination "${to}": use ns/pod, service:ns/name or ip:ADDRESS`);
   }
 
   /** The API object behind an invalid-object report (for its Event). */

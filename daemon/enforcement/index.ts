@@ -54,7 +54,7 @@ export async function startEnforcement(
     status: () => enforcer.status(),
     policyReport: () => enforcer.policyReport(),
     policyObject: (e) => enforcer.policyObject(e),
-    traceflow: (req, io, port, gw) => enforcer.traceflow({ ...req, dstIp: enforcer.traceTarget(req.to) }, io, port, gw),
+    traceflow: (req, io, port, gw) => enforcer.traceflow({ ...req, dstIp: enforcer.traceTarget(req.to, req.source.ip.includes(':') ? 6 : 4) }, io, port, gw),
     metrics: () => enforcer.metrics(),
     ruleStats: (dump) => enforcer.ruleStats(dump),
     meterDrops: () => enforcer.meterDrops(),

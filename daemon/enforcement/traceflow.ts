@@ -13,7 +13,8 @@ import {
   assembleTrace, type TraceContext, type TraceLeg, type TraceObservation, traceFrame, traceObservationFlows, type TraceProtocol, traceVerdict,
   TRACE_TOS, type TraceVerdict,
 } from '../flows/traceflow.js';
-import { ipv4ToString } from '../packet.js';
+import { ipv4ToString, ipv6ToString } from '../packet.js';
+import { canonicalIp } from '../policy/cidr.js';
 
 export interface TraceSource {
   pod: string;
@@ -73,8 +74,16 @@ export class Tracer {
   claimsReject(pin: PacketIn): boolean {
     const a = this.active;
     const f = pin.packet;
-    if (!a || f.length < 34 || f.readUInt16BE(12) !== 0x0800 || f[15] !== TRACE_TOS) return false;
-    if (ipv4ToString(f, 26) !== a.srcIp) return false;
+    if (!a || f.length < 34) return false;
+    const type = f.readUInt16BE(12);
+    if (type === 0x0800) {
+      if (f[15] !== TRACE_TOS || ipv4ToString(f, 26) !== a.srcIp) return false;
+    } else if (type === 0x86dd) {
+      // Traffic class: the low nibble of byte 0 and the high nibble of byte 1 of the IPv6 header.
+      if (f.length < 54 || (((f[14]! & 0x0f) << 4) | (f[15]! >> 4)) !== TRACE_TOS || canonicalIp(ipv6ToString(f.subarray(22, 38))) !== canonicalIp(a.srcIp)) return false;
+    } else {
+      return false;
+    }
     a.rejected = true;
     a.lastAt = Date.now();
     return true;

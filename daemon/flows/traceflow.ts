@@ -4,7 +4,7 @@
  * observation flows, and the report assembled from what the bridge sent back.
  *
  * How a table visit is observed: while a trace runs, each table has a flow at the highest priority
- * matching the traced packet (IPv4 from the source Pod with DSCP 63) whose bit in reg9 is still
+ * matching the traced packet (IPv4 or IPv6 from the source Pod with DSCP 63) whose bit in reg9 is still
  * clear. It sends a copy to the agent (a packet-in carrying the table and every register), sets
  * its bit and looks the same table up again, where the table's own flows now decide. So every
  * table the packet really visits reports once per pass, in order, with the registers as the
@@ -12,11 +12,12 @@
  * A packet coming back from the host after DNAT (the re-entrance leg of a Service) starts with
  * clear registers and is observed again. Replies are not traced: they are not from the source.
  */
-import { ipv4ToBytes, ipv4TransportChecksum, internetChecksum } from '../packet.js';
+import { ipv4ToBytes, ipv4TransportChecksum, ipv6TransportChecksum, internetChecksum } from '../packet.js';
+import { parseIp } from '../policy/cidr.js';
 import { puntActions, PuntCategory } from './openflow/punt.js';
 import { REG0, TABLES, type TableName, VIRTUAL_MAC } from './tables.js';
 
-/** DSCP 63 in the IPv4 TOS byte (ECN bits clear). */
+/** DSCP 63 in the IPv4 TOS byte or the IPv6 traffic class (ECN bits clear). */
 export const TRACE_TOS = 0xfc;
 /** The observation flows' cookies: outside sluice's content-hash prefix, so flow sync ignores them. */
 export const TRACE_COOKIE_PREFIX = 0x7ace;
@@ -24,10 +25,12 @@ export const TRACE_COOKIE_FILTER = `cookie=0x${TRACE_COOKIE_PREFIX.toString(16)}
 /** One bit per table: the table has reported this pass. */
 export const TRACE_REG = 9;
 
+/** ICMP is an echo request: ICMPv6 (type 128) when the addresses are IPv6. */
 export type TraceProtocol = 'TCP' | 'UDP' | 'ICMP';
 
 export interface TracePacket {
   srcMac: string;
+  /** Both addresses of one family, IPv4 or IPv6. */
   srcIp: string;
   dstIp: string;
   protocol: TraceProtocol;
@@ -40,10 +43,23 @@ export interface TracePacket {
 
 const macBytes = (mac: string): Buffer => Buffer.from(mac.split(':').map((h) => Number.parseInt(h, 16)));
 
-/** Ethernet + IPv4 (DSCP 63) + TCP SYN / UDP datagram / ICMP echo request, every checksum set. */
+/** The 16 bytes of an IPv6 address; throws on anything else. */
+function ipv6Bytes(ip: string): Buffer {
+  const a = parseIp(ip);
+  if (a?.family !== 6) throw new Error(`"${ip}" is not an IPv6 address`);
+  return Buffer.from(a.value.toString(16).padStart(32, '0'), 'hex');
+}
+
+/**
+ * Ethernet + IPv4 or IPv6 (DSCP 63) + TCP SYN / UDP datagram / ICMP(v6) echo request, every
+ * checksum set.
+ */
 export function traceFrame(p: TracePacket): Buffer {
-  const src = ipv4ToBytes(p.srcIp);
-  const dst = ipv4ToBytes(p.dstIp);
+  const v6 = p.srcIp.includes(':');
+  if (v6 !== p.dstIp.includes(':')) throw new Error(`trace packet: ${p.srcIp} and ${p.dstIp} are not of one family`);
+  const src = v6 ? ipv6Bytes(p.srcIp) : ipv4ToBytes(p.srcIp);
+  const dst = v6 ? ipv6Bytes(p.dstIp) : ipv4ToBytes(p.dstIp);
+  const transportChecksum = (proto: number, seg: Buffer) => (v6 ? ipv6TransportChecksum(src, dst, proto, seg) : ipv4TransportChecksum(src, dst, proto, seg));
   let l4: Buffer;
   let proto: number;
   if (p.protocol === 'TCP') {
@@ -55,7 +71,7 @@ export function traceFrame(p: TracePacket): Buffer {
     l4[12] = 5 << 4; // data offset: 5 words
     l4[13] = 0x02; // SYN
     l4.writeUInt16BE(64240, 14); // window
-    l4.writeUInt16BE(ipv4TransportChecksum(src, dst, proto, l4), 16);
+    l4.writeUInt16BE(transportChecksum(proto, l4), 16);
   } else if (p.protocol === 'UDP') {
     proto = 17;
     const payload = Buffer.from('sluice traceflow');
@@ -64,16 +80,30 @@ export function traceFrame(p: TracePacket): Buffer {
     l4.writeUInt16BE(p.dstPort, 2);
     l4.writeUInt16BE(l4.length, 4);
     payload.copy(l4, 8);
-    l4.writeUInt16BE(ipv4TransportChecksum(src, dst, proto, l4) || 0xffff, 6);
+    l4.writeUInt16BE(transportChecksum(proto, l4) || 0xffff, 6);
   } else {
-    proto = 1;
+    proto = v6 ? 58 : 1;
     const payload = Buffer.from('sluice traceflow');
     l4 = Buffer.alloc(8 + payload.length);
-    l4[0] = 8; // echo request
+    l4[0] = v6 ? 128 : 8; // echo request
     l4.writeUInt16BE(p.srcPort, 4); // identifier
     l4.writeUInt16BE(1, 6); // sequence
     payload.copy(l4, 8);
-    l4.writeUInt16BE(internetChecksum(l4), 2);
+    l4.writeUInt16BE(v6 ? ipv6TransportChecksum(src, dst, proto, l4) : internetChecksum(l4), 2);
+  }
+  const eth = Buffer.alloc(14);
+  macBytes(VIRTUAL_MAC).copy(eth, 0);
+  macBytes(p.srcMac).copy(eth, 6);
+  if (v6) {
+    const ip6 = Buffer.alloc(40);
+    ip6.writeUInt32BE(((6 << 28) | (TRACE_TOS << 20)) >>> 0, 0); // version 6, traffic class, flow label 0
+    ip6.writeUInt16BE(l4.length, 4);
+    ip6[6] = proto;
+    ip6[7] = 64; // hop limit
+    src.copy(ip6, 8);
+    dst.copy(ip6, 24);
+    eth.writeUInt16BE(0x86dd, 12);
+    return Buffer.concat([eth, ip6, l4]);
   }
   const ip = Buffer.alloc(20);
   ip[0] = 0x45;
@@ -86,20 +116,18 @@ export function traceFrame(p: TracePacket): Buffer {
   src.copy(ip, 12);
   dst.copy(ip, 16);
   ip.writeUInt16BE(internetChecksum(ip), 10);
-  const eth = Buffer.alloc(14);
-  macBytes(VIRTUAL_MAC).copy(eth, 0);
-  macBytes(p.srcMac).copy(eth, 6);
   eth.writeUInt16BE(0x0800, 12);
   return Buffer.concat([eth, ip, l4]);
 }
 
-/** The observation flows for a trace of packets from `srcIp` (ovs-ofctl add-flows text, one per table). */
+/** The observation flows for a trace of packets from `srcIp`, IPv4 or IPv6 (ovs-ofctl add-flows text, one per table). */
 export function traceObservationFlows(srcIp: string): string {
+  const from = srcIp.includes(':') ? `ipv6,ipv6_src=${srcIp}` : `ip,nw_src=${srcIp}`;
   return TABLES.map((_table, i) => {
     const bit = `0x${(1 << i).toString(16)}`;
     const cookie = `0x${TRACE_COOKIE_PREFIX.toString(16)}${i.toString(16).padStart(12, '0')}`;
     const report = puntActions({ category: PuntCategory.trace, extra: Buffer.from([i]) });
-    return `cookie=${cookie},table=${i},priority=65535,ip,nw_src=${srcIp},nw_tos=${TRACE_TOS},reg${TRACE_REG}=0/${bit},actions=${report},load:1->NXM_NX_REG${TRACE_REG}[${i}],resubmit(,${i})\n`;
+    return `cookie=${cookie},table=${i},priority=65535,${from},nw_tos=${TRACE_TOS},reg${TRACE_REG}=0/${bit},actions=${report},load:1->NXM_NX_REG${TRACE_REG}[${i}],resubmit(,${i})\n`;
   }).join('');
 }
 

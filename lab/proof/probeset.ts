@@ -8,10 +8,13 @@
  *    to every Pod (TCP 80, UDP 81);
  *  - every node (ip:<InternalIP>, the host network) to every Pod on TCP 80: a node reaching its
  *    own Pods is never blocked, a remote node is an ordinary peer.
+ * With `families` (a dual-stack lab) every probe is made once per family, with `family` set: the
+ * external host and the nodes by their address of that family (ip:fd00:77::fa, the IPv6
+ * InternalIP), a Service in the families of its ClusterIPs.
  */
 import { labelValue } from '../../daemon/policy/labels.js';
 import type { KubeObject, Probe } from '../../daemon/policy/types.js';
-import { EXT_IP } from '../net/names.js';
+import { EXT_IP, EXT_IPV6 } from '../net/names.js';
 
 const ref = (o: KubeObject): string => `${o.metadata.namespace ?? 'default'}/${o.metadata.name}`;
 
@@ -39,40 +42,52 @@ export interface ProbeSetOptions {
   external?: boolean;
   /** Node objects (their InternalIP sends the node probes); none: no node probes. */
   nodes?: KubeObject[];
+  /** Probe each of these families explicitly (dual-stack); absent: one probe, no `family`. */
+  families?: (4 | 6)[];
 }
 
-const internalIp = (n: KubeObject): string | undefined =>
-  ((n.status?.addresses ?? []) as { type: string; address: string }[]).find((a) => a.type === 'InternalIP')?.address;
+const internalIps = (n: KubeObject): string[] =>
+  ((n.status?.addresses ?? []) as { type: string; address: string }[]).filter((a) => a.type === 'InternalIP').map((a) => a.address);
 
 export function scenarioProbes(pods: KubeObject[], services: KubeObject[], opts: ProbeSetOptions = {}): Probe[] {
+  if (!opts.families) return familyProbes(pods, services, opts, undefined);
+  return opts.families.flatMap((f) => familyProbes(pods, services, opts, f));
+}
+
+function familyProbes(pods: KubeObject[], services: KubeObject[], opts: ProbeSetOptions, family: 4 | 6 | undefined): Probe[] {
   const running = pods.filter((p) => p.status?.phase === 'Running' && p.status?.podIP && !p.spec?.hostNetwork).sort((a, b) => ref(a).localeCompare(ref(b)));
   const probes: Probe[] = [];
+  const fam = family === undefined ? {} : { family };
   for (const from of running) {
     for (const to of running) {
       if (to === from) continue;
-      for (const p of declaredPorts(to)) probes.push({ from: ref(from), to: ref(to), ...p });
+      for (const p of declaredPorts(to)) probes.push({ from: ref(from), to: ref(to), ...p, ...fam });
     }
   }
   if (opts.services ?? true) {
-    const svcs = services.filter((s) => s.spec?.clusterIP && s.spec.clusterIP !== 'None' && !(s.metadata.namespace === 'default' && s.metadata.name === 'kubernetes'));
+    const clusterIPs = (s: KubeObject): string[] => ((s.spec?.clusterIPs ?? [s.spec?.clusterIP]) as unknown[]).filter((ip): ip is string => typeof ip === 'string' && ip !== '' && ip !== 'None');
+    const svcs = services.filter(
+      (s) => clusterIPs(s).some((ip) => family === undefined || ip.includes(':') === (family === 6)) && !(s.metadata.namespace === 'default' && s.metadata.name === 'kubernetes'),
+    );
     for (const from of running) {
       for (const svc of svcs) {
         if (running.some((p) => selects(svc, p) && p === from)) continue;
         for (const sp of (svc.spec?.ports ?? []) as { port: number; protocol?: string }[]) {
           const protocol = (sp.protocol ?? 'TCP') as Probe['protocol'];
-          if (protocol === 'TCP' || protocol === 'UDP') probes.push({ from: ref(from), to: `service:${ref(svc)}`, port: sp.port, protocol });
+          if (protocol === 'TCP' || protocol === 'UDP') probes.push({ from: ref(from), to: `service:${ref(svc)}`, port: sp.port, protocol, ...fam });
         }
       }
     }
   }
   if (opts.external ?? true) {
+    const ext = `ip:${family === 6 ? EXT_IPV6 : EXT_IP}`;
     for (const pod of running) {
-      probes.push({ from: ref(pod), to: `ip:${EXT_IP}`, port: 80, protocol: 'TCP' }, { from: ref(pod), to: `ip:${EXT_IP}`, port: 81, protocol: 'UDP' });
-      probes.push({ from: `ip:${EXT_IP}`, to: ref(pod), port: 80, protocol: 'TCP' }, { from: `ip:${EXT_IP}`, to: ref(pod), port: 81, protocol: 'UDP' });
+      probes.push({ from: ref(pod), to: ext, port: 80, protocol: 'TCP' }, { from: ref(pod), to: ext, port: 81, protocol: 'UDP' });
+      probes.push({ from: ext, to: ref(pod), port: 80, protocol: 'TCP' }, { from: ext, to: ref(pod), port: 81, protocol: 'UDP' });
     }
   }
   for (const node of opts.nodes ?? []) {
-    const ip = internalIp(node);
+    const ip = internalIps(node).find((a) => family === undefined || a.includes(':') === (family === 6));
     if (ip) for (const pod of running) probes.push({ from: `ip:${ip}`, to: ref(pod), port: 80, protocol: 'TCP' });
   }
   return probes;

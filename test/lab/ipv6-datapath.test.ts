@@ -3,9 +3,12 @@
  * nodes, ptp + host-local with an IPv6 range, sluice-cni chained, a sluice-agent per node on the
  * netdev datapath, Pods attached by the real CNI chain. IPv6 Pod to Pod on one node and across nodes, node to Pod, Pod to an IPv6
  * Service (a DNAT in the node's ip6tables, as kube-proxy writes it) with a local and a remote
- * endpoint, spoofed sources dropped, and the IPv4 path of the same Pods unchanged beside it.
+ * endpoint, spoofed sources dropped, forged frames from a Pod (another Pod's source, link-local
+ * sources, Neighbour Advertisements for the gateway and for another Pod) reaching nobody, and the
+ * IPv4 path of the same Pods unchanged beside it.
  * The agents run without an API server (nodeIP/nodeIPv6 configured), so no policy is enforced here.
  */
+import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
@@ -158,5 +161,63 @@ async function suite(t: Test, LAB: string, ipFamily: 'dual' | 'ipv6'): Promise<v
     t.equal(await ping(ns('a'), v6('c'), 3, ['-I', 'fd00:10:1::99']), 0, 'with an unassigned address: nothing');
     t.equal(await ping(ns('a'), v6('c'), 3, ['-I', v6('a')]), 3, 'with its own: all of them');
     t.equal(await ping(ns('b'), v6('c'), 3), 3, 'b itself is unaffected');
+  });
+
+  t.test('forged frames from a Pod: another\'s source, link-local sources, Neighbour Advertisements for the gateway and for another Pod — none arrives, nothing is poisoned', async (t) => {
+    if (spawnSync('python3', ['--version']).status !== 0) {
+      t.plan(0, 'skipped: no python3 on this machine to send raw frames (lab/forged-frames.py)');
+      return;
+    }
+    const frames = join(repoRoot(), 'lab', 'forged-frames.py');
+    const node1 = nodeNetns(LAB, 'node-1');
+    const macOf = async (netns: string, dev = 'eth0') => (await runIn(netns, 'cat', [`/sys/class/net/${dev}/address`])).stdout.trim();
+    const linkLocal = async (netns: string, dev = 'eth0') => /inet6 (fe80::[0-9a-f:]+)\/64/.exec((await runIn(netns, 'ip', ['-6', 'addr', 'show', 'dev', dev, 'scope', 'link'])).stdout)?.[1] ?? '';
+    const [aMac, bMac, aLL, bLL, hostLL] = [await macOf(ns('a')), await macOf(ns('b')), await linkLocal(ns('a')), await linkLocal(ns('b')), await linkLocal(node1, 'antrea-gw0')];
+    const gw6 = /default via (\S+)/.exec((await runIn(ns('b'), 'ip', ['-6', 'route', 'show', 'default'])).stdout)?.[1] ?? '';
+    t.ok(aLL && bLL && hostLL && gw6, `a ${aLL}, b ${bLL}, node-1's gateway ${hostLL}; the Pods' IPv6 gateway ${gw6}`);
+    // The victims' neighbour entries exist before the attack (b -> its gateway, node-1 -> b).
+    t.equal(await ping(ns('b'), v6('c'), 2), 2, 'b reaches c before');
+    t.equal(await ping(node1, v6('b'), 2), 2, 'node-1 reaches b before');
+    const V = 'aa:bb:cc:dd:ee:ff';
+    const ALL_NODES = '33:33:00:00:00:01';
+    const udp6 = (tag: string, ipSrc: string, ipDst: string, dst = V) => ({ kind: 'udp6', src: aMac, dst, ip_src: ipSrc, ip_dst: ipDst, tag });
+    const na = (dst: string, ipSrc: string, ipDst: string, target: string, flags: string) => ({ kind: 'na', src: aMac, dst, ip_src: ipSrc, ip_dst: ipDst, target, tll: aMac, flags });
+    const controls = [udp6('own-local', v6('a'), v6('b')), udp6('own-remote', v6('a'), v6('c'))];
+    const forged = [
+      udp6('pod-source-local', v6('b'), v6('b')),
+      udp6('pod-source-remote', v6('b'), v6('c')),
+      udp6('own-link-local-to-global', aLL, v6('c')),
+      udp6('other-link-local-to-global', bLL, v6('b')),
+      udp6('link-local-to-link-local', aLL, bLL, bMac),
+      udp6('spoofed-link-local-to-link-local', bLL, bLL, bMac),
+      // "The gateway is at my MAC", to everyone and to b, Override set.
+      na(ALL_NODES, aLL, 'ff02::1', gw6, 'RO'),
+      na(bMac, aLL, bLL, gw6, 'RSO'),
+      na(bMac, gw6, bLL, gw6, 'RSO'),
+      // "b is at my MAC", to everyone and to the host, Override set.
+      na(ALL_NODES, aLL, 'ff02::1', v6('b'), 'O'),
+      na(V, v6('b'), hostLL, v6('b'), 'SO'),
+      na(V, aLL, hostLL, v6('b'), 'SO'),
+    ];
+    const sniff = (netns: string, dev: string) => runIn(netns, 'python3', [frames, 'sniff', dev, '2.5'], { timeoutMs: 10_000 });
+    const heard = Promise.all([sniff(ns('b'), 'eth0'), sniff(ns('c'), 'eth0'), sniff(node1, 'antrea-gw0')]);
+    await new Promise((r) => setTimeout(r, 500));
+    const sent = await runIn(ns('a'), 'python3', [frames, 'send', 'eth0', JSON.stringify([...controls, ...forged])]);
+    t.equal(Number(sent.stdout.trim()), (controls.length + forged.length) * 3, `${forged.length} forged frames sent 3 times each, with ${controls.length} controls`);
+    type Heard = { kind: string; src: string; tag?: string; tll?: string | null; target?: string };
+    const [atB, atC, atHost] = (await heard).map((r) => r.stdout.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as Heard));
+    t.ok(atB!.some((f) => f.tag === 'own-local') && atC!.some((f) => f.tag === 'own-remote'), 'the controls (a\'s own address) arrive at b and c: the sniffers see what crosses');
+    for (const [where, got] of [['b', atB!], ['c', atC!], ['node-1\'s antrea-gw0', atHost!]] as const) {
+      // An advertisement for the virtual MAC is the bridge answering a solicitation; any other is forged.
+      const through = got.filter((f) => (f.kind === 'udp6' && !f.tag?.startsWith('own-')) || (f.kind === 'na' && f.tll !== V));
+      t.same(through, [], `nothing forged reaches ${where}`);
+    }
+    const bGw = (await runIn(ns('b'), 'ip', ['-6', 'neigh', 'show', gw6, 'dev', 'eth0'])).stdout.trim();
+    t.match(bGw, new RegExp(`lladdr ${V}`), `b's gateway entry still names the virtual MAC (${bGw})`);
+    const hostB = (await runIn(node1, 'ip', ['-6', 'neigh', 'show', v6('b'), 'dev', 'antrea-gw0'])).stdout.trim();
+    t.notMatch(hostB, aMac, `node-1's entry for b does not name a's MAC (${hostB || 'none'})`);
+    t.equal(await ping(ns('b'), v6('c'), 3), 3, 'b still reaches c');
+    t.equal(await ping(ns('c'), v6('b'), 3), 3, 'c still reaches b');
+    t.equal(await ping(node1, v6('b'), 3), 3, 'node-1 still reaches b');
   });
 }

@@ -4,12 +4,16 @@
  * serving TCP 8080 on both families, a policy with a podSelector peer and an IPv6 ipBlock (with an
  * except) and an Antrea policy rejecting one Pod (a TCP RST over IPv6 as over IPv4), and every
  * probe's real verdict over IPv6 (and IPv4) equal to `sluicectl simulate
- * --family 6` (`--family 4`) on a snapshot of the lab's objects.
+ * --family 6` (`--family 4`) on a snapshot of the lab's objects. The rejects as the client sees
+ * them on the wire: a TCP RST, ICMPv6 destination unreachable code 1 for UDP and ICMPv6, checksums
+ * verified by tcpdump.
  */
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { podNetns, runIn } from '../../lab/net/index.js';
+import type { TraceReport } from '../../daemon/enforcement/traceflow.js';
+import { agentConfigPath } from '../../lab/agent.js';
+import { nodeNetns, podNetns, runIn } from '../../lab/net/index.js';
 import { run, SLUICECTL, snapshot, tempDir } from './enforce-helpers.js';
 import { cli, cliJson, sluiceSkipReason } from './labcli-helpers.js';
 
@@ -24,6 +28,8 @@ const workload = yaml([
 ]);
 
 type Probe = { from: string; to: string; port: number; protocol: 'TCP'; family: 4 | 6 };
+/** A probe as `sluicectl simulate` reads it. */
+type SimProbe = { from: string; to: string; port: number; protocol: 'TCP' | 'ICMP'; family: 4 | 6 };
 
 const reason = sluiceSkipReason();
 if (reason) {
@@ -107,7 +113,7 @@ spec:
     if (r.exitCode === 0) return 'allow';
     return /timed out/i.test(r.stderr + r.stdout) || Date.now() - started >= 1900 ? 'drop' : 'reject';
   };
-  const simulate = async (probes: Probe[], scenario: string): Promise<string[]> => {
+  const simulate = async (probes: SimProbe[], scenario: string): Promise<string[]> => {
     const file = join(dir, 'probes.json');
     writeFileSync(file, JSON.stringify(probes));
     const r = await run(process.execPath, [SLUICECTL, 'simulate', '-f', scenario, '--probes', file, '-o', 'json']);
@@ -115,6 +121,8 @@ spec:
     return (JSON.parse(r.stdout) as { verdict: string }[]).map((v) => v.verdict);
   };
 
+  /** The lab's objects once the policies are applied (sluicectl simulate's input). */
+  let snapshotFile: string | undefined;
   const PROBES: Probe[] = [];
   for (const family of [6, 4] as const) {
     for (const from of ['x/b', 'x/e', 'y/c', 'y/d']) PROBES.push({ from, to: 'x/a', port: PORT, protocol: 'TCP', family });
@@ -136,6 +144,7 @@ spec:
     const applied = await cli(['apply', '--name', LAB, '-f', join(dir, 'policy.yaml')]);
     t.equal(applied.code, 0, `applied${applied.code ? `: ${applied.stderr}` : ''}`);
     const scenario = await snapshot(LAB, join(dir, 'snapshot'));
+    snapshotFile = scenario;
     const want = await simulate(PROBES, scenario);
     t.ok(want.includes('allow') && want.includes('drop') && want.includes('reject'), `the simulator's verdicts are mixed: ${want.join(',')}`);
     const differ = PROBES.filter((p, i) => p.family === 6 && want[i] !== want[PROBES.findIndex((q) => q.family === 4 && q.from === p.from && q.to === p.to)]);
@@ -154,5 +163,61 @@ spec:
       counts[`IPv${p.family} ${want[i]}`] = (counts[`IPv${p.family} ${want[i]}`] ?? 0) + 1;
     });
     t.comment(`${PROBES.length} probes with real packets: ${JSON.stringify(counts)}`);
+  });
+
+  await t.test('Reject over IPv6 on the wire: TCP gets a RST, UDP and ICMPv6 an ICMPv6 administratively prohibited, checksums valid', async (t) => {
+    // x/e is rejected by x/a's ACNP on every protocol. tcpdump in x/e's namespace sees what the
+    // client receives; -vv verifies each checksum ("(correct)", "[icmp6 sum ok]").
+    const e = podNetns(LAB, 'x', 'e');
+    const [a6, e6] = [addr('x/a', 6)!, addr('x/e', 6)!];
+    const capture = runIn(e, 'timeout', ['6', 'tcpdump', '-i', 'eth0', '-n', '-vv', '-l', `ip6 and src host ${a6} and (tcp or icmp6)`], { allowFail: true, timeoutMs: 15_000 });
+    await new Promise((r) => setTimeout(r, 1500));
+    const tcp = await real({ from: 'x/e', to: 'x/a', port: PORT, protocol: 'TCP', family: 6 });
+    // A connected UDP socket learns of the ICMPv6 error: administratively prohibited is EACCES.
+    const udp = await runIn(e, 'python3', ['-c', [
+      'import socket, sys',
+      's = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); s.settimeout(2)',
+      `s.connect((${JSON.stringify(a6)}, ${PORT})); s.send(b"sluice")`,
+      'try:\n  s.recv(100); print("answered")\nexcept PermissionError: print("EACCES")\nexcept socket.timeout: print("timeout")\nexcept OSError as err: print(err.errno)',
+    ].join('\n')], { allowFail: true });
+    const ping6 = await runIn(e, 'ping', ['-6', '-n', '-c', '1', '-W', '2', a6], { allowFail: true });
+    const wire = (await capture).stdout;
+    t.comment(`captured in x/e:\n${wire.trim()}`);
+    t.equal(tcp, 'reject', 'TCP x/e -> x/a over IPv6: refused at once (reject)');
+    t.match(wire, new RegExp(`${a6}\\.${PORT} > ${e6}\\.\\d+: Flags \\[R[^\\]]*\\], cksum 0x[0-9a-f]+ \\(correct\\)`), 'a RST from x/a:8080 to x/e with a correct checksum');
+    t.equal(udp.stdout.trim(), 'EACCES', `UDP x/e -> x/a over IPv6: the socket gets EACCES, the ICMPv6 error for "administratively prohibited" (${udp.stdout.trim() || udp.stderr.trim()})`);
+    // The error quotes the whole refused packet: its length tells which one it answers.
+    const prohibited = [...wire.matchAll(new RegExp(`payload length: (\\d+)\\) ${a6} > ${e6}: \\[icmp6 sum ok\\] ICMP6, destination unreachable,\\s+unreachable prohibited`, 'g'))].map((m) => Number(m[1]));
+    t.ok(prohibited.length >= 2, `${prohibited.length} ICMPv6 destination unreachable, code 1 (administratively prohibited), from x/a with a correct checksum`);
+    t.ok(prohibited.includes(8 + 40 + 8 + 6), 'one quotes the UDP datagram (IPv6 + UDP header + 6 bytes)');
+    t.ok(prohibited.includes(8 + 40 + 8 + 56), 'one quotes the echo request (IPv6 + ICMPv6 echo with ping\'s 56 bytes)');
+    t.match(ping6.stdout, /Unreachable|prohibited|Administratively/i, `ping -6 reports the refusal (${ping6.stdout.split('\n').filter((l) => /icmp|Unreach|prohib/i.test(l)).join(' ').trim()})`);
+  });
+
+  await t.test('sluicectl node traceflow with IPv6 packets: the verdict and the rule, as simulate says', async (t) => {
+    const traceflow = async (args: string[]) => {
+      const r = await run('ip', ['netns', 'exec', nodeNetns(LAB, 'node-1'), process.execPath, SLUICECTL, 'node', 'traceflow', '--config', agentConfigPath(LAB, 'node-1'), ...args, '-o', 'json']);
+      return { ...r, report: r.code === 0 ? (JSON.parse(r.stdout) as TraceReport) : undefined };
+    };
+    const a6 = addr('x/a', 6)!;
+    // An allow and a Reject (an ICMPv6 echo: the reject claim of an IPv6 packet) over IPv6, and
+    // IPv4 by default on this dual-stack lab.
+    const cases: { args: string[]; probe: SimProbe; dst: string }[] = [
+      { args: ['--from', 'x/b', '--to', 'x/a', '--port', String(PORT), '--family', '6'], probe: { from: 'x/b', to: 'x/a', port: PORT, protocol: 'TCP', family: 6 }, dst: a6 },
+      { args: ['--from', 'x/e', '--to', `ip:${a6}`, '--protocol', 'ICMP'], probe: { from: 'x/e', to: `ip:${a6}`, port: 0, protocol: 'ICMP', family: 6 }, dst: a6 },
+      { args: ['--from', 'x/b', '--to', 'x/a', '--port', String(PORT)], probe: { from: 'x/b', to: 'x/a', port: PORT, protocol: 'TCP', family: 4 }, dst: addr('x/a', 4)! },
+    ];
+    // Nothing changed since the policies were applied: their snapshot stands.
+    const scenario = snapshotFile ?? (await snapshot(LAB, join(dir, 'snapshot-trace')));
+    const want = await simulate(cases.map((c) => c.probe), scenario);
+    for (const [i, c] of cases.entries()) {
+      const r = await traceflow(c.args);
+      t.equal(r.code, 0, `traceflow ${c.args.join(' ')}${r.code ? `: ${r.stderr.trim()}` : ''}`);
+      t.equal(r.report?.dstIp, c.dst, `traced to ${c.dst} (IPv${c.dst.includes(':') ? 6 : 4})`);
+      t.equal(r.report?.verdict, want[i], `${c.probe.from} -> ${c.probe.to} ${c.probe.protocol} IPv${c.probe.family}: traced ${r.report?.verdict}, simulate ${want[i]}`);
+      if (want[i] === 'reject') t.match(r.report?.legs.at(-1)?.ingressRule, { name: 'a-reject-e', rule: 'reject-e' }, 'the Reject names its rule');
+    }
+    const mismatch = await traceflow(['--from', 'x/b', '--to', `ip:${a6}`, '--port', String(PORT), '--family', '4']);
+    t.match(mismatch.stderr, /family 4: the destination ip:\S+ is an IPv6 address/, 'an IPv6 destination with --family 4 is refused with why');
   });
 }

@@ -15,7 +15,7 @@ import { run } from '../../lab/net/exec.js';
 import { join } from 'node:path';
 import { loadManifests } from '../../daemon/manifests.js';
 import { readControl } from '../../lab/control.js';
-import { EXT_IP, nodeNetns, ovsDir, repoRoot } from '../../lab/net/names.js';
+import { EXT_IP, EXT_IPV6, nodeNetns, ovsDir, repoRoot } from '../../lab/net/names.js';
 import { resolveKind } from '../../lab/kinds.js';
 import { compareVerdicts, mismatchTable, type Mismatch } from '../../lab/proof/compare.js';
 import { exportState, simulate } from '../../lab/proof/simulate.js';
@@ -29,12 +29,15 @@ export const SCENARIOS = join(repoRoot(), 'test', 'scenarios');
 const MODEL = join(SCENARIOS, 'model.yaml');
 const TODO = 'enforcement not yet in the agent (no policy flows on any bridge)';
 
+const EXTERNAL = [`ip:${EXT_IP}`, `ip:${EXT_IPV6}`];
 const kinds = (r: StepReport) => ({
   pod: r.probes.filter((p) => !p.to.includes(':')).length,
   service: r.probes.filter((p) => p.to.startsWith('service:')).length,
-  external: r.probes.filter((p) => p.to === `ip:${EXT_IP}` || p.from === `ip:${EXT_IP}`).length,
-  node: r.probes.filter((p) => p.from.startsWith('ip:') && p.from !== `ip:${EXT_IP}`).length,
+  external: r.probes.filter((p) => EXTERNAL.includes(p.to) || EXTERNAL.includes(p.from)).length,
+  node: r.probes.filter((p) => p.from.startsWith('ip:') && !EXTERNAL.includes(p.from)).length,
   traced: r.lab.filter((x) => x.note?.startsWith(SCTP_NOTE)).length,
+  /** IPv6 probes: an explicit family 6, or an IPv6 address as an endpoint. */
+  ipv6: r.probes.filter((p) => p.family === 6 || [p.from, p.to].some((e) => e.startsWith('ip:') && e.includes(':', 3))).length,
 });
 
 /**
@@ -45,11 +48,15 @@ const kinds = (r: StepReport) => ({
 async function diagnose(lab: string, mismatches: Mismatch[]): Promise<string> {
   const info = readControl(lab);
   if (!info) return 'no lab control file';
-  const pods = (await clientFor(info).list(resolveKind('pods'))).items as { metadata: { namespace?: string | undefined; name: string }; status?: { podIP?: string } }[];
-  const ipOf = (ep: string) => (ep.startsWith('ip:') ? ep.slice(3) : pods.find((p) => `${p.metadata.namespace}/${p.metadata.name}` === ep.replace(/^service:/, ''))?.status?.podIP);
+  const pods = (await clientFor(info).list(resolveKind('pods'))).items as { metadata: { namespace?: string | undefined; name: string }; status?: { podIP?: string; podIPs?: { ip: string }[] } }[];
+  const ipOf = (ep: string, family: 4 | 6 | undefined) => {
+    if (ep.startsWith('ip:')) return ep.slice(3);
+    const status = pods.find((p) => `${p.metadata.namespace}/${p.metadata.name}` === ep.replace(/^service:/, ''))?.status;
+    return family ? status?.podIPs?.map((x) => x.ip).find((ip) => ip.includes(':') === (family === 6)) : status?.podIP;
+  };
   const out: string[] = [];
   for (const m of mismatches.slice(0, 2)) {
-    const [src, dst] = [ipOf(m.probe.from), ipOf(m.probe.to)];
+    const [src, dst] = [ipOf(m.probe.from, m.probe.family), ipOf(m.probe.to, m.probe.family)];
     out.push(`== ${m.probe.from} (${src}) -> ${m.probe.to} (${dst}) ${m.probe.port}/${m.probe.protocol}: lab ${m.lab}, simulate ${m.simulate}`);
     for (const node of info.nodes) {
       const ns = nodeNetns(lab, node);
@@ -66,18 +73,24 @@ async function diagnose(lab: string, mismatches: Mismatch[]): Promise<string> {
   return out.join('\n');
 }
 
-export function modelDatapathSuite(lab: string, primary: 'ptp' | 'eks'): void {
+/**
+ * `ipFamily: 'dual'` (ptp only) brings the lab up dual-stack and probes every connection in both
+ * families (the external host and the nodes by their address of each family).
+ */
+export function modelDatapathSuite(lab: string, primary: 'ptp' | 'eks', opts: { ipFamily?: 'ipv4' | 'dual' } = {}): void {
   const why = sluiceSkipReason();
   if (why) {
     t.plan(0, why);
     return;
   }
   const n = ['--name', lab];
+  const dual = opts.ipFamily === 'dual';
+  const verifyOpts = dual ? { probeSet: { families: [4, 6] as (4 | 6)[] } } : {};
   const started = performance.now();
   const counts = { steps: 0, matching: 0, probes: 0, unstable: 0 };
   t.before(async () => {
     await cli(['down', ...n]);
-    const r = await cli(['up', ...n, '--primary', primary, '--sluice', '-f', MODEL]);
+    const r = await cli(['up', ...n, '--primary', primary, '--sluice', '--ip-family', opts.ipFamily ?? 'ipv4', '-f', MODEL]);
     if (r.code !== 0) throw new Error(`sluice-lab up failed: ${r.stderr}`);
   });
   t.teardown(async () => {
@@ -94,6 +107,7 @@ export function modelDatapathSuite(lab: string, primary: 'ptp' | 'eks'): void {
     if (r.unstable.length) t.comment(`${label}: ${r.unstable.length} verdict(s) differed once and agreed when probed again:\n${mismatchTable(r.unstable)}`);
     t.same(r.warnings, [], `${label}: simulate accepts every object`);
     t.ok(k.pod > 0 && k.service > 0 && k.external > 0 && k.node > 0 && k.traced > 0, `${label}: probes cover Pods (${k.pod}), Services (${k.service}), the external host (${k.external}), the nodes (${k.node}) and SCTP by ofproto/trace (${k.traced})`);
+    if (dual) t.ok(k.ipv6 > 0 && k.ipv6 < r.probes.length, `${label}: ${k.ipv6} of the ${r.probes.length} probes are IPv6, the others IPv4`);
     t.same(
       r.mismatches.map((m) => `${m.probe.from} -> ${m.probe.to} ${m.probe.port}/${m.probe.protocol}: lab ${m.lab}, simulate ${m.simulate}`),
       [],
@@ -103,7 +117,7 @@ export function modelDatapathSuite(lab: string, primary: 'ptp' | 'eks'): void {
   };
 
   t.test(`${primary}: no policies — the lab equals the simulator`, async (t) => {
-    const reports = await verifyScenario(readControl(lab)!, await loadManifests([MODEL]));
+    const reports = await verifyScenario(readControl(lab)!, await loadManifests([MODEL]), verifyOpts);
     t.equal(reports.length, 1);
     check(t, reports[0]!, `${primary} no policies`, false);
     t.ok(reports[0]!.simulate.every((r) => r.verdict === 'allow'), 'the simulator allows everything without policies');
@@ -117,8 +131,8 @@ export function modelDatapathSuite(lab: string, primary: 'ptp' | 'eks'): void {
     const diff = compareVerdicts(probes, reports[0]!.lab, sim.results);
     // Every probe into x differs, except a node reaching its own Pods (never blocked by policy).
     const nodeOf = new Map(state.filter((o) => o.kind === 'Pod').map((p) => [`${p.metadata.namespace}/${p.metadata.name}`, p.spec?.nodeName as string]));
-    const ipOfNode = new Map(state.filter((o) => o.kind === 'Node').map((nd) => [nd.metadata.name, ((nd.status?.addresses ?? []) as { type: string; address: string }[]).find((a) => a.type === 'InternalIP')?.address]));
-    const ownNode = (p: { from: string; to: string }) => p.from === `ip:${ipOfNode.get(nodeOf.get(p.to) ?? '')}`;
+    const ipsOfNode = new Map(state.filter((o) => o.kind === 'Node').map((nd) => [nd.metadata.name, ((nd.status?.addresses ?? []) as { type: string; address: string }[]).filter((a) => a.type === 'InternalIP').map((a) => `ip:${a.address}`)]));
+    const ownNode = (p: { from: string; to: string }) => (ipsOfNode.get(nodeOf.get(p.to) ?? '') ?? []).includes(p.from);
     const intoX = probes.filter((p) => /^(service:)?x\//.test(p.to) && !ownNode(p));
     t.ok(intoX.length > 0 && diff.length === intoX.length && diff.every((m) => /^(service:)?x\//.test(m.probe.to) && !ownNode(m.probe) && m.lab === 'allow' && m.simulate === 'drop'),
       `an unapplied deny-all in x shows as ${diff.length} differences, exactly the ${intoX.length} probes into x (nodes to their own Pods excepted)`);
@@ -132,7 +146,7 @@ export function modelDatapathSuite(lab: string, primary: 'ptp' | 'eks'): void {
       const onStep = async (r: StepReport) => {
         if (r.mismatches.length) diagnoses.set(r.step, await diagnose(lab, r.mismatches).catch((err: Error) => `diagnosis failed: ${err.message}`));
       };
-      const reports = await verifyScenario(readControl(lab)!, await loadManifests([MODEL, join(SCENARIOS, f)]), { onStep });
+      const reports = await verifyScenario(readControl(lab)!, await loadManifests([MODEL, join(SCENARIOS, f)]), { onStep, ...verifyOpts });
       const enforcing = Object.values(await policyFlowCounts(readControl(lab)!)).some((x) => x > 0);
       t.ok(reports.length >= 2, `${reports.length} steps`);
       for (const r of reports) {

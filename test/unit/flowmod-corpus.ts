@@ -73,7 +73,7 @@ export function policyFlows(): Flow[] {
 export function corpusFlows(): { flows: Flow[]; trace: string[] } {
   const all: Flow[] = [...computeFlows(PIPELINE), ...policyFlows(), ...dnsInterceptFlows({ pods: ['10.1.0.11'], mode: 'hold' }), ...dnsInterceptFlows({ pods: 'all', mode: 'copy' })];
   const flows = [...new Map(all.map((f) => [f.cookie, f])).values()];
-  return { flows, trace: traceObservationFlows('10.1.0.11').trim().split('\n') };
+  return { flows, trace: [...traceObservationFlows('10.1.0.11').trim().split('\n'), ...traceObservationFlows('fd00:1::11').trim().split('\n')] };
 }
 
 /** Every flow of the corpus as ovs-ofctl add-flow text, unique. */

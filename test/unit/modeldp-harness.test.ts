@@ -38,6 +38,11 @@ t.test('sctpFlow and dpif/show', async (t) => {
     sctpFlow({ inPort: 3, dlSrc: '16:94:e1:4d:fb:4a', nwSrc: '10.10.1.3', nwDst: '10.10.2.5', dport: 82 }),
     'sctp,in_port=3,dl_src=16:94:e1:4d:fb:4a,dl_dst=aa:bb:cc:dd:ee:ff,nw_src=10.10.1.3,nw_dst=10.10.2.5,nw_ttl=64,sctp_src=40000,sctp_dst=82',
   );
+  t.equal(
+    sctpFlow({ inPort: 3, dlSrc: '16:94:e1:4d:fb:4a', nwSrc: 'fd00:10:1::3', nwDst: 'fd00:10:2::5', dport: 82 }),
+    'sctp6,in_port=3,dl_src=16:94:e1:4d:fb:4a,dl_dst=aa:bb:cc:dd:ee:ff,ipv6_src=fd00:10:1::3,ipv6_dst=fd00:10:2::5,nw_ttl=64,sctp_src=40000,sctp_dst=82',
+    'an IPv6 first packet: sctp6 with IPv6 addresses',
+  );
   const show = 'netdev@ovs-netdev: hit:15143 missed:418\n  br-int:\n    antrea-gw0 32769/2: (tap)\n    br-int 65534/1: (tap)\n    veth367f1cfb 1/3: (system)\n';
   t.same([...datapathPorts(show)], [['antrea-gw0', '2'], ['br-int', '1'], ['veth367f1cfb', '3']]);
 });
@@ -106,6 +111,16 @@ t.test('generated probes: Pods, Services without hairpin, the external host, SCT
   const node: KubeObject = { apiVersion: 'v1', kind: 'Node', metadata: { name: 'node-1' }, status: { addresses: [{ type: 'Hostname', address: 'node-1' }, { type: 'InternalIP', address: '192.168.77.11' }] } };
   const withNodes = scenarioProbes(pods, [svc], { nodes: [node], services: false, external: false }).map((p) => `${p.from}>${p.to}:${p.port}/${p.protocol}`);
   t.same(withNodes.filter((p) => p.startsWith('ip:')), ['ip:192.168.77.11>x/a:80/TCP', 'ip:192.168.77.11>x/b:80/TCP'], 'each node to each running Pod on TCP 80');
+
+  // Dual-stack: every probe once per family; a Service only in the families of its ClusterIPs.
+  const dualNode: KubeObject = { ...node, status: { addresses: [{ type: 'InternalIP', address: '192.168.77.11' }, { type: 'InternalIP', address: 'fd00:77::b' }] } };
+  const svc6: KubeObject = { ...svc, metadata: { name: 's6', namespace: 'x' }, spec: { ...svc.spec, clusterIPs: ['10.96.0.6', 'fd00:96::6'] } };
+  const dual = scenarioProbes(pods, [svc, svc6], { nodes: [dualNode], families: [4, 6] });
+  const text = dual.map((p) => `${p.from}>${p.to}:${p.port}/${p.protocol}${p.family ? ` v${p.family}` : ''}`);
+  t.same(text.filter((p) => p.startsWith('x/a>x/b')), ['x/a>x/b:80/UDP v4', 'x/a>x/b:80/UDP v6'], 'Pod to Pod in each family');
+  t.same(text.filter((p) => p.includes('service:')), ['x/b>service:x/s:8080/TCP v4', 'x/b>service:x/s6:8080/TCP v4', 'x/b>service:x/s6:8080/TCP v6'], 'a single-stack Service in its family only');
+  t.same(text.filter((p) => p.startsWith('x/a>ip:')), ['x/a>ip:192.168.77.250:80/TCP', 'x/a>ip:192.168.77.250:81/UDP', 'x/a>ip:fd00:77::fa:80/TCP', 'x/a>ip:fd00:77::fa:81/UDP'], 'the external host by its address of each family');
+  t.same(text.filter((p) => /^ip:(192\.168\.77\.11|fd00:77::b)>x\/a:/.test(p)), ['ip:192.168.77.11>x/a:80/TCP', 'ip:fd00:77::b>x/a:80/TCP'], 'each node by its InternalIP of each family');
 });
 
 t.test('compare: differences and missing verdicts, as a table', async (t) => {

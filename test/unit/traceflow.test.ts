@@ -1,7 +1,7 @@
 // daemon/flows/traceflow.ts: the traced packet, the observation flows, and the report assembled
 // from the bridge's observations (test/lab/traceflow.test.ts traces real packets).
 import t from 'tap';
-import { decodeEthernet, decodeIpv4, internetChecksum, ipv4ToBytes, ipv4TransportChecksum } from '../../daemon/packet.js';
+import { decodeEthernet, decodeIpv4, decodeIpv6Packet, internetChecksum, ipv4ToBytes, ipv4TransportChecksum, ipv6ToString, ipv6TransportChecksum } from '../../daemon/packet.js';
 import { REG0, TABLES, tableId, VIRTUAL_MAC } from '../../daemon/flows/tables.js';
 import { assembleTrace, describeRule, TRACE_COOKIE_FILTER, TRACE_TOS, traceFrame, traceObservationFlows, type TraceContext } from '../../daemon/flows/traceflow.js';
 
@@ -28,12 +28,33 @@ t.test('traceFrame: a valid Ethernet/IPv4 frame with DSCP 63 for each protocol',
   }
 });
 
+t.test('traceFrame: a valid Ethernet/IPv6 frame with traffic class DSCP 63 for each protocol (ICMP: an ICMPv6 echo request)', async (t) => {
+  const v6 = { ...base, srcIp: 'fd00:10:1::5', dstIp: 'fd00:10:1::3' };
+  for (const protocol of ['TCP', 'UDP', 'ICMP'] as const) {
+    const f = traceFrame({ ...v6, protocol });
+    t.equal(f.readUInt16BE(12), 0x86dd, `${protocol}: an IPv6 frame`);
+    const pkt = decodeIpv6Packet(f);
+    t.same([ipv6ToString(pkt.src), ipv6ToString(pkt.dst), pkt.payloadLength, f.length], [v6.srcIp, v6.dstIp, f.length - 54, f.length]);
+    t.equal(((f[14]! & 0x0f) << 4) | (f[15]! >> 4), TRACE_TOS, `${protocol}: traffic class DSCP 63`);
+    t.equal(f[14]! >> 4, 6, 'version 6');
+    const l4 = f.subarray(54);
+    const next = protocol === 'TCP' ? 6 : protocol === 'UDP' ? 17 : 58;
+    t.equal(f[20], next, `${protocol}: next header ${next}`);
+    t.equal(ipv6TransportChecksum(pkt.src, pkt.dst, next, l4), 0, `${protocol}: checksum valid`);
+    if (protocol === 'ICMP') t.same([l4[0], l4[1]], [128, 0], 'an ICMPv6 echo request');
+  }
+  t.throws(() => traceFrame({ ...base, dstIp: 'fd00:10:1::3', protocol: 'TCP' }), /not of one family/);
+});
+
 t.test('observation flows: one per table, top priority, this source and DSCP only, each table once per pass', async (t) => {
   const lines = traceObservationFlows('10.10.1.5').trim().split('\n');
   t.equal(lines.length, TABLES.length);
   lines.forEach((l, i) => {
     t.match(l, new RegExp(`^cookie=0x7ace0*${i.toString(16)},table=${i},priority=65535,ip,nw_src=10\\.10\\.1\\.5,nw_tos=252,reg9=0/0x${(1 << i).toString(16)},actions=controller\\(userdata=08\\.00\\.${i.toString(16).padStart(2, '0')},meter_id=260\\),load:1->NXM_NX_REG9\\[${i}\\],resubmit\\(,${i}\\)$`), TABLES[i]!);
   });
+  const v6 = traceObservationFlows('fd00:10:1::5').trim().split('\n');
+  t.equal(v6.length, TABLES.length);
+  t.ok(v6.every((l) => l.includes(',priority=65535,ipv6,ipv6_src=fd00:10:1::5,nw_tos=252,')), 'an IPv6 source: ipv6_src, the traffic class by nw_tos');
   t.equal(TRACE_COOKIE_FILTER, 'cookie=0x7ace000000000000/0xffff000000000000', 'removable by one cookie mask, outside sluice\'s 0x51ce');
 });
 
