@@ -604,6 +604,11 @@ export class PolicyFlows {
     return this.sorted;
   }
 
+  /** Number of policy flows (without building flows()). */
+  get size(): number {
+    return this.rendered.size;
+  }
+
   /** Every rule's counter flows (per-rule statistics), with the cookies they are installed under. */
   metricFlows(): MetricFlow[] {
     const out: MetricFlow[] = [];
