@@ -1,7 +1,7 @@
 /**
- * Policy enforcement in the agent: API objects -> PolicyEngine -> PolicyFlows -> the agent's one
- * desired flow set (policy flows are one of its flow sources), plus the packet-in loop (Reject
- * replies, audit log, DNS learning hook).
+ * Policy enforcement in the agent: API objects -> PolicyEngine -> PolicyFlows -> the agent's
+ * FlowStore (the `policy` owner, patched with each compile's delta, and `dns-intercept`), plus the
+ * packet-in loop (Reject replies, audit log, DNS learning hook).
  *
  * Consistency: the engine is updated synchronously per event; the flow compile and the bridge
  * bundle follow, and whatever bundle the agent applies (a flush, a CNI ADD, a resync) first

@@ -477,9 +477,30 @@ function samePeerFrame(a: NodeRule, b: NodeRule): boolean {
   );
 }
 
-/** Where the peer addresses sit in a rule's main unit (see ruleUnits): clause index and clause count. */
-function ruleUnitShape(rule: NodeRule): { peerClause: number; clauses: number } {
-  return { peerClause: rule.direction === 'Egress' ? 1 : 0, clauses: rule.ports.length > 0 ? 3 : 2 };
+/** Where the peer addresses and the targets sit in a rule's main unit (see familyUnits): clause indexes and clause count. */
+function ruleUnitShape(rule: NodeRule): { peerClause: number; targetClause: number; clauses: number } {
+  const egress = rule.direction === 'Egress';
+  return { peerClause: egress ? 1 : 0, targetClause: egress ? 0 : 1, clauses: rule.ports.length > 0 ? 3 : 2 };
+}
+
+/** Everything of a rule its flows depend on except its targets (peers without Services). */
+function sameTargetFrame(a: NodeRule, b: NodeRule): boolean {
+  if (a.peers === 'any' || b.peers === 'any' || a.peers.services.length > 0 || b.peers.services.length > 0) return false;
+  if (a.id !== b.id || a.ruleId !== b.ruleId || a.direction !== b.direction || a.action !== b.action) return false;
+  return (
+    (a.peers.ips === b.peers.ips || a.peers.ips.join() === b.peers.ips.join()) &&
+    a.peers.cidrs.join() === b.peers.cidrs.join() &&
+    JSON.stringify(a.ports) === JSON.stringify(b.ports) &&
+    JSON.stringify(a.priority) === JSON.stringify(b.priority) &&
+    JSON.stringify(a.logging ?? null) === JSON.stringify(b.logging ?? null)
+  );
+}
+
+/** A rule's target-clause matches in its main unit (IPv4 rules), as familyUnits builds them. */
+function targetMatches(rule: NodeRule): string[] {
+  const t = DIRECTION_TABLES[rule.direction];
+  const pods = rule.targets.filter((x) => (x.kind ?? (x.ref.includes('/') ? 'pod' : 'node')) === 'pod');
+  return uniqSorted(pods.flatMap((x) => x.ips).map((ip) => addressMatch(t.self, ip)));
 }
 
 /** What went from sorted `a` and came in sorted `b`; undefined when either is not strictly ascending. */
@@ -519,6 +540,8 @@ interface RuleEntry {
   contributions: Set<Contribution>;
   /** The main unit's peer-clause contributions by match, built by the first movePeerIps. */
   peerIndex?: Map<string, Contribution> | undefined;
+  /** The same for the target clause, built by the first moveTargets. */
+  targetIndex?: Map<string, Contribution> | undefined;
   /** Every address of the rule is IPv4 (ipv4Only), kept so a peer change checks only the addresses that came. */
   v4Only: boolean;
 }
@@ -590,7 +613,7 @@ export class PolicyFlows {
         continue;
       }
       this.identitiesStale = true;
-      if (prev && prev.table === table && prev.priority === priority && prev.endpoints === endpoints && prev.conjIds.join() === ids.join() && this.movePeerIps(prev, rule, touched)) continue;
+      if (prev && prev.table === table && prev.priority === priority && prev.endpoints === endpoints && prev.conjIds.join() === ids.join() && (this.movePeerIps(prev, rule, touched) || this.moveTargets(prev, rule, touched))) continue;
       const contributions = ruleContributions(rule, table, priority, conjIds, input.serviceEndpoints);
       if (prev) this.replaceContributions(prev.contributions, contributions, touched);
       else for (const c of contributions) this.addContribution(c, touched);
@@ -769,6 +792,52 @@ export class PolicyFlows {
       this.addContribution(c, touched);
       prev.contributions.add(c);
       prev.peerIndex.set(match, c);
+    }
+    prev.rule = rule;
+    return true;
+  }
+
+  /**
+   * The common case of a local Pod change: the rule differs from its compiled form only in its
+   * targets (a local Pod came into or left the groups it applies to). Its flows then differ only in
+   * the target clause of its main unit, one flow per target address, so only those are added and
+   * removed. IPv4 rules with a compiled main unit and no Service peers only; false (nothing done)
+   * otherwise, or when the target clause would become empty.
+   */
+  private moveTargets(prev: RuleEntry, rule: NodeRule, touched: Set<string>): boolean {
+    const was = prev.rule;
+    if (!prev.v4Only || !prev.mainUnit || !sameTargetFrame(was, rule)) return false;
+    if (!rule.targets.every((x) => x.ips.every((a) => familyOf(a) === 4))) return false;
+    const before = targetMatches(was);
+    const after = targetMatches(rule);
+    if (before.length === 0 || after.length === 0) return false;
+    const diff = sortedDiff(before, after);
+    if (!diff) return false;
+    const units = ruleUnitShape(rule);
+    const conjId = prev.conjIds[0]!;
+    const part = partLabel(units.targetClause + 1, units.clauses);
+    // The egress tables that judge a Service's endpoint keep the rule off pre-DNAT packets on this clause.
+    const extra = rule.direction === 'Egress' && rule.priority.stage !== 1 ? `,${NOT_PRE_DNAT}` : '';
+    const { table, priority } = prev;
+    if (!prev.targetIndex) {
+      prev.targetIndex = new Map();
+      for (const c of prev.contributions) if (c.conj !== undefined && c.conj.id === conjId && c.conj.part === part) prev.targetIndex.set(c.match, c);
+    }
+    const index = prev.targetIndex;
+    // Not compiled as expected (cannot happen for a rule compiled by familyUnits): recompile.
+    if (!diff.gone.every((m) => index.has(`${m}${extra}`))) return false;
+    for (const m of diff.gone) {
+      const c = index.get(`${m}${extra}`)!;
+      this.removeContribution(c, touched);
+      prev.contributions.delete(c);
+      index.delete(c.match);
+    }
+    for (const m of diff.come) {
+      const match = `${m}${extra}`;
+      const c: Contribution = { key: flowKey(table, priority, match), table, priority, match, conj: { id: conjId, part } };
+      this.addContribution(c, touched);
+      prev.contributions.add(c);
+      index.set(match, c);
     }
     prev.rule = rule;
     return true;
