@@ -229,6 +229,12 @@ const flowKey = (table: TableName, priority: number, match: string): string => `
 
 const uniqSorted = (xs: Iterable<string>): string[] => [...new Set(xs)].sort();
 
+/**
+ * Only Pods are enforced on the bridge: a Node target (Antrea nodeSelector appliedTo) is host
+ * traffic, which the bridge never judges. (Hand-built rules without a kind are Pods when "ns/name".)
+ */
+const isPodTarget = (x: NodeRule['targets'][number]): boolean => (x.kind ?? (x.ref.includes('/') ? 'pod' : 'node')) === 'pod';
+
 /** The units of a rule with the families they match (see the module comment and familyUnits). */
 function unitsByFamily(rule: NodeRule, resolve?: ServiceResolver): { unit: Unit; families: Family[] }[] {
   const merged = new Map<string, { unit: Unit; families: Family[] }>();
@@ -258,9 +264,7 @@ function unitsByFamily(rule: NodeRule, resolve?: ServiceResolver): { unit: Unit;
 function familyUnits(rule: NodeRule, family: Family, resolve?: ServiceResolver): Unit[] {
   const t = DIRECTION_TABLES[rule.direction];
   const inFamily = (a: string) => familyOf(a) === family;
-  // Only Pods are enforced on the bridge: a Node target (Antrea nodeSelector appliedTo) is host
-  // traffic, which the bridge never judges. (Hand-built rules without a kind are Pods when "ns/name".)
-  const targets = uniqSorted(rule.targets.filter((x) => (x.kind ?? (x.ref.includes('/') ? 'pod' : 'node')) === 'pod').flatMap((x) => x.ips).filter(inFamily).map((ip) => addressMatch(t.self, ip)));
+  const targets = uniqSorted(rule.targets.filter(isPodTarget).flatMap((x) => x.ips).filter(inFamily).map((ip) => addressMatch(t.self, ip)));
   let services: string[] | undefined;
   if (rule.ports.length > 0) {
     services = uniqSorted(rule.ports.flatMap((p) => portMatches(p, family)));
@@ -499,7 +503,7 @@ function sameTargetFrame(a: NodeRule, b: NodeRule): boolean {
 /** A rule's target-clause matches in its main unit (IPv4 rules), as familyUnits builds them. */
 function targetMatches(rule: NodeRule): string[] {
   const t = DIRECTION_TABLES[rule.direction];
-  const pods = rule.targets.filter((x) => (x.kind ?? (x.ref.includes('/') ? 'pod' : 'node')) === 'pod');
+  const pods = rule.targets.filter(isPodTarget);
   return uniqSorted(pods.flatMap((x) => x.ips).map((ip) => addressMatch(t.self, ip)));
 }
 
