@@ -82,7 +82,7 @@ class LogTail {
 
 /**
  * The API client with each call retried (twice) when the server had closed the kept-alive
- * connection it went out on (UND_ERR_SOCKET: the request never reached the server), which happens
+ * connection it went out on (UND_ERR_SOCKET, ECONNRESET), which happens
  * after the pauses of the bench on a loaded machine.
  */
 function retrying<C extends object>(client: C): C {
@@ -95,7 +95,7 @@ function retrying<C extends object>(client: C): C {
           try {
             return await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
           } catch (err) {
-            if (attempt >= 2 || !String((err as Error).message).includes('UND_ERR_SOCKET')) throw err;
+            if (attempt >= 2 || !/UND_ERR_SOCKET|ECONNRESET/.test(String((err as Error).message))) throw err;
           }
         }
       };
