@@ -50,6 +50,29 @@ const POD = resolveKind('pods');
 const NS = resolveKind('namespaces');
 const NETPOL = resolveKind('networkpolicies');
 
+/**
+ * The API client with each call retried (twice) when the server had closed the kept-alive
+ * connection it went out on (UND_ERR_SOCKET, ECONNRESET), which happens
+ * after the pauses of the bench on a loaded machine.
+ */
+function retrying<C extends object>(client: C): C {
+  return new Proxy(client, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      if (typeof v !== 'function') return v;
+      return async (...args: unknown[]) => {
+        for (let attempt = 0; ; attempt++) {
+          try {
+            return await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+          } catch (err) {
+            if (attempt >= 2 || !/UND_ERR_SOCKET|ECONNRESET/.test(String((err as Error).message))) throw err;
+          }
+        }
+      };
+    },
+  });
+}
+
 const ipOf = (i: number): string => `10.200.${Math.floor(i / 250)}.${(i % 250) + 2}`;
 const ip6Of = (i: number): string => `fd00:200::${(i + 2).toString(16)}`;
 
@@ -100,7 +123,7 @@ async function main(): Promise<void> {
   spawnSync(process.execPath, [cli, 'down', '--name', LAB], { stdio: 'ignore' });
   lab('up', '--sluice', '--nodes', '2', '--ip-family', IP_FAMILY);
   const info = readControl(LAB)!;
-  const rest = clientFor(info);
+  const rest = retrying(clientFor(info));
   await rest.create(NS, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'bench', labels: { ns: 'bench' } } });
   const container = { name: 's', image: 'bench', ports: [{ name: 'http', containerPort: 80, protocol: 'TCP' }] };
   const local = Array.from({ length: LOCAL }, (_, i) => `srv-${i}`);

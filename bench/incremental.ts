@@ -2,8 +2,9 @@
  * Incremental enforcement bench (prints figures, asserts nothing), offline and in-process: the
  * event-loop time of one API event through the whole synchronous path of the agent, i.e. the
  * enforcer's event handler (policy engine, ChangeSet), the flush's compile (node rule set, policy
- * flow compile), the union of the agent's flow sources and the cookie diff against the flows
- * installed before the event. 10 000 Pods on 50 Nodes (200 on this node), 2 000 policies
+ * flow compile), bringing the agent's desired flows up to date (its FlowStore owners; a union of
+ * flow sources in older builds) and the delta to apply (the store's pending delta; a cookie diff
+ * against the flows installed before the event in older builds). 10 000 Pods on 50 Nodes (200 on this node), 2 000 policies
  * (Kubernetes NetworkPolicies and Antrea ClusterNetworkPolicies). Events: a relabel of a Pod on
  * another node, a relabel of a local Pod, a new NetworkPolicy, and a Service endpoint change that
  * no rule depends on. Then `sluicectl simulate`-style loading of N trivial NetworkPolicies (they
@@ -42,16 +43,21 @@ interface Impl {
   PolicyEngine: typeof import('../daemon/policy/engine.js').PolicyEngine;
   diffFlows: typeof import('../daemon/flows/diff.js').diffFlows;
   computeFlows: typeof import('../daemon/flows/pipeline.js').computeFlows;
-  /** The agent's helpers when the build has them (pipeline flows remembered, union kept while its inputs are). */
-  FlowUnion?: typeof import('../daemon/flows/diff.js').FlowUnion;
-  PipelineFlows?: typeof import('../daemon/flows/pipeline.js').PipelineFlows;
+  /** The agent's FlowStore and pipeline owners when the build has them (desired flows by owner, pending delta). */
+  FlowStore?: typeof import('../daemon/flows/store.js').FlowStore;
+  PipelineOwners?: typeof import('../daemon/flows/pipeline.js').PipelineOwners;
+  /** Older builds' helpers (pipeline flows remembered, union kept while its inputs are). */
+  FlowUnion?: new () => { union(lists: readonly (readonly Flow[])[]): Flow[] };
+  PipelineFlows?: new () => { flows(input: unknown): Flow[] };
 }
 
 async function loadImpl(name: string, dist: string): Promise<Impl> {
   const m = (p: string) => import(pathToFileURL(join(dist, p)).href);
   const [enf, eng, diff, pipe] = await Promise.all([m('daemon/enforcement/enforcer.js'), m('daemon/policy/engine.js'), m('daemon/flows/diff.js'), m('daemon/flows/pipeline.js')]);
+  const store = await m('daemon/flows/store.js').catch(() => ({}));
   return {
     name, Enforcer: enf.Enforcer, PolicyEngine: eng.PolicyEngine, diffFlows: diff.diffFlows, computeFlows: pipe.computeFlows,
+    ...(store.FlowStore && pipe.PipelineOwners ? { FlowStore: store.FlowStore, PipelineOwners: pipe.PipelineOwners } : {}),
     ...(diff.FlowUnion ? { FlowUnion: diff.FlowUnion } : {}), ...(pipe.PipelineFlows ? { PipelineFlows: pipe.PipelineFlows } : {}),
   };
 }
@@ -104,13 +110,19 @@ function netpol(p: number): KubeObject {
   return { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name: `np-${p}`, namespace: `ns-${p % NAMESPACES}` }, spec: shape };
 }
 
+/** How one build's agent turns the enforcer's state into the bundle: bring the desired set up to date, then find the delta. */
+interface FlowPath {
+  /** The desired set brought up to date (the agent's flow sources): returns its size. */
+  update(): number;
+  /** The flows to change on the bridge since the last call. */
+  delta(): number;
+}
+
 /** The agent's state around one enforcer: base pipeline flows of the local Pods and the installed cookies. */
 class Rig {
   readonly enforcer: InstanceType<Impl['Enforcer']>;
   private readonly pipeline: Parameters<Impl['computeFlows']>[0];
-  /** Agent.desiredFlows of the build: with its helpers if it has them, else as it was written before them. */
-  private readonly desiredOf: (base: () => Flow[], policy: () => Flow[]) => Flow[];
-  private installed: Set<string>;
+  private readonly path: FlowPath;
   flows = 0;
 
   constructor(readonly impl: Impl, objs: KubeObject[]) {
@@ -118,29 +130,59 @@ class Rig {
     this.enforcer = new impl.Enforcer({ nodeName: NODE, ovsRunDir: '/nonexistent', bridge: 'br-int', log: silent });
     for (const o of objs) this.enforcer.onWatchEvent({ type: 'upsert', object: o } as never);
     const local = objs.filter((o) => o.kind === 'Pod' && o.spec?.nodeName === NODE);
+    this.pipeline = {
+      gatewayOfport: 2, gatewayMac: '02:00:00:00:00:01', nodeIP: '172.20.0.1', serviceCIDRs: ['10.96.0.0/12'],
+      pods: local.map((o, i) => ({ containerId: `c${i}`, ofport: 10 + i, mac: `02:00:00:00:${((i >> 8) & 255).toString(16).padStart(2, '0')}:${(i & 255).toString(16).padStart(2, '0')}`, ips: [o.status!.podIP as string] })),
+    };
+    this.path = this.flowPath();
+    this.flows = this.path.update();
+    this.path.delta();
+  }
+
+  /** The build's agent path: owners in a FlowStore and its pending delta, else a union of flow lists and a cookie diff. */
+  private flowPath(): FlowPath {
+    const { impl } = this;
+    if (impl.FlowStore && impl.PipelineOwners) {
+      const store = new impl.FlowStore();
+      const owners = new impl.PipelineOwners();
+      const enforcer = this.enforcer as unknown as { writeFlows(s: typeof store): void };
+      return {
+        update: () => {
+          owners.update(store, this.pipeline);
+          enforcer.writeFlows(store);
+          return store.size;
+        },
+        delta: () => {
+          const d = store.take();
+          return d.add.length + d.remove.length;
+        },
+      };
+    }
+    let union: (base: () => Flow[], policy: () => Flow[]) => Flow[];
     if (impl.FlowUnion && impl.PipelineFlows) {
-      const union = new impl.FlowUnion();
+      const u = new impl.FlowUnion();
       const pipeline = new impl.PipelineFlows();
-      this.desiredOf = (_base, policy) => union.union([pipeline.flows(this.pipeline), policy()]);
+      union = (_base, policy) => u.union([pipeline.flows(this.pipeline), policy()]);
     } else {
-      this.desiredOf = (base, policy) => {
+      union = (base, policy) => {
         const byCookie = new Map(base().map((f) => [f.cookie, f]));
         for (const f of policy()) if (!byCookie.has(f.cookie)) byCookie.set(f.cookie, f);
         return [...byCookie.values()];
       };
     }
-    this.pipeline = {
-      gatewayOfport: 2, gatewayMac: '02:00:00:00:00:01', nodeIP: '172.20.0.1', serviceCIDRs: ['10.96.0.0/12'],
-      pods: local.map((o, i) => ({ containerId: `c${i}`, ofport: 10 + i, mac: `02:00:00:00:${((i >> 8) & 255).toString(16).padStart(2, '0')}:${(i & 255).toString(16).padStart(2, '0')}`, ips: [o.status!.podIP as string] })),
+    let desired: Flow[] = [];
+    let installed = new Set<string>();
+    return {
+      update: () => {
+        desired = union(() => impl.computeFlows(this.pipeline), () => this.enforcer.flows());
+        return desired.length;
+      },
+      delta: () => {
+        const d = impl.diffFlows(desired, installed);
+        installed = new Set(desired.map((f) => f.cookie));
+        return d.add.length + d.remove.length;
+      },
     };
-    const desired = this.desired();
-    this.installed = new Set(desired.map((f) => f.cookie));
-    this.flows = desired.length;
-  }
-
-  private desired(): Flow[] {
-    // As the agent does: the pipeline's flows of the current local Pods, then the policy source.
-    return this.desiredOf(() => this.impl.computeFlows(this.pipeline), () => this.enforcer.flows());
   }
 
   /** One event and the flush it schedules, timed per phase (ms). */
@@ -156,13 +198,11 @@ class Rig {
     e.timer = undefined;
     this.enforcer.compileNow();
     const t2 = performance.now();
-    const desired = this.desired();
+    this.flows = this.path.update();
     const t3 = performance.now();
-    const d = this.impl.diffFlows(desired, this.installed);
-    this.installed = new Set(desired.map((f) => f.cookie));
+    const changed = this.path.delta();
     const t4 = performance.now();
-    this.flows = desired.length;
-    return { total: t4 - t0, engine: t1 - t0, compile: t2 - t1, union: t3 - t2, diff: t4 - t3, changed: d.add.length + d.remove.length };
+    return { total: t4 - t0, engine: t1 - t0, compile: t2 - t1, union: t3 - t2, diff: t4 - t3, changed };
   }
 }
 

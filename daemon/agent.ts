@@ -14,13 +14,14 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { AgentConfig } from './config.js';
 import { type CniHandler, type CniServer, type GcAttachment, type PodRequest, startCniServer } from './cni/server.js';
-import { diffFlows, FlowUnion } from './flows/diff.js';
+import { diffFlows } from './flows/diff.js';
 import type { Flow } from './flows/flow.js';
 import type { RuleStatistics } from './flows/policy/stats.js';
 import { FlowSync, type GatewayInfo, Ovs } from './flows/ovs.js';
 import { OpenFlowController } from './flows/openflow/controller.js';
 import { packetInMeters } from './flows/openflow/punt.js';
-import { PipelineFlows } from './flows/pipeline.js';
+import { PipelineOwners } from './flows/pipeline.js';
+import type { FlowSource, FlowStore } from './flows/store.js';
 import { policiesAnswer } from './enforcement/policy-report.js';
 import { TraceError, type TraceReport, type TraceRequest } from './enforcement/traceflow.js';
 import { TRACE_COOKIE_PREFIX, type TraceProtocol } from './flows/traceflow.js';
@@ -48,7 +49,7 @@ export interface AgentOptions {
    * Flow sources present from the first sync (e.g. policy). A source added later with
    * addFlowSource() is missing from the start-up sync, whose flows it would then delete and re-add.
    */
-  flowSources?: (() => Flow[])[];
+  flowSources?: FlowSource[];
   /** Policy enforcement (daemon/enforcement): its flows join the desired set from the first sync. */
   enforcement?: EnforcementHooks;
   /** Prometheus metrics, served on /metrics (health address, and metricsAddress when configured). */
@@ -62,7 +63,8 @@ export interface AgentOptions {
  * bundle makes the Pod reachable and installs its policy flows).
  */
 export interface EnforcementHooks {
-  flows(): Flow[];
+  /** Brings the policy side's owners in the agent's FlowStore up to date (policy flows, DNS interception). */
+  writeFlows(store: FlowStore): void;
   prepare(agent: Agent, localPods: PodAttachment[]): Promise<void>;
   podAttaching(pod: PodAttachment): Promise<void>;
   podDetached(pod: PodAttachment): void;
@@ -238,7 +240,7 @@ export class Agent {
     for (const source of opts.flowSources ?? []) agent.addFlowSource(source);
     if (opts.enforcement) {
       const e = opts.enforcement;
-      agent.addFlowSource(() => e.flows());
+      agent.addFlowSource((store) => e.writeFlows(store));
     }
     try {
       await agent.startUp(opts.serveCni ?? true);
@@ -406,28 +408,27 @@ export class Agent {
     return stale;
   }
 
-  private readonly flowSources: (() => Flow[])[] = [];
-  private readonly pipeline = new PipelineFlows();
-  private readonly union = new FlowUnion();
+  private readonly flowSources: FlowSource[] = [];
+  private readonly pipeline = new PipelineOwners();
 
   /**
-   * Adds flows to the desired set (policy enforcement plugs in here). Call syncFlows() after the
-   * source's output changed; the periodic resync and the watchdog include it automatically.
+   * Adds owners of flows to the desired set (policy enforcement plugs in here). Call syncFlows()
+   * after the source's flows changed; the periodic resync and the watchdog include it automatically.
    */
-  addFlowSource(source: () => Flow[]): void {
+  addFlowSource(source: FlowSource): void {
     this.flowSources.push(source);
   }
 
   /** The desired flow set (shared with later calls while nothing changed: do not modify it). */
   desiredFlows(): Flow[] {
-    const base = this.pipelineFlows();
-    if (this.flowSources.length === 0) return base;
-    return this.union.union([base, ...this.flowSources.map((source) => source())]);
+    this.updateFlowStore(this.flowSync.store);
+    return this.flowSync.store.flows();
   }
 
-  private pipelineFlows(): Flow[] {
+  /** Every owner of the desired flows brought up to date: the pipeline's (base, each Pod) and the sources'. */
+  private updateFlowStore(store: FlowStore): void {
     if (!this.gateway) throw new Error('gateway not initialised');
-    return this.pipeline.flows({
+    this.pipeline.update(store, {
       gatewayOfport: this.gateway.ofport,
       gatewayMac: this.gateway.mac,
       ...(this.nodeIP ? { nodeIP: this.nodeIP } : {}),
@@ -435,6 +436,7 @@ export class Agent {
       serviceCIDRs: this.config.serviceCIDRs,
       pods: [...this.pods.values()].map((p) => ({ containerId: p.containerId, ofport: p.ofport, mac: p.mac, ips: p.ips })),
     });
+    for (const source of this.flowSources) source(store);
   }
 
   /** GET /metrics, with the figures read from this agent at each scrape. */
@@ -478,7 +480,7 @@ export class Agent {
   }
 
   syncFlows(opts: { verify?: boolean } = {}) {
-    return this.flowSync.sync(() => this.desiredFlows(), opts);
+    return this.flowSync.sync((store) => this.updateFlowStore(store), opts);
   }
 
   private podRoutes(): { ips: string[]; hostVeth: string }[] {
@@ -693,12 +695,15 @@ export class Agent {
     if (this.closed || !this.ready || this.checkingFlows) return;
     this.checkingFlows = true;
     try {
-      const desired = this.desiredFlows();
-      if ((await this.ovs.installedCount()) === desired.length) {
+      // Changes a read of the desired set (GET /flows, metrics) brought into the store but no sync
+      // applied yet are applied first, so the count compares what the bridge should hold.
+      const store = this.flowSync.store;
+      if (store.dirty) await this.syncFlows();
+      if ((await this.ovs.installedCount()) === store.size) {
         this.ovsReachable = true;
         return;
       }
-      const diff = diffFlows(desired, await this.ovs.installedCookies());
+      const diff = diffFlows(store.flows(), await this.ovs.installedCookies());
       this.ovsReachable = true;
       if (diff.add.length) {
         this.log.warn({ missing: diff.add.length }, 'flows missing from the bridge (ovs-vswitchd restarted?); converging');

@@ -1,7 +1,7 @@
 /**
- * Policy enforcement in the agent: API objects -> PolicyEngine -> PolicyFlows -> the agent's one
- * desired flow set (policy flows are one of its flow sources), plus the packet-in loop (Reject
- * replies, audit log, DNS learning hook).
+ * Policy enforcement in the agent: API objects -> PolicyEngine -> PolicyFlows -> the agent's
+ * FlowStore (the `policy` owner, patched with each compile's delta, and `dns-intercept`), plus the
+ * packet-in loop (Reject replies, audit log, DNS learning hook).
  *
  * Consistency: the engine is updated synchronously per event; the flow compile and the bridge
  * bundle follow, and whatever bundle the agent applies (a flush, a CNI ADD, a resync) first
@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { AuditLogger, DEFAULT_AUDIT_LOG_PATH } from './auditlog/index.js';
 import type { Flow } from '../flows/flow.js';
+import type { FlowStore } from '../flows/store.js';
 import { type OpenFlowController, PUNT_METER_NAME, PuntCategory, PuntOp, runPacketInLoop, type DecodedPunt, type PacketInHandler } from '../flows/openflow/index.js';
 import { TraceError, type TraceIo, type TraceReport, type TraceRequest, Tracer } from './traceflow.js';
 import { sendRejectReply } from './reject/index.js';
@@ -94,6 +95,10 @@ export interface EnforcerStatus {
   fqdn?: unknown;
 }
 
+/** The FlowStore owners of the policy side. */
+export const POLICY_OWNER = 'policy';
+export const DNS_INTERCEPT_OWNER = 'dns-intercept';
+
 /** Kinds whose changes can move Service endpoints. */
 const ENDPOINT_KINDS = new Set(['Pod', 'Service', 'EndpointSlice']);
 
@@ -112,6 +117,10 @@ export class Enforcer {
   private audit?: AuditLogger;
   private applyFlows?: () => Promise<unknown>;
   private dirty = new Set<string>();
+  /** The agent's FlowStore, kept up to date by each compile once writeFlows() bound it. */
+  private flowStore?: FlowStore | undefined;
+  /** A compile ran since the DNS interception flows were last stated. */
+  private interceptStale = true;
   private dirtySince?: number | undefined;
   private fullCompile = true;
   private pending = false;
@@ -198,7 +207,7 @@ export class Enforcer {
       clearInterval(tick);
     }
     this.compileNow();
-    this.opts.log.info({ ms: Date.now() - t0, rules: this.engine.nodeRuleSet().length, policyFlows: this.policyFlows.flows().length, invalid: this.engine.errors().length }, 'startup: policy inputs listed');
+    this.opts.log.info({ ms: Date.now() - t0, rules: this.engine.nodeRuleSet().length, policyFlows: this.policyFlows.size, invalid: this.engine.errors().length }, 'startup: policy inputs listed');
   }
 
   /** One object event (from the informers, or tests). */
@@ -259,11 +268,16 @@ export class Enforcer {
     this.timer = this.clock.setTimeout(() => void this.flush(), inBurst && !this.urgent ? window : 0);
   }
 
-  /** Brings the compiled policy flows to the engine's current state (pure, synchronous). */
+  /**
+   * Brings the compiled policy flows to the engine's current state (pure, synchronous), and the
+   * FlowStore the agent bound with writeFlows() by the compile's delta.
+   */
   compileNow(): void {
     if (!this.fullCompile && !this.pending) return;
     const dirty = this.fullCompile ? undefined : this.dirty;
-    this.policyFlows.sync(policyFlowInput(this.engine), dirty);
+    const delta = this.policyFlows.sync(policyFlowInput(this.engine), dirty);
+    this.flowStore?.patch(POLICY_OWNER, delta.add, delta.remove);
+    this.interceptStale = true;
     this.fullCompile = false;
     this.pending = false;
     this.dirty = new Set();
@@ -287,7 +301,7 @@ export class Enforcer {
       if (since !== undefined) {
         this.lastApplyMs = this.clock.now() - since;
         this.opts.onRealized?.(this.lastApplyMs / 1000);
-        this.opts.log.info({ ms: this.lastApplyMs, policyFlows: this.policyFlows.flows().length }, 'policy: flows committed');
+        this.opts.log.info({ ms: this.lastApplyMs, policyFlows: this.policyFlows.size }, 'policy: flows committed');
       }
     } catch (err) {
       this.opts.log.error({ err: (err as Error).message }, 'policy: applying flows failed; the periodic resync retries');
@@ -298,7 +312,26 @@ export class Enforcer {
     }
   }
 
-  /** The flow source for the agent: policy flows of the engine's current state (+ DNS interception). */
+  /**
+   * The agent's flow source: the store's policy owner follows the compiler's deltas from the first
+   * call on (the first call states every policy flow); the DNS interception owner is restated
+   * after each compile.
+   */
+  writeFlows(store: FlowStore): void {
+    if (store !== this.flowStore) {
+      this.flowStore = undefined;
+      this.compileNow();
+      store.replace(POLICY_OWNER, this.policyFlows.flows());
+      this.flowStore = store;
+      this.interceptStale = true;
+    } else {
+      this.compileNow();
+    }
+    if (this.opts.dns && this.interceptStale) store.replace(DNS_INTERCEPT_OWNER, this.opts.dns.interceptFlows(this.engine));
+    this.interceptStale = false;
+  }
+
+  /** Policy flows of the engine's current state (+ DNS interception), in one list. */
   flows(): Flow[] {
     this.compileNow();
     const flows = this.policyFlows.flows();
@@ -437,7 +470,7 @@ export class Enforcer {
       synced: this.watch?.isSynced() ?? false,
       rules: this.engine.nodeRuleSet().length,
       isolations: this.engine.nodeIsolations().length,
-      policyFlows: this.policyFlows.flows().length,
+      policyFlows: this.policyFlows.size,
       errors: this.engine.errors().length,
       applies: this.applies,
       changes: this.changeSeq,

@@ -42,7 +42,7 @@ export async function startEnforcement(
   });
   await enforcer.startWatch();
   const hooks: EnforcementHooks = {
-    flows: () => enforcer.flows(),
+    writeFlows: (store) => enforcer.writeFlows(store),
     prepare: async (agent, localPods) => {
       enforcer.localPodsAtStart(localPods);
       await enforcer.waitSynced();

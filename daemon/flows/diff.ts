@@ -19,26 +19,6 @@ export function diffFlows(desired: readonly Flow[], installedCookies: Iterable<s
   return { add, remove, unchanged: desired.length - add.length };
 }
 
-/**
- * The union of flow lists by cookie (same cookie = same content, so a flow two sources both want is
- * installed once; the first list's flow is kept), remembered while every list is the very array it
- * was last time: sources that keep their output array until it changes cost nothing when they did
- * not change. The result is shared: do not modify it.
- */
-export class FlowUnion {
-  private last?: { lists: readonly (readonly Flow[])[]; out: Flow[] };
-
-  union(lists: readonly (readonly Flow[])[]): Flow[] {
-    const l = this.last;
-    if (l && l.lists.length === lists.length && l.lists.every((x, i) => x === lists[i])) return l.out;
-    const byCookie = new Map<string, Flow>();
-    for (const list of lists) for (const f of list) if (!byCookie.has(f.cookie)) byCookie.set(f.cookie, f);
-    const out = [...byCookie.values()];
-    this.last = { lists, out };
-    return out;
-  }
-}
-
 export const isEmptyDiff = (d: FlowDiff): boolean => d.add.length === 0 && d.remove.length === 0;
 
 /**

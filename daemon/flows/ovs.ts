@@ -15,9 +15,10 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import type { Logger } from 'pino';
-import { bundleText, diffFlows, type FlowDiff, isEmptyDiff, parseSluiceCookies } from './diff.js';
-import { COOKIE_PREFIX, type Flow, flowText, SLUICE_COOKIE_FILTER } from './flow.js';
+import { bundleText, type FlowDiff, isEmptyDiff, parseSluiceCookies } from './diff.js';
+import { COOKIE_PREFIX, flowText, SLUICE_COOKIE_FILTER } from './flow.js';
 import type { BundleEntry, OpenFlowController } from './openflow/controller.js';
+import { type FlowDelta, FlowStore } from './store.js';
 import { encodeFlowAdd, encodeFlowDeleteByCookie, type FlowStatsFilter } from './openflow/flowmod.js';
 import { parseFlowText } from './openflow/flowtext.js';
 import { GATEWAY_OFPORT, tableId, TABLES, type TableName } from './tables.js';
@@ -525,52 +526,66 @@ export class Ovs {
 }
 
 /**
- * Desired-state flow programming. One sync runs at a time; callers that arrive while one runs share
- * the next one (it computes the desired set when it starts, so it covers all of them). The set of
- * installed cookies is remembered after each successful bundle so a CNI ADD/DEL costs one bundle;
- * `verify` (start-up, resync, the flow watchdog's repairs) reads the installed cookies first.
+ * Desired-state flow programming over a FlowStore. One sync runs at a time; callers that arrive
+ * while one runs share the next one (it brings the store up to date when it starts, so it covers
+ * all of them). A sync applies the store's pending delta as one bundle, so a CNI ADD or a policy
+ * change costs a bundle of what changed. `verify` (start-up, resync, the flow watchdog's repairs)
+ * reads the installed cookies and applies the difference from them to the whole desired set; so
+ * does the first sync, and the one after a failed bundle (the bridge's state is then unknown).
  */
 export class FlowSync {
   private running: Promise<unknown> = Promise.resolve();
   private next?: { promise: Promise<FlowDiff>; verify: boolean } | undefined;
-  private installed?: Set<string> | undefined;
+  private mustVerify = true;
 
   constructor(
     private readonly ovs: Ovs,
     private readonly log: Logger,
+    readonly store: FlowStore = new FlowStore(),
   ) {}
 
-  sync(desired: () => Flow[], opts: { verify?: boolean } = {}): Promise<FlowDiff> {
+  /** `update` brings the store's owners up to date right before the delta is taken. */
+  sync(update: (store: FlowStore) => void, opts: { verify?: boolean } = {}): Promise<FlowDiff> {
     const verify = opts.verify ?? false;
     if (this.next && (this.next.verify || !verify)) return this.next.promise;
     const slot: { promise: Promise<FlowDiff>; verify: boolean } = { verify, promise: undefined as never };
     slot.promise = this.running.then(() => {
       if (this.next === slot) this.next = undefined;
-      return this.apply(desired(), verify);
+      return this.apply(update, verify);
     });
     this.next = slot;
     this.running = slot.promise.catch(() => undefined);
     return slot.promise;
   }
 
-  /** Forget the remembered state (e.g. ovs-vswitchd restarted): the next sync dumps. */
+  /** Forget what the bridge is known to hold (e.g. ovs-vswitchd restarted): the next sync dumps. */
   invalidate(): void {
-    this.installed = undefined;
+    this.mustVerify = true;
   }
 
-  private async apply(flows: Flow[], verify: boolean): Promise<FlowDiff> {
-    const installed = verify || !this.installed ? new Set(await this.ovs.installedCookies()) : this.installed;
-    const diff = diffFlows(flows, installed);
+  private async apply(update: (store: FlowStore) => void, verify: boolean): Promise<FlowDiff> {
+    const store = this.store;
+    let delta: FlowDelta;
+    if (verify || this.mustVerify) {
+      const installed = new Set(await this.ovs.installedCookies());
+      update(store);
+      delta = store.takeAgainst(installed);
+    } else {
+      update(store);
+      delta = store.take();
+    }
+    const diff: FlowDiff = { add: delta.add, remove: delta.remove, unchanged: store.size - delta.add.length };
     if (!isEmptyDiff(diff)) {
       try {
         await this.ovs.applyDiff(diff);
       } catch (err) {
-        this.installed = undefined;
+        store.restore(delta);
+        this.mustVerify = true;
         throw err;
       }
       this.log.info({ added: diff.add.length, removed: diff.remove.length, unchanged: diff.unchanged }, 'flows: applied');
     }
-    this.installed = new Set(flows.map((f) => f.cookie));
+    this.mustVerify = false;
     return diff;
   }
 }

@@ -18,6 +18,7 @@
  */
 import { canonicalIp, isIpv4Mapped, parseCidr, parseIp } from '../policy/cidr.js';
 import { type Flow, FlowCategory, type FlowSpec, withCookie } from './flow.js';
+import type { FlowStore } from './store.js';
 import {
   CT_MARK_FROM_GATEWAY,
   CT_ZONE,
@@ -122,21 +123,27 @@ export function validatePipelineInput(input: PipelineInput): void {
   const ofports = new Map<number, string>([[input.gatewayOfport, 'the gateway']]);
   const ips = new Map<string, string>();
   for (const [i, pod] of input.pods.entries()) {
-    const where = `pods[${i}] (container ${pod.containerId})`;
-    if (!pod.containerId) throw new PipelineInputError(`pods[${i}].containerId is empty`);
-    checkOfport(pod.ofport, `${where}.ofport`);
-    checkMac(pod.mac, `${where}.mac`);
-    if (pod.ips.length === 0) throw new PipelineInputError(`${where}.ips is empty`);
+    const where = checkPodPort(pod, `pods[${i}]`);
     const other = ofports.get(pod.ofport);
     if (other) throw new PipelineInputError(`${where}.ofport ${pod.ofport} is already used by ${other}`);
     ofports.set(pod.ofport, `container ${pod.containerId}`);
     for (const ip of pod.ips) {
-      checkPodIP(ip, `${where}.ips`);
       const owner = ips.get(canon(ip));
       if (owner) throw new PipelineInputError(`${where}: IP ${ip} is already used by container ${owner}`);
       ips.set(canon(ip), pod.containerId);
     }
   }
+}
+
+/** One Pod port's own fields (not its clashes with other ports); returns how errors name it. */
+function checkPodPort(pod: PodPort, field: string): string {
+  if (!pod.containerId) throw new PipelineInputError(`${field}.containerId is empty`);
+  const where = `${field} (container ${pod.containerId})`;
+  checkOfport(pod.ofport, `${where}.ofport`);
+  checkMac(pod.mac, `${where}.mac`);
+  if (pod.ips.length === 0) throw new PipelineInputError(`${where}.ips is empty`);
+  for (const ip of pod.ips) checkPodIP(ip, `${where}.ips`);
+  return where;
 }
 
 const goto = (t: TableName): string => `goto_table:${t}`;
@@ -366,20 +373,78 @@ export function podFlows(pod: PodPort): Flow[] {
   return specs.map((s) => withCookie({ ...s, category: FlowCategory.pod, owner: pod.containerId }));
 }
 
-/**
- * computeFlows remembered for the last input (compared by value): the agent asks for the desired
- * set at every apply, and the pipeline's inputs (gateway, settings, local Pods) rarely changed.
- * The result is shared: do not modify it.
- */
-export class PipelineFlows {
-  private last?: { key: string; flows: Flow[] };
+/** The FlowStore owner of a local Pod's flows. */
+export const podOwner = (containerId: string): string => `pod/${containerId}`;
+/** The FlowStore owner of the flows that depend only on node settings. */
+export const BASE_OWNER = 'base';
 
-  flows(input: PipelineInput): Flow[] {
-    const key = JSON.stringify(input);
-    if (this.last?.key === key) return this.last.flows;
-    const flows = computeFlows(input);
-    this.last = { key, flows };
-    return flows;
+const podPortKey = (p: PodPort): string => `${p.ofport}|${p.mac}|${p.ips.join(',')}`;
+
+/**
+ * The pipeline's owners in a FlowStore: the base flows, and one owner per local Pod. update()
+ * recomputes only what changed since the last call: the base flows when a node setting changed,
+ * a Pod's flows when that Pod came, went or changed its port, MAC or addresses; so a CNI ADD or DEL
+ * computes the flows of that one Pod. The input is checked as computeFlows checks it (the changed
+ * Pods against all others: one OpenFlow port and one address per Pod); on bad input nothing changes.
+ */
+export class PipelineOwners {
+  private baseKey?: string;
+  private readonly pods = new Map<string, { key: string; port: PodPort }>();
+  /** OpenFlow port / canonical address -> container id, over the Pods in the store. */
+  private readonly ofports = new Map<number, string>();
+  private readonly ips = new Map<string, string>();
+
+  update(store: FlowStore, input: PipelineInput): void {
+    const { pods, ...settings } = input;
+    const baseKey = JSON.stringify(settings);
+    if (baseKey !== this.baseKey) {
+      validatePipelineInput({ ...settings, pods: [] });
+    }
+    const seen = new Set<string>();
+    const changed: PodPort[] = [];
+    for (const pod of pods) {
+      if (seen.has(pod.containerId)) throw new PipelineInputError(`container ${pod.containerId} appears twice among the Pod ports`);
+      seen.add(pod.containerId);
+      if (this.pods.get(pod.containerId)?.key !== podPortKey(pod)) changed.push(pod);
+    }
+    const gone = [...this.pods.keys()].filter((id) => !seen.has(id));
+    // Every check before any change: a Pod may take a port or address that a changed or departed one frees.
+    const moving = new Set([...gone, ...changed.map((p) => p.containerId)]);
+    const newPorts = new Map<number, string>();
+    const newIps = new Map<string, string>();
+    const staying = (id: string | undefined): string | undefined => (id !== undefined && !moving.has(id) ? id : undefined);
+    for (const pod of changed) {
+      const where = checkPodPort(pod, 'Pod port');
+      const portUser = pod.ofport === settings.gatewayOfport ? 'the gateway' : (newPorts.get(pod.ofport) ?? staying(this.ofports.get(pod.ofport)));
+      if (portUser) throw new PipelineInputError(`${where}.ofport ${pod.ofport} is already used by ${portUser === 'the gateway' ? portUser : `container ${portUser}`}`);
+      newPorts.set(pod.ofport, pod.containerId);
+      for (const ip of pod.ips) {
+        const user = newIps.get(canon(ip)) ?? staying(this.ips.get(canon(ip)));
+        if (user && user !== pod.containerId) throw new PipelineInputError(`${where}: IP ${ip} is already used by container ${user}`);
+        newIps.set(canon(ip), pod.containerId);
+      }
+    }
+    if (baseKey !== this.baseKey) {
+      const id = staying(this.ofports.get(settings.gatewayOfport));
+      if (id) throw new PipelineInputError(`gatewayOfport ${settings.gatewayOfport} is already used by container ${id}`);
+      store.replace(BASE_OWNER, baseFlows(settings));
+      this.baseKey = baseKey;
+    }
+    for (const id of moving) {
+      const cur = this.pods.get(id);
+      if (!cur) continue;
+      for (const ip of cur.port.ips) if (this.ips.get(canon(ip)) === id) this.ips.delete(canon(ip));
+      if (this.ofports.get(cur.port.ofport) === id) this.ofports.delete(cur.port.ofport);
+      this.pods.delete(id);
+    }
+    for (const id of gone) store.drop(podOwner(id));
+    for (const pod of changed) {
+      const port = { containerId: pod.containerId, ofport: pod.ofport, mac: pod.mac, ips: [...pod.ips] };
+      store.replace(podOwner(pod.containerId), podFlows(port));
+      this.pods.set(pod.containerId, { key: podPortKey(port), port });
+      this.ofports.set(port.ofport, port.containerId);
+      for (const ip of port.ips) this.ips.set(canon(ip), port.containerId);
+    }
   }
 }
 

@@ -135,6 +135,77 @@ interface GroupRecord {
   /** Named-port filter ("TCP/http" keys; see AddressGroup.namedPorts). */
   namedPorts?: string[];
   portFilter?: ReadonlySet<string>;
+  /** The members' addresses for node rules, built when first read and then kept as members come and go. */
+  peerIps?: PeerIps | undefined;
+}
+
+/**
+ * A group's member addresses as node rules list them: the addresses of every member but Services
+ * (sorted, unique; each address counted per member holding it) and the Service members. A member
+ * change replaces `sorted` by a new array (node rules already built keep theirs unchanged), at the
+ * cost of one copy instead of a rebuild and sort of the whole list.
+ */
+class PeerIps {
+  private readonly counts = new Map<string, number>();
+  sorted: readonly string[] = [];
+  readonly services = new Map<string, GroupMember>();
+
+  constructor(members: Map<string, GroupMember>) {
+    const all: string[] = [];
+    for (const [key, m] of members) {
+      if (m.kind === 'service') {
+        this.services.set(key, m);
+        continue;
+      }
+      for (const ip of m.ips) {
+        const n = this.counts.get(ip) ?? 0;
+        this.counts.set(ip, n + 1);
+        if (n === 0) all.push(ip);
+      }
+    }
+    this.sorted = all.sort();
+  }
+
+  /** Member `key` changes from `old` to `now` (either may be undefined). */
+  update(key: string, old: GroupMember | undefined, now: GroupMember | undefined): void {
+    // As in the members map: a member replaced in place keeps its position.
+    if (now?.kind === 'service') this.services.set(key, now);
+    else if (old?.kind === 'service') this.services.delete(key);
+    const gone = old && old.kind !== 'service' ? old.ips : [];
+    const come = now && now.kind !== 'service' ? now.ips : [];
+    let next: string[] | undefined;
+    for (const ip of come) {
+      const n = this.counts.get(ip) ?? 0;
+      this.counts.set(ip, n + 1);
+      if (n > 0) continue;
+      next ??= [...this.sorted];
+      next.splice(lowerBound(next, ip), 0, ip);
+    }
+    for (const ip of gone) {
+      const n = this.counts.get(ip) ?? 0;
+      if (n > 1) {
+        this.counts.set(ip, n - 1);
+        continue;
+      }
+      this.counts.delete(ip);
+      next ??= [...this.sorted];
+      const i = lowerBound(next, ip);
+      if (next[i] === ip) next.splice(i, 1);
+    }
+    if (next) this.sorted = next;
+  }
+}
+
+/** The first index of a sorted list whose item is not below `x`. */
+function lowerBound(list: readonly string[], x: string): number {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (list[mid]! < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 /**
@@ -234,6 +305,10 @@ export class InternalModel {
   private readonly policyIsolations = new Map<string, ComputedIsolation[]>();
   private readonly isolationById = new Map<string, ComputedIsolation>();
   private nodeIsolationCache?: NodeIsolation[] | undefined;
+  /** Each isolation's node form (null: no local target), kept until it or one of its AppliedToGroups changes. */
+  private readonly nodeIsolationParts = new Map<string, NodeIsolation | null>();
+  /** AppliedToGroups changed since the node isolations were last read. */
+  private readonly staleIsolationGroups = new Set<string>();
   private nodeRuleCache?: NodeRule[] | undefined;
   /** rules(), kept until a computed rule is added, changed or removed. */
   private sortedRules?: ComputedRule[] | undefined;
@@ -313,6 +388,8 @@ export class InternalModel {
     const ruleIds = [...cs.rules.added, ...cs.rules.updated, ...cs.rules.removed];
     if (ruleIds.length > 0) this.sortedRules = undefined;
     for (const id of ruleIds) this.nodeRuleParts.delete(id);
+    for (const list of [cs.isolations.added, cs.isolations.updated, cs.isolations.removed]) for (const id of list) this.nodeIsolationParts.delete(id);
+    for (const list of [cs.appliedToGroups.added, cs.appliedToGroups.updated, cs.appliedToGroups.removed]) for (const id of list) this.staleIsolationGroups.add(id);
     for (const d of [cs.addressGroups, cs.appliedToGroups]) for (const list of [d.added, d.updated, d.removed]) for (const id of list) this.staleGroups.add(id);
   }
 
@@ -420,19 +497,31 @@ export class InternalModel {
   /** Isolations with local targets: what the node default-drops per direction. */
   nodeIsolations(): NodeIsolation[] {
     if (this.nodeIsolationCache) return this.nodeIsolationCache;
+    const stale = this.staleIsolationGroups;
+    if (stale.size > 0) {
+      for (const iso of this.isolationById.values()) if (iso.appliedToGroups.some((g) => stale.has(g))) this.nodeIsolationParts.delete(iso.id);
+      stale.clear();
+    }
     const out: NodeIsolation[] = [];
     for (const iso of this.isolations()) {
-      const targets = new Map<string, GroupMember>();
-      for (const id of iso.appliedToGroups) for (const m of this.groups.appliedTo.get(id)!.members.values()) if (this.isLocal(m)) targets.set(m.ref, m);
-      if (targets.size === 0) continue;
-      out.push({
-        id: iso.id, ref: iso.ref, direction: iso.direction,
-        targets: [...targets.values()].sort((a, b) => (a.ref < b.ref ? -1 : 1)).map((m): NodeTarget => ({ kind: m.kind === 'node' ? 'node' : 'pod', ref: m.ref, ips: m.ips })),
-        ...(iso.logging ? { logging: iso.logging } : {}),
-      });
+      let part = this.nodeIsolationParts.get(iso.id);
+      if (part === undefined) this.nodeIsolationParts.set(iso.id, (part = this.nodeIsolationOf(iso)));
+      if (part) out.push(part);
     }
     this.nodeIsolationCache = out;
     return out;
+  }
+
+  /** One isolation's local targets (null: none on this node): a function of the isolation and its AppliedToGroups. */
+  private nodeIsolationOf(iso: ComputedIsolation): NodeIsolation | null {
+    const targets = new Map<string, GroupMember>();
+    for (const id of iso.appliedToGroups) for (const m of this.groups.appliedTo.get(id)!.members.values()) if (this.isLocal(m)) targets.set(m.ref, m);
+    if (targets.size === 0) return null;
+    return {
+      id: iso.id, ref: iso.ref, direction: iso.direction,
+      targets: [...targets.values()].sort((a, b) => (a.ref < b.ref ? -1 : 1)).map((m): NodeTarget => ({ kind: m.kind === 'node' ? 'node' : 'pod', ref: m.ref, ips: m.ips })),
+      ...(iso.logging ? { logging: iso.logging } : {}),
+    };
   }
 
   setPolicyRules(policyKey: string, rules: InternalRule[]): void {
@@ -632,6 +721,7 @@ export class InternalModel {
       for (const key of members.keys()) this.indexTarget(g, key);
     }
     g.members = members;
+    g.peerIps = undefined;
     g.ipBlocks = ipBlocks;
     return true;
   }
@@ -674,6 +764,7 @@ export class InternalModel {
   private setMember(g: GroupRecord, key: string, member: GroupMember | undefined): void {
     const before = this.touched?.[g.kind].get(g.id);
     if (before && before.members === g.members && !before.changed.has(key)) before.changed.set(key, g.members.get(key));
+    g.peerIps?.update(key, g.members.get(key), member);
     if (member) {
       g.members.set(key, member);
       if (g.kind === 'appliedTo') this.indexTarget(g, key);
@@ -798,7 +889,8 @@ export class InternalModel {
       appliedToMembers: (id) => [...this.groups.appliedTo.get(id)!.members.values()],
       addressGroup: (id) => {
         const g = this.groups.address.get(id)!;
-        return { members: [...g.members.values()], ipBlocks: g.ipBlocks, namedPorts: g.portFilter !== undefined };
+        g.peerIps ??= new PeerIps(g.members);
+        return { members: () => [...g.members.values()], ips: g.peerIps.sorted, services: [...g.peerIps.services.values()], ipBlocks: g.ipBlocks, namedPorts: g.portFilter !== undefined };
       },
       isLocal: (m) => this.isLocal(m),
     };

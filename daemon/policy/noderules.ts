@@ -48,8 +48,12 @@ export interface NodeTarget {
 /** What building the node rule set reads from the internal model. */
 export interface NodeRuleGroups {
   appliedToMembers(id: string): GroupMember[];
-  /** `namedPorts`: the group holds only the Pods having the rule's egress named ports. */
-  addressGroup(id: string): { members: GroupMember[]; ipBlocks: string[]; namedPorts: boolean };
+  /**
+   * `namedPorts`: the group holds only the Pods having the rule's egress named ports. `ips`: the
+   * addresses of its members other than Services, sorted and unique (never modified: a change
+   * gives a new array); `services`: its Service members.
+   */
+  addressGroup(id: string): { members(): GroupMember[]; ips: readonly string[]; services: readonly GroupMember[]; ipBlocks: string[]; namedPorts: boolean };
   isLocal(member: GroupMember): boolean;
 }
 
@@ -80,17 +84,20 @@ export function nodeRulesOf(r: ComputedRule, order: number, groups: NodeRuleGrou
   }
   if (targets.length === 0) return out;
   targets.sort((a, b) => (a.ref < b.ref ? -1 : 1));
-  const peerMembers: GroupMember[] = [];
+  /** The peer groups' addresses (sorted lists to merge) and Service members. */
+  const peerIps: (readonly string[])[] = [];
+  const peerServices: GroupMember[] = [];
   /** Pods an egress named port may resolve on (members of the rule's named-port groups). */
   const namedDestinations = new Map<string, GroupMember>();
   const cidrs = new Set(r.ipBlocks);
   for (const id of r.addressGroups) {
     const g = groups.addressGroup(id);
     if (g.namedPorts) {
-      for (const m of g.members) if (m.kind === 'pod') namedDestinations.set(m.ref, m);
+      for (const m of g.members()) if (m.kind === 'pod') namedDestinations.set(m.ref, m);
       continue;
     }
-    peerMembers.push(...g.members);
+    peerIps.push(g.ips);
+    peerServices.push(...g.services);
     for (const c of g.ipBlocks) cidrs.add(c);
   }
   const named = r.ports.some((p) => typeof p.port === 'string');
@@ -105,9 +112,16 @@ export function nodeRulesOf(r: ComputedRule, order: number, groups: NodeRuleGrou
     }
     return { ips: [...ips].sort(), cidrs: withCidrs ? [...cidrs].sort() : [], services };
   };
+  /** The peers of every address group (not the named-port ones), from their kept address lists. */
+  const groupPeers = (): NodeRule['peers'] => {
+    if (r.anyPeer) return 'any';
+    const services: { ip: string; protocol: string; port: number }[] = [];
+    for (const m of peerServices) for (const ip of m.ips) for (const p of m.ports) services.push({ ip, protocol: p.protocol, port: p.containerPort });
+    return { ips: mergeSorted(peerIps), cidrs: [...cidrs].sort(), services };
+  };
   const targetList = (ms: GroupMember[]): NodeTarget[] => ms.map((m) => ({ kind: m.kind === 'node' ? 'node' : 'pod', ref: m.ref, ips: m.ips }));
   if (!named) {
-    out.push({ id: r.id, ...base, targets: targetList(targets), peers: peersOf(peerMembers, true), ports: r.ports });
+    out.push({ id: r.id, ...base, targets: targetList(targets), peers: groupPeers(), ports: r.ports });
     return out;
   }
   // Named ports resolve on the destination Pod: the target for ingress, the peer for egress.
@@ -122,7 +136,7 @@ export function nodeRulesOf(r: ComputedRule, order: number, groups: NodeRuleGrou
   if (r.direction === 'Ingress') {
     for (const m of targets) partition(m, resolveNamedPorts(r.ports, m.ports));
     for (const [key, p] of [...partitions].sort(([a], [b]) => (a < b ? -1 : 1))) {
-      out.push({ id: `${r.id}#${stableHash(key)}`, ...base, targets: targetList(p.members), peers: peersOf(peerMembers, true), ports: p.ports });
+      out.push({ id: `${r.id}#${stableHash(key)}`, ...base, targets: targetList(p.members), peers: groupPeers(), ports: p.ports });
     }
     return out;
   }
@@ -136,7 +150,7 @@ export function nodeRulesOf(r: ComputedRule, order: number, groups: NodeRuleGrou
   // ... and the other ports, to every peer.
   const numericOnly = r.ports.filter((p) => typeof p.port !== 'string');
   if (numericOnly.length > 0) {
-    out.push({ id: `${r.id}#numeric`, ...base, targets: targetList(targets), peers: peersOf(peerMembers, true), ports: numericOnly });
+    out.push({ id: `${r.id}#numeric`, ...base, targets: targetList(targets), peers: groupPeers(), ports: numericOnly });
   }
   return out;
 }
@@ -153,4 +167,34 @@ export function resolveNamedPorts(ports: PortMatch[], podPorts: ContainerPort[])
     if (cp) out.push({ ...p, port: cp.containerPort });
   }
   return out;
+}
+
+/** The union of sorted lists of unique strings, sorted (a single list is returned as it is). */
+export function mergeSorted(lists: readonly (readonly string[])[]): string[] {
+  const nonEmpty = lists.filter((l) => l.length > 0);
+  if (nonEmpty.length === 0) return [];
+  if (nonEmpty.length === 1) return nonEmpty[0] as string[];
+  let out: readonly string[] = nonEmpty[0]!;
+  for (const next of nonEmpty.slice(1)) {
+    const merged: string[] = [];
+    let i = 0;
+    let j = 0;
+    while (i < out.length || j < next.length) {
+      const a = out[i];
+      const b = next[j];
+      if (b === undefined || (a !== undefined && a < b)) {
+        merged.push(a!);
+        i++;
+      } else if (a === undefined || b < a) {
+        merged.push(b);
+        j++;
+      } else {
+        merged.push(a);
+        i++;
+        j++;
+      }
+    }
+    out = merged;
+  }
+  return out as string[];
 }

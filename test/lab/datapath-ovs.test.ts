@@ -77,22 +77,22 @@ if (why) {
   await t.test('flow sync installs the pipeline once and never re-adds unchanged flows', async (t) => {
     await node.ofctl(['add-flow', node.mgmt, 'table=0,priority=1,cookie=0x1,actions=drop']);
     const one = computeFlows(await input(['dpop1']));
-    const first = await sync.sync(() => one);
+    const first = await sync.sync((s) => s.replace('pipeline', one));
     t.equal(first.add.length, one.length, 'everything added the first time (ovs-ofctl parsed every flow)');
     t.same((await ovs.installedCookies()).sort(), one.map((f) => f.cookie).sort());
     await sleep(1100);
-    const second = await sync.sync(() => one);
+    const second = await sync.sync((s) => s.replace('pipeline', one));
     t.same([second.add.length, second.remove.length, second.unchanged], [0, 0, one.length], 'second sync: empty diff');
     const both = computeFlows(await input(['dpop1', 'dpop3']));
-    const third = await sync.sync(() => both);
+    const third = await sync.sync((s) => s.replace('pipeline', both));
     t.equal(third.add.length, both.length - one.length, 'adding a Pod adds only its flows');
     t.equal(third.remove.length, 0);
     const ages = await flowAges(node);
     for (const f of one) t.ok((ages.get(f.cookie) ?? 0) >= 1, `unchanged flow ${f.table} ${f.match} kept its age`);
-    const fourth = await sync.sync(() => one);
+    const fourth = await sync.sync((s) => s.replace('pipeline', one));
     t.equal(fourth.remove.length, both.length - one.length, 'removing a Pod deletes only its flows');
     t.equal((await node.ofctl(['dump-flows', node.mgmt, 'cookie=0x1/-1'])).stdout.split('\n').filter((l) => l.includes('cookie=0x1')).length, 1, 'a foreign flow is left alone');
-    await sync.sync(() => both);
+    await sync.sync((s) => s.replace('pipeline', both));
     const names = (await node.ofctl(['dump-flows', '--names', node.mgmt])).stdout;
     t.match(names, /table=ARPResponder/, 'tables carry their names');
     t.match(names, /goto_table:SpoofGuard/);
@@ -109,7 +109,7 @@ if (why) {
       await sleep(100);
     }
     t.equal(diffFlows(desired, cookies).add.length, desired.length, 'all sluice flows are gone after the restart');
-    const replay = await sync.sync(() => desired, { verify: true }); // what the agent's watchdog/resync does
+    const replay = await sync.sync((s) => s.replace('pipeline', desired), { verify: true }); // what the agent's watchdog/resync does
     t.equal(replay.add.length, desired.length);
     t.same((await ovs.installedCookies()).sort(), desired.map((f) => f.cookie).sort());
     t.equal(await get('Interface', 'dpop1', 'ofport'), String(ports.dpop1!.ofport), 'Pod ports keep their numbers');

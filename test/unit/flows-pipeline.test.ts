@@ -1,7 +1,8 @@
 import t from 'tap';
-import { bundleText, diffFlows, FlowUnion, isEmptyDiff, parseSluiceCookies } from '../../daemon/flows/diff.js';
+import { bundleText, diffFlows, isEmptyDiff, parseSluiceCookies } from '../../daemon/flows/diff.js';
 import { type Flow, flowText, normalizeCookie, resolveTableNames } from '../../daemon/flows/flow.js';
-import { computeFlows, type PipelineInput, PipelineInputError, PipelineFlows, podFlows } from '../../daemon/flows/pipeline.js';
+import { computeFlows, type PipelineInput, PipelineInputError, PipelineOwners, podFlows, podOwner } from '../../daemon/flows/pipeline.js';
+import { FlowStore } from '../../daemon/flows/store.js';
 import { POLICY_HOOK_TABLES, TABLES, tableId } from '../../daemon/flows/tables.js';
 
 const GWMAC = '0a:00:00:00:00:01';
@@ -193,30 +194,41 @@ t.test('bundle text: deletions first, by exact cookie; parse of dump output', as
   t.same(parseSluiceCookies(dump), ['0x51ce01abcdef0123'], 'foreign cookies are ignored');
 });
 
-t.test('PipelineFlows: computeFlows of the input, recomputed when the input changes by value', async (t) => {
-  const cache = new PipelineFlows();
-  const a = cache.flows(input());
-  t.same(a, computeFlows(input()));
-  t.equal(cache.flows(input()), a, 'an equal input (another object): the same flows, not recomputed');
+const cookies = (flows: readonly Flow[]) => flows.map((f) => f.cookie).sort();
+
+t.test('PipelineOwners: the store holds computeFlows of the input; only what changed is recomputed', async (t) => {
+  const store = new FlowStore();
+  const owners = new PipelineOwners();
+  owners.update(store, input());
+  t.same(cookies(store.flows()), cookies(computeFlows(input())));
+  t.same(store.ownerNames().sort(), ['base', podOwner('c1'), podOwner('c3')]);
+  store.take();
+  owners.update(store, input());
+  t.same(store.take(), { add: [], remove: [] }, 'an equal input (another object): nothing changes');
   const p2 = { containerId: 'c2', ofport: 12, mac: '2a:00:00:00:00:12', ips: ['10.1.0.12'] };
-  const b = cache.flows(input({ pods: [p1, p2, p3] }));
-  t.not(b, a);
-  t.same(b, computeFlows(input({ pods: [p1, p2, p3] })), 'a new Pod: its flows are there');
-  t.throws(() => cache.flows(input({ gatewayMac: 'zz' })), new PipelineInputError('gatewayMac: "zz" is not a lower-case MAC address'), 'bad input still throws');
+  owners.update(store, input({ pods: [p1, p2, p3] }));
+  const added = store.take();
+  t.same(cookies(added.add), cookies(podFlows(p2)), 'a new Pod: exactly its flows are added');
+  t.same(added.remove, []);
+  owners.update(store, input({ pods: [p3, { ...p2, ofport: 14 }] }));
+  const moved = store.take();
+  t.same(moved.remove.sort(), [...cookies(podFlows(p1)), ...cookies(podFlows(p2)).filter((c) => !podFlows({ ...p2, ofport: 14 }).some((f) => f.cookie === c))].sort(), 'a Pod gone and a Pod moved: only their flows go');
+  t.same(cookies(store.flows()), cookies(computeFlows(input({ pods: [p3, { ...p2, ofport: 14 }] }))));
 });
 
-t.test('FlowUnion: one flow per cookie, first list first; recomputed when a list is another array', async (t) => {
-  const base = computeFlows(input());
-  const mine = podFlows({ containerId: 'c9', ofport: 19, mac: '2a:00:00:00:00:19', ips: ['10.1.0.19'] });
-  const u = new FlowUnion();
-  const first = u.union([base, [...mine, base[0]!]]);
-  t.same(first.map((f) => f.cookie), [...base, ...mine].map((f) => f.cookie), 'a flow both lists hold is there once');
-  t.equal(u.union([base, first.slice(base.length)]).length, base.length + mine.length);
-  const policy = [...mine];
-  const kept = u.union([base, policy]);
-  t.equal(u.union([base, policy]), kept, 'the same arrays: the same result');
-  const fewer = u.union([base, policy.slice(1)]);
-  t.equal(fewer.length, base.length + mine.length - 1, 'a new array is read again');
+t.test('PipelineOwners: bad input throws as computeFlows does and changes nothing', async (t) => {
+  const store = new FlowStore();
+  const owners = new PipelineOwners();
+  owners.update(store, input());
+  store.take();
+  t.throws(() => owners.update(store, input({ gatewayMac: 'zz' })), new PipelineInputError('gatewayMac: "zz" is not a lower-case MAC address'));
+  t.throws(() => owners.update(store, input({ pods: [p1, p3, { ...p3, containerId: 'c4', ofport: 14 }] })), /IP 10\.1\.0\.13 is already used by container c3/);
+  t.throws(() => owners.update(store, input({ pods: [p1, p3, { ...p3, containerId: 'c4', ips: ['10.1.0.14'] }] })), /ofport 13 is already used by container c3/);
+  t.throws(() => owners.update(store, input({ pods: [p1, { ...p3, ofport: 32769 }] })), /ofport 32769 is already used by the gateway/);
+  t.same(store.take(), { add: [], remove: [] }, 'no half-applied input');
+  // A Pod may take the address a departing one frees in the same update.
+  owners.update(store, input({ pods: [p1, { ...p3, containerId: 'c5' }] }));
+  t.same(cookies(store.flows()), cookies(computeFlows(input({ pods: [p1, { ...p3, containerId: 'c5' }] }))));
 });
 
 t.test('normalizeCookie: the form ovs-ofctl may print and the form sluice writes compare equal', async (t) => {

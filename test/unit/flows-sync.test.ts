@@ -5,6 +5,7 @@ import { bundleText, type FlowDiff } from '../../daemon/flows/diff.js';
 import type { Flow } from '../../daemon/flows/flow.js';
 import { FlowSync, type Ovs } from '../../daemon/flows/ovs.js';
 import { computeFlows } from '../../daemon/flows/pipeline.js';
+import type { FlowStore } from '../../daemon/flows/store.js';
 
 class FakeBridge {
   cookies = new Set<string>();
@@ -32,6 +33,11 @@ class FakeBridge {
   }
 }
 
+/** The update a sync runs: one owner states these flows. */
+const own = (list: Flow[]) => (store: FlowStore) => {
+  store.replace('all', list);
+};
+
 const flows = (pods: number): Flow[] =>
   computeFlows({
     gatewayOfport: 32769,
@@ -43,17 +49,17 @@ const flows = (pods: number): Flow[] =>
 t.test('first sync dumps, later syncs trust the remembered state; verify dumps again', async (t) => {
   const br = new FakeBridge();
   const sync = new FlowSync(br as unknown as Ovs, pino({ level: 'silent' }));
-  const d1 = await sync.sync(() => flows(1));
+  const d1 = await sync.sync(own(flows(1)));
   t.equal(br.dumps, 1);
   t.equal(d1.add.length, flows(1).length);
-  const d2 = await sync.sync(() => flows(2));
+  const d2 = await sync.sync(own(flows(2)));
   t.equal(br.dumps, 1, 'no dump for an incremental change');
   t.equal(d2.add.length, flows(2).length - flows(1).length);
   t.equal(br.bundles.length, 2);
   br.cookies.clear(); // ovs-vswitchd restarted behind our back
-  const stale = await sync.sync(() => flows(2));
+  const stale = await sync.sync(own(flows(2)));
   t.equal(stale.add.length, 0, 'memory alone does not see it');
-  const verified = await sync.sync(() => flows(2), { verify: true });
+  const verified = await sync.sync(own(flows(2)), { verify: true });
   t.equal(verified.add.length, flows(2).length, 'verify re-installs everything');
   t.same([...br.cookies].sort(), flows(2).map((f) => f.cookie).sort());
 });
@@ -62,17 +68,17 @@ t.test('concurrent callers share one sync; a failed bundle makes the next sync d
   const br = new FakeBridge();
   const sync = new FlowSync(br as unknown as Ovs, pino({ level: 'silent' }));
   let pods = 1;
-  await sync.sync(() => flows(pods));
+  await sync.sync(own(flows(pods)));
   pods = 3;
-  const results = await Promise.all([sync.sync(() => flows(pods)), sync.sync(() => flows(pods)), sync.sync(() => flows(pods))]);
+  const results = await Promise.all([sync.sync(own(flows(pods))), sync.sync(own(flows(pods))), sync.sync(own(flows(pods)))]);
   t.equal(br.bundles.length, 2, 'the three calls made one bundle after the first');
   t.same([...br.cookies].sort(), flows(3).map((f) => f.cookie).sort());
   t.equal(results[1], results[2], 'the queued callers got the same result');
   br.failNext = true;
   pods = 4;
-  await t.rejects(sync.sync(() => flows(pods)), /bundle rejected/);
+  await t.rejects(sync.sync(own(flows(pods))), /bundle rejected/);
   const dumps = br.dumps;
-  await sync.sync(() => flows(pods));
+  await sync.sync(own(flows(pods)));
   t.equal(br.dumps, dumps + 1, 'after a failure the state is read from the bridge again');
   t.same([...br.cookies].sort(), flows(4).map((f) => f.cookie).sort());
 });

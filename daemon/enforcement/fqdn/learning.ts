@@ -7,7 +7,7 @@
  *   dnsHook: fqdn.hook                                       // (pin, punt, engine) => ChangeSet | undefined
  *   applyFlows: fqdn.wrapApply(() => agent.syncFlows())      // release what this apply covers
  *   fqdn.setPacketOut((po) => controller.packetOut(po))      // once the controller exists
- *   flows: () => [...enforcer.flows(), ...fqdn.interceptFlows(enforcer.engine)]
+ *   interception flows: fqdn.interceptFlows(enforcer.engine) (the enforcer's DNS owner in the FlowStore)
  *   every second / at fqdn.nextExpiryAt(): changed(fqdn.expire(engine))
  *
  * Release rule: a held response is released after the first apply that *started* after its engine

@@ -38,6 +38,7 @@ import { hex, masked, nextTable, REG0, RULE_REG, tableId, type TableName } from 
 import { allocateConjIds } from './conjids.js';
 import { maskedPortText, rangeToMasks } from './portmasks.js';
 import { allocatePriorities, PRIORITY } from './priorities.js';
+import { comparePriority } from '../../policy/order.js';
 import { Disposition, policyCopyActions, policyPuntActions } from './punt.js';
 import type { MetricFlow } from './stats.js';
 
@@ -228,6 +229,12 @@ const flowKey = (table: TableName, priority: number, match: string): string => `
 
 const uniqSorted = (xs: Iterable<string>): string[] => [...new Set(xs)].sort();
 
+/**
+ * Only Pods are enforced on the bridge: a Node target (Antrea nodeSelector appliedTo) is host
+ * traffic, which the bridge never judges. (Hand-built rules without a kind are Pods when "ns/name".)
+ */
+const isPodTarget = (x: NodeRule['targets'][number]): boolean => (x.kind ?? (x.ref.includes('/') ? 'pod' : 'node')) === 'pod';
+
 /** The units of a rule with the families they match (see the module comment and familyUnits). */
 function unitsByFamily(rule: NodeRule, resolve?: ServiceResolver): { unit: Unit; families: Family[] }[] {
   const merged = new Map<string, { unit: Unit; families: Family[] }>();
@@ -257,9 +264,7 @@ function unitsByFamily(rule: NodeRule, resolve?: ServiceResolver): { unit: Unit;
 function familyUnits(rule: NodeRule, family: Family, resolve?: ServiceResolver): Unit[] {
   const t = DIRECTION_TABLES[rule.direction];
   const inFamily = (a: string) => familyOf(a) === family;
-  // Only Pods are enforced on the bridge: a Node target (Antrea nodeSelector appliedTo) is host
-  // traffic, which the bridge never judges. (Hand-built rules without a kind are Pods when "ns/name".)
-  const targets = uniqSorted(rule.targets.filter((x) => (x.kind ?? (x.ref.includes('/') ? 'pod' : 'node')) === 'pod').flatMap((x) => x.ips).filter(inFamily).map((ip) => addressMatch(t.self, ip)));
+  const targets = uniqSorted(rule.targets.filter(isPodTarget).flatMap((x) => x.ips).filter(inFamily).map((ip) => addressMatch(t.self, ip)));
   let services: string[] | undefined;
   if (rule.ports.length > 0) {
     services = uniqSorted(rule.ports.flatMap((p) => portMatches(p, family)));
@@ -476,9 +481,30 @@ function samePeerFrame(a: NodeRule, b: NodeRule): boolean {
   );
 }
 
-/** Where the peer addresses sit in a rule's main unit (see ruleUnits): clause index and clause count. */
-function ruleUnitShape(rule: NodeRule): { peerClause: number; clauses: number } {
-  return { peerClause: rule.direction === 'Egress' ? 1 : 0, clauses: rule.ports.length > 0 ? 3 : 2 };
+/** Where the peer addresses and the targets sit in a rule's main unit (see familyUnits): clause indexes and clause count. */
+function ruleUnitShape(rule: NodeRule): { peerClause: number; targetClause: number; clauses: number } {
+  const egress = rule.direction === 'Egress';
+  return { peerClause: egress ? 1 : 0, targetClause: egress ? 0 : 1, clauses: rule.ports.length > 0 ? 3 : 2 };
+}
+
+/** Everything of a rule its flows depend on except its targets (peers without Services). */
+function sameTargetFrame(a: NodeRule, b: NodeRule): boolean {
+  if (a.peers === 'any' || b.peers === 'any' || a.peers.services.length > 0 || b.peers.services.length > 0) return false;
+  if (a.id !== b.id || a.ruleId !== b.ruleId || a.direction !== b.direction || a.action !== b.action) return false;
+  return (
+    (a.peers.ips === b.peers.ips || a.peers.ips.join() === b.peers.ips.join()) &&
+    a.peers.cidrs.join() === b.peers.cidrs.join() &&
+    JSON.stringify(a.ports) === JSON.stringify(b.ports) &&
+    JSON.stringify(a.priority) === JSON.stringify(b.priority) &&
+    JSON.stringify(a.logging ?? null) === JSON.stringify(b.logging ?? null)
+  );
+}
+
+/** A rule's target-clause matches in its main unit (IPv4 rules), as familyUnits builds them. */
+function targetMatches(rule: NodeRule): string[] {
+  const t = DIRECTION_TABLES[rule.direction];
+  const pods = rule.targets.filter(isPodTarget);
+  return uniqSorted(pods.flatMap((x) => x.ips).map((ip) => addressMatch(t.self, ip)));
 }
 
 /** What went from sorted `a` and came in sorted `b`; undefined when either is not strictly ascending. */
@@ -515,7 +541,13 @@ interface RuleEntry {
   priority: number;
   conjIds: number[];
   endpoints: string;
-  contributions: Contribution[];
+  contributions: Set<Contribution>;
+  /** The main unit's peer-clause contributions by match, built by the first movePeerIps. */
+  peerIndex?: Map<string, Contribution> | undefined;
+  /** The same for the target clause, built by the first moveTargets. */
+  targetIndex?: Map<string, Contribution> | undefined;
+  /** Every address of the rule is IPv4 (ipv4Only), kept so a peer change checks only the addresses that came. */
+  v4Only: boolean;
 }
 
 /**
@@ -530,6 +562,11 @@ export class PolicyFlows {
   private readonly identities = new Map<number, RuleIdentity>();
   private initialized = false;
   private servicePeers = false;
+  /** The priorities and conjunction ids of the current rule set (see allocation()). */
+  private alloc?: { priorities: Map<string, number>; conjIds: Map<string, number> } | undefined;
+  private identitiesStale = true;
+  /** The isolations of the last sync, to see they did not change. */
+  private lastIsolations?: readonly NodeIsolation[] | undefined;
   /** flows(), kept until a sync changes a flow. */
   private sorted?: Flow[] | undefined;
 
@@ -555,33 +592,43 @@ export class PolicyFlows {
       if (next.has(r.id)) throw new PolicyFlowError(`node rule id ${r.id} appears twice in the rule set`);
       next.set(r.id, r);
     }
-    const { priorities, conjIds } = allocate(input.rules, this.opts.naturalConjId);
+    const { priorities, conjIds, reallocated, conjIdsMoved } = this.allocation(input.rules, next);
     for (const [id, entry] of this.rules) {
       if (next.has(id)) continue;
       for (const c of entry.contributions) this.removeContribution(c, touched);
       this.rules.delete(id);
+      this.identitiesStale = true;
     }
     for (const rule of input.rules) {
       const table = ruleTable(rule);
+      const prev = this.rules.get(rule.id);
+      // Unchanged content, priority and conjunction ids, no endpoints to follow: nothing to look at.
+      if (prev && dirtyRuleIds && !dirtyRuleIds.has(rule.ruleId) && prev.table === table && !reallocated.has(table) && !conjIdsMoved && !hasServicePeers(rule)) {
+        prev.rule = rule; // keep the latest object (its `order` may have moved)
+        continue;
+      }
       const priority = priorities.get(rule.id)!;
       const ids = unitKeys(rule).map((k) => conjIds.get(k)!);
       const endpoints = endpointsSignature(rule, input.serviceEndpoints);
-      const prev = this.rules.get(rule.id);
       const dirty = !prev || !dirtyRuleIds || dirtyRuleIds.has(rule.ruleId) || prev.table !== table || prev.priority !== priority ||
         prev.conjIds.join() !== ids.join() || prev.endpoints !== endpoints;
       if (!dirty) {
         prev.rule = rule; // same content; keep the latest object (its `order` may have moved)
         continue;
       }
-      if (prev && prev.table === table && prev.priority === priority && prev.endpoints === endpoints && prev.conjIds.join() === ids.join() && this.movePeerIps(prev, rule, touched)) continue;
+      this.identitiesStale = true;
+      if (prev && prev.table === table && prev.priority === priority && prev.endpoints === endpoints && prev.conjIds.join() === ids.join() && (this.movePeerIps(prev, rule, touched) || this.moveTargets(prev, rule, touched))) continue;
       const contributions = ruleContributions(rule, table, priority, conjIds, input.serviceEndpoints);
       if (prev) this.replaceContributions(prev.contributions, contributions, touched);
       else for (const c of contributions) this.addContribution(c, touched);
       const conjMatch = `conj_id=${ids[0]}`;
       const mainUnit = contributions.some((c) => c.match === conjMatch && c.direct?.owner === rule.id);
-      this.rules.set(rule.id, { rule, table, priority, conjIds: ids, endpoints, contributions, mainUnit });
+      this.rules.set(rule.id, { rule, table, priority, conjIds: ids, endpoints, contributions: new Set(contributions), mainUnit, v4Only: ipv4Only(rule) });
     }
-    const iso = isolationContributions(input.isolations);
+    // The engine keeps each isolation's object while it does not change: the same list, nothing to do.
+    const sameIsolations = this.lastIsolations !== undefined && this.lastIsolations.length === input.isolations.length && this.lastIsolations.every((x, i) => x === input.isolations[i]);
+    this.lastIsolations = [...input.isolations];
+    const iso = sameIsolations ? this.isolations : isolationContributions(input.isolations);
     for (const [owner, c] of this.isolations) {
       const now = iso.get(owner);
       if (now && now.key === c.key && now.direct!.actions === c.direct!.actions) continue;
@@ -593,15 +640,74 @@ export class PolicyFlows {
       this.addContribution(c, touched);
       this.isolations.set(owner, c);
     }
-    this.rebuildIdentities();
+    if (this.identitiesStale) this.rebuildIdentities();
+    this.identitiesStale = false;
     this.servicePeers = input.rules.some(hasServicePeers);
     return this.renderTouched(touched);
+  }
+
+  /**
+   * Priorities and conjunction ids for `rules` (`byId`: the same, by id). An ordered table's
+   * priorities are recomputed only when a rule came into it, left it, or changed its place in the
+   * order; conjunction ids only when the set of unit keys changed. Both are pure functions of what
+   * they are computed from, so keeping them gives what a full compile gives.
+   */
+  private allocation(rules: readonly NodeRule[], byId: ReadonlyMap<string, NodeRule>): { priorities: Map<string, number>; conjIds: Map<string, number>; reallocated: Set<TableName>; conjIdsMoved: boolean } {
+    if (!this.alloc) {
+      this.alloc = allocate(rules, this.opts.naturalConjId);
+      return { ...this.alloc, reallocated: new Set(rules.map(ruleTable)), conjIdsMoved: true };
+    }
+    const { priorities } = this.alloc;
+    // Kubernetes NetworkPolicy rules (stage 1) all have one priority: their table is never reallocated.
+    const reallocated = new Set<TableName>();
+    const ordered = (r: NodeRule) => {
+      if (r.priority.stage !== 1) reallocated.add(ruleTable(r));
+    };
+    let keysChanged = false;
+    for (const [id, e] of this.rules) {
+      const now = byId.get(id);
+      if (!now) {
+        ordered(e.rule);
+        priorities.delete(id);
+        keysChanged = true;
+        continue;
+      }
+      if (ruleTable(now) !== e.table || comparePriority(now.priority, e.rule.priority) !== 0) {
+        ordered(now);
+        ordered(e.rule);
+      }
+      if (hasServicePeers(now) !== hasServicePeers(e.rule)) keysChanged = true;
+    }
+    for (const r of rules) {
+      if (this.rules.has(r.id)) continue;
+      keysChanged = true;
+      ordered(r);
+    }
+    // (a rule may also have moved into stage 1)
+    for (const r of rules) if (r.priority.stage === 1) priorities.set(r.id, PRIORITY.k8s);
+    if (reallocated.size > 0) {
+      const byTable = new Map<TableName, NodeRule[]>([...reallocated].map((t) => [t, []]));
+      for (const r of rules) if (r.priority.stage !== 1) byTable.get(ruleTable(r))?.push(r);
+      for (const [table, list] of byTable) for (const [id, p] of allocatePriorities(table, list)) priorities.set(id, p);
+    }
+    if (!keysChanged) return { priorities, conjIds: this.alloc.conjIds, reallocated, conjIdsMoved: false };
+    const was = this.alloc.conjIds;
+    const conjIds = allocateConjIds(rules.flatMap(unitKeys), this.opts.naturalConjId);
+    this.alloc = { priorities, conjIds };
+    // Ids of kept keys move only on a collision with a new key.
+    const conjIdsMoved = [...conjIds].some(([k, id]) => was.has(k) && was.get(k) !== id);
+    return { priorities, conjIds, reallocated, conjIdsMoved };
   }
 
   /** Every policy flow, in a deterministic order (the same array until the flows change: do not modify it). */
   flows(): Flow[] {
     this.sorted ??= [...this.rendered.values()].sort(compareFlows);
     return this.sorted;
+  }
+
+  /** Number of policy flows (without building flows()). */
+  get size(): number {
+    return this.rendered.size;
   }
 
   /** Every rule's counter flows (per-rule statistics), with the cookies they are installed under. */
@@ -651,14 +757,15 @@ export class PolicyFlows {
     const was = prev.rule;
     if (was.peers === 'any' || rule.peers === 'any' || !samePeerFrame(was, rule)) return false;
     // Only IPv4 rules take this path: with IPv6 anywhere in a rule, which families it installs
-    // can change with its peers, and a full recompile decides.
-    if (!ipv4Only(was) || !ipv4Only(rule)) return false;
+    // can change with its peers, and a full recompile decides. (The rule's other addresses are
+    // the compiled ones, samePeerFrame says: only the peer addresses that came need a look.)
+    if (!prev.v4Only) return false;
     const addrMatch = (a: string) => addressMatch(DIRECTION_TABLES[rule.direction].peer, a);
     // The main unit exists iff it has peer addresses; when it appears or disappears, recompile.
     const cidrs = was.peers.cidrs;
     if (cidrs.length === 0 && (was.peers.ips.length === 0 || rule.peers.ips.length === 0)) return false;
     const diff = sortedDiff(was.peers.ips, rule.peers.ips);
-    if (!diff) return false;
+    if (!diff?.come.every((a) => familyOf(a) === 4)) return false;
     const cidrMatches = new Set(cidrs.map(addrMatch));
     const gone = new Set(diff.gone.map(addrMatch));
     const come = diff.come.map(addrMatch);
@@ -673,19 +780,68 @@ export class PolicyFlows {
     const conjId = prev.conjIds[0]!;
     const part = partLabel(units.peerClause + 1, units.clauses);
     const { table, priority } = prev;
-    const isPeer = (c: Contribution) => c.conj !== undefined && c.conj.id === conjId && c.conj.part === part;
-    if (gone.size > 0) {
-      const kept: Contribution[] = [];
-      for (const c of prev.contributions) {
-        if (isPeer(c) && gone.has(c.match)) this.removeContribution(c, touched);
-        else kept.push(c);
-      }
-      prev.contributions = kept;
+    if (!prev.peerIndex) {
+      prev.peerIndex = new Map();
+      for (const c of prev.contributions) if (c.conj !== undefined && c.conj.id === conjId && c.conj.part === part) prev.peerIndex.set(c.match, c);
+    }
+    for (const match of gone) {
+      const c = prev.peerIndex.get(match);
+      if (!c) continue;
+      this.removeContribution(c, touched);
+      prev.contributions.delete(c);
+      prev.peerIndex.delete(match);
     }
     for (const match of come) {
       const c: Contribution = { key: flowKey(table, priority, match), table, priority, match, conj: { id: conjId, part } };
       this.addContribution(c, touched);
-      prev.contributions.push(c);
+      prev.contributions.add(c);
+      prev.peerIndex.set(match, c);
+    }
+    prev.rule = rule;
+    return true;
+  }
+
+  /**
+   * The common case of a local Pod change: the rule differs from its compiled form only in its
+   * targets (a local Pod came into or left the groups it applies to). Its flows then differ only in
+   * the target clause of its main unit, one flow per target address, so only those are added and
+   * removed. IPv4 rules with a compiled main unit and no Service peers only; false (nothing done)
+   * otherwise, or when the target clause would become empty.
+   */
+  private moveTargets(prev: RuleEntry, rule: NodeRule, touched: Set<string>): boolean {
+    const was = prev.rule;
+    if (!prev.v4Only || !prev.mainUnit || !sameTargetFrame(was, rule)) return false;
+    if (!rule.targets.every((x) => x.ips.every((a) => familyOf(a) === 4))) return false;
+    const before = targetMatches(was);
+    const after = targetMatches(rule);
+    if (before.length === 0 || after.length === 0) return false;
+    const diff = sortedDiff(before, after);
+    if (!diff) return false;
+    const units = ruleUnitShape(rule);
+    const conjId = prev.conjIds[0]!;
+    const part = partLabel(units.targetClause + 1, units.clauses);
+    // The egress tables that judge a Service's endpoint keep the rule off pre-DNAT packets on this clause.
+    const extra = rule.direction === 'Egress' && rule.priority.stage !== 1 ? `,${NOT_PRE_DNAT}` : '';
+    const { table, priority } = prev;
+    if (!prev.targetIndex) {
+      prev.targetIndex = new Map();
+      for (const c of prev.contributions) if (c.conj !== undefined && c.conj.id === conjId && c.conj.part === part) prev.targetIndex.set(c.match, c);
+    }
+    const index = prev.targetIndex;
+    // Not compiled as expected (cannot happen for a rule compiled by familyUnits): recompile.
+    if (!diff.gone.every((m) => index.has(`${m}${extra}`))) return false;
+    for (const m of diff.gone) {
+      const c = index.get(`${m}${extra}`)!;
+      this.removeContribution(c, touched);
+      prev.contributions.delete(c);
+      index.delete(c.match);
+    }
+    for (const m of diff.come) {
+      const match = `${m}${extra}`;
+      const c: Contribution = { key: flowKey(table, priority, match), table, priority, match, conj: { id: conjId, part } };
+      this.addContribution(c, touched);
+      prev.contributions.add(c);
+      index.set(match, c);
     }
     prev.rule = rule;
     return true;
@@ -695,7 +851,7 @@ export class PolicyFlows {
    * A rule's contributions replaced by new ones, touching only the shared flows whose contributions
    * differ: a rule recompiled because one peer address moved keeps all its other flows as they are.
    */
-  private replaceContributions(old: readonly Contribution[], fresh: readonly Contribution[], touched: Set<string>): void {
+  private replaceContributions(old: Iterable<Contribution>, fresh: readonly Contribution[], touched: Set<string>): void {
     const pending = new Map<string, Contribution[]>();
     for (const c of fresh) {
       const sig = contributionSig(c);

@@ -1,0 +1,150 @@
+/** FlowStore: owners, the exact pending delta, reference-counted collisions, restore after a failed apply. */
+import t from 'tap';
+import { diffFlows } from '../../daemon/flows/diff.js';
+import { type Flow, FlowCategory, withCookie } from '../../daemon/flows/flow.js';
+import { computeFlows, PipelineOwners } from '../../daemon/flows/pipeline.js';
+import { FlowStore } from '../../daemon/flows/store.js';
+
+const flow = (n: number): Flow => withCookie({ table: 'L3Forwarding', priority: 200, match: `ip,nw_dst=10.0.${n >> 8}.${n & 255}`, actions: 'drop', category: FlowCategory.policy });
+const sorted = (xs: Iterable<string>) => [...xs].sort();
+const cookies = (fs: readonly Flow[]) => sorted(fs.map((f) => f.cookie));
+
+t.test('owners replace their sets; the delta is exactly what changed since the last take', async (t) => {
+  const s = new FlowStore();
+  s.replace('a', [flow(1), flow(2)]);
+  s.replace('b', [flow(3)]);
+  t.same(cookies(s.take().add), cookies([flow(1), flow(2), flow(3)]));
+  t.equal(s.dirty, false);
+  t.same(s.replace('a', [flow(2), flow(4)]), { added: 1, removed: 1 });
+  const d = s.take();
+  t.same(cookies(d.add), cookies([flow(4)]));
+  t.same(d.remove, [flow(1).cookie]);
+  t.same(cookies(s.flows()), cookies([flow(2), flow(3), flow(4)]));
+  t.equal(s.size, 3);
+  // Added then dropped before a take: nothing to do on the bridge; dropped then re-added: same.
+  s.replace('b', [flow(3), flow(5)]);
+  s.replace('b', [flow(3)]);
+  s.patch('a', [], [flow(2)]);
+  s.patch('a', [flow(2)], []);
+  t.same(s.take(), { add: [], remove: [] });
+  s.drop('b');
+  t.same(s.take(), { add: [], remove: [flow(3).cookie] });
+  t.same(s.ownerNames(), ['a']);
+});
+
+t.test('one cookie wanted by two owners is installed once and stays while either wants it', async (t) => {
+  const s = new FlowStore();
+  s.replace('pod/x', [flow(1), flow(2)]);
+  s.patch('policy', [flow(2), flow(3)], []);
+  const first = s.take();
+  t.same(cookies(first.add), cookies([flow(1), flow(2), flow(3)]), 'the shared flow is added once');
+  t.equal(s.flows().length, 3);
+  s.drop('pod/x');
+  t.same(s.take(), { add: [], remove: [flow(1).cookie] }, 'the flow policy still wants is not removed');
+  t.ok(s.has(flow(2).cookie));
+  s.patch('policy', [], [flow(2).cookie]);
+  t.same(s.take(), { add: [], remove: [flow(2).cookie] }, 'gone with its last owner');
+  s.patch('policy', [flow(3)], []);
+  t.same(s.take(), { add: [], remove: [] }, 'an owner adding a flow it holds changes nothing');
+});
+
+t.test('a failed apply keeps its delta pending, merged with what changed since', async (t) => {
+  const s = new FlowStore();
+  s.replace('a', [flow(1), flow(2)]);
+  s.take();
+  s.replace('a', [flow(2), flow(3), flow(4)]);
+  const failed = s.take(); // +3 +4 -1
+  // Meanwhile: 4 dropped again (never reached the bridge), 1 wanted again (still on the bridge), 5 new.
+  s.replace('a', [flow(1), flow(2), flow(3), flow(5)]);
+  s.restore(failed);
+  const d = s.take();
+  t.same(cookies(d.add), cookies([flow(3), flow(5)]));
+  t.same(d.remove, []);
+  // A failed removal comes back as a removal.
+  s.drop('a');
+  const gone = s.take();
+  s.restore(gone);
+  t.same(sorted(s.take().remove), sorted(gone.remove));
+});
+
+t.test('takeAgainst: the bridge as it is read back (restart: nothing changes; repair: only the difference)', async (t) => {
+  const owners = new PipelineOwners();
+  const input = {
+    gatewayOfport: 32769, gatewayMac: '0a:00:00:00:00:01', serviceCIDRs: ['10.96.0.0/12'],
+    pods: [1, 2, 3].map((i) => ({ containerId: `c${i}`, ofport: i, mac: `2a:00:00:00:00:0${i}`, ips: [`10.1.0.${i}`] })),
+  };
+  const before = new FlowStore();
+  owners.update(before, input);
+  before.patch('policy', [flow(1), flow(2)], []);
+  const installed = new Set(before.take().add.map((f) => f.cookie));
+  // A restarted agent builds its store from scratch and reads the bridge: it changes nothing.
+  const after = new FlowStore();
+  new PipelineOwners().update(after, input);
+  after.patch('policy', [flow(2), flow(1)], []);
+  t.same(after.takeAgainst(installed), { add: [], remove: [] });
+  t.equal(after.dirty, false, 'the pending delta is part of the comparison');
+  // The bridge lost one flow and holds a foreign sluice cookie: exactly those are repaired.
+  const lost = [...installed][0]!;
+  const broken = new Set([...installed].filter((c) => c !== lost).concat('0x51ce02ffffffffff'));
+  const repair = after.takeAgainst(broken);
+  t.same(repair.add.map((f) => f.cookie), [lost]);
+  t.same(repair.remove, ['0x51ce02ffffffffff']);
+});
+
+t.test('random owner operations: store == from-scratch union, taken deltas replay to it', async (t) => {
+  let seed = 7;
+  const rnd = (n: number) => {
+    seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+    return seed % n;
+  };
+  const s = new FlowStore();
+  const model = new Map<string, Set<number>>();
+  let bridge = new Set<string>();
+  for (let step = 0; step < 2000; step++) {
+    const owner = `o${rnd(6)}`;
+    const cur = model.get(owner) ?? new Set<number>();
+    const op = rnd(4);
+    if (op === 0) {
+      const next = new Set(Array.from({ length: rnd(8) }, () => rnd(30)));
+      s.replace(owner, [...next].map(flow));
+      model.set(owner, next);
+    } else if (op === 1) {
+      const add = Array.from({ length: rnd(4) }, () => rnd(30));
+      const remove = Array.from({ length: rnd(4) }, () => rnd(30));
+      s.patch(owner, add.map(flow), remove.map((n) => flow(n).cookie));
+      for (const n of remove) cur.delete(n);
+      for (const n of add) cur.add(n);
+      model.set(owner, cur);
+    } else if (op === 2) {
+      s.drop(owner);
+      model.delete(owner);
+    } else {
+      const d = s.take();
+      if (rnd(5) === 0) {
+        s.restore(d); // the apply failed: the bridge did not change
+      } else {
+        for (const c of d.remove) if (!bridge.has(c)) t.fail(`removes ${c}, which the bridge does not hold`);
+        for (const f of d.add) if (bridge.has(f.cookie)) t.fail(`adds ${f.cookie}, which the bridge holds`);
+        bridge = new Set([...bridge].filter((c) => !d.remove.includes(c)).concat(d.add.map((f) => f.cookie)));
+      }
+    }
+    const want = new Set([...model.values()].flatMap((xs) => [...xs].map((n) => flow(n).cookie)));
+    if (sorted(s.flows().map((f) => f.cookie)).join() !== sorted(want).join()) {
+      t.fail(`step ${step}: the store's desired set is not the union of its owners`);
+      return;
+    }
+    if (s.size !== want.size) t.fail(`step ${step}: size ${s.size}, want ${want.size}`);
+  }
+  t.pass('2000 random operations kept the store equal to its owners\' union');
+  const last = s.take();
+  bridge = new Set([...bridge].filter((c) => !last.remove.includes(c)).concat(last.add.map((f) => f.cookie)));
+  t.same(sorted(bridge), sorted(s.flows().map((f) => f.cookie)), 'the bridge ends with the desired set');
+  t.same(diffFlows(s.flows(), bridge).add, []);
+});
+
+t.test('a pipeline in the store equals computeFlows', async (t) => {
+  const s = new FlowStore();
+  const input = { gatewayOfport: 5, gatewayMac: '0a:00:00:00:00:01', nodeIP: '192.168.0.2', serviceCIDRs: ['10.96.0.0/12'], pods: [{ containerId: 'c', ofport: 7, mac: '2a:00:00:00:00:07', ips: ['10.1.0.7'] }] };
+  new PipelineOwners().update(s, input);
+  t.same(cookies(s.flows()), cookies(computeFlows(input)));
+});
