@@ -110,6 +110,8 @@ function killAgent(): void {
 }
 
 interface StartFigures {
+  /** The agent's start-up error, when it did not start. */
+  failed?: string;
   convergedMs: number;
   readyMs: number;
   added: number;
@@ -129,7 +131,13 @@ async function timedStart(dist: string): Promise<StartFigures> {
   closeSync(fd);
   child.unref();
   writeFileSync(agentPidPath(LAB, NODE), `${child.pid}\n`);
-  await tail.waitFor(['startup: ready'], 180_000);
+  for (;;) {
+    const { line } = await tail.waitFor(['startup'], 300_000);
+    if (line.includes('"startup: ready"')) break;
+    if (line.includes('startup failed')) {
+      return { failed: (JSON.parse(line) as { err?: string }).err ?? line, convergedMs: Number.NaN, readyMs: Number.NaN, added: Number.NaN, removed: Number.NaN, rssMiB: Number.NaN };
+    }
+  }
   const lines = readFileSync(log, 'utf8').split('\n').flatMap((l) => {
     try {
       return [JSON.parse(l) as { msg?: string; time?: number; ms?: number; added?: number; removed?: number }];
@@ -174,7 +182,11 @@ async function round(name: string, builds: { label: string; dist: string }[]): P
     for (const p of loadGen) p.kill('SIGKILL');
   }
   console.log(`${name} (load average at the end ${load()}), ${REPS} starts each, p50 (max):`);
-  for (const [key, fs] of results) {
+  for (const [key, all] of results) {
+    const failures = all.filter((f) => f.failed);
+    if (failures.length) console.log(`  ${key.padEnd(32)} ${failures.length} of ${all.length} starts failed: ${failures[0]!.failed}`);
+    const fs = all.filter((f) => !f.failed);
+    if (fs.length === 0) continue;
     const col = (xs: number[]) => `${pct(xs, 50).toFixed(0)} (${Math.max(...xs).toFixed(0)})`;
     const inputs = fs.flatMap((f) => (f.inputsMs === undefined ? [] : [f.inputsMs]));
     console.log(
