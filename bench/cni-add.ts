@@ -13,7 +13,7 @@
  *
  * usage (root, after a build): node dist/bench/cni-add.js [--pods 50] [--only idle|loaded] [--lab NAME] [--baseline DIR]
  */
-import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { cpus } from 'node:os';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -21,6 +21,7 @@ import { performance } from 'node:perf_hooks';
 import { nodeConflist } from '../lab/net/cni-config.js';
 import { cniAdd, cniDel, type CniInvocation } from '../lab/net/cni-runner.js';
 import { repoRoot, stateDir } from '../lab/net/names.js';
+import { startLoad } from './lab-agent.js';
 
 const argLab = process.argv.indexOf('--lab');
 const LAB = argLab > 0 ? process.argv[argLab + 1]! : 'cadb';
@@ -81,10 +82,6 @@ async function addInterleaved(round: string): Promise<Record<Kind, number[]>> {
   return times;
 }
 
-/** One busy-looping process per core, as a loaded node has. */
-function startLoad(): ChildProcess[] {
-  return cpus().map(() => spawn(process.execPath, ['-e', 'for(;;){}'], { stdio: 'ignore' }));
-}
 
 function agentRssMiB(lab: string): number | undefined {
   try {

@@ -16,9 +16,9 @@
  *
  * usage (root, after a build): node dist/bench/cold-start.js [--reps 2] [--local 110] [--baseline DIR] [--keep]
  */
-import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
-import { cpus, loadavg } from 'node:os';
+import { loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { KubeObject } from '../daemon/policy/types.js';
@@ -29,7 +29,7 @@ import { nodeNetns, ovsDir, repoRoot } from '../lab/net/names.js';
 import { clientFor, waitForPods } from '../lab/ops.js';
 import type { RestClient } from '../lab/restclient.js';
 import { clusterModel, namespaceLabels, podContainers, podLabels } from './cluster-model.js';
-import { agentRssMiB, flowCount, LogTail, pct } from './lab-agent.js';
+import { agentRssMiB, flowCount, LogTail, pct, startLoad } from './lab-agent.js';
 
 const LAB = 'cs1';
 const NODE = 'node-1';
@@ -157,9 +157,6 @@ async function timedStart(dist: string): Promise<StartFigures> {
   return figures;
 }
 
-function startLoad(): ChildProcess[] {
-  return cpus().map(() => spawn(process.execPath, ['-e', 'for(;;){}'], { stdio: 'ignore' }));
-}
 
 async function round(name: string, builds: { label: string; dist: string }[]): Promise<void> {
   const loadGen = name === 'loaded' ? startLoad() : [];

@@ -1,9 +1,11 @@
 /**
  * What the lab benches read from a node's running agent: its JSON log followed from a point on,
- * the bridge's flow count, the agent's memory, percentiles. Measures only; asserts nothing.
+ * the bridge's flow count, the agent's memory, percentiles; and the CPU load of a loaded round.
+ * Measures only; asserts nothing.
  */
-import { spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { closeSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
+import { cpus } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { agentPidPath } from '../lab/agent.js';
 import { nodeNetns, ovsDir } from '../lab/net/names.js';
@@ -85,4 +87,9 @@ export function agentMemory(lab: string, node: string): string {
     heap = ' (JS heap: /status unavailable)';
   }
   return `agent RSS ${rss.toFixed(0)} MiB${heap}`;
+}
+
+/** One busy-looping process per core, as a loaded node has (the caller kills them). */
+export function startLoad(): ChildProcess[] {
+  return cpus().map(() => spawn(process.execPath, ['-e', 'for(;;){}'], { stdio: 'ignore' }));
 }
