@@ -7,6 +7,7 @@
  */
 import { RawNetlinkSocket } from 'netlink';
 import { type Clock, realClock } from '../clock.js';
+import { attr, cstr, cstring, nlmsg, parseAttrs, parseMessages } from './netlink-wire.js';
 
 const NETLINK_NETFILTER = 12;
 const NLMSG = { ERROR: 2, DONE: 3 } as const;
@@ -40,16 +41,8 @@ function rawTransport(): NetlinkTransport {
   };
 }
 
-/** A netlink attribute: length, type, payload padded to 4 bytes. */
-function attr(type: number, payload: Buffer): Buffer {
-  const out = Buffer.alloc((4 + payload.length + 3) & ~3);
-  out.writeUInt16LE(4 + payload.length, 0);
-  out.writeUInt16LE(type, 2);
-  payload.copy(out, 4);
-  return out;
-}
 const nested = (type: number, ...attrs: Buffer[]) => attr(type | NLA_F_NESTED, Buffer.concat(attrs));
-const str = (type: number, s: string) => attr(type, Buffer.concat([Buffer.from(s), Buffer.alloc(1)]));
+const str = (type: number, s: string) => attr(type, cstr(s));
 const be32 = (type: number, n: number) => {
   const b = Buffer.alloc(4);
   b.writeInt32BE(n, 0);
@@ -64,48 +57,6 @@ function nfgenmsg(family: number, resId = 0): Buffer {
   return b;
 }
 
-/** One netlink message (struct nlmsghdr + payload). */
-export function nlmsg(type: number, flags: number, seq: number, payload: Buffer): Buffer {
-  const head = Buffer.alloc(16);
-  head.writeUInt32LE(16 + payload.length, 0);
-  head.writeUInt16LE(type, 4);
-  head.writeUInt16LE(flags, 6);
-  head.writeUInt32LE(seq, 8);
-  return Buffer.concat([head, payload]);
-}
-
-export interface NlMessage {
-  type: number;
-  flags: number;
-  seq: number;
-  payload: Buffer;
-}
-
-/** The messages of one datagram. */
-export function parseMessages(datagram: Buffer): NlMessage[] {
-  const out: NlMessage[] = [];
-  for (let off = 0; off + 16 <= datagram.length; ) {
-    const len = datagram.readUInt32LE(off);
-    if (len < 16 || off + len > datagram.length) break;
-    out.push({ type: datagram.readUInt16LE(off + 4), flags: datagram.readUInt16LE(off + 6), seq: datagram.readUInt32LE(off + 8), payload: datagram.subarray(off + 16, off + len) });
-    off += (len + 3) & ~3;
-  }
-  return out;
-}
-
-/** Attributes of `data` from `offset` on, by type (flag bits cleared), the first of each. */
-export function parseAttrs(data: Buffer, offset = 0): Map<number, Buffer> {
-  const out = new Map<number, Buffer>();
-  for (let off = offset; off + 4 <= data.length; ) {
-    const len = data.readUInt16LE(off);
-    if (len < 4 || off + len > data.length) break;
-    const type = data.readUInt16LE(off + 2) & 0x3fff;
-    if (!out.has(type)) out.set(type, data.subarray(off + 4, off + len));
-    off += (len + 3) & ~3;
-  }
-  return out;
-}
-
 /** Every attribute of `data` in order (for lists of same-typed attributes). */
 function attrList(data: Buffer): Buffer[] {
   const out: Buffer[] = [];
@@ -118,7 +69,6 @@ function attrList(data: Buffer): Buffer[] {
   return out;
 }
 
-const cstring = (b: Buffer | undefined): string | undefined => (b ? b.toString('utf8').replace(/\0.*$/s, '') : undefined);
 
 /** A change to nf_tables: one message of a batch. */
 export type NftChange =

@@ -10,6 +10,7 @@ import { closeSync, openSync } from 'node:fs';
 import { execa } from 'execa';
 import { createNetlink, type NetlinkSocket } from 'netlink';
 import { Rtnl } from './netlink.js';
+import { attr, cstr, cstring, macText, parseAttrs } from './netlink-wire.js';
 
 export interface HostVeth {
   hostIfName: string;
@@ -24,33 +25,11 @@ const IFLA = { ADDRESS: 1, IFNAME: 3, LINK: 5, LINK_NETNSID: 37, TARGET_NETNSID:
 const NETNSA = { NSID: 1, FD: 3 } as const;
 const NSID_NOT_ASSIGNED = -1;
 
-/** A netlink attribute: length, type, payload padded to 4 bytes. */
-function attr(type: number, payload: Buffer): Buffer {
-  const out = Buffer.alloc((4 + payload.length + 3) & ~3);
-  out.writeUInt16LE(4 + payload.length, 0);
-  out.writeUInt16LE(type, 2);
-  payload.copy(out, 4);
-  return out;
-}
 const s32 = (n: number) => {
   const b = Buffer.alloc(4);
   b.writeInt32LE(n, 0);
   return b;
 };
-const cstr = (s: string) => Buffer.concat([Buffer.from(s), Buffer.alloc(1)]);
-
-/** Attributes after a fixed header of `headerLen` bytes, by type (the first of each). */
-export function parseAttrs(data: Buffer, headerLen: number): Map<number, Buffer> {
-  const out = new Map<number, Buffer>();
-  for (let off = (headerLen + 3) & ~3; off + 4 <= data.length; ) {
-    const len = data.readUInt16LE(off);
-    if (len < 4 || off + len > data.length) break;
-    const type = data.readUInt16LE(off + 2) & 0x3fff;
-    if (!out.has(type)) out.set(type, data.subarray(off + 4, off + len));
-    off += (len + 3) & ~3;
-  }
-  return out;
-}
 
 /** struct ifinfomsg: family, type, index, flags, change (16 bytes). */
 function ifinfomsg(index = 0): Buffer {
@@ -73,8 +52,8 @@ function parseLink(data: Buffer): LinkInfo {
   const name = a.get(IFLA.IFNAME);
   return {
     index: data.readInt32LE(4),
-    name: name ? name.toString('utf8').replace(/\0.*$/s, '') : undefined,
-    mac: mac ? [...mac].map((x) => x.toString(16).padStart(2, '0')).join(':') : undefined,
+    name: cstring(name),
+    mac: macText(mac),
     link: a.get(IFLA.LINK)?.readUInt32LE(0),
     linkNetnsid: a.get(IFLA.LINK_NETNSID)?.readInt32LE(0),
   };

@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { createNetlink, type NetlinkSocket } from 'netlink';
 import { ipv6ToString } from '../packet.js';
-import { parseAttrs } from './podlink.js';
+import { cstring, macText, parseAttrs } from './netlink-wire.js';
 
 const NETLINK_ROUTE = 0;
 const AF_INET = 2;
@@ -44,7 +44,6 @@ function ipText(b: Buffer | undefined, family: 4 | 6): string | undefined {
 
 const familyOf = (af: number): 4 | 6 | undefined => (af === AF_INET ? 4 : af === AF_INET6 ? 6 : undefined);
 const u32 = (b: Buffer | undefined) => (b && b.length >= 4 ? b.readUInt32LE(0) : undefined);
-const macText = (b: Buffer | undefined) => (b && b.length === 6 ? [...b].map((x) => x.toString(16).padStart(2, '0')).join(':') : undefined);
 
 /** One rtnetlink notification as an event (undefined: not a route, rule or neighbour of IPv4/IPv6). */
 export function decodeRtEvent(type: number, data: Buffer): RtEvent | undefined {
@@ -69,7 +68,7 @@ export function decodeRtEvent(type: number, data: Buffer): RtEvent | undefined {
       const iif = attrs.get(FRA.IIFNAME);
       return {
         kind: 'rule', deleted: type === RTM.DELRULE, family, priority: u32(attrs.get(FRA.PRIORITY)), table: u32(attrs.get(FRA.TABLE)) ?? data[4]!,
-        fwmark: u32(attrs.get(FRA.FWMARK)), fwmask: u32(attrs.get(FRA.FWMASK)), iif: iif ? iif.toString('utf8').replace(/\0.*$/s, '') : undefined,
+        fwmark: u32(attrs.get(FRA.FWMARK)), fwmask: u32(attrs.get(FRA.FWMASK)), iif: cstring(iif),
       };
     }
     case RTM.NEWNEIGH:

@@ -1,21 +1,13 @@
 /** NfTables and VethGuard against a fake nf_tables kernel: the bytes of each batch, acknowledgements, errors, dumps. */
 import t from 'tap';
-import { decodeChain, NF_DROP, NfTables, NftError, NFPROTO_NETDEV, nlmsg, type NetlinkTransport, parseAttrs, parseMessages } from '../../daemon/hostnet/nftables.js';
+import { decodeChain, NF_DROP, NfTables, NftError, NFPROTO_NETDEV, type NetlinkTransport } from '../../daemon/hostnet/nftables.js';
+import { attr, cstr, cstring, nlmsg, parseAttrs, parseMessages } from '../../daemon/hostnet/netlink-wire.js';
 import { VethGuard } from '../../daemon/hostnet/vethguard.js';
 import { ManualClock } from './manual-clock.js';
 
 const NFT = 10 << 8;
 const MSG = { NEWTABLE: NFT | 0, GETTABLE: NFT | 1, DELTABLE: NFT | 2, NEWCHAIN: NFT | 3, GETCHAIN: NFT | 4, DELCHAIN: NFT | 5 };
-const cstr = (b: Buffer | undefined) => b?.toString('utf8').replace(/\0.*$/s, '');
-
-function attr(type: number, payload: Buffer): Buffer {
-  const out = Buffer.alloc((4 + payload.length + 3) & ~3);
-  out.writeUInt16LE(4 + payload.length, 0);
-  out.writeUInt16LE(type, 2);
-  payload.copy(out, 4);
-  return out;
-}
-const str = (type: number, s: string) => attr(type, Buffer.from(`${s}\0`));
+const str = (type: number, s: string) => attr(type, cstr(s));
 
 function ack(seq: number, errno = 0): Buffer {
   const body = Buffer.alloc(20);
@@ -60,7 +52,7 @@ class FakeKernel {
       return;
     }
     if (first.type === MSG.GETTABLE) {
-      const name = cstr(parseAttrs(first.payload, 4).get(1))!;
+      const name = cstring(parseAttrs(first.payload, 4).get(1))!;
       this.reply(this.tables.has(name) ? nlmsg(MSG.NEWTABLE, 0, first.seq, Buffer.concat([Buffer.alloc(4), str(1, name)])) : ack(first.seq, 2));
       return;
     }
@@ -75,20 +67,20 @@ class FakeKernel {
     for (const m of msgs.slice(1, -1)) {
       const a = parseAttrs(m.payload, 4);
       let errno = 0;
-      if (m.type === MSG.NEWTABLE) tables.add(cstr(a.get(1))!);
+      if (m.type === MSG.NEWTABLE) tables.add(cstring(a.get(1))!);
       else if (m.type === MSG.DELTABLE) {
-        const name = cstr(a.get(1))!;
+        const name = cstring(a.get(1))!;
         if (!tables.delete(name)) errno = 2;
         for (const [k, c] of chains) if (c.table === name) chains.delete(k);
       } else if (m.type === MSG.NEWCHAIN) {
-        const table = cstr(a.get(1))!;
+        const table = cstring(a.get(1))!;
         const hook = parseAttrs(a.get(4)!);
-        const device = cstr(hook.get(3))!;
+        const device = cstring(hook.get(3))!;
         if (!tables.has(table) || this.missingDevices.has(device)) errno = 2;
-        else chains.set(`${table}/${cstr(a.get(3))}`, { table, name: cstr(a.get(3))!, device, policy: a.get(5)!.readInt32BE(0), hooknum: hook.get(1)!.readInt32BE(0), priority: hook.get(2)!.readInt32BE(0) });
-        t.equal(cstr(a.get(7)), 'filter', 'a filter chain');
+        else chains.set(`${table}/${cstring(a.get(3))}`, { table, name: cstring(a.get(3))!, device, policy: a.get(5)!.readInt32BE(0), hooknum: hook.get(1)!.readInt32BE(0), priority: hook.get(2)!.readInt32BE(0) });
+        t.equal(cstring(a.get(7)), 'filter', 'a filter chain');
       } else if (m.type === MSG.DELCHAIN) {
-        if (!chains.delete(`${cstr(a.get(1))}/${cstr(a.get(3))}`)) errno = 2;
+        if (!chains.delete(`${cstring(a.get(1))}/${cstring(a.get(3))}`)) errno = 2;
       }
       if (errno) failed = true;
       replies.push(ack(m.seq, errno));
