@@ -289,7 +289,9 @@ export class Enforcer {
     const since = this.dirtySince;
     // Every change counted so far is in this compile (and in the sync's desired set, computed later).
     const seq = this.changeSeq;
+    const compileStart = this.clock.now();
     this.compileNow();
+    const compileMs = this.clock.now() - compileStart;
     this.dirtySince = undefined;
     this.urgent = false;
     if (!this.applyFlows) return; // the agent's first sync will carry them
@@ -301,7 +303,7 @@ export class Enforcer {
       if (since !== undefined) {
         this.lastApplyMs = this.clock.now() - since;
         this.opts.onRealized?.(this.lastApplyMs / 1000);
-        this.opts.log.info({ ms: this.lastApplyMs, policyFlows: this.policyFlows.size }, 'policy: flows committed');
+        this.opts.log.info({ ms: this.lastApplyMs, compileMs, policyFlows: this.policyFlows.size }, 'policy: flows committed');
       }
     } catch (err) {
       this.opts.log.error({ err: (err as Error).message }, 'policy: applying flows failed; the periodic resync retries');

@@ -11,6 +11,12 @@ export interface FlowDiff {
   unchanged: number;
 }
 
+/** Where an applied diff's time went (ms): the committed bundle, then the datapath cache purge. */
+export interface ApplyTimings {
+  bundleMs: number;
+  purgeMs: number;
+}
+
 export function diffFlows(desired: readonly Flow[], installedCookies: Iterable<string>): FlowDiff {
   const installed = new Set([...installedCookies].map(normalizeCookie));
   const wanted = new Set(desired.map((f) => normalizeCookie(f.cookie)));

@@ -13,9 +13,10 @@
 import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { execa } from 'execa';
 import type { Logger } from 'pino';
-import { bundleText, type FlowDiff, isEmptyDiff, parseSluiceCookies } from './diff.js';
+import { type ApplyTimings, bundleText, type FlowDiff, isEmptyDiff, parseSluiceCookies } from './diff.js';
 import { COOKIE_PREFIX, flowText, SLUICE_COOKIE_FILTER } from './flow.js';
 import type { BundleEntry, OpenFlowController } from './openflow/controller.js';
 import { type FlowDelta, FlowStore } from './store.js';
@@ -514,14 +515,18 @@ export class Ovs {
    * (seen in the model=datapath lab suites). The kernel datapath rewrites by flow id and needs no
    * purge.
    */
-  async applyDiff(diff: FlowDiff): Promise<void> {
-    if (isEmptyDiff(diff)) return;
+  /** Commits `diff` as one bundle; resolves with the time the bundle and the purge took (ms). */
+  async applyDiff(diff: FlowDiff): Promise<ApplyTimings> {
+    if (isEmptyDiff(diff)) return { bundleMs: 0, purgeMs: 0 };
+    const t0 = performance.now();
     // Deletions first: a replaced flow may keep its table/priority/match under a new cookie.
     const entries = [...diff.remove.map((c) => deleteEntry(BigInt(c))), ...diff.add.map((f) => addEntry(flowText(f)))];
     await this.over('apply flows', (c) => c.flowBundle(entries), async () => {
       await this.ofctl(['--bundle', 'add-flows', this.target, '-'], bundleText(diff));
     });
+    const t1 = performance.now();
     if (this.opts.datapath === 'netdev') await this.appctl(['revalidator/purge']);
+    return { bundleMs: Math.round(t1 - t0), purgeMs: Math.round(performance.now() - t1) };
   }
 }
 
@@ -576,14 +581,15 @@ export class FlowSync {
     }
     const diff: FlowDiff = { add: delta.add, remove: delta.remove, unchanged: store.size - delta.add.length };
     if (!isEmptyDiff(diff)) {
+      let timings: ApplyTimings;
       try {
-        await this.ovs.applyDiff(diff);
+        timings = await this.ovs.applyDiff(diff);
       } catch (err) {
         store.restore(delta);
         this.mustVerify = true;
         throw err;
       }
-      this.log.info({ added: diff.add.length, removed: diff.remove.length, unchanged: diff.unchanged }, 'flows: applied');
+      this.log.info({ added: diff.add.length, removed: diff.remove.length, unchanged: diff.unchanged, ...timings }, 'flows: applied');
     }
     this.mustVerify = false;
     return diff;

@@ -30,6 +30,7 @@ class FakeBridge {
       const add = /^add .*cookie=(0x[0-9a-f]+)/.exec(line);
       if (add) this.cookies.add(add[1]!);
     }
+    return { bundleMs: 5, purgeMs: 0 };
   }
 }
 
