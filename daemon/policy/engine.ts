@@ -319,6 +319,8 @@ export class PolicyEngine {
   addressGroups(): AddressGroup[] { return this.model.addressGroups(); }
   appliedToGroups(): AppliedToGroup[] { return this.model.appliedToGroups(); }
   internalRules(): ComputedRule[] { return this.model.rules(); }
+  /** Ids of the (IR) egress rules with an fqdn peer, kept as rules change (no compile). */
+  fqdnEgressRuleIds(): ReadonlySet<string> { return this.model.fqdnEgressRuleIds(); }
   /** The rules this node enforces: local targets, resolved peer addresses and ports. */
   nodeRuleSet(): NodeRule[] { return this.model.nodeRuleSet(); }
   /** K8s NetworkPolicy isolations as internal objects (targets as AppliedToGroups). */

@@ -292,6 +292,8 @@ export class InternalModel {
   private readonly unscoped = new Set<GroupRecord>();
   private readonly policyRules = new Map<string, InternalRule[]>();
   private readonly sourceRules = new Map<string, InternalRule>();
+  /** Ids of the source rules that are egress rules with an fqdn peer. */
+  private readonly fqdnEgress = new Set<string>();
   /** IR rule id → computed rule ids. */
   private readonly expansions = new Map<string, string[]>();
   private readonly computed = new Map<string, ComputedRule>();
@@ -542,6 +544,8 @@ export class InternalModel {
     const wasRelative = this.relativeRules.has(id);
     if (rule) this.sourceRules.set(id, rule);
     else this.sourceRules.delete(id);
+    if (rule?.direction === 'Egress' && rule.peers?.some((p) => p.kind === 'fqdn')) this.fqdnEgress.add(id);
+    else this.fqdnEgress.delete(id);
     const relative = !!rule?.peers?.some((p) => p.kind === 'pods' && isRelative(p.namespaces));
     // A relative rule keeps its appliedTo groups alive even while it has no target namespace,
     // so it notices the first target appearing.
@@ -860,6 +864,11 @@ export class InternalModel {
       this.recomputeGroup(g);
     }
     this.reexpandRelative(() => true);
+  }
+
+  /** The source (IR) rule ids of egress rules with an fqdn peer: what DNS interception serves. */
+  fqdnEgressRuleIds(): ReadonlySet<string> {
+    return this.fqdnEgress;
   }
 
   fqdnChanged(): void {

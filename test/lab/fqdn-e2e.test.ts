@@ -1,25 +1,30 @@
 /**
- * FQDN egress end to end through `sluice-lab up --sluice` (lab "fqe", one node, ptp): the real
- * agent (its enforcer drives daemon/enforcement/fqdn's FqdnLearning), an Antrea ClusterNetworkPolicy
+ * FQDN egress end to end through `sluice-lab up --sluice --ip-family dual` (lab "fqe", one node,
+ * ptp): the real agent (its enforcer drives daemon/enforcement/fqdn's FqdnLearning), an Antrea
+ * ClusterNetworkPolicy
  *   egress: Allow UDP/TCP 53 to the external host (the user's own DNS rule), Allow TCP 80 to
  *   fqdn "*.example.com", Drop everything else
- * and a DNS server on the lab's external host answering www.example.com A 198.51.100.10 (the
- * external host's "Internet" address, which serves TCP 80) with TTL 5.
- * Shown with real packets (sluice-lab probe and a query from inside the Pod's namespace): before
- * DNS the address is dropped; the Pod's query is answered and a connection opened right after it
- * succeeds; the address is then allowed while the external host's other address stays dropped; and
- * after the TTL (raised to the agent's 10 s floor) the address is dropped again.
+ * and DNS servers on the lab's external host: over IPv4 answering www.example.com A 198.51.100.10
+ * (the external host's "Internet" address, which serves TCP 80), over IPv6 answering
+ * www6.example.com AAAA with a second IPv6 address of the external host; TTL 5.
+ * Shown with real packets (sluice-lab probe and queries from inside the Pod's namespace), for each
+ * family: before DNS the address is dropped; the Pod's query is answered (the IPv6 one over UDP
+ * over IPv6, so its response is held by the IPv6 interception flows) and a connection opened right
+ * after it succeeds; the address is then allowed while the external host's other address stays
+ * dropped; and after the TTL (raised to the agent's 10 s floor) the addresses are dropped again.
  */
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import t from 'tap';
-import { EXT_IP, EXT_PUBLIC_IP, extNetns, podNetns } from '../../lab/net/names.js';
+import { EXT_IP, EXT_IPV6, EXT_PUBLIC_IP, extNetns, podNetns } from '../../lab/net/names.js';
 import { simpleQuery } from '../unit/fqdn-helpers.js';
 import { cli, cliJson, skipReason, writeTemp, type ProbeJson } from './labcli-helpers.js';
 import { dnsServerProgram, nodeIn, queryProgram } from './fqdn-programs.js';
 
 const LAB = 'fqe';
+/** A second IPv6 address of the external host (on its VPC link): the AAAA answer. */
+const EXT_WEB6 = 'fd00:77::fb';
 const n = ['--name', LAB];
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -43,7 +48,7 @@ spec:
   egress:
     - action: Allow
       name: dns
-      to: [{ipBlock: {cidr: ${EXT_IP}/32}}]
+      to: [{ipBlock: {cidr: ${EXT_IP}/32}}, {ipBlock: {cidr: "${EXT_IPV6}/128"}}]
       ports: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]
     - action: Allow
       name: web
@@ -58,7 +63,7 @@ if (reason) {
   t.plan(0, reason);
 } else {
   const dir = writeTemp({ 'scenario.yaml': SCENARIO, 'policy.yaml': POLICY });
-  let dns: { pid?: number | undefined } | undefined;
+  const dns: { pid?: number | undefined }[] = [];
   const probe = async (probes: object[]): Promise<ProbeJson[]> => {
     const file = join(dir, `probes-${Math.random().toString(36).slice(2)}.json`);
     (await import('node:fs')).writeFileSync(file, JSON.stringify(probes));
@@ -82,9 +87,9 @@ if (reason) {
     await cli(['down', ...n]);
   });
   t.teardown(async () => {
-    if (dns?.pid) {
+    for (const d of dns) {
       try {
-        process.kill(dns.pid, 'SIGKILL');
+        if (d.pid) process.kill(d.pid, 'SIGKILL');
       } catch {
         /* gone */
       }
@@ -94,22 +99,26 @@ if (reason) {
   });
 
   t.test('fqdn egress follows DNS through the real agent', async (t) => {
-    const up = await cli(['up', ...n, '--nodes', '1', '--primary', 'ptp', '--sluice', '-f', join(dir, 'scenario.yaml')]);
+    const up = await cli(['up', ...n, '--nodes', '1', '--primary', 'ptp', '--ip-family', 'dual', '--sluice', '-f', join(dir, 'scenario.yaml')]);
     t.equal(up.code, 0, `up exits 0 (stderr: ${up.stderr.slice(-2000)})`);
     if (up.code !== 0) return;
-    t.same(await verdicts(web(EXT_PUBLIC_IP), web(EXT_IP)), [`ip:${EXT_PUBLIC_IP}:80 allow`, `ip:${EXT_IP}:80 allow`], 'without policy the external host is reachable');
+    await execa('ip', ['netns', 'exec', extNetns(LAB), 'ip', '-6', 'addr', 'add', `${EXT_WEB6}/64`, 'dev', 'eth0', 'nodad']);
+    t.same(await verdicts(web(EXT_PUBLIC_IP), web(EXT_IP), web(EXT_WEB6)), [`ip:${EXT_PUBLIC_IP}:80 allow`, `ip:${EXT_IP}:80 allow`, `ip:${EXT_WEB6}:80 allow`], 'without policy the external host is reachable');
 
     const ap = await cli(['apply', '-f', join(dir, 'policy.yaml'), ...n]);
     t.equal(ap.code, 0, `apply exits 0 (stderr: ${ap.stderr})`);
     t.equal(await until(web(EXT_PUBLIC_IP), 'drop', 15_000), 'drop', 'policy applied: before DNS the address is dropped');
     t.same(await verdicts(web(EXT_IP)), [`ip:${EXT_IP}:80 drop`], 'and so is the external host\'s other address');
 
-    const proc = execa('ip', ['netns', 'exec', extNetns(LAB), process.execPath, '--input-type=module', '-e', dnsServerProgram(EXT_IP, { 'www.example.com': [EXT_PUBLIC_IP, 5] }, false)], { reject: false });
-    dns = proc;
-    await new Promise<void>((resolve, reject) => {
-      proc.stdout?.on('data', (d: Buffer) => { if (d.toString().includes('ready')) resolve(); });
-      void proc.then((r) => reject(new Error(`DNS server exited: ${String(r.stderr)}`)));
-    });
+    const zone = { 'www.example.com': [EXT_PUBLIC_IP, 5], 'www6.example.com': [EXT_WEB6, 5] } as Record<string, [string, number]>;
+    for (const listen of [EXT_IP, EXT_IPV6]) {
+      const proc = execa('ip', ['netns', 'exec', extNetns(LAB), process.execPath, '--input-type=module', '-e', dnsServerProgram(listen, zone, false)], { reject: false });
+      dns.push(proc);
+      await new Promise<void>((resolve, reject) => {
+        proc.stdout?.on('data', (d: Buffer) => { if (d.toString().includes('ready')) resolve(); });
+        void proc.then((r) => reject(new Error(`DNS server on ${listen} exited: ${String(r.stderr)}`)));
+      });
+    }
 
     const q = await nodeIn(podNetns(LAB, 'fqe', 'client'), queryProgram(EXT_IP, simpleQuery('www.example.com', 0x6666), 'udp', true));
     t.equal(q.code, 'ANSWER', 'the Pod\'s DNS query is answered through the agent\'s hold');
@@ -122,7 +131,16 @@ if (reason) {
     const nx = await nodeIn(podNetns(LAB, 'fqe', 'client'), queryProgram(EXT_IP, simpleQuery('nothing.example.com', 0x7777), 'udp', false));
     t.same([nx.code, nx.rcode], ['ANSWER', 3], 'NXDOMAIN answers reach the Pod');
 
+    t.same(await verdicts(web(EXT_WEB6)), [`ip:${EXT_WEB6}:80 drop`], 'IPv6: before DNS the address is dropped');
+    const q6 = await nodeIn(podNetns(LAB, 'fqe', 'client'), queryProgram(EXT_IPV6, simpleQuery('www6.example.com', 0x6767, 28), 'udp', true));
+    t.equal(q6.code, 'ANSWER', 'the Pod\'s AAAA query over IPv6 is answered through the agent\'s hold');
+    t.equal(q6.connect, 'CONNECTED', `a connection to the AAAA answer (${String(q6.ip)}) opened right after it is allowed`);
+    t.same(await verdicts(web(EXT_WEB6), web(EXT_IPV6), web(EXT_WEB6, 81)), [
+      `ip:${EXT_WEB6}:80 allow`, `ip:${EXT_IPV6}:80 drop`, `ip:${EXT_WEB6}:81 drop`,
+    ], 'IPv6: the learned address is allowed on the rule\'s port only; the external host\'s other address stays dropped');
+
     // TTL 5 is raised to the agent's 10 s floor; expiry runs every second.
     t.equal(await until(web(EXT_PUBLIC_IP), 'drop', 25_000), 'drop', 'after the TTL the address is dropped again');
+    t.equal(await until(web(EXT_WEB6), 'drop', 25_000), 'drop', 'and so is the IPv6 one');
   });
 }

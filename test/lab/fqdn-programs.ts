@@ -13,26 +13,37 @@ export async function nodeIn(ns: string, program: string): Promise<Record<string
 }
 
 /**
- * DNS on `listenIp`:53 (UDP and TCP): A records of `zone` (name -> [ip, ttl]), NXDOMAIN for other
- * names. With `web`, also a TCP server on 0.0.0.0:80. Prints "ready" once listening.
+ * DNS on `listenIp`:53 (UDP and TCP, IPv4 or IPv6): records of `zone` (name -> [ip, ttl]; an A
+ * record for an IPv4 address, AAAA for IPv6, each answered to a query of its type only, NODATA to
+ * the other), NXDOMAIN for other names. With `web`, also a TCP server on 0.0.0.0:80. Prints
+ * "ready" once listening.
  */
 export const dnsServerProgram = (listenIp: string, zone: Record<string, [string, number]>, web: boolean) => `
 import { createSocket } from 'node:dgram';
-import { createServer } from 'node:net';
+import { createServer, isIPv6 } from 'node:net';
 const ZONE = ${JSON.stringify(zone)};
-function qname(m) { const l = []; let i = 12; while (m[i]) { l.push(m.subarray(i + 1, i + 1 + m[i]).toString('latin1')); i += 1 + m[i]; } return [l.join('.').toLowerCase(), i + 5]; }
+function qname(m) { const l = []; let i = 12; while (m[i]) { l.push(m.subarray(i + 1, i + 1 + m[i]).toString('latin1')); i += 1 + m[i]; } return [l.join('.').toLowerCase(), i + 5, m.readUInt16BE(i + 1)]; }
+function rdata(ip) {
+  if (!isIPv6(ip)) return Buffer.from(ip.split('.').map(Number));
+  const [head, tail = ''] = ip.split('::');
+  const h = head ? head.split(':') : [], t = tail ? tail.split(':') : [];
+  const groups = ip.includes('::') ? [...h, ...Array(8 - h.length - t.length).fill('0'), ...t] : h;
+  const b = Buffer.alloc(16); groups.forEach((g, i) => b.writeUInt16BE(parseInt(g, 16), i * 2)); return b;
+}
 function answer(q) {
-  const [name, end] = qname(q);
+  const [name, end, qtype] = qname(q);
   const rec = ZONE[name];
+  const type = rec && (isIPv6(rec[0]) ? 28 : 1);
+  const data = type === qtype ? rdata(rec[0]) : undefined;
   const h = Buffer.from(q.subarray(0, 12));
-  h.writeUInt16BE(0x8180 | (rec ? 0 : 3), 2); h.writeUInt16BE(rec ? 1 : 0, 6); h.writeUInt16BE(0, 8); h.writeUInt16BE(0, 10);
+  h.writeUInt16BE(0x8180 | (rec ? 0 : 3), 2); h.writeUInt16BE(data ? 1 : 0, 6); h.writeUInt16BE(0, 8); h.writeUInt16BE(0, 10);
   const parts = [h, q.subarray(12, end)];
-  if (rec) { const rr = Buffer.alloc(16); rr.writeUInt16BE(0xc00c, 0); rr.writeUInt16BE(1, 2); rr.writeUInt16BE(1, 4); rr.writeUInt32BE(rec[1], 6); rr.writeUInt16BE(4, 10); Buffer.from(rec[0].split('.').map(Number)).copy(rr, 12); parts.push(rr); }
+  if (data) { const rr = Buffer.alloc(12); rr.writeUInt16BE(0xc00c, 0); rr.writeUInt16BE(type, 2); rr.writeUInt16BE(1, 4); rr.writeUInt32BE(rec[1], 6); rr.writeUInt16BE(data.length, 10); parts.push(rr, data); }
   return Buffer.concat(parts);
 }
 let waiting = ${web ? 3 : 2};
 const up = () => { if (--waiting === 0) console.log('ready'); };
-const udp = createSocket('udp4');
+const udp = createSocket(isIPv6('${listenIp}') ? 'udp6' : 'udp4');
 udp.on('message', (m, r) => udp.send(answer(m), r.port, r.address));
 udp.bind(53, '${listenIp}', up);
 createServer((s) => { let buf = Buffer.alloc(0); s.on('data', (d) => { buf = Buffer.concat([buf, d]); if (buf.length >= 2 && buf.length >= 2 + buf.readUInt16BE(0)) { const a = answer(buf.subarray(2, 2 + buf.readUInt16BE(0))); const l = Buffer.alloc(2); l.writeUInt16BE(a.length); s.end(Buffer.concat([l, a])); } }); s.on('error', () => {}); }).listen(53, '${listenIp}', up);
@@ -47,10 +58,13 @@ s.setTimeout(1500, () => { console.log(JSON.stringify({ code: 'TIMEOUT' })); pro
 s.on('connect', () => { console.log(JSON.stringify({ code: 'CONNECTED' })); process.exit(0); });
 s.on('error', (e) => { console.log(JSON.stringify({ code: e.code })); process.exit(0); });`;
 
-/** One DNS query to dnsIp (UDP or TCP), then optionally an immediate TCP connection to port 80 of the (last) answer. */
+/**
+ * One DNS query to dnsIp (UDP or TCP, IPv4 or IPv6), then optionally an immediate TCP connection
+ * to port 80 of the (last) answer: the A or AAAA record ending the reply.
+ */
 export const queryProgram = (dnsIp: string, query: Buffer, transport: 'udp' | 'tcp', connectAfter: boolean) => `
 import { createSocket } from 'node:dgram';
-import { connect } from 'node:net';
+import { connect, isIPv6 } from 'node:net';
 const q = Buffer.from('${query.toString('hex')}', 'hex');
 const started = process.hrtime.bigint();
 const fail = (code) => { console.log(JSON.stringify({ code })); process.exit(0); };
@@ -58,8 +72,11 @@ setTimeout(() => fail('DNS_TIMEOUT'), 4000);
 function then(reply) {
   const ms = Number(process.hrtime.bigint() - started) / 1e6;
   const an = reply.readUInt16BE(6);
-  const ip = an > 0 ? [...reply.subarray(reply.length - 4)].join('.') : undefined;
-  const out = { code: 'ANSWER', rcode: reply.readUInt16BE(2) & 15, reply: reply.toString('hex'), ms };
+  const aaaa = an > 0 && reply.readUInt16BE(reply.length - 2 - 16) === 16;
+  const ip = an === 0 ? undefined : aaaa
+    ? [0, 2, 4, 6, 8, 10, 12, 14].map((o) => reply.readUInt16BE(reply.length - 16 + o).toString(16)).join(':')
+    : [...reply.subarray(reply.length - 4)].join('.');
+  const out = { code: 'ANSWER', rcode: reply.readUInt16BE(2) & 15, reply: reply.toString('hex'), ms, ...(ip ? { ip } : {}) };
   if (!${connectAfter} || !ip) { console.log(JSON.stringify(out)); process.exit(0); }
   const s = connect({ host: ip, port: 80 });
   s.setTimeout(1500, () => { console.log(JSON.stringify({ ...out, connect: 'TIMEOUT' })); process.exit(0); });
@@ -67,7 +84,7 @@ function then(reply) {
   s.on('error', (e) => { console.log(JSON.stringify({ ...out, connect: e.code })); process.exit(0); });
 }
 if ('${transport}' === 'udp') {
-  const u = createSocket('udp4');
+  const u = createSocket(isIPv6('${dnsIp}') ? 'udp6' : 'udp4');
   u.on('message', (m) => { u.close(); then(m); });
   u.send(q, 53, '${dnsIp}');
 } else {

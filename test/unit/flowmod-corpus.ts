@@ -71,7 +71,7 @@ export function policyFlows(): Flow[] {
 
 /** The corpus: sluice's flows (unique by cookie) and the traceflow observation flows (text, own cookies). */
 export function corpusFlows(): { flows: Flow[]; trace: string[] } {
-  const all: Flow[] = [...computeFlows(PIPELINE), ...policyFlows(), ...dnsInterceptFlows({ pods: ['10.1.0.11'], mode: 'hold' }), ...dnsInterceptFlows({ pods: 'all', mode: 'copy' })];
+  const all: Flow[] = [...computeFlows(PIPELINE), ...policyFlows(), ...dnsInterceptFlows({ pods: ['10.1.0.11', 'fd00:10:1::11'], mode: 'hold' }), ...dnsInterceptFlows({ pods: 'all', mode: 'copy' })];
   const flows = [...new Map(all.map((f) => [f.cookie, f])).values()];
   return { flows, trace: [...traceObservationFlows('10.1.0.11').trim().split('\n'), ...traceObservationFlows('fd00:1::11').trim().split('\n')] };
 }

@@ -147,9 +147,22 @@ t.test('interception flows: table, priority, match and scope', async (t) => {
   t.same(copy.map((f) => `${f.match} ${f.actions}`), [
     'ct_state=+rpl+trk,udp,reg0=0x200/0xf00,tp_src=53 controller(userdata=02.01,meter_id=258),goto_table:AntreaPolicyIngressRule',
     'ct_state=+rpl+trk,tcp,reg0=0x200/0xf00,tp_src=53 controller(userdata=02.01,meter_id=258),goto_table:AntreaPolicyIngressRule',
+    'ct_state=+rpl+trk,udp6,reg0=0x200/0xf00,tp_src=53 controller(userdata=02.01,meter_id=258),goto_table:AntreaPolicyIngressRule',
+    'ct_state=+rpl+trk,tcp6,reg0=0x200/0xf00,tp_src=53 controller(userdata=02.01,meter_id=258),goto_table:AntreaPolicyIngressRule',
   ]);
   t.same(dnsInterceptFlows({ pods: [] }), [], 'no fqdn targets: nothing intercepted');
-  t.throws(() => dnsInterceptFlows({ pods: ['fd00::1'] }), /not IPv4/);
+  t.same(dnsInterceptFlows({ pods: ['fd00::1'] }).map((f) => f.match), [
+    'ct_state=+rpl+trk,udp6,reg0=0x200/0xf00,ipv6_dst=fd00::1,tp_src=53',
+    'ct_state=+rpl+trk,tcp6,reg0=0x200/0xf00,ipv6_dst=fd00::1,tp_src=53',
+  ], 'an IPv6 Pod address: its responses over IPv6');
+  t.throws(() => dnsInterceptFlows({ pods: ['10.1.0.300'] }), /"10.1.0.300" is not an IP address/);
+  engine.upsert({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 'client', labels: { app: 'client' } }, spec: { nodeName: 'node-1', containers: [] }, status: { podIP: CLIENT_IP, podIPs: [{ ip: CLIENT_IP }, { ip: 'fd00:10:1::5' }] } });
+  t.same(fqdnTargetPodIps(engine), [CLIENT_IP, 'fd00:10:1::5'], 'a dual-stack target: both addresses (DNS may answer over either family)');
+  const ruleOnly = (egress: object[]) => ({ apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'fqdn' }, spec: { priority: 1, appliedTo: [{ podSelector: { matchLabels: { app: 'client' } } }], egress } });
+  engine.upsert(ruleOnly([{ action: 'Drop', name: 'rest' }]));
+  t.same(fqdnTargetPodIps(engine), [], 'the policy loses its fqdn rule: no targets');
+  engine.upsert(ruleOnly([{ action: 'Allow', name: 'web', to: [{ fqdn: 'www.example.com' }] }]));
+  t.same(fqdnTargetPodIps(engine), [CLIENT_IP, 'fd00:10:1::5'], 'and gains one back');
   engine.remove({ apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', name: 'fqdn' });
   t.same(fqdnTargetPodIps(engine), [], 'policy gone: no targets');
 });

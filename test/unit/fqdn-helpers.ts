@@ -62,8 +62,9 @@ export function simpleResponse(name: string, answers: { ip: string; ttl: number 
   ]);
 }
 
-export function simpleQuery(name: string, id = 0x4242): Buffer {
-  return Buffer.concat([header({ id, qr: false }), question(wireName(name))]);
+/** A query for `name` of record type `type` (1 = A, 28 = AAAA). */
+export function simpleQuery(name: string, id = 0x4242, type = 1): Buffer {
+  return Buffer.concat([header({ id, qr: false }), question(wireName(name), type)]);
 }
 
 // ---- frames ----

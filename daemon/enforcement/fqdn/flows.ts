@@ -8,8 +8,8 @@
  * L3Forwarding has already rewritten the MACs, decremented the TTL and put the Pod's ofport in reg1:
  * the frame is final, and the agent releases it with `output:<reg1>`.
  * Match: `ct_state=+rpl+trk` (a reply to a query the Pod itself sent: unsolicited packets from
- * port 53 teach nothing), `reg0=0x200/0xf00` (to a local Pod), udp/tcp `tp_src=53`, and per Pod
- * `nw_dst=<ip>` unless every local Pod is intercepted.
+ * port 53 teach nothing), `reg0=0x200/0xf00` (to a local Pod), udp/tcp (udp6/tcp6 for IPv6)
+ * `tp_src=53`, and per Pod address `nw_dst=`/`ipv6_dst=` unless every local Pod is intercepted.
  *
  * Hold (default): the response goes only to the agent (`controller(userdata=02.00,meter_id=258)`).
  * The agent learns the addresses, commits the changed policy flows, then packet-outs the response,
@@ -24,6 +24,7 @@
  * DNS is never blocked here: the flows only punt replies and the agent releases every held packet
  * it receives, parseable or not. Queries are ordinary egress traffic, judged by the user's policies.
  */
+import { isIPv4, isIPv6 } from 'node:net';
 import { type Flow, FlowCategory, withCookie } from '../../flows/flow.js';
 import { PUNT_METER_ID, PuntCategory, puntUserdata } from '../../flows/openflow/punt.js';
 import { masked, REG0, type TableName } from '../../flows/tables.js';
@@ -39,7 +40,7 @@ export const DnsPuntOp = { hold: 0x00, copy: 0x01 } as const;
 export type DnsInterceptMode = 'hold' | 'copy';
 
 export interface DnsInterceptInput {
-  /** Local Pod IPv4 addresses whose DNS responses are intercepted, or 'all' local Pods. */
+  /** Local Pod addresses (IPv4 or IPv6) whose DNS responses are intercepted, or 'all' local Pods. */
   pods: readonly string[] | 'all';
   mode?: DnsInterceptMode;
 }
@@ -56,40 +57,45 @@ export function dnsPuntActions(mode: DnsInterceptMode): string {
 export function dnsInterceptFlows(input: DnsInterceptInput): Flow[] {
   const mode = input.mode ?? 'hold';
   const actions = dnsPuntActions(mode);
-  const dsts = input.pods === 'all' ? [undefined] : [...new Set(input.pods)].sort();
   const flows: Flow[] = [];
-  for (const ip of dsts) {
-    if (ip !== undefined && !/^\d{1,3}(\.\d{1,3}){3}$/.test(ip)) throw new Error(`dnsInterceptFlows: Pod address "${ip}" is not IPv4`);
-    for (const proto of ['udp', 'tcp']) {
-      flows.push(withCookie({
-        table: DNS_INTERCEPT_TABLE,
-        priority: DNS_INTERCEPT_PRIORITY,
-        match: `ct_state=+rpl+trk,${proto},reg0=${masked(REG0.dstPod, REG0.dstMask)}${ip ? `,nw_dst=${ip}` : ''},tp_src=${DNS_PORT}`,
-        actions,
-        category: FlowCategory.policy,
-      }));
-    }
+  const intercept = (proto: string, dst: string) =>
+    flows.push(withCookie({
+      table: DNS_INTERCEPT_TABLE,
+      priority: DNS_INTERCEPT_PRIORITY,
+      match: `ct_state=+rpl+trk,${proto},reg0=${masked(REG0.dstPod, REG0.dstMask)}${dst},tp_src=${DNS_PORT}`,
+      actions,
+      category: FlowCategory.policy,
+    }));
+  if (input.pods === 'all') {
+    for (const proto of ['udp', 'tcp', 'udp6', 'tcp6']) intercept(proto, '');
+    return flows;
+  }
+  for (const ip of [...new Set(input.pods)].sort()) {
+    const v6 = isIPv6(ip);
+    if (!v6 && !isIPv4(ip)) throw new Error(`dnsInterceptFlows: Pod address "${ip}" is not an IP address`);
+    for (const proto of ['udp', 'tcp']) intercept(v6 ? `${proto}6` : proto, v6 ? `,ipv6_dst=${ip}` : `,nw_dst=${ip}`);
   }
   return flows;
 }
 
 /**
- * The local Pod addresses targeted by an egress rule with an fqdn peer (what to pass as `pods`).
- * [] when no such rule applies on this node: then no DNS response is intercepted at all.
+ * The local Pod addresses (both families) targeted by an egress rule with an fqdn peer (what to
+ * pass as `pods`). [] when no such rule applies on this node: then no DNS response is intercepted
+ * at all. Cost: one pass over the rules and the node rule set, no policy compile.
  */
-export function fqdnTargetPodIps(engine: Pick<PolicyEngine, 'rules' | 'internalRules' | 'nodeRuleSet'>): string[] {
-  const irIds = new Set(engine.rules().filter((r) => r.direction === 'Egress' && (r.peers ?? []).some((p) => p.kind === 'fqdn')).map((r) => r.id));
+export function fqdnTargetPodIps(engine: Pick<PolicyEngine, 'fqdnEgressRuleIds' | 'internalRules' | 'nodeRuleSet'>): string[] {
+  const irIds = engine.fqdnEgressRuleIds();
   if (irIds.size === 0) return [];
   const computed = new Set(engine.internalRules().filter((c) => irIds.has(c.ruleId)).map((c) => c.id));
   const ips = new Set<string>();
   for (const nr of engine.nodeRuleSet()) {
     if (!computed.has(nr.ruleId)) continue;
-    for (const t of nr.targets) if (t.kind !== 'node') for (const ip of t.ips) if (/^\d{1,3}(\.\d{1,3}){3}$/.test(ip)) ips.add(ip);
+    for (const t of nr.targets) if (t.kind !== 'node') for (const ip of t.ips) ips.add(ip);
   }
   return [...ips].sort();
 }
 
 /** Convenience: both in one step, for the agent's desired flow set. */
-export function dnsInterceptFlowsFor(engine: Pick<PolicyEngine, 'rules' | 'internalRules' | 'nodeRuleSet'>, mode: DnsInterceptMode = 'hold'): Flow[] {
+export function dnsInterceptFlowsFor(engine: Pick<PolicyEngine, 'fqdnEgressRuleIds' | 'internalRules' | 'nodeRuleSet'>, mode: DnsInterceptMode = 'hold'): Flow[] {
   return dnsInterceptFlows({ pods: fqdnTargetPodIps(engine), mode });
 }
