@@ -5,7 +5,9 @@
  * order over the dimensions present: source addresses, destination addresses, services.
  *   egress:  1 = local target IPs (nw_src), 2 = peer IPs/CIDRs (nw_dst), 3 = protocol/ports
  *   ingress: 1 = peer IPs/CIDRs (nw_src), 2 = local target IPs (nw_dst), 3 = protocol/ports
- * so a rule costs (sum of the dimension sizes) + 1 flows instead of their product. A rule with one
+ * so a rule costs (sum of the dimension sizes) + 1 flows instead of their product. A peer set used
+ * at several places has an address class (addrclass.ts): its peer clause is then one flow on the
+ * class bit, and the set's addresses are matched once, in the classification tables. A rule with one
  * dimension needs no conjunction: its flows carry the action. Clause flows with the same table,
  * priority and match (shared by several rules, e.g. the same Pod in two Kubernetes rules) are one
  * flow with several conjunction() actions.
