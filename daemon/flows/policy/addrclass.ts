@@ -138,8 +138,8 @@ export function classPrefix(text: string): ClassPrefix | undefined {
 export class ClassTable {
   /** Prefix text -> the prefix and the bits of the classes listing it (bit -> how many list it). */
   private readonly prefixes = new Map<string, { p: ClassPrefix; bits: Map<number, number> }>();
-  /** Per family and length shorter than a host's: network start -> prefix text (CIDRs around others). */
-  private readonly cidrs = new Map<string, Map<bigint, string>>();
+  /** Per family, per length shorter than a host's: network start -> prefix text (CIDRs around others). */
+  private readonly cidrs: Record<4 | 6, Map<number, Map<bigint, string>>> = { 4: new Map(), 6: new Map() };
 
   /** Bit `bit` listed at `prefix`; returns the prefixes whose flows may change. */
   add(prefix: ClassPrefix, bit: number, touched: Set<string>): void {
@@ -147,9 +147,9 @@ export class ClassTable {
     if (!e) {
       this.prefixes.set(prefix.text, (e = { p: prefix, bits: new Map() }));
       if (!isHost(prefix)) {
-        const k = `${prefix.family}/${prefix.len}`;
-        let m = this.cidrs.get(k);
-        if (!m) this.cidrs.set(k, (m = new Map()));
+        const byLen = this.cidrs[prefix.family];
+        let m = byLen.get(prefix.len);
+        if (!m) byLen.set(prefix.len, (m = new Map()));
         m.set(prefix.start, prefix.text);
       }
     }
@@ -173,10 +173,9 @@ export class ClassTable {
     if (e.bits.size > 0) return;
     this.prefixes.delete(prefix.text);
     if (!isHost(prefix)) {
-      const k = `${prefix.family}/${prefix.len}`;
-      const m = this.cidrs.get(k);
+      const m = this.cidrs[prefix.family].get(prefix.len);
       m?.delete(prefix.start);
-      if (m?.size === 0) this.cidrs.delete(k);
+      if (m?.size === 0) this.cidrs[prefix.family].delete(prefix.len);
     }
   }
 
@@ -186,10 +185,8 @@ export class ClassTable {
     if (!e) return undefined;
     const bits = new Set(e.bits.keys());
     const max = e.p.family === 4 ? 32 : 128;
-    for (const [k, m] of this.cidrs) {
-      const [fam, lenText] = k.split('/');
-      const len = Number(lenText);
-      if (Number(fam) !== e.p.family || len >= e.p.len) continue;
+    for (const [len, m] of this.cidrs[e.p.family]) {
+      if (len >= e.p.len) continue;
       const shift = BigInt(max - len);
       const around = m.get((e.p.start >> shift) << shift);
       if (around !== undefined) for (const b of this.prefixes.get(around)!.bits.keys()) bits.add(b);

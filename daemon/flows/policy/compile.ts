@@ -468,7 +468,18 @@ function contributionSig(c: Contribution): string {
 /** Every address of the rule (targets, peers, Service peers) is IPv4. */
 function ipv4Only(r: NodeRule): boolean {
   if (r.peers === 'any') return false;
-  return [...r.peers.ips, ...r.peers.cidrs, ...r.peers.services.map((x) => x.ip), ...r.targets.flatMap((t) => t.ips)].every((a) => familyOf(a) === 4);
+  return allIpv4(r.peers.ips) && [...r.peers.cidrs, ...r.peers.services.map((x) => x.ip), ...r.targets.flatMap((t) => t.ips)].every((a) => familyOf(a) === 4);
+}
+
+/**
+ * Every address of a peer list is IPv4, remembered per list: the engine hands the same (never
+ * modified) array to every rule whose peers are one address group, thousands of addresses each.
+ */
+const IPV4_LISTS = new WeakMap<readonly string[], boolean>();
+function allIpv4(list: readonly string[]): boolean {
+  let v4 = IPV4_LISTS.get(list);
+  if (v4 === undefined) IPV4_LISTS.set(list, (v4 = list.every((a) => familyOf(a) === 4)));
+  return v4;
 }
 
 /** Everything of a rule its flows depend on except its peer IPs (addresses compared as text). */
