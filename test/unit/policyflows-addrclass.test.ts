@@ -52,6 +52,9 @@ const inside = (addr: string, prefix: string): boolean => {
 };
 const holds = (set: PeerSet, addr: string): boolean => [...set.ips, ...set.cidrs].some((p) => inside(addr, p));
 
+/** A classification flow (not the bypass of a connection's later packets, which every set has). */
+const isClassFlow = (f: Flow, table = /AddressClass$/): boolean => table.test(f.table) && !f.match.startsWith('ct_state=');
+
 /** The prefix a classification/peer match names (`ip` / `ipv6` = the whole family). */
 function matchPrefix(match: string): string | undefined {
   if (match === 'ip') return '0.0.0.0/0';
@@ -161,7 +164,7 @@ t.test('every rule matches exactly its peer set (nested CIDRs, excepts, /32 in /
     }
     const pf = new PolicyFlows(budget === undefined ? {} : { classBits: budget });
     pf.sync({ rules, isolations: [] });
-    const classFlows = pf.flows().filter((f) => f.table.endsWith('AddressClass')).length;
+    const classFlows = pf.flows().filter((f) => isClassFlow(f)).length;
     const bitClauses = pf.flows().filter((f) => /^reg(7|8|1[0-5])=/.test(f.match)).length;
     t.equal(checkSemantics(t, pf, rules, byId, `seed ${seed}`), 0, `seed ${seed}, budget ${budget ?? 'all'}: ${rules.length} rules, ${classFlows} classification flows, ${bitClauses} class clauses`);
     if (budget === 0) t.equal(classFlows + bitClauses, 0, 'no bits: every set keeps per-address flows');
@@ -194,7 +197,7 @@ t.test('a /32 inside a /24 inside a /8, an except, and IPv6: the flows themselve
   const f32 = flows.find((f) => f.table === 'DstAddressClass' && f.match === 'ip,nw_dst=10.1.2.3')!;
   t.equal(f32.priority, 132, 'priority = base + prefix length');
   t.match(f32.actions, /goto_table:AntreaPolicyEgressRule$/, 'then on to the egress policy table');
-  t.equal(flows.filter((f) => f.table === 'SrcAddressClass').length, 0, 'no ingress rule: no source classes');
+  t.equal(flows.filter((f) => isClassFlow(f, /^Src/)).length, 0, 'no ingress rule: no source classes');
 });
 
 t.test('a deliberately broken folding (bits of the prefixes around ignored) is caught', async (t) => {
@@ -248,7 +251,7 @@ t.test('incremental: a member that comes or goes changes one classification flow
   const rules = [rule('Ingress', set, 1), rule('Ingress', set, 2), rule('Ingress', set, 3)];
   const pf = new PolicyFlows();
   const first = pf.sync({ rules, isolations: [] });
-  t.equal(first.add.filter((f) => f.table === 'SrcAddressClass').length, 50, 'one classification flow per address');
+  t.equal(first.add.filter((f) => isClassFlow(f)).length, 50, 'one classification flow per address');
   t.equal(first.add.filter((f) => /^reg(7|8|10|11)=/.test(f.match)).length, 3, 'one peer flow per rule');
   const grown: PeerSet = { ...set, ips: [...set.ips, '10.2.0.99'] };
   const next = rules.map((r) => ({ ...r, peers: { ips: [...grown.ips].sort(), cidrs: [], services: [] } }));
@@ -257,7 +260,7 @@ t.test('incremental: a member that comes or goes changes one classification flow
   t.same(d.add.map((f) => `${f.table} ${f.match}`), ['SrcAddressClass ip,nw_src=10.2.0.99'], 'one flow for the address that came');
   const fourth = { ...rule('Ingress', grown, 4), peers: next[0]!.peers };
   const d2 = pf.sync({ rules: [...next, fourth], isolations: [] }, new Set([fourth.ruleId]));
-  t.equal(d2.add.filter((f) => f.table === 'SrcAddressClass').length, 0, 'a new rule on the set: no classification flow');
+  t.equal(d2.add.filter((f) => isClassFlow(f)).length, 0, 'a new rule on the set: no classification flow');
   t.equal(d2.add.filter((f) => /^reg(7|8|10|11)=/.test(f.match)).length, 1, 'and one peer flow');
   t.equal(d2.remove.length, 0);
   const shrunk = next.map((r) => ({ ...r, peers: { ips: r.peers.ips.filter((a) => a !== '10.2.0.7'), cidrs: [], services: [] } }));
@@ -274,10 +277,10 @@ t.test('sets without a class identity, or used at one place, keep per-address fl
   const set: PeerSet = { id: 'pods', ips: ['10.2.0.1', '10.2.0.2', '10.2.0.3'], cidrs: [] };
   const one = new PolicyFlows();
   one.sync({ rules: [rule('Egress', set, 1)], isolations: [] });
-  t.equal(one.flows().filter((f) => f.table.endsWith('AddressClass')).length, 0, 'one rule: no class');
+  t.equal(one.flows().filter((f) => isClassFlow(f)).length, 0, 'one rule: no class');
   const anon = [rule('Egress', set, 1), rule('Egress', set, 2)].map(({ peerSet: _drop, ...r }) => r);
   const pf = new PolicyFlows();
   pf.sync({ rules: anon, isolations: [] });
-  t.equal(pf.flows().filter((f) => f.table.endsWith('AddressClass')).length, 0, 'no peerSet (named ports on the peers): no class');
+  t.equal(pf.flows().filter((f) => isClassFlow(f)).length, 0, 'no peerSet (named ports on the peers): no class');
   t.equal(pf.flows().filter((f) => /nw_dst=10\.2\.0\./.test(f.match)).length, 6, 'per-address flows per rule');
 });

@@ -104,9 +104,14 @@ export function ruleTable(rule: Pick<NodeRule, 'direction' | 'priority'>): Table
   return rule.priority.stage === 0 ? t.stage0 : rule.priority.stage === 1 ? t.k8s : t.dflt;
 }
 
-/** Flows that do not depend on rules: established bypass and the pre-DNAT skip (both families). */
+/** Flows that do not depend on rules: established bypass (rule and class tables) and the pre-DNAT skip (both families). */
 export function staticPolicyFlows(): Flow[] {
   const out: Flow[] = [];
+  // A connection's later packets never reach a peer clause (they bypass the rule tables, below):
+  // they skip the address classification, so their megaflows need not match the addresses.
+  for (const side of ['src', 'dst'] as const) {
+    for (const ip of ['ip', 'ipv6']) out.push(policyFlow(CLASS_TABLE[side], PRIORITY.bypass, `ct_state=-new+trk,${ip}`, `goto_table:${nextTable(CLASS_TABLE[side])}`));
+  }
   for (const dir of ['Egress', 'Ingress'] as const) {
     const t = DIRECTION_TABLES[dir];
     for (const state of ['-new+est+trk', '-new+rel+trk']) {
