@@ -463,7 +463,7 @@ function render(s: SharedFlow): Flow | undefined {
 }
 
 /** A rule's peer class form as text ('' = per-address flows): a change means its flows change. */
-const peerClassSignature = (f: PeerClassForm | undefined): string => (f ? `${f.match}|${[...f.families].join()}` : '');
+const peerClassSignature = (f: PeerClassForm | undefined): string => f?.sig ?? '';
 
 /** What a contribution adds to its shared flow: equal signatures are interchangeable contributions. */
 function contributionSig(c: Contribution): string {
@@ -562,6 +562,8 @@ function sortedDiff(a: readonly string[], b: readonly string[]): { gone: string[
 interface PeerClassForm {
   match: string;
   families: ReadonlySet<Family>;
+  /** match and families as one string (RuleEntry.peerClass). */
+  sig: string;
 }
 
 /** A peer address set (NodeRule.peerSet) of one side, the rules using it and its bit if it has one. */
@@ -652,7 +654,7 @@ export class PolicyFlows {
 
   /** Peer address classes by key (`side|peerSet`), and each rule's class key. */
   private readonly classes = new Map<string, PeerClass>();
-  private readonly ruleClass = new Map<string, string>();
+  private readonly ruleClass = new Map<string, { key: string; peerSet: string; side: ClassSide; table: TableName; priority: number }>();
   private readonly classTables: Record<ClassSide, ClassTable> = { src: new ClassTable(), dst: new ClassTable() };
   private classEpoch = 0;
 
@@ -748,7 +750,7 @@ export class PolicyFlows {
   /** The class form of a rule's peers, undefined when it matches them address by address. */
   private peerClassOf(ruleId: string): PeerClassForm | undefined {
     const key = this.ruleClass.get(ruleId);
-    return key === undefined ? undefined : this.classes.get(key)?.form;
+    return key === undefined ? undefined : this.classes.get(key.key)?.form;
   }
 
   /**
@@ -761,11 +763,14 @@ export class PolicyFlows {
     const epoch = ++this.classEpoch;
     /** Classes whose content changed: their content before (bits follow below). */
     const before = new Map<string, { ips: readonly string[]; cidrs: readonly string[] }>();
+    /** Whether any class gained or lost a user or changed its content (else the bits stand). */
+    let changed = false;
     const detach = (id: string) => {
-      const key = this.ruleClass.get(id);
-      if (key === undefined) return;
+      const cur = this.ruleClass.get(id);
+      if (cur === undefined) return;
+      changed = true;
       this.ruleClass.delete(id);
-      const cls = this.classes.get(key);
+      const cls = this.classes.get(cur.key);
       const place = cls?.users.get(id);
       if (!cls || place === undefined) return;
       cls.users.delete(id);
@@ -775,21 +780,24 @@ export class PolicyFlows {
     };
     for (const id of [...this.ruleClass.keys()]) if (!byId.has(id)) detach(id);
     for (const rule of rules) {
-      const key = rule.peers !== 'any' && rule.peerSet !== undefined ? `${classSide(rule.direction)}|${rule.peerSet}` : undefined;
-      const place = `${ruleTable(rule)}|${priorities.get(rule.id)}`;
-      const curKey = this.ruleClass.get(rule.id);
-      const cur = curKey !== undefined ? this.classes.get(curKey) : undefined;
-      const samePlace = curKey === key && cur?.users.get(rule.id) === place;
+      const cur = this.ruleClass.get(rule.id);
+      if (cur === undefined && (rule.peers === 'any' || rule.peerSet === undefined)) continue;
+      const table = ruleTable(rule);
+      const priority = priorities.get(rule.id)!;
+      const side = classSide(rule.direction);
+      const samePlace = cur !== undefined && cur.peerSet === rule.peerSet && cur.side === side && cur.table === table && cur.priority === priority;
       if (samePlace && dirtyRuleIds && !dirtyRuleIds.has(rule.ruleId)) continue;
-      if (key === undefined || rule.peers === 'any') {
+      if (rule.peers === 'any' || rule.peerSet === undefined) {
         detach(rule.id);
         continue;
       }
+      const key = `${side}|${rule.peerSet}`;
       let cls = this.classes.get(key);
       const { ips, cidrs } = rule.peers;
       if (!cls) {
-        cls = { key, side: classSide(rule.direction), users: new Map(), places: new Map(), ips: [], cidrs: [], familyCount: { 4: 0, 6: 0 }, epoch };
+        cls = { key, side, users: new Map(), places: new Map(), ips: [], cidrs: [], familyCount: { 4: 0, 6: 0 }, epoch };
         this.classes.set(key, cls);
+        changed = true;
         before.set(key, { ips: [], cidrs: [] });
         cls.ips = ips;
         cls.cidrs = cidrs;
@@ -800,16 +808,20 @@ export class PolicyFlows {
           continue;
         }
         if (!before.has(key)) before.set(key, { ips: cls.ips, cidrs: cls.cidrs });
+        changed = true;
         cls.ips = ips;
         cls.cidrs = cidrs;
       }
       cls.epoch = epoch;
       if (samePlace) continue;
       detach(rule.id);
+      changed = true;
+      const place = `${table}|${priority}`;
       cls.users.set(rule.id, place);
       cls.places.set(place, (cls.places.get(place) ?? 0) + 1);
-      this.ruleClass.set(rule.id, key);
+      this.ruleClass.set(rule.id, { key, peerSet: rule.peerSet, side, table, priority });
     }
+    if (!changed) return;
     const bits = allocateClassBits(
       [...this.classes.values()].filter((c) => c.users.size > 0).map((c) => ({ key: c.key, side: c.side, places: c.places.size, size: c.ips.length + c.cidrs.length })),
       this.opts.classBits ?? CLASS_BITS,
@@ -850,7 +862,9 @@ export class PolicyFlows {
         }
         cls.bit = bit;
       }
-      const form = bit === undefined ? undefined : { match: classBitMatch(cls.side, bit), families: new Set(FAMILIES.filter((f) => cls.familyCount[f] > 0)) };
+      const families = FAMILIES.filter((f) => cls.familyCount[f] > 0);
+      const match = bit === undefined ? undefined : classBitMatch(cls.side, bit);
+      const form = match === undefined ? undefined : { match, families: new Set(families), sig: `${match}|${families.join()}` };
       if (peerClassSignature(form) !== peerClassSignature(cls.form)) cls.form = form;
     }
     for (const side of ['src', 'dst'] as const) for (const text of prefixTouched[side]) this.renderClassFlow(side, text, touched);
