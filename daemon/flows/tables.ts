@@ -13,7 +13,11 @@ export const TABLES = [
   'SpoofGuard', // Pod IP/IPv6 only from its own IP+MAC
   'ConntrackZone', // ct(zone=65520)
   'ConntrackState', // +inv drop
-  // Egress policy hooks (filled by the enforcement issue; today they pass everything).
+  // Address classes of policy peers (policy/addrclass.ts): bits of the classes holding the
+  // source (ingress peers) / destination (egress peers) address, in CLASS_REGS; misses go on.
+  'SrcAddressClass',
+  'DstAddressClass',
+  // Egress policy tables (policy/compile.ts; without policies they pass everything).
   'AntreaPolicyEgressRule',
   'EgressRule',
   'EgressDefaultRule',
@@ -21,7 +25,7 @@ export const TABLES = [
   'L3Forwarding', // local Pod by destination IP, Service CIDR and everything else -> gateway
   'L3DecTTL', // Pod -> local Pod: the hop the host kernel used to make
   'IngressSecurityClassifier', // ingress rules apply only to local Pod destinations
-  // Ingress policy hooks (filled by the enforcement issue; today they pass everything).
+  // Ingress policy tables (policy/compile.ts; without policies they pass everything).
   'AntreaPolicyIngressRule',
   'IngressRule',
   'IngressDefaultRule',
@@ -42,8 +46,10 @@ export function nextTable(name: TableName): TableName {
   return next;
 }
 
-/** Policy hook tables: empty today apart from a pass-through miss flow. */
+/** Policy hook tables: the policy compiler's flows over a pass-through miss flow. */
 export const POLICY_HOOK_TABLES: readonly TableName[] = [
+  'SrcAddressClass',
+  'DstAddressClass',
   'AntreaPolicyEgressRule',
   'EgressRule',
   'EgressDefaultRule',
@@ -67,7 +73,8 @@ export const GATEWAY_OFPORT = 32769;
  *  [5]     destination in a Service CIDR (goes to the host untouched; policy decides post-DNAT)
  *  [8..11] packet destination: 1 = gateway, 2 = local Pod
  *  [12]    a Drop/Reject rule decided: the packet is counted in the Metric table, then dropped there
- * reg1 = output ofport. reg5 / reg6 = conjunction id of the egress / ingress rule that decided the
+ * reg1 = output ofport. reg7, reg8, reg10, reg11 / reg12..reg15 = address class bits of the source /
+ * destination (policy/addrclass.ts). reg9 = traceflow (one bit per table). reg5 / reg6 = conjunction id of the egress / ingress rule that decided the
  * packet (0: no rule), committed into the connection's ct_label (egress bits 0..31, ingress 32..63)
  * so the Metric tables count a connection's later packets under the rule that allowed it.
  */

@@ -29,6 +29,13 @@ export interface NodeRule {
   targets: NodeTarget[];
   /** 'any', or the addresses of the other side. */
   peers: 'any' | { ips: string[]; cidrs: string[]; services: { ip: string; protocol: string; port: number }[] };
+  /**
+   * The identity of the peer address set (`ips` + `cidrs`): the same for every rule whose peers
+   * are the same address groups and ipBlocks, and kept while their members change. Absent when
+   * the peers are not such a set (named ports resolved on the peers). The flow compiler gives a set
+   * shared by several rules one classification bit (flows/policy/addrclass.ts).
+   */
+  peerSet?: string;
   /** Named ports replaced by numbers. `[]` = any traffic. */
   ports: PortMatch[];
   logging?: { enabled: boolean; label?: string };
@@ -90,12 +97,15 @@ export function nodeRulesOf(r: ComputedRule, order: number, groups: NodeRuleGrou
   /** Pods an egress named port may resolve on (members of the rule's named-port groups). */
   const namedDestinations = new Map<string, GroupMember>();
   const cidrs = new Set(r.ipBlocks);
+  /** The address groups behind `groupPeers` (the identity of the peer set). */
+  const setGroups: string[] = [];
   for (const id of r.addressGroups) {
     const g = groups.addressGroup(id);
     if (g.namedPorts) {
       for (const m of g.members()) if (m.kind === 'pod') namedDestinations.set(m.ref, m);
       continue;
     }
+    setGroups.push(id);
     peerIps.push(g.ips);
     peerServices.push(...g.services);
     for (const c of g.ipBlocks) cidrs.add(c);
@@ -120,8 +130,10 @@ export function nodeRulesOf(r: ComputedRule, order: number, groups: NodeRuleGrou
     return { ips: mergeSorted(peerIps), cidrs: [...cidrs].sort(), services };
   };
   const targetList = (ms: GroupMember[]): NodeTarget[] => ms.map((m) => ({ kind: m.kind === 'node' ? 'node' : 'pod', ref: m.ref, ips: m.ips }));
+  const peerSet = r.anyPeer ? undefined : stableHash(`${setGroups.sort().join(',')}|${[...r.ipBlocks].sort().join(',')}`);
+  const setId = peerSet !== undefined ? { peerSet } : {};
   if (!named) {
-    out.push({ id: r.id, ...base, targets: targetList(targets), peers: groupPeers(), ports: r.ports });
+    out.push({ id: r.id, ...base, targets: targetList(targets), peers: groupPeers(), ...setId, ports: r.ports });
     return out;
   }
   // Named ports resolve on the destination Pod: the target for ingress, the peer for egress.
@@ -136,7 +148,7 @@ export function nodeRulesOf(r: ComputedRule, order: number, groups: NodeRuleGrou
   if (r.direction === 'Ingress') {
     for (const m of targets) partition(m, resolveNamedPorts(r.ports, m.ports));
     for (const [key, p] of [...partitions].sort(([a], [b]) => (a < b ? -1 : 1))) {
-      out.push({ id: `${r.id}#${stableHash(key)}`, ...base, targets: targetList(p.members), peers: groupPeers(), ports: p.ports });
+      out.push({ id: `${r.id}#${stableHash(key)}`, ...base, targets: targetList(p.members), peers: groupPeers(), ...setId, ports: p.ports });
     }
     return out;
   }
@@ -150,7 +162,7 @@ export function nodeRulesOf(r: ComputedRule, order: number, groups: NodeRuleGrou
   // ... and the other ports, to every peer.
   const numericOnly = r.ports.filter((p) => typeof p.port !== 'string');
   if (numericOnly.length > 0) {
-    out.push({ id: `${r.id}#numeric`, ...base, targets: targetList(targets), peers: groupPeers(), ports: numericOnly });
+    out.push({ id: `${r.id}#numeric`, ...base, targets: targetList(targets), peers: groupPeers(), ...setId, ports: numericOnly });
   }
   return out;
 }

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { agentAuditLogPath } from '../../lab/agent.js';
 import { nodeIP, ovsDir, podNetns, repoRoot } from '../../lab/net/names.js';
 import { startNodeOvs } from '../../lab/net/ovs.js';
+import { tableId } from '../../daemon/flows/tables.js';
 import { cli, cliJson, skipReason, type ListJson } from './labcli-helpers.js';
 import { compareWithSimulate, labCli, POLICIES, probe, readText, restartAgent, tempDir, WORKLOAD, writeTempFile } from './enforce-helpers.js';
 import { Traffic } from './enforce-traffic.js';
@@ -133,8 +134,8 @@ spec:
     await labCli(LAB, ['apply', '-f', file]);
     await refresh();
     const xd = pod('x/d');
-    const fwd = dumpFlows(xd.spec.nodeName, 'table=10').find((l) => l.includes(`nw_dst=${xd.status.podIP} `));
-    const iso = dumpFlows(xd.spec.nodeName, 'table=15').find((l) => l.includes(`nw_dst=${xd.status.podIP} `));
+    const fwd = dumpFlows(xd.spec.nodeName, `table=${tableId('L3Forwarding')}`).find((l) => l.includes(`nw_dst=${xd.status.podIP} `));
+    const iso = dumpFlows(xd.spec.nodeName, `table=${tableId('IngressDefaultRule')}`).find((l) => l.includes(`nw_dst=${xd.status.podIP} `));
     t.ok(fwd && iso, 'forwarding flow and isolation drop of x/d are installed');
     const age = (l: string) => Number(/duration=([0-9.]+)s/.exec(l)![1]);
     t.ok(age(iso!) >= age(fwd!), `isolation (${age(iso!)} s old) installed no later than forwarding (${age(fwd!)} s old)`);

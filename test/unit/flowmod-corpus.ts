@@ -41,8 +41,17 @@ function rule(p: Partial<NodeRule> & Pick<NodeRule, 'direction' | 'action'>): No
     peers: p.peers ?? { ips: ['10.2.0.21', 'fd00:2::21'], cidrs: [], services: [] },
     ports: p.ports ?? [],
     ...(p.logging ? { logging: p.logging } : {}),
+    ...(p.peerSet !== undefined ? { peerSet: p.peerSet } : {}),
   };
 }
+
+/** Peer sets used by three rules each: address classes, with bits in the first and last words of each side. */
+const CLASS_SETS = [
+  { direction: 'Ingress', peerSet: 'src-a', bit: 31, peers: { ips: ['10.4.0.1', '10.4.0.2', 'fd00:4::1'], cidrs: ['10.5.0.0/16', 'fd00:5::/64'], services: [] } },
+  { direction: 'Ingress', peerSet: 'src-b', bit: 100, peers: { ips: ['10.4.0.1', '10.4.0.3', '10.5.1.1'], cidrs: [], services: [] } },
+  { direction: 'Egress', peerSet: 'dst-a', bit: 127, peers: { ips: ['10.4.0.1', 'fd00:4::2'], cidrs: ['0.0.0.0/0', '::/0'], services: [] } },
+  { direction: 'Egress', peerSet: 'dst-b', bit: 0, peers: { ips: ['10.4.0.1', '10.4.0.9'], cidrs: [], services: [] } },
+] as const;
 
 export function policyFlows(): Flow[] {
   seq = 0;
@@ -56,8 +65,9 @@ export function policyFlows(): Flow[] {
     rule({ direction: 'Egress', action: 'Reject', peers: { ips: [], cidrs: [], services: [{ ip: '10.96.0.10', protocol: 'TCP', port: 80 }, { ip: 'fd00:96::10', protocol: 'TCP', port: 80 }] } }),
     rule({ direction: 'Egress', action: 'Allow', priority: k8s, peers: 'any', ports: [{ protocol: 'TCP', port: 2000, endPort: 2100 }] }),
     rule({ direction: 'Ingress', action: 'Allow', priority: { ...k8s, stage: 2 }, logging: { enabled: true }, ports: [{ protocol: 'SCTP' }] }),
+    ...CLASS_SETS.flatMap((c) => [0, 1, 2].map(() => rule({ direction: c.direction, action: 'Allow', peerSet: c.peerSet, peers: { ips: [...c.peers.ips], cidrs: [...c.peers.cidrs], services: [] }, ports: [{ protocol: 'TCP', port: 9000 }] }))),
   ];
-  const pf = new PolicyFlows();
+  const pf = new PolicyFlows({ naturalClassBit: (key) => CLASS_SETS.find((c) => key.endsWith(`|${c.peerSet}`))?.bit ?? 0 });
   pf.sync({
     rules,
     isolations: [

@@ -5,6 +5,7 @@ import { decodeRtEvent, describeRtEvent, NUD_PERMANENT, type RouteEvent, type Rt
 import { flowCheckReport } from '../../daemon/ctl/node-flows.js';
 import { nameTables, traceFlow } from '../../daemon/ctl/node-trace.js';
 import { computeFlows } from '../../daemon/flows/pipeline.js';
+import { tableId } from '../../daemon/flows/tables.js';
 import { attachmentFromPort, podIPs, portIds } from '../../daemon/cni/attacher.js';
 
 const req = (prevResult: PodRequest['prevResult'], ifName = 'eth0'): PodRequest => ({
@@ -52,7 +53,7 @@ t.test('node flows --check reports missing and unexpected flows', async (t) => {
   const l3 = desired.find((f) => f.table === 'L3Forwarding' && f.owner === 'c1')!;
   const r = flowCheckReport(desired, [...all.filter((c) => c !== l3.cookie), '0x51ce01ffffffffff']);
   t.equal(r.ok, false);
-  t.match(r.text, `missing: L3Forwarding (container c1): table=10,priority=200,cookie=${l3.cookie},ip,nw_dst=10.1.0.11`);
+  t.match(r.text, `missing: L3Forwarding (container c1): table=${tableId('L3Forwarding')},priority=200,cookie=${l3.cookie},ip,nw_dst=10.1.0.11`);
   t.match(r.text, 'unexpected sluice flow: cookie 0x51ce01ffffffffff');
 });
 

@@ -5,6 +5,7 @@ import { FqdnLearner } from '../../daemon/enforcement/fqdn/learner.js';
 import { flowText } from '../../daemon/flows/flow.js';
 import { PolicyFlows, policyFlowInput } from '../../daemon/flows/policy/index.js';
 import type { PacketIn, PacketOut } from '../../daemon/flows/openflow/wire.js';
+import { tableId } from '../../daemon/flows/tables.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import { header, question, simpleResponse, tcpDnsFrame, udpDnsFrame, wireName } from './fqdn-helpers.js';
@@ -140,8 +141,8 @@ t.test('interception flows: table, priority, match and scope', async (t) => {
   t.same(fqdnTargetPodIps(engine), [CLIENT_IP], 'only the fqdn rule\'s local targets');
   const flows = dnsInterceptFlowsFor(engine);
   t.same(flows.map(flowText).map((s) => s.replace(/cookie=0x[0-9a-f]+/, 'cookie=C')), [
-    `table=12,priority=220,cookie=C,ct_state=+rpl+trk,udp,reg0=0x200/0xf00,nw_dst=${CLIENT_IP},tp_src=53 actions=controller(userdata=02.00,meter_id=258)`,
-    `table=12,priority=220,cookie=C,ct_state=+rpl+trk,tcp,reg0=0x200/0xf00,nw_dst=${CLIENT_IP},tp_src=53 actions=controller(userdata=02.00,meter_id=258)`,
+    `table=${tableId('IngressSecurityClassifier')},priority=220,cookie=C,ct_state=+rpl+trk,udp,reg0=0x200/0xf00,nw_dst=${CLIENT_IP},tp_src=53 actions=controller(userdata=02.00,meter_id=258)`,
+    `table=${tableId('IngressSecurityClassifier')},priority=220,cookie=C,ct_state=+rpl+trk,tcp,reg0=0x200/0xf00,nw_dst=${CLIENT_IP},tp_src=53 actions=controller(userdata=02.00,meter_id=258)`,
   ]);
   const copy = dnsInterceptFlows({ pods: 'all', mode: 'copy' });
   t.same(copy.map((f) => `${f.match} ${f.actions}`), [

@@ -41,6 +41,10 @@ const conjIdOf = (flows: Flow[]) => Number(/conj_id=(\d+)/.exec(flows.find((f) =
 
 t.test('static flows: established bypass and the pre-DNAT skip', async (t) => {
   t.same(lines(staticPolicyFlows()), [
+    'SrcAddressClass 65000 ct_state=-new+trk,ip -> goto_table:DstAddressClass',
+    'SrcAddressClass 65000 ct_state=-new+trk,ipv6 -> goto_table:DstAddressClass',
+    'DstAddressClass 65000 ct_state=-new+trk,ip -> goto_table:AntreaPolicyEgressRule',
+    'DstAddressClass 65000 ct_state=-new+trk,ipv6 -> goto_table:AntreaPolicyEgressRule',
     'AntreaPolicyEgressRule 65000 ct_state=-new+est+trk,ip -> goto_table:EgressMetric',
     'AntreaPolicyEgressRule 65000 ct_state=-new+est+trk,ipv6 -> goto_table:EgressMetric',
     'AntreaPolicyEgressRule 65000 ct_state=-new+rel+trk,ip -> goto_table:EgressMetric',
@@ -53,7 +57,7 @@ t.test('static flows: established bypass and the pre-DNAT skip', async (t) => {
     'EgressRule 65000 ipv6,reg0=0x20/0x20 -> goto_table:EgressDefaultRule',
   ]);
   const pf = new PolicyFlows();
-  t.equal(pf.sync({ rules: [], isolations: [] }).add.length, 10, 'an empty rule set still installs them');
+  t.equal(pf.sync({ rules: [], isolations: [] }).add.length, 14, 'an empty rule set still installs them');
   t.same(pf.sync({ rules: [], isolations: [] }), { add: [], remove: [] }, 'and only once');
 });
 

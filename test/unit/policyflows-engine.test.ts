@@ -153,8 +153,13 @@ t.test('incremental deltas == full recompile, for random change sequences', asyn
   let maxDelta = 0;
   let ownerChanges = 0;
   let ipv6Steps = 0;
+  let classSteps = 0;
+  let classFallbackSteps = 0;
   // Seeds 7 and 8: dual-stack Pods, so rules carry IPv6 targets and peers beside IPv4 ones.
-  for (const [seed, hash, dual] of [[1, undefined, false], [2, undefined, false], [3, undefined, false], [4, undefined, false], [5, crowdedIds, false], [6, crowdedIds, false], [7, undefined, true], [8, crowdedIds, true]] as const) {
+  // Seeds 9 and 10: one address class bit per side, all in one place (the other sets keep
+  // per-address flows, and sets take the bit from each other as their gains change).
+  const oneBit = { classBits: 1, naturalClassBit: () => 0 };
+  for (const [seed, hash, dual, bits] of [[1, undefined, false, undefined], [2, undefined, false, undefined], [3, undefined, false, undefined], [4, undefined, false, undefined], [5, crowdedIds, false, undefined], [6, crowdedIds, false, undefined], [7, undefined, true, undefined], [8, crowdedIds, true, undefined], [9, undefined, false, oneBit], [10, crowdedIds, true, oneBit]] as const) {
     const r = rng(seed);
     const live = new PolicyEngine({ nodeName: 'n1' });
     // The objects as they stand, for the from-scratch oracle (a new engine and a new compiler).
@@ -172,7 +177,7 @@ t.test('incremental deltas == full recompile, for random change sequences', asyn
       errors: () => live.errors(),
       internalRules: () => live.internalRules(),
     };
-    const opts = hash ? { naturalConjId: hash } : {};
+    const opts = { ...(hash ? { naturalConjId: hash } : {}), ...(bits ?? {}) };
     const inc = new PolicyFlows(opts);
     // The agent's store, patched with each delta as the enforcer patches its owner.
     const store = new FlowStore();
@@ -220,6 +225,12 @@ t.test('incremental deltas == full recompile, for random change sequences', asyn
       if (JSON.stringify(cookies(store.flows())) !== JSON.stringify(want)) t.fail(`seed ${seed}, ${what}: the FlowStore fed the deltas differs from a full recompile`);
       checked++;
       if (inc.flows().some((f) => /ipv6_(src|dst)=/.test(f.match))) ipv6Steps++;
+      const classFlows = inc.flows().filter((f) => (f.table === 'SrcAddressClass' || f.table === 'DstAddressClass') && !f.match.startsWith('ct_state='));
+      if (classFlows.length > 0) {
+        classSteps++;
+        // with a class in use, some peer clause of another set still lists addresses
+        if (bits && inc.flows().some((f) => f.table.endsWith('Rule') && /conjunction/.test(f.actions) && /nw_(src|dst)=10\.2\./.test(f.match))) classFallbackSteps++;
+      }
       if (delta.add.length + delta.remove.length > 0) nonEmpty++;
       maxDelta = Math.max(maxDelta, delta.add.length + delta.remove.length);
     };
@@ -258,6 +269,9 @@ t.test('incremental deltas == full recompile, for random change sequences', asyn
   t.comment(`${checked} changes checked, ${nonEmpty} with a non-empty delta, largest delta ${maxDelta} flows, ${ownerChanges} conjunction ids moved to another rule`);
   t.ok(ownerChanges > 0, 'the crowded id space really moves ids between rules');
   t.ok(nonEmpty > 100, 'the sequences really change flows');
+  t.comment(`${classSteps} steps with address classes, ${classFallbackSteps} of them with a set left without a bit`);
+  t.ok(classSteps > 200, `the sequences really use address classes (${classSteps} steps)`);
+  t.ok(classFallbackSteps > 20, `sets beyond the bit budget keep per-address flows beside classes (${classFallbackSteps} steps)`);
   t.ok(ipv6Steps > 50, `the dual-stack sequences really install IPv6 policy flows (${ipv6Steps} steps)`);
 });
 

@@ -5,7 +5,9 @@
  * order over the dimensions present: source addresses, destination addresses, services.
  *   egress:  1 = local target IPs (nw_src), 2 = peer IPs/CIDRs (nw_dst), 3 = protocol/ports
  *   ingress: 1 = peer IPs/CIDRs (nw_src), 2 = local target IPs (nw_dst), 3 = protocol/ports
- * so a rule costs (sum of the dimension sizes) + 1 flows instead of their product. A rule with one
+ * so a rule costs (sum of the dimension sizes) + 1 flows instead of their product. A peer set used
+ * at several places has an address class (addrclass.ts): its peer clause is then one flow on the
+ * class bit, and the set's addresses are matched once, in the classification tables. A rule with one
  * dimension needs no conjunction: its flows carry the action. Clause flows with the same table,
  * priority and match (shared by several rules, e.g. the same Pod in two Kubernetes rules) are one
  * flow with several conjunction() actions.
@@ -35,6 +37,7 @@ import type { ChangeSet, ComputedRule, NodeRule } from '../../policy/internal.js
 import type { Direction, PolicyKind, PortMatch } from '../../policy/types.js';
 import { type Flow, FlowCategory, withCookie } from '../flow.js';
 import { hex, masked, nextTable, REG0, RULE_REG, tableId, type TableName } from '../tables.js';
+import { allocateClassBits, CLASS_BITS, CLASS_PRIORITY_BASE, CLASS_TABLE, type ClassPrefix, type ClassSide, ClassTable, classBitMatch, classPrefix, classSetActions, naturalClassBit } from './addrclass.js';
 import { allocateConjIds } from './conjids.js';
 import { maskedPortText, rangeToMasks } from './portmasks.js';
 import { allocatePriorities, PRIORITY } from './priorities.js';
@@ -101,9 +104,14 @@ export function ruleTable(rule: Pick<NodeRule, 'direction' | 'priority'>): Table
   return rule.priority.stage === 0 ? t.stage0 : rule.priority.stage === 1 ? t.k8s : t.dflt;
 }
 
-/** Flows that do not depend on rules: established bypass and the pre-DNAT skip (both families). */
+/** Flows that do not depend on rules: established bypass (rule and class tables) and the pre-DNAT skip (both families). */
 export function staticPolicyFlows(): Flow[] {
   const out: Flow[] = [];
+  // A connection's later packets never reach a peer clause (they bypass the rule tables, below):
+  // they skip the address classification, so their megaflows need not match the addresses.
+  for (const side of ['src', 'dst'] as const) {
+    for (const ip of ['ip', 'ipv6']) out.push(policyFlow(CLASS_TABLE[side], PRIORITY.bypass, `ct_state=-new+trk,${ip}`, `goto_table:${nextTable(CLASS_TABLE[side])}`));
+  }
   for (const dir of ['Egress', 'Ingress'] as const) {
     const t = DIRECTION_TABLES[dir];
     for (const state of ['-new+est+trk', '-new+rel+trk']) {
@@ -236,10 +244,10 @@ const uniqSorted = (xs: Iterable<string>): string[] => [...new Set(xs)].sort();
 const isPodTarget = (x: NodeRule['targets'][number]): boolean => (x.kind ?? (x.ref.includes('/') ? 'pod' : 'node')) === 'pod';
 
 /** The units of a rule with the families they match (see the module comment and familyUnits). */
-function unitsByFamily(rule: NodeRule, resolve?: ServiceResolver): { unit: Unit; families: Family[] }[] {
+function unitsByFamily(rule: NodeRule, resolve?: ServiceResolver, peerClass?: PeerClassForm): { unit: Unit; families: Family[] }[] {
   const merged = new Map<string, { unit: Unit; families: Family[] }>();
   for (const family of FAMILIES) {
-    for (const unit of familyUnits(rule, family, resolve)) {
+    for (const unit of familyUnits(rule, family, resolve, peerClass)) {
       if (unit.clauses.some((c) => c.length === 0)) continue;
       const cur = merged.get(unit.key);
       if (!cur) merged.set(unit.key, { unit, families: [family] });
@@ -261,7 +269,7 @@ function unitsByFamily(rule: NodeRule, resolve?: ServiceResolver): { unit: Unit;
  * Pod's source is always such a re-entered Service packet, so direct traffic to the endpoint is not
  * matched. (An endpoint shared by two Services matches for both.)
  */
-function familyUnits(rule: NodeRule, family: Family, resolve?: ServiceResolver): Unit[] {
+function familyUnits(rule: NodeRule, family: Family, resolve?: ServiceResolver, peerClass?: PeerClassForm): Unit[] {
   const t = DIRECTION_TABLES[rule.direction];
   const inFamily = (a: string) => familyOf(a) === family;
   const targets = uniqSorted(rule.targets.filter(isPodTarget).flatMap((x) => x.ips).filter(inFamily).map((ip) => addressMatch(t.self, ip)));
@@ -278,7 +286,10 @@ function familyUnits(rule: NodeRule, family: Family, resolve?: ServiceResolver):
     return [{ key: rule.id, clauses: withPorts([targets]), extra: judgesEndpoint ? NOT_PRE_DNAT : '' }];
   }
   const units: Unit[] = [];
-  const addrs = uniqSorted([...rule.peers.ips, ...rule.peers.cidrs].filter(inFamily).map((a) => addressMatch(t.peer, a)));
+  // A peer set with an address class: one flow on its bit (the class table matched the addresses).
+  const addrs = peerClass
+    ? (peerClass.families.has(family) ? [peerClass.match] : [])
+    : uniqSorted([...rule.peers.ips, ...rule.peers.cidrs].filter(inFamily).map((a) => addressMatch(t.peer, a)));
   if (addrs.length > 0) {
     units.push({ key: rule.id, clauses: withPorts(egress ? [targets, addrs] : [addrs, targets]), extra: judgesEndpoint ? NOT_PRE_DNAT : '' });
   }
@@ -375,9 +386,9 @@ function metricContributions(rule: NodeRule, unitKey: string, conjId: number, fa
   }));
 }
 
-function ruleContributions(rule: NodeRule, table: TableName, priority: number, conjIds: Map<string, number>, resolve?: ServiceResolver): Contribution[] {
+function ruleContributions(rule: NodeRule, table: TableName, priority: number, conjIds: Map<string, number>, resolve?: ServiceResolver, peerClass?: PeerClassForm): Contribution[] {
   const out: Contribution[] = [];
-  for (const { unit, families } of unitsByFamily(rule, resolve)) {
+  for (const { unit, families } of unitsByFamily(rule, resolve, peerClass)) {
     const conjId = conjIds.get(unit.key)!;
     const { actions, logs } = actionsFor(rule, table, priority, conjId);
     out.push(...metricContributions(rule, unit.key, conjId, families));
@@ -451,6 +462,9 @@ function render(s: SharedFlow): Flow | undefined {
   return policyFlow(s.table, s.priority, s.match, conj.map((c) => `conjunction(${c.id},${c.part})`).join(','));
 }
 
+/** A rule's peer class form as text ('' = per-address flows): a change means its flows change. */
+const peerClassSignature = (f: PeerClassForm | undefined): string => f?.sig ?? '';
+
 /** What a contribution adds to its shared flow: equal signatures are interchangeable contributions. */
 function contributionSig(c: Contribution): string {
   return c.conj ? `${c.key}\0c${c.conj.id},${c.conj.part}` : `${c.key}\0d${c.direct!.owner}\0${c.direct!.logs ? 1 : 0}\0${c.direct!.actions}`;
@@ -459,7 +473,18 @@ function contributionSig(c: Contribution): string {
 /** Every address of the rule (targets, peers, Service peers) is IPv4. */
 function ipv4Only(r: NodeRule): boolean {
   if (r.peers === 'any') return false;
-  return [...r.peers.ips, ...r.peers.cidrs, ...r.peers.services.map((x) => x.ip), ...r.targets.flatMap((t) => t.ips)].every((a) => familyOf(a) === 4);
+  return allIpv4(r.peers.ips) && [...r.peers.cidrs, ...r.peers.services.map((x) => x.ip), ...r.targets.flatMap((t) => t.ips)].every((a) => familyOf(a) === 4);
+}
+
+/**
+ * Every address of a peer list is IPv4, remembered per list: the engine hands the same (never
+ * modified) array to every rule whose peers are one address group, thousands of addresses each.
+ */
+const IPV4_LISTS = new WeakMap<readonly string[], boolean>();
+function allIpv4(list: readonly string[]): boolean {
+  let v4 = IPV4_LISTS.get(list);
+  if (v4 === undefined) IPV4_LISTS.set(list, (v4 = list.every((a) => familyOf(a) === 4)));
+  return v4;
 }
 
 /** Everything of a rule its flows depend on except its peer IPs (addresses compared as text). */
@@ -533,8 +558,65 @@ function sortedDiff(a: readonly string[], b: readonly string[]): { gone: string[
   return { gone, come };
 }
 
+/** How a rule's main unit matches its peers through their address class: the bit, and the families the set holds. */
+interface PeerClassForm {
+  match: string;
+  families: ReadonlySet<Family>;
+  /** match and families as one string (RuleEntry.peerClass). */
+  sig: string;
+}
+
+/** A peer address set (NodeRule.peerSet) of one side, the rules using it and its bit if it has one. */
+interface PeerClass {
+  key: string;
+  side: ClassSide;
+  /** Node rule id -> its place (`table|priority`). */
+  users: Map<string, string>;
+  /** Place -> how many users are there. */
+  places: Map<string, number>;
+  ips: readonly string[];
+  cidrs: readonly string[];
+  /** Prefixes of the set per family (families the rules match through the class). */
+  familyCount: Record<Family, number>;
+  bit?: number | undefined;
+  /** The form rules take while the class has its bit (kept for identity: see RuleEntry.peerClass). */
+  form?: PeerClassForm | undefined;
+  /** The sync that last set the content (two contents in one sync: the later rule keeps per-address flows). */
+  epoch: number;
+}
+
+const classSide = (d: Direction): ClassSide => (d === 'Ingress' ? 'src' : 'dst');
+
+/** Prefixes of a set's addresses and CIDRs (invalid text skipped: no flow can match it). */
+function prefixesOf(list: readonly string[]): ClassPrefix[] {
+  const out: ClassPrefix[] = [];
+  for (const a of list) {
+    const p = classPrefix(a);
+    if (p) out.push(p);
+  }
+  return out;
+}
+
+function sameList(a: readonly string[], b: readonly string[]): boolean {
+  if (a === b) return true;
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** What went and came between two lists (sorted: a merge; otherwise through sets). */
+function listDiff(a: readonly string[], b: readonly string[]): { gone: string[]; come: string[] } {
+  const sorted = sortedDiff(a, b);
+  if (sorted) return sorted;
+  const sa = new Set(a);
+  const sb = new Set(b);
+  return { gone: [...sa].filter((x) => !sb.has(x)), come: [...sb].filter((x) => !sa.has(x)) };
+}
+
 interface RuleEntry {
   rule: NodeRule;
+  /** The class-bit match of the main unit's peer clause and the families it was compiled for ('' = per-address flows). */
+  peerClass: string;
   /** Whether the rule's main unit (addresses) was compiled: its peer clause can then be patched. */
   mainUnit: boolean;
   table: TableName;
@@ -570,8 +652,18 @@ export class PolicyFlows {
   /** flows(), kept until a sync changes a flow. */
   private sorted?: Flow[] | undefined;
 
-  /** `naturalConjId` replaces the conjunction-id hash (tests force collisions with it). */
-  constructor(private readonly opts: { naturalConjId?: (key: string) => number } = {}) {}
+  /** Peer address classes by key (`side|peerSet`), and each rule's class key. */
+  private readonly classes = new Map<string, PeerClass>();
+  private readonly ruleClass = new Map<string, { key: string; peerSet: string; side: ClassSide; table: TableName; priority: number }>();
+  private readonly classTables: Record<ClassSide, ClassTable> = { src: new ClassTable(), dst: new ClassTable() };
+  private classEpoch = 0;
+
+  /**
+   * `naturalConjId` replaces the conjunction-id hash (tests force collisions with it);
+   * `classBits` = address class bits per side (default all of CLASS_REGS; tests force fallbacks),
+   * `naturalClassBit` their hash.
+   */
+  constructor(private readonly opts: { naturalConjId?: (key: string) => number; classBits?: number; naturalClassBit?: (key: string, budget: number) => number } = {}) {}
 
   /**
    * Brings the compiled state to `input`. `dirtyRuleIds` = the computed-rule ids (NodeRule.ruleId)
@@ -593,6 +685,7 @@ export class PolicyFlows {
       next.set(r.id, r);
     }
     const { priorities, conjIds, reallocated, conjIdsMoved } = this.allocation(input.rules, next);
+    this.planClasses(input.rules, next, priorities, dirtyRuleIds, touched);
     for (const [id, entry] of this.rules) {
       if (next.has(id)) continue;
       for (const c of entry.contributions) this.removeContribution(c, touched);
@@ -602,8 +695,10 @@ export class PolicyFlows {
     for (const rule of input.rules) {
       const table = ruleTable(rule);
       const prev = this.rules.get(rule.id);
-      // Unchanged content, priority and conjunction ids, no endpoints to follow: nothing to look at.
-      if (prev && dirtyRuleIds && !dirtyRuleIds.has(rule.ruleId) && prev.table === table && !reallocated.has(table) && !conjIdsMoved && !hasServicePeers(rule)) {
+      const peerClass = this.peerClassOf(rule.id);
+      const peerClassSig = peerClassSignature(peerClass);
+      // Unchanged content, priority, conjunction ids and peer class, no endpoints to follow: nothing to look at.
+      if (prev && dirtyRuleIds && !dirtyRuleIds.has(rule.ruleId) && prev.table === table && !reallocated.has(table) && !conjIdsMoved && !hasServicePeers(rule) && prev.peerClass === peerClassSig) {
         prev.rule = rule; // keep the latest object (its `order` may have moved)
         continue;
       }
@@ -611,19 +706,25 @@ export class PolicyFlows {
       const ids = unitKeys(rule).map((k) => conjIds.get(k)!);
       const endpoints = endpointsSignature(rule, input.serviceEndpoints);
       const dirty = !prev || !dirtyRuleIds || dirtyRuleIds.has(rule.ruleId) || prev.table !== table || prev.priority !== priority ||
-        prev.conjIds.join() !== ids.join() || prev.endpoints !== endpoints;
+        prev.conjIds.join() !== ids.join() || prev.endpoints !== endpoints || prev.peerClass !== peerClassSig;
       if (!dirty) {
         prev.rule = rule; // same content; keep the latest object (its `order` may have moved)
         continue;
       }
       this.identitiesStale = true;
-      if (prev && prev.table === table && prev.priority === priority && prev.endpoints === endpoints && prev.conjIds.join() === ids.join() && (this.movePeerIps(prev, rule, touched) || this.moveTargets(prev, rule, touched))) continue;
-      const contributions = ruleContributions(rule, table, priority, conjIds, input.serviceEndpoints);
+      const samePlace = prev && prev.table === table && prev.priority === priority && prev.endpoints === endpoints && prev.conjIds.join() === ids.join() && prev.peerClass === peerClassSig;
+      // Peers matched through their class (the same bit and families): the class table followed the addresses.
+      if (samePlace && peerClass && samePeerFrame(prev.rule, rule)) {
+        prev.rule = rule;
+        continue;
+      }
+      if (samePlace && ((!peerClass && this.movePeerIps(prev, rule, touched)) || this.moveTargets(prev, rule, touched))) continue;
+      const contributions = ruleContributions(rule, table, priority, conjIds, input.serviceEndpoints, peerClass);
       if (prev) this.replaceContributions(prev.contributions, contributions, touched);
       else for (const c of contributions) this.addContribution(c, touched);
       const conjMatch = `conj_id=${ids[0]}`;
       const mainUnit = contributions.some((c) => c.match === conjMatch && c.direct?.owner === rule.id);
-      this.rules.set(rule.id, { rule, table, priority, conjIds: ids, endpoints, contributions: new Set(contributions), mainUnit, v4Only: ipv4Only(rule) });
+      this.rules.set(rule.id, { rule, peerClass: peerClassSig, table, priority, conjIds: ids, endpoints, contributions: new Set(contributions), mainUnit, v4Only: ipv4Only(rule) });
     }
     // The engine keeps each isolation's object while it does not change: the same list, nothing to do.
     const sameIsolations = this.lastIsolations !== undefined && this.lastIsolations.length === input.isolations.length && this.lastIsolations.every((x, i) => x === input.isolations[i]);
@@ -644,6 +745,146 @@ export class PolicyFlows {
     this.identitiesStale = false;
     this.servicePeers = input.rules.some(hasServicePeers);
     return this.renderTouched(touched);
+  }
+
+  /** The class form of a rule's peers, undefined when it matches them address by address. */
+  private peerClassOf(ruleId: string): PeerClassForm | undefined {
+    const key = this.ruleClass.get(ruleId);
+    return key === undefined ? undefined : this.classes.get(key.key)?.form;
+  }
+
+  /**
+   * Brings the address classes to `rules`: which rules use which peer set (and where), each set's
+   * content, the bits (allocateClassBits over every class), and the classification flows of the
+   * prefixes whose bits changed (into `touched`). Work follows the rules that changed, plus one
+   * pass over the classes; a member that came or went changes only its own classification flow.
+   */
+  private planClasses(rules: readonly NodeRule[], byId: ReadonlyMap<string, NodeRule>, priorities: ReadonlyMap<string, number>, dirtyRuleIds: ReadonlySet<string> | undefined, touched: Set<string>): void {
+    const epoch = ++this.classEpoch;
+    /** Classes whose content changed: their content before (bits follow below). */
+    const before = new Map<string, { ips: readonly string[]; cidrs: readonly string[] }>();
+    /** Whether any class gained or lost a user or changed its content (else the bits stand). */
+    let changed = false;
+    const detach = (id: string) => {
+      const cur = this.ruleClass.get(id);
+      if (cur === undefined) return;
+      changed = true;
+      this.ruleClass.delete(id);
+      const cls = this.classes.get(cur.key);
+      const place = cls?.users.get(id);
+      if (!cls || place === undefined) return;
+      cls.users.delete(id);
+      const n = cls.places.get(place)! - 1;
+      if (n > 0) cls.places.set(place, n);
+      else cls.places.delete(place);
+    };
+    for (const id of [...this.ruleClass.keys()]) if (!byId.has(id)) detach(id);
+    for (const rule of rules) {
+      const cur = this.ruleClass.get(rule.id);
+      if (cur === undefined && (rule.peers === 'any' || rule.peerSet === undefined)) continue;
+      const table = ruleTable(rule);
+      const priority = priorities.get(rule.id)!;
+      const side = classSide(rule.direction);
+      const samePlace = cur !== undefined && cur.peerSet === rule.peerSet && cur.side === side && cur.table === table && cur.priority === priority;
+      if (samePlace && dirtyRuleIds && !dirtyRuleIds.has(rule.ruleId)) continue;
+      if (rule.peers === 'any' || rule.peerSet === undefined) {
+        detach(rule.id);
+        continue;
+      }
+      const key = `${side}|${rule.peerSet}`;
+      let cls = this.classes.get(key);
+      const { ips, cidrs } = rule.peers;
+      if (!cls) {
+        cls = { key, side, users: new Map(), places: new Map(), ips: [], cidrs: [], familyCount: { 4: 0, 6: 0 }, epoch };
+        this.classes.set(key, cls);
+        changed = true;
+        before.set(key, { ips: [], cidrs: [] });
+        cls.ips = ips;
+        cls.cidrs = cidrs;
+      } else if (!sameList(cls.ips, ips) || !sameList(cls.cidrs, cidrs)) {
+        if (cls.epoch === epoch && cls.users.size > (cls.users.has(rule.id) ? 1 : 0)) {
+          // Two contents for one set in one rule set: this rule keeps its per-address flows.
+          detach(rule.id);
+          continue;
+        }
+        if (!before.has(key)) before.set(key, { ips: cls.ips, cidrs: cls.cidrs });
+        changed = true;
+        cls.ips = ips;
+        cls.cidrs = cidrs;
+      }
+      cls.epoch = epoch;
+      if (samePlace) continue;
+      detach(rule.id);
+      changed = true;
+      const place = `${table}|${priority}`;
+      cls.users.set(rule.id, place);
+      cls.places.set(place, (cls.places.get(place) ?? 0) + 1);
+      this.ruleClass.set(rule.id, { key, peerSet: rule.peerSet, side, table, priority });
+    }
+    if (!changed) return;
+    const bits = allocateClassBits(
+      [...this.classes.values()].filter((c) => c.users.size > 0).map((c) => ({ key: c.key, side: c.side, places: c.places.size, size: c.ips.length + c.cidrs.length })),
+      this.opts.classBits ?? CLASS_BITS,
+      this.opts.naturalClassBit ?? naturalClassBit,
+    );
+    const prefixTouched: Record<ClassSide, Set<string>> = { src: new Set(), dst: new Set() };
+    for (const cls of [...this.classes.values()]) {
+      const bit = cls.users.size > 0 ? bits.get(cls.key) : undefined;
+      const was = before.get(cls.key);
+      if (cls.users.size === 0) this.classes.delete(cls.key);
+      if (bit === cls.bit && (!was || bit === undefined)) continue;
+      const table = this.classTables[cls.side];
+      const pt = prefixTouched[cls.side];
+      // familyCount counts the prefixes the class has in its table (while it has a bit).
+      if (bit !== undefined && bit === cls.bit && was) {
+        // Same bit, members moved: only the prefixes that came or went.
+        const ips = listDiff(was.ips, cls.ips);
+        const cidrs = listDiff(was.cidrs, cls.cidrs);
+        for (const p of prefixesOf([...ips.gone, ...cidrs.gone])) {
+          table.remove(p, bit, pt);
+          cls.familyCount[p.family]--;
+        }
+        for (const p of prefixesOf([...ips.come, ...cidrs.come])) {
+          table.add(p, bit, pt);
+          cls.familyCount[p.family]++;
+        }
+      } else {
+        if (cls.bit !== undefined) {
+          const old = was ?? cls;
+          for (const p of prefixesOf([...old.ips, ...old.cidrs])) table.remove(p, cls.bit, pt);
+        }
+        cls.familyCount = { 4: 0, 6: 0 };
+        if (bit !== undefined) {
+          for (const p of prefixesOf([...cls.ips, ...cls.cidrs])) {
+            table.add(p, bit, pt);
+            cls.familyCount[p.family]++;
+          }
+        }
+        cls.bit = bit;
+      }
+      const families = FAMILIES.filter((f) => cls.familyCount[f] > 0);
+      const match = bit === undefined ? undefined : classBitMatch(cls.side, bit);
+      const form = match === undefined ? undefined : { match, families: new Set(families), sig: `${match}|${families.join()}` };
+      if (peerClassSignature(form) !== peerClassSignature(cls.form)) cls.form = form;
+    }
+    for (const side of ['src', 'dst'] as const) for (const text of prefixTouched[side]) this.renderClassFlow(side, text, touched);
+  }
+
+  /** The classification flow of one prefix, as the class table now says (none when no class lists it). */
+  private renderClassFlow(side: ClassSide, text: string, touched: Set<string>): void {
+    const prefix = classPrefix(text)!;
+    const table = CLASS_TABLE[side];
+    const priority = CLASS_PRIORITY_BASE + prefix.len;
+    const match = addressMatch(side === 'src' ? 'nw_src' : 'nw_dst', text);
+    const key = flowKey(table, priority, match);
+    const f = this.classTables[side].flowOf(text);
+    touched.add(key);
+    if (!f || f.bits.length === 0) {
+      this.shared.delete(key);
+      return;
+    }
+    const actions = `${classSetActions(side, f.bits).join(',')},goto_table:${nextTable(table)}`;
+    this.shared.set(key, { table, priority, match, conj: new Map(), direct: new Map([['class', { actions, logs: false }]]) });
   }
 
   /**

@@ -1,0 +1,211 @@
+/**
+ * Address classes: a peer address set used by several rules at different (table, priority)
+ * places gets one bit in a classification register, so each of those rules matches its peers with
+ * one flow on that bit instead of one flow per address.
+ *
+ * Two tables early in the pipeline classify every packet: SrcAddressClass sets the bits of the
+ * classes holding the source address (ingress peers), DstAddressClass those holding the destination
+ * (egress peers). Each has one flow per prefix (address or CIDR) of any class of its side, at
+ * priority CLASS_PRIORITY_BASE + prefix length, setting the bits of every class that contains the
+ * prefix, and a pipeline miss flow that goes on with no bit set. OVS uses only the most specific
+ * matching prefix, which is why a prefix carries the bits of the classes of every prefix around it:
+ * an address's most specific prefix P in the table lies inside every class prefix that holds the
+ * address (prefixes either nest or are disjoint, and one more specific than P would have matched).
+ * An ipBlock `except` reaches here already subtracted (the engine gives a block as the CIDRs left
+ * of it), so the excepted range carries only the classes of the prefixes around it.
+ *
+ * Allocation (pure, so restarts and incremental updates agree): the classes that gain flows are
+ * ranked by gain (most first, then by key) and the first `budget` per side get a bit; each gets bit
+ * fnv1a(key) mod budget, collisions probed upwards in (natural bit, key) order. A class's bit moves
+ * only when the set of classes with bits changes and collides with it. Classes without a bit leave
+ * their rules with today's per-address flows.
+ */
+import { formatCidr, formatIp, parseCidr, parseIp } from '../../policy/cidr.js';
+import { fnv1a } from '../../policy/cluster.js';
+import { hex, type TableName } from '../tables.js';
+
+export type ClassSide = 'src' | 'dst';
+
+/**
+ * Classification registers per side (32 bits each): reg0-3, reg5, reg6 and reg9 hold the pipeline's
+ * own state, these are free.
+ */
+export const CLASS_REGS: Record<ClassSide, readonly number[]> = { src: [7, 8, 10, 11], dst: [12, 13, 14, 15] };
+/** Bits per side (every bit of the side's registers). */
+export const CLASS_BITS = 32 * 4;
+export const CLASS_TABLE: Record<ClassSide, TableName> = { src: 'SrcAddressClass', dst: 'DstAddressClass' };
+/** A classification flow's priority: this plus the prefix length (longest prefix wins). */
+export const CLASS_PRIORITY_BASE = 100;
+/** A class needs at least this many prefixes to be worth a bit. */
+export const CLASS_MIN_PREFIXES = 2;
+
+/** The match of one class bit (a rule's peer clause): `reg12=0x4/0x4`. */
+export function classBitMatch(side: ClassSide, bit: number): string {
+  const reg = CLASS_REGS[side][bit >> 5];
+  if (reg === undefined) throw new Error(`address class bit ${bit} is beyond the ${side} registers`);
+  const v = hex((1 << (bit & 31)) >>> 0);
+  return `reg${reg}=${v}/${v}`;
+}
+
+/** `set_field:0x…->regN` for every register with a bit of `bits` set (ascending registers). */
+export function classSetActions(side: ClassSide, bits: Iterable<number>): string[] {
+  const words = new Map<number, number>();
+  for (const b of bits) words.set(b >> 5, ((words.get(b >> 5) ?? 0) | (1 << (b & 31))) >>> 0);
+  return [...words].sort(([a], [b]) => a - b).map(([w, v]) => `set_field:${hex(v)}->reg${CLASS_REGS[side][w]!}`);
+}
+
+export interface ClassCandidate {
+  key: string;
+  side: ClassSide;
+  /** Distinct (table, priority) places of the rules using the set: flows per address today. */
+  places: number;
+  /** Addresses and CIDRs in the set. */
+  size: number;
+}
+
+/** Flows saved by a bit: (places - 1) x size - 1 (one class flow per prefix, one flow per place). */
+export const classGain = (c: Pick<ClassCandidate, 'places' | 'size'>): number => (c.places - 1) * c.size - c.places;
+
+export const naturalClassBit = (key: string, budget: number): number => fnv1a(key) % budget;
+
+/**
+ * Which classes get a bit, and which bit: per side, the `budget` classes of most gain (those that
+ * gain nothing get none), bits by hash with collisions probed in (natural bit, key) order.
+ */
+export function allocateClassBits(candidates: Iterable<ClassCandidate>, budget = CLASS_BITS, natural: (key: string, budget: number) => number = naturalClassBit): Map<string, number> {
+  if (!Number.isInteger(budget) || budget < 0 || budget > CLASS_BITS) throw new Error(`address class budget ${budget} is not 0..${CLASS_BITS}`);
+  const out = new Map<string, number>();
+  const bySide: Record<ClassSide, { key: string; gain: number }[]> = { src: [], dst: [] };
+  for (const c of candidates) {
+    if (c.size < CLASS_MIN_PREFIXES || c.places < 2) continue;
+    const gain = classGain(c);
+    if (gain > 0) bySide[c.side].push({ key: c.key, gain });
+  }
+  if (budget === 0) return out;
+  for (const list of Object.values(bySide)) {
+    list.sort((a, b) => b.gain - a.gain || cmp(a.key, b.key));
+    const chosen = list.slice(0, budget).map(({ key }) => ({ key, bit: natural(key, budget) % budget }));
+    chosen.sort((a, b) => a.bit - b.bit || cmp(a.key, b.key));
+    const used = new Set<number>();
+    for (const { key, bit } of chosen) {
+      let n = bit;
+      while (used.has(n)) n = (n + 1) % budget;
+      used.add(n);
+      out.set(key, n);
+    }
+  }
+  return out;
+}
+
+const cmp = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
+/** A prefix of a class: its canonical text (an address for a host prefix) and its range. */
+export interface ClassPrefix {
+  text: string;
+  family: 4 | 6;
+  start: bigint;
+  len: number;
+}
+
+const PREFIX_CACHE = new Map<string, ClassPrefix | null>();
+const PREFIX_CACHE_MAX = 1 << 17;
+
+/** An address or CIDR as a class prefix (canonical text), undefined when it is neither. */
+export function classPrefix(text: string): ClassPrefix | undefined {
+  const known = PREFIX_CACHE.get(text);
+  if (known !== undefined) return known ?? undefined;
+  let out: ClassPrefix | undefined;
+  if (text.includes('/')) {
+    const c = parseCidr(text);
+    if (c) {
+      const max = c.family === 4 ? 32 : 128;
+      out = { text: c.prefix === max ? formatIp(c.family, c.start) : formatCidr(c), family: c.family, start: c.start, len: c.prefix };
+    }
+  } else {
+    const ip = parseIp(text);
+    if (ip) out = { text: formatIp(ip.family, ip.value), family: ip.family, start: ip.value, len: ip.family === 4 ? 32 : 128 };
+  }
+  if (PREFIX_CACHE.size >= PREFIX_CACHE_MAX) PREFIX_CACHE.clear();
+  PREFIX_CACHE.set(text, out ?? null);
+  return out;
+}
+
+/**
+ * The classification table of one side: which classes (with a bit) hold each prefix, kept
+ * incrementally; `bitsOf(prefix)` = the bits a prefix's flow sets (its own classes' and those of
+ * every prefix around it). Callers re-render the prefixes `add`/`remove` report as touched.
+ */
+export class ClassTable {
+  /** Prefix text -> the prefix and the bits of the classes listing it (bit -> how many list it). */
+  private readonly prefixes = new Map<string, { p: ClassPrefix; bits: Map<number, number> }>();
+  /** Per family, per length shorter than a host's: network start -> prefix text (CIDRs around others). */
+  private readonly cidrs: Record<4 | 6, Map<number, Map<bigint, string>>> = { 4: new Map(), 6: new Map() };
+
+  /** Bit `bit` listed at `prefix`; returns the prefixes whose flows may change. */
+  add(prefix: ClassPrefix, bit: number, touched: Set<string>): void {
+    let e = this.prefixes.get(prefix.text);
+    if (!e) {
+      this.prefixes.set(prefix.text, (e = { p: prefix, bits: new Map() }));
+      if (!isHost(prefix)) {
+        const byLen = this.cidrs[prefix.family];
+        let m = byLen.get(prefix.len);
+        if (!m) byLen.set(prefix.len, (m = new Map()));
+        m.set(prefix.start, prefix.text);
+      }
+    }
+    const n = e.bits.get(bit) ?? 0;
+    e.bits.set(bit, n + 1);
+    touched.add(prefix.text);
+    if (n === 0 && !isHost(prefix)) this.touchInside(prefix, touched);
+  }
+
+  remove(prefix: ClassPrefix, bit: number, touched: Set<string>): void {
+    const e = this.prefixes.get(prefix.text);
+    const n = e?.bits.get(bit);
+    if (!e || n === undefined) return;
+    touched.add(prefix.text);
+    if (n > 1) {
+      e.bits.set(bit, n - 1);
+      return;
+    }
+    e.bits.delete(bit);
+    if (!isHost(prefix)) this.touchInside(prefix, touched);
+    if (e.bits.size > 0) return;
+    this.prefixes.delete(prefix.text);
+    if (!isHost(prefix)) {
+      const m = this.cidrs[prefix.family].get(prefix.len);
+      m?.delete(prefix.start);
+      if (m?.size === 0) this.cidrs[prefix.family].delete(prefix.len);
+    }
+  }
+
+  /** The prefix, and the bits its flow sets; undefined when no class lists it any more. */
+  flowOf(text: string): { prefix: ClassPrefix; bits: number[] } | undefined {
+    const e = this.prefixes.get(text);
+    if (!e) return undefined;
+    const bits = new Set(e.bits.keys());
+    const max = e.p.family === 4 ? 32 : 128;
+    for (const [len, m] of this.cidrs[e.p.family]) {
+      if (len >= e.p.len) continue;
+      const shift = BigInt(max - len);
+      const around = m.get((e.p.start >> shift) << shift);
+      if (around !== undefined) for (const b of this.prefixes.get(around)!.bits.keys()) bits.add(b);
+    }
+    return { prefix: e.p, bits: [...bits].sort((a, b) => a - b) };
+  }
+
+  get size(): number {
+    return this.prefixes.size;
+  }
+
+  /** Every prefix strictly inside `outer` (their flows carry its bits). */
+  private touchInside(outer: ClassPrefix, touched: Set<string>): void {
+    const max = outer.family === 4 ? 32 : 128;
+    const shift = BigInt(max - outer.len);
+    for (const { p } of this.prefixes.values()) {
+      if (p.family === outer.family && p.len > outer.len && (p.start >> shift) << shift === outer.start) touched.add(p.text);
+    }
+  }
+}
+
+const isHost = (p: ClassPrefix): boolean => p.len === (p.family === 4 ? 32 : 128);

@@ -1,0 +1,286 @@
+/**
+ * Address classes (flows/policy/addrclass.ts) checked by what a packet meets: the compiled
+ * classification table is looked up as OVS does (the highest-priority matching flow), its register
+ * writes are applied, and every rule's peer clause (class bit or per-address flows) must match an
+ * address exactly when the rule's peer set holds it. Nested and overlapping CIDRs, /32 inside
+ * /24, ipBlock excepts (subtracted as the engine does), IPv6, a tiny bit budget (fallback), bit
+ * stability, and the size of incremental deltas.
+ */
+import t from 'tap';
+import type { Flow } from '../../daemon/flows/flow.js';
+import { allocateClassBits, CLASS_REGS, ClassTable, classPrefix } from '../../daemon/flows/policy/addrclass.js';
+import { PolicyFlows } from '../../daemon/flows/policy/compile.js';
+import { formatCidr, parseCidr, parseIp, subtractCidrs } from '../../daemon/policy/cidr.js';
+import type { NodeRule } from '../../daemon/policy/internal.js';
+
+function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return s / 0x100000000;
+  };
+}
+
+interface PeerSet {
+  id: string;
+  ips: string[];
+  cidrs: string[];
+}
+
+let seq = 0;
+/** A stage-0 rule of its own policy (so its own priority) with peer set `set`. */
+function rule(direction: NodeRule['direction'], set: PeerSet, policy: number, ports: NodeRule['ports'] = []): NodeRule {
+  const id = `r${seq++}`;
+  return {
+    id, ruleId: id, ref: { kind: 'AntreaClusterNetworkPolicy', name: `pol-${id}`, rule: 'r', tier: 'application' }, direction, action: 'Allow',
+    priority: { stage: 0, tier: 250, policy, rule: 0, tieBreak: `k/${id}` }, order: policy,
+    targets: [{ kind: 'pod', ref: 'x/a', ips: ['10.1.0.11', 'fd00:1::11'] }],
+    peers: { ips: [...set.ips].sort(), cidrs: [...set.cidrs].sort(), services: [] }, peerSet: set.id, ports,
+  };
+}
+
+/** IPv4/IPv6 address or prefix (`a/len`) as a numeric range. */
+function range(text: string): { family: 4 | 6; start: bigint; end: bigint } {
+  if (text.includes('/')) return parseCidr(text)!;
+  const ip = parseIp(text)!;
+  return { family: ip.family, start: ip.value, end: ip.value };
+}
+const inside = (addr: string, prefix: string): boolean => {
+  const a = range(addr);
+  const p = range(prefix);
+  return a.family === p.family && a.start >= p.start && a.start <= p.end;
+};
+const holds = (set: PeerSet, addr: string): boolean => [...set.ips, ...set.cidrs].some((p) => inside(addr, p));
+
+/** A classification flow (not the bypass of a connection's later packets, which every set has). */
+const isClassFlow = (f: Flow, table = /AddressClass$/): boolean => table.test(f.table) && !f.match.startsWith('ct_state=');
+
+/** The prefix a classification/peer match names (`ip` / `ipv6` = the whole family). */
+function matchPrefix(match: string): string | undefined {
+  if (match === 'ip') return '0.0.0.0/0';
+  if (match === 'ipv6') return '::/0';
+  return /(?:nw_src|nw_dst|ipv6_src|ipv6_dst)=([^,]+)/.exec(match)?.[1];
+}
+
+/** The registers the class table writes for `addr` (the highest-priority matching flow, as OVS). */
+function classify(flows: Flow[], table: string, addr: string): Map<number, number> {
+  const regs = new Map<number, number>();
+  let best: Flow | undefined;
+  for (const f of flows) {
+    if (f.table !== table) continue;
+    const p = matchPrefix(f.match);
+    if (p === undefined || !inside(addr, p)) continue;
+    if (best && best.priority === f.priority) throw new Error(`${addr}: two ${table} flows at ${f.priority}: ${best.match} and ${f.match}`);
+    if (!best || f.priority > best.priority) best = f;
+  }
+  for (const m of best?.actions.matchAll(/set_field:(0x[0-9a-f]+)->reg(\d+)/g) ?? []) regs.set(Number(m[2]), Number(m[1]));
+  return regs;
+}
+
+/** Whether `rule`'s peer clause matches a packet whose peer address is `addr`. */
+function peerClauseMatches(flows: Flow[], r: NodeRule, addr: string): boolean {
+  const side = r.direction === 'Ingress' ? 'src' : 'dst';
+  const regs = classify(flows, side === 'src' ? 'SrcAddressClass' : 'DstAddressClass', addr);
+  const part = r.direction === 'Ingress' ? 1 : 2;
+  const conjId = Number(/conj_id=(\d+)/.exec(flows.find((f) => f.match.startsWith('conj_id=') && f.actions.includes(`goto_table:${r.direction}Metric`) && f.priority === priorityOf(flows, r))!.match)![1]);
+  const clause = flows.filter((f) => f.actions.split(/,(?=conjunction)/).some((a) => a.startsWith(`conjunction(${conjId},${part}/`)));
+  return clause.some((f) => {
+    const bit = /reg(\d+)=(0x[0-9a-f]+)\/(0x[0-9a-f]+)/.exec(f.match);
+    if (bit) return CLASS_REGS[side].includes(Number(bit[1])) && ((regs.get(Number(bit[1])) ?? 0) & Number(bit[3])) >>> 0 === Number(bit[2]);
+    const p = matchPrefix(f.match);
+    return p !== undefined && inside(addr, p);
+  });
+}
+
+/** A rule's flow priority (its conj_id flow's), found through describe(). */
+const priorities = new Map<string, number>();
+const priorityOf = (_flows: Flow[], r: NodeRule): number => priorities.get(r.id)!;
+function remember(pf: PolicyFlows, rules: NodeRule[]): void {
+  for (const f of pf.flows()) {
+    const id = /conj_id=(\d+)/.exec(f.match)?.[1];
+    const who = id !== undefined ? pf.describe(Number(id)) : undefined;
+    if (who && rules.some((r) => r.id === who.nodeRuleId)) priorities.set(who.nodeRuleId, who.priority);
+  }
+}
+
+/** Nested, overlapping and excepted blocks over 10.0.0.0/8 and fd00::/16, and host addresses among them. */
+function randomSets(r: () => number, n: number): PeerSet[] {
+  const v4 = ['10.0.0.0/8', '10.1.0.0/16', '10.1.2.0/24', '10.1.2.128/25', '10.2.0.0/15', '10.1.0.0/24', '0.0.0.0/0'];
+  const v6 = ['fd00::/16', 'fd00:1::/32', 'fd00:1:2::/48', '::/0'];
+  const hosts = ['10.1.2.3', '10.1.2.200', '10.2.0.9', '10.3.0.1', '10.1.0.5', '192.168.1.1', 'fd00:1:2::5', 'fd00:1::9', 'fd00:2::1', '2001:db8::1'];
+  const pick = <T>(xs: T[]) => xs[Math.floor(r() * xs.length)]!;
+  const out: PeerSet[] = [];
+  for (let i = 0; i < n; i++) {
+    const cidrs = new Set<string>();
+    for (let k = Math.floor(r() * 3); k > 0; k--) {
+      const block = pick(r() < 0.7 ? v4 : v6);
+      // an ipBlock with an except inside it, subtracted as the engine does
+      const except = r() < 0.4 ? [...v4, ...v6].filter((c) => c !== block && inside(c.split('/')[0]!, block) && Number(c.split('/')[1]) > Number(block.split('/')[1])) : [];
+      const ex = except.length > 0 ? [parseCidr(pick(except))!] : [];
+      for (const piece of subtractCidrs(parseCidr(block)!, ex)) cidrs.add(formatCidr(piece));
+    }
+    const ips = new Set<string>();
+    for (let k = Math.floor(r() * 4); k > 0; k--) ips.add(pick(hosts));
+    if (ips.size + cidrs.size < 2) ips.add(pick(hosts)).add(pick(hosts));
+    out.push({ id: `set${i}`, ips: [...ips], cidrs: [...cidrs] });
+  }
+  return out;
+}
+
+const PROBES = ['10.0.0.1', '10.1.2.3', '10.1.2.4', '10.1.2.130', '10.1.2.200', '10.1.0.5', '10.1.5.5', '10.2.0.9', '10.3.0.1', '10.200.0.1', '192.168.1.1', '8.8.8.8',
+  'fd00:1:2::5', 'fd00:1:2::6', 'fd00:1::9', 'fd00:1:3::1', 'fd00:2::1', 'fd01::1', '2001:db8::1'];
+
+/** The part of a test that checkSemantics reports through. */
+type Reporter = { fail: (message: string) => unknown };
+
+function checkSemantics(t: Reporter, pf: PolicyFlows, rules: NodeRule[], sets: Map<string, PeerSet>, what: string): number {
+  remember(pf, rules);
+  const flows = pf.flows();
+  let wrong = 0;
+  for (const r of rules) {
+    const set = sets.get(r.peerSet!)!;
+    for (const addr of PROBES) {
+      // only the families the rule's targets and peers both have install flows
+      const fam = addr.includes(':') ? 6 : 4;
+      if (![...set.ips, ...set.cidrs].some((p) => range(p).family === fam)) continue;
+      if (peerClauseMatches(flows, r, addr) !== holds(set, addr)) {
+        wrong++;
+        if (wrong <= 5) t.fail(`${what}: rule ${r.id} (${set.id}: ${[...set.ips, ...set.cidrs].join(' ')}) ${holds(set, addr) ? 'misses' : 'matches'} ${addr}`);
+      }
+    }
+  }
+  return wrong;
+}
+
+t.test('every rule matches exactly its peer set (nested CIDRs, excepts, /32 in /24, IPv6)', async (t) => {
+  for (const [seed, budget] of [[1, undefined], [2, undefined], [3, 3], [4, 1], [5, 0]] as const) {
+    const r = rng(seed);
+    const sets = randomSets(r, 12);
+    const byId = new Map(sets.map((s) => [s.id, s]));
+    const rules: NodeRule[] = [];
+    let policy = 1;
+    for (const s of sets) {
+      for (let k = 1 + Math.floor(r() * 3); k > 0; k--) rules.push(rule(r() < 0.5 ? 'Ingress' : 'Egress', s, policy++));
+    }
+    const pf = new PolicyFlows(budget === undefined ? {} : { classBits: budget });
+    pf.sync({ rules, isolations: [] });
+    const classFlows = pf.flows().filter((f) => isClassFlow(f)).length;
+    const bitClauses = pf.flows().filter((f) => /^reg(7|8|1[0-5])=/.test(f.match)).length;
+    t.equal(checkSemantics(t, pf, rules, byId, `seed ${seed}`), 0, `seed ${seed}, budget ${budget ?? 'all'}: ${rules.length} rules, ${classFlows} classification flows, ${bitClauses} class clauses`);
+    if (budget === 0) t.equal(classFlows + bitClauses, 0, 'no bits: every set keeps per-address flows');
+    else t.ok(bitClauses > 0, 'some sets have a class');
+  }
+});
+
+t.test('a /32 inside a /24 inside a /8, an except, and IPv6: the flows themselves', async (t) => {
+  const wide: PeerSet = { id: 'wide', ips: [], cidrs: ['10.0.0.0/8', 'fd00::/16'] };
+  // 10.0.0.0/8 except 10.1.2.0/24, as the engine gives it
+  const holed: PeerSet = { id: 'holed', ips: [], cidrs: subtractCidrs(parseCidr('10.0.0.0/8')!, [parseCidr('10.1.2.0/24')!]).map(formatCidr) };
+  const hosts: PeerSet = { id: 'hosts', ips: ['10.1.2.3', 'fd00::1'], cidrs: ['10.1.2.0/24'] };
+  const rules = [wide, holed, hosts].flatMap((s, i) => [rule('Egress', s, 1 + i * 3), rule('Egress', s, 2 + i * 3), rule('Egress', s, 3 + i * 3)]);
+  const pf = new PolicyFlows();
+  pf.sync({ rules, isolations: [] });
+  const sets = new Map([wide, holed, hosts].map((s) => [s.id, s]));
+  t.equal(checkSemantics(t, pf, rules, sets, 'fixed sets'), 0, 'every probe right');
+  const flows = pf.flows();
+  const at = (addr: string) => classify(flows, 'DstAddressClass', addr);
+  const bitOf = (s: PeerSet) => {
+    const f = flows.find((x) => x.priority === priorities.get(rules.find((r) => r.peerSet === s.id)!.id) && /^reg1[2-5]=/.test(x.match))!;
+    const m = /reg(\d+)=(0x[0-9a-f]+)/.exec(f.match)!;
+    return { reg: Number(m[1]), bit: Number(m[2]) };
+  };
+  const has = (regs: Map<number, number>, s: PeerSet) => ((regs.get(bitOf(s).reg) ?? 0) & bitOf(s).bit) !== 0;
+  t.same([has(at('10.1.2.3'), wide), has(at('10.1.2.3'), holed), has(at('10.1.2.3'), hosts)], [true, false, true], '/32 in the except: wide and hosts, not holed');
+  t.same([has(at('10.1.2.9'), wide), has(at('10.1.2.9'), holed), has(at('10.1.2.9'), hosts)], [true, false, true], 'the /24 (hosts) inside the except');
+  t.same([has(at('10.9.0.1'), wide), has(at('10.9.0.1'), holed), has(at('10.9.0.1'), hosts)], [true, true, false], 'outside the except: wide and holed');
+  t.same([has(at('fd00::1'), wide), has(at('fd00::1'), hosts), has(at('fd00::2'), hosts)], [true, true, false], 'IPv6 host inside the IPv6 block');
+  const f32 = flows.find((f) => f.table === 'DstAddressClass' && f.match === 'ip,nw_dst=10.1.2.3')!;
+  t.equal(f32.priority, 132, 'priority = base + prefix length');
+  t.match(f32.actions, /goto_table:AntreaPolicyEgressRule$/, 'then on to the egress policy table');
+  t.equal(flows.filter((f) => isClassFlow(f, /^Src/)).length, 0, 'no ingress rule: no source classes');
+});
+
+t.test('a deliberately broken folding (bits of the prefixes around ignored) is caught', async (t) => {
+  const proto = ClassTable.prototype as unknown as { flowOf: (text: string) => { prefix: unknown; bits: number[] } | undefined };
+  const real = proto.flowOf;
+  const table = new ClassTable();
+  const seen = new Set<string>();
+  table.add(classPrefix('10.0.0.0/8')!, 1, seen);
+  table.add(classPrefix('10.1.2.3')!, 2, seen);
+  t.same(table.flowOf('10.1.2.3')?.bits, [1, 2], 'the /32 carries the /8 class too');
+  t.same([...seen].sort(), ['10.0.0.0/8', '10.1.2.3']);
+  proto.flowOf = function (this: unknown, text: string) {
+    const f = real.call(this, text);
+    return f && { ...f, bits: f.bits.slice(-1) };
+  };
+  try {
+    const outer: PeerSet = { id: 'outer', ips: [], cidrs: ['10.0.0.0/8', '10.9.0.1/32'] };
+    const inner: PeerSet = { id: 'inner', ips: ['10.1.2.3', '10.1.2.4'], cidrs: [] };
+    const rules = [outer, outer, outer, inner, inner, inner].map((s, i) => rule('Ingress', s, i + 1));
+    const pf = new PolicyFlows();
+    pf.sync({ rules, isolations: [] });
+    t.equal(pf.flows().filter((f) => /^reg(7|8|10|11)=/.test(f.match)).length, 6, 'both sets have a class');
+    let failures = 0;
+    const fake: Reporter = { fail: () => failures++ };
+    checkSemantics(fake, pf, rules, new Map([outer, inner].map((s) => [s.id, s])), 'broken');
+    t.ok(failures > 0, `the semantic check fails (${failures} wrong probes)`);
+  } finally {
+    proto.flowOf = real;
+  }
+});
+
+t.test('bit allocation: a function of the candidates, stable under unrelated ones, bounded by the budget', async (t) => {
+  const c = (key: string, side: 'src' | 'dst' = 'dst', places = 3, size = 10) => ({ key, side, places, size });
+  const a = allocateClassBits([c('a'), c('b'), c('c')]);
+  t.same(allocateClassBits([c('c'), c('b'), c('a')]), a, 'order of the candidates does not matter');
+  const more = allocateClassBits([c('a'), c('b'), c('c'), c('d'), c('e', 'src')]);
+  for (const k of ['a', 'b', 'c']) t.equal(more.get(k), a.get(k), `${k} keeps its bit when others come`);
+  t.equal(allocateClassBits([c('x', 'dst', 1, 100), c('y', 'dst', 5, 1)]).size, 0, 'one place or one prefix: no gain, no bit');
+  // collisions: every key hashes to bit 0; probed in key order
+  const same = allocateClassBits([c('b'), c('a'), c('c')], 128, () => 0);
+  t.same([same.get('a'), same.get('b'), same.get('c')], [0, 1, 2]);
+  // budget: the most gain first
+  const tight = allocateClassBits([c('small', 'dst', 2, 3), c('big', 'dst', 9, 100), c('mid', 'dst', 3, 10)], 2);
+  t.same([...tight.keys()].sort(), ['big', 'mid']);
+  t.ok([...tight.values()].every((b) => b >= 0 && b < 2));
+  t.throws(() => allocateClassBits([], 129), /address class budget/);
+});
+
+t.test('incremental: a member that comes or goes changes one classification flow; a new rule on a set adds one peer flow', async (t) => {
+  const set: PeerSet = { id: 'pods', ips: Array.from({ length: 50 }, (_, i) => `10.2.0.${i + 1}`), cidrs: [] };
+  const rules = [rule('Ingress', set, 1), rule('Ingress', set, 2), rule('Ingress', set, 3)];
+  const pf = new PolicyFlows();
+  const first = pf.sync({ rules, isolations: [] });
+  t.equal(first.add.filter((f) => isClassFlow(f)).length, 50, 'one classification flow per address');
+  t.equal(first.add.filter((f) => /^reg(7|8|10|11)=/.test(f.match)).length, 3, 'one peer flow per rule');
+  const grown: PeerSet = { ...set, ips: [...set.ips, '10.2.0.99'] };
+  const next = rules.map((r) => ({ ...r, peers: { ips: [...grown.ips].sort(), cidrs: [], services: [] } }));
+  const d = pf.sync({ rules: next, isolations: [] }, new Set(next.map((r) => r.ruleId)));
+  t.same(d.remove, [], 'nothing removed');
+  t.same(d.add.map((f) => `${f.table} ${f.match}`), ['SrcAddressClass ip,nw_src=10.2.0.99'], 'one flow for the address that came');
+  const fourth = { ...rule('Ingress', grown, 4), peers: next[0]!.peers };
+  const d2 = pf.sync({ rules: [...next, fourth], isolations: [] }, new Set([fourth.ruleId]));
+  t.equal(d2.add.filter((f) => isClassFlow(f)).length, 0, 'a new rule on the set: no classification flow');
+  t.equal(d2.add.filter((f) => /^reg(7|8|10|11)=/.test(f.match)).length, 1, 'and one peer flow');
+  t.equal(d2.remove.length, 0);
+  const shrunk = next.map((r) => ({ ...r, peers: { ips: r.peers.ips.filter((a) => a !== '10.2.0.7'), cidrs: [], services: [] } }));
+  const fourthShrunk = { ...fourth, peers: shrunk[0]!.peers };
+  const d3 = pf.sync({ rules: [...shrunk, fourthShrunk], isolations: [] }, new Set([...shrunk, fourthShrunk].map((r) => r.ruleId)));
+  t.same([d3.add.length, d3.remove.map((f) => f.match)], [0, ['ip,nw_src=10.2.0.7']], 'one flow for the address that went');
+  // a restart compiles the same flows
+  const fresh = new PolicyFlows();
+  fresh.sync({ rules: [...shrunk, fourthShrunk], isolations: [] });
+  t.same(fresh.flows().map((f) => f.cookie), pf.flows().map((f) => f.cookie), 'a full compile gives the same cookies');
+});
+
+t.test('sets without a class identity, or used at one place, keep per-address flows', async (t) => {
+  const set: PeerSet = { id: 'pods', ips: ['10.2.0.1', '10.2.0.2', '10.2.0.3'], cidrs: [] };
+  const one = new PolicyFlows();
+  one.sync({ rules: [rule('Egress', set, 1)], isolations: [] });
+  t.equal(one.flows().filter((f) => isClassFlow(f)).length, 0, 'one rule: no class');
+  const anon = [rule('Egress', set, 1), rule('Egress', set, 2)].map(({ peerSet: _drop, ...r }) => r);
+  const pf = new PolicyFlows();
+  pf.sync({ rules: anon, isolations: [] });
+  t.equal(pf.flows().filter((f) => isClassFlow(f)).length, 0, 'no peerSet (named ports on the peers): no class');
+  t.equal(pf.flows().filter((f) => /nw_dst=10\.2\.0\./.test(f.match)).length, 6, 'per-address flows per rule');
+});
