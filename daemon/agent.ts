@@ -32,8 +32,6 @@ import type { EventSubject, NodeApi } from './kube/node-api.js';
 import type { SharedExclusiveLock } from './lock.js';
 import type { NodeReconciler, ResyncRecord } from './node/reconciler.js';
 
-export { StartupError } from './node/startup.js';
-
 /** The parts daemon/main.ts builds and the agent runs. */
 export interface AgentParts {
   config: AgentConfig;

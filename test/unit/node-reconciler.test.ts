@@ -299,6 +299,15 @@ t.test('start-up: an unreachable API server without a configured nodeIP is a Sta
   t.notOk(node.ovs.calls.includes('ensureBridge'), 'nothing configured');
 });
 
+t.test('start-up: a Node without an InternalIP is a StartupError at once, not retried', async (t) => {
+  const node = new Node();
+  node.api.nodeInternalIPs = async () => ({});
+  const err = await node.reconciler().startUp().then(() => undefined, (e: unknown) => e);
+  t.ok(err instanceof StartupError);
+  t.match((err as Error).message, 'Node node-1 has no InternalIP; set nodeIP (and/or nodeIPv6) in the config');
+  t.equal(node.clock.waiting, 0, 'no retry scheduled');
+});
+
 t.test('start-up: with a configured nodeIP an unreachable API server is not fatal', async (t) => {
   const node = new Node();
   node.apiDown = true;
