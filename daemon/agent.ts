@@ -1,12 +1,9 @@
 /**
- * sluice-agent: start-up (OVSDB, API server, bridge + gateway, flows, host networking, reconcile
- * with what a previous run left), the CNI handler, and the periodic convergence loops.
- *
- * Restart safety: all Pod state lives in OVSDB external_ids, flows are diffed by cookie, host
- * networking converges; so a restarted agent recomputes the same desired state and touches
- * nothing that is already right.
+ * sluice-agent's orchestration: the health, metrics and CNI servers, the order of start-up around
+ * the node reconciler (daemon/node/reconciler.ts: OVS, flows, host networking), the timers and
+ * host-change watches that trigger resyncs and the flow watchdog, adoption of running Pods,
+ * Kubernetes Events, traceflow and /status. daemon/main.ts builds the parts and hands them over.
  */
-import { EventEmitter } from 'node:events';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
@@ -14,83 +11,50 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { AgentConfig } from './config.js';
 import { type CniHandler, type CniServer, type GcAttachment, type PodRequest, startCniServer } from './cni/server.js';
-import { diffFlows } from './flows/diff.js';
-import type { Flow } from './flows/flow.js';
 import type { RuleStatistics } from './flows/policy/stats.js';
-import { FlowSync, type GatewayInfo, Ovs } from './flows/ovs.js';
-import { OpenFlowController } from './flows/openflow/controller.js';
-import { packetInMeters } from './flows/openflow/punt.js';
-import { PipelineOwners } from './flows/pipeline.js';
-import type { FlowSource, FlowStore } from './flows/store.js';
+import type { GatewayInfo, Ovs } from './flows/ovs.js';
+import type { OpenFlowController } from './flows/openflow/controller.js';
 import { policiesAnswer } from './enforcement/policy-report.js';
-import { TraceError, type TraceReport, type TraceRequest } from './enforcement/traceflow.js';
+import type { EnforcementHooks } from './enforcement/hooks.js';
+import { TraceError } from './enforcement/traceflow.js';
 import { TRACE_COOKIE_PREFIX, type TraceProtocol } from './flows/traceflow.js';
 import { type HealthServer, startEndpoint, startHealthServer } from './health.js';
-import type { AgentMetrics, EnforcementMetrics } from './metrics.js';
-import { HostNetwork, NetnsHelper, PodLinks, resolveIptables, SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6 } from './hostnet/index.js';
+import type { AgentMetrics } from './metrics.js';
+import { type HostNetwork, SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6 } from './hostnet/index.js';
 import { isRepairEvent, isRulesetTamperEvent } from './hostnet/monitor.js';
 import { describeRtEvent, ifindexOf, watchRtEvents } from './hostnet/rtevents.js';
 import { type AdoptionStatus, type NodePod, planAdoption } from './adoption.js';
 import { ChainKeeper, type ChainStatus } from './chainkeeper.js';
 import { readCniCache } from './cni/runtime-cache.js';
 import { sluiceEntry } from '../install/conflist.js';
-import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './cni/attacher.js';
-import { type EventSubject, NodeApi } from './kube/node-api.js';
-import { SharedExclusiveLock } from './lock.js';
+import type { PodAttachment, PodAttacher } from './cni/attacher.js';
+import type { EventSubject, NodeApi } from './kube/node-api.js';
+import type { SharedExclusiveLock } from './lock.js';
+import type { NodeReconciler, ResyncRecord } from './node/reconciler.js';
 
-export interface AgentOptions {
+/** The parts daemon/main.ts builds and the agent runs. */
+export interface AgentParts {
   config: AgentConfig;
   log: Logger;
-  /** Test hook: make every ADD fail after this step (exercises rollback end to end). */
-  failAfter?: AttachStep;
+  node: NodeReconciler<NodeApi, HostNetwork>;
+  attacher: PodAttacher;
+  /** Shared by CNI operations, exclusive for resync repairs and adoption. */
+  lock: SharedExclusiveLock;
+  /** Trace observation flows and the Metric tables' counters. */
+  ovs: Pick<Ovs, 'addFlows' | 'deleteFlows' | 'appctl' | 'dumpCounters'>;
+  openflow: Pick<OpenFlowController, 'close'>;
+  /** Policy enforcement (daemon/enforcement), when on. */
+  enforcement?: EnforcementHooks | undefined;
+  /** Prometheus metrics, served on /metrics (health address, and metricsAddress when configured). */
+  metrics?: AgentMetrics | undefined;
   /** Start the CNI socket server (false in tests that drive the handler directly). */
   serveCni?: boolean;
-  /**
-   * Flow sources present from the first sync (e.g. policy). A source added later with
-   * addFlowSource() is missing from the start-up sync, whose flows it would then delete and re-add.
-   */
-  flowSources?: FlowSource[];
-  /** Policy enforcement (daemon/enforcement): its flows join the desired set from the first sync. */
-  enforcement?: EnforcementHooks;
-  /** Prometheus metrics, served on /metrics (health address, and metricsAddress when configured). */
-  metrics?: AgentMetrics;
+  /** Closes the adapters main.ts opened (netlink sockets, helper processes, OVSDB session), last. */
+  closeAdapters(): void;
 }
-
-/**
- * What the agent calls on the policy side. Ordering guarantees: `prepare` runs after the bridge
- * exists and before the first flow sync (so the first bundle already has every policy flow and a
- * restart deletes nothing); `podAttaching` runs before a new Pod's flows are installed (the same
- * bundle makes the Pod reachable and installs its policy flows).
- */
-export interface EnforcementHooks {
-  /** Brings the policy side's owners in the agent's FlowStore up to date (policy flows, DNS interception). */
-  writeFlows(store: FlowStore): void;
-  prepare(agent: Agent, localPods: PodAttachment[]): Promise<void>;
-  podAttaching(pod: PodAttachment): Promise<void>;
-  podDetached(pod: PodAttachment): void;
-  close(): Promise<void>;
-  /** Shown under `enforcement` in the agent status (/status, sluicectl node status). */
-  status?(): unknown;
-  /** The body of GET /policies: what this node enforces and which objects were ignored (sluicectl node policies). */
-  policyReport?(): unknown;
-  /** A real packet traced through the bridge (GET /traceflow); the destination is resolved from the cluster view. */
-  traceflow?(req: Omit<TraceRequest, 'dstIp'>, io: { addFlows(text: string): Promise<void>; removeFlows(): Promise<void> }, port: (ofport: number) => string, gatewayOfport: number): Promise<TraceReport>;
-  /** The API object (apiVersion, kind, uid) behind an invalid-object entry of the report. */
-  policyObject?(e: { kind: string; namespace?: string | undefined; name: string }): EventSubject | undefined;
-  /** Figures for /metrics. */
-  metrics?(): EnforcementMetrics;
-  /** Per-rule statistics from the bridge's counter flows; `dump` returns the Metric tables' flows with their counters (dump-flows line form). */
-  ruleStats?(dump: () => Promise<string>): Promise<RuleStatistics[]>;
-  /** Packets each packet-in meter dropped, by what it limits (the bridge's meter statistics). */
-  meterDrops?(): Promise<Record<string, number>>;
-}
-
-export class StartupError extends Error {}
 
 /** The gateway's permanent neighbours sluice keeps (a kernel event removing one triggers a repair). */
 const KEPT_NEIGHBOURS: ReadonlySet<string> = new Set([SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6]);
-
-const API_START_DEADLINE_MS = 30_000;
 
 export interface AgentStatus {
   ready: boolean;
@@ -100,7 +64,7 @@ export interface AgentStatus {
   datapath: string;
   gateway?: GatewayInfo;
   pods: PodAttachment[];
-  lastResync?: { at: string; repairs: string[]; error?: string };
+  lastResync?: ResyncRecord;
   ovsReachable: boolean;
   /** The agent process's memory in MiB: resident set, and the JS heap's live part vs its reservation. */
   memory: { rssMiB: number; heapUsedMiB: number; heapTotalMiB: number; externalMiB: number };
@@ -119,39 +83,18 @@ const TRACE_COOKIE_MASK = 0xffffn << 48n;
 
 const mib = (bytes: number) => Math.round((bytes / 1048576) * 10) / 10;
 
-/** What the policy side listens to: 'pod-attached' / 'pod-detached' with the PodAttachment. */
-export interface PodEvents {
-  on(event: 'pod-attached' | 'pod-detached', listener: (pod: PodAttachment) => void): this;
-}
-
 export class Agent {
-  readonly pods = new Map<string, PodAttachment>();
-  /** Finds Pods' veths for ADD and adoption over one rtnetlink socket (daemon/hostnet/podlink.ts). */
-  private readonly podLinks = new PodLinks();
-  private readonly netnsHelper: NetnsHelper;
-  readonly podEvents: PodEvents & EventEmitter = new EventEmitter();
-  readonly ovs: Ovs;
-  private readonly flowSync: FlowSync;
-  /**
-   * The agent's OpenFlow connection to the bridge: every flow is programmed and read back over it
-   * (no ovs-ofctl), and the packet-in path (enforcement) shares it.
-   */
-  readonly openflow: OpenFlowController;
-  private readonly lock = new SharedExclusiveLock();
-  /** Resyncs one after another (their host part runs outside the lock). */
-  private resyncQueue: Promise<unknown> = Promise.resolve();
-  private hostnet?: HostNetwork;
-  private gateway?: GatewayInfo;
-  private nodeIP?: string | undefined;
-  private nodeIPv6?: string | undefined;
-  private ready = false;
-  private ovsReachable = true;
-  private checkingFlows = false;
+  readonly config: AgentConfig;
+  private readonly log: Logger;
+  private readonly node: NodeReconciler<NodeApi, HostNetwork>;
+  private readonly attacher: PodAttacher;
+  private readonly lock: SharedExclusiveLock;
+  private readonly ovs: AgentParts['ovs'];
+  private readonly enforcement: EnforcementHooks | undefined;
+  private readonly metrics: AgentMetrics | undefined;
   private cni?: CniServer;
   private health?: HealthServer;
   private timers: NodeJS.Timeout[] = [];
-  private lastResync?: AgentStatus['lastResync'];
-  private readonly resyncCounts = { ok: 0, failed: 0, repairs: 0 };
   private metricsServer?: HealthServer;
   private monitors: { kill(): unknown }[] = [];
   private chainKeeper?: ChainKeeper;
@@ -160,64 +103,26 @@ export class Agent {
   private adoptAgain?: string | undefined;
   private readonly attachFailedAt = new Map<string, number>();
   private invalidReported = new Set<string>();
-  private kube?: NodeApi;
   private monitorTimer?: NodeJS.Timeout;
   private closed = false;
-  readonly attacher: PodAttacher;
 
-  private constructor(
-    readonly config: AgentConfig,
-    private readonly log: Logger,
-    failAfter?: AttachStep,
-    private readonly enforcement?: EnforcementHooks,
-    private readonly metrics?: AgentMetrics,
-  ) {
-    this.netnsHelper = new NetnsHelper({ log });
-    this.ovs = new Ovs({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
-    this.flowSync = new FlowSync(this.ovs, log);
-    this.openflow = new OpenFlowController({
-      socketPath: `${config.ovsRunDir}/${config.bridge}.mgmt`,
-      meters: packetInMeters(config.packetInRate),
-      // After an ovs-vswitchd restart the flows are replayed on reconnection: retry at least every 500 ms.
-      reconnectMaxMs: 500,
-      log: { debug: (o, m) => log.debug(o, m), info: (o, m) => log.info(o, m), warn: (o, m) => log.warn(o, m) },
-    });
-    this.ovs.useOpenFlow(this.openflow);
-    this.attacher = new PodAttacher({
-      datapath: config.datapath,
-      bridge: config.bridge,
-      ovs: this.ovs,
-      hostnet: {
-        movePodRoutes: (ips, veth) => this.net.movePodRoutes(ips, veth),
-        restorePodRoutes: (ips, veth) => this.net.restorePodRoutes(ips, veth),
-        checkPodRoutes: (ips) => this.net.checkPodRoutes(ips),
-        isolateHostVeth: (veth) => this.net.isolateHostVeth(veth),
-        releaseHostVeth: (veth) => this.net.releaseHostVeth(veth),
-        isolatedVeths: () => this.net.isolatedVeths(),
-      },
-      // One rtnetlink socket for every ADD; no process enters the Pod's namespace.
-      findHostVeth: (netns, ifName) => this.podLinks.findHostVeth(netns, ifName),
-      // One long-lived helper process for every Pod (started on the first netdev ADD).
-      disablePodTxOffload: (netns, ifName) => this.netnsHelper.disableTxOffload(netns, ifName),
-      pods: this.pods,
-      syncFlows: (opts) => this.syncFlows(opts),
-      isReady: () => this.ready,
-      onPodAttached: (p) => this.podEvents.emit('pod-attached', p),
-      onPodDetached: (p) => {
-        this.enforcement?.podDetached(p);
-        this.podEvents.emit('pod-detached', p);
-      },
-      ...(enforcement
-        ? { beforePodFlows: (p: PodAttachment) => enforcement.podAttaching(p), podFlowsUndone: (p: PodAttachment) => enforcement.podDetached(p) }
-        : {}),
-      ...(failAfter ? { failAfter } : {}),
-      log,
-    });
+  private constructor(private readonly parts: AgentParts) {
+    this.config = parts.config;
+    this.log = parts.log;
+    this.node = parts.node;
+    this.attacher = parts.attacher;
+    this.lock = parts.lock;
+    this.ovs = parts.ovs;
+    this.enforcement = parts.enforcement;
+    this.metrics = parts.metrics;
   }
 
-  private get net(): HostNetwork {
-    if (!this.hostnet) throw new Error('host networking is not initialised yet');
-    return this.hostnet;
+  private get pods(): Map<string, PodAttachment> {
+    return this.node.pods;
+  }
+
+  private get kube(): NodeApi | undefined {
+    return this.node.api;
   }
 
   /** The CNI handler the socket server calls: CNI operations share, resyncs exclude. */
@@ -235,15 +140,10 @@ export class Agent {
     };
   }
 
-  static async start(opts: AgentOptions): Promise<Agent> {
-    const agent = new Agent(opts.config, opts.log, opts.failAfter, opts.enforcement, opts.metrics);
-    for (const source of opts.flowSources ?? []) agent.addFlowSource(source);
-    if (opts.enforcement) {
-      const e = opts.enforcement;
-      agent.addFlowSource((store) => e.writeFlows(store));
-    }
+  static async start(parts: AgentParts): Promise<Agent> {
+    const agent = new Agent(parts);
     try {
-      await agent.startUp(opts.serveCni ?? true);
+      await agent.startUp(parts.serveCni ?? true);
     } catch (err) {
       await agent.close();
       throw err;
@@ -252,7 +152,7 @@ export class Agent {
   }
 
   private async startUp(serveCni: boolean): Promise<void> {
-    const { config: cfg, log } = this;
+    const { config: cfg, log, node } = this;
     const t0 = Date.now();
     this.health = await startHealthServer(cfg.healthAddress, () => this.status(), log, {
       '/policies': () => policiesAnswer(this.enforcement?.policyReport?.()),
@@ -263,59 +163,17 @@ export class Agent {
       },
       '/traceflow': (q) => this.traceflow(q),
       // The desired set `sluicectl node flows --check` compares with the bridge.
-      '/flows': () => (this.gateway ? { code: 200, body: this.desiredFlows() } : { code: 503, body: { error: 'starting: the bridge and gateway are not set up yet' } }),
+      '/flows': () => (node.gateway ? { code: 200, body: node.desiredFlows() } : { code: 503, body: { error: 'starting: the bridge and gateway are not set up yet' } }),
       ...this.metricsRoutes(),
     });
     if (this.metrics && cfg.metricsAddress) this.metricsServer = await startEndpoint('metrics endpoint (metricsAddress)', cfg.metricsAddress, log, this.metricsRoutes());
     await mkdir(cfg.stateDir, { recursive: true });
 
-    await this.waitForOvsdb();
-    log.info({ db: this.ovs.db }, 'startup: OVSDB reachable');
-
-    const { nodeIP, nodeIPv6, livePods } = await this.connectApi();
-    this.nodeIP = nodeIP;
-    this.nodeIPv6 = nodeIPv6;
-
-    const bridgeChanges = await this.ovs.ensureBridge();
-    const gw = await this.ovs.ensureGateway(cfg.gateway);
-    this.gateway = gw.gateway;
-    log.info({ bridge: cfg.bridge, gateway: gw.gateway, changes: [...bridgeChanges, ...gw.changes] }, 'startup: bridge and gateway');
-    this.startOpenFlow();
-
-    const stale = await this.loadAttachments(livePods);
-    if (this.enforcement) {
-      await this.enforcement.prepare(this, [...this.pods.values()]);
-      log.info({ ms: Date.now() - t0 }, 'startup: policy enforcement prepared');
-    }
-    const diff = await this.syncFlows({ verify: true });
-    log.info({ added: diff.add.length, removed: diff.remove.length, unchanged: diff.unchanged, pods: this.pods.size }, 'startup: flows converged');
-    if (await this.ovs.endFlowRestoreWait()) log.info('startup: flow-restore-wait ended (ovs-vswitchd forwards by the new flows)');
-    // Observation flows of a trace the previous agent did not finish.
-    await this.ovs.deleteFlows(TRACE_COOKIE, TRACE_COOKIE_MASK);
-
-    const iptables = await resolveIptables(cfg.iptablesBackend);
-    log.info({ backend: iptables.commands.backend ?? 'iptables', why: iptables.why }, 'startup: iptables backend');
-    this.hostnet = await HostNetwork.create({
-      gateway: cfg.gateway,
-      serviceCIDRs: cfg.serviceCIDRs,
-      ...(nodeIP ? { nodeIP } : {}),
-      ...(nodeIPv6 ? { nodeIPv6 } : {}),
-      rtTablesFile: cfg.rtTablesFile,
-      iptables: iptables.commands,
-      log,
-    });
-    const repairs = await this.hostnet.resync(this.podRoutes());
-    log.info({ repairs }, 'startup: host networking converged');
-
-    for (const { pod, reason } of stale) {
-      log.warn({ containerId: pod.containerId, veth: pod.hostVeth, reason }, 'startup: removing leftover attachment');
-      const failures = await this.attacher.detach(pod);
-      if (failures.length) log.error({ containerId: pod.containerId, failures }, 'startup: leftover not fully removed');
-    }
+    await node.startUp();
 
     if (serveCni) this.cni = await startCniServer(cfg.socketPath, this.handler, log, this.metrics && ((c, r, s) => this.metrics!.observeCniRequest(c, r, s)));
-    this.ready = true;
-    log.info({ ms: Date.now() - t0, pods: this.pods.size, nodeIP, nodeIPv6 }, 'startup: ready');
+    node.ready = true;
+    log.info({ ms: Date.now() - t0, pods: this.pods.size, nodeIP: node.nodeIP, nodeIPv6: node.nodeIPv6 }, 'startup: ready');
 
     this.watchHostChanges();
     // Pods that were running before the agent (sluice installed on a busy node) cross no bridge yet.
@@ -331,127 +189,27 @@ export class Agent {
       await this.chainKeeper.start();
     }
     this.timers.push(
-      setInterval(() => void this.resync('periodic').then(() => this.adoptUnattached('periodic resync')), cfg.resyncIntervalSeconds * 1000),
-      setInterval(() => void this.checkFlows(), cfg.flowCheckIntervalSeconds * 1000),
+      setInterval(() => void node.resync('periodic').then(() => this.adoptUnattached('periodic resync')), cfg.resyncIntervalSeconds * 1000),
+      setInterval(() => void node.checkFlows(), cfg.flowCheckIntervalSeconds * 1000),
       setInterval(() => this.reportInvalidPolicies(), 10_000),
     );
     this.reportInvalidPolicies();
-  }
-
-  /** OVS may start after the agent (e.g. two DaemonSet containers): wait up to 30 s for OVSDB. */
-  private async waitForOvsdb(): Promise<void> {
-    const deadline = Date.now() + 30_000;
-    for (;;) {
-      try {
-        await this.ovs.ping();
-        return;
-      } catch (err) {
-        if (Date.now() > deadline || this.closed) throw err;
-        this.log.warn({ err: (err as Error).message }, 'startup: OVSDB not reachable yet, retrying');
-        await new Promise((r) => setTimeout(r, 1000));
-      }
-    }
-  }
-
-  /** nodeIP / nodeIPv6 (configured or the Node's InternalIPs) and, when the API answers, the Pods on this node. */
-  private async connectApi(): Promise<{ nodeIP?: string; nodeIPv6?: string; livePods?: Set<string> }> {
-    const { config: cfg, log } = this;
-    const deadline = Date.now() + API_START_DEADLINE_MS;
-    const configured = { ...(cfg.nodeIP ? { nodeIP: cfg.nodeIP } : {}), ...(cfg.nodeIPv6 ? { nodeIPv6: cfg.nodeIPv6 } : {}) };
-    let lastErr: unknown;
-    for (let attempt = 0; ; attempt++) {
-      try {
-        const kube = await NodeApi.connect(cfg.kubeconfig);
-        const { nodeIP, nodeIPv6 } = cfg.nodeIP || cfg.nodeIPv6 ? configured : await kube.nodeInternalIPs(cfg.nodeName);
-        if (!nodeIP && !nodeIPv6) throw new StartupError(`Node ${cfg.nodeName} has no InternalIP; set nodeIP (and/or nodeIPv6) in the config`);
-        const livePods = await kube.nodePods(cfg.nodeName);
-        this.kube = kube;
-        log.info({ server: kube.server, nodeIP, nodeIPv6, pods: livePods.size }, 'startup: API server reachable');
-        return { ...(nodeIP ? { nodeIP } : {}), ...(nodeIPv6 ? { nodeIPv6 } : {}), livePods };
-      } catch (err) {
-        lastErr = err;
-        if (err instanceof StartupError) throw err;
-        if (cfg.nodeIP || cfg.nodeIPv6) {
-          // Enough to run the datapath; leftovers are then judged by their netns alone.
-          log.warn({ err: (err as Error).message }, 'startup: API server unavailable; continuing with the configured nodeIP');
-          return configured;
-        }
-        if (Date.now() > deadline) break;
-        log.warn({ err: (err as Error).message, attempt }, 'startup: API server not reachable yet, retrying');
-        await new Promise((r) => setTimeout(r, Math.min(1000 * 2 ** attempt, 5000)));
-      }
-    }
-    throw new StartupError(
-      `cannot learn this node's IP: nodeIP is not configured and the Node ${cfg.nodeName} could not be read from the API server ` +
-        `(${cfg.kubeconfig ? `kubeconfig ${cfg.kubeconfig}` : 'in-cluster config'}): ${(lastErr as Error)?.message}`,
-    );
-  }
-
-  /** Rebuilds the registry from OVSDB; returns attachments whose Pod is gone. */
-  private async loadAttachments(livePods?: Set<string>): Promise<{ pod: PodAttachment; reason: string }[]> {
-    const stale: { pod: PodAttachment; reason: string }[] = [];
-    for (const rec of await this.ovs.listPodPorts()) {
-      const pod = attachmentFromPort(rec);
-      if (!pod) {
-        this.log.warn({ port: rec.name }, 'startup: removing a sluice port with incomplete external_ids');
-        await this.ovs.removePort(rec.name);
-        continue;
-      }
-      const reason =
-        rec.ofport < 1 ? `interface gone (${rec.error ?? 'no OpenFlow port'})`
-        : !pod.netns || !existsSync(pod.netns) ? `netns ${pod.netns} gone`
-        : livePods && pod.podName && !livePods.has(`${pod.podNamespace}/${pod.podName}`) ? `Pod ${pod.podNamespace}/${pod.podName} is not on this node in the API`
-        : undefined;
-      if (reason) stale.push({ pod, reason });
-      else this.pods.set(pod.containerId, pod);
-    }
-    return stale;
-  }
-
-  private readonly flowSources: FlowSource[] = [];
-  private readonly pipeline = new PipelineOwners();
-
-  /**
-   * Adds owners of flows to the desired set (policy enforcement plugs in here). Call syncFlows()
-   * after the source's flows changed; the periodic resync and the watchdog include it automatically.
-   */
-  addFlowSource(source: FlowSource): void {
-    this.flowSources.push(source);
-  }
-
-  /** The desired flow set (shared with later calls while nothing changed: do not modify it). */
-  desiredFlows(): Flow[] {
-    this.updateFlowStore(this.flowSync.store);
-    return this.flowSync.store.flows();
-  }
-
-  /** Every owner of the desired flows brought up to date: the pipeline's (base, each Pod) and the sources'. */
-  private updateFlowStore(store: FlowStore): void {
-    if (!this.gateway) throw new Error('gateway not initialised');
-    this.pipeline.update(store, {
-      gatewayOfport: this.gateway.ofport,
-      gatewayMac: this.gateway.mac,
-      ...(this.nodeIP ? { nodeIP: this.nodeIP } : {}),
-      ...(this.nodeIPv6 ? { nodeIPv6: this.nodeIPv6 } : {}),
-      serviceCIDRs: this.config.serviceCIDRs,
-      pods: [...this.pods.values()].map((p) => ({ containerId: p.containerId, ofport: p.ofport, mac: p.mac, ips: p.ips })),
-    });
-    for (const source of this.flowSources) source(store);
   }
 
   /** GET /metrics, with the figures read from this agent at each scrape. */
   private metricsRoutes(): Record<string, () => Promise<{ code: number; body: string; contentType: string }>> {
     const metrics = this.metrics;
     if (!metrics) return {};
+    const node = this.node;
     metrics.setSources({
       pods: () => ({ attached: this.pods.size }),
       flowsByTable: () => {
         const byTable: Record<string, number> = {};
-        if (this.gateway) for (const f of this.desiredFlows()) byTable[f.table] = (byTable[f.table] ?? 0) + 1;
+        if (node.gateway) for (const f of node.desiredFlows()) byTable[f.table] = (byTable[f.table] ?? 0) + 1;
         return byTable;
       },
-      ovsdbReachable: () => this.ovsReachable,
-      resyncs: () => ({ ...this.resyncCounts }),
+      ovsdbReachable: () => node.ovsReachable,
+      resyncs: () => ({ ...node.resyncCounts }),
       enforcement: () => this.enforcement?.metrics?.(),
       ruleStats: () => this.ruleStats(),
       meterDrops: async () => this.enforcement?.meterDrops?.(),
@@ -464,97 +222,8 @@ export class Agent {
   /** Per-rule statistics, or undefined when enforcement is off. */
   private async ruleStats(): Promise<RuleStatistics[] | undefined> {
     if (!this.enforcement?.ruleStats) return undefined;
-    return this.enforcement.ruleStats(() => this.dumpMetricCounters());
-  }
-
-  /** The Metric tables' flows with their counters (per-rule statistics). */
-  dumpMetricCounters(): Promise<string> {
-    return this.ovs.dumpCounters(['EgressMetric', 'IngressMetric']);
-  }
-
-  /** MAC of the interface behind an OpenFlow port of the bridge: the gateway or a local Pod. */
-  portMac(ofport: number): string | undefined {
-    if (this.gateway && this.gateway.ofport === ofport) return this.gateway.mac;
-    for (const p of this.pods.values()) if (p.ofport === ofport) return p.mac;
-    return undefined;
-  }
-
-  syncFlows(opts: { verify?: boolean } = {}) {
-    return this.flowSync.sync((store) => this.updateFlowStore(store), opts);
-  }
-
-  private podRoutes(): { ips: string[]; hostVeth: string }[] {
-    return [...this.pods.values()].map((p) => ({ ips: p.ips, hostVeth: p.hostVeth }));
-  }
-
-  /**
-   * Full convergence: bridge, gateway, Pod ofports, flows, host networking. Logs what it repaired.
-   * Resyncs run one at a time. CNI operations wait only while Pod state is compared and repaired:
-   * the OVS part (OVSDB and OpenFlow round trips) and, after the host part was read without the
-   * lock (node-wide state no CNI operation touches: table 300, rules, iptables chains; then the
-   * Pods' routes and veth guards in one dump each), the repair of the Pods still attached as read.
-   */
-  resync(reason: string): Promise<string[]> {
-    const run = () => this.resyncOnce(reason);
-    const result = this.resyncQueue.then(run, run);
-    this.resyncQueue = result.catch(() => undefined);
-    return result;
-  }
-
-  private async resyncOnce(reason: string): Promise<string[]> {
-    if (this.closed) return [];
-    const repairs: string[] = [];
-    try {
-      await this.lock.runExclusive(async () => {
-        if (this.closed) return;
-        repairs.push(...(await this.ovs.ensureBridge()));
-        const gw = await this.ovs.ensureGateway(this.config.gateway);
-        repairs.push(...gw.changes);
-        this.gateway = gw.gateway;
-        const ports = new Map((await this.ovs.listPodPorts()).map((r) => [r.name, r]));
-        for (const pod of this.pods.values()) {
-          const rec = ports.get(pod.hostVeth);
-          if (!rec) {
-            repairs.push(`re-attached port ${pod.hostVeth} (container ${pod.containerId})`);
-            pod.ofport = await this.ovs.addPodPort(pod.hostVeth, portIds(pod));
-          } else if (rec.ofport > 0 && rec.ofport !== pod.ofport) {
-            repairs.push(`port ${pod.hostVeth} moved from OpenFlow port ${pod.ofport} to ${rec.ofport}`);
-            pod.ofport = rec.ofport;
-          }
-        }
-        const diff = await this.syncFlows({ verify: true });
-        if (diff.add.length || diff.remove.length) repairs.push(`flows: +${diff.add.length} -${diff.remove.length}`);
-        if (await this.ovs.endFlowRestoreWait()) repairs.push('flow-restore-wait ended (ovs-vswitchd was restarted over the bridge)');
-      });
-      if (this.closed) return repairs;
-      repairs.push(...(await this.net.ensureBase()));
-      const seen = [...this.pods.values()];
-      const routeProblems = await this.net.podRouteProblems(seen.map((p) => p.ips));
-      const isolated = this.config.datapath === 'netdev' ? new Set(await this.net.isolatedVeths()) : undefined;
-      await this.lock.runExclusive(async () => {
-        if (this.closed) return;
-        for (const [i, pod] of seen.entries()) {
-          // A Pod DELeted or re-ADDed since it was read: that operation set its routes and guard.
-          if (this.pods.get(pod.containerId) !== pod) continue;
-          repairs.push(...(await this.net.repairPodRoutes(pod, routeProblems[i]!)));
-          if (isolated && !isolated.has(pod.hostVeth)) {
-            await this.net.isolateHostVeth(pod.hostVeth);
-            repairs.push(`re-isolated host veth ${pod.hostVeth} (container ${pod.containerId})`);
-          }
-        }
-      });
-      this.ovsReachable = true;
-      this.lastResync = { at: new Date().toISOString(), repairs };
-      this.resyncCounts.ok++;
-      this.resyncCounts.repairs += repairs.length;
-      if (repairs.length) this.log.warn({ reason, repairs }, 'resync: repaired');
-      else this.log.debug({ reason }, 'resync: nothing to repair');
-    } catch (err) {
-      this.lastResync = { at: new Date().toISOString(), repairs, error: (err as Error).message };
-      this.resyncCounts.failed++;
-      this.log.error({ reason, err: (err as Error).message }, 'resync: failed');
-    }
-    return repairs;
+    // The Metric tables' flows with their counters.
+    return this.enforcement.ruleStats(() => this.ovs.dumpCounters(['EgressMetric', 'IngressMetric']));
   }
 
   /**
@@ -593,7 +262,7 @@ export class Agent {
   private repairSoon(reason: string): void {
     if (this.closed) return;
     clearTimeout(this.monitorTimer);
-    this.monitorTimer = setTimeout(() => void this.resync(reason), 200);
+    this.monitorTimer = setTimeout(() => void this.node.resync(reason), 200);
   }
 
   private watchMonitor(what: string, cmd: string, args: string[], relevant: (line: string) => boolean): ChildProcess {
@@ -621,7 +290,8 @@ export class Agent {
     const protocol = (q.get('protocol') ?? 'TCP').toUpperCase();
     const port = Number(q.get('port') ?? (protocol === 'ICMP' ? 0 : NaN));
     if (!this.enforcement?.traceflow) return { code: 503, body: { error: 'policy enforcement is off on this node: nothing to trace' } };
-    if (!this.gateway) return { code: 503, body: { error: 'starting: the bridge is not set up yet' } };
+    const gw = this.node.gateway;
+    if (!gw) return { code: 503, body: { error: 'starting: the bridge is not set up yet' } };
     if (!['TCP', 'UDP', 'ICMP'].includes(protocol)) return bad(`protocol "${protocol}": use TCP, UDP or ICMP`);
     if (protocol !== 'ICMP' && !(Number.isInteger(port) && port >= 1 && port <= 65535)) return bad(`port "${q.get('port') ?? ''}": a port 1-65535 is needed for ${protocol}`);
     if (!to) return bad('to: the destination is missing (ns/pod, service:ns/name or ip:ADDRESS)');
@@ -636,7 +306,6 @@ export class Agent {
     const ip = src.ips.find((a) => a.includes(':') === (family === 6));
     if (!ip) return bad(`from "${from}": the Pod has no IPv${family} address`);
     const byPort = new Map([...this.pods.values()].map((p) => [p.ofport, `Pod ${p.podNamespace}/${p.podName} (port ${p.ofport})`]));
-    const gw = this.gateway;
     const name = (ofport: number) => (ofport === gw.ofport ? `${gw.name} (port ${ofport})` : byPort.get(ofport) ?? `port ${ofport}`);
     try {
       const report = await this.enforcement.traceflow(
@@ -663,71 +332,17 @@ export class Agent {
     }
   }
 
-  /**
-   * Connects to the bridge's management socket (it exists once the bridge does) and keeps
-   * reconnecting. The first flow sync waits for the connection (bounded, see Ovs.useOpenFlow); every
-   * later connection means ovs-vswitchd restarted or the socket was lost: the meters are back (the
-   * handshake installs them) and every flow is replayed.
-   */
-  private startOpenFlow(): void {
-    let first = true;
-    this.openflow.on('connected', () => {
-      if (first) {
-        first = false;
-        return;
-      }
-      this.log.warn('openflow: reconnected to the bridge; replaying flows');
-      void this.resync('openflow reconnected');
-    });
-    this.openflow.on('disconnected', (reason: string) => this.log.warn({ reason }, 'openflow: disconnected from the bridge'));
-    this.openflow.start();
-  }
-
-  /**
-   * Cheap watchdog: if OVS lost sluice's flows (ovs-vswitchd restarted), converge everything now.
-   * It asks only for the number of sluice flows installed (one aggregate-statistics request); the
-   * cookies are read, and compared with the desired set, only when that number differs. (A flow
-   * lost while a stale one is left over keeps the count; the next sync removes the stale one, and
-   * the periodic resync reads the cookies anyway.)
-   */
-  private async checkFlows(): Promise<void> {
-    // One check at a time: while ovs-vswitchd is down each one waits for the connection (bounded).
-    if (this.closed || !this.ready || this.checkingFlows) return;
-    this.checkingFlows = true;
-    try {
-      // Changes a read of the desired set (GET /flows, metrics) brought into the store but no sync
-      // applied yet are applied first, so the count compares what the bridge should hold.
-      const store = this.flowSync.store;
-      if (store.dirty) await this.syncFlows();
-      if ((await this.ovs.installedCount()) === store.size) {
-        this.ovsReachable = true;
-        return;
-      }
-      const diff = diffFlows(store.flows(), await this.ovs.installedCookies());
-      this.ovsReachable = true;
-      if (diff.add.length) {
-        this.log.warn({ missing: diff.add.length }, 'flows missing from the bridge (ovs-vswitchd restarted?); converging');
-        await this.resync('flows missing');
-      }
-    } catch (err) {
-      if (this.ovsReachable) this.log.error({ err: (err as Error).message }, 'flow check: OVS unreachable');
-      this.ovsReachable = false;
-    } finally {
-      this.checkingFlows = false;
-    }
-  }
-
   status(): AgentStatus {
     return {
-      ready: this.ready,
+      ready: this.node.ready,
       node: this.config.nodeName,
-      ...(this.nodeIP ? { nodeIP: this.nodeIP } : {}),
+      ...(this.node.nodeIP ? { nodeIP: this.node.nodeIP } : {}),
       bridge: this.config.bridge,
       datapath: this.config.datapath,
-      ...(this.gateway ? { gateway: this.gateway } : {}),
+      ...(this.node.gateway ? { gateway: this.node.gateway } : {}),
       pods: [...this.pods.values()],
-      ...(this.lastResync ? { lastResync: this.lastResync } : {}),
-      ovsReachable: this.ovsReachable,
+      ...(this.node.lastResync ? { lastResync: this.node.lastResync } : {}),
+      ovsReachable: this.node.ovsReachable,
       memory: (({ rss, heapUsed, heapTotal, external }) => ({ rssMiB: mib(rss), heapUsedMiB: mib(heapUsed), heapTotalMiB: mib(heapTotal), externalMiB: mib(external) }))(process.memoryUsage()),
       ...(this.enforcement?.status ? { enforcement: this.enforcement.status() } : {}),
       ...(this.chainKeeper ? { chain: this.chainKeeper.status() } : {}),
@@ -765,7 +380,7 @@ export class Agent {
   }
 
   private async adoptOnce(reason: string): Promise<void> {
-    if (this.closed || !this.kube || !this.ready) return;
+    if (this.closed || !this.kube || !this.node.ready) return;
     const { log } = this;
     const node = this.config.nodeName;
     let pods: NodePod[];
@@ -861,19 +476,17 @@ export class Agent {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.ready = false;
+    this.node.close();
     for (const t of this.timers) clearInterval(t);
     clearTimeout(this.monitorTimer);
     for (const m of this.monitors) m.kill();
     this.chainKeeper?.close();
     await this.cni?.close();
     await this.enforcement?.close();
-    await this.openflow.close();
+    await this.parts.openflow.close();
     await this.health?.close();
     await this.metricsServer?.close();
-    await this.hostnet?.close();
-    this.podLinks.close();
-    this.netnsHelper.close();
-    this.ovs.close();
+    await this.node.hostNetwork?.close();
+    this.parts.closeAdapters();
   }
 }

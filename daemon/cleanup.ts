@@ -16,6 +16,8 @@ import { Ovs } from './flows/ovs.js';
 import { VIRTUAL_MAC } from './flows/tables.js';
 import { HostNetwork, repointPodNeighbours, resolveIptables, VethGuard } from './hostnet/index.js';
 import { attachmentFromPort, type PodAttachment } from './cni/attacher.js';
+import { realClock } from './clock.js';
+import { waitForOvsdb } from './node/startup.js';
 
 export interface CleanupReport {
   /** One line per thing restored or removed, in order. */
@@ -36,19 +38,6 @@ export async function runningAgent(config: AgentConfig): Promise<string | undefi
 }
 
 const describe = (err: unknown): string => (err instanceof Error ? err.message : String(err));
-
-/** OVS may still be starting (the ovs container of the same Pod): wait up to `ms` for OVSDB. */
-async function waitForOvsdb(ovs: Ovs, ms: number): Promise<void> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    try {
-      return await ovs.ping();
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 1000));
-    }
-  }
-}
 
 /**
  * One Pod back to the primary CNI alone, in an order that never leaves it unreachable (a CNI DEL
@@ -126,7 +115,8 @@ export async function cleanupNode(
 
   const ovs = new Ovs({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
   try {
-    await waitForOvsdb(ovs, opts.ovsWaitMs ?? 30_000);
+    // OVS may still be starting (the ovs container of the same Pod).
+    await waitForOvsdb(() => ovs.ping(), { ms: opts.ovsWaitMs ?? 30_000, clock: realClock });
   } catch (err) {
     // Without OVSDB the Pods to restore are unknown, and the gateway must not go before them.
     failed.push(`${describe(err)}: Open vSwitch must run during the cleanup; nothing was changed`);

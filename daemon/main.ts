@@ -12,13 +12,22 @@
 import { pino, type Logger } from 'pino';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
+import { existsSync } from 'node:fs';
 import { Agent } from './agent.js';
+import { realClock } from './clock.js';
 import { type AgentConfig, ConfigError, DEFAULT_CONFIG_PATH, loadConfig } from './config.js';
-import { enforcementWanted, startEnforcement } from './enforcement/index.js';
-import { ATTACH_STEPS, type AttachStep } from './cni/attacher.js';
+import { type EnforcementHooks, enforcementWanted, startEnforcement } from './enforcement/index.js';
+import { ATTACH_STEPS, type AttachStep, type PodAttachment, PodAttacher } from './cni/attacher.js';
 import { cleanupNode, runningAgent } from './cleanup.js';
+import { FlowSync, Ovs } from './flows/ovs.js';
+import { OpenFlowController } from './flows/openflow/controller.js';
+import { packetInMeters } from './flows/openflow/punt.js';
 import { startHealthServer } from './health.js';
+import { HostNetwork, NetnsHelper, PodLinks, resolveIptables } from './hostnet/index.js';
+import { NodeApi } from './kube/node-api.js';
+import { SharedExclusiveLock } from './lock.js';
 import { AgentMetrics } from './metrics.js';
+import { NodeReconciler } from './node/reconciler.js';
 
 async function main(): Promise<number> {
   const argv = yargs(hideBin(process.argv))
@@ -68,7 +77,7 @@ async function main(): Promise<number> {
     log.info({ reason: wanted.why }, wanted.on ? 'policy enforcement on' : 'policy enforcement OFF (datapath only)');
     const metrics = new AgentMetrics({ node: config.nodeName });
     const enforcement = wanted.on ? (await startEnforcement(config, log, { onRealized: (s) => metrics.observeRealization(s) })).hooks : undefined;
-    agent = await Agent.start({ config, log, metrics, ...(failpoint ? { failAfter: failpoint as AttachStep } : {}), ...(enforcement ? { enforcement } : {}) });
+    agent = await startAgent(config, log, { metrics, enforcement, ...(failpoint ? { failAfter: failpoint as AttachStep } : {}) });
   } catch (err) {
     log.fatal({ err: (err as Error).message }, 'startup failed');
     process.stderr.write(`sluice-agent: startup failed: ${(err as Error).message}\n`);
@@ -83,6 +92,103 @@ async function main(): Promise<number> {
     process.once('SIGINT', () => stop('SIGINT'));
   });
   return 0;
+}
+
+/**
+ * The agent's parts, built and connected: the OVS adapters (OVSDB session, OpenFlow connection),
+ * the flow programming over them, the Pod-side netlink socket and helper, the node reconciler and
+ * the CNI attacher. Policy enforcement's flows join the desired set before the first sync.
+ */
+async function startAgent(
+  config: AgentConfig,
+  log: Logger,
+  opts: { metrics: AgentMetrics; enforcement: EnforcementHooks | undefined; failAfter?: AttachStep },
+): Promise<Agent> {
+  const { enforcement } = opts;
+  const ovs = new Ovs({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
+  const openflow = new OpenFlowController({
+    socketPath: `${config.ovsRunDir}/${config.bridge}.mgmt`,
+    meters: packetInMeters(config.packetInRate),
+    // After an ovs-vswitchd restart the flows are replayed on reconnection: retry at least every 500 ms.
+    reconnectMaxMs: 500,
+    log: { debug: (o, m) => log.debug(o, m), info: (o, m) => log.info(o, m), warn: (o, m) => log.warn(o, m) },
+  });
+  // Every flow is programmed and read back over the agent's OpenFlow connection (no ovs-ofctl).
+  ovs.useOpenFlow(openflow);
+  /** Finds Pods' veths for ADD and adoption over one rtnetlink socket (daemon/hostnet/podlink.ts). */
+  const podLinks = new PodLinks();
+  const netnsHelper = new NetnsHelper({ log });
+  const lock = new SharedExclusiveLock();
+  const pods = new Map<string, PodAttachment>();
+  // Closures below reach the attacher (stale leftovers at start-up) and the node (flows, host network).
+  let attacher: PodAttacher | undefined;
+  const node: NodeReconciler<NodeApi, HostNetwork> = new NodeReconciler({
+    config,
+    log,
+    ovs,
+    flows: new FlowSync(ovs, log),
+    connectApi: () => NodeApi.connect(config.kubeconfig),
+    createHostNetwork: async (addresses) => {
+      const iptables = await resolveIptables(config.iptablesBackend);
+      log.info({ backend: iptables.commands.backend ?? 'iptables', why: iptables.why }, 'startup: iptables backend');
+      return HostNetwork.create({ gateway: config.gateway, serviceCIDRs: config.serviceCIDRs, ...addresses, rtTablesFile: config.rtTablesFile, iptables: iptables.commands, log });
+    },
+    clock: realClock,
+    lock,
+    pods,
+    pathExists: existsSync,
+    detach: (pod) => attacher!.detach(pod),
+    openflow,
+    ...(enforcement
+      ? { prepare: (local: PodAttachment[]) => enforcement.prepare({ openflow, syncFlows: () => node.syncFlows(), portMac: (p) => node.portMac(p) }, local) }
+      : {}),
+  });
+  if (enforcement) node.addFlowSource((store) => enforcement.writeFlows(store));
+  attacher = new PodAttacher({
+    datapath: config.datapath,
+    bridge: config.bridge,
+    ovs,
+    hostnet: {
+      movePodRoutes: (ips, veth) => node.net.movePodRoutes(ips, veth),
+      restorePodRoutes: (ips, veth) => node.net.restorePodRoutes(ips, veth),
+      checkPodRoutes: (ips) => node.net.checkPodRoutes(ips),
+      isolateHostVeth: (veth) => node.net.isolateHostVeth(veth),
+      releaseHostVeth: (veth) => node.net.releaseHostVeth(veth),
+      isolatedVeths: () => node.net.isolatedVeths(),
+    },
+    // One rtnetlink socket for every ADD; no process enters the Pod's namespace.
+    findHostVeth: (netns, ifName) => podLinks.findHostVeth(netns, ifName),
+    // One long-lived helper process for every Pod (started on the first netdev ADD).
+    disablePodTxOffload: (netns, ifName) => netnsHelper.disableTxOffload(netns, ifName),
+    pods,
+    syncFlows: (o) => node.syncFlows(o),
+    isReady: () => node.ready,
+    ...(enforcement
+      ? {
+          onPodDetached: (p: PodAttachment) => enforcement.podDetached(p),
+          beforePodFlows: (p: PodAttachment) => enforcement.podAttaching(p),
+          podFlowsUndone: (p: PodAttachment) => enforcement.podDetached(p),
+        }
+      : {}),
+    ...(opts.failAfter ? { failAfter: opts.failAfter } : {}),
+    log,
+  });
+  return Agent.start({
+    config,
+    log,
+    node,
+    attacher,
+    lock,
+    ovs,
+    openflow,
+    enforcement,
+    metrics: opts.metrics,
+    closeAdapters: () => {
+      podLinks.close();
+      netnsHelper.close();
+      ovs.close();
+    },
+  });
 }
 
 async function cleanup(config: AgentConfig, log: Logger, wait: boolean): Promise<number> {

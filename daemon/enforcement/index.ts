@@ -3,15 +3,16 @@
  * agent calls.
  */
 import type { Logger } from 'pino';
-import type { EnforcementHooks } from '../agent.js';
 import type { AgentConfig } from '../config.js';
 import { FqdnLearning } from './fqdn/index.js';
 import { Enforcer } from './enforcer.js';
+import type { EnforcementHooks } from './hooks.js';
 
 export { Enforcer, type DnsLearning, type DnsPuntHook, type EnforcerOptions, type EnforcerStatus } from './enforcer.js';
 export { PodView } from './podview.js';
 export { buildPolicyReport, type EnforcedPolicy, type PolicyReport } from './policy-report.js';
 export { decidePolicyPunt } from './punthandler.js';
+export type { EnforcementHooks, EnforcementNode } from './hooks.js';
 
 /** Enforcement runs when configured so, or by default when an API server is configured. */
 export function enforcementWanted(cfg: AgentConfig, env: NodeJS.ProcessEnv = process.env): { on: boolean; why: string } {
@@ -43,10 +44,10 @@ export async function startEnforcement(
   await enforcer.startWatch();
   const hooks: EnforcementHooks = {
     writeFlows: (store) => enforcer.writeFlows(store),
-    prepare: async (agent, localPods) => {
+    prepare: async (node, localPods) => {
       enforcer.localPodsAtStart(localPods);
       await enforcer.waitSynced();
-      await enforcer.attach({ controller: agent.openflow, applyFlows: () => agent.syncFlows(), portMac: (ofport) => agent.portMac(ofport) });
+      await enforcer.attach({ controller: node.openflow, applyFlows: () => node.syncFlows(), portMac: (ofport) => node.portMac(ofport) });
     },
     podAttaching: (pod) => enforcer.podAttaching(pod),
     podDetached: (pod) => enforcer.podDetached(pod),

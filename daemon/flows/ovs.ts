@@ -538,14 +538,20 @@ export class Ovs {
  * reads the installed cookies and applies the difference from them to the whole desired set; so
  * does the first sync, and the one after a failed bundle (the bridge's state is then unknown).
  */
+/** What FlowSync needs of the switch: the installed sluice cookies, and a diff applied atomically. */
+export interface FlowSwitch {
+  installedCookies(): Promise<string[]>;
+  applyDiff(diff: FlowDiff): Promise<void>;
+}
+
 export class FlowSync {
   private running: Promise<unknown> = Promise.resolve();
   private next?: { promise: Promise<FlowDiff>; verify: boolean } | undefined;
   private mustVerify = true;
 
   constructor(
-    private readonly ovs: Ovs,
-    private readonly log: Logger,
+    private readonly ovs: FlowSwitch,
+    private readonly log: Pick<Logger, 'info'>,
     readonly store: FlowStore = new FlowStore(),
   ) {}
 

@@ -1,0 +1,51 @@
+/**
+ * The contract between the agent and policy enforcement, in both directions: what the agent calls
+ * on the policy side (EnforcementHooks), and the little of the node the policy side uses
+ * (EnforcementNode). Neither side imports the other's classes.
+ */
+import type { PodAttachment } from '../cni/attacher.js';
+import type { OpenFlowController } from '../flows/openflow/controller.js';
+import type { RuleStatistics } from '../flows/policy/stats.js';
+import type { FlowStore } from '../flows/store.js';
+import type { EventSubject } from '../kube/node-api.js';
+import type { EnforcementMetrics } from '../metrics.js';
+import type { TraceReport, TraceRequest } from './traceflow.js';
+
+/** What enforcement uses of the node: its OpenFlow connection, a flow sync, and port MACs. */
+export interface EnforcementNode {
+  /** The agent's OpenFlow connection to the bridge (packet-ins, packet-outs, meters). */
+  readonly openflow: OpenFlowController;
+  /** Applies what changed in the desired flows. */
+  syncFlows(): Promise<unknown>;
+  /** MAC of the interface behind an OpenFlow port of the bridge: the gateway or a local Pod. */
+  portMac(ofport: number): string | undefined;
+}
+
+/**
+ * What the agent calls on the policy side. Ordering guarantees: `prepare` runs after the bridge
+ * exists and before the first flow sync (so the first bundle already has every policy flow and a
+ * restart deletes nothing); `podAttaching` runs before a new Pod's flows are installed (the same
+ * bundle makes the Pod reachable and installs its policy flows).
+ */
+export interface EnforcementHooks {
+  /** Brings the policy side's owners in the agent's FlowStore up to date (policy flows, DNS interception). */
+  writeFlows(store: FlowStore): void;
+  prepare(node: EnforcementNode, localPods: PodAttachment[]): Promise<void>;
+  podAttaching(pod: PodAttachment): Promise<void>;
+  podDetached(pod: PodAttachment): void;
+  close(): Promise<void>;
+  /** Shown under `enforcement` in the agent status (/status, sluicectl node status). */
+  status?(): unknown;
+  /** The body of GET /policies: what this node enforces and which objects were ignored (sluicectl node policies). */
+  policyReport?(): unknown;
+  /** A real packet traced through the bridge (GET /traceflow); the destination is resolved from the cluster view. */
+  traceflow?(req: Omit<TraceRequest, 'dstIp'>, io: { addFlows(text: string): Promise<void>; removeFlows(): Promise<void> }, port: (ofport: number) => string, gatewayOfport: number): Promise<TraceReport>;
+  /** The API object (apiVersion, kind, uid) behind an invalid-object entry of the report. */
+  policyObject?(e: { kind: string; namespace?: string | undefined; name: string }): EventSubject | undefined;
+  /** Figures for /metrics. */
+  metrics?(): EnforcementMetrics;
+  /** Per-rule statistics from the bridge's counter flows; `dump` returns the Metric tables' flows with their counters (dump-flows line form). */
+  ruleStats?(dump: () => Promise<string>): Promise<RuleStatistics[]>;
+  /** Packets each packet-in meter dropped, by what it limits (the bridge's meter statistics). */
+  meterDrops?(): Promise<Record<string, number>>;
+}
