@@ -541,7 +541,7 @@ export class Ovs {
 /** What FlowSync needs of the switch: the installed sluice cookies, and a diff applied atomically. */
 export interface FlowSwitch {
   installedCookies(): Promise<string[]>;
-  applyDiff(diff: FlowDiff): Promise<void>;
+  applyDiff(diff: FlowDiff): Promise<ApplyTimings>;
 }
 
 export class FlowSync {

@@ -7,7 +7,7 @@ import { EventEmitter } from 'node:events';
 import { pino } from 'pino';
 import t from 'tap';
 import { type PodAttachment, portIds } from '../../daemon/cni/attacher.js';
-import type { FlowDiff } from '../../daemon/flows/diff.js';
+import type { ApplyTimings, FlowDiff } from '../../daemon/flows/diff.js';
 import { flowText } from '../../daemon/flows/flow.js';
 import { FlowSync, type GatewayInfo, type PodPortIds, type PodPortRecord } from '../../daemon/flows/ovs.js';
 import { SharedExclusiveLock } from '../../daemon/lock.js';
@@ -80,11 +80,13 @@ class FakeOvs implements NodeOvs {
     this.dumps++;
     return [...this.flows.keys()];
   }
-  async applyDiff(diff: FlowDiff): Promise<void> {
-    if (diff.add.length === 0 && diff.remove.length === 0) return;
-    this.bundles.push(diff);
-    for (const c of diff.remove) this.flows.delete(c);
-    for (const f of diff.add) this.flows.set(f.cookie, flowText(f));
+  async applyDiff(diff: FlowDiff): Promise<ApplyTimings> {
+    if (diff.add.length > 0 || diff.remove.length > 0) {
+      this.bundles.push(diff);
+      for (const c of diff.remove) this.flows.delete(c);
+      for (const f of diff.add) this.flows.set(f.cookie, flowText(f));
+    }
+    return { bundleMs: 0, purgeMs: 0 };
   }
 }
 
