@@ -27,14 +27,14 @@ import { TraceError, type TraceReport, type TraceRequest } from './enforcement/t
 import { TRACE_COOKIE_PREFIX, type TraceProtocol } from './flows/traceflow.js';
 import { type HealthServer, startEndpoint, startHealthServer } from './health.js';
 import type { AgentMetrics, EnforcementMetrics } from './metrics.js';
-import { HostNetwork, NetnsHelper, PodLinks, resolveIptables, SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6 } from './hostnet/index.js';
+import { HostNetwork, NetnsHelper, PodLinks, podInterfaceIPv4, resolveIptables, SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6 } from './hostnet/index.js';
 import { isRepairEvent, isRulesetTamperEvent } from './hostnet/monitor.js';
 import { describeRtEvent, ifindexOf, watchRtEvents } from './hostnet/rtevents.js';
 import { type AdoptionStatus, type NodePod, planAdoption } from './adoption.js';
 import { ChainKeeper, type ChainStatus } from './chainkeeper.js';
 import { readCniCache } from './cni/runtime-cache.js';
 import { sluiceEntry } from '../install/conflist.js';
-import { type AttachStep, attachmentFromPort, type PodAttachment, PodAttacher, portIds } from './cni/attacher.js';
+import { type AttachStep, attachmentFromPort, egressPortIds, type PodAttachment, PodAttacher, podPortOf, portIds, routedIPs } from './cni/attacher.js';
 import { type EventSubject, NodeApi } from './kube/node-api.js';
 import { SharedExclusiveLock } from './lock.js';
 
@@ -197,6 +197,7 @@ export class Agent {
       },
       // One rtnetlink socket for every ADD; no process enters the Pod's namespace.
       findHostVeth: (netns, ifName) => this.podLinks.findHostVeth(netns, ifName),
+      podInterfaceIPv4,
       // One long-lived helper process for every Pod (started on the first netdev ADD).
       disablePodTxOffload: (netns, ifName) => this.netnsHelper.disableTxOffload(netns, ifName),
       pods: this.pods,
@@ -390,8 +391,9 @@ export class Agent {
   /** Rebuilds the registry from OVSDB; returns attachments whose Pod is gone. */
   private async loadAttachments(livePods?: Set<string>): Promise<{ pod: PodAttachment; reason: string }[]> {
     const stale: { pod: PodAttachment; reason: string }[] = [];
+    const egressOfports = await this.ovs.egressPortOfports();
     for (const rec of await this.ovs.listPodPorts()) {
-      const pod = attachmentFromPort(rec);
+      const pod = attachmentFromPort(rec, egressOfports);
       if (!pod) {
         this.log.warn({ port: rec.name }, 'startup: removing a sluice port with incomplete external_ids');
         await this.ovs.removePort(rec.name);
@@ -434,7 +436,7 @@ export class Agent {
       ...(this.nodeIP ? { nodeIP: this.nodeIP } : {}),
       ...(this.nodeIPv6 ? { nodeIPv6: this.nodeIPv6 } : {}),
       serviceCIDRs: this.config.serviceCIDRs,
-      pods: [...this.pods.values()].map((p) => ({ containerId: p.containerId, ofport: p.ofport, mac: p.mac, ips: p.ips })),
+      pods: [...this.pods.values()].map(podPortOf),
     });
     for (const source of this.flowSources) source(store);
   }
@@ -475,7 +477,10 @@ export class Agent {
   /** MAC of the interface behind an OpenFlow port of the bridge: the gateway or a local Pod. */
   portMac(ofport: number): string | undefined {
     if (this.gateway && this.gateway.ofport === ofport) return this.gateway.mac;
-    for (const p of this.pods.values()) if (p.ofport === ofport) return p.mac;
+    for (const p of this.pods.values()) {
+      if (p.ofport === ofport) return p.mac;
+      if (p.egressV4?.ofport === ofport) return p.egressV4.mac;
+    }
     return undefined;
   }
 
@@ -484,7 +489,7 @@ export class Agent {
   }
 
   private podRoutes(): { ips: string[]; hostVeth: string }[] {
-    return [...this.pods.values()].map((p) => ({ ips: p.ips, hostVeth: p.hostVeth }));
+    return [...this.pods.values()].map((p) => ({ ips: routedIPs(p), hostVeth: p.hostVeth }));
   }
 
   /**
@@ -512,6 +517,7 @@ export class Agent {
         repairs.push(...gw.changes);
         this.gateway = gw.gateway;
         const ports = new Map((await this.ovs.listPodPorts()).map((r) => [r.name, r]));
+        const egressPorts = await this.ovs.egressPortOfports();
         for (const pod of this.pods.values()) {
           const rec = ports.get(pod.hostVeth);
           if (!rec) {
@@ -521,6 +527,17 @@ export class Agent {
             repairs.push(`port ${pod.hostVeth} moved from OpenFlow port ${pod.ofport} to ${rec.ofport}`);
             pod.ofport = rec.ofport;
           }
+          const e = pod.egressV4;
+          if (e) {
+            const egressOfport = egressPorts.get(e.hostVeth);
+            if (egressOfport === undefined || egressOfport < 1) {
+              repairs.push(`re-attached IPv4 egress port ${e.hostVeth} (container ${pod.containerId})`);
+              e.ofport = await this.ovs.addEgressPort(e.hostVeth, egressPortIds({ ...pod, egressV4: e }));
+            } else if (egressOfport !== e.ofport) {
+              repairs.push(`IPv4 egress port ${e.hostVeth} moved from OpenFlow port ${e.ofport} to ${egressOfport}`);
+              e.ofport = egressOfport;
+            }
+          }
         }
         const diff = await this.syncFlows({ verify: true });
         if (diff.add.length || diff.remove.length) repairs.push(`flows: +${diff.add.length} -${diff.remove.length}`);
@@ -529,17 +546,19 @@ export class Agent {
       if (this.closed) return repairs;
       repairs.push(...(await this.net.ensureBase()));
       const seen = [...this.pods.values()];
-      const routeProblems = await this.net.podRouteProblems(seen.map((p) => p.ips));
+      const routeProblems = await this.net.podRouteProblems(seen.map(routedIPs));
       const isolated = this.config.datapath === 'netdev' ? new Set(await this.net.isolatedVeths()) : undefined;
       await this.lock.runExclusive(async () => {
         if (this.closed) return;
         for (const [i, pod] of seen.entries()) {
           // A Pod DELeted or re-ADDed since it was read: that operation set its routes and guard.
           if (this.pods.get(pod.containerId) !== pod) continue;
-          repairs.push(...(await this.net.repairPodRoutes(pod, routeProblems[i]!)));
-          if (isolated && !isolated.has(pod.hostVeth)) {
-            await this.net.isolateHostVeth(pod.hostVeth);
-            repairs.push(`re-isolated host veth ${pod.hostVeth} (container ${pod.containerId})`);
+          repairs.push(...(await this.net.repairPodRoutes({ ips: routedIPs(pod), hostVeth: pod.hostVeth }, routeProblems[i]!)));
+          for (const veth of [pod.hostVeth, ...(pod.egressV4 ? [pod.egressV4.hostVeth] : [])]) {
+            if (isolated && !isolated.has(veth)) {
+              await this.net.isolateHostVeth(veth);
+              repairs.push(`re-isolated host veth ${veth} (container ${pod.containerId})`);
+            }
           }
         }
       });
@@ -576,7 +595,7 @@ export class Agent {
             return ifindexOf(gateway);
           },
           get podIps() {
-            return new Set([...pods.values()].flatMap((p) => p.ips));
+            return new Set([...pods.values()].flatMap(routedIPs));
           },
           neighbours: KEPT_NEIGHBOURS,
         };

@@ -25,12 +25,13 @@ function setup(failSync = false) {
   const deps: AttachDeps = {
     datapath: 'system',
     bridge: 'br-int',
-    ovs: { addPodPort: async () => 7, freeOfport: async () => 7, removePort: async () => undefined, listPodPorts: async () => [], installedCookies: async () => [] },
+    ovs: { addPodPort: async () => 7, addEgressPort: async () => 8, freeOfport: async () => 7, removePort: async () => undefined, listPodPorts: async () => [], egressPortOfports: async () => new Map(), installedCookies: async () => [] },
     hostnet: {
       movePodRoutes: async () => undefined, restorePodRoutes: async () => undefined, checkPodRoutes: async () => [],
       isolateHostVeth: async () => undefined, releaseHostVeth: async () => undefined, isolatedVeths: async () => [],
     },
     findHostVeth: async () => ({ hostIfName: 'veth1', podMac: '2a:00:00:00:00:01' }),
+    podInterfaceIPv4: async () => [],
     disablePodTxOffload: async () => undefined,
     pods,
     syncFlows: async () => {
