@@ -32,6 +32,14 @@ class World {
     if (this.failOn === name) throw new Error(`${name} exploded`);
   }
 
+  /** A port by that name (or the requested OpenFlow port number when free, else the next). */
+  addPort(name: string, ids: PodPortIds | EgressPortIds, ofportRequest: number | undefined): number {
+    const taken = new Set([...this.ports.values()].map((p) => p.ofport));
+    const ofport = this.ports.get(name)?.ofport ?? (ofportRequest !== undefined && !taken.has(ofportRequest) ? ofportRequest : this.nextOfport++);
+    this.ports.set(name, { ofport, ids });
+    return ofport;
+  }
+
   deps(over: Partial<AttachDeps> = {}): AttachDeps {
     const w = this;
     return {
@@ -40,17 +48,11 @@ class World {
       ovs: {
         async addPodPort(name, ids, ofportRequest) {
           w.call('addPodPort');
-          const taken = new Set([...w.ports.values()].map((p) => p.ofport));
-          const ofport = w.ports.get(name)?.ofport ?? (ofportRequest !== undefined && !taken.has(ofportRequest) ? ofportRequest : w.nextOfport++);
-          w.ports.set(name, { ofport, ids });
-          return ofport;
+          return w.addPort(name, ids, ofportRequest);
         },
         async addEgressPort(name, ids, ofportRequest) {
           w.call('addEgressPort');
-          const taken = new Set([...w.ports.values()].map((p) => p.ofport));
-          const ofport = w.ports.get(name)?.ofport ?? (ofportRequest !== undefined && !taken.has(ofportRequest) ? ofportRequest : w.nextOfport++);
-          w.ports.set(name, { ofport, ids });
-          return ofport;
+          return w.addPort(name, ids, ofportRequest);
         },
         async egressPortOfports() {
           return new Map([...w.ports].filter(([, p]) => p.ids['sluice-type'] === 'container-egress-v4').map(([name, p]) => [name, p.ofport]));
