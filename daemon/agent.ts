@@ -27,7 +27,7 @@ import { type AdoptionStatus, type NodePod, planAdoption } from './adoption.js';
 import { ChainKeeper, type ChainStatus } from './chainkeeper.js';
 import { readCniCache } from './cni/runtime-cache.js';
 import { sluiceEntry } from '../install/conflist.js';
-import type { PodAttachment, PodAttacher } from './cni/attacher.js';
+import { type PodAttachment, type PodAttacher, routedIPs } from './cni/attacher.js';
 import type { EventSubject, NodeApi } from './kube/node-api.js';
 import type { SharedExclusiveLock } from './lock.js';
 import type { NodeReconciler, ResyncRecord } from './node/reconciler.js';
@@ -245,7 +245,7 @@ export class Agent {
             return ifindexOf(gateway);
           },
           get podIps() {
-            return new Set([...pods.values()].flatMap((p) => p.ips));
+            return new Set([...pods.values()].flatMap(routedIPs));
           },
           neighbours: KEPT_NEIGHBOURS,
         };

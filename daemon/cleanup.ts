@@ -57,32 +57,40 @@ async function restorePod(pod: PodAttachment, config: AgentConfig, hostnet: Host
   // Test hook only: SLUICE_CLEANUP_CRASH=before-port-removal kills this process once the first
   // Pod's guard is released and its routes are back, its port still on the bridge.
   const crash = process.env.SLUICE_CLEANUP_CRASH === 'before-port-removal';
-  if (config.datapath === 'netdev') {
-    try {
-      await hostnet.releaseHostVeth(pod.hostVeth);
-    } catch (err) {
-      return `releasing the veth guard of ${pod.hostVeth}: ${describe(err)}`;
+  // The Pod's interfaces: its own and its IPv4 egress one (whose port goes first: the Pod's own
+  // port keeps the record of both until the Pod is fully restored).
+  const links = [
+    ...(pod.egressV4 ? [{ veth: pod.egressV4.hostVeth, ips: [pod.egressV4.ip], ifName: pod.egressV4.ifName, what: 'its IPv4 egress ' }] : []),
+    { veth: pod.hostVeth, ips: pod.ips, ifName: pod.ifName, what: 'its ' },
+  ];
+  for (const [i, l] of links.entries()) {
+    if (config.datapath === 'netdev') {
+      try {
+        await hostnet.releaseHostVeth(l.veth);
+      } catch (err) {
+        return `releasing the veth guard of ${l.veth}: ${describe(err)}`;
+      }
     }
-  }
-  try {
-    await hostnet.restorePodRoutes(pod.ips, pod.hostVeth);
-  } catch (err) {
-    return `restoring its routes onto ${pod.hostVeth}: ${describe(err)}`;
-  }
-  if (crash) process.kill(process.pid, 'SIGKILL');
-  try {
-    await ovs.removePort(pod.hostVeth);
-  } catch (err) {
-    return `removing its port from ${config.bridge}: ${describe(err)}`;
-  }
-  // A Pod whose namespace is already gone has no neighbour table left to fix.
-  if (!existsSync(pod.netns)) return undefined;
-  try {
-    const mac = await hostnet.netlink.linkMac(pod.hostVeth);
-    if (!mac) return `re-pointing its gateway neighbour: ${pod.hostVeth} has no MAC address`;
-    await repointPodNeighbours(pod.netns, pod.ifName, VIRTUAL_MAC, mac);
-  } catch (err) {
-    return `re-pointing its gateway neighbour at ${pod.hostVeth}: ${describe(err)}`;
+    try {
+      await hostnet.restorePodRoutes(l.ips, l.veth);
+    } catch (err) {
+      return `restoring ${l.what}routes onto ${l.veth}: ${describe(err)}`;
+    }
+    if (crash && i === links.length - 1) process.kill(process.pid, 'SIGKILL');
+    try {
+      await ovs.removePort(l.veth);
+    } catch (err) {
+      return `removing ${l.what}port from ${config.bridge}: ${describe(err)}`;
+    }
+    // A Pod whose namespace is already gone has no neighbour table left to fix.
+    if (!existsSync(pod.netns)) continue;
+    try {
+      const mac = await hostnet.netlink.linkMac(l.veth);
+      if (!mac) return `re-pointing ${l.what}gateway neighbour: ${l.veth} has no MAC address`;
+      await repointPodNeighbours(pod.netns, l.ifName, VIRTUAL_MAC, mac);
+    } catch (err) {
+      return `re-pointing ${l.what}gateway neighbour at ${l.veth}: ${describe(err)}`;
+    }
   }
   return undefined;
 }
@@ -129,8 +137,9 @@ export async function cleanupNode(
     const pods: PodAttachment[] = [];
     await step('list Pod ports', async () => {
       const out: string[] = [];
+      const egressOfports = await ovs.egressPortOfports();
       for (const rec of await ovs.listPodPorts()) {
-        const pod = attachmentFromPort(rec);
+        const pod = attachmentFromPort(rec, egressOfports);
         if (pod) pods.push(pod);
         else {
           await ovs.removePort(rec.name);

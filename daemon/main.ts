@@ -23,7 +23,7 @@ import { FlowSync, Ovs } from './flows/ovs.js';
 import { OpenFlowController } from './flows/openflow/controller.js';
 import { packetInMeters } from './flows/openflow/punt.js';
 import { startHealthServer } from './health.js';
-import { HostNetwork, NetnsHelper, PodLinks, resolveIptables } from './hostnet/index.js';
+import { HostNetwork, NetnsHelper, PodLinks, podInterfaceIPv4, resolveIptables } from './hostnet/index.js';
 import { NodeApi } from './kube/node-api.js';
 import { SharedExclusiveLock } from './lock.js';
 import { AgentMetrics } from './metrics.js';
@@ -158,6 +158,7 @@ async function startAgent(
     },
     // One rtnetlink socket for every ADD; no process enters the Pod's namespace.
     findHostVeth: (netns, ifName) => podLinks.findHostVeth(netns, ifName),
+    podInterfaceIPv4,
     // One long-lived helper process for every Pod (started on the first netdev ADD).
     disablePodTxOffload: (netns, ifName) => netnsHelper.disableTxOffload(netns, ifName),
     pods,

@@ -1,11 +1,20 @@
 /**
  * Chaining sluice into a node's CNI configuration (pure): sluice goes right after the primary
- * (the first plugin, which creates the interface), so later chained plugins (portmap, bandwidth)
- * still see the primary's result. Idempotent, and reversible by `unchainSluice`.
+ * (the first plugin, which creates the interface) and the chained plugins right behind it that
+ * give the Pod more interfaces (POD_INTERFACE_PLUGINS), so that sluice sees every path out of the
+ * Pod in its prevResult, and later chained plugins (portmap, bandwidth) still see the primary's
+ * result. Idempotent, and reversible by `unchainSluice`.
  */
 import { DEFAULT_SOCKET_PATH } from '../cni/protocol.js';
 
 export const SLUICE_PLUGIN_TYPE = 'sluice-cni';
+
+/**
+ * Plugin types that add an interface to the Pod after the primary: the AWS VPC CNI's `egress-cni`
+ * (called `egress-v4-cni` before v1.13) gives IPv6-only Pods `v4if0`, an IPv4 path out SNATed to
+ * the node. sluice must come after them, or that path would bypass the bridge.
+ */
+export const POD_INTERFACE_PLUGINS: ReadonlySet<string> = new Set(['egress-cni', 'egress-v4-cni']);
 
 /** sluice's entry settings: the socket path only when it is not the plugin's default (one form for the installer and the agent). */
 export function sluiceEntry(socketPath?: string): Record<string, unknown> {
@@ -48,14 +57,20 @@ export function toConfList(doc: unknown, source = 'CNI config'): ConfList {
   return { cniVersion: cniVersion as string, name: name as string, plugins: [plugin as PluginConf] };
 }
 
-/** The conflist with sluice chained after the primary; an existing sluice entry is replaced in place. */
+/**
+ * The conflist with sluice chained after the primary and the interface plugins behind it; an
+ * existing sluice entry is replaced in place when no interface plugin comes after it, else moved.
+ */
 export function chainSluice(list: ConfList, sluice: Record<string, unknown> = {}): ConfList {
   const entry: PluginConf = { ...sluice, type: SLUICE_PLUGIN_TYPE };
   const without = list.plugins.filter((p) => p.type !== SLUICE_PLUGIN_TYPE);
   if (without.length === 0) throw new ConfListError('the conflist has only sluice in it: no primary CNI to chain after');
   const at = list.plugins.findIndex((p) => p.type === SLUICE_PLUGIN_TYPE);
-  const plugins = at > 0 ? list.plugins.map((p, i) => (i === at ? entry : p)) : [without[0]!, entry, ...without.slice(1)];
-  return { ...list, plugins };
+  const lastInterfacePlugin = list.plugins.reduce((last, p, i) => (POD_INTERFACE_PLUGINS.has(p.type) ? i : last), 0);
+  if (at > lastInterfacePlugin) return { ...list, plugins: list.plugins.map((p, i) => (i === at ? entry : p)) };
+  let pos = 1;
+  while (pos < without.length && POD_INTERFACE_PLUGINS.has(without[pos]!.type)) pos++;
+  return { ...list, plugins: [...without.slice(0, pos), entry, ...without.slice(pos)] };
 }
 
 export function unchainSluice(list: ConfList): ConfList {

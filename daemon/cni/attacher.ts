@@ -9,9 +9,25 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { CniErrorCode } from '../../cni/protocol.js';
 import { CniError, type CniHandler, type GcAttachment, type PodRequest } from './server.js';
-import { interfaceIPs } from './result.js';
-import { podAddressProblem, podFlows } from '../flows/pipeline.js';
-import type { PodPortIds, PodPortRecord } from '../flows/ovs.js';
+import { extraPodInterfaces, interfaceIPs } from './result.js';
+import { familyOf, type PodPort, podAddressProblem, podFlows } from '../flows/pipeline.js';
+import type { EgressPortIds, PodPortIds, PodPortRecord } from '../flows/ovs.js';
+
+/**
+ * A Pod's second interface for IPv4 egress (the AWS VPC CNI's `egress-cni` on IPv6 clusters:
+ * `v4if0`, a 169.254.172.0/22 address, SNAT to the node). Attached as a second port of the Pod, so
+ * its IPv4 egress crosses the bridge and the Pod's egress rules judge it.
+ */
+export interface EgressV4Attachment {
+  /** The interface inside the Pod (`v4if0`). */
+  ifName: string;
+  hostVeth: string;
+  ofport: number;
+  /** MAC of the Pod's egress interface. */
+  mac: string;
+  /** Its IPv4 address (no prefix length). */
+  ip: string;
+}
 
 /** What the agent knows about one attached Pod (rebuilt from OVSDB external_ids after a restart). */
 export interface PodAttachment {
@@ -25,6 +41,8 @@ export interface PodAttachment {
   /** MAC of the Pod's own interface. */
   mac: string;
   ips: string[];
+  /** The Pod's IPv4 egress port, when a chained plugin gave it one. */
+  egressV4?: EgressV4Attachment | undefined;
 }
 
 export const ATTACH_STEPS = ['find-veth', 'isolate-veth', 'attach-port', 'move-routes', 'install-flows'] as const;
@@ -39,8 +57,11 @@ export interface AttachDeps {
     addPodPort(name: string, ids: PodPortIds, ofportRequest?: number): Promise<number>;
     /** An OpenFlow port number no interface has or has requested. */
     freeOfport(): Promise<number>;
+    addEgressPort(name: string, ids: EgressPortIds, ofportRequest?: number): Promise<number>;
     removePort(name: string): Promise<void>;
     listPodPorts(): Promise<PodPortRecord[]>;
+    /** Ports attached as a Pod's IPv4 egress port, by name: their OpenFlow port numbers. */
+    egressPortOfports(): Promise<Map<string, number>>;
     installedCookies(): Promise<string[]>;
   };
   hostnet: {
@@ -53,6 +74,8 @@ export interface AttachDeps {
     isolatedVeths(): Promise<string[]>;
   };
   findHostVeth(netnsPath: string, ifName: string): Promise<{ hostIfName: string; podMac: string }>;
+  /** The IPv4 addresses (no prefix length) of an interface inside the Pod's namespace. */
+  podInterfaceIPv4(netnsPath: string, ifName: string): Promise<string[]>;
   disablePodTxOffload(netnsPath: string, ifName: string): Promise<void>;
   /** The attached Pods; the desired flows are computed from it. */
   pods: Map<string, PodAttachment>;
@@ -81,14 +104,34 @@ export function portIds(p: PodAttachment): PodPortIds {
     'attached-mac': p.mac,
     'net-ns': p.netns,
     'if-name': p.ifName,
+    ...(p.egressV4
+      ? { 'egress-v4-veth': p.egressV4.hostVeth, 'egress-v4-ip': p.egressV4.ip, 'egress-v4-mac': p.egressV4.mac, 'egress-v4-if-name': p.egressV4.ifName }
+      : {}),
   };
 }
 
-/** Rebuilds an attachment from its OVSDB port; undefined when the record is not usable. */
-export function attachmentFromPort(r: PodPortRecord): PodAttachment | undefined {
+/** external_ids of a Pod's IPv4 egress port (its Pod is found by container-id). */
+export function egressPortIds(p: PodAttachment & { egressV4: EgressV4Attachment }): EgressPortIds {
+  return { 'sluice-type': 'container-egress-v4', 'container-id': p.containerId, 'pod-namespace': p.podNamespace, 'pod-name': p.podName, 'ip-address': p.egressV4.ip, 'attached-mac': p.egressV4.mac };
+}
+
+/** Every address of an attachment the host routes to the gateway: the Pod's and its egress port's. */
+export const routedIPs = (p: PodAttachment): string[] => (p.egressV4 ? [...p.ips, p.egressV4.ip] : p.ips);
+
+/**
+ * Rebuilds an attachment from its OVSDB port (and the OpenFlow port numbers of the egress ports,
+ * -1 when its egress port is missing); undefined when the record is not usable.
+ */
+export function attachmentFromPort(r: PodPortRecord, egressOfports: Map<string, number> = new Map()): PodAttachment | undefined {
   const ids = r.ids;
   if (!ids['container-id'] || !ids['attached-mac'] || !ids['ip-address']) return undefined;
+  const ev = ids['egress-v4-veth'];
+  const egressV4 =
+    ev && ids['egress-v4-ip'] && ids['egress-v4-mac']
+      ? { ifName: ids['egress-v4-if-name'] ?? 'v4if0', hostVeth: ev, ofport: egressOfports.get(ev) ?? -1, mac: ids['egress-v4-mac'], ip: ids['egress-v4-ip'] }
+      : undefined;
   return {
+    ...(egressV4 ? { egressV4 } : {}),
     containerId: ids['container-id'],
     podNamespace: ids['pod-namespace'] ?? '',
     podName: ids['pod-name'] ?? '',
@@ -128,9 +171,43 @@ function usablePodIPs(req: PodRequest, where: string): string[] {
 
 const describe = (err: unknown): string => (err instanceof Error ? err.message : String(err));
 
+/**
+ * The Pod's IPv4 egress interface, when a chained plugin added one (see extraPodInterfaces), found
+ * in the Pod: host veth, MAC and its one IPv4 address. An extra interface sluice cannot put behind
+ * the bridge is an error, never a path that bypasses enforcement.
+ */
+async function findEgressV4(d: AttachDeps, req: PodRequest, ips: string[], where: string): Promise<EgressV4Attachment | undefined> {
+  const extra = extraPodInterfaces(req.prevResult, req.ifName, req.netns);
+  if (extra.length === 0) return undefined;
+  const bypass = 'its traffic would not cross the bridge, so no policy would apply to it';
+  const ifName = extra[0]!;
+  if (extra.length > 1) {
+    throw new CniError(CniErrorCode.InvalidNetworkConfig, `${where} puts interfaces ${extra.join(', ')} in the Pod besides ${req.ifName}: sluice attaches one IPv4 egress interface at most (${bypass})`);
+  }
+  const own4 = ips.filter((ip) => familyOf(ip) === 4);
+  if (own4.length > 0) {
+    throw new CniError(CniErrorCode.InvalidNetworkConfig, `${where} puts interface ${ifName} in the Pod besides ${req.ifName}, which has IPv4 address ${own4.join(', ')}: sluice attaches an IPv4 egress interface only for Pods without IPv4 (${bypass})`);
+  }
+  let veth: { hostIfName: string; podMac: string };
+  let v4: string[];
+  try {
+    veth = await d.findHostVeth(req.netns, ifName);
+    v4 = await d.podInterfaceIPv4(req.netns, ifName);
+  } catch (err) {
+    throw new CniError(CniErrorCode.InvalidEnvironment, `IPv4 egress interface ${ifName} (from ${where}): ${describe(err)}`);
+  }
+  if (v4.length !== 1) {
+    throw new CniError(CniErrorCode.InvalidEnvironment, `IPv4 egress interface ${ifName} (from ${where}) has ${v4.length ? `${v4.length} IPv4 addresses (${v4.join(', ')})` : 'no IPv4 address'}: sluice attaches it with exactly one`);
+  }
+  const problem = podAddressProblem(v4[0]!);
+  if (problem) throw new CniError(CniErrorCode.InvalidEnvironment, `IPv4 egress interface ${ifName} (from ${where}): ${problem}`);
+  return { ifName, hostVeth: veth.hostIfName, ofport: -1, mac: veth.podMac.toLowerCase(), ip: v4[0]! };
+}
+
 /** What attaching the request's interface (found on the host as `veth`) records. */
-function attachmentFor(req: PodRequest, veth: { hostIfName: string; podMac: string }, ips: string[], ofport: number): PodAttachment {
+function attachmentFor(req: PodRequest, veth: { hostIfName: string; podMac: string }, ips: string[], ofport: number, egressV4?: EgressV4Attachment): PodAttachment {
   return {
+    ...(egressV4 ? { egressV4 } : {}),
     containerId: req.containerId,
     podNamespace: req.podNamespace ?? '',
     podName: req.podName ?? '',
@@ -182,7 +259,7 @@ export class PodAttacher implements CniHandler {
       throw new CniError(CniErrorCode.InvalidEnvironment, `CNI_IFNAME ${req.ifName}: ${describe(err)}`);
     }
     const ips = usablePodIPs(req, 'prevResult');
-    const want = attachmentFor(req, veth, ips, -1);
+    const want = attachmentFor(req, veth, ips, -1, await findEgressV4(this.d, req, ips, 'prevResult'));
     const existing = this.d.pods.get(req.containerId);
     if (existing && sameAttachment(existing, want)) {
       const repaired = await this.repair(existing);
@@ -194,7 +271,9 @@ export class PodAttacher implements CniHandler {
       log.warn({ containerId: req.containerId, old: existing.hostVeth, new: want.hostVeth }, 'add: attachment changed, detaching the old one first');
       await this.detach(existing);
     }
-    let clash = [...this.d.pods.values()].find((p) => p.ips.some((ip) => ips.includes(ip)) || p.hostVeth === want.hostVeth);
+    const wantIps = routedIPs(want);
+    const wantVeths = vethsOf(want);
+    let clash = [...this.d.pods.values()].find((p) => routedIPs(p).some((ip) => wantIps.includes(ip)) || vethsOf(p).some((v) => wantVeths.includes(v)));
     if (clash && !existsSync(clash.netns)) {
       // Its Pod is gone and its DEL never reached us (e.g. the agent was down): the IP was reused.
       log.warn({ containerId: clash.containerId, veth: clash.hostVeth }, 'add: removing a stale attachment whose netns is gone');
@@ -204,7 +283,7 @@ export class PodAttacher implements CniHandler {
     if (clash) {
       throw new CniError(
         CniErrorCode.AttachFailed,
-        `cannot attach container ${req.containerId}: ${clash.hostVeth === want.hostVeth ? `veth ${want.hostVeth}` : `IP ${ips.find((ip) => clash.ips.includes(ip))}`} is still attached for container ${clash.containerId} (DEL it first)`,
+        `cannot attach container ${req.containerId}: ${clashText(clash, want)} is still attached for container ${clash.containerId} (DEL it first)`,
       );
     }
     await this.attach(want, Math.round(performance.now() - findStart));
@@ -228,15 +307,30 @@ export class PodAttacher implements CniHandler {
       if (d.datapath === 'netdev') {
         undo.push({ step, run: () => d.hostnet.releaseHostVeth(pod.hostVeth) });
         await Promise.all([d.hostnet.isolateHostVeth(pod.hostVeth), d.disablePodTxOffload(pod.netns, pod.ifName)]);
+        const e = pod.egressV4;
+        if (e) {
+          undo.push({ step, run: () => d.hostnet.releaseHostVeth(e.hostVeth) });
+          await Promise.all([d.hostnet.isolateHostVeth(e.hostVeth), d.disablePodTxOffload(pod.netns, e.ifName)]);
+        }
       }
       done(step);
       step = 'attach-port';
       undo.push({ step, run: () => d.ovs.removePort(pod.hostVeth) });
       pod.ofport = await d.ovs.addPodPort(pod.hostVeth, portIds(pod));
+      if (pod.egressV4) {
+        const e = pod.egressV4;
+        undo.push({ step, run: () => d.ovs.removePort(e.hostVeth) });
+        e.ofport = await d.ovs.addEgressPort(e.hostVeth, egressPortIds({ ...pod, egressV4: e }));
+      }
       done(step);
       step = 'move-routes';
       undo.push({ step, run: () => d.hostnet.restorePodRoutes(pod.ips, pod.hostVeth) });
       await d.hostnet.movePodRoutes(pod.ips, pod.hostVeth);
+      if (pod.egressV4) {
+        const e = pod.egressV4;
+        undo.push({ step, run: () => d.hostnet.restorePodRoutes([e.ip], e.hostVeth) });
+        await d.hostnet.movePodRoutes([e.ip], e.hostVeth);
+      }
       done(step);
       step = 'install-flows';
       undo.push({ step, run: () => this.forgetFlows(pod) });
@@ -251,7 +345,7 @@ export class PodAttacher implements CniHandler {
         failures.length ? `rollback incomplete: ${failures.join('; ')}` : `rolled back: ${[...undo].reverse().map((u) => u.step).join(', ') || 'nothing to undo'}`,
       );
     }
-    d.log.info({ containerId: pod.containerId, pod: `${pod.podNamespace}/${pod.podName}`, veth: pod.hostVeth, ofport: pod.ofport, ips: pod.ips, ms: timings }, 'add: attached');
+    d.log.info({ containerId: pod.containerId, pod: `${pod.podNamespace}/${pod.podName}`, veth: pod.hostVeth, ofport: pod.ofport, ips: pod.ips, ...(pod.egressV4 ? { egressV4: pod.egressV4 } : {}), ms: timings }, 'add: attached');
     d.onPodAttached?.(pod);
   }
 
@@ -276,9 +370,14 @@ export class PodAttacher implements CniHandler {
       throw new CniError(CniErrorCode.InvalidEnvironment, `interface ${req.ifName} in ${req.netns}: ${describe(err)}`);
     }
     const ips = usablePodIPs(req, 'the cached CNI result');
-    const clash = [...d.pods.values()].find((p) => p.ips.some((ip) => ips.includes(ip)) || p.hostVeth === veth.hostIfName);
-    if (clash) throw new CniError(CniErrorCode.AttachFailed, `${clash.hostVeth === veth.hostIfName ? `veth ${veth.hostIfName}` : `an address of ${ips.join(',')}`} is already attached for container ${clash.containerId}`);
-    const pod = attachmentFor(req, veth, ips, await d.ovs.freeOfport());
+    const egressV4 = await findEgressV4(d, req, ips, 'the cached CNI result');
+    const pod = attachmentFor(req, veth, ips, await d.ovs.freeOfport(), egressV4);
+    // The egress port's number is requested too, so its flows can go in before it.
+    if (pod.egressV4) pod.egressV4.ofport = pod.ofport + 1;
+    const podIps = routedIPs(pod);
+    const podVeths = vethsOf(pod);
+    const clash = [...d.pods.values()].find((p) => routedIPs(p).some((ip) => podIps.includes(ip)) || vethsOf(p).some((v) => podVeths.includes(v)));
+    if (clash) throw new CniError(CniErrorCode.AttachFailed, `${clashText(clash, pod)} is already attached for container ${clash.containerId}`);
     const undo: Undo[] = [];
     let step = 'install-flows';
     try {
@@ -287,21 +386,35 @@ export class PodAttacher implements CniHandler {
       step = 'attach-port';
       undo.push({ step, run: () => d.ovs.removePort(pod.hostVeth) });
       const ofport = await d.ovs.addPodPort(pod.hostVeth, portIds(pod), pod.ofport);
-      if (ofport !== pod.ofport) {
+      let moved = ofport !== pod.ofport;
+      pod.ofport = ofport;
+      const e = pod.egressV4;
+      if (e) {
+        undo.push({ step, run: () => d.ovs.removePort(e.hostVeth) });
+        const got = await d.ovs.addEgressPort(e.hostVeth, egressPortIds({ ...pod, egressV4: e }), e.ofport);
+        moved ||= got !== e.ofport;
+        e.ofport = got;
+      }
+      if (moved) {
         // OVS gave another number (the requested one was taken meanwhile): flows follow the port.
-        d.log.warn({ containerId: pod.containerId, requested: pod.ofport, got: ofport }, 'adopt: OVS assigned another OpenFlow port');
-        pod.ofport = ofport;
+        d.log.warn({ containerId: pod.containerId, ofport: pod.ofport, egressOfport: e?.ofport }, 'adopt: OVS assigned another OpenFlow port');
         await d.syncFlows();
       }
       if (d.datapath === 'netdev') {
         step = 'isolate-veth';
-        undo.push({ step, run: () => d.hostnet.releaseHostVeth(pod.hostVeth) });
-        await d.disablePodTxOffload(pod.netns, pod.ifName);
-        await d.hostnet.isolateHostVeth(pod.hostVeth);
+        for (const [veth, ifName] of [[pod.hostVeth, pod.ifName], ...(e ? [[e.hostVeth, e.ifName]] : [])] as [string, string][]) {
+          undo.push({ step, run: () => d.hostnet.releaseHostVeth(veth) });
+          await d.disablePodTxOffload(pod.netns, ifName);
+          await d.hostnet.isolateHostVeth(veth);
+        }
       }
       step = 'move-routes';
       undo.push({ step, run: () => d.hostnet.restorePodRoutes(pod.ips, pod.hostVeth) });
       await d.hostnet.movePodRoutes(pod.ips, pod.hostVeth);
+      if (e) {
+        undo.push({ step, run: () => d.hostnet.restorePodRoutes([e.ip], e.hostVeth) });
+        await d.hostnet.movePodRoutes([e.ip], e.hostVeth);
+      }
     } catch (err) {
       const failures = await rollBack(undo);
       d.log.error({ containerId: pod.containerId, step, err: describe(err), rollbackFailures: failures }, 'adopt: failed, rolled back');
@@ -334,9 +447,11 @@ export class PodAttacher implements CniHandler {
   private async repair(pod: PodAttachment): Promise<string[]> {
     const problems = await this.problems(pod);
     if (problems.length === 0) return [];
-    if (this.d.datapath === 'netdev') await this.d.hostnet.isolateHostVeth(pod.hostVeth);
+    const e = pod.egressV4;
+    if (this.d.datapath === 'netdev') for (const v of vethsOf(pod)) await this.d.hostnet.isolateHostVeth(v);
     pod.ofport = await this.d.ovs.addPodPort(pod.hostVeth, portIds(pod));
-    await this.d.hostnet.movePodRoutes(pod.ips, pod.hostVeth);
+    if (e) e.ofport = await this.d.ovs.addEgressPort(e.hostVeth, egressPortIds({ ...pod, egressV4: e }));
+    await this.d.hostnet.movePodRoutes(routedIPs(pod), pod.hostVeth);
     await this.d.syncFlows({ verify: true });
     return problems;
   }
@@ -351,12 +466,22 @@ export class PodAttacher implements CniHandler {
       if (port.ofport < 1) out.push(`port ${pod.hostVeth} has no OpenFlow port (${port.error ?? 'interface missing'})`);
       else if (port.ofport !== pod.ofport) out.push(`port ${pod.hostVeth} has OpenFlow port ${port.ofport}, flows use ${pod.ofport}`);
     }
-    out.push(...(await this.d.hostnet.checkPodRoutes(pod.ips)));
-    if (this.d.datapath === 'netdev' && !(await this.d.hostnet.isolatedVeths()).includes(pod.hostVeth)) {
-      out.push(`host veth ${pod.hostVeth} is not isolated (netdev ingress drop missing: packets would be duplicated)`);
+    const e = pod.egressV4;
+    if (e) {
+      const egressOfport = (await this.d.ovs.egressPortOfports()).get(e.hostVeth);
+      if (egressOfport === undefined) out.push(`IPv4 egress port ${e.hostVeth} (${e.ifName}) is not on ${this.d.bridge}`);
+      else if (egressOfport < 1) out.push(`IPv4 egress port ${e.hostVeth} (${e.ifName}) has no OpenFlow port (interface missing)`);
+      else if (egressOfport !== e.ofport) out.push(`IPv4 egress port ${e.hostVeth} has OpenFlow port ${egressOfport}, flows use ${e.ofport}`);
+    }
+    out.push(...(await this.d.hostnet.checkPodRoutes(routedIPs(pod))));
+    if (this.d.datapath === 'netdev') {
+      const isolated = await this.d.hostnet.isolatedVeths();
+      for (const v of vethsOf(pod)) {
+        if (!isolated.includes(v)) out.push(`host veth ${v} is not isolated (netdev ingress drop missing: packets would be duplicated)`);
+      }
     }
     const installed = new Set(await this.d.ovs.installedCookies());
-    const expected = pod.ofport > 0 ? podFlows(pod) : [];
+    const expected = pod.ofport > 0 && (!e || e.ofport > 0) ? podFlows(podPortOf(pod)) : [];
     const missing = expected.filter((f) => !installed.has(f.cookie));
     if (missing.length) {
       const tables = [...new Set(missing.map((f) => f.table))].join(', ');
@@ -405,8 +530,14 @@ export class PodAttacher implements CniHandler {
     const wasRegistered = d.pods.delete(pod.containerId);
     await attempt('remove flows', () => d.syncFlows());
     await attempt('remove port', () => d.ovs.removePort(pod.hostVeth));
-    if (d.datapath === 'netdev') await attempt('release veth', () => d.hostnet.releaseHostVeth(pod.hostVeth));
+    const e = pod.egressV4;
+    if (e) await attempt(`remove IPv4 egress port ${e.hostVeth}`, () => d.ovs.removePort(e.hostVeth));
+    if (d.datapath === 'netdev') {
+      await attempt('release veth', () => d.hostnet.releaseHostVeth(pod.hostVeth));
+      if (e) await attempt(`release IPv4 egress veth ${e.hostVeth}`, () => d.hostnet.releaseHostVeth(e.hostVeth));
+    }
     await attempt('restore routes', () => d.hostnet.restorePodRoutes(pod.ips, pod.hostVeth));
+    if (e) await attempt('restore the IPv4 egress route', () => d.hostnet.restorePodRoutes([e.ip], e.hostVeth));
     if (failures.length) d.log.error({ containerId: pod.containerId, failures }, 'del: incomplete');
     else d.log.info({ containerId: pod.containerId, veth: pod.hostVeth }, 'del: detached');
     if (wasRegistered) d.onPodDetached?.(pod);
@@ -431,5 +562,20 @@ export class PodAttacher implements CniHandler {
 }
 
 function sameAttachment(a: PodAttachment, b: PodAttachment): boolean {
-  return a.hostVeth === b.hostVeth && a.mac === b.mac && a.ips.join(',') === b.ips.join(',') && a.ifName === b.ifName && a.netns === b.netns;
+  const egress = (p: PodAttachment) => (p.egressV4 ? `${p.egressV4.ifName}|${p.egressV4.hostVeth}|${p.egressV4.mac}|${p.egressV4.ip}` : '');
+  return a.hostVeth === b.hostVeth && a.mac === b.mac && a.ips.join(',') === b.ips.join(',') && a.ifName === b.ifName && a.netns === b.netns && egress(a) === egress(b);
+}
+
+/** The host veths of an attachment: the Pod's and its IPv4 egress interface's. */
+const vethsOf = (p: PodAttachment): string[] => (p.egressV4 ? [p.hostVeth, p.egressV4.hostVeth] : [p.hostVeth]);
+
+/** What of `want` is still held by `clash`: a veth or an address. */
+function clashText(clash: PodAttachment, want: PodAttachment): string {
+  const veth = vethsOf(want).find((v) => vethsOf(clash).includes(v));
+  return veth ? `veth ${veth}` : `IP ${routedIPs(want).find((ip) => routedIPs(clash).includes(ip))}`;
+}
+
+/** The bridge's view of an attachment (what its flows are computed from). */
+export function podPortOf(p: PodAttachment): PodPort {
+  return { containerId: p.containerId, ofport: p.ofport, mac: p.mac, ips: p.ips, ...(p.egressV4 ? { egressV4: { ofport: p.egressV4.ofport, mac: p.egressV4.mac, ip: p.egressV4.ip } } : {}) };
 }

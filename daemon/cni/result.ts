@@ -211,3 +211,20 @@ export function convertResult(raw: unknown, toVersion: string, where = 'prevResu
 export function normalizeResult(raw: unknown, where = 'prevResult'): CniResult {
   return convertResult(raw, '1.1.0', where);
 }
+
+/**
+ * Interfaces a result puts in the Pod's namespace besides `ifName` that no IP of the result is on:
+ * a path out of the Pod that chained plugins added after the primary. The AWS VPC CNI's
+ * `egress-cni` (IPv6 clusters) appends its host veth `{name, mac}` and the Pod's `v4if0`
+ * `{name, mac, sandbox: CNI_NETNS}` and no IP (its IPv4 address is link-local and SNATed, so no
+ * Pod IP); the primary's own dummy interface has sandbox "0" (not a namespace) and is not one.
+ */
+export function extraPodInterfaces(result: CniResult | undefined, ifName: string, netns: string): string[] {
+  const ifaces = Array.isArray(result?.interfaces) ? result.interfaces : [];
+  const withIps = new Set((Array.isArray(result?.ips) ? result.ips : []).map((ip) => ip?.interface).filter((i): i is number => typeof i === 'number'));
+  const out: string[] = [];
+  ifaces.forEach((itf, i) => {
+    if (itf && itf.sandbox === netns && itf.name !== ifName && !withIps.has(i) && !out.includes(itf.name)) out.push(itf.name);
+  });
+  return out;
+}

@@ -24,7 +24,7 @@ import { type OpenFlowController, PUNT_METER_NAME, PuntCategory, PuntOp, runPack
 import { TraceError, type TraceIo, type TraceReport, type TraceRequest, Tracer } from './traceflow.js';
 import { sendRejectReply } from './reject/index.js';
 import type { PacketIn, PacketOut } from '../flows/openflow/wire.js';
-import { CounterBaseline, dirtyRuleIds, type FlowCounter, type MetricFlow, parseFlowCounters, PolicyFlows, policyFlowInput, type CarrierState, RuleCountCarrier, ruleKey, type RuleOfConj, ruleStatistics, type RuleStatistics } from '../flows/policy/index.js';
+import { CounterBaseline, dirtyRuleIds, EgressSourceView, egressRulesOf, type FlowCounter, type MetricFlow, parseFlowCounters, PolicyFlows, policyFlowInput, type CarrierState, RuleCountCarrier, ruleKey, type RuleOfConj, ruleStatistics, type RuleStatistics } from '../flows/policy/index.js';
 import { PolicyEngine, type ChangeSet } from '../policy/engine.js';
 import { parseIp } from '../policy/cidr.js';
 import type { KubeObject } from '../policy/types.js';
@@ -117,6 +117,9 @@ export class Enforcer {
   private audit?: AuditLogger;
   private applyFlows?: () => Promise<unknown>;
   private dirty = new Set<string>();
+  /** Local Pods' IPv4 egress addresses (Pod ref -> addresses), sources of their egress only. */
+  private readonly egressSources = new Map<string, string[]>();
+  private readonly egressSourceView = new EgressSourceView();
   /** The agent's FlowStore, kept up to date by each compile once writeFlows() bound it. */
   private flowStore?: FlowStore | undefined;
   /** A compile ran since the DNS interception flows were last stated. */
@@ -275,7 +278,7 @@ export class Enforcer {
   compileNow(): void {
     if (!this.fullCompile && !this.pending) return;
     const dirty = this.fullCompile ? undefined : this.dirty;
-    const delta = this.policyFlows.sync(policyFlowInput(this.engine), dirty);
+    const delta = this.policyFlows.sync(this.egressSourceView.apply(policyFlowInput(this.engine), this.egressSources), dirty);
     this.flowStore?.patch(POLICY_OWNER, delta.add, delta.remove);
     this.interceptStale = true;
     this.fullCompile = false;
@@ -368,18 +371,42 @@ export class Enforcer {
       }
     }
     this.feedPod(this.pods.setLocal({ namespace: pod.podNamespace, name: pod.podName, ips: pod.ips }), true);
+    this.setEgressSource(pod, true);
     this.compileNow();
   }
 
   /** Local attachments found at start-up (before the first sync). */
   localPodsAtStart(pods: PodAttachment[]): void {
-    for (const p of pods) if (p.podName) this.feedPod(this.pods.setLocal({ namespace: p.podNamespace, name: p.podName, ips: p.ips }), true);
+    for (const p of pods) {
+      if (!p.podName) continue;
+      this.feedPod(this.pods.setLocal({ namespace: p.podNamespace, name: p.podName, ips: p.ips }), true);
+      this.setEgressSource(p, true);
+    }
   }
 
   podDetached(pod: PodAttachment): void {
     if (!pod.podName) return;
     const obj = this.pods.removeLocal(pod.podNamespace, pod.podName);
     this.feedPod(obj ?? { apiVersion: 'v1', kind: 'Pod', metadata: { namespace: pod.podNamespace, name: pod.podName } }, obj !== undefined);
+    this.setEgressSource(pod, false);
+  }
+
+  /**
+   * Records (or forgets) the Pod's IPv4 egress address as a source of its egress (see
+   * egress-sources.ts); the egress rules that target the Pod are compiled again when it changed.
+   */
+  private setEgressSource(pod: PodAttachment, attached: boolean): void {
+    const ref = `${pod.podNamespace}/${pod.podName}`;
+    const want = attached && pod.egressV4 ? [pod.egressV4.ip] : undefined;
+    const cur = this.egressSources.get(ref);
+    if ((cur ?? []).join() === (want ?? []).join()) return;
+    if (want) this.egressSources.set(ref, want);
+    else this.egressSources.delete(ref);
+    for (const id of egressRulesOf(this.engine.nodeRuleSet(), ref)) this.dirty.add(id);
+    this.changeSeq++;
+    this.pending = true;
+    this.dirtySince ??= this.clock.now();
+    this.schedule();
   }
 
   // ------------------------------------------------------------------ bridge side

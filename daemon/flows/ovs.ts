@@ -73,6 +73,21 @@ export interface PodPortIds {
   'attached-mac': string;
   'net-ns': string;
   'if-name': string;
+  /** The Pod's IPv4 egress port (see EgressPortIds): its host veth, address, Pod-side MAC and interface. */
+  'egress-v4-veth'?: string;
+  'egress-v4-ip'?: string;
+  'egress-v4-mac'?: string;
+  'egress-v4-if-name'?: string;
+}
+
+/** external_ids of a Pod's IPv4 egress port; the Pod's own port records the rest. */
+export interface EgressPortIds {
+  'sluice-type': 'container-egress-v4';
+  'container-id': string;
+  'pod-namespace': string;
+  'pod-name': string;
+  'ip-address': string;
+  'attached-mac': string;
 }
 
 export interface PodPortRecord {
@@ -343,7 +358,7 @@ export class Ovs {
    * Attaches (or re-labels) a Pod's host veth; returns its OpenFlow port number. `ofportRequest`
    * asks OVS for that number (honoured when free), so flows for the port can go in before it.
    */
-  async addPodPort(name: string, ids: PodPortIds, ofportRequest?: number): Promise<number> {
+  async addPodPort(name: string, ids: PodPortIds | EgressPortIds, ofportRequest?: number): Promise<number> {
     const what = `attach ${name} to ${this.opts.bridge}`;
     const br = this.opts.bridge;
     const request = ofportRequest !== undefined ? { ofport_request: ofportRequest } : {};
@@ -393,6 +408,17 @@ export class Ovs {
     if (!port) return;
     await this.transact(what, [{ op: 'mutate', table: 'Bridge', where: [['name', '==', this.opts.bridge]], mutations: [['ports', 'delete', ['set', [['uuid', String(port._uuid)]]]]] }]);
     await this.waitForVswitchd(what);
+  }
+
+  /** Attaches a Pod's IPv4 egress veth (a second port of the Pod); returns its OpenFlow port number. */
+  addEgressPort(name: string, ids: EgressPortIds, ofportRequest?: number): Promise<number> {
+    return this.addPodPort(name, ids, ofportRequest);
+  }
+
+  /** The IPv4 egress ports sluice attached (external_ids:sluice-type=container-egress-v4): name -> OpenFlow port. */
+  async egressPortOfports(): Promise<Map<string, number>> {
+    const found = await this.select('list Pod egress ports', 'Interface', [['external_ids', 'includes', ovsMap({ 'sluice-type': 'container-egress-v4' })]], ['name', 'ofport']);
+    return new Map(found.map((r) => [asString(r.name), asNumber(r.ofport)]));
   }
 
   /** Every Pod port sluice attached (identified by external_ids:sluice-type=container). */

@@ -43,6 +43,22 @@ export interface PodPort {
   mac: string;
   /** The Pod's addresses, IPv4 and/or IPv6 (no prefix length). */
   ips: string[];
+  /** The Pod's second port for IPv4 egress (see EgressV4Port), when its primary gave it one. */
+  egressV4?: EgressV4Port | undefined;
+}
+
+/**
+ * The IPv4 egress path the AWS VPC CNI's `egress-cni` gives an IPv6-only Pod: a second veth
+ * (`v4if0` in the Pod) with a link-local IPv4 address, whose packets leave SNATed to the node's
+ * address. On the bridge it is a second port of the same Pod: spoof-guarded by port, MAC and that
+ * address, its ARP for its gateway answered by the ARP responder, replies delivered by address.
+ */
+export interface EgressV4Port {
+  ofport: number;
+  /** MAC of the Pod's egress interface (inside its netns). */
+  mac: string;
+  /** Its IPv4 address (no prefix length). */
+  ip: string;
 }
 
 export interface PipelineInput {
@@ -127,7 +143,12 @@ export function validatePipelineInput(input: PipelineInput): void {
     const other = ofports.get(pod.ofport);
     if (other) throw new PipelineInputError(`${where}.ofport ${pod.ofport} is already used by ${other}`);
     ofports.set(pod.ofport, `container ${pod.containerId}`);
-    for (const ip of pod.ips) {
+    if (pod.egressV4) {
+      const used = ofports.get(pod.egressV4.ofport);
+      if (used) throw new PipelineInputError(`${where}.egressV4.ofport ${pod.egressV4.ofport} is already used by ${used}`);
+      ofports.set(pod.egressV4.ofport, `container ${pod.containerId} (IPv4 egress port)`);
+    }
+    for (const ip of podAddresses(pod)) {
       const owner = ips.get(canon(ip));
       if (owner) throw new PipelineInputError(`${where}: IP ${ip} is already used by container ${owner}`);
       ips.set(canon(ip), pod.containerId);
@@ -143,8 +164,19 @@ function checkPodPort(pod: PodPort, field: string): string {
   checkMac(pod.mac, `${where}.mac`);
   if (pod.ips.length === 0) throw new PipelineInputError(`${where}.ips is empty`);
   for (const ip of pod.ips) checkPodIP(ip, `${where}.ips`);
+  if (pod.egressV4) {
+    checkOfport(pod.egressV4.ofport, `${where}.egressV4.ofport`);
+    if (pod.egressV4.ofport === pod.ofport) throw new PipelineInputError(`${where}.egressV4.ofport ${pod.ofport} is the Pod's own port`);
+    checkMac(pod.egressV4.mac, `${where}.egressV4.mac`);
+    checkIP(pod.egressV4.ip, `${where}.egressV4.ip`, 4);
+    checkPodIP(pod.egressV4.ip, `${where}.egressV4.ip`);
+    if (pod.ips.some((ip) => familyOf(ip) === 4)) throw new PipelineInputError(`${where}.egressV4: the Pod has an IPv4 address of its own`);
+  }
   return where;
 }
+
+/** Every address the bridge delivers to a Pod: its own and its IPv4 egress port's. */
+export const podAddresses = (pod: PodPort): string[] => (pod.egressV4 ? [...pod.ips, pod.egressV4.ip] : pod.ips);
 
 const goto = (t: TableName): string => `goto_table:${t}`;
 const setReg0 = (value: number, mask: number): string => `set_field:${masked(value, mask)}->reg0`;
@@ -370,7 +402,31 @@ export function podFlows(pod: PodPort): Flow[] {
       },
     );
   }
+  if (pod.egressV4) specs.push(...egressV4Specs(pod.egressV4));
   return specs.map((s) => withCookie({ ...s, category: FlowCategory.pod, owner: pod.containerId }));
+}
+
+/**
+ * The flows of a Pod's IPv4 egress port: its IPv4 packets are the Pod's (srcPod, judged by the
+ * Pod's egress rules, which count this address as the Pod's own), sent only with its MAC and
+ * address; it may ARP for anything from that address (the responder answers its gateway,
+ * 169.254.172.1, like any other); replies to the address are delivered to this port. Nothing else
+ * from it crosses the bridge (no IPv6: the Pod's IPv6 has its own port).
+ */
+function egressV4Specs(e: EgressV4Port): Omit<FlowSpec, 'category' | 'owner'>[] {
+  const p = e.ofport;
+  const ip = canon(e.ip);
+  return [
+    { table: 'Classifier', priority: 200, match: `ip,in_port=${p}`, actions: `${setReg0(REG0.srcPod, REG0.srcMask)},${goto('SpoofGuard')}` },
+    { table: 'ARPSpoofGuard', priority: 200, match: `arp,in_port=${p},dl_src=${e.mac},arp_spa=${ip},arp_sha=${e.mac}`, actions: goto('ARPResponder') },
+    { table: 'SpoofGuard', priority: 200, match: `ip,in_port=${p},dl_src=${e.mac},nw_src=${ip}`, actions: goto('ConntrackZone') },
+    {
+      table: 'L3Forwarding',
+      priority: 200,
+      match: `ip,nw_dst=${ip}`,
+      actions: `set_field:${VIRTUAL_MAC}->eth_src,set_field:${e.mac}->eth_dst,set_field:${p}->reg1,${setReg0(REG0.dstPod, REG0.dstMask)},${goto('L3DecTTL')}`,
+    },
+  ];
 }
 
 /** The FlowStore owner of a local Pod's flows. */
@@ -378,7 +434,7 @@ export const podOwner = (containerId: string): string => `pod/${containerId}`;
 /** The FlowStore owner of the flows that depend only on node settings. */
 export const BASE_OWNER = 'base';
 
-const podPortKey = (p: PodPort): string => `${p.ofport}|${p.mac}|${p.ips.join(',')}`;
+const podPortKey = (p: PodPort): string => `${p.ofport}|${p.mac}|${p.ips.join(',')}|${p.egressV4 ? `${p.egressV4.ofport}|${p.egressV4.mac}|${p.egressV4.ip}` : ''}`;
 
 /**
  * The pipeline's owners in a FlowStore: the base flows, and one owner per local Pod. update()
@@ -418,7 +474,13 @@ export class PipelineOwners {
       const portUser = pod.ofport === settings.gatewayOfport ? 'the gateway' : (newPorts.get(pod.ofport) ?? staying(this.ofports.get(pod.ofport)));
       if (portUser) throw new PipelineInputError(`${where}.ofport ${pod.ofport} is already used by ${portUser === 'the gateway' ? portUser : `container ${portUser}`}`);
       newPorts.set(pod.ofport, pod.containerId);
-      for (const ip of pod.ips) {
+      if (pod.egressV4) {
+        const p = pod.egressV4.ofport;
+        const user = p === settings.gatewayOfport ? 'the gateway' : (newPorts.get(p) ?? staying(this.ofports.get(p)));
+        if (user) throw new PipelineInputError(`${where}.egressV4.ofport ${p} is already used by ${user === 'the gateway' ? user : `container ${user}`}`);
+        newPorts.set(p, pod.containerId);
+      }
+      for (const ip of podAddresses(pod)) {
         const user = newIps.get(canon(ip)) ?? staying(this.ips.get(canon(ip)));
         if (user && user !== pod.containerId) throw new PipelineInputError(`${where}: IP ${ip} is already used by container ${user}`);
         newIps.set(canon(ip), pod.containerId);
@@ -433,17 +495,18 @@ export class PipelineOwners {
     for (const id of moving) {
       const cur = this.pods.get(id);
       if (!cur) continue;
-      for (const ip of cur.port.ips) if (this.ips.get(canon(ip)) === id) this.ips.delete(canon(ip));
-      if (this.ofports.get(cur.port.ofport) === id) this.ofports.delete(cur.port.ofport);
+      for (const ip of podAddresses(cur.port)) if (this.ips.get(canon(ip)) === id) this.ips.delete(canon(ip));
+      for (const p of [cur.port.ofport, ...(cur.port.egressV4 ? [cur.port.egressV4.ofport] : [])]) if (this.ofports.get(p) === id) this.ofports.delete(p);
       this.pods.delete(id);
     }
     for (const id of gone) store.drop(podOwner(id));
     for (const pod of changed) {
-      const port = { containerId: pod.containerId, ofport: pod.ofport, mac: pod.mac, ips: [...pod.ips] };
+      const port: PodPort = { containerId: pod.containerId, ofport: pod.ofport, mac: pod.mac, ips: [...pod.ips], ...(pod.egressV4 ? { egressV4: { ...pod.egressV4 } } : {}) };
       store.replace(podOwner(pod.containerId), podFlows(port));
       this.pods.set(pod.containerId, { key: podPortKey(port), port });
       this.ofports.set(port.ofport, port.containerId);
-      for (const ip of port.ips) this.ips.set(canon(ip), port.containerId);
+      if (port.egressV4) this.ofports.set(port.egressV4.ofport, port.containerId);
+      for (const ip of podAddresses(port)) this.ips.set(canon(ip), port.containerId);
     }
   }
 }

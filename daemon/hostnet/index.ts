@@ -21,7 +21,7 @@ import { type Family, familyOfText, Rtnl } from './netlink.js';
 import { VethGuard } from './vethguard.js';
 
 export { NetnsHelper } from './netns-helper.js';
-export { findHostVethByNsenter, type HostVeth, PodLinks, repointPodNeighbours } from './podlink.js';
+export { findHostVethByNsenter, type HostVeth, PodLinks, podInterfaceIPv4, repointPodNeighbours } from './podlink.js';
 export { GUARD_TABLE, VethGuard } from './vethguard.js';
 export { resolveIptables, type IptablesCommands } from './iptables-backend.js';
 

@@ -205,3 +205,15 @@ export async function repointPodNeighbours(netnsPath: string, ifName: string, fr
   for (const dst of stale) await inNetns(netnsPath, ['ip', 'neigh', 'replace', dst, 'lladdr', toMac, 'dev', ifName, 'nud', 'stale']);
   return stale;
 }
+
+/** The IPv4 addresses (no prefix length) of interface `ifName` inside the Pod's namespace. */
+export async function podInterfaceIPv4(netnsPath: string, ifName: string): Promise<string[]> {
+  let out: string;
+  try {
+    out = await inNetns(netnsPath, ['ip', '-j', '-4', 'addr', 'show', 'dev', ifName]);
+  } catch (err) {
+    throw new Error(`interface ${ifName} not found in netns ${netnsPath}: ${(err as Error).message}`);
+  }
+  const links = JSON.parse(out || '[]') as { addr_info?: { family?: string; local?: string }[] }[];
+  return links.flatMap((l) => (l.addr_info ?? []).filter((a) => a.family === 'inet' && a.local).map((a) => a.local!));
+}

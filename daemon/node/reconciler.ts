@@ -12,10 +12,10 @@ import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
 import type { AgentConfig } from '../config.js';
 import type { SharedExclusiveLock } from '../lock.js';
-import { attachmentFromPort, type PodAttachment, portIds } from '../cni/attacher.js';
+import { attachmentFromPort, egressPortIds, type PodAttachment, podPortOf, portIds, routedIPs } from '../cni/attacher.js';
 import { diffFlows, type FlowDiff } from '../flows/diff.js';
 import type { Flow } from '../flows/flow.js';
-import type { GatewayInfo, PodPortIds, PodPortRecord } from '../flows/ovs.js';
+import type { EgressPortIds, GatewayInfo, PodPortIds, PodPortRecord } from '../flows/ovs.js';
 import { PipelineOwners } from '../flows/pipeline.js';
 import type { FlowSource, FlowStore } from '../flows/store.js';
 import { TRACE_COOKIE_PREFIX } from '../flows/traceflow.js';
@@ -31,6 +31,10 @@ export interface NodeOvs {
   ensureGateway(name: string): Promise<{ gateway: GatewayInfo; changes: string[] }>;
   listPodPorts(): Promise<PodPortRecord[]>;
   addPodPort(name: string, ids: PodPortIds): Promise<number>;
+  /** Attaches a Pod's IPv4 egress veth (its second port); returns its OpenFlow port number. */
+  addEgressPort(name: string, ids: EgressPortIds): Promise<number>;
+  /** The Pods' IPv4 egress ports: name -> OpenFlow port. */
+  egressPortOfports(): Promise<Map<string, number>>;
   removePort(name: string): Promise<void>;
   /** Ends other_config:flow-restore-wait; true when it was set. */
   endFlowRestoreWait(): Promise<boolean>;
@@ -227,8 +231,9 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
   /** Rebuilds the registry from OVSDB; returns attachments whose Pod is gone. */
   private async loadAttachments(livePods?: Set<string>): Promise<{ pod: PodAttachment; reason: string }[]> {
     const stale: { pod: PodAttachment; reason: string }[] = [];
+    const egressOfports = await this.d.ovs.egressPortOfports();
     for (const rec of await this.d.ovs.listPodPorts()) {
-      const pod = attachmentFromPort(rec);
+      const pod = attachmentFromPort(rec, egressOfports);
       if (!pod) {
         this.d.log.warn({ port: rec.name }, 'startup: removing a sluice port with incomplete external_ids');
         await this.d.ovs.removePort(rec.name);
@@ -269,7 +274,7 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
       ...(this.nodeIP ? { nodeIP: this.nodeIP } : {}),
       ...(this.nodeIPv6 ? { nodeIPv6: this.nodeIPv6 } : {}),
       serviceCIDRs: this.d.config.serviceCIDRs,
-      pods: [...this.pods.values()].map((p) => ({ containerId: p.containerId, ofport: p.ofport, mac: p.mac, ips: p.ips })),
+      pods: [...this.pods.values()].map(podPortOf),
     });
     for (const source of this.flowSources) source(store);
   }
@@ -280,7 +285,7 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
   }
 
   private podRoutes(): { ips: string[]; hostVeth: string }[] {
-    return [...this.pods.values()].map((p) => ({ ips: p.ips, hostVeth: p.hostVeth }));
+    return [...this.pods.values()].map((p) => ({ ips: routedIPs(p), hostVeth: p.hostVeth }));
   }
 
   /**
@@ -309,6 +314,7 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
         repairs.push(...gw.changes);
         this.gateway = gw.gateway;
         const ports = new Map((await ovs.listPodPorts()).map((r) => [r.name, r]));
+        const egressPorts = await ovs.egressPortOfports();
         for (const pod of this.pods.values()) {
           const rec = ports.get(pod.hostVeth);
           if (!rec) {
@@ -318,6 +324,17 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
             repairs.push(`port ${pod.hostVeth} moved from OpenFlow port ${pod.ofport} to ${rec.ofport}`);
             pod.ofport = rec.ofport;
           }
+          const e = pod.egressV4;
+          if (e) {
+            const egressOfport = egressPorts.get(e.hostVeth);
+            if (egressOfport === undefined || egressOfport < 1) {
+              repairs.push(`re-attached IPv4 egress port ${e.hostVeth} (container ${pod.containerId})`);
+              e.ofport = await ovs.addEgressPort(e.hostVeth, egressPortIds({ ...pod, egressV4: e }));
+            } else if (egressOfport !== e.ofport) {
+              repairs.push(`IPv4 egress port ${e.hostVeth} moved from OpenFlow port ${e.ofport} to ${egressOfport}`);
+              e.ofport = egressOfport;
+            }
+          }
         }
         const diff = await this.syncFlows({ verify: true });
         if (diff.add.length || diff.remove.length) repairs.push(`flows: +${diff.add.length} -${diff.remove.length}`);
@@ -326,17 +343,19 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
       if (this.closed) return repairs;
       repairs.push(...(await this.net.ensureBase()));
       const seen = [...this.pods.values()];
-      const routeProblems = await this.net.podRouteProblems(seen.map((p) => p.ips));
+      const routeProblems = await this.net.podRouteProblems(seen.map(routedIPs));
       const isolated = config.datapath === 'netdev' ? new Set(await this.net.isolatedVeths()) : undefined;
       await lock.runExclusive(async () => {
         if (this.closed) return;
         for (const [i, pod] of seen.entries()) {
           // A Pod DELeted or re-ADDed since it was read: that operation set its routes and guard.
           if (this.pods.get(pod.containerId) !== pod) continue;
-          repairs.push(...(await this.net.repairPodRoutes(pod, routeProblems[i]!)));
-          if (isolated && !isolated.has(pod.hostVeth)) {
-            await this.net.isolateHostVeth(pod.hostVeth);
-            repairs.push(`re-isolated host veth ${pod.hostVeth} (container ${pod.containerId})`);
+          repairs.push(...(await this.net.repairPodRoutes({ ips: routedIPs(pod), hostVeth: pod.hostVeth }, routeProblems[i]!)));
+          for (const veth of [pod.hostVeth, ...(pod.egressV4 ? [pod.egressV4.hostVeth] : [])]) {
+            if (isolated && !isolated.has(veth)) {
+              await this.net.isolateHostVeth(veth);
+              repairs.push(`re-isolated host veth ${veth} (container ${pod.containerId})`);
+            }
           }
         }
       });
@@ -392,7 +411,10 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
   /** MAC of the interface behind an OpenFlow port of the bridge: the gateway or a local Pod. */
   portMac(ofport: number): string | undefined {
     if (this.gateway && this.gateway.ofport === ofport) return this.gateway.mac;
-    for (const p of this.pods.values()) if (p.ofport === ofport) return p.mac;
+    for (const p of this.pods.values()) {
+      if (p.ofport === ofport) return p.mac;
+      if (p.egressV4?.ofport === ofport) return p.egressV4.mac;
+    }
     return undefined;
   }
 }

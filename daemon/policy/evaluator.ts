@@ -341,7 +341,7 @@ export class Evaluator {
   private familiesOf(probe: Probe): (4 | 6)[] {
     const from = this.endpointFamilies(probe.from, 'from');
     const to = this.endpointFamilies(probe.to, 'to');
-    const both = [4, 6].filter((f): f is 4 | 6 => (!from || from.has(f as 4 | 6)) && (!to || to.has(f as 4 | 6)));
+    const both = [4, 6].filter((f): f is 4 | 6 => (!from || from.has(f as 4 | 6) || (f === 4 && this.ipv4EgressOnly(probe))) && (!to || to.has(f as 4 | 6)));
     const have = (ref: string, fams: Set<number> | undefined) => `${ref} has ${fams ? [...fams].sort().map((f) => `IPv${f}`).join(' and ') : 'no address'}`;
     if (probe.family !== undefined) {
       if (!both.includes(probe.family)) throw new UnknownEndpointError(`no IPv${probe.family} connection between ${probe.from} and ${probe.to}: ${have(probe.from, from)}, ${have(probe.to, to)}`);
@@ -350,6 +350,23 @@ export class Evaluator {
     if (!from && !to) return [4];
     if (both.length === 0) throw new UnknownEndpointError(`${probe.from} and ${probe.to} share no address family: ${have(probe.from, from)}, ${have(probe.to, to)}`);
     return both;
+  }
+
+  /**
+   * Whether the probe is an IPv6-only Pod's IPv4 egress: its source is a Pod without an IPv4
+   * address and its destination an IPv4 address outside the cluster's Pods and Services. Such a
+   * Pod can still reach IPv4 destinations where its CNI gives it an IPv4 path out, SNATed to its
+   * node's address (the AWS VPC CNI's egress-cni on IPv6 clusters). That connection is the Pod's:
+   * its egress rules judge it (IPv4 ipBlocks, FQDN and Node peers match the destination), its
+   * egress isolation applies, and no Pod's ingress sees it.
+   */
+  private ipv4EgressOnly(probe: Probe): boolean {
+    const src = this.parse(probe.from);
+    const dst = this.parse(probe.to);
+    if (src.kind !== 'pod' || dst.kind !== 'ip' || ipFamily(dst.ip) !== 4) return false;
+    if (this.cluster.podByIp.has(dst.ip) || this.cluster.serviceByIp.has(dst.ip)) return false;
+    const pod = this.cluster.pods.get(`${src.namespace}/${src.name}`);
+    return pod !== undefined && !pod.hostNetwork && pod.ips.length > 0 && !pod.ips.some((ip) => ipFamily(ip) === 4);
   }
 
   /** The families of an endpoint's addresses; undefined when it has none (any family). */

@@ -1,4 +1,5 @@
 /** The per-node CNI network configuration list (pure). */
+import { chainSluice } from '../../install/conflist.js';
 import { cniBinDir, EGRESS_V4_RANGE, egressIpamDir, hasIPv4, hasIPv6, type IpFamily, ipamDir, nodeIP, podRange, podRange6, sluiceSocketPath } from './names.js';
 
 export type PrimaryFlavour = 'ptp' | 'eks';
@@ -42,7 +43,7 @@ export const sluicePlugin = (lab: string, node: string): PluginConf => ({ type: 
  */
 export function egressV4Plugin(lab: string, node: string): PluginConf {
   return {
-    type: 'eks-egress-sim',
+    type: 'egress-cni',
     mtu: 1500,
     nodeIP: nodeIP(node),
     ipam: { type: 'host-local', ranges: [[{ subnet: EGRESS_V4_RANGE }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: egressIpamDir(lab, node) },
@@ -55,11 +56,12 @@ export function primaryPlugins(lab: string, node: string, flavour: PrimaryFlavou
   return flavour === 'eks' && family === 'ipv6' ? [primary, egressV4Plugin(lab, node)] : [primary];
 }
 
-/** `[primary…]`, or `[primary…, sluice-cni]` when sluice is chained. */
-export function nodeConflist(lab: string, node: string, flavour: PrimaryFlavour, chainSluice: boolean, family: IpFamily = 'ipv4'): Conflist {
-  const plugins = primaryPlugins(lab, node, flavour, family);
-  if (chainSluice) plugins.push(sluicePlugin(lab, node));
-  return { cniVersion: CNI_VERSION, name: NETWORK_NAME, plugins };
+/** `[primary…]`, or with sluice chained where the installer chains it (after the primary's egress plugin). */
+export function nodeConflist(lab: string, node: string, flavour: PrimaryFlavour, withSluice: boolean, family: IpFamily = 'ipv4'): Conflist {
+  const list = { cniVersion: CNI_VERSION, name: NETWORK_NAME, plugins: primaryPlugins(lab, node, flavour, family) };
+  if (!withSluice) return list;
+  const { type: _type, ...entry } = sluicePlugin(lab, node);
+  return chainSluice(list, entry) as Conflist;
 }
 
 /** Where a plugin type is looked up (CNI_PATH has a single directory in the lab). */

@@ -32,7 +32,7 @@ export function installCniPlugins(lab: string): string {
   }
   // A wrapper instead of a symlink: dist files are not executable and node may not be on root's PATH.
   // eks-sim.js is both plugins; it tells them apart by the configuration's type.
-  for (const type of ['eks-sim', 'eks-egress-sim']) {
+  for (const type of ['eks-sim', 'egress-cni']) {
     writeFileSync(join(dir, type), `#!/bin/sh\nexec '${process.execPath}' '${distScript('eks-sim')}' "$@"\n`, { mode: 0o755 });
   }
   if (existsSync(sluiceCniBinary())) ensureSymlink(sluiceCniBinary(), join(dir, 'sluice-cni'));

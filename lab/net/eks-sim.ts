@@ -18,8 +18,8 @@
  * number)]`, one ip per family on interface 1. Those `mac` values are not MAC addresses; a chained
  * plugin must hand them on untouched.
  *
- * `type: "eks-egress-sim"` (the VPC CNI's `egress-cni` in IPv4 mode, chained after it in IPv6
- * clusters): gives the Pod an IPv4 path out without an IPv4 Pod address. A second veth, Pod end
+ * `type: "egress-cni"` (the VPC CNI's `egress-cni` in IPv4 mode, under its name so that sluice's
+ * installer chains after it as after the real one; chained after the primary in IPv6 clusters): gives the Pod an IPv4 path out without an IPv4 Pod address. A second veth, Pod end
  * `v4if0` holding a 169.254.172.0/22 address from its own IPAM (a host-local range), routes via
  * 169.254.172.1 (on the host end, `vethXXXXXXXX`, scope link, with the host route `<ip>/32`), and
  * SNAT to the node's IPv4 address (`nodeIP` in its config) in the nat table: `POSTROUTING -s <ip>
@@ -78,7 +78,7 @@ interface NetConf {
   name: string;
   type: string;
   mtu?: number;
-  /** eks-egress-sim: the node's IPv4 address the Pod's IPv4 egress is SNATed to. */
+  /** egress-cni: the node's IPv4 address the Pod's IPv4 egress is SNATed to. */
   nodeIP?: string;
   ipam?: { type?: string };
   prevResult?: Result;
@@ -284,7 +284,7 @@ function egressAdd(raw: string, conf: NetConf): unknown {
   const containerId = env('CNI_CONTAINERID');
   const netns = env('CNI_NETNS');
   const prev = conf.prevResult;
-  if (!prev) throw new CniFailure(7, 'eks-egress-sim must be chained after the primary plugin (no prevResult)');
+  if (!prev) throw new CniFailure(7, 'egress-cni must be chained after the primary plugin (no prevResult)');
   if (families(prev).v4) return { ...prev, cniVersion: conf.cniVersion }; // the Pod has IPv4 of its own
   if (!conf.nodeIP) throw new CniFailure(7, 'nodeIP is required (the node address IPv4 egress is SNATed to)');
   const mtu = conf.mtu ?? 1500;
@@ -360,7 +360,7 @@ function egressCheck(conf: NetConf): void {
   const problems: string[] = [];
   if (!linkExists(egressHostIf(containerId))) problems.push(`egress host veth ${egressHostIf(containerId)} missing`);
   if (!iptables(['-S', egressChain(containerId)], true)) problems.push(`SNAT chain ${egressChain(containerId)} missing`);
-  if (problems.length) throw new CniFailure(999, 'eks-egress-sim CHECK failed', problems.join('; '));
+  if (problems.length) throw new CniFailure(999, 'egress-cni CHECK failed', problems.join('; '));
 }
 
 function main(): void {
@@ -382,7 +382,7 @@ function main(): void {
     if (!SUPPORTED.includes(conf.cniVersion)) {
       throw new CniFailure(1, `cniVersion ${JSON.stringify(conf.cniVersion)} is not supported`, `supported: ${SUPPORTED.join(', ')}`);
     }
-    const egress = conf.type === 'eks-egress-sim';
+    const egress = conf.type === 'egress-cni';
     switch (command) {
       case 'ADD':
         process.stdout.write(JSON.stringify(egress ? egressAdd(raw, conf) : add(raw, conf)) + '\n');

@@ -163,13 +163,13 @@ if (missing.length) {
     t.same(await nodeVeths(), [], 'eni veth removed');
   });
 
-  t.test('eks-sim in IPv6 mode with eks-egress-sim chained: the VPC CNI\'s wiring and result, CHECK, DEL', async (t) => {
+  t.test('eks-sim in IPv6 mode with egress-cni chained: the VPC CNI\'s wiring and result, CHECK, DEL', async (t) => {
     const egressDir = `${ipamDir(LAB, NODE)}-egress-test`;
     const list: Conflist = {
       cniVersion: '1.0.0', name: 'eks6test',
       plugins: [
         { type: 'eks-sim', ipam: { type: 'host-local', ranges: [[{ subnet: 'fd00:10:1::/64', rangeStart: 'fd00:10:1::100', rangeEnd: 'fd00:10:1::110' }]], dataDir: ipamDir(LAB, NODE) } },
-        { type: 'eks-egress-sim', nodeIP: '192.168.77.11', ipam: { type: 'host-local', ranges: [[{ subnet: '169.254.172.0/22' }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: egressDir } },
+        { type: 'egress-cni', nodeIP: '192.168.77.11', ipam: { type: 'host-local', ranges: [[{ subnet: '169.254.172.0/22' }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: egressDir } },
       ],
     };
     const ns = podNetns(LAB, 'x', 'eks6');

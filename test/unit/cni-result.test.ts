@@ -1,7 +1,7 @@
 import t from 'tap';
 import { SUPPORTED_VERSIONS } from '../../cni/protocol.js';
 import { CniError } from '../../daemon/cni/errors.js';
-import { convertResult, interfaceIPs, isCidr, normalizeResult, validateResult } from '../../daemon/cni/result.js';
+import { convertResult, extraPodInterfaces, interfaceIPs, isCidr, normalizeResult, validateResult } from '../../daemon/cni/result.js';
 import { DUAL_110, PTP_040, PTP_100 } from './cni-fixtures.js';
 
 const OLD = ['0.3.0', '0.3.1', '0.4.0'];
@@ -141,4 +141,22 @@ t.test('a prevResult claiming an unsupported version, or an unsupported target, 
 t.test('isCidr', async (t) => {
   for (const ok of ['10.0.0.0/8', '0.0.0.0/0', '10.1.2.3/32', '::/0', 'fd00::5/128']) t.ok(isCidr(ok), ok);
   for (const bad of ['10.0.0.0', '10.0.0.0/', '10.0.0.0/33', 'fd00::/129', 'x/8', '10.0.0.0/8/1', '10.0.0.0/-1', 7]) t.notOk(isCidr(bad), String(bad));
+});
+
+t.test('extraPodInterfaces: interfaces a chained plugin put in the Pod without an IP (the VPC CNI egress-cni\'s v4if0)', async (t) => {
+  const ns = '/var/run/netns/cni-1';
+  // The AWS VPC CNI's result on an IPv6 cluster, after egress-cni appended its host veth and v4if0.
+  const eks = normalizeResult({
+    cniVersion: '1.0.0',
+    interfaces: [{ name: 'eni0123456789a' }, { name: 'eth0', sandbox: ns, mac: '1' }, { name: 'dummy0123456789a', mac: '0', sandbox: '0' }, { name: 'veth1a2b3c4d', mac: '6e:2d:11:22:33:44' }, { name: 'v4if0', mac: '5a:1b:22:33:44:55', sandbox: ns }],
+    ips: [{ address: '2600:1f14::5/128', interface: 1 }],
+  });
+  t.same(extraPodInterfaces(eks, 'eth0', ns), ['v4if0']);
+  t.same(interfaceIPs(eks, 'eth0'), ['2600:1f14::5'], 'the egress address is no Pod IP');
+  t.same(extraPodInterfaces(eks, 'eth0', '/var/run/netns/other'), [], 'only interfaces in this Pod\'s namespace');
+  t.same(extraPodInterfaces(normalizeResult(PTP_100), 'eth1', '/var/run/netns/cn-fix'), [], 'ptp: none');
+  t.same(extraPodInterfaces(normalizeResult(DUAL_110), 'eth0', '/var/run/netns/cn-dual'), [], 'an interface with IPs is not extra');
+  const secondWithIp = normalizeResult({ cniVersion: '1.0.0', interfaces: [{ name: 'eth0', sandbox: ns }, { name: 'net1', sandbox: ns }], ips: [{ address: '10.0.0.5/24', interface: 0 }, { address: '10.9.0.5/24', interface: 1 }] });
+  t.same(extraPodInterfaces(secondWithIp, 'eth0', ns), [], 'an interface with its own IP is not an egress path without one');
+  t.same(extraPodInterfaces(undefined, 'eth0', ns), []);
 });

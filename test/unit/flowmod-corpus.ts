@@ -22,7 +22,7 @@ export const PIPELINE: PipelineInput = {
   pods: [
     { containerId: 'aaaa', ofport: 3, mac: '0a:58:0a:01:00:0b', ips: ['10.1.0.11'] },
     { containerId: 'bbbb', ofport: 4, mac: '0a:58:0a:01:00:0c', ips: ['10.1.0.12', 'fd00:1::12'] },
-    { containerId: 'cccc', ofport: 5, mac: '0a:58:0a:01:00:0d', ips: ['fd00:1::13'] },
+    { containerId: 'cccc', ofport: 5, mac: '0a:58:0a:01:00:0d', ips: ['fd00:1::13'], egressV4: { ofport: 6, mac: '0a:58:0a:01:00:0e', ip: '169.254.172.13' } },
   ],
 };
 

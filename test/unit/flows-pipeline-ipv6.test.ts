@@ -105,3 +105,20 @@ t.test('IPv6 scopes the bridge never routes, and Service CIDRs and the node addr
   one(flows, (f) => f.table === 'Classifier' && f.match === 'ipv6,in_port=32769,ipv6_src=fd00:77::11' && f.actions.startsWith('set_field:0x11/0x1f->reg0'), 'host-originated IPv6');
   t.notOk(computeFlows(input({ nodeIPv6: undefined })).some((f) => f.match.includes('fd00:77::11')), 'no node IPv6, no host flow');
 });
+
+t.test('an IPv6-only Pod\'s IPv4 egress port: the Pod\'s flows cover it, its address and port are checked like the Pod\'s', async (t) => {
+  const egress = { ...v6only, egressV4: { ofport: 22, mac: '2a:00:00:00:00:22', ip: '169.254.172.7' } };
+  const flows = computeFlows(input({ pods: [egress] }));
+  const mine = flows.filter((f) => f.owner === 'c2').map((f) => `${f.table} ${f.match} -> ${f.actions}`);
+  t.ok(mine.some((f) => f.startsWith('Classifier ip,in_port=22 -> ')), 'its IPv4 is classified as the Pod\'s');
+  t.ok(mine.some((f) => f.startsWith('SpoofGuard ip,in_port=22,dl_src=2a:00:00:00:00:22,nw_src=169.254.172.7 -> goto_table:')));
+  t.ok(mine.some((f) => f.startsWith('L3Forwarding ip,nw_dst=169.254.172.7 -> ') && f.includes('set_field:2a:00:00:00:00:22->eth_dst') && f.includes('set_field:22->reg1')));
+  t.notOk(mine.some((f) => f.includes('in_port=22') && (f.includes('ipv6') || f.includes('icmp6'))), 'no IPv6 from the egress port');
+  const podOnly = computeFlows(input({ pods: [v6only] })).filter((f) => f.owner === 'c2').map((f) => f.cookie);
+  t.same(flows.filter((f) => f.owner === 'c2').map((f) => f.cookie).filter((c) => podOnly.includes(c)), podOnly, 'the Pod\'s own flows are unchanged');
+  t.throws(() => computeFlows(input({ pods: [{ ...egress, egressV4: { ...egress.egressV4, ofport: 12 } }] })), /egressV4.ofport 12 is the Pod's own port/);
+  t.throws(() => computeFlows(input({ pods: [egress, { ...v4only, ofport: 22 }] })), /ofport 22 is already used by container c2 \(IPv4 egress port\)/);
+  t.throws(() => computeFlows(input({ pods: [egress, { ...v4only, ips: ['169.254.172.7'] }] })), /IP 169.254.172.7 is already used by container c2/);
+  t.throws(() => computeFlows(input({ pods: [{ ...dual, egressV4: egress.egressV4 }] })), /the Pod has an IPv4 address of its own/);
+  t.throws(() => computeFlows(input({ pods: [{ ...v6only, egressV4: { ...egress.egressV4, ip: 'fd00::7' } }] })), /egressV4.ip: "fd00::7" is not an IPv4 address/);
+});

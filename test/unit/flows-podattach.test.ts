@@ -6,14 +6,14 @@
 import t from 'tap';
 import { pino } from 'pino';
 import type { PodRequest } from '../../daemon/cni/server.js';
-import type { PodPortIds, PodPortRecord } from '../../daemon/flows/ovs.js';
+import type { EgressPortIds, PodPortIds, PodPortRecord } from '../../daemon/flows/ovs.js';
 import { podFlows } from '../../daemon/flows/pipeline.js';
 import { ATTACH_STEPS, type AttachDeps, type AttachStep, type PodAttachment, PodAttacher } from '../../daemon/cni/attacher.js';
 
 const NETNS = '/proc/self/ns/net'; // any path that exists
 
 class World {
-  ports = new Map<string, { ofport: number; ids: PodPortIds }>();
+  ports = new Map<string, { ofport: number; ids: PodPortIds | EgressPortIds }>();
   routes = new Map<string, string>(); // ip -> dev
   isolated = new Set<string>();
   txOff = new Set<string>();
@@ -24,10 +24,20 @@ class World {
   nextOfport = 1;
   failOn?: string;
   pods = new Map<string, PodAttachment>();
+  /** The IPv4 addresses of the Pod's v4if0 (undefined: the Pod has no v4if0). */
+  egressV4?: string[];
 
   private call(name: string) {
     this.calls.push(name);
     if (this.failOn === name) throw new Error(`${name} exploded`);
+  }
+
+  /** A port by that name (or the requested OpenFlow port number when free, else the next). */
+  addPort(name: string, ids: PodPortIds | EgressPortIds, ofportRequest: number | undefined): number {
+    const taken = new Set([...this.ports.values()].map((p) => p.ofport));
+    const ofport = this.ports.get(name)?.ofport ?? (ofportRequest !== undefined && !taken.has(ofportRequest) ? ofportRequest : this.nextOfport++);
+    this.ports.set(name, { ofport, ids });
+    return ofport;
   }
 
   deps(over: Partial<AttachDeps> = {}): AttachDeps {
@@ -38,10 +48,14 @@ class World {
       ovs: {
         async addPodPort(name, ids, ofportRequest) {
           w.call('addPodPort');
-          const taken = new Set([...w.ports.values()].map((p) => p.ofport));
-          const ofport = w.ports.get(name)?.ofport ?? (ofportRequest !== undefined && !taken.has(ofportRequest) ? ofportRequest : w.nextOfport++);
-          w.ports.set(name, { ofport, ids });
-          return ofport;
+          return w.addPort(name, ids, ofportRequest);
+        },
+        async addEgressPort(name, ids, ofportRequest) {
+          w.call('addEgressPort');
+          return w.addPort(name, ids, ofportRequest);
+        },
+        async egressPortOfports() {
+          return new Map([...w.ports].filter(([, p]) => p.ids['sluice-type'] === 'container-egress-v4').map(([name, p]) => [name, p.ofport]));
         },
         async freeOfport() {
           return Math.max(0, ...[...w.ports.values()].map((p) => p.ofport)) + 1;
@@ -51,7 +65,7 @@ class World {
           w.ports.delete(name);
         },
         async listPodPorts(): Promise<PodPortRecord[]> {
-          return [...w.ports].map(([name, p]) => ({ name, ofport: p.ofport, ids: p.ids }));
+          return [...w.ports].flatMap(([name, p]) => (p.ids['sluice-type'] === 'container' ? [{ name, ofport: p.ofport, ids: p.ids }] : []));
         },
         async installedCookies() {
           return [...w.installed];
@@ -81,8 +95,15 @@ class World {
           return [...w.isolated];
         },
       },
-      async findHostVeth() {
+      async findHostVeth(_ns, ifName) {
+        if (ifName === 'v4if0') {
+          if (!w.egressV4) throw new Error('Cannot find device "v4if0"');
+          return { hostIfName: 'veth0badc0de', podMac: '2A:00:00:00:00:04' };
+        }
         return { hostIfName: 'eni1', podMac: '2A:00:00:00:00:01' };
+      },
+      async podInterfaceIPv4(_ns, ifName) {
+        return ifName === 'v4if0' ? (w.egressV4 ?? []) : [];
       },
       async disablePodTxOffload(_ns, ifName) {
         w.call('disablePodTxOffload');
@@ -291,4 +312,119 @@ t.test('IPv6-only and dual-stack Pods: every address attached, each with its fam
     await a.del(r);
     t.same([...w.routes.values()], ips.map(() => 'eni1'), `${what}: DEL puts both back on the veth`);
   }
+});
+
+/** What the AWS VPC CNI's egress-cni leaves in prevResult on an IPv6-only Pod: two more interfaces, no IP. */
+const egressReq = (over: Partial<PodRequest> = {}): PodRequest =>
+  req({
+    prevResult: {
+      cniVersion: '1.1.0',
+      interfaces: [
+        { name: 'eni1' },
+        { name: 'eth0', sandbox: NETNS, mac: '1' },
+        { name: 'dummy1', mac: '0', sandbox: '0' },
+        { name: 'veth0badc0de', mac: '2a:00:00:00:00:05' },
+        { name: 'v4if0', mac: '2a:00:00:00:00:04', sandbox: NETNS },
+      ],
+      ips: [{ address: 'fd00:10:1::11/128', interface: 1 }],
+    },
+    ...over,
+  });
+
+t.test('an IPv6-only Pod with an IPv4 egress interface: a second port, its route on the gateway, its flows; DEL/CHECK/GC cover it', async (t) => {
+  const w = new World();
+  w.egressV4 = ['169.254.172.9'];
+  w.routes.set('fd00:10:1::11', 'eni1');
+  w.routes.set('169.254.172.9', 'veth0badc0de');
+  const a = new PodAttacher(w.deps());
+  await a.add(egressReq());
+  t.same(w.calls, ['isolateHostVeth', 'disablePodTxOffload', 'isolateHostVeth', 'disablePodTxOffload', 'addPodPort', 'addEgressPort', 'movePodRoutes', 'movePodRoutes', 'syncFlows']);
+  t.same([...w.txOff].sort(), ['eth0', 'v4if0'], 'TX offload off on both Pod interfaces (netdev)');
+  t.same([...w.isolated].sort(), ['eni1', 'veth0badc0de'], 'both host veths isolated (netdev)');
+  t.same(w.ports.get('veth0badc0de')?.ids, {
+    'sluice-type': 'container-egress-v4', 'container-id': 'c1', 'pod-namespace': 'default', 'pod-name': 'p1', 'ip-address': '169.254.172.9', 'attached-mac': '2a:00:00:00:00:04',
+  });
+  t.match(w.ports.get('eni1')?.ids, { 'egress-v4-veth': 'veth0badc0de', 'egress-v4-ip': '169.254.172.9', 'egress-v4-mac': '2a:00:00:00:00:04', 'egress-v4-if-name': 'v4if0' });
+  t.equal(w.routes.get('169.254.172.9'), 'antrea-gw0');
+  const pod = w.pods.get('c1')!;
+  t.same(pod.egressV4, { ifName: 'v4if0', hostVeth: 'veth0badc0de', ofport: 2, mac: '2a:00:00:00:00:04', ip: '169.254.172.9' });
+  const flows = podFlows(pod).map((f) => `${f.table} ${f.match}`);
+  t.ok(flows.includes('SpoofGuard ip,in_port=2,dl_src=2a:00:00:00:00:04,nw_src=169.254.172.9'), 'spoof guard by port, MAC and address');
+  t.ok(flows.includes('ARPSpoofGuard arp,in_port=2,dl_src=2a:00:00:00:00:04,arp_spa=169.254.172.9,arp_sha=2a:00:00:00:00:04'), 'ARP for its gateway from its own address');
+  t.ok(flows.includes('L3Forwarding ip,nw_dst=169.254.172.9'), 'replies delivered to the egress port');
+  t.notOk(flows.some((f) => f.includes('in_port=1') && f.includes('nw_src=169.254.172.9')), 'the Pod\'s main port may not use the egress address');
+  await a.check(egressReq());
+
+  // A repeated ADD changes nothing; damage to the egress port is found and repaired.
+  w.calls = [];
+  await a.add(egressReq());
+  t.same(w.calls, []);
+  w.routes.set('169.254.172.9', 'veth0badc0de');
+  w.ports.delete('veth0badc0de');
+  await t.rejects(a.check(egressReq()), { code: 102, message: /IPv4 egress port veth0badc0de \(v4if0\) is not on br-int.*host route for 169.254.172.9 does not point at antrea-gw0/ });
+  await a.add(egressReq());
+  await a.check(egressReq());
+  t.equal(w.routes.get('169.254.172.9'), 'antrea-gw0');
+
+  // A restarted agent rebuilds both ports from OVSDB.
+  const { attachmentFromPort } = await import('../../daemon/cni/attacher.js');
+  const rebuilt = attachmentFromPort((await w.deps().ovs.listPodPorts())[0]!, await w.deps().ovs.egressPortOfports());
+  t.same(rebuilt?.egressV4, w.pods.get('c1')!.egressV4, 'the egress port is rebuilt from external_ids');
+
+  w.calls = [];
+  await a.del(egressReq());
+  t.same(w.calls, ['syncFlows', 'removePort', 'removePort', 'releaseHostVeth', 'releaseHostVeth', 'restorePodRoutes', 'restorePodRoutes']);
+  t.same([...w.ports.keys()], [], 'both ports gone');
+  t.same([...w.isolated], []);
+  t.equal(w.routes.get('169.254.172.9'), 'veth0badc0de', 'the egress route back on its veth');
+  t.same([...w.installed], []);
+
+  await a.add(egressReq());
+  await a.gc([{ containerId: 'other', ifName: 'eth0' }], { networkName: 'n' });
+  t.same([...w.ports.keys()], [], 'GC removes both ports');
+});
+
+for (const step of ATTACH_STEPS) {
+  t.test(`with an IPv4 egress interface, a failure after ${step} is rolled back completely`, async (t) => {
+    const w = new World();
+    w.egressV4 = ['169.254.172.9'];
+    w.routes.set('fd00:10:1::11', 'eni1');
+    w.routes.set('169.254.172.9', 'veth0badc0de');
+    const a = new PodAttacher(w.deps({ failAfter: step as AttachStep }));
+    await t.rejects(a.add(egressReq()), { code: 100, message: new RegExp(`failed at step ${step}`) });
+    t.same([...w.ports.keys()], [], 'no port');
+    t.equal(w.routes.get('169.254.172.9'), 'veth0badc0de', 'egress route on its veth');
+    t.equal(w.routes.get('fd00:10:1::11'), 'eni1');
+    t.same([...w.isolated], [], 'no veth isolated');
+    t.same([...w.installed], [], 'no flows');
+  });
+}
+
+t.test('an egress interface sluice cannot put behind the bridge fails the ADD, naming it, and touches nothing', async (t) => {
+  const w = new World();
+  const a = new PodAttacher(w.deps());
+  await t.rejects(a.add(egressReq()), { code: 4, message: /IPv4 egress interface v4if0 \(from prevResult\): Cannot find device "v4if0"/ });
+  w.egressV4 = [];
+  await t.rejects(a.add(egressReq()), { code: 4, message: 'IPv4 egress interface v4if0 (from prevResult) has no IPv4 address: sluice attaches it with exactly one' });
+  w.egressV4 = ['169.254.172.9', '169.254.172.10'];
+  await t.rejects(a.add(egressReq()), { code: 4, message: /has 2 IPv4 addresses \(169.254.172.9, 169.254.172.10\)/ });
+  w.egressV4 = ['169.254.172.9'];
+  const dual = egressReq();
+  dual.prevResult!.ips!.push({ address: '10.1.0.11/32', interface: 1 });
+  await t.rejects(a.add(dual), { code: 7, message: /interface v4if0 in the Pod besides eth0, which has IPv4 address 10.1.0.11: .*no policy would apply to it/ });
+  const two = egressReq();
+  two.prevResult!.interfaces!.push({ name: 'v6if0', sandbox: NETNS });
+  await t.rejects(a.add(two), { code: 7, message: /interfaces v4if0, v6if0 in the Pod besides eth0/ });
+  t.same(w.calls, [], 'nothing was touched');
+});
+
+t.test('adopting a running IPv6-only Pod with an IPv4 egress interface attaches both ports, flows first', async (t) => {
+  const w = new World();
+  w.egressV4 = ['169.254.172.9'];
+  const a = new PodAttacher(w.deps());
+  const pod = await a.adopt(egressReq());
+  t.same(w.calls, ['syncFlows', 'addPodPort', 'addEgressPort', 'disablePodTxOffload', 'isolateHostVeth', 'disablePodTxOffload', 'isolateHostVeth', 'movePodRoutes', 'movePodRoutes']);
+  t.equal(pod.egressV4?.ofport, pod.ofport + 1, 'the requested egress port number was given');
+  t.equal(w.flowsAt[0], `c1@${pod.ofport}`, 'flows installed for the requested ports before the ports');
+  t.equal(w.routes.get('169.254.172.9'), 'antrea-gw0');
 });

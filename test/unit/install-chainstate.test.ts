@@ -13,19 +13,19 @@ const AWS = readFileSync(join(ROOT, 'test', 'fixtures', 'aws-vpc-cni-10-aws.conf
 const ptpConf = JSON.stringify({ cniVersion: '1.0.0', name: 'k8s', type: 'ptp', ipam: { type: 'host-local', subnet: '10.10.1.0/24' } });
 const types = (text: string) => (JSON.parse(text) as { plugins: { type: string }[] }).plugins.map((p) => p.type);
 
-t.test('the AWS VPC CNI conflist: sluice right after aws-cni, egress-cni and portmap kept in order, every field kept', async (t) => {
+t.test('the AWS VPC CNI conflist: sluice right after aws-cni and its egress-cni, portmap kept in order, every field kept', async (t) => {
   const plan = planChain([{ name: '10-aws.conflist', text: AWS }], { socketPath: '/var/run/sluice/cni.sock' });
   if (plan.action !== 'write') throw new Error(`expected a write, got ${plan.action}`);
   t.equal(plan.target, '10-aws.conflist');
   t.notOk(plan.remove);
-  t.same(types(plan.text), ['aws-cni', 'sluice-cni', 'egress-cni', 'portmap']);
+  t.same(types(plan.text), ['aws-cni', 'egress-cni', 'sluice-cni', 'portmap']);
   const written = JSON.parse(plan.text);
   const original = JSON.parse(AWS);
   t.same({ ...written, plugins: written.plugins.filter((p: { type: string }) => p.type !== 'sluice-cni') }, original, 'nothing else changed (disableCheck, names, ipam)');
-  t.same(written.plugins[1], { socketPath: '/var/run/sluice/cni.sock', type: 'sluice-cni' });
+  t.same(written.plugins[2], { socketPath: '/var/run/sluice/cni.sock', type: 'sluice-cni' });
   t.same(planChain([{ name: '10-aws.conflist', text: plan.text }], { socketPath: '/var/run/sluice/cni.sock' }), { action: 'keep', file: '10-aws.conflist', skipped: [] }, 'chained: nothing to write');
   const reordered = JSON.parse(plan.text);
-  reordered.plugins[1] = { type: 'sluice-cni', socketPath: '/var/run/sluice/cni.sock' };
+  reordered.plugins[2] = { type: 'sluice-cni', socketPath: '/var/run/sluice/cni.sock' };
   t.equal(planChain([{ name: '10-aws.conflist', text: JSON.stringify(reordered) }], { socketPath: '/var/run/sluice/cni.sock' }).action, 'keep', 'the same entry with its keys in another order: nothing to write');
 });
 
@@ -56,7 +56,7 @@ t.test('sluice in the wrong place or with other settings is rewritten in place',
   list.plugins.splice(0, 0, { type: 'sluice-cni' });
   const plan = planChain([{ name: '10-aws.conflist', text: JSON.stringify(list) }]);
   if (plan.action !== 'write') throw new Error(plan.action);
-  t.same(types(plan.text), ['aws-cni', 'sluice-cni', 'egress-cni', 'portmap'], 'before the primary: moved after it');
+  t.same(types(plan.text), ['aws-cni', 'egress-cni', 'sluice-cni', 'portmap'], 'before the primary: moved after it');
   const other = JSON.parse(plan.text);
   other.plugins[1].socketPath = '/elsewhere.sock';
   t.match(planChain([{ name: '10-aws.conflist', text: JSON.stringify(other) }], { socketPath: '/var/run/sluice/cni.sock' }), { action: 'write' }, 'another socket path: rewritten');

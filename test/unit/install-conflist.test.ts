@@ -16,13 +16,22 @@ const awsLike = {
   ],
 };
 
-t.test('sluice goes right after the primary; other fields are kept', async (t) => {
+t.test('sluice goes right after the primary and its egress-cni (which adds v4if0 to IPv6 Pods); other fields are kept', async (t) => {
   const out = chainSluice(toConfList(awsLike), { socketPath: '/run/s.sock' });
-  t.same(out.plugins.map((p) => p.type), ['aws-cni', 'sluice-cni', 'egress-cni', 'portmap']);
-  t.equal(out.plugins[1]!.socketPath, '/run/s.sock');
+  t.same(out.plugins.map((p) => p.type), ['aws-cni', 'egress-cni', 'sluice-cni', 'portmap']);
+  t.equal(out.plugins[2]!.socketPath, '/run/s.sock');
   t.equal(out.disableCheck, true);
   t.same(chainSluice(out, { socketPath: '/run/s.sock' }), out, 'chaining twice changes nothing');
   t.same(unchainSluice(out), awsLike, 'unchain restores the original');
+});
+
+t.test('a sluice entry chained before an interface plugin (an older install) is moved behind it; one after it stays', async (t) => {
+  const before = { ...awsLike, plugins: [awsLike.plugins[0]!, { type: 'sluice-cni' }, ...awsLike.plugins.slice(1)] };
+  t.same(chainSluice(toConfList(before)).plugins.map((p) => p.type), ['aws-cni', 'egress-cni', 'sluice-cni', 'portmap']);
+  const old = { ...awsLike, plugins: [awsLike.plugins[0]!, { type: 'egress-v4-cni' }, { type: 'sluice-cni' }] };
+  t.same(chainSluice(toConfList({ ...old, plugins: [old.plugins[0]!, old.plugins[2]!, old.plugins[1]!] })).plugins.map((p) => p.type), ['aws-cni', 'egress-v4-cni', 'sluice-cni'], 'egress-v4-cni (before v1.13) too');
+  const afterPortmap = { ...awsLike, plugins: [...awsLike.plugins, { type: 'sluice-cni', socketPath: '/x' }] };
+  t.same(chainSluice(toConfList(afterPortmap), { socketPath: '/x' }), afterPortmap, 'a place after every interface plugin is kept');
 });
 
 t.test('a single-plugin .conf becomes a conflist', async (t) => {
@@ -52,7 +61,7 @@ t.test('install and uninstall on a node directory', async (t) => {
   const first = await installCni({ confDir: conf, binDir: bin, pluginBinary: fakeBinary });
   t.same(first, { config: join(conf, '10-aws.conflist'), changed: true });
   const written = JSON.parse(await readFile(first.config, 'utf8'));
-  t.same(written.plugins.map((p: { type: string }) => p.type), ['aws-cni', 'sluice-cni', 'egress-cni', 'portmap']);
+  t.same(written.plugins.map((p: { type: string }) => p.type), ['aws-cni', 'egress-cni', 'sluice-cni', 'portmap']);
   t.equal((await stat(join(bin, 'sluice-cni'))).mode & 0o777, 0o755);
   t.same((await installCni({ confDir: conf, binDir: bin })).changed, false, 'second install changes nothing');
   t.same((await readdir(conf)).sort(), ['10-aws.conflist', '99-other.conf'], 'no temp files left');

@@ -67,12 +67,12 @@ t.test('eks conflists by IP family: IPv6-only chains the IPv4 egress plugin, dua
   const types = (family: 'ipv4' | 'ipv6' | 'dual', sluice = true) => nodeConflist('la', 'node-2', 'eks', sluice, family).plugins.map((p) => p.type);
   t.same(types('ipv4'), ['eks-sim', 'sluice-cni']);
   t.same(types('dual'), ['eks-sim', 'sluice-cni']);
-  t.same(types('ipv6'), ['eks-sim', 'eks-egress-sim', 'sluice-cni']);
-  t.same(types('ipv6', false), ['eks-sim', 'eks-egress-sim']);
+  t.same(types('ipv6'), ['eks-sim', 'egress-cni', 'sluice-cni']);
+  t.same(types('ipv6', false), ['eks-sim', 'egress-cni']);
   const [primary, egress] = nodeConflist('la', 'node-2', 'eks', false, 'ipv6').plugins;
   t.same((primary!.ipam as { ranges: unknown[] }).ranges, [[{ subnet: 'fd00:10:2::/64', rangeStart: 'fd00:10:2::2', rangeEnd: 'fd00:10:2::fe' }]], 'Pod addresses from the node\'s IPv6 prefix');
   t.same(egress, {
-    type: 'eks-egress-sim', mtu: 1500, nodeIP: '192.168.77.12',
+    type: 'egress-cni', mtu: 1500, nodeIP: '192.168.77.12',
     ipam: { type: 'host-local', ranges: [[{ subnet: '169.254.172.0/22' }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: '/run/sluice-lab/la/node-2/ipam-egress-v4' },
   }, 'egress addresses from 169.254.172.0/22 in their own store, SNAT to the node\'s IPv4 address');
 });

@@ -24,6 +24,8 @@ class FakeOvs implements NodeOvs {
   bridge = false;
   gateway?: GatewayInfo;
   readonly ports = new Map<string, PodPortRecord>();
+  /** The Pods' IPv4 egress ports: name → OpenFlow port. */
+  readonly egressPorts = new Map<string, number>();
   /** Installed flows: cookie → ovs-ofctl text. */
   readonly flows = new Map<string, string>();
   readonly bundles: FlowDiff[] = [];
@@ -62,9 +64,19 @@ class FakeOvs implements NodeOvs {
     this.ports.set(name, { name, ofport, ids });
     return ofport;
   }
+  async addEgressPort(name: string): Promise<number> {
+    this.calls.push(`addEgressPort ${name}`);
+    const ofport = this.nextOfport++;
+    this.egressPorts.set(name, ofport);
+    return ofport;
+  }
+  async egressPortOfports(): Promise<Map<string, number>> {
+    return new Map(this.egressPorts);
+  }
   async removePort(name: string): Promise<void> {
     this.calls.push(`removePort ${name}`);
     this.ports.delete(name);
+    this.egressPorts.delete(name);
   }
   async endFlowRestoreWait(): Promise<boolean> {
     return false;

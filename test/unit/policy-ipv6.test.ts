@@ -243,3 +243,20 @@ t.test('audit log lines carry IPv6 addresses in canonical form', async (t) => {
   t.equal(line, '1970/01/01 00:00:00.000000 IngressDefaultRule K8sNetworkPolicy Drop -1 fd00:10:1::a 40000 fd00:10:2::b 53 UDP 53');
   t.equal(canonicalIp(fields.srcIp), fields.srcIp, 'the same text the engine uses for that address');
 });
+
+t.test('an IPv6-only Pod\'s IPv4 egress (an IPv4 path out SNATed to its node): judged by its egress rules', async (t) => {
+  // y/b is IPv6-only; on the AWS VPC CNI it still reaches IPv4 destinations through egress-cni.
+  t.equal(verdict(engineWith(), 'y/b', 'ip:203.0.113.10'), 'allow', 'not isolated: allowed, like its IPv6 egress');
+  const e = engineWith(netpol('y', 'egress', { podSelector: {}, policyTypes: ['Egress'], egress: [{ to: [{ ipBlock: { cidr: '203.0.113.10/32' } }] }] }));
+  const allowed = e.evaluate({ from: 'y/b', to: 'ip:203.0.113.10', port: 80, protocol: 'TCP' });
+  t.equal(allowed.verdict, 'allow');
+  t.match(allowed.decidedBy, { kind: 'NetworkPolicy', namespace: 'y', name: 'egress', direction: 'Egress' });
+  t.equal(verdict(e, 'y/b', 'ip:203.0.113.11'), 'drop', 'egress-isolated: every other IPv4 destination is dropped');
+  t.equal(verdict(e, 'y/b', 'ip:203.0.113.10', 4), 'allow', 'family 4 may be named');
+  t.equal(verdict(e, 'y/b', 'ip:fd00:10:1::a'), 'drop', 'its IPv6 egress as before');
+  // Only towards addresses outside the cluster's Pods and Services: those see the node's address.
+  t.throws(() => e.evaluate({ from: 'y/b', to: 'ip:10.0.1.10', port: 80, protocol: 'TCP' }), /share no address family: y\/b has IPv6, ip:10\.0\.1\.10 has IPv4/);
+  t.throws(() => e.evaluate({ from: 'y/b', to: 'ip:10.96.0.10', port: 80, protocol: 'TCP' }), /share no address family/);
+  t.throws(() => e.evaluate({ from: 'y/b', to: 'ip:203.0.113.10', port: 80, protocol: 'TCP', family: 6 }), /no IPv6 connection/);
+  t.throws(() => e.evaluate({ from: 'ip:203.0.113.10', to: 'y/b', port: 80, protocol: 'TCP' }), /share no address family/, 'nothing connects to it');
+});

@@ -1,5 +1,6 @@
 export * from './compile.js';
 export * from './conjids.js';
+export * from './egress-sources.js';
 export * from './input.js';
 export * from './portmasks.js';
 export * from './priorities.js';
