@@ -351,6 +351,30 @@ t.test('resync: a Pod whose port vanished is re-attached and its flows follow th
   t.equal(r.resyncCounts.ok, 1);
 });
 
+t.test('resync: an IPv6-only Pod\'s IPv4 egress port (its second port) is loaded, re-attached when it vanished, and its address routed', async (t) => {
+  const node = new Node();
+  const p = { ...pod(1), ips: ['fd00:10:1::11'], egressV4: { ifName: 'v4if0', hostVeth: 'vethe1', ofport: 0, mac: '0a:00:00:00:0e:01', ip: '169.254.172.11' } };
+  node.ovs.ports.set(p.hostVeth, { name: p.hostVeth, ofport: 21, ids: portIds(p) });
+  node.ovs.egressPorts.set('vethe1', 22);
+  node.netns.add(p.netns);
+  const r = await node.started();
+  t.equal(r.pods.get('c1')?.egressV4?.ofport, 22, 'start-up reads the egress port\'s OpenFlow port');
+  t.same(await r.resync('clean'), [], 'converged: nothing to repair');
+  t.ok([...node.ovs.flows.values()].some((f) => f.includes('in_port=22')), 'flows for the egress port');
+  node.ovs.egressPorts.delete('vethe1');
+  node.hostnet.brokenRoutes.add('169.254.172.11');
+  const repairs = await r.resync('test');
+  t.ok(repairs.includes('re-attached IPv4 egress port vethe1 (container c1)'), 'the vanished egress port is re-attached');
+  t.ok(repairs.includes('route to 169.254.172.11 not via antrea-gw0: restored'), 'its address is routed to the gateway again');
+  const now = node.ovs.egressPorts.get('vethe1');
+  t.ok(now !== undefined && now !== 22, 'under a new OpenFlow port');
+  t.equal(r.pods.get('c1')?.egressV4?.ofport, now);
+  t.ok([...node.ovs.flows.values()].some((f) => f.includes(`in_port=${now}`)), 'flows follow the new port');
+  t.notOk([...node.ovs.flows.values()].some((f) => f.includes('in_port=22,')), 'none left for the old one');
+  t.equal(r.portMac(now!), '0a:00:00:00:0e:01', 'portMac knows the egress port');
+  t.ok(installedMatchesDesired(node, r));
+});
+
 t.test('resync: a missing Pod route and node-wide state are repaired; a converged node reports nothing', async (t) => {
   const node = new Node();
   node.addPod(1);
