@@ -256,8 +256,13 @@ export class Enforcer {
       cs.addressGroups.added.length + cs.addressGroups.updated.length + cs.addressGroups.removed.length > 0 ||
       cs.appliedToGroups.added.length + cs.appliedToGroups.updated.length + cs.appliedToGroups.removed.length > 0;
     if (!any && !force) return;
+    this.markDirty(dirty);
+  }
+
+  /** Records that rules `ids` (and possibly more, unnamed) need a compile, and plans the flush. */
+  private markDirty(ids: Iterable<string>): void {
     this.changeSeq++;
-    for (const id of dirty) this.dirty.add(id);
+    for (const id of ids) this.dirty.add(id);
     this.pending = true;
     this.dirtySince ??= this.clock.now();
     this.schedule();
@@ -402,11 +407,7 @@ export class Enforcer {
     if ((cur ?? []).join() === (want ?? []).join()) return;
     if (want) this.egressSources.set(ref, want);
     else this.egressSources.delete(ref);
-    for (const id of egressRulesOf(this.engine.nodeRuleSet(), ref)) this.dirty.add(id);
-    this.changeSeq++;
-    this.pending = true;
-    this.dirtySince ??= this.clock.now();
-    this.schedule();
+    this.markDirty(egressRulesOf(this.engine.nodeRuleSet(), ref));
   }
 
   // ------------------------------------------------------------------ bridge side

@@ -313,8 +313,8 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
         const gw = await ovs.ensureGateway(config.gateway);
         repairs.push(...gw.changes);
         this.gateway = gw.gateway;
-        const ports = new Map((await ovs.listPodPorts()).map((r) => [r.name, r]));
-        const egressPorts = await ovs.egressPortOfports();
+        const [podPorts, egressPorts] = await Promise.all([ovs.listPodPorts(), ovs.egressPortOfports()]);
+        const ports = new Map(podPorts.map((r) => [r.name, r]));
         for (const pod of this.pods.values()) {
           const rec = ports.get(pod.hostVeth);
           if (!rec) {
