@@ -1,13 +1,15 @@
 /**
  * Start-up cost of the sluice-cni plugin: every Pod ADD/DEL runs it once, so it sits on the Pod's
- * critical path. Measures, sequentially, N invocations each of:
- *   - the compiled binary (dist/bin/sluice-cni): VERSION (answered locally) and ADD (one round
- *     trip to a real startCniServer in this process whose handler does nothing);
- *   - for comparison: the same plugin run by node (dist/cni/main.js) and the reference Go `ptp`
- *     plugin's VERSION (if installed).
- * Prints p50/p95/mean in milliseconds. Not a test: nothing is asserted.
+ * critical path. Measures, interleaved, N invocations each of:
+ *   - the native front end (dist/bin/sluice-cni): ADD, one round trip to a real startCniServer in
+ *     this process whose handler does nothing (the agent runs the plugin's checks); and VERSION,
+ *     which it hands to the standalone plugin (one exec more);
+ *   - the standalone plugin (dist/bin/sluice-cni-standalone), what the runtime ran before the
+ *     front end existed: ADD and VERSION;
+ *   - for reference: the Go `ptp` plugin's VERSION (if installed).
+ * Prints p50/p95/mean in milliseconds and the ratio of the two ADDs. Not a test: nothing is asserted.
  *
- *   npx tsc -p tsconfig.json && node dist/bench/cni-startup.js [N]
+ *   npm run -s build && node dist/bench/cni-startup.js [N]
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -20,8 +22,8 @@ const N = Number(process.argv[2] ?? 50);
 // Compiled to dist/bench/, or run from bench/ by a TS loader: find the repo root either way.
 const here = fileURLToPath(new URL('.', import.meta.url));
 const root = existsSync(join(here, '..', 'package.json')) ? join(here, '..') : join(here, '..', '..');
-const binary = join(root, 'dist', 'bin', 'sluice-cni');
-const nodePlugin = join(root, 'dist', 'cni', 'main.js');
+const frontEnd = join(root, 'dist', 'bin', 'sluice-cni');
+const standalone = join(root, 'dist', 'bin', 'sluice-cni-standalone');
 const PTP = '/usr/lib/cni/ptp';
 
 const prevResult = {
@@ -58,16 +60,19 @@ type Case = { label: string; run: (i: number) => Promise<number> };
  * Runs the cases round-robin (case A #1, case B #1, ..., case A #2, ...) so that load from other
  * processes on a shared machine hits every case alike, then prints each case's percentiles.
  */
-async function measure(cases: Case[]): Promise<void> {
+async function measure(cases: Case[]): Promise<number[]> {
   for (const c of cases) await c.run(-1); // warm the page cache; not counted
   const samples = cases.map(() => [] as number[]);
   for (let i = 0; i < N; i++) for (const [k, c] of cases.entries()) samples[k]!.push(await c.run(i));
+  const p50s: number[] = [];
   for (const [k, c] of cases.entries()) {
     const sorted = samples[k]!.sort((a, b) => a - b);
     const pct = (p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
     const mean = sorted.reduce((a, b) => a + b, 0) / sorted.length;
     console.log(`${c.label.padEnd(46)} p50 ${pct(50).toFixed(1).padStart(6)} ms   p95 ${pct(95).toFixed(1).padStart(6)} ms   mean ${mean.toFixed(1).padStart(6)} ms`);
+    p50s.push(pct(50));
   }
+  return p50s;
 }
 
 const build = execFileSync(process.execPath, [join(root, 'scripts', 'build-cni.mjs')], { cwd: root }).toString().trim();
@@ -93,21 +98,16 @@ try {
   });
 
   const cases: Case[] = [
-    { label: 'sluice-cni binary  VERSION', run: () => timed(binary, [], { ...noNode, CNI_COMMAND: 'VERSION' }, version) },
-    { label: 'sluice-cni binary  ADD (round trip to agent)', run: (i) => timed(binary, [], addEnv(i), addConf(i)) },
+    { label: 'front end   ADD (round trip to agent)', run: (i) => timed(frontEnd, [], addEnv(i), addConf(i)) },
+    { label: 'standalone  ADD (round trip to agent)', run: (i) => timed(standalone, [], addEnv(i), addConf(i)) },
+    { label: 'front end   VERSION (execs the standalone)', run: () => timed(frontEnd, [], { ...noNode, CNI_COMMAND: 'VERSION' }, version) },
+    { label: 'standalone  VERSION', run: () => timed(standalone, [], { ...noNode, CNI_COMMAND: 'VERSION' }, version) },
   ];
-  if (existsSync(nodePlugin)) {
-    cases.push(
-      { label: 'node dist/cni/main.js  VERSION (comparison)', run: () => timed(process.execPath, [nodePlugin], { CNI_COMMAND: 'VERSION' }, version) },
-      { label: 'node dist/cni/main.js  ADD (comparison)', run: (i) => timed(process.execPath, [nodePlugin], addEnv(i), addConf(i)) },
-    );
-  } else {
-    console.log('(dist/cni/main.js not built: run tsc for the node comparison)');
-  }
   if (existsSync(PTP)) cases.push({ label: 'Go ptp plugin  VERSION (reference)', run: () => timed(PTP, [], { CNI_COMMAND: 'VERSION' }, version) });
   const load = (await import('node:os')).loadavg()[0]!;
   console.log(`load average at start: ${load.toFixed(1)} (figures on a busy shared machine are upper bounds)`);
-  await measure(cases);
+  const p50s = await measure(cases);
+  console.log(`ADD p50, standalone / front end: ${(p50s[1]! / p50s[0]!).toFixed(1)}x`);
 } finally {
   await server.close();
   rmSync(dir, { recursive: true, force: true });

@@ -190,3 +190,24 @@ export function parseCniArgs(raw: string): { args: Record<string, string> } | { 
 /** What an operator should check when the agent cannot be reached; appended to error messages. */
 export const AGENT_HINT =
   'is sluice-agent running on this node? (systemctl status sluice-agent, or kubectl -n kube-system get pods -l app=sluice-agent -o wide)';
+
+/**
+ * The native front end's request (native/sluice-cni.c): the invocation exactly as the runtime made
+ * it, for the agent to run the plugin's own checks on (invocation.ts), so that the front end needs
+ * to understand nothing but where the agent is. One JSON line:
+ * `{"invocation": {"env": {"CNI_COMMAND": ..., ...}, "stdin": "<the network config text>"}}`.
+ */
+export interface InvocationRequest {
+  invocation: { env: Record<string, string>; stdin: string };
+}
+
+/**
+ * The answer to an InvocationRequest is framed rather than JSON, so that the front end needs no
+ * JSON parser: a header line `<exit status> <stdout bytes> <stderr bytes>\n`, then exactly that many
+ * bytes of stdout, then of stderr, which the front end writes out as they are.
+ */
+export function encodeInvocationAnswer(exitCode: number, stdout: string, stderr: string): Buffer {
+  const out = Buffer.from(stdout, 'utf8');
+  const err = Buffer.from(stderr, 'utf8');
+  return Buffer.concat([Buffer.from(`${exitCode} ${out.length} ${err.length}\n`, 'ascii'), out, err]);
+}

@@ -1,18 +1,24 @@
 /**
  * Node-side install/uninstall of the CNI part (run by the DaemonSet's init container, or by an
- * operator through `sluicectl cni install|uninstall`): copy the plugin binary into the CNI bin
+ * operator through `sluicectl cni install|uninstall`): copy the plugin's executables into the CNI bin
  * directory and chain sluice into the primary's configuration. Files are replaced atomically
  * (write + rename), so the container runtime never reads a half-written configuration.
  */
-import { copyFile, chmod, readdir, readFile, rename, writeFile, unlink } from 'node:fs/promises';
-import { join } from 'node:path';
+import { access, copyFile, chmod, readdir, readFile, rename, writeFile, unlink } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { CONF_EXTENSIONS, type ChainPlan, type ConfFile, confListText, planChain, runtimeConfig } from './chainstate.js';
-import { ConfListError, isChained, sluiceEntry, unchainSluice } from './conflist.js';
+import { ConfListError, isChained, SLUICE_PLUGIN_TYPE, sluiceEntry, unchainSluice } from './conflist.js';
+
+/**
+ * The whole plugin, which the front end (the executable named by the plugin type) execs from its
+ * own directory for what it does not forward to the agent (cni/native/sluice-cni.c).
+ */
+export const STANDALONE_PLUGIN_FILE = 'sluice-cni-standalone';
 
 export interface CniInstallOptions {
   confDir: string;            // /etc/cni/net.d
   binDir: string;             // /opt/cni/bin
-  pluginBinary?: string | undefined;      // the built sluice-cni executable to copy (omit to only chain)
+  pluginBinary?: string | undefined;      // the built sluice-cni front end to copy, with sluice-cni-standalone beside it (omit to only chain)
   socketPath?: string | undefined;        // written into sluice's entry when not the default
 }
 
@@ -45,11 +51,21 @@ export async function applyChainPlan(confDir: string, plan: Extract<ChainPlan, {
 /** Returns the path of the configuration now in use and whether anything changed. */
 export async function installCni(opts: CniInstallOptions): Promise<{ config: string; changed: boolean }> {
   if (opts.pluginBinary) {
-    const binary = opts.pluginBinary;
-    await replaceAtomically(join(opts.binDir, 'sluice-cni'), async (tmp) => {
-      await copyFile(binary, tmp);
-      await chmod(tmp, 0o755);
+    // The standalone plugin first: the front end execs it from its own directory, so it must be
+    // in place (and of the same build) before a new front end can be run.
+    const standalone = join(dirname(opts.pluginBinary), STANDALONE_PLUGIN_FILE);
+    await access(standalone).catch(() => {
+      throw new Error(`${standalone} not found: the front end ${opts.pluginBinary} needs the standalone plugin beside it (both are built into dist/bin by npm run build)`);
     });
+    for (const [from, name] of [
+      [standalone, STANDALONE_PLUGIN_FILE],
+      [opts.pluginBinary, SLUICE_PLUGIN_TYPE],
+    ] as const) {
+      await replaceAtomically(join(opts.binDir, name), async (tmp) => {
+        await copyFile(from, tmp);
+        await chmod(tmp, 0o755);
+      });
+    }
   }
   const plan = planChain(await readConfDir(opts.confDir), sluiceEntry(opts.socketPath));
   if (plan.action === 'none' || plan.action === 'refuse') throw new ConfListError(`${opts.confDir}: ${plan.why}`);
@@ -64,7 +80,9 @@ export async function installCni(opts: CniInstallOptions): Promise<{ config: str
  */
 export async function uninstallCni(opts: Pick<CniInstallOptions, 'confDir' | 'binDir'>): Promise<{ config?: string; changed: boolean }> {
   let changed = false;
-  await unlink(join(opts.binDir, 'sluice-cni')).then(() => { changed = true; }, () => undefined);
+  for (const name of [SLUICE_PLUGIN_TYPE, STANDALONE_PLUGIN_FILE]) {
+    await unlink(join(opts.binDir, name)).then(() => { changed = true; }, () => undefined);
+  }
   const { file, list } = runtimeConfig(await readConfDir(opts.confDir));
   if (!file || !list) return { changed };
   const path = join(opts.confDir, file.name);

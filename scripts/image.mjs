@@ -17,7 +17,7 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, join, relative } from 'node:path';
+import { basename, dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -127,6 +127,8 @@ function productionModules() {
 }
 
 const APP_DIRS = ['dist/daemon', 'dist/cni', 'dist/install'];
+/** The plugin's front end and the standalone plugin it execs; installed side by side on the host. */
+const CNI_BINARIES = ['dist/bin/sluice-cni', 'dist/bin/sluice-cni-standalone'];
 
 function wrapper(main) {
   return `#!/bin/sh\nexec /usr/local/bin/node /usr/local/lib/sluice/${main} "$@"\n`;
@@ -134,7 +136,7 @@ function wrapper(main) {
 
 function build() {
   const t0 = Date.now();
-  for (const d of [...APP_DIRS, 'dist/bin/sluice-cni']) {
+  for (const d of [...APP_DIRS, ...CNI_BINARIES]) {
     if (!existsSync(join(ROOT, d))) throw new Error(`${d} is missing: run npm run build first (npm run image does)`);
   }
   const base = baseImage();
@@ -143,7 +145,7 @@ function build() {
   const content = sha(JSON.stringify({
     base: base.tag, node: process.version, arch: process.arch,
     lock: sha(readFileSync(join(ROOT, 'package-lock.json'))),
-    app: treeHash([...APP_DIRS.map((d) => join(ROOT, d)), join(ROOT, 'dist', 'bin', 'sluice-cni'), join(ROOT, 'package.json')]),
+    app: treeHash([...APP_DIRS.map((d) => join(ROOT, d)), ...CNI_BINARIES.map((f) => join(ROOT, f)), join(ROOT, 'package.json')]),
     recipe: sha(readFileSync(fileURLToPath(import.meta.url))),
   })).slice(0, 16);
   const have = podman(['image', 'inspect', IMAGE_NAME, '--format', '{{index .Labels "io.sluice.content"}}']);
@@ -163,12 +165,12 @@ function build() {
     writeFileSync(join(lib, 'package.json'), JSON.stringify({ name: PKG.name, version: PKG.version, type: 'module' }, null, 2));
     cpSync(modules, join(lib, 'node_modules'), { recursive: true });
     copyFileSync(node, join(bin, 'node'));
-    copyFileSync(join(ROOT, 'dist', 'bin', 'sluice-cni'), join(bin, 'sluice-cni'));
+    for (const f of CNI_BINARIES) copyFileSync(join(ROOT, f), join(bin, basename(f)));
     writeFileSync(join(bin, 'sluice-agent'), wrapper('dist/daemon/main.js'));
     writeFileSync(join(bin, 'sluicectl'), wrapper('dist/daemon/sluicectl.js'));
     // kubectl finds plugins by name on PATH: `kubectl sluice whatif ...` runs sluicectl.
     writeFileSync(join(bin, 'kubectl-sluice'), wrapper('dist/daemon/sluicectl.js'));
-    for (const f of ['node', 'sluice-cni', 'sluice-agent', 'sluicectl', 'kubectl-sluice']) chmodSync(join(bin, f), 0o755);
+    for (const f of ['node', ...CNI_BINARIES.map((b) => basename(b)), 'sluice-agent', 'sluicectl', 'kubectl-sluice']) chmodSync(join(bin, f), 0o755);
     writeFileSync(join(stage, 'Containerfile'), [
       `FROM ${base.tag}`,
       'COPY root/ /',

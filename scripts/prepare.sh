@@ -14,11 +14,15 @@ declare -A probe=(
   # The container image (npm run image) and the lab's DaemonSet kubelet: Debian root filesystem,
   # podman with runc (crun cannot run containers on this cgroup-v1 hybrid host).
   [mmdebstrap]=mmdebstrap [podman]=podman [runc]=runc
+  # The CNI plugin's native front end (cni/native/sluice-cni.c), linked statically.
+  [gcc]=gcc
 )
 for pkg in "${!probe[@]}"; do
   command -v "${probe[$pkg]}" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "${probe[$pkg]}" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
 [ -x /usr/lib/cni/ptp ] && [ -x /usr/lib/cni/host-local ] || need_pkgs+=(containernetworking-plugins)
+# The static C library the front end links against.
+[ -f "/usr/lib/$(uname -m)-linux-gnu/libc.a" ] || need_pkgs+=(libc6-dev)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "prepare: missing OS packages (${need_pkgs[*]}) and not root: install them and retry" >&2

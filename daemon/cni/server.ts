@@ -11,7 +11,8 @@ import { chmod, lstat, mkdir, unlink } from 'node:fs/promises';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
-import { CniErrorCode, type CniCommand, type CniResponse } from '../../cni/protocol.js';
+import { failureOutcome, prepare, settle, type Outcome } from '../../cni/invocation.js';
+import { CniErrorCode, encodeInvocationAnswer, LATEST_VERSION, type CniCommand, type CniResponse } from '../../cni/protocol.js';
 import { CniError } from './errors.js';
 import { parseRequest, type GcAttachment, type PodRequest } from './request.js';
 import { convertResult, type CniResult } from './result.js';
@@ -154,7 +155,7 @@ async function serveConnection(sock: Socket, handler: CniHandler, serializer: Op
   }
   const started = Date.now();
   const t0 = performance.now();
-  const { response, command, containerId } = await respond(line, handler, serializer, log);
+  const { response, command, containerId, answer } = await respond(line, handler, serializer, log);
   request = { command, containerId };
   const fields = { command, containerId, ms: Date.now() - started, ...(response.ok ? {} : { code: response.code, msg: response.msg }) };
   observe?.(command, response.ok ? 'ok' : response.code, (performance.now() - t0) / 1000);
@@ -164,7 +165,7 @@ async function serveConnection(sock: Socket, handler: CniHandler, serializer: Op
     vanished();
     return;
   }
-  sock.end(JSON.stringify(response) + '\n');
+  sock.end(answer ?? JSON.stringify(response) + '\n');
 }
 
 /** Resolves with the first line (without "\n"), or undefined if the client left or misbehaved. */
@@ -201,18 +202,66 @@ function readLine(sock: Socket): Promise<string | undefined> {
   });
 }
 
-async function respond(
-  line: string,
-  handler: CniHandler,
-  serializer: OperationSerializer,
-  log: Logger,
-): Promise<{ response: CniResponse; command?: string | undefined; containerId?: string | undefined }> {
+interface Responded {
+  response: CniResponse;
+  command?: string | undefined;
+  containerId?: string | undefined;
+  /** The bytes to send instead of the response line (the framed answer to an invocation). */
+  answer?: Buffer | undefined;
+}
+
+async function respond(line: string, handler: CniHandler, serializer: OperationSerializer, log: Logger): Promise<Responded> {
   let raw: unknown;
   try {
     raw = JSON.parse(line);
   } catch (err) {
     return { response: errorResponse(new CniError(CniErrorCode.DecodeFailure, `request is not valid JSON: ${(err as Error).message}`)) };
   }
+  if (raw !== null && typeof raw === 'object' && 'invocation' in raw) return runInvocation((raw as { invocation: unknown }).invocation, handler, serializer, log);
+  return dispatch(raw, handler, serializer, log);
+}
+
+/**
+ * The native front end's request: the plugin's own checks and outputs (cni/invocation.ts) run
+ * here on the raw invocation, so the front end prints exactly what the standalone plugin would.
+ */
+async function runInvocation(invocation: unknown, handler: CniHandler, serializer: OperationSerializer, log: Logger): Promise<Responded> {
+  const env = invocationEnv(invocation);
+  const stdin = (invocation as { stdin?: unknown } | null)?.stdin;
+  let outcome: Outcome;
+  let responded: Omit<Responded, 'answer'>;
+  if (env === undefined || typeof stdin !== 'string') {
+    const failure = { code: CniErrorCode.DecodeFailure, msg: 'invocation request must have "env" (an object of strings) and "stdin" (a string)' };
+    outcome = failureOutcome(failure, LATEST_VERSION);
+    responded = { response: { ok: false, ...failure } };
+  } else {
+    const prepared = prepare(env, stdin);
+    if (prepared.kind === 'answer') {
+      outcome = prepared.outcome;
+      const label = env.CNI_COMMAND;
+      responded = { command: label, response: outcome.failure ? { ok: false, code: outcome.failure.code, msg: outcome.failure.msg } : { ok: true } };
+    } else {
+      responded = await dispatch(prepared.request, handler, serializer, log);
+      outcome = settle(prepared, { ok: true, response: responded.response });
+    }
+  }
+  const stderr = outcome.logs.map((l) => `sluice-cni: ${l}\n`).join('');
+  return { ...responded, answer: encodeInvocationAnswer(outcome.exitCode, outcome.stdout === undefined ? '' : `${outcome.stdout}\n`, stderr) };
+}
+
+/** The CNI_* variables of an invocation; undefined when it is not an object of strings. */
+function invocationEnv(invocation: unknown): Record<string, string> | undefined {
+  const env = (invocation as { env?: unknown } | null)?.env;
+  if (env === null || typeof env !== 'object' || Array.isArray(env)) return undefined;
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(env)) {
+    if (typeof v !== 'string') return undefined;
+    if (k.startsWith('CNI_')) out[k] = v;
+  }
+  return out;
+}
+
+async function dispatch(raw: unknown, handler: CniHandler, serializer: OperationSerializer, log: Logger): Promise<Omit<Responded, 'answer'>> {
   const command = (raw as { command?: unknown } | null)?.command;
   const label = typeof command === 'string' ? command : undefined;
   let parsed: ReturnType<typeof parseRequest>;

@@ -21,7 +21,7 @@ export const cniCommand: CommandModule<object, CniArgs> = {
   builder: (y) =>
     withDirs(y)
       .positional('action', { choices: ['install', 'uninstall'] as const, demandOption: true })
-      .option('plugin', { type: 'string', describe: 'sluice-cni executable to copy into --bin-dir' })
+      .option('plugin', { type: 'string', describe: 'the sluice-cni front end to copy into --bin-dir (sluice-cni-standalone must be beside it)' })
       .option('socket-path', { type: 'string', describe: 'agent socket, when not the default' }) as unknown as Argv<CniArgs>,
   handler: async (argv) => {
     const action = (argv as unknown as { action: string }).action;

@@ -1,7 +1,9 @@
 /**
- * The real compiled plugin (dist/bin/sluice-cni, built here by scripts/build-cni.mjs) against a
- * real startCniServer with a recording handler, all asserted on the binary's stdout and exit code.
- * No root needed: the socket lives in a private /tmp/cn-* directory.
+ * The real compiled plugin (built here by scripts/build-cni.mjs) against a real startCniServer
+ * with a recording handler, all asserted on the binary's stdout and exit code: the native front
+ * end the runtime runs, or the standalone plugin when cni-binary-standalone.test.ts imports this
+ * file (SLUICE_CNI_UNDER_TEST=standalone). No root needed: the socket lives in a private /tmp/cn-*
+ * directory.
  */
 import { createServer } from 'node:net';
 import { join } from 'node:path';

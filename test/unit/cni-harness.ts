@@ -1,5 +1,5 @@
 /**
- * Shared by the cni-* integration tests: builds and runs the real dist/bin/sluice-cni, a handler
+ * Shared by the cni-* integration tests: builds and runs the real plugin executables, a handler
  * that records every call and can be told to block or fail, and a logger whose lines tests can
  * wait for (ordering is asserted on events, never on elapsed time).
  */
@@ -11,9 +11,17 @@ import pino, { type Logger } from 'pino';
 import type { CniHandler, GcAttachment, PodRequest } from '../../daemon/cni/server.js';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-export const CNI_BINARY = join(ROOT, 'dist', 'bin', 'sluice-cni');
+/** The native front end the runtime runs (it forwards the invocation; the agent runs the checks). */
+export const FRONT_END_BINARY = join(ROOT, 'dist', 'bin', 'sluice-cni');
+/** The whole plugin in one executable (it runs the checks itself, then asks the agent). */
+export const STANDALONE_BINARY = join(ROOT, 'dist', 'bin', 'sluice-cni-standalone');
+/**
+ * The executable `runCni` runs: the front end, unless the test file asks for the standalone plugin
+ * (SLUICE_CNI_UNDER_TEST=standalone), so that one suite of expectations holds for both.
+ */
+export const CNI_BINARY = process.env.SLUICE_CNI_UNDER_TEST === 'standalone' ? STANDALONE_BINARY : FRONT_END_BINARY;
 
-/** Builds dist/bin/sluice-cni with the project's build script (a no-op when up to date). */
+/** Builds both plugin executables with the project's build script (a no-op when up to date). */
 export function buildCniBinary(): string {
   return execFileSync(process.execPath, [join(ROOT, 'scripts', 'build-cni.mjs')], { cwd: ROOT }).toString().trim();
 }
@@ -36,9 +44,9 @@ export interface CniRun {
  * Runs the binary the way a runtime does: CNI_* in the environment, config on stdin. PATH points
  * nowhere, so the run also proves the binary needs no node (or anything else) on PATH.
  */
-export function runCni(env: Record<string, string>, stdin: string | object): Promise<CniRun> {
+export function runCni(env: Record<string, string>, stdin: string | object, binary = CNI_BINARY): Promise<CniRun> {
   return new Promise((resolve, reject) => {
-    const child = spawn(CNI_BINARY, [], { env: { PATH: '/nonexistent', ...env }, cwd: '/', stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(binary, [], { env: { PATH: '/nonexistent', ...env }, cwd: '/', stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));

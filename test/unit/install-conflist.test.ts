@@ -55,14 +55,26 @@ t.test('install and uninstall on a node directory', async (t) => {
   await t.rejects(installCni({ confDir: conf, binDir: bin }), /install the primary CNI first/);
   await writeFile(join(conf, '10-aws.conflist'), JSON.stringify(awsLike));
   await writeFile(join(conf, '99-other.conf'), JSON.stringify({ cniVersion: '1.0.0', name: 'z', type: 'bridge' }));
-  const fakeBinary = join(root, 'sluice-cni-built');
-  await writeFile(fakeBinary, '#!/bin/sh\n');
+  const built = join(root, 'built');
+  await import('node:fs/promises').then((fs) => fs.mkdir(built));
+  const fakeBinary = join(built, 'sluice-cni');
+  await writeFile(fakeBinary, '#!/bin/sh\necho front end\n');
+  await t.rejects(
+    installCni({ confDir: conf, binDir: bin, pluginBinary: fakeBinary }),
+    /sluice-cni-standalone not found: the front end .* needs the standalone plugin beside it/,
+    'a front end without its standalone plugin is refused',
+  );
+  t.same(await readdir(bin), [], 'and nothing was installed');
+  await writeFile(join(built, 'sluice-cni-standalone'), '#!/bin/sh\necho standalone\n');
 
   const first = await installCni({ confDir: conf, binDir: bin, pluginBinary: fakeBinary });
   t.same(first, { config: join(conf, '10-aws.conflist'), changed: true });
   const written = JSON.parse(await readFile(first.config, 'utf8'));
   t.same(written.plugins.map((p: { type: string }) => p.type), ['aws-cni', 'egress-cni', 'sluice-cni', 'portmap']);
-  t.equal((await stat(join(bin, 'sluice-cni'))).mode & 0o777, 0o755);
+  for (const name of ['sluice-cni', 'sluice-cni-standalone']) {
+    t.equal((await stat(join(bin, name))).mode & 0o777, 0o755, `${name} is executable`);
+    t.equal(await readFile(join(bin, name), 'utf8'), await readFile(join(built, name), 'utf8'), `${name} is the built one`);
+  }
   t.same((await installCni({ confDir: conf, binDir: bin })).changed, false, 'second install changes nothing');
   t.same((await readdir(conf)).sort(), ['10-aws.conflist', '99-other.conf'], 'no temp files left');
 
