@@ -12,6 +12,7 @@ import { CniError, type CniHandler, type GcAttachment, type PodRequest } from '.
 import { extraPodInterfaces, interfaceIPs } from './result.js';
 import { familyOf, type PodPort, podAddressProblem, podFlows } from '../flows/pipeline.js';
 import type { EgressPortIds, PodPortIds, PodPortRecord } from '../flows/ovs.js';
+import { GATEWAY_OFPORT } from '../flows/tables.js';
 
 /**
  * A Pod's second interface for IPv4 egress (the AWS VPC CNI's `egress-cni` on IPv6 clusters:
@@ -240,6 +241,9 @@ async function rollBack(undo: Undo[]): Promise<string[]> {
 }
 
 export class PodAttacher implements CniHandler {
+  /** Where requestOfport looks for the next free OpenFlow port number. */
+  private ofportCursor = 1;
+
   constructor(private readonly d: AttachDeps) {}
 
   async status(): Promise<void> {
@@ -314,27 +318,60 @@ export class PodAttacher implements CniHandler {
         }
       }
       done(step);
-      step = 'attach-port';
-      undo.push({ step, run: () => d.ovs.removePort(pod.hostVeth) });
-      pod.ofport = await d.ovs.addPodPort(pod.hostVeth, portIds(pod));
-      if (pod.egressV4) {
-        const e = pod.egressV4;
-        undo.push({ step, run: () => d.ovs.removePort(e.hostVeth) });
-        e.ofport = await d.ovs.addEgressPort(e.hostVeth, egressPortIds({ ...pod, egressV4: e }));
+      // The port and the Pod's flows go in at once: the flows are built for the OpenFlow port
+      // numbers requested for its ports, and follow the ports if OVS assigns others. Until its
+      // host routes move (last), nothing is routed to the Pod through the bridge.
+      const e = pod.egressV4;
+      pod.ofport = this.requestOfport();
+      if (e) e.ofport = this.requestOfport();
+      undo.push({ step: 'attach-port', run: () => d.ovs.removePort(pod.hostVeth) });
+      if (e) undo.push({ step: 'attach-port', run: () => d.ovs.removePort(e.hostVeth) });
+      undo.push({ step: 'install-flows', run: () => this.forgetFlows(pod) });
+      const started = performance.now();
+      const timed = async (s: AttachStep, work: () => Promise<void>) => {
+        try {
+          await work();
+        } catch (err) {
+          step = s;
+          throw err;
+        }
+        timings[s] = Math.round(performance.now() - started);
+        if (d.failAfter === s) {
+          step = s;
+          throw new Error(`failpoint after step ${s}`);
+        }
+      };
+      let moved = false;
+      const outcomes = await Promise.allSettled([
+        timed('attach-port', async () => {
+          const want = pod.ofport;
+          const got = await d.ovs.addPodPort(pod.hostVeth, portIds(pod), want);
+          if (e) {
+            const wantEgress = e.ofport;
+            e.ofport = await d.ovs.addEgressPort(e.hostVeth, egressPortIds({ ...pod, egressV4: e }), wantEgress);
+            moved ||= e.ofport !== wantEgress;
+          }
+          moved ||= got !== want;
+          pod.ofport = got;
+        }),
+        timed('install-flows', () => this.installFlows(pod)),
+      ]);
+      const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected');
+      if (failed) throw failed.reason;
+      if (moved) {
+        // Another interface holds a requested number (one the agent does not know of).
+        step = 'install-flows';
+        d.log.warn({ containerId: pod.containerId, ofport: pod.ofport, egressOfport: e?.ofport }, 'add: OVS assigned another OpenFlow port; the flows follow it');
+        await d.syncFlows();
       }
-      done(step);
+      mark = performance.now();
       step = 'move-routes';
       undo.push({ step, run: () => d.hostnet.restorePodRoutes(pod.ips, pod.hostVeth) });
       await d.hostnet.movePodRoutes(pod.ips, pod.hostVeth);
-      if (pod.egressV4) {
-        const e = pod.egressV4;
+      if (e) {
         undo.push({ step, run: () => d.hostnet.restorePodRoutes([e.ip], e.hostVeth) });
         await d.hostnet.movePodRoutes([e.ip], e.hostVeth);
       }
-      done(step);
-      step = 'install-flows';
-      undo.push({ step, run: () => this.forgetFlows(pod) });
-      await this.installFlows(pod);
       done(step);
     } catch (err) {
       const failures = await rollBack(undo);
@@ -427,6 +464,26 @@ export class PodAttacher implements CniHandler {
     d.log.info({ containerId: pod.containerId, pod: `${pod.podNamespace}/${pod.podName}`, veth: pod.hostVeth, ofport: pod.ofport, ips: pod.ips }, 'adopt: attached a running Pod');
     d.onPodAttached?.(pod);
     return pod;
+  }
+
+  /**
+   * An OpenFlow port number for a new port: the next one after the last handed out that no
+   * attached Pod uses, wrapping below the gateway's. ADDs running at once so get different numbers,
+   * and a freed number is reused only after every other one (as OVS itself prefers). A number
+   * another interface holds (not a Pod's) makes OVS assign another; the ADD's flows then follow.
+   */
+  private requestOfport(): number {
+    const used = new Set<number>();
+    for (const p of this.d.pods.values()) {
+      used.add(p.ofport);
+      if (p.egressV4) used.add(p.egressV4.ofport);
+    }
+    for (let i = 0; i < GATEWAY_OFPORT; i++) {
+      const n = this.ofportCursor;
+      this.ofportCursor = n + 1 >= GATEWAY_OFPORT ? 1 : n + 1;
+      if (!used.has(n)) return n;
+    }
+    throw new CniError(CniErrorCode.AttachFailed, `no free OpenFlow port number below the gateway's (${GATEWAY_OFPORT})`);
   }
 
   /** The Pod's flows and its policy flows, in one bundle (the policy side learns it first). */

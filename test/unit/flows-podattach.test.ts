@@ -140,7 +140,9 @@ t.test('ADD runs the steps in order and records everything in OVSDB', async (t) 
   w.routes.set('10.1.0.11', 'eni1');
   const events: string[] = [];
   await new PodAttacher(w.deps({ onPodAttached: (p) => events.push(p.containerId) })).add(req());
-  t.same(w.calls, ['isolateHostVeth', 'disablePodTxOffload', 'addPodPort', 'movePodRoutes', 'syncFlows']);
+  t.same(w.calls, ['isolateHostVeth', 'disablePodTxOffload', 'addPodPort', 'syncFlows', 'movePodRoutes'], 'port and flows together, routes last');
+  t.same(w.flowsAt, ['c1@1'], 'the flows are for the port number OVS gave');
+  t.equal(w.ports.get('eni1')?.ofport, 1);
   t.same(w.ports.get('eni1')?.ids, {
     'sluice-type': 'container', 'container-id': 'c1', 'pod-namespace': 'default', 'pod-name': 'p1',
     'ip-address': '10.1.0.11', 'attached-mac': '2a:00:00:00:00:01', 'net-ns': NETNS, 'if-name': 'eth0',
@@ -191,7 +193,8 @@ t.test('an error inside a step is rolled back in reverse order', async (t) => {
     (e: unknown) => e as { code: number; message: string; details: string },
   ));
   t.match(err, { code: 100, message: /failed at step install-flows: syncFlows exploded/ });
-  t.same(w.calls.slice(5), ['syncFlows', 'restorePodRoutes', 'removePort', 'releaseHostVeth'], 'undo in reverse order');
+  t.same(w.calls.slice(3), ['syncFlows', 'syncFlows', 'removePort', 'releaseHostVeth'], 'the failed sync, then the undo in reverse order');
+  t.equal(w.routes.get('10.1.0.11'), 'eni1', 'the routes never moved');
   t.match(err.details, /rollback incomplete: undo install-flows: syncFlows exploded/, 'a failing undo is reported, the others still run');
   t.same([...w.ports.keys()], []);
 });
@@ -227,6 +230,50 @@ t.test('bad input', async (t) => {
   await t.rejects(new PodAttacher(w.deps({ isReady: () => false })).add(req()), { code: 11 });
   await t.rejects(new PodAttacher(w.deps({ isReady: () => false })).status(), { code: 50 });
   t.same(w.calls, [], 'nothing was touched');
+});
+
+t.test('ADD when OVS gives another port number than requested: the flows follow the port', async (t) => {
+  const w = new World();
+  w.ports.set('not-a-pod', { ofport: 1, ids: {} as PodPortIds }); // an interface the agent does not attach
+  w.nextOfport = 7;
+  const a = new PodAttacher(w.deps());
+  await a.add(req());
+  const pod = w.pods.get('c1')!;
+  t.equal(pod.ofport, 7);
+  t.equal(w.flowsAt.at(-1), 'c1@7', 'the last flow sync is for the number OVS assigned');
+  t.equal(w.flowsAt.length, 2, 'a second sync after the port moved');
+  t.same(await a.problems(pod), [], 'the attachment is complete');
+});
+
+t.test('concurrent ADDs request different port numbers; a freed number is not handed out again at once', async (t) => {
+  const w = new World();
+  let open!: () => void;
+  const opened = new Promise<void>((r) => (open = r));
+  const d = w.deps({
+    async findHostVeth(_ns, ifName) {
+      return { hostIfName: `veth-${ifName}`, podMac: ifName === 'eth0' ? '2A:00:00:00:00:01' : '2A:00:00:00:00:02' };
+    },
+    // The first ADD has requested its number but is not yet among the attached Pods.
+    async beforePodFlows(pod) {
+      if (pod.containerId === 'c1') await opened;
+    },
+  });
+  const second = req({ containerId: 'c2', ifName: 'eth1', prevResult: { cniVersion: '1.1.0', interfaces: [{ name: 'eth1', sandbox: NETNS }], ips: [{ address: '10.1.0.12/32', interface: 0 }] } });
+  const a = new PodAttacher(d);
+  const one = a.add(req());
+  await new Promise((r) => setImmediate(r));
+  t.notOk(w.pods.has('c1'), 'the first ADD is still installing its flows');
+  const two = a.add(second);
+  await two;
+  open();
+  await one;
+  t.same([w.ports.get('veth-eth0')?.ofport, w.ports.get('veth-eth1')?.ofport], [1, 2]);
+  t.same([w.pods.get('c1')?.ofport, w.pods.get('c2')?.ofport], [1, 2]);
+  t.equal(w.calls.filter((c) => c === 'syncFlows').length, 2, 'one flow sync per ADD: no port moved');
+
+  await a.del(req());
+  await a.add(req({ containerId: 'c3' }));
+  t.equal(w.pods.get('c3')?.ofport, 3, 'the number c1 freed is not the next one handed out');
 });
 
 t.test('adopting a running Pod: flows first (for the requested port), then port, isolation, routes last', async (t) => {
@@ -338,7 +385,8 @@ t.test('an IPv6-only Pod with an IPv4 egress interface: a second port, its route
   w.routes.set('169.254.172.9', 'veth0badc0de');
   const a = new PodAttacher(w.deps());
   await a.add(egressReq());
-  t.same(w.calls, ['isolateHostVeth', 'disablePodTxOffload', 'isolateHostVeth', 'disablePodTxOffload', 'addPodPort', 'addEgressPort', 'movePodRoutes', 'movePodRoutes', 'syncFlows']);
+  t.same(w.calls, ['isolateHostVeth', 'disablePodTxOffload', 'isolateHostVeth', 'disablePodTxOffload', 'addPodPort', 'addEgressPort', 'syncFlows', 'movePodRoutes', 'movePodRoutes']);
+  t.same([w.ports.get('eni1')?.ofport, w.ports.get('veth0badc0de')?.ofport], [1, 2], 'each port got the number requested for it');
   t.same([...w.txOff].sort(), ['eth0', 'v4if0'], 'TX offload off on both Pod interfaces (netdev)');
   t.same([...w.isolated].sort(), ['eni1', 'veth0badc0de'], 'both host veths isolated (netdev)');
   t.same(w.ports.get('veth0badc0de')?.ids, {
