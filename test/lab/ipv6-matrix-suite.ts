@@ -14,11 +14,16 @@
  */
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { execa } from 'execa';
 import type { Test } from 'tap';
 import { type NetProbe, runProbes } from '../../lab/net/index.js';
-import { podNetns } from '../../lab/net/names.js';
+import { extNetns, podNetns } from '../../lab/net/names.js';
+import { simpleQuery } from '../unit/fqdn-helpers.js';
+import { dnsServerProgram, nodeIn, queryProgram } from './fqdn-programs.js';
 import { inNs, missingPrereq, REPO, sh } from './datapath-env.js';
-import { compareWithSimulate, fullProbeSet, POLICIES, restartAgent, simulate, snapshot, tempDir } from './enforce-helpers.js';
+import { compareWithSimulate, fullProbeSet, POLICIES, restartAgent, simulate, SLUICECTL, snapshot, tempDir } from './enforce-helpers.js';
+import { agentConfigPath } from '../../lab/agent.js';
+import type { TraceReport } from '../../daemon/enforcement/traceflow.js';
 
 type Primary = 'ptp' | 'eks';
 const CLI = join(REPO, 'dist', 'lab', 'cli.js');
@@ -229,11 +234,69 @@ async function egressV4Enforced(t: Test, lab: Lab, pods: [string, string]): Prom
       const [who, verdict] = e.split(': ') as [string, string];
       t.ok(real.filter((r) => r.startsWith(who)).every((r) => r.endsWith(`: ${verdict}`)), `${step}: ${e}`);
     }
+    // sluicectl node traceflow injects at the egress port of the IPv6-only Pod: same verdicts.
+    for (const [port, protocol] of [[80, 'TCP'], [81, 'UDP']] as const) {
+      const r = await inNs(`${lab.name}-node-1`, [process.execPath, SLUICECTL, 'node', 'traceflow', '--config', agentConfigPath(lab.name, 'node-1'), '--from', a, '--to', `ip:${EXT_IP}`, '--port', String(port), '--protocol', protocol, '-o', 'json'], { allowFail: true });
+      const report = r.code === 0 ? (JSON.parse(r.stdout) as TraceReport) : undefined;
+      const expected = sim.find((v) => v.from === a && v.port === port && v.protocol === protocol)?.verdict;
+      t.equal(report?.verdict, expected, `${step}: traceflow ${a} -> ${EXT_IP} ${port}/${protocol} from its egress port: ${report?.verdict ?? r.stderr.trim()}, simulate ${expected}`);
+      t.equal(report?.legs[0]?.tables[0], 'Classifier', 'the trace starts in the bridge\'s first table');
+    }
   }
+  const refused = await inNs(`${lab.name}-node-1`, [process.execPath, SLUICECTL, 'node', 'traceflow', '--config', agentConfigPath(lab.name, 'node-1'), '--from', a, '--to', b, '--port', '80', '--family', '4'], { allowFail: true });
+  t.match(refused.stderr, /no IPv4 address; its IPv4 egress interface v4if0 reaches only addresses outside the cluster/, 'an IPv4 trace from an IPv6-only Pod to a Pod is refused with why');
   await lab.cli(['delete', '-f', isolate, '-f', allowOne]);
   await lab.cli(['label', 'pod', a, 'egress-v4-']);
   const back = await probeEgressV4(lab, pods);
   t.same(back.filter((v) => !v.endsWith(': allow')), [], 'policies deleted: the IPv4 egress passes again');
+}
+
+/**
+ * FQDN egress over the IPv4 egress path: an IPv6-only Pod asks for an A record over IPv6 DNS (the
+ * reply is held by the agent's IPv6 interception flows), and the IPv4 answer, learned for the
+ * Pod's fqdn rule, is allowed through its egress port at once, on the rule's port only; before the
+ * query it was dropped.
+ */
+async function fqdnOverEgressV4(t: Test, lab: Lab, ref: string): Promise<void> {
+  const [ns, name] = ref.split('/') as [string, string];
+  const dir = tempDir(`${lab.name}-fqdn-`);
+  const policy = join(dir, 'fqdn-v4.yaml');
+  writeFileSync(policy, `apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: fqdn-egress-v4}
+spec:
+  priority: 1
+  appliedTo: [{podSelector: {matchLabels: {fqdn-v4: client}}}]
+  egress:
+    - {action: Allow, name: dns, to: [{ipBlock: {cidr: "${EXT_IP6}/128"}}], ports: [{protocol: UDP, port: 53}]}
+    - {action: Allow, name: web, to: [{fqdn: "www.example.com"}], ports: [{protocol: TCP, port: 80}]}
+    - {action: Drop, name: rest}
+`);
+  const dns = execa('ip', ['netns', 'exec', extNetns(lab.name), process.execPath, '--input-type=module', '-e', dnsServerProgram(EXT_IP6, { 'www.example.com': [EXT_IP, 30] }, false)], { reject: false });
+  t.teardown(() => {
+    dns.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  });
+  await new Promise<void>((resolve, reject) => {
+    dns.stdout?.on('data', (d: Buffer) => { if (d.toString().includes('ready')) resolve(); });
+    void dns.then((r) => reject(new Error(`DNS server on ${EXT_IP6} exited: ${String(r.stderr)}`)));
+  });
+  await lab.cli(['label', 'pod', ref, 'fqdn-v4=client']);
+  await lab.cli(['apply', '-f', policy]);
+  let before = await probeEgressV4(lab, [ref]);
+  for (let i = 0; i < 10 && !before.every((v) => v.endsWith(': drop')); i++) {
+    await new Promise((r) => setTimeout(r, 500));
+    before = await probeEgressV4(lab, [ref]);
+  }
+  t.same(before.filter((v) => !v.endsWith(': drop')), [], `before DNS, ${ref}'s IPv4 egress is dropped:\n${before.join('\n')}`);
+  const q = await nodeIn(podNetns(lab.name, ns, name), queryProgram(EXT_IP6, simpleQuery('www.example.com', 0x4a4a, 1), 'udp', true));
+  t.equal(q.code, 'ANSWER', `${ref}'s A query over IPv6 DNS is answered through the agent's hold`);
+  t.equal(q.ip, EXT_IP, 'with the external host\'s IPv4 address');
+  t.equal(q.connect, 'CONNECTED', 'a connection to it through the egress port, opened right after the answer, is allowed');
+  const after = await probeEgressV4(lab, [ref]);
+  t.same(after, [`${ref} -> ${EXT_IP} 80/TCP: allow`, `${ref} -> ${EXT_IP} 81/UDP: drop`, `${ref} -> ${EXT_IP} 0/ICMP: drop`], 'the learned IPv4 address is allowed on the rule\'s port only');
+  await lab.cli(['delete', '-f', policy]);
+  await lab.cli(['label', 'pod', ref, 'fqdn-v4-']);
 }
 
 /**
@@ -437,6 +500,7 @@ export async function runIpv6Matrix(t: Test, primary: Primary, labName: string):
         t.same(egress, egressAlone, `identical IPv4 egress with sluice chained:\n${egress.join('\n')}`);
         t.ok((await egressSnatPackets(lab)) > snatBefore, 'the IPv4 egress went through the egress plugin\'s SNAT');
         await egressV4Enforced(t, lab, egressFrom as [string, string]);
+        await fqdnOverEgressV4(t, lab, egressFrom[0]!);
       }
       const crossed = (await bridgeIPv6Packets(lab)) - bridgeBefore;
       t.ok(crossed >= matrices[0]!.length, `node-1's br-int matched ${crossed} packets on its IPv6 flows during the probes`);
