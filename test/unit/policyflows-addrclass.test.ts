@@ -82,7 +82,7 @@ function peerClauseMatches(flows: Flow[], r: NodeRule, addr: string): boolean {
   const side = r.direction === 'Ingress' ? 'src' : 'dst';
   const regs = classify(flows, side === 'src' ? 'SrcAddressClass' : 'DstAddressClass', addr);
   const part = r.direction === 'Ingress' ? 1 : 2;
-  const conjId = Number(/conj_id=(\d+)/.exec(flows.find((f) => f.match.startsWith('conj_id=') && f.actions.includes(`goto_table:${r.direction}Metric`) && f.priority === priorityOf(flows, r))!.match)![1]);
+  const conjId = conjIds.get(r.id)!;
   const clause = flows.filter((f) => f.actions.split(/,(?=conjunction)/).some((a) => a.startsWith(`conjunction(${conjId},${part}/`)));
   return clause.some((f) => {
     const bit = /reg(\d+)=(0x[0-9a-f]+)\/(0x[0-9a-f]+)/.exec(f.match);
@@ -92,14 +92,17 @@ function peerClauseMatches(flows: Flow[], r: NodeRule, addr: string): boolean {
   });
 }
 
-/** A rule's flow priority (its conj_id flow's), found through describe(). */
+/** A rule's flow priority and the conjunction id of its main unit (its conj_id flow's), found through describe(). */
 const priorities = new Map<string, number>();
-const priorityOf = (_flows: Flow[], r: NodeRule): number => priorities.get(r.id)!;
+const conjIds = new Map<string, number>();
 function remember(pf: PolicyFlows, rules: NodeRule[]): void {
   for (const f of pf.flows()) {
     const id = /conj_id=(\d+)/.exec(f.match)?.[1];
     const who = id !== undefined ? pf.describe(Number(id)) : undefined;
-    if (who && rules.some((r) => r.id === who.nodeRuleId)) priorities.set(who.nodeRuleId, who.priority);
+    if (who && rules.some((r) => r.id === who.nodeRuleId) && f.actions.includes('Metric')) {
+      priorities.set(who.nodeRuleId, who.priority);
+      conjIds.set(who.nodeRuleId, Number(id));
+    }
   }
 }
 
@@ -160,7 +163,11 @@ t.test('every rule matches exactly its peer set (nested CIDRs, excepts, /32 in /
     const rules: NodeRule[] = [];
     let policy = 1;
     for (const s of sets) {
-      for (let k = 1 + Math.floor(r() * 3); k > 0; k--) rules.push(rule(r() < 0.5 ? 'Ingress' : 'Egress', s, policy++));
+      for (let k = 1 + Math.floor(r() * 3); k > 0; k--) {
+        const x = rule(r() < 0.5 ? 'Ingress' : 'Egress', s, policy++);
+        // A third are Kubernetes NetworkPolicy rules: one priority per direction, so sets shared at one place.
+        rules.push(r() < 0.35 ? { ...x, priority: { stage: 1, tier: 0, policy: 0, rule: 0, tieBreak: `k8s/${x.id}` } } : x);
+      }
     }
     const pf = new PolicyFlows(budget === undefined ? {} : { classBits: budget });
     pf.sync({ rules, isolations: [] });
@@ -271,6 +278,40 @@ t.test('incremental: a member that comes or goes changes one classification flow
   const fresh = new PolicyFlows();
   fresh.sync({ rules: [...shrunk, fourthShrunk], isolations: [] });
   t.same(fresh.flows().map((f) => f.cookie), pf.flows().map((f) => f.cookie), 'a full compile gives the same cookies');
+});
+
+t.test('a set shared by rules at one place (Kubernetes NetworkPolicy rules) gets a bit: a rule that comes or goes rewrites one flow, not one per address', async (t) => {
+  const set: PeerSet = { id: 'monitoring', ips: Array.from({ length: 40 }, (_, i) => `10.3.0.${i + 1}`), cidrs: ['10.9.0.0/24'] };
+  const k8s = (n: number): NodeRule => {
+    const r = rule('Ingress', set, 0);
+    return { ...r, ref: { kind: 'NetworkPolicy', namespace: 'x', name: `np-${n}`, rule: 'ingress[0]' }, priority: { stage: 1, tier: 0, policy: 0, rule: 0, tieBreak: `x/np-${n}` } };
+  };
+  const rules = [k8s(1), k8s(2)];
+  const pf = new PolicyFlows();
+  pf.sync({ rules, isolations: [] });
+  t.equal(pf.flows().filter((f) => isClassFlow(f)).length, 41, 'the set has a bit: one classification flow per prefix');
+  t.equal(pf.flows().filter((f) => f.table === 'IngressRule' && /nw_src=10\.3\./.test(f.match)).length, 0, 'and no per-address peer flow');
+  t.equal(checkSemantics(t, pf, rules, new Map([[set.id, set]]), 'two rules'), 0, 'both rules match exactly their set');
+  const third = k8s(3);
+  const d = pf.sync({ rules: [...rules, third], isolations: [] }, new Set([third.ruleId]));
+  t.equal(d.add.filter((f) => isClassFlow(f)).length, 0, 'a third rule on the set: no classification flow changes');
+  const peerFlows = (fs: Flow[]) => fs.filter((f) => /^reg(7|8|10|11)=/.test(f.match));
+  t.same([peerFlows(d.add).length, peerFlows(d.remove).length], [1, 1], 'the one peer flow of the place is rewritten with the new conjunction');
+  t.ok(d.add.length + d.remove.length < 10, `the change is a few flows (${d.add.length} added, ${d.remove.length} removed), not two per address`);
+  t.equal(checkSemantics(t, pf, [...rules, third], new Map([[set.id, set]]), 'three rules'), 0, 'all three match exactly their set');
+  const d2 = pf.sync({ rules: [rules[0]!, third], isolations: [] }, new Set([rules[1]!.ruleId]));
+  t.ok(d2.add.length + d2.remove.length < 10, `a rule that goes: ${d2.add.length} added, ${d2.remove.length} removed`);
+  const fresh = new PolicyFlows();
+  fresh.sync({ rules: [rules[0]!, third], isolations: [] });
+  t.same(fresh.flows().map((f) => f.cookie), pf.flows().map((f) => f.cookie), 'a full compile gives the same cookies');
+  // Down to one rule: the set saves nothing any more and goes back to per-address flows.
+  const alone = new PolicyFlows();
+  alone.sync({ rules: [rules[0]!], isolations: [] });
+  t.equal(alone.flows().filter((f) => isClassFlow(f)).length, 0, 'one rule: no class');
+  const d3 = pf.sync({ rules: [rules[0]!], isolations: [] }, new Set([third.ruleId]));
+  t.ok(d3.remove.length > 0, 'the last but one rule going removes the class');
+  t.same(pf.flows().map((f) => f.cookie), alone.flows().map((f) => f.cookie), 'and leaves exactly the flows of a full compile');
+  t.equal(checkSemantics(t, pf, [rules[0]!], new Map([[set.id, set]]), 'one rule'), 0, 'the remaining rule matches exactly its set');
 });
 
 t.test('sets without a class identity, or used at one place, keep per-address flows', async (t) => {

@@ -14,11 +14,18 @@
  * An ipBlock `except` reaches here already subtracted (the engine gives a block as the CIDRs left
  * of it), so the excepted range carries only the classes of the prefixes around it.
  *
+ * A set used by several rules at one place (Kubernetes NetworkPolicy rules all share one priority)
+ * saves no flows with a bit: its per-address flows are shared already, each carrying one
+ * conjunction action per rule. But every rule that comes or goes on it rewrites all of those flows
+ * (their actions change); with a bit it changes the one peer flow of that place. Such sets get a bit
+ * too, after every set that saves flows, when bits are left.
+ *
  * Allocation (pure, so restarts and incremental updates agree): the classes that gain flows are
- * ranked by gain (most first, then by key) and the first `budget` per side get a bit; each gets bit
- * fnv1a(key) mod budget, collisions probed upwards in (natural bit, key) order. A class's bit moves
- * only when the set of classes with bits changes and collides with it. Classes without a bit leave
- * their rules with today's per-address flows.
+ * ranked by gain (most first, then by key), then the classes that only save churn, by the flows a
+ * rule change would rewrite (most first, then by key); the first `budget` per side get a bit; each
+ * gets bit fnv1a(key) mod budget, collisions probed upwards in (natural bit, key) order. A class's
+ * bit moves only when the set of classes with bits changes and collides with it. Classes without a
+ * bit leave their rules with per-address flows.
  */
 import { formatCidr, formatIp, parseCidr, parseIp } from '../../policy/cidr.js';
 import { fnv1a } from '../../policy/cluster.js';
@@ -61,6 +68,8 @@ export interface ClassCandidate {
   places: number;
   /** Addresses and CIDRs in the set. */
   size: number;
+  /** Rules using the set (defaults to one per place). */
+  users?: number;
 }
 
 /** Flows saved by a bit: (places - 1) x size - 1 (one class flow per prefix, one flow per place). */
@@ -75,15 +84,17 @@ export const naturalClassBit = (key: string, budget: number): number => fnv1a(ke
 export function allocateClassBits(candidates: Iterable<ClassCandidate>, budget = CLASS_BITS, natural: (key: string, budget: number) => number = naturalClassBit): Map<string, number> {
   if (!Number.isInteger(budget) || budget < 0 || budget > CLASS_BITS) throw new Error(`address class budget ${budget} is not 0..${CLASS_BITS}`);
   const out = new Map<string, number>();
-  const bySide: Record<ClassSide, { key: string; gain: number }[]> = { src: [], dst: [] };
+  /** rank 0: saves flows (gain = flows saved); rank 1: saves churn only (gain = flows a rule change rewrites). */
+  const bySide: Record<ClassSide, { key: string; rank: 0 | 1; gain: number }[]> = { src: [], dst: [] };
   for (const c of candidates) {
-    if (c.size < CLASS_MIN_PREFIXES || c.places < 2) continue;
-    const gain = classGain(c);
-    if (gain > 0) bySide[c.side].push({ key: c.key, gain });
+    if (c.size < CLASS_MIN_PREFIXES) continue;
+    const gain = c.places >= 2 ? classGain(c) : 0;
+    if (gain > 0) bySide[c.side].push({ key: c.key, rank: 0, gain });
+    else if ((c.users ?? c.places) > c.places) bySide[c.side].push({ key: c.key, rank: 1, gain: c.size });
   }
   if (budget === 0) return out;
   for (const list of Object.values(bySide)) {
-    list.sort((a, b) => b.gain - a.gain || cmp(a.key, b.key));
+    list.sort((a, b) => a.rank - b.rank || b.gain - a.gain || cmp(a.key, b.key));
     const chosen = list.slice(0, budget).map(({ key }) => ({ key, bit: natural(key, budget) % budget }));
     chosen.sort((a, b) => a.bit - b.bit || cmp(a.key, b.key));
     const used = new Set<number>();

@@ -823,7 +823,7 @@ export class PolicyFlows {
     }
     if (!changed) return;
     const bits = allocateClassBits(
-      [...this.classes.values()].filter((c) => c.users.size > 0).map((c) => ({ key: c.key, side: c.side, places: c.places.size, size: c.ips.length + c.cidrs.length })),
+      [...this.classes.values()].filter((c) => c.users.size > 0).map((c) => ({ key: c.key, side: c.side, places: c.places.size, users: c.users.size, size: c.ips.length + c.cidrs.length })),
       this.opts.classBits ?? CLASS_BITS,
       this.opts.naturalClassBit ?? naturalClassBit,
     );
