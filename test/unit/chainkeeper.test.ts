@@ -2,7 +2,8 @@
  * The agent's chain keeper on a real directory with real file events: it chains at start, re-chains
  * when "the primary" replaces its file (by rename, as aws-node does) or a new file sorts first, never
  * rewrites a chained file, stands down while the plugin binary is missing (an uninstall in progress)
- * or an unusable file sorts first, and backs off from a writer that keeps undoing it.
+ * or an unusable file sorts first, and backs off from a writer that keeps undoing it. File events are
+ * real here, so it runs on the real clock.
  */
 import t from 'tap';
 import { mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, mkdirSync, readdirSync } from 'node:fs';
@@ -10,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { ChainKeeper } from '../../daemon/chainkeeper.js';
+import { realClock } from '../../daemon/clock.js';
 import { uninstallCni } from '../../install/cni-install.js';
 import { ROOT } from './cni-harness.js';
 
@@ -39,7 +41,7 @@ function setup(t: { teardown: (fn: () => void) => void }) {
   };
   const rechained: string[] = [];
   // A rescan period far beyond the test: re-chaining within it comes from the directory's events.
-  const keeper = new ChainKeeper({ confDir: conf, binDir: bin, entry: {}, log: pino({ level: 'silent' }), rescanMs: 600_000, debounceMs: 50, onRechained: (f) => rechained.push(f) });
+  const keeper = new ChainKeeper({ confDir: conf, binDir: bin, entry: {}, log: pino({ level: 'silent' }), clock: realClock, rescanMs: 600_000, debounceMs: 50, onRechained: (f) => rechained.push(f) });
   t.teardown(() => {
     keeper.close();
     rmSync(root, { recursive: true, force: true });
