@@ -423,6 +423,25 @@ t.test('resync: the exclusive lock is held around the OVS compare-and-apply, not
   t.same(await second, ['route to 10.1.0.11 not via antrea-gw0: restored']);
 });
 
+t.test('resync: one asked for while another runs (an overlapping periodic tick) starts only after it', async (t) => {
+  const node = new Node();
+  node.addPod(1);
+  const r = await node.started();
+  let release!: () => void;
+  node.ovs.listGate = new Promise((res) => (release = res));
+  node.ovs.calls = [];
+  const first = r.resync('periodic');
+  await node.clock.advance(0);
+  const second = r.resync('periodic');
+  await node.clock.advance(0);
+  t.same(node.ovs.calls, ['ensureBridge'], 'the second waits while the first reads the ports');
+  node.ovs.listGate = undefined;
+  release();
+  await first;
+  await second;
+  t.same(node.ovs.calls, ['ensureBridge', 'ensureBridge'], 'then it runs');
+});
+
 t.test('resync: a Pod deleted while the host was read is not repaired', async (t) => {
   const node = new Node();
   node.addPod(1);
