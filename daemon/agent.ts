@@ -188,7 +188,7 @@ export class Agent {
     this.watchHostChanges();
     // Pods that were running before the agent (sluice installed on a busy node) cross no bridge yet.
     void this.adopter.adoptUnattached('agent start');
-    // Re-chains from here on ask the schedules for adoption.
+    // Checked once now, then followed; each re-chain asks the schedules for adoption.
     await this.chainKeeper?.start();
     this.schedules.start();
   }
