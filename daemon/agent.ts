@@ -1,13 +1,12 @@
 /**
  * sluice-agent's orchestration: the health, metrics and CNI servers, the order of start-up around
- * the node reconciler (daemon/node/reconciler.ts: OVS, flows, host networking), the timers and
- * host-change watches that trigger resyncs and the flow watchdog, adoption of running Pods,
- * Kubernetes Events, traceflow and /status. daemon/main.ts builds the parts and hands them over.
+ * the node reconciler (daemon/node/reconciler.ts: OVS, flows, host networking), the host-change
+ * watches that ask for repairs, traceflow and /status. The timers live in daemon/node/schedules.ts,
+ * adoption of running Pods in daemon/adopter.ts, Kubernetes Events in daemon/node/events.ts;
+ * daemon/main.ts builds those parts and hands them over.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
-import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { AgentConfig } from './config.js';
 import { type CniHandler, type CniServer, type GcAttachment, type PodRequest, startCniServer } from './cni/server.js';
@@ -23,14 +22,16 @@ import type { AgentMetrics } from './metrics.js';
 import { type HostNetwork, SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6 } from './hostnet/index.js';
 import { isRepairEvent, isRulesetTamperEvent } from './hostnet/monitor.js';
 import { describeRtEvent, ifindexOf, watchRtEvents } from './hostnet/rtevents.js';
-import { type AdoptionStatus, type NodePod, planAdoption } from './adoption.js';
-import { ChainKeeper, type ChainStatus } from './chainkeeper.js';
-import { readCniCache } from './cni/runtime-cache.js';
-import { sluiceEntry } from '../install/conflist.js';
+import type { AdoptionStatus } from './adoption.js';
+import type { PodAdopter } from './adopter.js';
+import type { ChainKeeper, ChainStatus } from './chainkeeper.js';
+import type { Clock } from './clock.js';
 import { type PodAttachment, type PodAttacher, routedIPs } from './cni/attacher.js';
-import type { EventSubject, NodeApi } from './kube/node-api.js';
+import type { NodeApi } from './kube/node-api.js';
 import type { SharedExclusiveLock } from './lock.js';
+import type { NodeEvents } from './node/events.js';
 import type { NodeReconciler, ResyncRecord } from './node/reconciler.js';
+import type { NodeSchedules } from './node/schedules.js';
 
 /** The parts daemon/main.ts builds and the agent runs. */
 export interface AgentParts {
@@ -47,6 +48,15 @@ export interface AgentParts {
   enforcement?: EnforcementHooks | undefined;
   /** Prometheus metrics, served on /metrics (health address, and metricsAddress when configured). */
   metrics?: AgentMetrics | undefined;
+  clock: Clock;
+  /** The periodic resync, flow watchdog and invalid-policy Events; repairs and re-chain adoption. */
+  schedules: NodeSchedules;
+  /** Adoption of running Pods that cross no bridge. */
+  adopter: PodAdopter;
+  /** Kubernetes Events (attach failures, adoption, invalid policies). */
+  events: NodeEvents;
+  /** Keeps sluice chained in the node's CNI configuration (when cniConfDir is set). */
+  chainKeeper?: ChainKeeper | undefined;
   /** Start the CNI socket server (false in tests that drive the handler directly). */
   serveCni?: boolean;
   /** Closes the adapters main.ts opened (netlink sockets, helper processes, OVSDB session), last. */
@@ -92,18 +102,14 @@ export class Agent {
   private readonly ovs: AgentParts['ovs'];
   private readonly enforcement: EnforcementHooks | undefined;
   private readonly metrics: AgentMetrics | undefined;
+  private readonly schedules: NodeSchedules;
+  private readonly adopter: PodAdopter;
+  private readonly events: NodeEvents;
+  private readonly chainKeeper: ChainKeeper | undefined;
   private cni?: CniServer;
   private health?: HealthServer;
-  private timers: NodeJS.Timeout[] = [];
   private metricsServer?: HealthServer;
   private monitors: { kill(): unknown }[] = [];
-  private chainKeeper?: ChainKeeper;
-  private adoption: AdoptionStatus = { adopted: 0, unattached: [] };
-  private adopting?: Promise<void> | undefined;
-  private adoptAgain?: string | undefined;
-  private readonly attachFailedAt = new Map<string, number>();
-  private invalidReported = new Set<string>();
-  private monitorTimer?: NodeJS.Timeout;
   private closed = false;
 
   private constructor(private readonly parts: AgentParts) {
@@ -115,6 +121,10 @@ export class Agent {
     this.ovs = parts.ovs;
     this.enforcement = parts.enforcement;
     this.metrics = parts.metrics;
+    this.schedules = parts.schedules;
+    this.adopter = parts.adopter;
+    this.events = parts.events;
+    this.chainKeeper = parts.chainKeeper;
   }
 
   private get pods(): Map<string, PodAttachment> {
@@ -130,7 +140,7 @@ export class Agent {
     const a = this.attacher;
     return {
       add: (req: PodRequest) => this.lock.runShared(() => a.add(req)).catch((err: unknown) => {
-        this.attachFailedEvent(req, err);
+        this.events.attachFailed(req, err);
         throw err;
       }),
       del: (req: PodRequest) => this.lock.runShared(() => a.del(req)),
@@ -153,7 +163,7 @@ export class Agent {
 
   private async startUp(serveCni: boolean): Promise<void> {
     const { config: cfg, log, node } = this;
-    const t0 = Date.now();
+    const t0 = this.parts.clock.now();
     this.health = await startHealthServer(cfg.healthAddress, () => this.status(), log, {
       '/policies': () => policiesAnswer(this.enforcement?.policyReport?.()),
       // Per-rule statistics (sluicectl node stats).
@@ -173,27 +183,14 @@ export class Agent {
 
     if (serveCni) this.cni = await startCniServer(cfg.socketPath, this.handler, log, this.metrics && ((c, r, s) => this.metrics!.observeCniRequest(c, r, s)));
     node.ready = true;
-    log.info({ ms: Date.now() - t0, pods: this.pods.size, nodeIP: node.nodeIP, nodeIPv6: node.nodeIPv6 }, 'startup: ready');
+    log.info({ ms: this.parts.clock.now() - t0, pods: this.pods.size, nodeIP: node.nodeIP, nodeIPv6: node.nodeIPv6 }, 'startup: ready');
 
     this.watchHostChanges();
     // Pods that were running before the agent (sluice installed on a busy node) cross no bridge yet.
-    void this.adoptUnattached('agent start');
-    if (cfg.cniConfDir) {
-      this.chainKeeper = new ChainKeeper({
-        confDir: cfg.cniConfDir,
-        binDir: cfg.cniBinDir,
-        entry: sluiceEntry(cfg.socketPath),
-        log,
-        onRechained: (file) => this.afterRechain(file),
-      });
-      await this.chainKeeper.start();
-    }
-    this.timers.push(
-      setInterval(() => void node.resync('periodic').then(() => this.adoptUnattached('periodic resync')), cfg.resyncIntervalSeconds * 1000),
-      setInterval(() => void node.checkFlows(), cfg.flowCheckIntervalSeconds * 1000),
-      setInterval(() => this.reportInvalidPolicies(), 10_000),
-    );
-    this.reportInvalidPolicies();
+    void this.adopter.adoptUnattached('agent start');
+    // Checked once now, then followed; each re-chain asks the schedules for adoption.
+    await this.chainKeeper?.start();
+    this.schedules.start();
   }
 
   /** GET /metrics, with the figures read from this agent at each scrape. */
@@ -214,7 +211,10 @@ export class Agent {
       ruleStats: () => this.ruleStats(),
       meterDrops: async () => this.enforcement?.meterDrops?.(),
       chain: () => this.chainKeeper?.status(),
-      adoption: () => ({ adopted: this.adoption.adopted, unattached: this.adoption.unattached.length }),
+      adoption: () => {
+        const a = this.adopter.status();
+        return { adopted: a.adopted, unattached: a.unattached.length };
+      },
     });
     return { '/metrics': async () => ({ code: 200, body: await metrics.text(), contentType: metrics.contentType }) };
   }
@@ -251,18 +251,12 @@ export class Agent {
         };
         if (!isRepairEvent(ev, kept)) return;
         const gwIndex = ifindexOf(gateway);
-        this.repairSoon(`netlink: ${describeRtEvent(ev, (i) => (i === gwIndex ? gateway : undefined))}`);
+        this.schedules.repairSoon(`netlink: ${describeRtEvent(ev, (i) => (i === gwIndex ? gateway : undefined))}`);
       },
       // A lost notification (ENOBUFS after a burst) could have been a removal: check everything.
-      (err) => this.repairSoon(`netlink: ${err.message}`),
+      (err) => this.schedules.repairSoon(`netlink: ${err.message}`),
     );
     this.monitors = [{ kill: () => rt.close() }, this.watchMonitor('nftables', 'nft', ['monitor'], isRulesetTamperEvent)];
-  }
-
-  private repairSoon(reason: string): void {
-    if (this.closed) return;
-    clearTimeout(this.monitorTimer);
-    this.monitorTimer = setTimeout(() => void this.node.resync(reason), 200);
   }
 
   private watchMonitor(what: string, cmd: string, args: string[], relevant: (line: string) => boolean): ChildProcess {
@@ -274,7 +268,7 @@ export class Agent {
       const lines = buf.split('\n');
       buf = lines.pop() ?? '';
       const hit = lines.find(relevant);
-      if (hit !== undefined) this.repairSoon(`${what}: ${hit.trim()}`);
+      if (hit !== undefined) this.schedules.repairSoon(`${what}: ${hit.trim()}`);
     });
     return child;
   }
@@ -357,130 +351,8 @@ export class Agent {
       memory: (({ rss, heapUsed, heapTotal, external }) => ({ rssMiB: mib(rss), heapUsedMiB: mib(heapUsed), heapTotalMiB: mib(heapTotal), externalMiB: mib(external) }))(process.memoryUsage()),
       ...(this.enforcement?.status ? { enforcement: this.enforcement.status() } : {}),
       ...(this.chainKeeper ? { chain: this.chainKeeper.status() } : {}),
-      ...(this.kube ? { adoption: this.adoption } : {}),
+      ...(this.kube ? { adoption: this.adopter.status() } : {}),
     };
-  }
-
-  /**
-   * Pods created while the chain was broken are adopted: looked for 2 s and 10 s after a re-chain
-   * (ADDs that started before it finish, and a Pod's IP reaches the API only after its sandbox is up).
-   */
-  private afterRechain(file: string): void {
-    for (const ms of [2000, 10_000]) setTimeout(() => void this.adoptUnattached(`re-chained ${file}`), ms).unref();
-  }
-
-  /**
-   * Attaches this node's running Pods that are not attached (daemon/adoption.ts): at start-up, after
-   * a re-chain and at every periodic resync. Each one is adopted under the exclusive lock (no CNI
-   * operation runs meanwhile, so no ADD takes the OpenFlow port number its flows were installed
-   * for). Adopted Pods and those that cannot be are named in the log, /status and an Event on the
-   * Pod. Calls while one runs are folded into one more run after it.
-   */
-  adoptUnattached(reason: string): Promise<void> {
-    if (this.adopting) {
-      this.adoptAgain = reason;
-      return this.adopting;
-    }
-    this.adopting = this.adoptOnce(reason).finally(() => {
-      this.adopting = undefined;
-      const again = this.adoptAgain;
-      this.adoptAgain = undefined;
-      if (again && !this.closed) void this.adoptUnattached(again);
-    });
-    return this.adopting;
-  }
-
-  private async adoptOnce(reason: string): Promise<void> {
-    if (this.closed || !this.kube || !this.node.ready) return;
-    const { log } = this;
-    const node = this.config.nodeName;
-    let pods: NodePod[];
-    try {
-      pods = await this.kube.nodePodNetworkPods(node);
-    } catch (err) {
-      log.warn({ reason, err: (err as Error).message }, 'adopt: could not list this node\'s Pods; unattached Pods are looked for again at the next resync');
-      return;
-    }
-    const { entries, problems } = await readCniCache(this.config.cniCacheDir);
-    if (problems.length) log.debug({ problems }, 'adopt: unusable CNI cache files');
-    const attachedIps = new Set([...this.pods.values()].flatMap((p) => p.ips));
-    const plan = planAdoption(pods, attachedIps, entries, existsSync, this.config.cniCacheDir);
-    const cannot = [...plan.cannot];
-    for (const { pod, entry } of plan.adopt) {
-      const req: PodRequest = {
-        containerId: entry.containerId, netns: entry.netns!, ifName: entry.ifName, podNamespace: pod.namespace, podName: pod.name,
-        cniVersion: String(entry.result.cniVersion ?? '1.0.0'), networkName: entry.networkName, prevResult: entry.result, config: {},
-      };
-      try {
-        const t0 = performance.now();
-        // Attached meanwhile (its ADD went through sluice after all): nothing to adopt.
-        const a = await this.lock.runExclusive(async () => (this.pods.has(req.containerId) ? undefined : this.attacher.adopt(req)));
-        if (!a) continue;
-        this.adoption.adopted++;
-        const ms = Math.round(performance.now() - t0);
-        log.warn({ reason, pod: `${pod.namespace}/${pod.name}`, containerId: a.containerId, veth: a.hostVeth, ips: a.ips, ms }, 'adopt: a running Pod that crossed no bridge is now attached; policies apply to it from now on');
-        void this.event(pod, 'Normal', 'SluiceAdopted', `sluice-agent on ${node} attached this running Pod to its bridge (${reason}); network policies apply to it from now on`);
-      } catch (err) {
-        cannot.push({ pod, reason: (err as Error).message });
-      }
-    }
-    const before = new Set(this.adoption.unattached.map((u) => u.pod));
-    this.adoption = {
-      adopted: this.adoption.adopted,
-      unattached: cannot.map(({ pod, reason: why }) => ({ pod: `${pod.namespace}/${pod.name}`, reason: why })),
-      lastRun: { at: new Date().toISOString(), reason },
-    };
-    for (const { pod, reason: why } of cannot) {
-      if (before.has(`${pod.namespace}/${pod.name}`)) continue;
-      log.error({ pod: `${pod.namespace}/${pod.name}`, why }, 'adopt: a running Pod crosses no bridge and cannot be attached: no policy applies to it (re-create it)');
-      void this.event(pod, 'Warning', 'SluiceNotEnforced', `sluice-agent on ${node} cannot attach this Pod to its bridge, so no network policy applies to it: ${why}. Re-creating the Pod attaches it.`);
-    }
-  }
-
-  private async event(obj: Omit<EventSubject, 'kind'> & { kind?: string }, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> {
-    const kind = obj.kind ?? 'Pod';
-    try {
-      await this.kube?.objectEvent(this.config.nodeName, { ...obj, kind }, type, reason, message);
-    } catch (err) {
-      this.log.warn({ object: `${kind} ${obj.namespace ? `${obj.namespace}/` : ''}${obj.name}`, reason, err: (err as Error).message }, 'could not record an Event');
-    }
-  }
-
-  /**
-   * A failed CNI ADD as a Warning Event on the Pod (what failed and what to check), at most one per
-   * Pod a minute: the runtime retries a failed sandbox over and over.
-   */
-  private attachFailedEvent(req: PodRequest, err: unknown): void {
-    if (!req.podNamespace || !req.podName) return;
-    const key = `${req.podNamespace}/${req.podName}`;
-    const now = Date.now();
-    for (const [k, at] of this.attachFailedAt) if (now - at > 60_000) this.attachFailedAt.delete(k);
-    if (this.attachFailedAt.has(key)) return;
-    this.attachFailedAt.set(key, now);
-    const e = err as { message?: string; details?: string };
-    const msg = `sluice-agent on ${this.config.nodeName} could not attach the Pod's network (the runtime retries): ${e.message ?? String(err)}${e.details ? ` (${e.details})` : ''}. Check: sluicectl node status on the node, and the agent's log.`;
-    void this.event({ namespace: req.podNamespace, name: req.podName }, 'Warning', 'SluiceAttachFailed', msg);
-  }
-
-  /**
-   * Policy objects this node ignores as invalid, as a Warning Event on each (field and reason, as
-   * `sluicectl node policies` shows them): once per object and problem while it lasts; an object
-   * fixed and broken again is reported again. Cluster-scoped objects' Events go to "default".
-   */
-  private reportInvalidPolicies(): void {
-    const report = this.enforcement?.policyReport?.() as { invalid?: { kind: string; namespace?: string | undefined; name: string; field: string; message: string }[] } | undefined;
-    if (!report?.invalid || !this.kube) return;
-    const now = new Set<string>();
-    for (const e of report.invalid) {
-      const key = JSON.stringify([e.kind, e.namespace ?? '', e.name, e.field, e.message]);
-      now.add(key);
-      if (this.invalidReported.has(key)) continue;
-      const msg = `ignored by sluice-agent on ${this.config.nodeName} (no rule of it is enforced): ${e.field}: ${e.message}`;
-      // Under the object's own apiVersion, kind and uid; the report's kind when it is gone meanwhile.
-      const target = this.enforcement?.policyObject?.(e) ?? { kind: e.kind, ...(e.namespace ? { namespace: e.namespace } : {}), name: e.name };
-      void this.event(target, 'Warning', 'SluiceInvalidPolicy', msg);
-    }
-    this.invalidReported = now;
   }
 
   /** Stops serving; leaves bridge, flows, ports and routes in place (restart must not disturb Pods). */
@@ -488,8 +360,8 @@ export class Agent {
     if (this.closed) return;
     this.closed = true;
     this.node.close();
-    for (const t of this.timers) clearInterval(t);
-    clearTimeout(this.monitorTimer);
+    this.schedules.stop();
+    this.adopter.close();
     for (const m of this.monitors) m.kill();
     this.chainKeeper?.close();
     await this.cni?.close();

@@ -15,6 +15,7 @@ import { watch, type FSWatcher } from 'node:fs';
 import { access } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import { type Clock, type TimerHandle, every } from './clock.js';
 import { planChain } from '../install/chainstate.js';
 import { applyChainPlan, readConfDir } from '../install/cni-install.js';
 import { SLUICE_PLUGIN_TYPE } from '../install/conflist.js';
@@ -25,6 +26,8 @@ export interface ChainKeeperOptions {
   /** sluice's entry in the configuration list (install/conflist.ts sluiceEntry). */
   entry: Record<string, unknown>;
   log: Logger;
+  /** Rescans, the debounce and the back-off run on it. */
+  clock: Clock;
   rescanMs?: number;
   debounceMs?: number;
   /** After a re-chain (Pods created meanwhile escaped the bridge). */
@@ -48,8 +51,8 @@ const BACKOFF_MS = 30_000;
 
 export class ChainKeeper {
   private watcher?: FSWatcher | undefined;
-  private timer?: NodeJS.Timeout;
-  private debounce?: NodeJS.Timeout;
+  private stopRescan?: (() => void) | undefined;
+  private debounce?: TimerHandle | undefined;
   private running?: Promise<void> | undefined;
   private again = false;
   private closed = false;
@@ -69,8 +72,8 @@ export class ChainKeeper {
   /** First check now, then follow the directory. */
   async start(): Promise<void> {
     await this.check('start');
-    this.timer = setInterval(() => this.schedule('rescan'), this.opts.rescanMs ?? 5000);
-    this.timer.unref();
+    if (this.closed) return;
+    this.stopRescan = every(this.opts.clock, this.opts.rescanMs ?? 5000, () => this.schedule('rescan'));
     this.watch();
   }
 
@@ -91,8 +94,9 @@ export class ChainKeeper {
   private schedule(reason: string): void {
     if (this.closed) return;
     if (!this.watcher) this.watch();
-    clearTimeout(this.debounce);
-    this.debounce = setTimeout(() => void this.check(reason), this.opts.debounceMs ?? 100);
+    const { clock } = this.opts;
+    clock.clearTimeout(this.debounce);
+    this.debounce = clock.setTimeout(() => void this.check(reason), this.opts.debounceMs ?? 100);
   }
 
   /** One convergence pass; concurrent requests coalesce into one more pass. */
@@ -128,7 +132,8 @@ export class ChainKeeper {
   }
 
   private async converge(reason: string): Promise<void> {
-    const now = Date.now();
+    const { clock } = this.opts;
+    const now = clock.now();
     if (now < this.backoffUntil) return;
     const plan = planChain(await readConfDir(this.opts.confDir), this.opts.entry);
     if (plan.action === 'none') return this.set('waiting', undefined);
@@ -144,19 +149,19 @@ export class ChainKeeper {
       this.recent = [];
       return this.set('backing-off', plan.file, `${plan.file} lost sluice ${MAX_RECHAINS + 1} times within ${WINDOW_MS / 1000} s: another writer keeps rewriting it; trying again in ${BACKOFF_MS / 1000} s`);
     }
-    const t0 = Date.now();
+    const t0 = clock.now();
     const written = await applyChainPlan(this.opts.confDir, plan);
     this.st.rechains++;
-    this.st.lastRechainAt = new Date().toISOString();
-    this.opts.log.warn({ file: written, was: plan.file, reason, ms: Date.now() - t0 }, 'cni chain: the CNI configuration did not chain sluice (rewritten by the primary, or a new file sorts first); chained it again');
+    this.st.lastRechainAt = new Date(clock.now()).toISOString();
+    this.opts.log.warn({ file: written, was: plan.file, reason, ms: clock.now() - t0 }, 'cni chain: the CNI configuration did not chain sluice (rewritten by the primary, or a new file sorts first); chained it again');
     this.set('chained', plan.target);
     this.opts.onRechained?.(written);
   }
 
   close(): void {
     this.closed = true;
-    clearInterval(this.timer);
-    clearTimeout(this.debounce);
+    this.stopRescan?.();
+    this.opts.clock.clearTimeout(this.debounce);
     this.watcher?.close();
   }
 }

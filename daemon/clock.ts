@@ -23,6 +23,27 @@ export const realClock: Clock = {
 };
 
 /**
+ * Runs `fn` every `ms` on `clock` until the returned function is called, as setInterval does: the
+ * next run is armed before this one starts, so a slow or failing run does not shift the cadence.
+ */
+export function every(clock: Clock, ms: number, fn: () => void): () => void {
+  let handle: TimerHandle | undefined;
+  let stopped = false;
+  const arm = () => {
+    handle = clock.setTimeout(() => {
+      if (stopped) return;
+      arm();
+      fn();
+    }, ms);
+  };
+  arm();
+  return () => {
+    stopped = true;
+    clock.clearTimeout(handle);
+  };
+}
+
+/**
  * A reply deadline that a busy event loop cannot fake. After a long synchronous stretch (a cold
  * policy compile, a GC pause), expired timers run before the poll phase reads the sockets, so a
  * reply that arrived in time would be reported missing and a healthy OVS or API server blamed.

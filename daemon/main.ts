@@ -14,6 +14,8 @@ import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { existsSync } from 'node:fs';
 import { Agent } from './agent.js';
+import { PodAdopter } from './adopter.js';
+import { ChainKeeper } from './chainkeeper.js';
 import { realClock } from './clock.js';
 import { type AgentConfig, ConfigError, DEFAULT_CONFIG_PATH, loadConfig } from './config.js';
 import { type EnforcementHooks, enforcementWanted, startEnforcement } from './enforcement/index.js';
@@ -27,7 +29,10 @@ import { HostNetwork, NetnsHelper, PodLinks, podInterfaceIPv4, resolveIptables }
 import { NodeApi } from './kube/node-api.js';
 import { SharedExclusiveLock } from './lock.js';
 import { AgentMetrics } from './metrics.js';
+import { type InvalidPolicy, type InvalidPolicySource, NodeEvents } from './node/events.js';
 import { NodeReconciler } from './node/reconciler.js';
+import { NodeSchedules } from './node/schedules.js';
+import { sluiceEntry } from '../install/conflist.js';
 
 async function main(): Promise<number> {
   const argv = yargs(hideBin(process.argv))
@@ -119,6 +124,7 @@ async function startAgent(
   const podLinks = new PodLinks();
   const netnsHelper = new NetnsHelper({ log });
   const lock = new SharedExclusiveLock();
+  const clock = realClock;
   const pods = new Map<string, PodAttachment>();
   // Closures below reach the attacher (stale leftovers at start-up) and the node (flows, host network).
   let attacher: PodAttacher | undefined;
@@ -133,7 +139,7 @@ async function startAgent(
       log.info({ backend: iptables.commands.backend ?? 'iptables', why: iptables.why }, 'startup: iptables backend');
       return HostNetwork.create({ gateway: config.gateway, serviceCIDRs: config.serviceCIDRs, ...addresses, rtTablesFile: config.rtTablesFile, iptables: iptables.commands, log });
     },
-    clock: realClock,
+    clock,
     lock,
     pods,
     pathExists: existsSync,
@@ -174,6 +180,47 @@ async function startAgent(
     ...(opts.failAfter ? { failAfter: opts.failAfter } : {}),
     log,
   });
+  const events = new NodeEvents({
+    nodeName: config.nodeName,
+    clock,
+    log,
+    sink: () => node.api,
+    ...(enforcement ? { policies: invalidPolicySource(enforcement) } : {}),
+  });
+  const adopter = new PodAdopter({
+    nodeName: config.nodeName,
+    cniCacheDir: config.cniCacheDir,
+    log,
+    clock,
+    api: () => node.api,
+    ready: () => node.ready,
+    pods,
+    lock,
+    attach: (req) => attacher!.adopt(req),
+    events,
+    pathExists: existsSync,
+  });
+  const schedules = new NodeSchedules({
+    clock,
+    work: {
+      resync: (reason) => node.resync(reason),
+      checkFlows: () => node.checkFlows(),
+      adoptUnattached: (reason) => adopter.adoptUnattached(reason),
+      reportInvalidPolicies: () => events.reportInvalidPolicies(),
+    },
+    resyncIntervalMs: config.resyncIntervalSeconds * 1000,
+    flowCheckIntervalMs: config.flowCheckIntervalSeconds * 1000,
+  });
+  const chainKeeper = config.cniConfDir
+    ? new ChainKeeper({
+        confDir: config.cniConfDir,
+        binDir: config.cniBinDir,
+        entry: sluiceEntry(config.socketPath),
+        log,
+        clock,
+        onRechained: (file) => schedules.afterRechain(file),
+      })
+    : undefined;
   return Agent.start({
     config,
     log,
@@ -184,12 +231,25 @@ async function startAgent(
     openflow,
     enforcement,
     metrics: opts.metrics,
+    clock,
+    schedules,
+    adopter,
+    events,
+    chainKeeper,
     closeAdapters: () => {
       podLinks.close();
       netnsHelper.close();
       ovs.close();
     },
   });
+}
+
+/** The invalid objects of enforcement's policy report, and the API object behind each, for their Events. */
+function invalidPolicySource(enforcement: EnforcementHooks): InvalidPolicySource {
+  return {
+    invalidPolicies: () => (enforcement.policyReport?.() as { invalid?: InvalidPolicy[] } | undefined)?.invalid,
+    policyObject: (e) => enforcement.policyObject?.(e),
+  };
 }
 
 async function cleanup(config: AgentConfig, log: Logger, wait: boolean): Promise<number> {

@@ -8,27 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { planAdoption } from '../../daemon/adoption.js';
 import { type CachedAttachment, parseCacheEntry, readCniCache } from '../../daemon/cni/runtime-cache.js';
-
-/** A cache file as libcni (cachedInfo, CNICacheV1) writes it: config is base64 ([]byte). */
-function libcniFile(o: { id: string; ip: string; ip6?: string; ns?: string; name?: string; netns?: string; sandboxOnly?: boolean }): string {
-  const conflist = { cniVersion: '1.0.0', name: 'aws-cni', plugins: [{ type: 'aws-cni' }] };
-  return JSON.stringify({
-    kind: 'cniCacheV1',
-    containerId: o.id,
-    config: Buffer.from(JSON.stringify(conflist)).toString('base64'),
-    ifName: 'eth0',
-    networkName: 'aws-cni',
-    ...(o.sandboxOnly ? {} : { netns: o.netns ?? `/var/run/netns/cni-${o.id}` }),
-    cniArgs: [['IgnoreUnknown', '1'], ...(o.ns ? [['K8S_POD_NAMESPACE', o.ns]] : []), ...(o.name ? [['K8S_POD_NAME', o.name]] : []), ['K8S_POD_INFRA_CONTAINER_ID', o.id]],
-    capabilityArgs: { io: { kubernetes: { cri: {} } } },
-    result: {
-      cniVersion: '1.0.0',
-      interfaces: [{ name: `eni${o.id}`, mac: '0a:00:00:00:00:01' }, { name: 'eth0', mac: '0a:00:00:00:00:02', sandbox: o.netns ?? `/var/run/netns/cni-${o.id}` }],
-      ips: [{ address: `${o.ip}/32`, interface: 1 }, { address: `${o.ip6 ?? 'fd00::5'}/128`, interface: 1 }],
-      routes: [{ dst: '0.0.0.0/0' }],
-    },
-  });
-}
+import { libcniFile } from './cni-fixtures.js';
 
 const entry = (o: Parameters<typeof libcniFile>[0]): CachedAttachment => {
   const e = parseCacheEntry(`/c/results/aws-cni-${o.id}-eth0`, libcniFile(o));

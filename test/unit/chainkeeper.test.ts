@@ -2,16 +2,20 @@
  * The agent's chain keeper on a real directory with real file events: it chains at start, re-chains
  * when "the primary" replaces its file (by rename, as aws-node does) or a new file sorts first, never
  * rewrites a chained file, stands down while the plugin binary is missing (an uninstall in progress)
- * or an unusable file sorts first, and backs off from a writer that keeps undoing it.
+ * or an unusable file sorts first, and backs off from a writer that keeps undoing it. File events are
+ * real here, so those tests run on the real clock; the rescan period and the debounce are stepped
+ * on a manual one.
  */
 import t from 'tap';
-import { mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, mkdirSync, readdirSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, mkdirSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { ChainKeeper } from '../../daemon/chainkeeper.js';
+import { realClock } from '../../daemon/clock.js';
 import { uninstallCni } from '../../install/cni-install.js';
 import { ROOT } from './cni-harness.js';
+import { ManualClock } from './manual-clock.js';
 
 const AWS = readFileSync(join(ROOT, 'test', 'fixtures', 'aws-vpc-cni-10-aws.conflist'), 'utf8');
 const types = (path: string) => (JSON.parse(readFileSync(path, 'utf8')) as { plugins: { type: string }[] }).plugins.map((p) => p.type);
@@ -39,7 +43,7 @@ function setup(t: { teardown: (fn: () => void) => void }) {
   };
   const rechained: string[] = [];
   // A rescan period far beyond the test: re-chaining within it comes from the directory's events.
-  const keeper = new ChainKeeper({ confDir: conf, binDir: bin, entry: {}, log: pino({ level: 'silent' }), rescanMs: 600_000, debounceMs: 50, onRechained: (f) => rechained.push(f) });
+  const keeper = new ChainKeeper({ confDir: conf, binDir: bin, entry: {}, log: pino({ level: 'silent' }), clock: realClock, rescanMs: 600_000, debounceMs: 50, onRechained: (f) => rechained.push(f) });
   t.teardown(() => {
     keeper.close();
     rmSync(root, { recursive: true, force: true });
@@ -107,4 +111,45 @@ t.test('a writer that keeps undoing the chain: the keeper backs off and says so'
   primaryWrites('10-aws.conflist', AWS);
   await keeper.check('test');
   t.equal(keeper.status().rechains, rechains, 'no rewrite while backing off');
+});
+
+t.test('on a manual clock: a directory missing at start is rescanned every 5 s, and checked 100 ms after the rescan', async (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'sluice-keeper-'));
+  const conf = join(root, 'net.d');
+  const bin = join(root, 'bin');
+  mkdirSync(bin);
+  writeFileSync(join(bin, 'sluice-cni'), '#!/bin/sh\n');
+  const clock = new ManualClock();
+  const rechained: string[] = [];
+  // The default rescan period and debounce; without a directory to watch, only the clock moves it.
+  const keeper = new ChainKeeper({ confDir: conf, binDir: bin, entry: {}, log: pino({ level: 'silent' }), clock, onRechained: (f) => rechained.push(f) });
+  t.teardown(() => {
+    keeper.close();
+    rmSync(root, { recursive: true, force: true });
+  });
+  /** Lets the keeper's file I/O finish (bounded by turns of the event loop, not by time). */
+  const settleIo = async (cond: () => boolean) => {
+    for (let i = 0; i < 5000 && !cond(); i++) await new Promise<void>((r) => setImmediate(r));
+  };
+  const chained = () => existsSync(join(conf, '10-aws.conflist')) && types(join(conf, '10-aws.conflist')).includes('sluice-cni');
+
+  await keeper.start();
+  t.match(keeper.status(), { state: 'waiting' }, 'no directory yet: waiting for the primary');
+  mkdirSync(conf);
+  writeFileSync(join(conf, '10-aws.conflist'), AWS);
+  await clock.advance(4999);
+  t.equal(clock.waiting, 1, 'before 5 s only the rescan waits (no directory was there to watch)');
+  t.notOk(chained());
+  await clock.advance(1);
+  t.equal(clock.waiting, 2, 'the rescan at 5 s armed the debounced check');
+  await clock.advance(99);
+  t.equal(clock.waiting, 2, 'which has not run 99 ms later');
+  t.notOk(chained());
+  await clock.advance(1);
+  await settleIo(() => chained() && rechained.length === 1);
+  t.ok(chained(), 'chained 100 ms after the rescan');
+  t.same(rechained, [join(conf, '10-aws.conflist')]);
+  t.match(keeper.status(), { state: 'chained', file: '10-aws.conflist', rechains: 1 });
+  keeper.close();
+  t.equal(clock.waiting, 0, 'close() cancels the rescan and any debounced check');
 });

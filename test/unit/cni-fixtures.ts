@@ -1,7 +1,8 @@
 /**
  * CNI results used by the cni-* tests. PTP_040 and PTP_100 are verbatim outputs of the reference
  * `ptp` plugin (/usr/lib/cni/ptp with host-local IPAM) captured on this machine for cniVersion
- * 0.4.0 and 1.0.0. DUAL_110 is a dual-stack 1.1.0 result using the fields 1.1.0 added.
+ * 0.4.0 and 1.0.0. DUAL_110 is a dual-stack 1.1.0 result using the fields 1.1.0 added. libcniFile
+ * is a runtime's cached ADD result (adoption of running Pods).
  */
 export const PTP_040 = {
   cniVersion: '0.4.0',
@@ -42,3 +43,24 @@ export const DUAL_110 = {
   dns: { nameservers: ['10.96.0.10'] },
   'x-vendor': { note: 'unknown fields pass through' },
 };
+
+/** A cache file as libcni (cachedInfo, CNICacheV1) writes it: config is base64 ([]byte). */
+export function libcniFile(o: { id: string; ip: string; ip6?: string; ns?: string; name?: string; netns?: string; sandboxOnly?: boolean }): string {
+  const conflist = { cniVersion: '1.0.0', name: 'aws-cni', plugins: [{ type: 'aws-cni' }] };
+  return JSON.stringify({
+    kind: 'cniCacheV1',
+    containerId: o.id,
+    config: Buffer.from(JSON.stringify(conflist)).toString('base64'),
+    ifName: 'eth0',
+    networkName: 'aws-cni',
+    ...(o.sandboxOnly ? {} : { netns: o.netns ?? `/var/run/netns/cni-${o.id}` }),
+    cniArgs: [['IgnoreUnknown', '1'], ...(o.ns ? [['K8S_POD_NAMESPACE', o.ns]] : []), ...(o.name ? [['K8S_POD_NAME', o.name]] : []), ['K8S_POD_INFRA_CONTAINER_ID', o.id]],
+    capabilityArgs: { io: { kubernetes: { cri: {} } } },
+    result: {
+      cniVersion: '1.0.0',
+      interfaces: [{ name: `eni${o.id}`, mac: '0a:00:00:00:00:01' }, { name: 'eth0', mac: '0a:00:00:00:00:02', sandbox: o.netns ?? `/var/run/netns/cni-${o.id}` }],
+      ips: [{ address: `${o.ip}/32`, interface: 1 }, { address: `${o.ip6 ?? 'fd00::5'}/128`, interface: 1 }],
+      routes: [{ dst: '0.0.0.0/0' }],
+    },
+  });
+}

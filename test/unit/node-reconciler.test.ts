@@ -423,6 +423,27 @@ t.test('resync: the exclusive lock is held around the OVS compare-and-apply, not
   t.same(await second, ['route to 10.1.0.11 not via antrea-gw0: restored']);
 });
 
+t.test('resync: one asked for while another runs (an overlapping periodic tick) starts only after it', async (t) => {
+  const node = new Node();
+  node.addPod(1);
+  const r = await node.started();
+  // The first holds no lock while it reads the host: only the resync queue keeps the second out.
+  let readDone!: () => void;
+  node.hostnet.readGate = new Promise((res) => (readDone = res));
+  node.ovs.calls = [];
+  const first = r.resync('periodic');
+  for (let i = 0; i < 20 && !node.hostnet.reading; i++) await node.clock.advance(0);
+  t.ok(node.hostnet.reading, 'the first resync is reading the host');
+  const second = r.resync('periodic');
+  await node.clock.advance(0);
+  t.same(node.ovs.calls, ['ensureBridge'], 'the second has not started');
+  node.hostnet.readGate = undefined;
+  readDone();
+  await first;
+  await second;
+  t.same(node.ovs.calls, ['ensureBridge', 'ensureBridge'], 'it runs once the first is done');
+});
+
 t.test('resync: a Pod deleted while the host was read is not repaired', async (t) => {
   const node = new Node();
   node.addPod(1);
