@@ -24,6 +24,8 @@ export interface WatchLog {
 
 export interface ClusterWatchOptions {
   kubeconfig?: string;
+  /** The API connection to use instead of one loaded from `kubeconfig` (offline benches). */
+  access?: Pick<KubeAccess, 'getJson' | 'watch'>;
   /** Called for every object event, in the order the informers report them. */
   onEvent: (ev: WatchEvent) => void;
   log: WatchLog;
@@ -35,7 +37,7 @@ export interface ClusterWatchOptions {
 
 type ListObject = { items: unknown[]; metadata?: { resourceVersion?: string } };
 
-function makeLister(access: KubeAccess, r: WatchedResource): () => Promise<ListObject> {
+function makeLister(access: Pick<KubeAccess, 'getJson'>, r: WatchedResource): () => Promise<ListObject> {
   return async () => {
     const l = (await access.getJson(r.path)) as ListObject;
     if (!l || !Array.isArray(l.items)) throw new Error(`GET ${r.path}: not a list`);
@@ -82,8 +84,8 @@ export class ClusterWatch {
   }
 
   private async startAll(): Promise<void> {
-    const access = KubeAccess.load(this.opts.kubeconfig);
-    this.access = access;
+    const access = this.opts.access ?? KubeAccess.load(this.opts.kubeconfig);
+    if (access instanceof KubeAccess) this.access = access;
     for (const r of this.opts.resources ?? WATCHED_RESOURCES) {
       const list = makeLister(access, r);
       let state!: InformerState;
