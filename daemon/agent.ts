@@ -31,6 +31,7 @@ import { type PodAttachment, type PodAttacher, routedIPs } from './cni/attacher.
 import type { EventSubject, NodeApi } from './kube/node-api.js';
 import type { SharedExclusiveLock } from './lock.js';
 import type { NodeReconciler, ResyncRecord } from './node/reconciler.js';
+import { collectStartupGarbage } from './node-flags.js';
 
 /** The parts daemon/main.ts builds and the agent runs. */
 export interface AgentParts {
@@ -174,6 +175,8 @@ export class Agent {
     if (serveCni) this.cni = await startCniServer(cfg.socketPath, this.handler, log, this.metrics && ((c, r, s) => this.metrics!.observeCniRequest(c, r, s)));
     node.ready = true;
     log.info({ ms: Date.now() - t0, pods: this.pods.size, nodeIP: node.nodeIP, nodeIPv6: node.nodeIPv6 }, 'startup: ready');
+    // Right after the requests already waiting are served.
+    setTimeout(() => collectStartupGarbage(), 0).unref();
 
     this.watchHostChanges();
     // Pods that were running before the agent (sluice installed on a busy node) cross no bridge yet.
