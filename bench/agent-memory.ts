@@ -4,7 +4,8 @@
  * through what the agent keeps: the informers (fed from JSON text, as the API server's list is),
  * the enforcer (Pod view, policy engine, compiled policy flows) and a FlowStore holding the policy
  * flows. Prints RSS and live heap after each stage (after a full GC when run with --expose-gc);
- * no OVS, no API server. Asserts nothing.
+ * no OVS, no API server. Asserts nothing. Each line also gives the stage's time (without the GC),
+ * e.g. to weigh V8 flags: node $(flags) dist/bench/agent-memory.js.
  *
  * `--realistic` gives every Pod the fields a real API server returns (managedFields, owner
  * references, container details, conditions, container statuses: cluster-model's realisticPod),
@@ -12,6 +13,7 @@
  *
  * usage (after a build): node --expose-gc dist/bench/agent-memory.js [--local 110] [--realistic] [--snapshot FILE]
  */
+import { performance } from 'node:perf_hooks';
 import { writeHeapSnapshot } from 'node:v8';
 import { pino } from 'pino';
 import { Enforcer } from '../daemon/enforcement/enforcer.js';
@@ -33,10 +35,13 @@ const NAMESPACES = 500;
 const gc = (globalThis as { gc?: () => void }).gc;
 const mib = (n: number) => (n / 2 ** 20).toFixed(1);
 
+let last = performance.now();
 function report(stage: string): void {
+  const ms = performance.now() - last;
   gc?.();
   const m = process.memoryUsage();
-  console.log(`${stage.padEnd(28)} rss ${mib(m.rss).padStart(6)} MiB  heap used ${mib(m.heapUsed).padStart(6)} MiB  heap total ${mib(m.heapTotal).padStart(6)} MiB  external ${mib(m.external)} MiB`);
+  console.log(`${stage.padEnd(22)} ${ms.toFixed(0).padStart(5)} ms  rss ${mib(m.rss).padStart(6)} MiB  heap used ${mib(m.heapUsed).padStart(6)} MiB  heap total ${mib(m.heapTotal).padStart(6)} MiB  external ${mib(m.external)} MiB`);
+  last = performance.now();
 }
 
 report('modules loaded');
