@@ -80,7 +80,9 @@ async function populate(rest: RestClient): Promise<void> {
   await pool(namespaces, 16, (o) => rest.create(kindOf(o), o));
   await pool(pods, 16, async (o0) => {
     const o = REALISTIC ? realisticPod(o0) : o0;
-    const { status, ...rest0 } = o;
+    // Fields the API server sets itself and refuses on create.
+    const { resourceVersion: _rv, uid: _uid, creationTimestamp: _ct, ...metadata } = o.metadata;
+    const { status, ...rest0 } = { ...o, metadata };
     await rest.create(kindOf(o), rest0 as KubeObject);
     await rest.patch(kindOf(o), o.metadata.name, o.metadata.namespace, { status }, 'status');
   });
