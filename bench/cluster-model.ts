@@ -122,3 +122,82 @@ export function clusterModel(o: ClusterModelOptions): ClusterModel {
   }
   return { cluster, policies };
 }
+
+/**
+ * `pod` as a real API server returns a Deployment's running Pod: the synthetic model's fields plus
+ * what the benches otherwise lack (uid, resourceVersion, owner references, managedFields of the
+ * controller and the kubelet, a full container spec with its service-account volume, tolerations,
+ * conditions and container statuses). Sizes follow a typical kubectl get -o json of such a Pod
+ * (~6 KB of JSON). Pure.
+ */
+export function realisticPod(pod: KubeObject): KubeObject {
+  const { name, namespace = 'default', labels = {} } = pod.metadata;
+  const h = [...`${namespace}/${name}`].reduce((a, c) => (a * 31 + c.charCodeAt(0)) >>> 0, 7).toString(16).padStart(8, '0');
+  const uid = `${h}-${h.slice(0, 4)}-4${h.slice(1, 4)}-9${h.slice(2, 5)}-${h}${h.slice(0, 4)}`;
+  const app = labels.app ?? name;
+  const hash = `7d4b9c${h.slice(0, 4)}`;
+  const spec = (pod.spec ?? {}) as Record<string, unknown>;
+  const status = (pod.status ?? {}) as Record<string, unknown>;
+  const containers = ((spec.containers as Record<string, unknown>[] | undefined) ?? [{ name: 'c' }]).map((c) => ({
+    ...c,
+    image: `registry.example.com/team/${app}:v1.24.3`,
+    imagePullPolicy: 'IfNotPresent',
+    args: ['--listen=:8080', '--log-level=info'],
+    env: [{ name: 'POD_NAME', valueFrom: { fieldRef: { apiVersion: 'v1', fieldPath: 'metadata.name' } } }, { name: 'LOG_FORMAT', value: 'json' }],
+    resources: { limits: { memory: '256Mi' }, requests: { cpu: '100m', memory: '128Mi' } },
+    readinessProbe: { failureThreshold: 3, httpGet: { path: '/healthz', port: 8080, scheme: 'HTTP' }, periodSeconds: 10, successThreshold: 1, timeoutSeconds: 1 },
+    securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] }, readOnlyRootFilesystem: true, runAsNonRoot: true },
+    terminationMessagePath: '/dev/termination-log',
+    terminationMessagePolicy: 'File',
+    volumeMounts: [{ mountPath: '/var/run/secrets/kubernetes.io/serviceaccount', name: `kube-api-access-${h.slice(0, 5)}`, readOnly: true }],
+  }));
+  const time = '2026-11-20T09:41:07Z';
+  const fieldsSpec = { 'f:containers': { 'k:{"name":"c"}': { '.': {}, 'f:args': {}, 'f:env': { '.': {}, 'k:{"name":"LOG_FORMAT"}': { '.': {}, 'f:name': {}, 'f:value': {} }, 'k:{"name":"POD_NAME"}': { '.': {}, 'f:name': {}, 'f:valueFrom': { '.': {}, 'f:fieldRef': {} } } }, 'f:image': {}, 'f:imagePullPolicy': {}, 'f:name': {}, 'f:ports': { '.': {}, 'k:{"containerPort":8080,"protocol":"TCP"}': { '.': {}, 'f:containerPort': {}, 'f:name': {}, 'f:protocol': {} }, 'k:{"containerPort":53,"protocol":"UDP"}': { '.': {}, 'f:containerPort': {}, 'f:name': {}, 'f:protocol': {} } }, 'f:readinessProbe': { '.': {}, 'f:failureThreshold': {}, 'f:httpGet': { '.': {}, 'f:path': {}, 'f:port': {}, 'f:scheme': {} }, 'f:periodSeconds': {}, 'f:successThreshold': {}, 'f:timeoutSeconds': {} }, 'f:resources': { '.': {}, 'f:limits': { '.': {}, 'f:memory': {} }, 'f:requests': { '.': {}, 'f:cpu': {}, 'f:memory': {} } }, 'f:securityContext': { '.': {}, 'f:allowPrivilegeEscalation': {}, 'f:capabilities': { '.': {}, 'f:drop': {} }, 'f:readOnlyRootFilesystem': {}, 'f:runAsNonRoot': {} }, 'f:terminationMessagePath': {}, 'f:terminationMessagePolicy': {} } }, 'f:dnsPolicy': {}, 'f:enableServiceLinks': {}, 'f:restartPolicy': {}, 'f:schedulerName': {}, 'f:securityContext': {}, 'f:serviceAccount': {}, 'f:serviceAccountName': {}, 'f:terminationGracePeriodSeconds': {} };
+  const fieldsStatus = { 'f:conditions': { 'k:{"type":"ContainersReady"}': { '.': {}, 'f:lastProbeTime': {}, 'f:lastTransitionTime': {}, 'f:status': {}, 'f:type': {} }, 'k:{"type":"Initialized"}': { '.': {}, 'f:lastProbeTime': {}, 'f:lastTransitionTime': {}, 'f:status': {}, 'f:type': {} }, 'k:{"type":"PodReadyToStartContainers"}': { '.': {}, 'f:lastProbeTime': {}, 'f:lastTransitionTime': {}, 'f:status': {}, 'f:type': {} }, 'k:{"type":"Ready"}': { '.': {}, 'f:lastProbeTime': {}, 'f:lastTransitionTime': {}, 'f:status': {}, 'f:type': {} } }, 'f:containerStatuses': {}, 'f:hostIP': {}, 'f:hostIPs': {}, 'f:phase': {}, 'f:podIP': {}, 'f:podIPs': { '.': {}, [`k:{"ip":"${String(status.podIP ?? '')}"}`]: { '.': {}, 'f:ip': {} } }, 'f:startTime': {} };
+  const condition = (type: string) => ({ lastProbeTime: null, lastTransitionTime: time, status: 'True', type });
+  return {
+    ...pod,
+    metadata: {
+      ...pod.metadata,
+      generateName: `${app}-${hash}-`,
+      uid,
+      resourceVersion: String(parseInt(h.slice(0, 6), 16)),
+      creationTimestamp: time,
+      labels: { ...labels, 'pod-template-hash': hash },
+      annotations: { 'kubectl.kubernetes.io/restartedAt': time, 'prometheus.io/scrape': 'true', 'prometheus.io/port': '8080' },
+      ownerReferences: [{ apiVersion: 'apps/v1', blockOwnerDeletion: true, controller: true, kind: 'ReplicaSet', name: `${app}-${hash}`, uid }],
+      managedFields: [
+        { apiVersion: 'v1', fieldsType: 'FieldsV1', fieldsV1: { 'f:metadata': { 'f:annotations': { '.': {}, 'f:kubectl.kubernetes.io/restartedAt': {}, 'f:prometheus.io/port': {}, 'f:prometheus.io/scrape': {} }, 'f:generateName': {}, 'f:labels': { '.': {}, 'f:app': {}, 'f:pod-template-hash': {}, 'f:tier': {} }, 'f:ownerReferences': { '.': {}, [`k:{"uid":"${uid}"}`]: {} } }, 'f:spec': fieldsSpec }, manager: 'kube-controller-manager', operation: 'Update', time },
+        { apiVersion: 'v1', fieldsType: 'FieldsV1', fieldsV1: { 'f:status': fieldsStatus }, manager: 'kubelet', operation: 'Update', subresource: 'status', time },
+      ],
+    },
+    spec: {
+      ...spec,
+      containers,
+      dnsPolicy: 'ClusterFirst',
+      enableServiceLinks: true,
+      preemptionPolicy: 'PreemptLowerPriority',
+      priority: 0,
+      restartPolicy: 'Always',
+      schedulerName: 'default-scheduler',
+      securityContext: { fsGroup: 2000, runAsUser: 1000 },
+      serviceAccount: 'default',
+      serviceAccountName: 'default',
+      terminationGracePeriodSeconds: 30,
+      tolerations: [
+        { effect: 'NoExecute', key: 'node.kubernetes.io/not-ready', operator: 'Exists', tolerationSeconds: 300 },
+        { effect: 'NoExecute', key: 'node.kubernetes.io/unreachable', operator: 'Exists', tolerationSeconds: 300 },
+      ],
+      volumes: [{ name: `kube-api-access-${h.slice(0, 5)}`, projected: { defaultMode: 420, sources: [{ serviceAccountToken: { expirationSeconds: 3607, path: 'token' } }, { configMap: { items: [{ key: 'ca.crt', path: 'ca.crt' }], name: 'kube-root-ca.crt' } }, { downwardAPI: { items: [{ fieldRef: { apiVersion: 'v1', fieldPath: 'metadata.namespace' }, path: 'namespace' }] } }] } }],
+    },
+    status: {
+      ...status,
+      conditions: ['PodReadyToStartContainers', 'Initialized', 'Ready', 'ContainersReady', 'PodScheduled'].map(condition),
+      containerStatuses: containers.map((c) => ({ containerID: `containerd://${h}${h}${h}${h}${h}${h}${h}${h}`, image: c.image, imageID: `registry.example.com/team/${app}@sha256:${h}${h}${h}${h}${h}${h}${h}${h}`, lastState: {}, name: (c as { name?: unknown }).name, ready: true, restartCount: 0, started: true, state: { running: { startedAt: time } }, volumeMounts: c.volumeMounts.map((m) => ({ ...m, recursiveReadOnly: 'Disabled' })) })),
+      hostIP: '172.20.0.1',
+      hostIPs: [{ ip: '172.20.0.1' }],
+      qosClass: 'Burstable',
+      startTime: time,
+    },
+  } as KubeObject;
+}

@@ -6,20 +6,28 @@
  * process start to
  *   - "flows converged": the start-up bundle is on the bridge (base, Pod and policy flows);
  *   - "ready": host networking converged too, the agent serves CNI requests;
- * and its RSS once ready. Two kinds of start, interleaved: `restart` (the bridge keeps the flows,
+ * and its memory once ready (RSS, and the JS heap used of the heap reserved from its /status) and
+ * again `--settle` seconds later (default 20). Each build's agent starts with the V8 flags its own
+ * dist/daemon/node-flags.js names (none when it has none), as its image would start it;
+ * `--node-flags "A B"` overrides this build's. Two kinds of start, interleaved: `restart` (the bridge keeps the flows,
  * as after an agent upgrade: the bundle should change nothing) and `empty bridge` (every flow
  * deleted first, as after a node reboot).
+ *
+ * `--empty` adds nothing (the agent of an empty 1-node cluster, for its idle figures).
+ * `--realistic`: the API-only Pods carry what a real API server returns (cluster-model's
+ * realisticPod: managedFields, container details, statuses), which the synthetic model lacks.
  *
  * A/B in one run: `--baseline DIR` (a checkout with its own dist/, e.g. an older build) starts that
  * build's agent on the same lab, alternating with this one. Runs idle, then with a CPU load
  * generator on every core (`--no-loaded` skips that round).
  *
- * usage (root, after a build): node dist/bench/cold-start.js [--reps 2] [--local 110] [--baseline DIR] [--keep]
+ * usage (root, after a build): node dist/bench/cold-start.js [--reps 2] [--local 110] [--baseline DIR] [--settle 20] [--node-flags "A B"] [--realistic | --empty] [--keep]
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import type { KubeObject } from '../daemon/policy/types.js';
 import { agentConfigPath, agentLogPath, agentPidPath } from '../lab/agent.js';
@@ -28,8 +36,8 @@ import { apiVersionOf, KINDS, type ResourceKind } from '../lab/kinds.js';
 import { nodeNetns, ovsDir, repoRoot } from '../lab/net/names.js';
 import { clientFor, waitForPods } from '../lab/ops.js';
 import type { RestClient } from '../lab/restclient.js';
-import { clusterModel, namespaceLabels, podContainers, podLabels } from './cluster-model.js';
-import { agentRssMiB, flowCount, LogTail, pct, startLoad } from './lab-agent.js';
+import { clusterModel, namespaceLabels, podContainers, podLabels, realisticPod } from './cluster-model.js';
+import { agentHeapMiB, agentRssMiB, flowCount, LogTail, pct, sleep, startLoad } from './lab-agent.js';
 
 const LAB = 'cs1';
 const NODE = 'node-1';
@@ -40,6 +48,8 @@ const arg = (name: string): string | undefined => {
 const REPS = Number(arg('reps') ?? 2);
 const LOCAL = Number(arg('local') ?? 110);
 const BASELINE = arg('baseline');
+const SETTLE_S = Number(arg('settle') ?? 20);
+const REALISTIC = process.argv.includes('--realistic');
 const NAMESPACES = 500;
 const cli = join(repoRoot(), 'dist', 'lab', 'cli.js');
 const lab = (...args: string[]) => execFileSync(process.execPath, [cli, ...args, '--name', LAB], { stdio: ['ignore', 'pipe', 'inherit'] }).toString();
@@ -68,8 +78,11 @@ async function populate(rest: RestClient): Promise<void> {
   const pods = model.cluster.filter((o) => o.kind === 'Pod');
   const groups = model.cluster.filter((o) => o.kind !== 'Namespace' && o.kind !== 'Pod' && o.kind !== 'Node');
   await pool(namespaces, 16, (o) => rest.create(kindOf(o), o));
-  await pool(pods, 16, async (o) => {
-    const { status, ...rest0 } = o;
+  await pool(pods, 16, async (o0) => {
+    const o = REALISTIC ? realisticPod(o0) : o0;
+    // Fields the API server sets itself and refuses on create.
+    const { resourceVersion: _rv, uid: _uid, creationTimestamp: _ct, ...metadata } = o.metadata;
+    const { status, ...rest0 } = { ...o, metadata };
     await rest.create(kindOf(o), rest0 as KubeObject);
     await rest.patch(kindOf(o), o.metadata.name, o.metadata.namespace, { status }, 'status');
   });
@@ -117,17 +130,38 @@ interface StartFigures {
   added: number;
   removed: number;
   rssMiB: number;
+  /** JS heap used and reserved at ready (NaN when /status did not answer). */
+  heapUsedMiB: number;
+  heapTotalMiB: number;
+  /** RSS and JS heap used SETTLE_S seconds after ready. */
+  settledRssMiB: number;
+  settledHeapUsedMiB: number;
   inputsMs?: number;
 }
 
+interface Build {
+  label: string;
+  dist: string;
+  /** node flags the agent starts with. */
+  flags: readonly string[];
+}
+
+/** The agent V8 flags a build's dist/ names (dist/daemon/node-flags.js), none when it has none. */
+async function buildFlags(dist: string): Promise<readonly string[]> {
+  const file = join(dist, 'daemon', 'node-flags.js');
+  if (!existsSync(file)) return [];
+  return ((await import(pathToFileURL(file).href)) as { AGENT_NODE_FLAGS: readonly string[] }).AGENT_NODE_FLAGS;
+}
+
 /** Starts the agent of `dist` (a build's dist/ directory) the way the lab does, and times its start-up from its log's timestamps. */
-async function timedStart(dist: string): Promise<StartFigures> {
+async function timedStart(build: Build): Promise<StartFigures> {
+  const { dist, flags } = build;
   const log = agentLogPath(LAB, NODE);
   writeFileSync(log, '');
   const tail = new LogTail(log);
   const fd = openSync(log, 'a');
   const t0 = Date.now();
-  const child = spawn('ip', ['netns', 'exec', nodeNetns(LAB, NODE), process.execPath, join(dist, 'daemon', 'main.js'), '--config', agentConfigPath(LAB, NODE)], { detached: true, stdio: ['ignore', fd, fd] });
+  const child = spawn('ip', ['netns', 'exec', nodeNetns(LAB, NODE), process.execPath, ...flags, join(dist, 'daemon', 'main.js'), '--config', agentConfigPath(LAB, NODE)], { detached: true, stdio: ['ignore', fd, fd] });
   closeSync(fd);
   child.unref();
   writeFileSync(agentPidPath(LAB, NODE), `${child.pid}\n`);
@@ -135,7 +169,8 @@ async function timedStart(dist: string): Promise<StartFigures> {
     const { line } = await tail.waitFor(['startup'], 300_000);
     if (line.includes('"startup: ready"')) break;
     if (line.includes('startup failed')) {
-      return { failed: (JSON.parse(line) as { err?: string }).err ?? line, convergedMs: Number.NaN, readyMs: Number.NaN, added: Number.NaN, removed: Number.NaN, rssMiB: Number.NaN };
+      const nan = Number.NaN;
+      return { failed: (JSON.parse(line) as { err?: string }).err ?? line, convergedMs: nan, readyMs: nan, added: nan, removed: nan, rssMiB: nan, heapUsedMiB: nan, heapTotalMiB: nan, settledRssMiB: nan, settledHeapUsedMiB: nan };
     }
   }
   const lines = readFileSync(log, 'utf8').split('\n').flatMap((l) => {
@@ -151,14 +186,20 @@ async function timedStart(dist: string): Promise<StartFigures> {
     return l;
   };
   const converged = line('startup: flows converged');
-  const figures: StartFigures = { convergedMs: converged.time! - t0, readyMs: line('startup: ready').time! - t0, added: converged.added ?? Number.NaN, removed: converged.removed ?? Number.NaN, rssMiB: agentRssMiB(LAB, NODE) };
+  const rssMiB = agentRssMiB(LAB, NODE);
+  const heap = agentHeapMiB(LAB, NODE);
+  await sleep(SETTLE_S * 1000);
+  const figures: StartFigures = {
+    convergedMs: converged.time! - t0, readyMs: line('startup: ready').time! - t0, added: converged.added ?? Number.NaN, removed: converged.removed ?? Number.NaN,
+    rssMiB, heapUsedMiB: heap?.used ?? Number.NaN, heapTotalMiB: heap?.total ?? Number.NaN, settledRssMiB: agentRssMiB(LAB, NODE), settledHeapUsedMiB: agentHeapMiB(LAB, NODE)?.used ?? Number.NaN,
+  };
   const inputs = lines.find((x) => x.msg === 'startup: policy inputs listed');
   if (inputs?.ms !== undefined) figures.inputsMs = inputs.ms;
   return figures;
 }
 
 
-async function round(name: string, builds: { label: string; dist: string }[]): Promise<void> {
+async function round(name: string, builds: Build[]): Promise<void> {
   const loadGen = name === 'loaded' ? startLoad() : [];
   const results = new Map<string, StartFigures[]>();
   // A `restart` must find the flows of a converged start on the bridge: one unmeasured start of
@@ -166,7 +207,7 @@ async function round(name: string, builds: { label: string; dist: string }[]): P
   const thisBuild = builds[builds.length - 1]!;
   const warmUp = async () => {
     killAgent();
-    const f = await timedStart(thisBuild.dist);
+    const f = await timedStart(thisBuild);
     if (f.failed) throw new Error(`warm-up start of ${thisBuild.label} failed: ${f.failed}`);
   };
   try {
@@ -179,7 +220,7 @@ async function round(name: string, builds: { label: string; dist: string }[]): P
             execFileSync('ovs-ofctl', ['-O', 'OpenFlow15', 'del-flows', 'br-int'], { env: { ...process.env, OVS_RUNDIR: ovsDir(LAB, NODE) } });
           }
           const key = `${b.label}: ${kind}`;
-          const f = await timedStart(b.dist);
+          const f = await timedStart(b);
           results.set(key, [...(results.get(key) ?? []), f]);
           if (f.failed) await warmUp();
         }
@@ -198,7 +239,8 @@ async function round(name: string, builds: { label: string; dist: string }[]): P
     const inputs = fs.flatMap((f) => (f.inputsMs === undefined ? [] : [f.inputsMs]));
     console.log(
       `  ${key.padEnd(32)} start -> flows converged ${col(fs.map((f) => f.convergedMs))} ms; -> ready ${col(fs.map((f) => f.readyMs))} ms; ` +
-        `${inputs.length ? `policy inputs listed in ${col(inputs)} ms; ` : ''}bundle +${fs[0]!.added}/-${fs[0]!.removed} flows; RSS at ready ${pct(fs.map((f) => f.rssMiB), 50).toFixed(0)} MiB`,
+        `${inputs.length ? `policy inputs listed in ${col(inputs)} ms; ` : ''}bundle +${fs[0]!.added}/-${fs[0]!.removed} flows; RSS at ready ${pct(fs.map((f) => f.rssMiB), 50).toFixed(0)} MiB ` +
+        `(JS heap ${pct(fs.map((f) => f.heapUsedMiB), 50).toFixed(0)} of ${pct(fs.map((f) => f.heapTotalMiB), 50).toFixed(0)} MiB), ${SETTLE_S} s later ${pct(fs.map((f) => f.settledRssMiB), 50).toFixed(0)} MiB (JS heap ${pct(fs.map((f) => f.settledHeapUsedMiB), 50).toFixed(0)})`,
     );
   }
 }
@@ -208,15 +250,19 @@ async function main(): Promise<void> {
   spawnSync(process.execPath, [cli, 'down', '--name', LAB], { stdio: 'ignore' });
   lab('up', '--sluice', '--nodes', '1');
   const rest = clientFor(readControl(LAB)!);
-  await populate(rest);
+  if (process.argv.includes('--empty')) console.log('--empty: no Pods or policies added (an idle agent)');
+  else await populate(rest);
   await new LogTail(agentLogPath(LAB, NODE)).settle();
   console.log(`enforcing: ${flowCount(LAB, NODE)} flows on ${NODE}; agent RSS ${agentRssMiB(LAB, NODE).toFixed(0)} MiB; load average ${load()}`);
-  const builds = [{ label: 'this build', dist: join(repoRoot(), 'dist') }];
+  const own = join(repoRoot(), 'dist');
+  const ownFlags = arg('node-flags')?.split(' ').filter(Boolean) ?? (await buildFlags(own));
+  const builds: Build[] = [{ label: 'this build', dist: own, flags: ownFlags }];
   if (BASELINE) {
     const dist = join(resolve(BASELINE), 'dist');
     if (!existsSync(join(dist, 'daemon', 'main.js'))) throw new Error(`--baseline ${BASELINE}: ${dist}/daemon/main.js is missing (build it first)`);
-    builds.unshift({ label: `baseline ${BASELINE}`, dist });
+    builds.unshift({ label: `baseline ${BASELINE}`, dist, flags: await buildFlags(dist) });
   }
+  for (const b of builds) console.log(`${b.label}: node ${b.flags.length ? b.flags.join(' ') : '(no flags)'}`);
   await round('idle', builds);
   if (!process.argv.includes('--no-loaded')) await round('loaded', builds);
   console.log(`bench ${((performance.now() - t0) / 1000).toFixed(0)} s`);

@@ -75,17 +75,22 @@ export function agentRssMiB(lab: string, node: string): number {
   return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
 }
 
+/** The JS heap the agent reports in /status (live and reserved, MiB), if it answers. */
+export function agentHeapMiB(lab: string, node: string): { used: number; total: number } | undefined {
+  const r = spawnSync('ip', ['netns', 'exec', nodeNetns(lab, node), 'curl', '-s', '--max-time', '5', 'http://127.0.0.1:10349/status'], { encoding: 'utf8' });
+  try {
+    const m = (JSON.parse(r.stdout) as { memory?: { heapUsedMiB: number; heapTotalMiB: number } }).memory;
+    return m && { used: m.heapUsedMiB, total: m.heapTotalMiB };
+  } catch {
+    return undefined;
+  }
+}
+
 /** Agent memory: RSS from /proc, and the JS heap split the agent reports in /status (live vs reserved). */
 export function agentMemory(lab: string, node: string): string {
   const rss = agentRssMiB(lab, node);
-  const r = spawnSync('ip', ['netns', 'exec', nodeNetns(lab, node), 'curl', '-s', '--max-time', '5', 'http://127.0.0.1:10349/status'], { encoding: 'utf8' });
-  let heap = '';
-  try {
-    const m = (JSON.parse(r.stdout) as { memory?: { heapUsedMiB: number; heapTotalMiB: number } }).memory;
-    if (m) heap = ` (JS heap ${m.heapUsedMiB.toFixed(0)} of ${m.heapTotalMiB.toFixed(0)} MiB)`;
-  } catch {
-    heap = ' (JS heap: /status unavailable)';
-  }
+  const m = agentHeapMiB(lab, node);
+  const heap = m ? ` (JS heap ${m.used.toFixed(0)} of ${m.total.toFixed(0)} MiB)` : ' (JS heap: /status unavailable)';
   return `agent RSS ${rss.toFixed(0)} MiB${heap}`;
 }
 

@@ -32,6 +32,7 @@ import type { SharedExclusiveLock } from './lock.js';
 import type { NodeEvents } from './node/events.js';
 import type { NodeReconciler, ResyncRecord } from './node/reconciler.js';
 import type { NodeSchedules } from './node/schedules.js';
+import { collectStartupGarbage } from './node-flags.js';
 
 /** The parts daemon/main.ts builds and the agent runs. */
 export interface AgentParts {
@@ -184,6 +185,8 @@ export class Agent {
     if (serveCni) this.cni = await startCniServer(cfg.socketPath, this.handler, log, this.metrics && ((c, r, s) => this.metrics!.observeCniRequest(c, r, s)));
     node.ready = true;
     log.info({ ms: this.parts.clock.now() - t0, pods: this.pods.size, nodeIP: node.nodeIP, nodeIPv6: node.nodeIPv6 }, 'startup: ready');
+    // Right after the requests already waiting are served.
+    this.parts.clock.setTimeout(() => collectStartupGarbage(), 0);
 
     this.watchHostChanges();
     // Pods that were running before the agent (sluice installed on a busy node) cross no bridge yet.

@@ -10,6 +10,7 @@ import { dumpYaml } from '../daemon/kube-yaml.js';
 import { sleep } from './net/exec.js';
 import { readLabInfo } from './net/lab.js';
 import { cniBinDir, cniCacheDir, cniConfDir, type IpFamily, nodeNetns, nodeStateDir, ovsDir, repoRoot, SERVICE_CIDR, SERVICE_CIDR6, sluiceSocketPath } from './net/names.js';
+import { AGENT_NODE_FLAGS } from '../daemon/node-flags.js';
 
 export const agentConfigPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.yaml');
 export const agentLogPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.log');
@@ -55,7 +56,7 @@ export async function startAgent(lab: string, node: string, timeoutMs = 30_000, 
   mkdirSync(join(nodeStateDir(lab, node), 'agent'), { recursive: true });
   writeFileSync(config, dumpYaml({ ...agentConfig(lab, node, readLabInfo(lab)?.ipFamily ?? 'ipv4'), ...overrides }));
   const log = openSync(agentLogPath(lab, node), 'a');
-  const child = spawn('ip', ['netns', 'exec', nodeNetns(lab, node), process.execPath, main, '--config', config], {
+  const child = spawn('ip', ['netns', 'exec', nodeNetns(lab, node), process.execPath, ...AGENT_NODE_FLAGS, main, '--config', config], {
     detached: true,
     env: { ...process.env, ...env },
     stdio: ['ignore', log, log],

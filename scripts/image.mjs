@@ -18,7 +18,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const PKG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
@@ -130,9 +130,13 @@ const APP_DIRS = ['dist/daemon', 'dist/cni', 'dist/install'];
 /** The plugin's front end and the standalone plugin it execs; installed side by side on the host. */
 const CNI_BINARIES = ['dist/bin/sluice-cni', 'dist/bin/sluice-cni-standalone'];
 
-function wrapper(main) {
-  return `#!/bin/sh\nexec /usr/local/bin/node /usr/local/lib/sluice/${main} "$@"\n`;
+function wrapper(main, flags = []) {
+  return `#!/bin/sh\nexec /usr/local/bin/node ${flags.map((f) => `${f} `).join('')}/usr/local/lib/sluice/${main} "$@"\n`;
 }
+
+/** The agent's V8 flags (dist/daemon/node-flags.js, built with the app); empty before a build. */
+const flagsModule = join(ROOT, 'dist', 'daemon', 'node-flags.js');
+const agentNodeFlags = existsSync(flagsModule) ? (await import(pathToFileURL(flagsModule).href)).AGENT_NODE_FLAGS : [];
 
 function build() {
   const t0 = Date.now();
@@ -166,7 +170,7 @@ function build() {
     cpSync(modules, join(lib, 'node_modules'), { recursive: true });
     copyFileSync(node, join(bin, 'node'));
     for (const f of CNI_BINARIES) copyFileSync(join(ROOT, f), join(bin, basename(f)));
-    writeFileSync(join(bin, 'sluice-agent'), wrapper('dist/daemon/main.js'));
+    writeFileSync(join(bin, 'sluice-agent'), wrapper('dist/daemon/main.js', agentNodeFlags));
     writeFileSync(join(bin, 'sluicectl'), wrapper('dist/daemon/sluicectl.js'));
     // kubectl finds plugins by name on PATH: `kubectl sluice whatif ...` runs sluicectl.
     writeFileSync(join(bin, 'kubectl-sluice'), wrapper('dist/daemon/sluicectl.js'));

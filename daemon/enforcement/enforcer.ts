@@ -30,6 +30,7 @@ import { parseIp } from '../policy/cidr.js';
 import type { KubeObject } from '../policy/types.js';
 import type { PodAttachment } from '../cni/attacher.js';
 import { ClusterWatch, type WatchEvent } from './watch/clusterwatch.js';
+import { trimObject } from './watch/trim.js';
 import { buildPolicyReport, type PolicyReport } from './policy-report.js';
 import { PodView } from './podview.js';
 import { decidePolicyPunt, rejectReplyMacs } from './punthandler.js';
@@ -366,9 +367,10 @@ export class Enforcer {
     if (!this.pods.hasApi(pod.podNamespace, pod.podName) && access) {
       try {
         const path = `/api/v1/namespaces/${encodeURIComponent(pod.podNamespace)}/pods/${encodeURIComponent(pod.podName)}`;
-        const obj = (await access.getJson(path, 5000)) as KubeObject;
-        obj.apiVersion = 'v1';
-        obj.kind = 'Pod';
+        const read = (await access.getJson(path, 5000)) as KubeObject;
+        read.apiVersion = 'v1';
+        read.kind = 'Pod';
+        const obj = trimObject(read);
         // Only if the informer still has not delivered it (it is newer when it has).
         if (!this.pods.hasApi(pod.podNamespace, pod.podName)) this.pods.setApi(obj);
       } catch (err) {

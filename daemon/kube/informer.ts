@@ -22,6 +22,11 @@ export interface InformerOptions<T> {
   list: () => Promise<{ items: T[]; metadata?: { resourceVersion?: string } }>;
   /** Seconds a watch may stay open before the server ends it (client-go picks 5–10 min). */
   watchTimeoutSeconds?: () => number;
+  /**
+   * Applied to every listed and watched object before it is cached and reported (client-go's
+   * SetTransform): the owner keeps only what it reads. Returns the object to keep (may be new).
+   */
+  transform?: (obj: T) => T;
 }
 
 const key = (o: ListedObject): [string, string] => [o.metadata?.namespace ?? '', o.metadata?.name ?? ''];
@@ -82,7 +87,8 @@ export class Informer<T extends ListedObject> {
         return;
       }
       if (gen !== this.generation) return;
-      this.replace(listed.items);
+      const transform = this.opts.transform;
+      this.replace(transform ? listed.items.map(transform) : listed.items);
       this.resourceVersion = listed.metadata?.resourceVersion ?? '';
     }
     this.watchFrom(gen);
@@ -98,13 +104,14 @@ export class Informer<T extends ListedObject> {
       (ev) => {
         if (gen !== this.generation) return;
         const obj = ev.object as T & { code?: number };
+        const kept = (o: T): T => (this.opts.transform ? this.opts.transform(o) : o);
         switch (ev.type) {
           case 'ADDED':
           case 'MODIFIED':
-            this.put(obj);
+            this.put(kept(obj));
             break;
           case 'DELETED':
-            this.remove(obj);
+            this.remove(kept(obj));
             break;
           case 'BOOKMARK':
             break;

@@ -148,3 +148,13 @@ t.test('a pipeline in the store equals computeFlows', async (t) => {
   new PipelineOwners().update(s, input);
   t.same(cookies(s.flows()), cookies(computeFlows(input)));
 });
+
+t.test('withCookie: exactly the spec fields and the cookie; owner only when given', async (t) => {
+  const base = { table: 'L3Forwarding' as const, priority: 200, match: 'ip', actions: 'drop', category: FlowCategory.policy };
+  t.same(Object.keys(withCookie(base)).sort(), ['actions', 'category', 'cookie', 'match', 'priority', 'table']);
+  const owned = withCookie({ ...base, category: FlowCategory.pod, owner: 'c1' });
+  t.equal(owned.owner, 'c1');
+  t.notOk('owner' in withCookie(base));
+  t.match(owned.cookie, /^0x51ce01[0-9a-f]{10}$/);
+  t.not(owned.cookie, withCookie(base).cookie);
+});

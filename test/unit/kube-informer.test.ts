@@ -137,3 +137,40 @@ t.test('a resource that is not served fails with its 404; stop() ends the inform
   t.same(pods.seen, [], 'no event after stop()');
   t.same(pods.errors, [], 'and stopping is not an error');
 });
+
+t.test('a transform applies to listed and watched objects; the resume version is the raw event\'s', async (t) => {
+  type Obj = ListedObject & { big?: string };
+  const paths: string[] = [];
+  let send: ((ev: { type: string; object: Record<string, unknown> }) => void) | undefined;
+  let end: ((err?: Error) => void) | undefined;
+  const access = {
+    watch: (path: string, onEvent: typeof send, onEnd: typeof end) => {
+      paths.push(path);
+      send = onEvent;
+      end = onEnd;
+      return { close: () => undefined };
+    },
+  };
+  // Drops everything but the name: the cache must not need resourceVersion on its objects.
+  const transform = (o: Obj): Obj => ({ metadata: { name: o.metadata?.name, namespace: o.metadata?.namespace } });
+  const informer = new Informer<Obj>(access, {
+    path: '/api/v1/pods',
+    list: async () => ({ metadata: { resourceVersion: '5' }, items: [{ metadata: { name: 'a', namespace: 'x', resourceVersion: '4' }, big: 'x'.repeat(100) }] }),
+    transform,
+  });
+  const seen: Obj[] = [];
+  informer.on('add', (o) => seen.push(o));
+  informer.on('update', (o) => seen.push(o));
+  informer.on('delete', (o) => seen.push(o));
+  await informer.start();
+  send!({ type: 'ADDED', object: { metadata: { name: 'b', namespace: 'x', resourceVersion: '6' }, big: 'y' } });
+  send!({ type: 'MODIFIED', object: { metadata: { name: 'a', namespace: 'x', resourceVersion: '7' }, big: 'z' } });
+  send!({ type: 'DELETED', object: { metadata: { name: 'b', namespace: 'x', resourceVersion: '8' }, big: 'y' } });
+  t.same(seen, [{ metadata: { name: 'a', namespace: 'x' } }, { metadata: { name: 'b', namespace: 'x' } }, { metadata: { name: 'a', namespace: 'x' } }, { metadata: { name: 'b', namespace: 'x' } }]);
+  t.same(informer.list(), [{ metadata: { name: 'a', namespace: 'x' } }]);
+  // The server ends the watch: it resumes from the last event's version, not a relist.
+  end!();
+  t.equal(paths.length, 2);
+  t.match(paths[1], /resourceVersion=8/);
+  await informer.stop();
+});

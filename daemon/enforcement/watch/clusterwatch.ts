@@ -5,7 +5,8 @@
  * An informer resumes by itself only after 410 Gone or a clean end of its watch; every other
  * failure (socket reset, HTTP 5xx, API server restart) stops it, so the 'error' handler restarts
  * it (resuming at the last resourceVersion; a 410 then relists, and objects missing from the new
- * list are reported deleted). A resource answered by 404 (CRD not installed) is retried until it
+ * list are reported deleted). Objects are cached and reported trimmed to what the agent reads
+ * (trim.ts). A resource answered by 404 (CRD not installed) is retried until it
  * appears and counts as synced-and-empty meanwhile. Nothing is ever flushed here: until
  * a relist completes, consumers keep the last state they were told.
  */
@@ -13,6 +14,7 @@ import { KubeAccess } from '../../kube/access.js';
 import { Informer } from '../../kube/informer.js';
 import type { KubeObject } from '../../policy/types.js';
 import { isNotFound, WATCHED_RESOURCES, type WatchedResource } from './resources.js';
+import { trimObject } from './trim.js';
 
 export type WatchEvent = { type: 'upsert'; object: KubeObject } | { type: 'remove'; object: KubeObject };
 
@@ -24,6 +26,8 @@ export interface WatchLog {
 
 export interface ClusterWatchOptions {
   kubeconfig?: string;
+  /** The API connection to use instead of one loaded from `kubeconfig` (offline benches). */
+  access?: Pick<KubeAccess, 'getJson' | 'watch'>;
   /** Called for every object event, in the order the informers report them. */
   onEvent: (ev: WatchEvent) => void;
   log: WatchLog;
@@ -35,7 +39,7 @@ export interface ClusterWatchOptions {
 
 type ListObject = { items: unknown[]; metadata?: { resourceVersion?: string } };
 
-function makeLister(access: KubeAccess, r: WatchedResource): () => Promise<ListObject> {
+function makeLister(access: Pick<KubeAccess, 'getJson'>, r: WatchedResource): () => Promise<ListObject> {
   return async () => {
     const l = (await access.getJson(r.path)) as ListObject;
     if (!l || !Array.isArray(l.items)) throw new Error(`GET ${r.path}: not a list`);
@@ -82,8 +86,8 @@ export class ClusterWatch {
   }
 
   private async startAll(): Promise<void> {
-    const access = KubeAccess.load(this.opts.kubeconfig);
-    this.access = access;
+    const access = this.opts.access ?? KubeAccess.load(this.opts.kubeconfig);
+    if (access instanceof KubeAccess) this.access = access;
     for (const r of this.opts.resources ?? WATCHED_RESOURCES) {
       const list = makeLister(access, r);
       let state!: InformerState;
@@ -109,7 +113,8 @@ export class ClusterWatch {
         setImmediate(() => this.markSynced(state));
         return { ...(l.metadata ? { metadata: l.metadata } : {}), items: l.items.map((i) => plain(i, r)) };
       };
-      const informer = new Informer<KubeObject>(access, { path: r.path, list: listFn });
+      // Only the fields the agent reads are cached (trim.ts): one small copy of each object.
+      const informer = new Informer<KubeObject>(access, { path: r.path, list: listFn, transform: (o) => trimObject(plain(o, r)) });
       state = { resource: r, informer, synced: false, absent: false, failures: 0, relists: 0, restarts: 0 };
       const emit = (type: WatchEvent['type']) => (obj: KubeObject) => {
         if (this.stopped) return;

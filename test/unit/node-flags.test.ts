@@ -1,0 +1,45 @@
+/**
+ * The agent's V8 flags (daemon/node-flags.ts): node accepts them, they bound the young
+ * generation and expose gc() to collectStartupGarbage(), which does nothing without it.
+ */
+import t from 'tap';
+import { spawnSync } from 'node:child_process';
+import { AGENT_NODE_FLAGS, collectStartupGarbage } from '../../daemon/node-flags.js';
+
+t.test('node starts with the flags: semi-spaces bounded, gc exposed', async (t) => {
+  // Allocates fast enough that V8 would grow the young generation to its default maximum.
+  const script = `
+    const keep = [];
+    for (let i = 0; i < 2e6; i++) { const o = { i, s: String(i) }; if (i % 16 === 0) keep.push(o); }
+    const young = require('node:v8').getHeapSpaceStatistics().find((s) => s.space_name === 'new_space');
+    console.log(JSON.stringify({ young: young.space_size, gc: typeof globalThis.gc }));`;
+  const run = (flags: readonly string[]) => {
+    const r = spawnSync(process.execPath, [...flags, '-e', script], { encoding: 'utf8' });
+    t.equal(r.status, 0, r.stderr);
+    return JSON.parse(r.stdout) as { young: number; gc: string };
+  };
+  const semi = Number(/^--max-semi-space-size=(\d+)$/.exec(AGENT_NODE_FLAGS.find((f) => f.startsWith('--max-semi-space-size=')) ?? '')?.[1]);
+  t.ok(semi > 0, 'a semi-space bound is set');
+  const bounded = run(AGENT_NODE_FLAGS);
+  // new_space reports the two semi-spaces.
+  t.ok(bounded.young <= 2 * semi * 2 ** 20, `young generation ${bounded.young} bytes within 2 x ${semi} MiB`);
+  t.equal(bounded.gc, 'function');
+  const plain = run([]);
+  t.ok(plain.young > bounded.young, `without the flags it grows further (${plain.young} bytes)`);
+  t.equal(plain.gc, 'undefined');
+});
+
+t.test('collectStartupGarbage runs only when gc is exposed', async (t) => {
+  const g = globalThis as { gc?: () => void };
+  const saved = g.gc;
+  try {
+    let calls = 0;
+    g.gc = () => calls++;
+    t.equal(collectStartupGarbage(), true);
+    t.equal(calls, 1);
+    delete g.gc;
+    t.equal(collectStartupGarbage(), false);
+  } finally {
+    if (saved) g.gc = saved;
+  }
+});
