@@ -300,15 +300,12 @@ export class Agent {
     const fixed = /^ip:(.*)$/.exec(to)?.[1];
     const family = fixed !== undefined ? (fixed.includes(':') ? 6 : 4) : asked ? Number(asked) : src.ips.some((a) => !a.includes(':')) ? 4 : 6;
     if (asked && Number(asked) !== family) return bad(`family ${asked}: the destination ${to} is an IPv${family} address`);
-    let source = { pod: from, ip: src.ips.find((a) => a.includes(':') === (family === 6)), mac: src.mac, ofport: src.ofport };
-    const egress = src.egressV4;
-    if (!source.ip && family === 4 && egress) {
-      // An IPv6-only Pod's IPv4 leaves through its egress interface, to addresses outside the cluster only.
-      if (fixed === undefined) return bad(`from "${from}": the Pod has no IPv4 address; its IPv4 egress interface ${egress.ifName} reaches only addresses outside the cluster (use --to ip:ADDRESS)`);
-      source = { pod: from, ip: egress.ip, mac: egress.mac, ofport: egress.ofport };
-    }
-    const ip = source.ip;
-    if (!ip) return bad(`from "${from}": the Pod has no IPv${family} address`);
+    const own = src.ips.find((a) => a.includes(':') === (family === 6));
+    // An IPv6-only Pod's IPv4 leaves through its egress interface, to addresses outside the cluster only.
+    const egress = own === undefined && family === 4 ? src.egressV4 : undefined;
+    if (egress && fixed === undefined) return bad(`from "${from}": the Pod has no IPv4 address; its IPv4 egress interface ${egress.ifName} reaches only addresses outside the cluster (use --to ip:ADDRESS)`);
+    const source = egress ? { pod: from, ip: egress.ip, mac: egress.mac, ofport: egress.ofport } : own !== undefined ? { pod: from, ip: own, mac: src.mac, ofport: src.ofport } : undefined;
+    if (!source) return bad(`from "${from}": the Pod has no IPv${family} address`);
     const byPort = new Map<number, string>();
     for (const p of this.pods.values()) {
       byPort.set(p.ofport, `Pod ${p.podNamespace}/${p.podName} (port ${p.ofport})`);
@@ -317,7 +314,7 @@ export class Agent {
     const name = (ofport: number) => (ofport === gw.ofport ? `${gw.name} (port ${ofport})` : byPort.get(ofport) ?? `port ${ofport}`);
     try {
       const report = await this.enforcement.traceflow(
-        { source: { ...source, ip }, to, protocol: protocol as TraceProtocol, dstPort: protocol === 'ICMP' ? 0 : port },
+        { source, to, protocol: protocol as TraceProtocol, dstPort: protocol === 'ICMP' ? 0 : port },
         {
           // Cached datapath flows of the source's traffic were made without the observation flows
           // and could carry the traced packet past them: purged after each change.

@@ -111,16 +111,15 @@ export class ClusterWatch {
         }
         // The informer fills its cache and reports add/update/delete right after this returns.
         setImmediate(() => this.markSynced(state));
-        return { ...(l.metadata ? { metadata: l.metadata } : {}), items: l.items.map((i) => plain(i, r)) };
+        return { ...(l.metadata ? { metadata: l.metadata } : {}), items: l.items as KubeObject[] };
       };
-      // Only the fields the agent reads are cached (trim.ts): one small copy of each object.
+      // Every listed and watched object is stamped with the resource's apiVersion and kind (list
+      // items carry neither; a CRD may be served at several versions), then trimmed to the fields
+      // the agent reads (trim.ts): one small copy of each object.
       const informer = new Informer<KubeObject>(access, { path: r.path, list: listFn, transform: (o) => trimObject(plain(o, r)) });
       state = { resource: r, informer, synced: false, absent: false, failures: 0, relists: 0, restarts: 0 };
       const emit = (type: WatchEvent['type']) => (obj: KubeObject) => {
         if (this.stopped) return;
-        // Watch events carry apiVersion/kind; stamp them anyway (a CRD served at several versions).
-        obj.apiVersion = r.apiVersion;
-        obj.kind = r.kind;
         state.failures = 0;
         this.opts.onEvent({ type, object: obj });
       };
