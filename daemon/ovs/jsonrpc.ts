@@ -21,6 +21,13 @@ export class JsonRpcError extends Error {
 /** The socket is gone (refused, closed by the server, timed out): the request may not have run. */
 export class JsonRpcClosed extends Error {
   override name = 'JsonRpcClosed';
+  constructor(
+    message: string,
+    /** The socket error's code (ENOENT, ECONNREFUSED, EAGAIN…) when the connection failed with one. */
+    readonly code?: string,
+  ) {
+    super(message);
+  }
 }
 
 /**
@@ -131,9 +138,9 @@ export class JsonRpcConnection {
         socket.removeAllListeners('error');
         resolve(new JsonRpcConnection(socket, path));
       });
-      socket.once('error', (err) => {
+      socket.once('error', (err: NodeJS.ErrnoException) => {
         cancel();
-        reject(new JsonRpcClosed(`${path}: ${err.message}`));
+        reject(new JsonRpcClosed(`${path}: ${err.message}`, err.code));
       });
     });
   }

@@ -8,7 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { JsonRpcClosed, JsonRpcConnection, JsonRpcError, JsonSplitter } from '../../daemon/ovs/jsonrpc.js';
 import { decodeValue, OvsdbClient, OvsdbError } from '../../daemon/ovs/ovsdb.js';
-import { unixctl, UnixctlError } from '../../daemon/ovs/unixctl.js';
+import { unixctl, UnixctlError, UNIXCTL_IN_FLIGHT } from '../../daemon/ovs/unixctl.js';
+import { spawn } from 'node:child_process';
 import { Ovs } from '../../daemon/flows/ovs.js';
 import pino from 'pino';
 
@@ -206,4 +207,54 @@ t.test('unixctl: the result text, or the error text ovs-appctl would print', asy
   t.equal(await unixctl(path, 'version', ['a', 'b']), 'ovs-vswitchd a b\n', 'arguments are the params');
   await t.rejects(unixctl(path, 'no/such'), new UnixctlError('"no/such" is not a valid command'));
   await close(server);
+});
+
+t.test('unixctl: many commands at once queue behind a few connections per socket', async (t) => {
+  const path = join(dir, 'busy.ctl');
+  let pending = 0;
+  let most = 0;
+  const server = await serve(path, (m, sock) => {
+    most = Math.max(most, ++pending);
+    // Answers later, so callers pile up the way they do behind a busy ovs-vswitchd.
+    setTimeout(() => {
+      pending--;
+      sock.write(JSON.stringify({ result: `done ${(m.params as string[])[0]}`, error: null, id: m.id }));
+    }, 5);
+  });
+  const answers = await Promise.all(Array.from({ length: 40 }, (_, i) => unixctl(path, 'ofproto/trace', [String(i)])));
+  t.same(answers, Array.from({ length: 40 }, (_, i) => `done ${i}`), 'every command answered, each with its own reply');
+  t.ok(most <= UNIXCTL_IN_FLIGHT && most > 1, `at most ${UNIXCTL_IN_FLIGHT} commands in flight at once (saw ${most})`);
+  await close(server);
+});
+
+t.test('unixctl: a connect refused with EAGAIN (listen backlog full) is retried until the deadline', async (t) => {
+  // A server in another process that listens with a backlog of 1 and then does not accept for
+  // 600 ms: further connects fail with EAGAIN, as they do when ovs-vswitchd is busy.
+  const path = join(dir, 'stalled.ctl');
+  const child = spawn(process.execPath, ['-e', `
+    const net = require('node:net');
+    const s = net.createServer((c) => {
+      let buf = '';
+      c.setEncoding('utf8');
+      c.on('error', () => {});
+      c.on('data', (d) => { buf += d; try { const m = JSON.parse(buf); c.write(JSON.stringify({ result: 'ok ' + m.params[0], error: null, id: m.id })); } catch {} });
+    });
+    s.listen({ path: ${JSON.stringify(path)}, backlog: 1 }, () => {
+      process.stdout.write('listening\\n');
+      setTimeout(() => { const end = Date.now() + 600; while (Date.now() < end); }, 20);
+    });
+    process.stdin.on('end', () => process.exit(0));
+    process.stdin.resume();
+  `], { stdio: ['pipe', 'pipe', 'inherit'] });
+  t.teardown(() => child.stdin!.end());
+  await new Promise<void>((resolve) => child.stdout!.once('data', () => resolve()));
+  await new Promise((r) => setTimeout(r, 60)); // the child is now stalled, not accepting
+  // Raw connects first, to show the backlog really overflows with EAGAIN.
+  const raw = await Promise.all(
+    Array.from({ length: 4 }, () => JsonRpcConnection.connect(path, 2000).then((c) => (c.close(), 'ok'), (e: JsonRpcClosed) => e.code ?? e.message)),
+  );
+  t.ok(raw.includes('EAGAIN'), `a plain connect fails with EAGAIN while the server is stalled (${raw.join(', ')})`);
+  await new Promise((r) => setTimeout(r, 20));
+  const answers = await Promise.all(Array.from({ length: 4 }, (_, i) => unixctl(path, 'version', [String(i)], 5000)));
+  t.same(answers, ['ok 0', 'ok 1', 'ok 2', 'ok 3'], 'unixctl waits it out and every command is answered');
 });
