@@ -251,7 +251,14 @@ t.test('unixctl: a connect refused with EAGAIN (listen backlog full) is retried 
   await new Promise((r) => setTimeout(r, 60)); // the child is now stalled, not accepting
   // Raw connects first, to show the backlog really overflows with EAGAIN.
   const raw = await Promise.all(
-    Array.from({ length: 4 }, () => JsonRpcConnection.connect(path, 2000).then((c) => (c.close(), 'ok'), (e: JsonRpcClosed) => e.code ?? e.message)),
+    Array.from({ length: 4 }, () => JsonRpcConnection.connect(path, 2000).then(
+        (c) => {
+          c.close();
+          return 'ok';
+        },
+        (e: JsonRpcClosed) => e.code ?? e.message,
+      ),
+    ),
   );
   t.ok(raw.includes('EAGAIN'), `a plain connect fails with EAGAIN while the server is stalled (${raw.join(', ')})`);
   await new Promise((r) => setTimeout(r, 20));
