@@ -6,7 +6,8 @@
  * bundle is on the bridge) for (a) a new NetworkPolicy, (b) a Pod relabel that moves it into a
  * group, (c) a new local Pod (API create to "add: attached", which includes the lab kubelet's
  * sandbox set-up) — p50/p99; flows installed; agent RSS; TCP connection-setup rate between two
- * Pods with 0 and with 500 policies. `--ip-family dual` runs it on a dual-stack lab (every Pod has an
+ * Pods with 500 policies and with none, alternating three times, with node-1's datapath counters
+ * (megaflows, upcalls, subtables searched per hit). `--ip-family dual` runs it on a dual-stack lab (every Pod has an
  * IPv6 address too, the API-only ones fd00:200::/64) and measures the connection-setup rate over
  * IPv6 beside IPv4. Not a test: it asserts nothing, it measures.
  *
@@ -23,7 +24,7 @@ import { resolveKind } from '../lab/kinds.js';
 import { podNetns, repoRoot } from '../lab/net/names.js';
 import { clientFor } from '../lab/ops.js';
 import type { KubeObject } from '../daemon/policy/types.js';
-import { agentMemory, flowCount, LogTail, pct, sleep } from './lab-agent.js';
+import { agentMemory, datapathCounters, flowCount, LogTail, pct, sleep } from './lab-agent.js';
 
 const labArg = process.argv.indexOf('--lab');
 /** The lab's name: another one (`--lab`) lets two runs of this bench share a machine. */
@@ -149,15 +150,19 @@ async function main(): Promise<void> {
   const tail = new LogTail(agentLogPath(LAB, NODE));
   await tail.settle();
   // IPv4 and IPv6 measured by turns, so that a change in the machine's load hits both alike.
+  const counters = datapathCounters(LAB, NODE);
+  let lastCounters = '';
   const rates = async (): Promise<Map<4 | 6, number>> => {
     const sums = new Map<4 | 6, number>(FAMILIES.map((f) => [f, 0]));
+    counters.start();
     for (let round = 0; round < 2; round++) for (const f of FAMILIES) sums.set(f, sums.get(f)! + (await connectionRate('cli', ips.get('srv-0')!.get(f)!, 80)) / 2);
+    lastCounters = counters.read();
     return sums;
   };
-  const show = (r: Map<4 | 6, number>) => FAMILIES.map((f) => `IPv${f} ${r.get(f)!.toFixed(0)}`).join(', ');
+  const show = (r: Map<4 | 6, number>) => `${FAMILIES.map((f) => `IPv${f} ${r.get(f)!.toFixed(0)}`).join(', ')} conn/s (${NODE}'s datapath: ${lastCounters})`;
   const load = () => `load average ${loadavg().map((x) => x.toFixed(2)).join(' ')}`;
   const rate0 = await rates();
-  console.log(`connection setup cli (node-2) -> srv-0 (node-1), 0 policies: ${show(rate0)} conn/s; flows on ${NODE}: ${flowCount(LAB, NODE)}; ${agentMemory(LAB, NODE)}; ${load()}`);
+  console.log(`connection setup cli (node-2) -> srv-0 (node-1), 0 policies: ${show(rate0)}; flows on ${NODE}: ${flowCount(LAB, NODE)}; ${agentMemory(LAB, NODE)}; ${load()}`);
 
   const tPol = performance.now();
   for (let i = 0; i < POLICIES; i++) await rest.create(NETPOL, netpol(i));
@@ -193,9 +198,31 @@ async function main(): Promise<void> {
     (i) => ['add: attached', `bench/new-${i}"`],
   );
   await tail.settle();
-  const rate500 = await rates();
-  const ratios = FAMILIES.map((f) => `IPv${f} ${(rate500.get(f)! / rate0.get(f)!).toFixed(2)}`).join(', ');
-  console.log(`connection setup cli -> srv-0 with ${POLICIES + EVENTS} policies: ${show(rate500)} conn/s (ratio to 0 policies: ${ratios}); ${load()}`);
+  // The 0-policy figure above was taken minutes earlier, under whatever load the machine had then.
+  // The ratio that counts alternates: with every policy, then with none (all deleted), then all
+  // created again, three times, so that a drift of the machine's load hits both sides alike.
+  const all = (await rest.list(NETPOL, { namespace: 'bench' })).items;
+  const withSum = new Map<4 | 6, number>(FAMILIES.map((f) => [f, 0]));
+  const withoutSum = new Map<4 | 6, number>(FAMILIES.map((f) => [f, 0]));
+  const add = (sum: Map<4 | 6, number>, r: Map<4 | 6, number>) => {
+    for (const f of FAMILIES) sum.set(f, sum.get(f)! + r.get(f)!);
+  };
+  for (let round = 1; round <= 3; round++) {
+    const withRate = await rates();
+    add(withSum, withRate);
+    console.log(`connection setup cli -> srv-0, round ${round}, ${all.length} policies: ${show(withRate)}; ${load()}`);
+    for (const o of all) await rest.delete(NETPOL, o.metadata.name, 'bench');
+    await tail.settle();
+    const withoutRate = await rates();
+    add(withoutSum, withoutRate);
+    console.log(`connection setup cli -> srv-0, round ${round}, 0 policies: ${show(withoutRate)}; ${load()}`);
+    if (round < 3) {
+      for (const o of all) await rest.create(NETPOL, { apiVersion: o.apiVersion, kind: o.kind, metadata: { namespace: 'bench', name: o.metadata.name }, spec: o.spec });
+      await tail.settle();
+    }
+  }
+  const ratio = (a: Map<4 | 6, number>, b: Map<4 | 6, number>) => FAMILIES.map((f) => `IPv${f} ${(a.get(f)! / b.get(f)!).toFixed(2)}`).join(', ');
+  console.log(`connection setup ratio, ${all.length} policies ÷ 0 policies, 3 alternating rounds: ${ratio(withSum, withoutSum)}`);
   console.log(`final: flows on ${NODE}: ${flowCount(LAB, NODE)}; ${agentMemory(LAB, NODE)}; Pods known cluster-wide: ${LOCAL + 1 + REMOTE + LOCAL_EVENTS}; bench ${((performance.now() - t0) / 1000).toFixed(0)} s`);
   if (!process.argv.includes('--keep')) spawnSync(process.execPath, [cli, 'down', '--name', LAB], { stdio: 'ignore' });
 }

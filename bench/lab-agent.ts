@@ -69,6 +69,28 @@ export function flowCount(lab: string, node: string): number {
   return Number(/flow_count=(\d+)/.exec(r.stdout)?.[1] ?? Number.NaN);
 }
 
+/**
+ * ovs-vswitchd's userspace datapath counters over a measurement: `start()` clears them, `read()`
+ * reports megaflows installed, upcalls, datapath passes per packet and the dpcls subtables searched
+ * per megaflow hit (each distinct mask is a subtable: the figure that grows when policy tables
+ * unwildcard fields). Only for `datapath_type=netdev`, which is what the lab runs.
+ */
+export const datapathCounters = (lab: string, node: string) => {
+  const appctl = (...args: string[]) => spawnSync('ovs-appctl', args, { env: { ...process.env, OVS_RUNDIR: ovsDir(lab, node) }, encoding: 'utf8' }).stdout ?? '';
+  return {
+    start: (): void => {
+      appctl('revalidator/purge');
+      appctl('dpif-netdev/pmd-stats-clear');
+    },
+    read: (): string => {
+      const stats = appctl('dpif-netdev/pmd-stats-show');
+      const num = (label: string) => /([\d.]+)\s*$/.exec(stats.split('\n').find((l) => l.includes(label)) ?? '')?.[1] ?? '?';
+      const megaflows = appctl('dpctl/dump-flows').split('\n').filter((l) => l.startsWith('recirc_id') || l.startsWith('ct_state') || l.includes('in_port(')).length;
+      return `${megaflows} megaflows, ${num('miss with success upcall')} upcalls, ${num('passes per packet')} passes per packet, ${num('subtable lookups per megaflow hit')} subtables searched per megaflow hit`;
+    },
+  };
+};
+
 /** The agent's RSS in MiB, from /proc. */
 export function agentRssMiB(lab: string, node: string): number {
   const pid = readFileSync(agentPidPath(lab, node), 'utf8').trim();
