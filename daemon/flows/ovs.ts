@@ -530,7 +530,7 @@ export class Ovs {
   }
 
   /**
-   * The diff as one atomic OpenFlow bundle: its deletions (by exact cookie), then its additions. On
+   * Commits the diff as one atomic OpenFlow bundle: its deletions (by exact cookie), then its additions. On
    * the userspace (netdev) datapath the cached megaflows are then purged (over ovs-vswitchd's
    * control socket, no process forked), so every packet after this call is decided by the new tables. Reason: when a change
    * alters a megaflow's actions, ovs-vswitchd's revalidator rewrites it by looking the datapath
@@ -539,9 +539,8 @@ export class Ovs {
    * on the wider one. The narrower one then keeps its old actions while the revalidator records
    * them as updated. An Allow then outlives the policy that removed it until the flow idles out
    * (seen in the model=datapath lab suites). The kernel datapath rewrites by flow id and needs no
-   * purge.
+   * purge. Resolves with the time the bundle and the purge took (ms).
    */
-  /** Commits `diff` as one bundle; resolves with the time the bundle and the purge took (ms). */
   async applyDiff(diff: FlowDiff): Promise<ApplyTimings> {
     if (isEmptyDiff(diff)) return { bundleMs: 0, purgeMs: 0 };
     const t0 = performance.now();
