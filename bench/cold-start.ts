@@ -8,8 +8,9 @@
  *   - "ready": host networking converged too, the agent serves CNI requests;
  * and its memory once ready (RSS, and the JS heap used of the heap reserved from its /status) and
  * again `--settle` seconds later (default 20). Each build's agent starts with the V8 flags its own
- * dist/daemon/node-flags.js names (none when it has none), as its image would start it;
- * `--node-flags "A B"` overrides this build's. Two kinds of start, interleaved: `restart` (the bridge keeps the flows,
+ * dist/daemon/node-flags.js names (flags and environment; none when it has none), as its image would start it;
+ * `--node-flags "A B"` overrides this build's, and `--env "K=V …"` adds to its environment (with
+ * `--baseline` naming this same checkout, an A/B of that setting alone). Two kinds of start, interleaved: `restart` (the bridge keeps the flows,
  * as after an agent upgrade: the bundle should change nothing) and `empty bridge` (every flow
  * deleted first, as after a node reboot).
  *
@@ -21,7 +22,7 @@
  * build's agent on the same lab, alternating with this one. Runs idle, then with a CPU load
  * generator on every core (`--no-loaded` skips that round).
  *
- * usage (root, after a build): node dist/bench/cold-start.js [--reps 2] [--local 110] [--baseline DIR] [--settle 20] [--node-flags "A B"] [--realistic | --empty] [--keep]
+ * usage (root, after a build): node dist/bench/cold-start.js [--reps 2] [--local 110] [--baseline DIR] [--settle 20] [--node-flags "A B"] [--env "K=V"] [--realistic | --empty] [--keep]
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
@@ -144,24 +145,27 @@ interface Build {
   dist: string;
   /** node flags the agent starts with. */
   flags: readonly string[];
+  /** Environment added to the agent's (e.g. a malloc tunable), on top of the bench's own. */
+  env: Record<string, string>;
 }
 
-/** The agent V8 flags a build's dist/ names (dist/daemon/node-flags.js), none when it has none. */
-async function buildFlags(dist: string): Promise<readonly string[]> {
+/** The agent's V8 flags and environment a build's dist/ names (dist/daemon/node-flags.js), none when it has none. */
+async function buildSettings(dist: string): Promise<{ flags: readonly string[]; env: Record<string, string> }> {
   const file = join(dist, 'daemon', 'node-flags.js');
-  if (!existsSync(file)) return [];
-  return ((await import(pathToFileURL(file).href)) as { AGENT_NODE_FLAGS: readonly string[] }).AGENT_NODE_FLAGS;
+  if (!existsSync(file)) return { flags: [], env: {} };
+  const m = (await import(pathToFileURL(file).href)) as { AGENT_NODE_FLAGS: readonly string[]; AGENT_ENV?: Record<string, string> };
+  return { flags: m.AGENT_NODE_FLAGS, env: { ...(m.AGENT_ENV ?? {}) } };
 }
 
 /** Starts the agent of `dist` (a build's dist/ directory) the way the lab does, and times its start-up from its log's timestamps. */
 async function timedStart(build: Build): Promise<StartFigures> {
-  const { dist, flags } = build;
+  const { dist, flags, env } = build;
   const log = agentLogPath(LAB, NODE);
   writeFileSync(log, '');
   const tail = new LogTail(log);
   const fd = openSync(log, 'a');
   const t0 = Date.now();
-  const child = spawn('ip', ['netns', 'exec', nodeNetns(LAB, NODE), process.execPath, ...flags, join(dist, 'daemon', 'main.js'), '--config', agentConfigPath(LAB, NODE)], { detached: true, stdio: ['ignore', fd, fd] });
+  const child = spawn('ip', ['netns', 'exec', nodeNetns(LAB, NODE), process.execPath, ...flags, join(dist, 'daemon', 'main.js'), '--config', agentConfigPath(LAB, NODE)], { detached: true, stdio: ['ignore', fd, fd], env: { ...process.env, ...env } });
   closeSync(fd);
   child.unref();
   writeFileSync(agentPidPath(LAB, NODE), `${child.pid}\n`);
@@ -255,14 +259,17 @@ async function main(): Promise<void> {
   await new LogTail(agentLogPath(LAB, NODE)).settle();
   console.log(`enforcing: ${flowCount(LAB, NODE)} flows on ${NODE}; agent RSS ${agentRssMiB(LAB, NODE).toFixed(0)} MiB; load average ${load()}`);
   const own = join(repoRoot(), 'dist');
-  const ownFlags = arg('node-flags')?.split(' ').filter(Boolean) ?? (await buildFlags(own));
-  const builds: Build[] = [{ label: 'this build', dist: own, flags: ownFlags }];
+  const ownSettings = await buildSettings(own);
+  const ownFlags = arg('node-flags')?.split(' ').filter(Boolean) ?? ownSettings.flags;
+  const extraEnv = Object.fromEntries((arg('env') ?? '').split(' ').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+  const envText = Object.entries(extraEnv).map(([k, v]) => `${k}=${v}`).join(' ');
+  const builds: Build[] = [{ label: envText ? `this build, ${envText}` : 'this build', dist: own, flags: ownFlags, env: { ...ownSettings.env, ...extraEnv } }];
   if (BASELINE) {
     const dist = join(resolve(BASELINE), 'dist');
     if (!existsSync(join(dist, 'daemon', 'main.js'))) throw new Error(`--baseline ${BASELINE}: ${dist}/daemon/main.js is missing (build it first)`);
-    builds.unshift({ label: `baseline ${BASELINE}`, dist, flags: await buildFlags(dist) });
+    builds.unshift({ label: `baseline ${BASELINE}`, ...(await buildSettings(dist)), dist });
   }
-  for (const b of builds) console.log(`${b.label}: node ${b.flags.length ? b.flags.join(' ') : '(no flags)'}`);
+  for (const b of builds) console.log(`${b.label}: ${Object.entries(b.env).map(([k, v]) => `${k}=${v} `).join('')}node ${b.flags.length ? b.flags.join(' ') : '(no flags)'}`);
   await round('idle', builds);
   if (!process.argv.includes('--no-loaded')) await round('loaded', builds);
   console.log(`bench ${((performance.now() - t0) / 1000).toFixed(0)} s`);

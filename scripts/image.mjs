@@ -130,13 +130,15 @@ const APP_DIRS = ['dist/daemon', 'dist/cni', 'dist/install'];
 /** The plugin's front end and the standalone plugin it execs; installed side by side on the host. */
 const CNI_BINARIES = ['dist/bin/sluice-cni', 'dist/bin/sluice-cni-standalone'];
 
-function wrapper(main, flags = []) {
-  return `#!/bin/sh\nexec /usr/local/bin/node ${flags.map((f) => `${f} `).join('')}/usr/local/lib/sluice/${main} "$@"\n`;
+/** A launcher script; `env` values are defaults that the container's own environment overrides. */
+function wrapper(main, flags = [], env = {}) {
+  const exports = Object.entries(env).map(([k, v]) => `export ${k}="\${${k}:-${v}}"\n`).join('');
+  return `#!/bin/sh\n${exports}exec /usr/local/bin/node ${flags.map((f) => `${f} `).join('')}/usr/local/lib/sluice/${main} "$@"\n`;
 }
 
-/** The agent's V8 flags (dist/daemon/node-flags.js, built with the app); empty before a build. */
+/** The agent's V8 flags and environment (dist/daemon/node-flags.js, built with the app); none before a build. */
 const flagsModule = join(ROOT, 'dist', 'daemon', 'node-flags.js');
-const agentNodeFlags = existsSync(flagsModule) ? (await import(pathToFileURL(flagsModule).href)).AGENT_NODE_FLAGS : [];
+const { AGENT_NODE_FLAGS: agentNodeFlags = [], AGENT_ENV: agentEnv = {} } = existsSync(flagsModule) ? await import(pathToFileURL(flagsModule).href) : {};
 
 function build() {
   const t0 = Date.now();
@@ -170,7 +172,7 @@ function build() {
     cpSync(modules, join(lib, 'node_modules'), { recursive: true });
     copyFileSync(node, join(bin, 'node'));
     for (const f of CNI_BINARIES) copyFileSync(join(ROOT, f), join(bin, basename(f)));
-    writeFileSync(join(bin, 'sluice-agent'), wrapper('dist/daemon/main.js', agentNodeFlags));
+    writeFileSync(join(bin, 'sluice-agent'), wrapper('dist/daemon/main.js', agentNodeFlags, agentEnv));
     writeFileSync(join(bin, 'sluicectl'), wrapper('dist/daemon/sluicectl.js'));
     // kubectl finds plugins by name on PATH: `kubectl sluice whatif ...` runs sluicectl.
     writeFileSync(join(bin, 'kubectl-sluice'), wrapper('dist/daemon/sluicectl.js'));

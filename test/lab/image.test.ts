@@ -10,6 +10,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseYamlDocuments } from '../../daemon/kube-yaml.js';
+import { AGENT_ENV } from '../../daemon/node-flags.js';
 import { repoRoot } from '../../lab/net/names.js';
 
 const IMAGE_SCRIPT = join(repoRoot(), 'scripts', 'image.mjs');
@@ -73,6 +74,12 @@ if (why) {
       const r = inImage(cmd);
       t.equal(r.code, 0, `${cmd}: exit 0${r.code ? `: ${r.stderr.trim()}` : ''}`);
       t.match(r.stdout, re, cmd);
+    }
+    // The agent's launcher sets its environment defaults (daemon/node-flags.ts), and the
+    // container's own value wins: sh -x shows the values the exec'd node gets.
+    for (const [given, expect] of [['', AGENT_ENV.MALLOC_ARENA_MAX], ['MALLOC_ARENA_MAX=4 ', '4']] as const) {
+      const r = inImage(`${given}sh -x /usr/local/bin/sluice-agent --help 2>&1 >/dev/null | grep MALLOC_ARENA_MAX`);
+      t.match(r.stdout, new RegExp(`export MALLOC_ARENA_MAX=${expect}\\b`), `${given || 'no value given: '}the agent starts with MALLOC_ARENA_MAX=${expect}`);
     }
     const lean = inImage('ls /usr/bin/gcc /usr/bin/cc /usr/bin/npm /root/.npm /usr/share/doc/openvswitch-switch 2>/dev/null; true');
     t.equal(lean.stdout.trim(), '', 'no compiler, npm, npm cache or documentation');
