@@ -174,9 +174,7 @@ export async function cleanupNode(
     // 2. Node-wide state. The Pods no longer use any of it.
     await step('remove host networking', () => hostnet.removeBase());
     await step(`remove bridge ${config.bridge}`, async () => {
-      const bridges = (await ovs.vsctl(['list-br'])).split('\n').filter(Boolean);
-      if (!bridges.includes(config.bridge)) return `bridge ${config.bridge} already gone`;
-      await ovs.vsctl(['--if-exists', 'del-br', config.bridge]);
+      if (!(await ovs.deleteBridge(config.bridge))) return `bridge ${config.bridge} already gone`;
       return `bridge ${config.bridge} and its gateway ${config.gateway} (with their flows)`;
     });
     await step('end flow-restore-wait', async () => ((await ovs.endFlowRestoreWait()) ? 'other_config:flow-restore-wait (set by the ovs container restart; no agent will end it)' : []));

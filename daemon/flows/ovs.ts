@@ -2,9 +2,8 @@
  * Thin OVS adapter, everything under `ovsRunDir` so a node's private OVS (the lab) and the
  * machine's OVS are addressed the same way: the per-Pod work (ports, their records, the OpenFlow
  * port numbers) on one OVSDB session and ovs-vswitchd's control socket, with no process forked;
- * the bridge, gateway and flow-table-name checks of start-up and resync read over that session too,
- * so a resync that finds them right forks nothing; only creating or repairing them goes through
- * ovs-vsctl (its add-br / add-port do what the bridge needs in one command). Flows go over the
+ * the bridge, the gateway, the flow-table names and flow-restore-wait are read and, when wrong,
+ * created or repaired over that session too, each change one transaction (no ovs-vsctl). Flows go over the
  * agent's OpenFlow connection to the bridge's management socket once useOpenFlow() is called (the
  * agent always does, before its first flow sync); the tools that construct an Ovs without one
  * (sluicectl, cleanup, the lab) fork ovs-ofctl instead. Every method converges and reports what
@@ -34,7 +33,7 @@ export interface OvsOptions {
   bridge: string;
   datapath: Datapath;
   log: Logger;
-  /** Per-command timeout (seconds) for ovs-vsctl/ovs-ofctl. */
+  /** Timeout (seconds) of each OVSDB transaction, OpenFlow exchange and ovs-ofctl command. */
   timeoutSec?: number;
 }
 
@@ -115,8 +114,6 @@ const asNumber = (v: unknown): number => {
   const s = scalar(v);
   return typeof s === 'number' ? s : -1;
 };
-/** ovs-vsctl value quoting: a JSON string is accepted for any string column/key. */
-const q = (s: string): string => JSON.stringify(s);
 
 export function randomGatewayMac(): string {
   const b = randomBytes(6);
@@ -211,12 +208,6 @@ export class Ovs {
     return this.opts.bridge;
   }
 
-  async vsctl(args: string[]): Promise<string> {
-    const r = await execa('ovs-vsctl', [`--db=${this.db}`, `--timeout=${this.timeout}`, ...args], { reject: false });
-    if (r.exitCode !== 0) throw new OvsError(`ovs-vsctl ${args.join(' ')}: ${r.stderr.trim() || `exit ${r.exitCode}`}`);
-    return r.stdout;
-  }
-
   /**
    * Ends ovs-vswitchd's flow-restore-wait once the bridge holds the agent's flows. The ovs container
    * sets it when it restarts ovs-vswitchd over an existing bridge: the kernel datapath then keeps
@@ -224,9 +215,11 @@ export class Ovs {
    * being flushed, until this says the OpenFlow tables are complete again. Returns whether it was set.
    */
   async endFlowRestoreWait(): Promise<boolean> {
-    const [row] = await this.select('read flow-restore-wait', 'Open_vSwitch', [], ['other_config']);
+    const what = 'end flow-restore-wait';
+    const [row] = await this.select(what, 'Open_vSwitch', [], ['other_config']);
     if ((row?.other_config as Record<string, string> | undefined)?.['flow-restore-wait'] !== 'true') return false;
-    await this.vsctl(['--no-wait', 'remove', 'Open_vSwitch', '.', 'other_config', 'flow-restore-wait']);
+    // ovs-vswitchd follows other_config through its own monitor: no next_cfg round is needed.
+    await this.transact(what, [{ op: 'mutate', table: 'Open_vSwitch', where: [], mutations: [['other_config', 'delete', ['set', ['flow-restore-wait']]]] }]);
     return true;
   }
 
@@ -278,14 +271,48 @@ export class Ovs {
       if (protos.length !== 1 || protos[0] !== 'OpenFlow15') changes.push(`protocols [${protos.join(',')}] -> OpenFlow15`);
     }
     if (changes.length) {
-      await this.vsctl([
-        '--', '--may-exist', 'add-br', br,
-        '--', 'set', 'Bridge', br, `datapath_type=${want.datapath_type}`, 'fail_mode=secure', 'protocols=OpenFlow15',
-        'external_ids:sluice-managed=true',
-      ]);
+      const what = `set up bridge ${br}`;
+      const settings = { datapath_type: want.datapath_type, fail_mode: 'secure', protocols: ['set', want.protocols] };
+      let changed: OperationResult[];
+      if (!cur) {
+        // As ovs-vsctl add-br: the bridge, its local internal port of the same name, and the
+        // bridge in the root row's list.
+        changed = await this.transact(what, [
+          { op: 'insert', table: 'Interface', 'uuid-name': 'local', row: { name: br, type: 'internal' } },
+          { op: 'insert', table: 'Port', 'uuid-name': 'localport', row: { name: br, interfaces: ['named-uuid', 'local'] } },
+          { op: 'insert', table: 'Bridge', 'uuid-name': 'br', row: { name: br, ports: ['named-uuid', 'localport'], external_ids: ovsMap({ 'sluice-managed': 'true' }), ...settings } },
+          { op: 'mutate', table: 'Open_vSwitch', where: [], mutations: [['bridges', 'insert', ['set', [['named-uuid', 'br']]]]] },
+          ...NEXT_CFG,
+        ]);
+      } else {
+        changed = await this.transact(what, [
+          { op: 'update', table: 'Bridge', where: [['name', '==', br]], row: settings },
+          // A map insert keeps a key's old value: the key goes first.
+          { op: 'mutate', table: 'Bridge', where: [['name', '==', br]], mutations: [['external_ids', 'delete', ['set', ['sluice-managed']]], ['external_ids', 'insert', ovsMap({ 'sluice-managed': 'true' })]] },
+          ...NEXT_CFG,
+        ]);
+      }
+      await this.waitForCfg(what, changed);
     }
     if (await this.ensureTableNames()) changes.push('named the pipeline tables');
     return changes;
+  }
+
+  /**
+   * Removes a bridge with its ports and their flows (uninstall); false when there was none. As
+   * ovs-vsctl del-br: the bridge leaves the root row's list, and OVSDB drops it, its ports and
+   * interfaces, which no other row references.
+   */
+  async deleteBridge(name: string): Promise<boolean> {
+    const what = `remove bridge ${name}`;
+    const [bridge] = await this.select(what, 'Bridge', [['name', '==', name]], ['_uuid']);
+    if (!bridge) return false;
+    const changed = await this.transact(what, [
+      { op: 'mutate', table: 'Open_vSwitch', where: [], mutations: [['bridges', 'delete', ['set', [['uuid', String(bridge._uuid)]]]]] },
+      ...NEXT_CFG,
+    ]);
+    await this.waitForCfg(what, changed);
+    return true;
   }
 
   /** Registers TABLES as Flow_Table names so ovs-ofctl --names and ofproto/trace print them. */
@@ -298,10 +325,12 @@ export class Ovs {
     const same =
       Object.keys(current).length === TABLES.length && TABLES.every((name, i) => nameOf.get(asString(current[String(i)])) === name);
     if (same) return false;
-    const args = ['--', 'clear', 'Bridge', br, 'flow_tables'];
-    TABLES.forEach((name, i) => args.push('--', `--id=@t${i}`, 'create', 'Flow_Table', `name=${name}`));
-    args.push('--', 'set', 'Bridge', br, ...TABLES.map((_n, i) => `flow_tables:${i}=@t${i}`));
-    await this.vsctl(args);
+    // The whole map replaced at once; the Flow_Table rows it no longer references are not root
+    // rows, so OVSDB drops them.
+    await this.transact(`name the flow tables of ${br}`, [
+      ...TABLES.map((name, i): Operation => ({ op: 'insert', table: 'Flow_Table', 'uuid-name': `t${i}`, row: { name } })),
+      { op: 'update', table: 'Bridge', where: [['name', '==', br]], row: { flow_tables: ['map', TABLES.map((_n, i) => [i, ['named-uuid', `t${i}`]])] } },
+    ]);
     return true;
   }
 
@@ -322,10 +351,26 @@ export class Ovs {
     const mac = persistedMac || (cur ? asString(cur.mac_in_use) : '') || randomGatewayMac();
     const ids = (cur?.external_ids ?? {}) as Record<string, string>;
     if (!cur || !persistedMac || ids['sluice-type'] !== 'gateway') {
-      await this.vsctl([
-        '--', '--may-exist', 'add-port', br, name,
-        '--', 'set', 'Interface', name, 'type=internal', `ofport_request=${GATEWAY_OFPORT}`, `mac=${q(mac)}`, 'external_ids:sluice-type=gateway',
-      ]);
+      const what = `set up gateway ${name} on ${br}`;
+      const settings = { type: 'internal', ofport_request: GATEWAY_OFPORT, mac };
+      let changed: OperationResult[];
+      if (!cur) {
+        changed = await this.transact(what, [
+          { op: 'insert', table: 'Interface', 'uuid-name': 'gw', row: { name, external_ids: ovsMap({ 'sluice-type': 'gateway' }), ...settings } },
+          { op: 'insert', table: 'Port', 'uuid-name': 'gwport', row: { name, interfaces: ['named-uuid', 'gw'] } },
+          { op: 'mutate', table: 'Bridge', where: [['name', '==', br]], mutations: [['ports', 'insert', ['set', [['named-uuid', 'gwport']]]]] },
+          ...NEXT_CFG,
+        ]);
+        // Not an error in OVSDB: nothing matched. The new rows are then unreferenced and dropped.
+        if (changed[2]?.count !== 1) throw new OvsError(`${what}: bridge ${br} does not exist`);
+      } else {
+        changed = await this.transact(what, [
+          { op: 'update', table: 'Interface', where: [['name', '==', name]], row: settings },
+          { op: 'mutate', table: 'Interface', where: [['name', '==', name]], mutations: [['external_ids', 'delete', ['set', ['sluice-type']]], ['external_ids', 'insert', ovsMap({ 'sluice-type': 'gateway' })]] },
+          ...NEXT_CFG,
+        ]);
+      }
+      await this.waitForCfg(what, changed);
       changes.push(cur ? `adopted gateway ${name} (mac ${mac})` : `created gateway ${name} (mac ${mac})`);
       cur = await this.findInterface(name);
     }

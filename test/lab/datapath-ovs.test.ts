@@ -1,6 +1,6 @@
 /**
  * The OVS adapter and the pipeline against a real private OVS (netdev) in a "dpo" namespace:
- * bridge/gateway creation and adoption, desired-state flow sync (unchanged flows never re-added),
+ * bridge/gateway creation (over OVSDB alone), adoption and removal, desired-state flow sync (unchanged flows never re-added),
  * ovs-vswitchd restart, and ofproto/trace walks of the computed pipeline.
  */
 import t from 'tap';
@@ -198,5 +198,38 @@ if (why) {
     const reply = await trace(`in_port=${p3.ofport},tcp,dl_src=${p3.mac},nw_src=10.1.0.13,nw_dst=10.1.0.11,nw_ttl=64,tp_src=8080`, "trk,est,rpl");
     t.match(reply.actions, new RegExp(`${dp1}$`), 'without the gateway ct_mark a reply goes straight to the Pod');
     await gw;
+  });
+
+  await t.test('over OVSDB alone: remove the bridge, create it and its gateway from nothing, end flow-restore-wait', async (t) => {
+    t.equal(await ovs.deleteBridge('br-int'), true, 'the bridge was there');
+    t.equal((await node.vsctl(['list-br'])).stdout.trim(), '', 'no bridge left');
+    t.equal((await node.vsctl(['--bare', '--columns=name', 'list', 'Interface'])).stdout.trim(), '', 'its ports and interfaces went with it');
+    t.equal(await ovs.deleteBridge('br-int'), false, 'a second removal finds nothing');
+
+    const changes = await ovs.ensureBridge();
+    t.match(changes.join('\n'), /created bridge br-int \(datapath netdev\)/);
+    t.equal(await get('Bridge', 'br-int', 'datapath_type'), 'netdev');
+    t.equal(await get('Bridge', 'br-int', 'fail_mode'), 'secure');
+    t.equal(await get('Bridge', 'br-int', 'protocols'), '[OpenFlow15]');
+    t.equal(await get('Bridge', 'br-int', 'external_ids:sluice-managed'), '"true"');
+    t.equal(await get('Interface', 'br-int', 'type'), 'internal', 'the bridge has its local port, as add-br makes it');
+    const tables = (await node.ofctl(['dump-table-features', node.mgmt])).stdout;
+    t.match(tables, /table 4 \("ConntrackZone"\)/, 'the pipeline tables carry their names');
+    t.same(await ovs.ensureBridge(), [], 'a second ensureBridge changes nothing');
+
+    const created = await ovs.ensureGateway('antrea-gw0');
+    t.match(created.changes.join('\n'), /created gateway antrea-gw0/);
+    t.ok(created.gateway.ofport > 0, `the gateway has OpenFlow port ${created.gateway.ofport}`);
+    t.equal(await get('Interface', 'antrea-gw0', 'type'), 'internal');
+    t.equal(JSON.parse(await get('Interface', 'antrea-gw0', 'mac')), created.gateway.mac, 'its MAC is persisted');
+    t.equal(await get('Interface', 'antrea-gw0', 'external_ids:sluice-type'), 'gateway');
+    t.same((await ovs.ensureGateway('antrea-gw0')).changes, [], 'a second ensureGateway changes nothing');
+    await t.rejects(new Ovs({ ovsRunDir: node.runDir, bridge: 'br-none', datapath: 'netdev', log }).ensureGateway('gw-x'), /set up gateway gw-x on br-none: bridge br-none does not exist/, 'a missing bridge is named');
+
+    await node.vsctl(['set', 'Open_vSwitch', '.', 'other_config:flow-restore-wait=true', 'other_config:keep=1']);
+    t.equal(await ovs.endFlowRestoreWait(), true, 'it was set');
+    t.equal((await node.vsctl(['--if-exists', 'get', 'Open_vSwitch', '.', 'other_config:flow-restore-wait'])).stdout.trim(), '', 'and is gone');
+    t.equal(await get('Open_vSwitch', '.', 'other_config:keep'), '"1"', 'other keys stay');
+    t.equal(await ovs.endFlowRestoreWait(), false, 'a second call finds nothing to end');
   });
 }
