@@ -46,8 +46,8 @@ export interface DnsLearning {
   /** Wraps each flow apply (held DNS responses are released after the apply that carries what they taught). */
   wrapApply<T>(apply: () => Promise<T>): () => Promise<T>;
   setPacketOut(fn: (po: PacketOut) => boolean): void;
-  /** Forgets expired names; the engine's change. */
-  expire(engine: PolicyEngine): ChangeSet;
+  /** Learned addresses leave `engine` as they expire (on the learning's own clock); each change goes to `changed`. */
+  startExpiry(engine: PolicyEngine, changed: (cs: ChangeSet) => void): void;
   /** DNS interception flows for the local Pods that need them. */
   interceptFlows(engine: PolicyEngine): Flow[];
   stats(): unknown;
@@ -135,7 +135,6 @@ export class Enforcer {
   private urgent = false;
   private lastFlushEnd?: number;
   private readonly clock: Clock;
-  private expiryTimer?: NodeJS.Timeout;
   private closed = false;
   private readonly dispatch = { handled: 0, unclaimed: 0, failed: 0 };
   /** Handled packet-ins by what the agent did with them. */
@@ -454,9 +453,7 @@ export class Enforcer {
     const dns = this.opts.dns;
     if (dns) dns.setPacketOut((po) => this.packetOut(po));
     this.applyFlows = dns ? dns.wrapApply(applyFlows) : applyFlows;
-    clearInterval(this.expiryTimer);
-    this.expiryTimer = setInterval(() => this.changed(dns ? dns.expire(this.engine) : this.engine.expireFqdns()), 1000);
-    this.expiryTimer.unref();
+    dns?.startExpiry(this.engine, (cs) => this.changed(cs));
   }
 
   private onPolicyPunt(pin: PacketIn, punt: DecodedPunt): void {
@@ -646,7 +643,6 @@ export class Enforcer {
     if (this.closed) return;
     this.closed = true;
     this.clock.clearTimeout(this.timer);
-    clearInterval(this.expiryTimer);
     await this.watch?.stop();
     this.opts.dns?.close();
     this.audit?.close();

@@ -9,6 +9,7 @@
 import { normalizers as adminNormalizers } from './admin/index.js';
 import { ANTREA_GROUP, STATIC_TIERS, normalizers as antreaNormalizers, staticTierPriority } from './antrea/index.js';
 import { canonicalIp } from './cidr.js';
+import { canonicalDnsName, FqdnPatternSet } from './fqdn.js';
 import { ClusterState, podKey } from './cluster.js';
 import { Evaluator, UnknownEndpointError, type SideDecision } from './evaluator.js';
 import { InternalModel, type ComputedIsolation, type NodeIsolation, type ChangeSet, type NodeRule, type NodeTarget, type AddressGroup, type AppliedToGroup, type ComputedRule } from './internal.js';
@@ -108,14 +109,17 @@ export class PolicyEngine {
   readonly nodeName?: string;
   readonly cluster = new ClusterState();
   private readonly log?: (e: ValidationError) => void;
-  private readonly now: () => number;
   private readonly registry = new Map<string, NormalizerEntry>();
   private readonly policies = new Map<string, PolicyEntry>();
   /** Objects of kinds/versions the engine does not handle, with the reason. */
   private readonly rejected = new Map<string, ValidationError>();
   private readonly tiers = new Map<string, TierDef & { owner: string }>();
   private readonly groupDefs = new Map<string, GroupDef>();
-  private readonly fqdnNames = new Map<string, { ips: string[]; expiresAt?: number }>();
+  /**
+   * Learned DNS names → their current addresses (canonical, sorted). No expiry here: DNS learning
+   * (enforcement/fqdn/learner.ts) owns TTLs and tells the engine each name's address set as it changes.
+   */
+  private readonly fqdnNames = new Map<string, readonly string[]>();
   private readonly model: InternalModel;
   private readonly env: MatchEnv;
 
@@ -123,17 +127,14 @@ export class PolicyEngine {
   // Lookup caches for the matchers.
   private serviceEndpointCache = new Map<string, Set<string>>();
   private fqdnCache = new Map<string, Set<string>>();
-  /** The cache holds until the earliest TTL expiry among learned names. */
-  private fqdnCacheValidUntil = -Infinity;
 
   constructor(opts: {
-    nodeName?: string; log?: (e: ValidationError) => void; now?: () => number; normalizers?: NormalizerEntry[];
+    nodeName?: string; log?: (e: ValidationError) => void; normalizers?: NormalizerEntry[];
     /** Source ports of probes that name none (default: Linux's 32768-60999). */
     ephemeralPorts?: PortRange;
   } = {}) {
     if (opts.nodeName !== undefined) this.nodeName = opts.nodeName;
     if (opts.log) this.log = opts.log;
-    this.now = opts.now ?? (() => Date.now());
     for (const n of opts.normalizers ?? [...k8sNormalizers, ...antreaNormalizers, ...adminNormalizers]) {
       this.registry.set(`${n.group}/${n.kind}`, n);
     }
@@ -210,38 +211,28 @@ export class PolicyEngine {
     return this.finish();
   }
 
-  /** Records resolved addresses of a DNS name (for fqdn peers). `ttlSeconds` undefined = no expiry. */
-  learnFqdn(name: string, ips: string[], ttlSeconds?: number): ChangeSet {
-    this.model.begin();
-    const canonical = canonicalName(name);
-    if (ips.length === 0) this.fqdnNames.delete(canonical);
-    else this.fqdnNames.set(canonical, { ips: [...new Set(ips.map((ip) => canonicalIp(ip) ?? ip))].sort(), ...(ttlSeconds !== undefined ? { expiresAt: this.now() + ttlSeconds * 1000 } : {}) });
-    this.fqdnCache.clear();
-    this.fqdnCacheValidUntil = -Infinity;
-    this.model.fqdnChanged();
-    return this.finish();
-  }
-
   /**
-   * Forgets learned names whose TTL has passed (call periodically): fqdn AddressGroups lose
-   * their addresses, reported in the ChangeSet. Evaluation already ignores expired names.
+   * Sets the current addresses of learned DNS names (the members of fqdn peers); `ips: []` forgets
+   * a name. The addresses hold until the next call for that name: the caller (DNS learning, with
+   * its TTLs) decides when they go. fqdn AddressGroups that change are in the ChangeSet.
    */
-  expireFqdns(): ChangeSet {
+  setFqdnAddresses(updates: readonly { name: string; ips: readonly string[] }[]): ChangeSet {
     this.model.begin();
-    const now = this.now();
-    let changed = false;
-    for (const [name, rec] of [...this.fqdnNames]) {
-      if (rec.expiresAt !== undefined && rec.expiresAt <= now) {
-        this.fqdnNames.delete(name);
-        changed = true;
-      }
+    for (const { name, ips } of updates) {
+      const canonical = canonicalDnsName(name);
+      if (ips.length === 0) this.fqdnNames.delete(canonical);
+      else this.fqdnNames.set(canonical, [...new Set(ips.map((ip) => canonicalIp(ip) ?? ip))].sort());
     }
-    if (changed) {
+    if (updates.length > 0) {
       this.fqdnCache.clear();
-      this.fqdnCacheValidUntil = -Infinity;
       this.model.fqdnChanged();
     }
     return this.finish();
+  }
+
+  /** The learned names and their addresses, sorted by name (inspection and tests). */
+  fqdnAddresses(): { name: string; ips: string[] }[] {
+    return [...this.fqdnNames].sort(([a], [b]) => (a < b ? -1 : 1)).map(([name, ips]) => ({ name, ips: [...ips] }));
   }
 
   /** Ends a change: collects the ChangeSet and drops the evaluation caches it made stale. */
@@ -319,8 +310,10 @@ export class PolicyEngine {
   addressGroups(): AddressGroup[] { return this.model.addressGroups(); }
   appliedToGroups(): AppliedToGroup[] { return this.model.appliedToGroups(); }
   internalRules(): ComputedRule[] { return this.model.rules(); }
-  /** Ids of the (IR) egress rules with an fqdn peer, kept as rules change (no compile). */
-  fqdnEgressRuleIds(): ReadonlySet<string> { return this.model.fqdnEgressRuleIds(); }
+  /** The (IR) egress rules with an fqdn peer, id → patterns, kept as rules change (no compile). */
+  fqdnEgressRules(): ReadonlyMap<string, readonly string[]> { return this.model.fqdnEgressRules(); }
+  /** Every pattern of those rules as one matcher: which DNS names are worth learning. */
+  fqdnPatterns(): FqdnPatternSet { return this.model.fqdnPatterns(); }
   /** The rules this node enforces: local targets, resolved peer addresses and ports. */
   nodeRuleSet(): NodeRule[] { return this.model.nodeRuleSet(); }
   /** K8s NetworkPolicy isolations as internal objects (targets as AppliedToGroups). */
@@ -542,11 +535,7 @@ export class PolicyEngine {
 
   /** Addresses learned for names matching an fqdn pattern ("*" matches any characters). */
   fqdnIps(pattern: string): Set<string> {
-    const p = canonicalName(pattern);
-    if (this.now() >= this.fqdnCacheValidUntil) {
-      this.fqdnCache.clear();
-      this.fqdnCacheValidUntil = Math.min(Infinity, ...[...this.fqdnNames.values()].map((r) => r.expiresAt ?? Infinity));
-    }
+    const p = canonicalDnsName(pattern);
     let set = this.fqdnCache.get(p);
     if (!set) {
       set = new Set(this.fqdnMembers(p).flatMap((m) => m.ips));
@@ -557,14 +546,14 @@ export class PolicyEngine {
 
   /** Learned names matching an fqdn pattern, with their addresses (the members of an fqdn group). */
   private fqdnMembers(pattern: string): { name: string; ips: string[] }[] {
-    const p = canonicalName(pattern);
-    const re = p.includes('*') ? new RegExp(`^${p.split('*').map(escapeRegExp).join('.*')}$`) : undefined;
-    const now = this.now();
+    const p = canonicalDnsName(pattern);
     const out: { name: string; ips: string[] }[] = [];
-    for (const [name, rec] of [...this.fqdnNames].sort(([a], [b]) => (a < b ? -1 : 1))) {
-      if (rec.expiresAt !== undefined && rec.expiresAt <= now) continue;
-      if (re ? re.test(name) : name === p) out.push({ name, ips: rec.ips });
+    if (!p.includes('*')) {
+      const ips = this.fqdnNames.get(p);
+      return ips ? [{ name: p, ips: [...ips] }] : [];
     }
+    const set = new FqdnPatternSet([p]);
+    for (const [name, ips] of [...this.fqdnNames].sort(([a], [b]) => (a < b ? -1 : 1))) if (set.matches(name)) out.push({ name, ips: [...ips] });
     return out;
   }
 
@@ -577,16 +566,3 @@ export class PolicyEngine {
 function canonical(value: unknown): string {
   return JSON.stringify(value);
 }
-
-function canonicalName(name: string): string {
-  return name.toLowerCase().replace(/\.$/, '');
-}
-
-function escapeRegExp(s: string): string {
-  return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-}
-
-
-
-
-

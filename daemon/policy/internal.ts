@@ -20,6 +20,7 @@
  */
 import { formatCidr, parseCidr, subtractCidrs } from './cidr.js';
 import { podKey } from './cluster.js';
+import { canonicalDnsName, FqdnPatternSet } from './fqdn.js';
 import { compilePeer, ipv4ToNumber, podEndpoints, realizableMembers, type Endpoint, type MatchEnv, type PeerMatcher } from './match.js';
 import { nodeRulesOf, type NodeRule, type NodeRuleGroups, type NodeTarget } from './noderules.js';
 import { labelValue } from './labels.js';
@@ -292,8 +293,10 @@ export class InternalModel {
   private readonly unscoped = new Set<GroupRecord>();
   private readonly policyRules = new Map<string, InternalRule[]>();
   private readonly sourceRules = new Map<string, InternalRule>();
-  /** Ids of the source rules that are egress rules with an fqdn peer. */
-  private readonly fqdnEgress = new Set<string>();
+  /** Source rules that are egress rules with an fqdn peer: rule id → its fqdn patterns. */
+  private readonly fqdnEgress = new Map<string, readonly string[]>();
+  /** The patterns of `fqdnEgress` as one set, kept until a pattern comes or goes. */
+  private fqdnPatternCache?: FqdnPatternSet | undefined;
   /** IR rule id → computed rule ids. */
   private readonly expansions = new Map<string, string[]>();
   private readonly computed = new Map<string, ComputedRule>();
@@ -544,8 +547,7 @@ export class InternalModel {
     const wasRelative = this.relativeRules.has(id);
     if (rule) this.sourceRules.set(id, rule);
     else this.sourceRules.delete(id);
-    if (rule?.direction === 'Egress' && rule.peers?.some((p) => p.kind === 'fqdn')) this.fqdnEgress.add(id);
-    else this.fqdnEgress.delete(id);
+    this.setFqdnEgress(id, rule);
     const relative = !!rule?.peers?.some((p) => p.kind === 'pods' && isRelative(p.namespaces));
     // A relative rule keeps its appliedTo groups alive even while it has no target namespace,
     // so it notices the first target appearing.
@@ -866,9 +868,26 @@ export class InternalModel {
     this.reexpandRelative(() => true);
   }
 
-  /** The source (IR) rule ids of egress rules with an fqdn peer: what DNS interception serves. */
-  fqdnEgressRuleIds(): ReadonlySet<string> {
+  private setFqdnEgress(id: string, rule: InternalRule | undefined): void {
+    const patterns = rule?.direction === 'Egress' ? (rule.peers ?? []).flatMap((p) => (p.kind === 'fqdn' ? [canonicalDnsName(p.pattern)] : [])) : [];
+    const old = this.fqdnEgress.get(id);
+    if (patterns.length > 0) this.fqdnEgress.set(id, patterns);
+    else this.fqdnEgress.delete(id);
+    if ((old ?? []).join('\n') !== patterns.join('\n')) this.fqdnPatternCache = undefined;
+  }
+
+  /**
+   * The source (IR) egress rules with an fqdn peer, rule id → its patterns: the one source of fqdn
+   * rules for DNS interception (whose Pods) and DNS learning (which names).
+   */
+  fqdnEgressRules(): ReadonlyMap<string, readonly string[]> {
     return this.fqdnEgress;
+  }
+
+  /** Every pattern of `fqdnEgressRules()` as one matcher (rebuilt only when a pattern comes or goes). */
+  fqdnPatterns(): FqdnPatternSet {
+    this.fqdnPatternCache ??= new FqdnPatternSet([...this.fqdnEgress.values()].flat());
+    return this.fqdnPatternCache;
   }
 
   fqdnChanged(): void {

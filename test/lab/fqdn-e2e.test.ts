@@ -139,7 +139,7 @@ if (reason) {
       `ip:${EXT_WEB6}:80 allow`, `ip:${EXT_IPV6}:80 drop`, `ip:${EXT_WEB6}:81 drop`,
     ], 'IPv6: the learned address is allowed on the rule\'s port only; the external host\'s other address stays dropped');
 
-    // TTL 5 is raised to the agent's 10 s floor; expiry runs every second.
+    // TTL 5 is raised to the agent's 10 s floor; the agent's expiry timer fires at that expiry.
     t.equal(await until(web(EXT_PUBLIC_IP), 'drop', 25_000), 'drop', 'after the TTL the address is dropped again');
     t.equal(await until(web(EXT_WEB6), 'drop', 25_000), 'drop', 'and so is the IPv6 one');
   });

@@ -26,6 +26,7 @@ import { packetInMeters, PuntCategory } from '../../daemon/flows/openflow/punt.j
 import { computeFlows } from '../../daemon/flows/pipeline.js';
 import { dirtyRuleIds, PolicyFlows, policyFlowInput } from '../../daemon/flows/policy/index.js';
 import { GATEWAY_OFPORT } from '../../daemon/flows/tables.js';
+import { realClock } from '../../daemon/clock.js';
 import { parseDnsMessage, resolvedNames } from '../../daemon/enforcement/fqdn/dnswire.js';
 import { dnsInterceptFlows, dnsInterceptFlowsFor } from '../../daemon/enforcement/fqdn/flows.js';
 import { expireFqdnsDue, FqdnExpiryTimer, processDnsPacketIn } from '../../daemon/enforcement/fqdn/handler.js';
@@ -191,7 +192,7 @@ t.test('DNS responses are held, learned and released; fqdn rules follow them on 
   const holdMs: number[] = [];
   const notes: string[] = [];
   let expiryRuns: Promise<void>[] = [];
-  timer = new FqdnExpiryTimer(() => {
+  timer = new FqdnExpiryTimer(realClock, () => {
     const run = (async () => {
       const r = expireFqdnsDue(ctx);
       await applyChanges(r.changes);

@@ -1,6 +1,6 @@
 import t from 'tap';
 import { dnsInterceptFlows, dnsInterceptFlowsFor, fqdnTargetPodIps } from '../../daemon/enforcement/fqdn/flows.js';
-import { expireFqdnsDue, FqdnExpiryTimer, handleDnsPacketIn, isEmptyChangeSet, mergeChangeSets, emptyChangeSet, processDnsPacketIn, resyncFqdns } from '../../daemon/enforcement/fqdn/handler.js';
+import { expireFqdnsDue, FqdnExpiryTimer, handleDnsPacketIn, isEmptyChangeSet, processDnsPacketIn, resyncFqdns } from '../../daemon/enforcement/fqdn/handler.js';
 import { FqdnLearner } from '../../daemon/enforcement/fqdn/learner.js';
 import { flowText } from '../../daemon/flows/flow.js';
 import { PolicyFlows, policyFlowInput } from '../../daemon/flows/policy/index.js';
@@ -9,14 +9,15 @@ import { tableId } from '../../daemon/flows/tables.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import { header, question, simpleResponse, tcpDnsFrame, udpDnsFrame, wireName } from './fqdn-helpers.js';
+import { ManualClock } from './manual-clock.js';
 
 const CLIENT_IP = '10.10.1.5';
 const OTHER_IP = '10.10.1.6';
 const DNS_IP = '10.96.0.10';
 const POD_OFPORT = 7;
 
-function world(now: () => number): PolicyEngine {
-  const e = new PolicyEngine({ nodeName: 'node-1', now });
+function world(): PolicyEngine {
+  const e = new PolicyEngine({ nodeName: 'node-1' });
   const objs: KubeObject[] = [
     { apiVersion: 'v1', kind: 'Node', metadata: { name: 'node-1' }, status: { addresses: [{ type: 'InternalIP', address: '192.168.0.1' }] } },
     { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x', labels: { ns: 'x' } } },
@@ -48,8 +49,8 @@ function packetIn(frame: Buffer, ops = 0x00, reg1 = POD_OFPORT): PacketIn {
 function setup() {
   let now = 5_000_000;
   const clk = { now: () => now, advance: (ms: number) => { now += ms; } };
-  const engine = world(clk.now);
-  const learner = new FqdnLearner({ now: clk.now, minTtlSeconds: 10 });
+  const engine = world();
+  const learner = new FqdnLearner({ clock: clk, minTtlSeconds: 10 });
   return { clk, engine, learner, ctx: { engine, learner } };
 }
 
@@ -60,10 +61,10 @@ t.test('a DNS response teaches the engine; the rule follows it; expiry takes it 
   t.equal(verdict(engine, '192.0.2.10'), 'drop', 'before DNS: dropped');
   const frame = udpDnsFrame(DNS_IP, CLIENT_IP, simpleResponse('www.example.com', [{ ip: '192.0.2.10', ttl: 5 }]));
   const r = handleDnsPacketIn(packetIn(frame), ctx);
-  t.same(r.learned, [{ name: 'www.example.com', ips: ['192.0.2.10'], ttlSeconds: 10 }], 'TTL 5 raised to the 10 s floor');
+  t.same(r.learned, [{ name: 'www.example.com', ips: ['192.0.2.10'] }]);
   t.notOk(isEmptyChangeSet(r.changes), 'the fqdn AddressGroup changed');
   t.same(r.release, { packet: frame, actions: [{ type: 'output', port: POD_OFPORT }] }, 'held response released out of reg1');
-  t.equal(r.nextExpiryAt, clk.now() + 10_000);
+  t.equal(r.nextExpiryAt, clk.now() + 10_000, 'TTL 5 raised to the 10 s floor');
   t.equal(verdict(engine, '192.0.2.10'), 'allow', 'the learned address is allowed');
   t.equal(verdict(engine, '192.0.2.11'), 'drop', 'other addresses are not');
   const web = engine.nodeRuleSet().find((r) => r.ref.rule === 'web');
@@ -168,42 +169,37 @@ t.test('interception flows: table, priority, match and scope', async (t) => {
   t.same(fqdnTargetPodIps(engine), [], 'policy gone: no targets');
 });
 
-t.test('resync after a pattern change; ChangeSet merging', async (t) => {
+t.test('resync after a pattern change', async (t) => {
   const { engine, learner, ctx } = setup();
   handleDnsPacketIn(packetIn(udpDnsFrame(DNS_IP, CLIENT_IP, simpleResponse('www.example.com', [{ ip: '192.0.2.10', ttl: 60 }]))), ctx);
-  const fresh = world(() => 5_000_000);
+  const fresh = world();
   t.equal(verdict(fresh, '192.0.2.10'), 'drop');
   resyncFqdns({ engine: fresh, learner });
   t.equal(verdict(fresh, '192.0.2.10'), 'allow', 'a fresh engine gets the learned names');
   engine.remove({ apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', name: 'fqdn' });
   resyncFqdns(ctx);
   t.equal(learner.size, 0, 'names no policy references are forgotten');
-
-  const a = emptyChangeSet();
-  a.rules.added.push('r1', 'r2');
-  a.addressGroups.removed.push('g1');
-  const b = emptyChangeSet();
-  b.rules.removed.push('r1');
-  b.rules.updated.push('r2', 'r3');
-  b.addressGroups.added.push('g1');
-  t.same(mergeChangeSets(a, b), {
-    addressGroups: { added: [], updated: ['g1'], removed: [] },
-    appliedToGroups: { added: [], updated: [], removed: [] },
-    rules: { added: ['r2'], updated: ['r3'], removed: ['r1'] },
-    isolations: { added: [], updated: [], removed: [] },
-  });
+  t.same(engine.fqdnAddresses(), [], 'by the engine too (it keeps no expiry that would drop them later)');
 });
 
-t.test('expiry timer fires at the earliest scheduled time', async (t) => {
+t.test('expiry timer fires at the earliest scheduled time, on the injected clock', async (t) => {
+  const clock = new ManualClock();
   let fired = 0;
-  const timer = new FqdnExpiryTimer(() => { fired++; });
-  timer.schedule(Date.now() + 10_000);
-  timer.schedule(Date.now() + 5);
-  timer.schedule(Date.now() + 20_000);
-  await new Promise((r) => setTimeout(r, 60));
+  const timer = new FqdnExpiryTimer(clock, () => { fired++; });
+  timer.schedule(10_000);
+  timer.schedule(5);
+  timer.schedule(20_000);
+  t.equal(timer.armedAt, 5, 'the earliest time asked is armed');
+  t.equal(clock.waiting, 1, 'one timer');
+  await clock.advance(4);
+  t.equal(fired, 0);
+  await clock.advance(1);
   t.equal(fired, 1, 'the earlier schedule replaced the later one and fired once');
-  timer.schedule(Date.now() + 5);
+  await clock.advance(30_000);
+  t.equal(fired, 1, 'and nothing else was left armed');
+  timer.schedule(clock.now() + 5);
   timer.cancel();
-  await new Promise((r) => setTimeout(r, 30));
+  await clock.advance(10);
   t.equal(fired, 1, 'cancelled');
+  t.equal(clock.waiting, 0);
 });

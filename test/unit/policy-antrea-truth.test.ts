@@ -286,7 +286,7 @@ t.test('fqdn egress rules use learned DNS answers', async (t) => {
     { action: 'Allow', name: 'foobar', to: [{ fqdn: '*foobar.com' }], ports: [{ protocol: 'TCP', port: 8080 }] },
     { action: 'Drop', name: 'rest' },
   ] })]);
-  e.learnFqdn('www.foobar.com', ['203.0.113.7']);
+  e.setFqdnAddresses([{ name: 'www.foobar.com', ips: ['203.0.113.7'] }]);
   t.equal(e.evaluate({ from: 'x/a', to: 'ip:203.0.113.7', port: 8080, protocol: 'TCP' }).verdict, 'allow');
   t.equal(e.evaluate({ from: 'x/a', to: 'ip:203.0.113.8', port: 8080, protocol: 'TCP' }).verdict, 'drop');
   t.equal(e.evaluate({ from: 'x/a', to: 'ip:203.0.113.7', port: 80, protocol: 'TCP' }).verdict, 'drop');

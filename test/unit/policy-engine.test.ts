@@ -219,23 +219,27 @@ t.test('Services: probes go to the endpoints; toServices matches the Service its
 });
 
 t.test('fqdn peers match learned addresses only', async (t) => {
-  let now = 1000;
-  const e = new PolicyEngine({ normalizers: [...k8s, testKind], now: () => now });
+  const e = new PolicyEngine({ normalizers: [...k8s, testKind] });
   for (const o of [namespace('x'), pod('x', 'a')]) e.upsert(o);
   e.upsert(rulesObject('p', { rules: [rule({ direction: 'Egress', action: 'Drop', appliedTo: [podsIn('x')], peers: [{ kind: 'fqdn', pattern: '*.example.com' }] })] }));
+  t.same(e.fqdnPatterns().patterns, ['*.example.com'], 'the rules\' fqdn patterns, for DNS learning');
+  t.same([...e.fqdnEgressRules().values()], [['*.example.com']], 'and the rules they come from, for DNS interception');
   t.equal(v(e, 'x/a', 'ip:93.184.216.34').verdict, 'allow', 'unresolved: matches nothing');
-  e.learnFqdn('www.example.com', ['93.184.216.34'], 30);
+  e.setFqdnAddresses([{ name: 'WWW.Example.com.', ips: ['93.184.216.34'] }]);
   t.equal(v(e, 'x/a', 'ip:93.184.216.34').verdict, 'drop');
   t.equal(v(e, 'x/a', 'ip:93.184.216.35').verdict, 'allow');
-  e.learnFqdn('example.org', ['93.184.216.35']);
+  e.setFqdnAddresses([{ name: 'example.org', ips: ['93.184.216.35'] }]);
   t.equal(v(e, 'x/a', 'ip:93.184.216.35').verdict, 'allow', 'another name does not match the pattern');
+  t.same(e.fqdnAddresses(), [{ name: 'example.org', ips: ['93.184.216.35'] }, { name: 'www.example.com', ips: ['93.184.216.34'] }], 'names are kept canonical');
   const fqdnGroup = () => e.addressGroups().find((g) => g.peer.kind === 'fqdn')!;
   t.same(fqdnGroup().members.map((m) => [m.ref, m.ips]), [['www.example.com', ['93.184.216.34']]], 'the fqdn AddressGroup holds the learned address');
-  now += 31_000;
-  t.equal(v(e, 'x/a', 'ip:93.184.216.34').verdict, 'allow', 'expired after its TTL');
-  const cs = e.expireFqdns();
-  t.same(cs.addressGroups.updated, [fqdnGroup().id], 'expiry updates the fqdn AddressGroup');
+  const cs = e.setFqdnAddresses([{ name: 'www.example.com', ips: [] }]);
+  t.equal(v(e, 'x/a', 'ip:93.184.216.34').verdict, 'allow', 'an empty address set forgets the name');
+  t.same(cs.addressGroups.updated, [fqdnGroup().id], 'which updates the fqdn AddressGroup');
   t.same(fqdnGroup().members, []);
+  e.remove({ apiVersion: 'test.sluice.io/v1', kind: 'Rules', name: 'p' });
+  t.equal(e.fqdnPatterns().size, 0, 'the rule gone: no pattern');
+  t.equal(e.fqdnEgressRules().size, 0);
 });
 
 t.test('ICMP probes and ICMP/IGMP port conditions', async (t) => {

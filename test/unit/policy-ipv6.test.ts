@@ -162,7 +162,7 @@ t.test('Antrea ClusterNetworkPolicy: ipBlock, nodeSelector and fqdn with IPv6', 
   t.equal(verdict(e, 'x/a', 'ip:192.168.0.2', 4, 6443), 'reject', 'and its IPv4 one');
   t.equal(verdict(e, 'x/a', 'ip:fd00:ff::1', 6, 6443), 'allow', 'node-1 is not selected');
   t.equal(verdict(e, 'x/a', 'ip:2001:db8::7', 6, 443), 'drop', 'nothing learned yet');
-  e.learnFqdn('www.example.com', ['2001:DB8:0::7', '203.0.113.7'], 60);
+  e.setFqdnAddresses([{ name: 'www.example.com', ips: ['2001:DB8:0::7', '203.0.113.7'] }]);
   t.equal(verdict(e, 'x/a', 'ip:2001:db8::7', 6, 443), 'allow', 'learned from an AAAA answer (any spelling)');
   t.equal(verdict(e, 'x/a', 'ip:203.0.113.7', 4, 443), 'allow', 'and from an A answer');
   t.equal(verdict(e, 'x/a', 'ip:2001:db8::8', 6, 443), 'drop');

@@ -137,7 +137,7 @@ t.test('named egress ports resolve on the destination Pod for every peer kind', 
   for (const [label, peer] of Object.entries(peers)) {
     const e = namedEngine();
     e.upsert({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'svc', namespace: 'x' }, spec: { clusterIP: '10.96.0.1', selector: { pod: 'c' }, ports: [{ port: 80, targetPort: 'http' }] } });
-    e.learnFqdn('c.example.com', ['10.1.0.12', '192.168.0.9']);
+    e.setFqdnAddresses([{ name: 'c.example.com', ips: ['10.1.0.12', '192.168.0.9'] }]);
     e.upsert(rulesObject('named', {
       groups: [{ name: 'g', members: [{ kind: 'pods', namespaces: { kind: 'all' }, pods: { matchLabels: { pod: 'c' } } }] }, { name: 'gip', members: [{ kind: 'ipBlock', cidr: '10.1.0.12/32', except: [] }] }],
       rules: [rule({ direction: 'Egress', action: 'Drop', appliedTo: [{ kind: 'pods', namespaces: { kind: 'all' }, pods: { matchLabels: { pod: 'a' } } }], peers: [peer], ports: [{ protocol: 'TCP', port: 'http' }] }, {}, `named-${label}`)],
@@ -311,7 +311,7 @@ for (let seed = 1; seed <= 14; seed++) {
     for (const ns of NS) for (const name of NAMES.slice(0, 3)) apply(randomPod(r, ns, name, index(ns, name)));
     apply(groupsObject(r));
     apply(serviceObject(r));
-    e.learnFqdn('db.example.com', ['10.1.1.11', '192.168.5.5']);
+    e.setFqdnAddresses([{ name: 'db.example.com', ips: ['10.1.1.11', '192.168.5.5'] }]);
     for (let i = 0; i < 3; i++) apply(randomIrPolicy(r, `ir-${i}`));
     for (let i = 0; i < 2; i++) apply(randomNetpol(r, r.pick(NS), `np-${i}`));
 
@@ -347,7 +347,7 @@ for (let seed = 1; seed <= 14; seed++) {
       } else if (op === 6) {
         label = 'fqdn learned';
         const ips = [...new Set(pods.map((p) => p.status?.podIP as string).filter(Boolean))];
-        cs = e.learnFqdn(r.pick(['db.example.com', 'api.example.com']), [r.pick(ips.length ? ips : ['10.1.0.10']), '192.168.5.5']);
+        cs = e.setFqdnAddresses([{ name: r.pick(['db.example.com', 'api.example.com']), ips: [r.pick(ips.length ? ips : ['10.1.0.10']), '192.168.5.5'] }]);
       } else if (op === 7) {
         const ns = r.pick(NS), name = `np-${r.int(3)}`;
         label = `netpol add/edit ${ns}/${name}`;

@@ -83,8 +83,8 @@ export function dnsInterceptFlows(input: DnsInterceptInput): Flow[] {
  * pass as `pods`). [] when no such rule applies on this node: then no DNS response is intercepted
  * at all. Cost: one pass over the rules and the node rule set, no policy compile.
  */
-export function fqdnTargetPodIps(engine: Pick<PolicyEngine, 'fqdnEgressRuleIds' | 'internalRules' | 'nodeRuleSet'>): string[] {
-  const irIds = engine.fqdnEgressRuleIds();
+export function fqdnTargetPodIps(engine: Pick<PolicyEngine, 'fqdnEgressRules' | 'internalRules' | 'nodeRuleSet'>): string[] {
+  const irIds = engine.fqdnEgressRules();
   if (irIds.size === 0) return [];
   const computed = new Set(engine.internalRules().filter((c) => irIds.has(c.ruleId)).map((c) => c.id));
   const ips = new Set<string>();
@@ -96,6 +96,6 @@ export function fqdnTargetPodIps(engine: Pick<PolicyEngine, 'fqdnEgressRuleIds' 
 }
 
 /** Convenience: both in one step, for the agent's desired flow set. */
-export function dnsInterceptFlowsFor(engine: Pick<PolicyEngine, 'fqdnEgressRuleIds' | 'internalRules' | 'nodeRuleSet'>, mode: DnsInterceptMode = 'hold'): Flow[] {
+export function dnsInterceptFlowsFor(engine: Pick<PolicyEngine, 'fqdnEgressRules' | 'internalRules' | 'nodeRuleSet'>, mode: DnsInterceptMode = 'hold'): Flow[] {
   return dnsInterceptFlows({ pods: fqdnTargetPodIps(engine), mode });
 }

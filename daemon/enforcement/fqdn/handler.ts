@@ -4,16 +4,17 @@
  * the engine/learner it is given (no I/O); `processDnsPacketIn` adds the ordering the agent needs
  * (apply flows, then release) around injected I/O.
  */
+import type { Clock, TimerHandle } from '../../clock.js';
 import type { PacketIn, PacketOut } from '../../flows/openflow/wire.js';
 import { decodePuntUserdata, PuntCategory } from '../../flows/openflow/punt.js';
 import type { ChangeSet, PolicyEngine } from '../../policy/engine.js';
 import { parseDnsMessage, resolvedNames } from './dnswire.js';
 import { DnsPuntOp } from './flows.js';
 import { extractDnsPayload } from './frame.js';
-import type { FqdnLearner, LearnUpdate } from './learner.js';
-import { type FqdnPatternSet, fqdnPatternsOf } from './patterns.js';
+import type { FqdnLearner, FqdnUpdate } from './learner.js';
 
-export type FqdnEngine = Pick<PolicyEngine, 'learnFqdn' | 'expireFqdns' | 'rules'>;
+/** What DNS learning needs of the engine: its fqdn patterns, and to be told address sets. */
+export type FqdnEngine = Pick<PolicyEngine, 'setFqdnAddresses' | 'fqdnPatterns'>;
 
 export interface FqdnContext {
   engine: FqdnEngine;
@@ -25,7 +26,8 @@ export interface DnsPacketInResult {
   changes: ChangeSet;
   /** The held response, to send once `changes` is on the bridge; absent for copies. */
   release?: PacketOut;
-  learned: LearnUpdate[];
+  /** The names whose address set changed (as told to the engine). */
+  learned: FqdnUpdate[];
   /** Why nothing was learned (not a DNS response, malformed, NXDOMAIN, …); the packet is still released. */
   note?: string;
   /** When the agent should next call `expireFqdnsDue` (learner clock, ms). */
@@ -42,38 +44,9 @@ export const emptyChangeSet = (): ChangeSet => ({
 export const isEmptyChangeSet = (cs: ChangeSet): boolean =>
   [cs.addressGroups, cs.appliedToGroups, cs.rules, cs.isolations].every((d) => d.added.length + d.updated.length + d.removed.length === 0);
 
-type IdState = 'added' | 'updated' | 'removed';
-const KINDS = ['addressGroups', 'appliedToGroups', 'rules', 'isolations'] as const;
-
-/** The net effect of applying `a` then `b` (added+removed is reported removed: consumers clean up). */
-export function mergeChangeSets(a: ChangeSet, b: ChangeSet): ChangeSet {
-  const out = emptyChangeSet();
-  for (const k of KINDS) {
-    const state = new Map<string, IdState>();
-    for (const d of [a[k], b[k]]) {
-      for (const id of d.added) state.set(id, state.get(id) === 'removed' ? 'updated' : 'added');
-      for (const id of d.updated) state.set(id, state.get(id) === 'added' ? 'added' : 'updated');
-      for (const id of d.removed) state.set(id, 'removed');
-    }
-    for (const [id, s] of [...state].sort(([x], [y]) => (x < y ? -1 : 1))) out[k][s].push(id);
-  }
-  return out;
-}
-
-/** Patterns of the engine's current rules; rebuilt (regex and all) only when they change. */
-const patternCache = new WeakMap<object, FqdnPatternSet>();
-function currentPatterns(engine: FqdnEngine): FqdnPatternSet {
-  const fresh = fqdnPatternsOf(engine.rules());
-  const cached = patternCache.get(engine);
-  if (cached?.equals(fresh)) return cached;
-  patternCache.set(engine, fresh);
-  return fresh;
-}
-
-function applyUpdates(engine: FqdnEngine, updates: LearnUpdate[]): ChangeSet {
-  let cs = emptyChangeSet();
-  for (const u of updates) cs = mergeChangeSets(cs, engine.learnFqdn(u.name, u.ips, u.ips.length > 0 ? u.ttlSeconds : undefined));
-  return cs;
+/** Tells the engine the address sets that changed (one engine change for all of them). */
+function applyUpdates(engine: FqdnEngine, updates: FqdnUpdate[]): ChangeSet {
+  return updates.length > 0 ? engine.setFqdnAddresses(updates) : emptyChangeSet();
 }
 
 /** The packet-out that lets a held response go on to its Pod (out of the port L3Forwarding chose). */
@@ -93,7 +66,7 @@ export function handleDnsPacketIn(pin: PacketIn, ctx: FqdnContext): DnsPacketInR
   const hold = !punt || punt.ops === DnsPuntOp.hold;
   const release = hold ? releaseOf(pin) : undefined;
   const base = { ...(release ? { release } : {}) };
-  const done = (note: string | undefined, changes = emptyChangeSet(), learned: LearnUpdate[] = []): DnsPacketInResult => {
+  const done = (note: string | undefined, changes = emptyChangeSet(), learned: FqdnUpdate[] = []): DnsPacketInResult => {
     const next = ctx.learner.nextExpiryAt();
     const releaseNote = hold && !release ? 'held response has no output port in reg1 and cannot be released' : undefined;
     const n = [note, releaseNote].filter(Boolean).join('; ');
@@ -108,30 +81,30 @@ export function handleDnsPacketIn(pin: PacketIn, ctx: FqdnContext): DnsPacketInR
   const names = resolvedNames(parsed.message);
   if (!names.ok) return done(`DNS response from ${payload.payload.serverIp}: ${names.error}`);
   if (names.names.size === 0) return done(undefined);
-  const patterns = currentPatterns(ctx.engine);
+  const patterns = ctx.engine.fqdnPatterns();
   if (patterns.size === 0) return done(undefined);
   const learned = ctx.learner.observe(names.names, patterns);
   return done(undefined, applyUpdates(ctx.engine, learned), learned);
 }
 
 /**
- * Expires what is due: addresses past their TTL leave the learner and the engine (plus the
- * engine's own expiry of names the learner no longer tracks). Call at `nextExpiryAt`.
+ * Expires what is due: addresses past their TTL leave the learner, and the engine is told the
+ * address sets that changed. Call at `nextExpiryAt` (FqdnExpiryTimer does).
  */
-export function expireFqdnsDue(ctx: FqdnContext): { changes: ChangeSet; expired: LearnUpdate[]; nextExpiryAt?: number } {
+export function expireFqdnsDue(ctx: FqdnContext): { changes: ChangeSet; expired: FqdnUpdate[]; nextExpiryAt?: number } {
   const expired = ctx.learner.expire();
-  const changes = mergeChangeSets(applyUpdates(ctx.engine, expired), ctx.engine.expireFqdns());
+  const changes = applyUpdates(ctx.engine, expired);
   const next = ctx.learner.nextExpiryAt();
   return { changes, expired, ...(next !== undefined ? { nextExpiryAt: next } : {}) };
 }
 
 /**
- * After a policy change: forget learned names no pattern matches any more, and push the names the
- * learner already holds into the engine (a fresh engine after a restart of the agent's policy state).
+ * After a policy change: forget learned names no pattern matches any more (in the learner and the
+ * engine), and state the rest to the engine (a fresh engine after the agent's policy state was rebuilt).
  */
 export function resyncFqdns(ctx: FqdnContext): ChangeSet {
-  ctx.learner.retain(currentPatterns(ctx.engine));
-  return applyUpdates(ctx.engine, ctx.learner.snapshot());
+  const dropped = ctx.learner.retain(ctx.engine.fqdnPatterns());
+  return applyUpdates(ctx.engine, [...dropped, ...ctx.learner.snapshot()]);
 }
 
 export interface DnsReleaseIO {
@@ -159,35 +132,45 @@ export async function processDnsPacketIn(pin: PacketIn, ctx: FqdnContext, io: Dn
   }
 }
 
+/** Node runs a longer timer at once; a capped one fires early, finds nothing due and is re-armed. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /**
- * Runs `expire` at the learner's next expiry (one timer; re-armed after every learn/expire).
- * The only timer in the fqdn module; the clock and timer functions are injectable for tests.
+ * Runs `expire` at the learner's next expiry: one timer on the injected clock, armed for the
+ * earliest time asked (`schedule` after every learn and every expiry). The only timer that
+ * expires learned names.
  */
 export class FqdnExpiryTimer {
-  private timer: ReturnType<typeof setTimeout> | undefined;
+  private timer: TimerHandle | undefined;
   private at: number | undefined;
 
   constructor(
+    private readonly clock: Clock,
     private readonly expire: () => void | Promise<void>,
-    private readonly now: () => number = () => Date.now(),
     private readonly onError: (e: unknown) => void = () => undefined,
   ) {}
 
-  /** Arms the timer for `at` (ms) if that is earlier than what is armed (undefined: nothing due). */
+  /** Arms the timer for `at` (ms, clock time) unless it is already armed as early (undefined: nothing due). */
   schedule(at: number | undefined): void {
     if (at === undefined || (this.at !== undefined && this.at <= at)) return;
     this.cancel();
     this.at = at;
-    this.timer = setTimeout(() => {
+    this.timer = this.clock.setTimeout(() => {
       this.timer = undefined;
       this.at = undefined;
       Promise.resolve().then(this.expire).catch(this.onError);
-    }, Math.max(0, at - this.now()));
-    this.timer.unref?.();
+    }, Math.min(MAX_TIMER_MS, Math.max(0, at - this.clock.now())));
+    // A real timer must not keep the process alive on its own (an expiry can be a day away).
+    (this.timer.timer as { unref?: () => void } | undefined)?.unref?.();
+  }
+
+  /** When it fires next (undefined: not armed). */
+  get armedAt(): number | undefined {
+    return this.at;
   }
 
   cancel(): void {
-    if (this.timer) clearTimeout(this.timer);
+    this.clock.clearTimeout(this.timer);
     this.timer = undefined;
     this.at = undefined;
   }

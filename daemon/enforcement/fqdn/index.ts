@@ -1,6 +1,6 @@
 export * from './dnswire.js';
 export * from './frame.js';
-export * from './patterns.js';
+export { canonicalDnsName, FqdnPatternSet } from '../../policy/fqdn.js';
 export * from './learner.js';
 export * from './flows.js';
 export * from './handler.js';

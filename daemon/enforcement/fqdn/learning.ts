@@ -1,28 +1,32 @@
 /**
- * FQDN learning as the agent plugs it in: one object that owns the learner, answers the enforcer's
- * DNS punt hook, holds each response whose learning changed the engine until the flows carrying
- * that change are on the bridge, and then releases it.
+ * FQDN learning as the agent plugs it in: one object that owns the learner (the store of learned
+ * names) and its expiry timer, answers the enforcer's DNS punt hook, holds each response whose
+ * learning changed the engine until the flows carrying that change are on the bridge, and then
+ * releases it.
  *
- *   const fqdn = new FqdnLearning();
+ *   const fqdn = new FqdnLearning({ clock });
  *   dnsHook: fqdn.hook                                       // (pin, punt, engine) => ChangeSet | undefined
  *   applyFlows: fqdn.wrapApply(() => agent.syncFlows())      // release what this apply covers
  *   fqdn.setPacketOut((po) => controller.packetOut(po))      // once the controller exists
+ *   fqdn.startExpiry(engine, (cs) => changed(cs))            // expiries from now on, at the learner's next one
  *   interception flows: fqdn.interceptFlows(enforcer.engine) (the enforcer's DNS owner in the FlowStore)
- *   every second / at fqdn.nextExpiryAt(): changed(fqdn.expire(engine))
  *
  * Release rule: a held response is released after the first apply that *started* after its engine
  * update (so the compiled flows include it), whether that apply succeeded or failed, or after
  * `maxHoldMs` at the latest — DNS is never blocked by this mechanism, only delayed.
  */
+import { type Clock, realClock, type TimerHandle } from '../../clock.js';
 import type { Flow } from '../../flows/flow.js';
 import type { DecodedPunt } from '../../flows/openflow/punt.js';
 import type { PacketIn, PacketOut } from '../../flows/openflow/wire.js';
 import type { ChangeSet, PolicyEngine } from '../../policy/engine.js';
 import { dnsInterceptFlowsFor, DnsPuntOp, type DnsInterceptMode } from './flows.js';
-import { expireFqdnsDue, handleDnsPacketIn, isEmptyChangeSet, releaseOf, resyncFqdns } from './handler.js';
+import { expireFqdnsDue, FqdnExpiryTimer, handleDnsPacketIn, isEmptyChangeSet, releaseOf, resyncFqdns } from './handler.js';
 import { FqdnLearner, type LearnerOptions } from './learner.js';
 
 export interface FqdnLearningOptions {
+  /** Time of learned addresses' expiries and of the hold deadline (default: the real clock). */
+  clock?: Clock;
   learner?: FqdnLearner;
   learnerOptions?: LearnerOptions;
   mode?: DnsInterceptMode;
@@ -44,11 +48,15 @@ export interface FqdnLearningStats {
 
 interface Held {
   po: PacketOut;
-  timer: ReturnType<typeof setTimeout>;
+  timer: TimerHandle;
 }
 
 export class FqdnLearning {
   readonly learner: FqdnLearner;
+  private readonly clock: Clock;
+  private readonly expiryTimer: FqdnExpiryTimer;
+  /** Where expiries go (startExpiry); until then addresses wait in the learner. */
+  private expiryTarget?: { engine: PolicyEngine; changed: (cs: ChangeSet) => void } | undefined;
   private readonly mode: DnsInterceptMode;
   private readonly maxHoldMs: number;
   private packetOut?: (po: PacketOut) => boolean;
@@ -56,7 +64,9 @@ export class FqdnLearning {
   private readonly s = { punts: 0, learned: 0, releasedAtOnce: 0, releasedAfterApply: 0, releasedByTimeout: 0, releaseFailed: 0 };
 
   constructor(private readonly opts: FqdnLearningOptions = {}) {
-    this.learner = opts.learner ?? new FqdnLearner(opts.learnerOptions);
+    this.clock = opts.clock ?? realClock;
+    this.learner = opts.learner ?? new FqdnLearner({ clock: this.clock, ...opts.learnerOptions });
+    this.expiryTimer = new FqdnExpiryTimer(this.clock, () => this.expireDue(), (e) => this.opts.log?.warn?.({ err: (e as Error).message }, 'fqdn: expiry failed'));
     this.mode = opts.mode ?? 'hold';
     this.maxHoldMs = opts.maxHoldMs ?? 1000;
   }
@@ -78,6 +88,7 @@ export class FqdnLearning {
     }
     if (result.note) this.opts.log?.debug?.({ note: result.note }, 'fqdn: DNS response not learned');
     this.s.learned += result.learned.length;
+    this.expiryTimer.schedule(result.nextExpiryAt);
     if (isEmptyChangeSet(result.changes)) {
       this.send(result.release, 'releasedAtOnce');
       return undefined;
@@ -98,12 +109,27 @@ export class FqdnLearning {
     };
   }
 
-  /** Expires due addresses (learner and engine); hand the ChangeSet to the enforcer. */
-  expire(engine: PolicyEngine): ChangeSet {
-    return expireFqdnsDue({ engine, learner: this.learner }).changes;
+  /**
+   * From now on learned addresses leave `engine` when they expire, on the clock, at the learner's
+   * next expiry (one timer, re-armed after every learn and every expiry); each expiry's ChangeSet
+   * goes to `changed` (the enforcer compiles and applies it).
+   */
+  startExpiry(engine: PolicyEngine, changed: (cs: ChangeSet) => void): void {
+    this.expiryTarget = { engine, changed };
+    this.expiryTimer.cancel();
+    this.expiryTimer.schedule(this.learner.nextExpiryAt());
   }
 
-  /** After the policies changed or the engine was rebuilt: re-push learned names, drop unreferenced ones. */
+  /** The expiry timer's run: what is due leaves the learner and the engine, then the timer is re-armed. */
+  private expireDue(): void {
+    const target = this.expiryTarget;
+    if (!target) return;
+    const r = expireFqdnsDue({ engine: target.engine, learner: this.learner });
+    this.expiryTimer.schedule(r.nextExpiryAt);
+    if (!isEmptyChangeSet(r.changes)) target.changed(r.changes);
+  }
+
+  /** After the policies changed or the engine was rebuilt: state learned names, drop unreferenced ones. */
   resync(engine: PolicyEngine): ChangeSet {
     return resyncFqdns({ engine, learner: this.learner });
   }
@@ -121,20 +147,21 @@ export class FqdnLearning {
     return { ...this.s, held: this.held.size, names: this.learner.size };
   }
 
-  /** Releases everything still held (agent shutdown). */
+  /** Releases everything still held and stops expiring (agent shutdown). */
   close(): void {
+    this.expiryTimer.cancel();
+    this.expiryTarget = undefined;
     for (const h of [...this.held]) this.release(h, 'releasedAfterApply');
   }
 
   private hold(po: PacketOut): void {
-    const h: Held = { po, timer: setTimeout(() => this.release(h, 'releasedByTimeout'), this.maxHoldMs) };
-    h.timer.unref?.();
+    const h: Held = { po, timer: this.clock.setTimeout(() => this.release(h, 'releasedByTimeout'), this.maxHoldMs) };
     this.held.add(h);
   }
 
   private release(h: Held, how: 'releasedAfterApply' | 'releasedByTimeout'): void {
     if (!this.held.delete(h)) return;
-    clearTimeout(h.timer);
+    this.clock.clearTimeout(h.timer);
     if (how === 'releasedByTimeout') this.opts.log?.warn?.({ maxHoldMs: this.maxHoldMs }, 'fqdn: DNS response released before its flows were applied');
     this.send(h.po, how);
   }

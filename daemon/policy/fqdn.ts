@@ -1,17 +1,19 @@
 /**
- * The fqdn patterns of the policies and how a DNS name matches them, with the policy engine's
- * semantics (engine.ts fqdnMembers; Antrea's FQDN rules): names compare lower-case without a
- * trailing dot; `*` matches any run of characters, dots included, so `*.example.com` matches
- * `www.example.com` and `a.b.example.com` but not `example.com`, while `*example.com` also
- * matches `example.com` (and `myexample.com`). A pattern without `*` is an exact name.
+ * fqdn peers: how a DNS name matches a rule's pattern (after Antrea's FQDN rules). Names compare
+ * lower-case without a trailing dot; `*` matches any run of characters, dots included, so
+ * `*.example.com` matches `www.example.com` and `a.b.example.com` but not `example.com`, while
+ * `*example.com` also matches `example.com` (and `myexample.com`). A pattern without `*` is an
+ * exact name. The one home of these semantics: the engine resolves fqdn peers with them and DNS
+ * learning (enforcement/fqdn) decides with them which names are worth learning.
  */
-import type { InternalRule } from '../../policy/types.js';
 
 export const canonicalDnsName = (name: string): string => name.toLowerCase().replace(/\.$/, '');
 
 const escapeRegExp = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
+/** A set of fqdn patterns, matched in one step (exact names in a Set, wildcards in one RegExp). */
 export class FqdnPatternSet {
+  /** Canonical, deduplicated, sorted. */
   readonly patterns: readonly string[];
   private readonly exact = new Set<string>();
   private readonly wildcard: RegExp | undefined;
@@ -40,14 +42,4 @@ export class FqdnPatternSet {
   equals(other: FqdnPatternSet): boolean {
     return this.patterns.length === other.patterns.length && this.patterns.every((p, i) => p === other.patterns[i]);
   }
-}
-
-/** The fqdn patterns referenced by egress rules (the engine's `rules()`: every valid rule). */
-export function fqdnPatternsOf(rules: readonly InternalRule[]): FqdnPatternSet {
-  const out: string[] = [];
-  for (const r of rules) {
-    if (r.direction !== 'Egress') continue;
-    for (const p of r.peers ?? []) if (p.kind === 'fqdn') out.push(p.pattern);
-  }
-  return new FqdnPatternSet(out);
 }
