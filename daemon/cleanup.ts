@@ -12,7 +12,7 @@ import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { socketAnswers } from './cni/server.js';
 import type { AgentConfig } from './config.js';
-import { Ovs } from './flows/ovs.js';
+import { Ovs } from './ovs/bridge.js';
 import { VIRTUAL_MAC } from './flows/tables.js';
 import { HostNetwork, repointPodNeighbours, resolveIptables, VethGuard } from './hostnet/index.js';
 import { attachmentFromPort, type PodAttachment } from './cni/attacher.js';

@@ -39,7 +39,7 @@ import { isAbsolute } from 'node:path';
 import { isIPv4, isIPv6 } from 'node:net';
 import { parseYaml } from './kube-yaml.js';
 import { checkCIDR, PipelineInputError } from './flows/pipeline.js';
-import { chooseDatapath, kernelOvs, type KernelOvs } from './flows/datapath.js';
+import { chooseDatapath, kernelOvs, type KernelOvs } from './ovs/datapath.js';
 import type { IptablesBackendSetting } from './hostnet/iptables-backend.js';
 
 export interface AgentConfig {

@@ -21,9 +21,10 @@ import { type AgentConfig, ConfigError, DEFAULT_CONFIG_PATH, loadConfig } from '
 import { type EnforcementHooks, enforcementWanted, startEnforcement } from './enforcement/index.js';
 import { ATTACH_STEPS, type AttachStep, type PodAttachment, PodAttacher } from './cni/attacher.js';
 import { cleanupNode, runningAgent } from './cleanup.js';
-import { FlowSync, Ovs } from './flows/ovs.js';
-import { OpenFlowController } from './flows/openflow/controller.js';
-import { packetInMeters } from './flows/openflow/punt.js';
+import { Ovs } from './ovs/bridge.js';
+import { FlowSync } from './flows/sync.js';
+import { OpenFlowController } from './ovs/openflow/controller.js';
+import { packetInMeters } from './flows/punt.js';
 import { startHealthServer } from './health.js';
 import { HostNetwork, NetnsHelper, PodLinks, podInterfaceIPv4, resolveIptables } from './hostnet/index.js';
 import { NodeApi } from './kube/node-api.js';

@@ -44,7 +44,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { pino } from 'pino';
-import { Ovs } from '../daemon/flows/ovs.js';
+import { Ovs } from '../daemon/ovs/bridge.js';
 import { agentPidPath, startAgent } from './agent.js';
 import { type CniAnswer, callPlugin, chainAdd, chainDel, makeNetns, removeNetns } from './chaos-cni.js';
 import { readControl, supervisorPid } from './control.js';

@@ -11,7 +11,7 @@ import { CniErrorCode } from '../../cni/protocol.js';
 import { CniError, type CniHandler, type GcAttachment, type PodRequest } from './server.js';
 import { extraPodInterfaces, interfaceIPs } from './result.js';
 import { familyOf, type PodPort, podAddressProblem, podFlows } from '../flows/pipeline.js';
-import type { EgressPortIds, PodPortIds, PodPortRecord } from '../flows/ovs.js';
+import type { EgressPortIds, PodPortIds, PodPortRecord } from '../ovs/bridge.js';
 import { GATEWAY_OFPORT } from '../flows/tables.js';
 
 /**

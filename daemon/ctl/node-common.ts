@@ -4,7 +4,7 @@ import { pino } from 'pino';
 import type { Argv } from 'yargs';
 import type { AgentStatus } from '../agent.js';
 import { type AgentConfig, DEFAULT_CONFIG_PATH, loadConfig } from '../config.js';
-import { Ovs } from '../flows/ovs.js';
+import { Ovs } from '../ovs/bridge.js';
 
 export interface NodeArgs {
   config: string;

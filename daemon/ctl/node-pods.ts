@@ -1,6 +1,6 @@
 /** `sluicectl node pods`: the Pod ports sluice attached to the bridge, from OVSDB. */
 import type { CommandModule } from 'yargs';
-import type { PodPortRecord } from '../flows/ovs.js';
+import type { PodPortRecord } from '../ovs/bridge.js';
 import { type NodeArgs, nodeContext, table, withConfig } from './node-common.js';
 
 export const POD_PORT_COLUMNS = ['PORT', 'OFPORT', 'POD', 'IPS', 'MAC', 'CONTAINER', 'PROBLEM'];

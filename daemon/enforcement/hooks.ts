@@ -4,7 +4,7 @@
  * (EnforcementNode). Neither side imports the other's classes.
  */
 import type { PodAttachment } from '../cni/attacher.js';
-import type { OpenFlowController } from '../flows/openflow/controller.js';
+import type { OpenFlowController } from '../ovs/openflow/controller.js';
 import type { RuleStatistics } from '../flows/policy/stats.js';
 import type { FlowStore } from '../flows/store.js';
 import type { EventSubject } from '../kube/node-api.js';

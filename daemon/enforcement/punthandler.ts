@@ -6,8 +6,8 @@
 import { K8S_DEFAULT_DROP_REFERENCE, packetFields, policyReference, type AuditAction, type AuditEvent } from './auditlog/index.js';
 import { decodePolicyPuntExtra, decodePolicyPuntRegs, Disposition, type DecodedPolicyPunt } from '../flows/policy/punt.js';
 import type { RuleIdentity } from '../flows/policy/compile.js';
-import { PuntOp, type DecodedPunt } from '../flows/openflow/punt.js';
-import type { PacketIn } from '../flows/openflow/wire.js';
+import { PuntOp, type DecodedPunt } from '../flows/punt.js';
+import type { PacketIn } from '../ovs/openflow/wire.js';
 import { TABLES, VIRTUAL_MAC } from '../flows/tables.js';
 
 const ACTIONS: Record<number, AuditAction> = { [Disposition.allow]: 'Allow', [Disposition.drop]: 'Drop', [Disposition.reject]: 'Reject', [Disposition.pass]: 'Pass' };

@@ -6,9 +6,9 @@
  * answered (no RST or ICMP is sent to the Pod for a packet it never sent).
  */
 import { randomInt } from 'node:crypto';
-import type { PacketIn, PacketOut } from '../flows/openflow/wire.js';
-import { OFPP } from '../flows/openflow/wire.js';
-import type { DecodedPunt } from '../flows/openflow/punt.js';
+import type { PacketIn, PacketOut } from '../ovs/openflow/wire.js';
+import { OFPP } from '../ovs/openflow/wire.js';
+import type { DecodedPunt } from '../flows/punt.js';
 import {
   assembleTrace, type TraceContext, type TraceLeg, type TraceObservation, traceFrame, traceObservationFlows, type TraceProtocol, traceVerdict,
   TRACE_TOS, type TraceVerdict,

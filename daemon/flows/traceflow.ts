@@ -14,7 +14,7 @@
  */
 import { ipv4ToBytes, ipv4TransportChecksum, ipv6TransportChecksum, internetChecksum } from '../packet.js';
 import { parseIp } from '../policy/cidr.js';
-import { puntActions, PuntCategory } from './openflow/punt.js';
+import { puntActions, PuntCategory } from './punt.js';
 import { REG0, TABLES, type TableName, VIRTUAL_MAC } from './tables.js';
 
 /** DSCP 63 in the IPv4 TOS byte or the IPv6 traffic class (ECN bits clear). */

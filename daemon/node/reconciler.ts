@@ -15,13 +15,13 @@ import type { SharedExclusiveLock } from '../lock.js';
 import { attachmentFromPort, egressPortIds, type PodAttachment, podPortOf, portIds, routedIPs } from '../cni/attacher.js';
 import { diffFlows, type FlowDiff } from '../flows/diff.js';
 import type { Flow } from '../flows/flow.js';
-import type { EgressPortIds, GatewayInfo, PodPortIds, PodPortRecord } from '../flows/ovs.js';
+import type { EgressPortIds, GatewayInfo, PodPortIds, PodPortRecord } from '../ovs/bridge.js';
 import { PipelineOwners } from '../flows/pipeline.js';
 import type { FlowSource, FlowStore } from '../flows/store.js';
 import { TRACE_COOKIE_PREFIX } from '../flows/traceflow.js';
 import { connectApi, type NodeAddresses, type StartupApi, waitForOvsdb } from './startup.js';
 
-/** What the reconciler asks of Open vSwitch (real: Ovs, daemon/flows/ovs.ts). */
+/** What the reconciler asks of Open vSwitch (real: Ovs, daemon/ovs/bridge.ts). */
 export interface NodeOvs {
   /** Where OVSDB is, for the log. */
   readonly db: string;

@@ -14,7 +14,7 @@
  *     of total quiet, the wait ends anyway and says so (signal `quiescence` with a note).
  */
 import { pino } from 'pino';
-import { Ovs } from '../../daemon/flows/ovs.js';
+import { Ovs } from '../../daemon/ovs/bridge.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import { sluiceOnNodes, type ControlInfo } from '../control.js';

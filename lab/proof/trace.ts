@@ -5,7 +5,7 @@
  * node. The verdict is read from the final datapath actions of each hop.
  */
 import { pino } from 'pino';
-import { Ovs } from '../../daemon/flows/ovs.js';
+import { Ovs } from '../../daemon/ovs/bridge.js';
 import { VIRTUAL_MAC } from '../../daemon/flows/tables.js';
 import type { KubeObject, Probe, Verdict } from '../../daemon/policy/types.js';
 import { parseEndpoint } from '../../daemon/policy/probes.js';

@@ -10,8 +10,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
 import { pino } from 'pino';
-import { meterText, packetInMeters } from '../../daemon/flows/openflow/punt.js';
-import { type GatewayInfo, Ovs } from '../../daemon/flows/ovs.js';
+import { meterText, packetInMeters } from '../../daemon/flows/punt.js';
+import { type GatewayInfo, Ovs } from '../../daemon/ovs/bridge.js';
 import type { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { Probe, Verdict } from '../../daemon/policy/types.js';
 

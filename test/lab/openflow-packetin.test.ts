@@ -15,11 +15,11 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { AuditLogger } from '../../daemon/enforcement/auditlog/writer.js';
 import { packetFields, policyReference } from '../../daemon/enforcement/auditlog/format.js';
-import { OpenFlowController } from '../../daemon/flows/openflow/controller.js';
-import { runPacketInLoop } from '../../daemon/flows/openflow/dispatch.js';
+import { OpenFlowController } from '../../daemon/ovs/openflow/controller.js';
+import { runPacketInLoop } from '../../daemon/ovs/openflow/dispatch.js';
 import { sendRejectReply } from '../../daemon/enforcement/reject/index.js';
-import { packetInMeters, PuntCategory, PuntOp, puntActions } from '../../daemon/flows/openflow/punt.js';
-import { CT_STATE, type PacketIn } from '../../daemon/flows/openflow/wire.js';
+import { packetInMeters, PuntCategory, PuntOp, puntActions } from '../../daemon/flows/punt.js';
+import { CT_STATE, type PacketIn } from '../../daemon/ovs/openflow/wire.js';
 import { decodePacket, TCP_FLAGS } from '../../daemon/packet.js';
 import { alive, startPrivateOvs, startPrivateVswitchd } from './datapath-env.js';
 

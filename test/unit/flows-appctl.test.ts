@@ -1,7 +1,7 @@
-// daemon/flows/ovs.ts: ovs-appctl reaches ovs-vswitchd by the control socket its pid file names, so
+// daemon/ovs/bridge.ts: ovs-appctl reaches ovs-vswitchd by the control socket its pid file names, so
 // an agent in another PID namespace (the DaemonSet's agent container next to its ovs container) can.
 import t from 'tap';
-import { vswitchdControlSocket } from '../../daemon/flows/ovs.js';
+import { vswitchdControlSocket } from '../../daemon/ovs/bridge.js';
 
 t.test('the control socket named by the pid file', async (t) => {
   t.equal(vswitchdControlSocket('/var/run/openvswitch', '44\n'), '/var/run/openvswitch/ovs-vswitchd.44.ctl');

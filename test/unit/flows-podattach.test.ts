@@ -6,7 +6,7 @@
 import t from 'tap';
 import { pino } from 'pino';
 import type { PodRequest } from '../../daemon/cni/server.js';
-import type { EgressPortIds, PodPortIds, PodPortRecord } from '../../daemon/flows/ovs.js';
+import type { EgressPortIds, PodPortIds, PodPortRecord } from '../../daemon/ovs/bridge.js';
 import { podFlows } from '../../daemon/flows/pipeline.js';
 import { ATTACH_STEPS, type AttachDeps, type AttachStep, type PodAttachment, PodAttacher } from '../../daemon/cni/attacher.js';
 

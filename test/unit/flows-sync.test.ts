@@ -3,7 +3,8 @@ import t from 'tap';
 import { pino } from 'pino';
 import { bundleText, type FlowDiff } from '../../daemon/flows/diff.js';
 import type { Flow } from '../../daemon/flows/flow.js';
-import { FlowSync, type Ovs } from '../../daemon/flows/ovs.js';
+import type { Ovs } from '../../daemon/ovs/bridge.js';
+import { FlowSync } from '../../daemon/flows/sync.js';
 import { computeFlows } from '../../daemon/flows/pipeline.js';
 import type { FlowStore } from '../../daemon/flows/store.js';
 

@@ -4,7 +4,7 @@ import { expireFqdnsDue, FqdnExpiryTimer, handleDnsPacketIn, isEmptyChangeSet, p
 import { FqdnLearner } from '../../daemon/enforcement/fqdn/learner.js';
 import { flowText } from '../../daemon/flows/flow.js';
 import { PolicyFlows, policyFlowInput } from '../../daemon/flows/policy/index.js';
-import type { PacketIn, PacketOut } from '../../daemon/flows/openflow/wire.js';
+import type { PacketIn, PacketOut } from '../../daemon/ovs/openflow/wire.js';
 import { tableId } from '../../daemon/flows/tables.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { KubeObject } from '../../daemon/policy/types.js';

@@ -3,7 +3,7 @@ import type { LearnerOptions } from '../../daemon/enforcement/fqdn/learner.js';
 import { FqdnLearning } from '../../daemon/enforcement/fqdn/learning.js';
 import { isEmptyChangeSet } from '../../daemon/enforcement/fqdn/handler.js';
 import type { ChangeSet } from '../../daemon/policy/engine.js';
-import type { PacketIn, PacketOut } from '../../daemon/flows/openflow/wire.js';
+import type { PacketIn, PacketOut } from '../../daemon/ovs/openflow/wire.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import { simpleResponse, udpDnsFrame } from './fqdn-helpers.js';

@@ -4,7 +4,7 @@
  */
 import t from 'tap';
 import { parseConfig } from '../../daemon/config.js';
-import { chooseDatapath } from '../../daemon/flows/datapath.js';
+import { chooseDatapath } from '../../daemon/ovs/datapath.js';
 import { backendCommands, chooseBackend, ruleCount } from '../../daemon/hostnet/iptables-backend.js';
 
 const save = (chains: string[], rules: number) =>

@@ -1,9 +1,9 @@
 import t, { type Test } from 'tap';
-import { FlowBundleError, OpenFlowController } from '../../daemon/flows/openflow/controller.js';
-import { addEntry, deleteEntry } from '../../daemon/flows/ovs.js';
-import { runPacketInLoop } from '../../daemon/flows/openflow/dispatch.js';
+import { FlowBundleError, OpenFlowController } from '../../daemon/ovs/openflow/controller.js';
+import { addEntry, deleteEntry } from '../../daemon/ovs/bridge.js';
+import { runPacketInLoop } from '../../daemon/ovs/openflow/dispatch.js';
 import { sendRejectReply } from '../../daemon/enforcement/reject/index.js';
-import type { PacketIn } from '../../daemon/flows/openflow/wire.js';
+import type { PacketIn } from '../../daemon/ovs/openflow/wire.js';
 import { FakeSwitch, header, oxm, packetIn2, u32 } from './openflow-fakeswitch.js';
 
 const FRAME = Buffer.from('0a000000000b0a000000000a08004500', 'hex');

@@ -1,6 +1,6 @@
 /**
  * Test helpers for the OpenFlow controller: message encoders written from the specs independently
- * of daemon/flows/openflow/wire.ts, and a scriptable fake switch listening on a unix socket.
+ * of daemon/ovs/openflow/wire.ts, and a scriptable fake switch listening on a unix socket.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';

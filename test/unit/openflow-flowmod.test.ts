@@ -22,8 +22,8 @@ import {
   encodeFlowDescRequest,
   errorName,
   OFPBCT,
-} from '../../daemon/flows/openflow/flowmod.js';
-import { FlowSyntaxError, parseFlowText } from '../../daemon/flows/openflow/flowtext.js';
+} from '../../daemon/ovs/openflow/flowmod.js';
+import { FlowSyntaxError, parseFlowText } from '../../daemon/ovs/openflow/flowtext.js';
 import { corpusFlowTexts } from './flowmod-corpus.js';
 
 const haveOfctl = (() => {

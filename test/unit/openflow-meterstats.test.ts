@@ -3,8 +3,8 @@
  * (parts joined, bad lengths refused) and the controller's round trip against a fake switch.
  */
 import t, { type Test } from 'tap';
-import { OpenFlowController } from '../../daemon/flows/openflow/controller.js';
-import { decodeMeterStatsReply, encodeMeterStatsRequest, OFPM_ALL } from '../../daemon/flows/openflow/wire.js';
+import { OpenFlowController } from '../../daemon/ovs/openflow/controller.js';
+import { decodeMeterStatsReply, encodeMeterStatsRequest, OFPM_ALL } from '../../daemon/ovs/openflow/wire.js';
 import { FakeSwitch } from './openflow-fakeswitch.js';
 
 async function setup(t: Test) {

@@ -13,9 +13,9 @@ import {
   metadataFromOxm,
   OFPMC,
   OFPP,
-} from '../../daemon/flows/openflow/wire.js';
-import { decodePuntUserdata, meterText, packetInMeters, puntActions, PuntCategory, PuntOp } from '../../daemon/flows/openflow/punt.js';
-import { BoundedQueue } from '../../daemon/flows/openflow/queue.js';
+} from '../../daemon/ovs/openflow/wire.js';
+import { decodePuntUserdata, meterText, packetInMeters, puntActions, PuntCategory, PuntOp } from '../../daemon/flows/punt.js';
+import { BoundedQueue } from '../../daemon/ovs/openflow/queue.js';
 
 import { header, oxm, packetIn2, prop, u32, u64 } from './openflow-fakeswitch.js';
 

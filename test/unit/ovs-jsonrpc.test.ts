@@ -10,7 +10,7 @@ import { JsonRpcClosed, JsonRpcConnection, JsonRpcError, JsonSplitter } from '..
 import { decodeValue, OvsdbClient, OvsdbError } from '../../daemon/ovs/ovsdb.js';
 import { unixctl, UnixctlError, UNIXCTL_IN_FLIGHT } from '../../daemon/ovs/unixctl.js';
 import { spawn } from 'node:child_process';
-import { Ovs } from '../../daemon/flows/ovs.js';
+import { Ovs } from '../../daemon/ovs/bridge.js';
 import pino from 'pino';
 
 const dir = mkdtempSync(join(tmpdir(), 'ovs-jsonrpc-'));

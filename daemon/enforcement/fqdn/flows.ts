@@ -26,7 +26,7 @@
  */
 import { isIPv4, isIPv6 } from 'node:net';
 import { type Flow, FlowCategory, withCookie } from '../../flows/flow.js';
-import { PUNT_METER_ID, PuntCategory, puntUserdata } from '../../flows/openflow/punt.js';
+import { PUNT_METER_ID, PuntCategory, puntUserdata } from '../../flows/punt.js';
 import { masked, REG0, type TableName } from '../../flows/tables.js';
 import type { PolicyEngine } from '../../policy/engine.js';
 import { DNS_PORT } from './frame.js';

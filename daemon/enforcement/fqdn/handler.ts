@@ -5,8 +5,8 @@
  * (apply flows, then release) around injected I/O.
  */
 import type { Clock, TimerHandle } from '../../clock.js';
-import type { PacketIn, PacketOut } from '../../flows/openflow/wire.js';
-import { decodePuntUserdata, PuntCategory } from '../../flows/openflow/punt.js';
+import type { PacketIn, PacketOut } from '../../ovs/openflow/wire.js';
+import { decodePuntUserdata, PuntCategory } from '../../flows/punt.js';
 import type { ChangeSet, PolicyEngine } from '../../policy/engine.js';
 import { parseDnsMessage, resolvedNames } from './dnswire.js';
 import { DnsPuntOp } from './flows.js';

@@ -17,8 +17,8 @@
  */
 import { type Clock, realClock, type TimerHandle } from '../../clock.js';
 import type { Flow } from '../../flows/flow.js';
-import type { DecodedPunt } from '../../flows/openflow/punt.js';
-import type { PacketIn, PacketOut } from '../../flows/openflow/wire.js';
+import type { DecodedPunt } from '../../flows/punt.js';
+import type { PacketIn, PacketOut } from '../../ovs/openflow/wire.js';
 import type { ChangeSet, PolicyEngine } from '../../policy/engine.js';
 import { dnsInterceptFlowsFor, DnsPuntOp, type DnsInterceptMode } from './flows.js';
 import { expireFqdnsDue, FqdnExpiryTimer, handleDnsPacketIn, isEmptyChangeSet, releaseOf, resyncFqdns } from './handler.js';

@@ -3,8 +3,8 @@
  * out of the port the packet came in on: the client is behind it (a local Pod, or the gateway for
  * everything else).
  */
-import type { OpenFlowController } from '../../flows/openflow/controller.js';
-import type { PacketIn } from '../../flows/openflow/wire.js';
+import type { OpenFlowController } from '../../ovs/openflow/controller.js';
+import type { PacketIn } from '../../ovs/openflow/wire.js';
 import { buildRejectReply, type RejectResult } from './reject.js';
 
 export interface ReplyMacs {

@@ -1,6 +1,6 @@
 /**
  * What a policy flow tells the agent when it sends a packet up (Reject, audit logging): the
- * `controller(userdata=…)` bytes after the punt category and ops byte (see ../openflow/punt.ts).
+ * `controller(userdata=…)` bytes after the punt category and ops byte (see ../punt.ts).
  *
  *   extra[0]    pipeline table id of the deciding flow
  *   extra[1]    disposition: 0 allow, 1 drop, 2 reject, 3 pass
@@ -9,7 +9,7 @@
  *
  * The agent turns the conjunction id back into the rule with PolicyFlows.describe().
  */
-import { PUNT_METER_ID, PuntCategory, PuntOp, puntUserdata } from '../openflow/punt.js';
+import { PUNT_METER_ID, PuntCategory, PuntOp, puntUserdata } from '../punt.js';
 import { tableId, type TableName } from '../tables.js';
 
 export const Disposition = { allow: 0, drop: 1, reject: 2, pass: 3 } as const;

@@ -4,7 +4,7 @@
  * the loop.
  */
 import type { OpenFlowController } from './controller.js';
-import { decodePuntUserdata, type DecodedPunt } from './punt.js';
+import { decodePuntUserdata, type DecodedPunt } from '../../flows/punt.js';
 import type { PacketIn } from './wire.js';
 
 export type PacketInHandler = (pin: PacketIn, punt: DecodedPunt) => void | Promise<void>;
