@@ -141,6 +141,13 @@ t.test('a Pod no followed Service reads changes nothing; a Pod of a followed sli
   t.same(target.cs.addressGroups.updated, [], 'its group (ClusterIP and port) is unchanged');
   t.ok(postDnat('10.2.0.31', 8081) && !postDnat('10.2.0.31', 8080));
   t.same(cookies(pf.flows()), cookies(scratch()));
+
+  // Another Service at u's ClusterIP (as the engine indexes addresses, the later one holds it):
+  // the address now resolves to that Service's endpoints.
+  const claim = event({ ...service('s', '10.96.0.11', 8080), metadata: { namespace: 'x', name: 'dup' } });
+  t.same(claim.dirty, namingU, 'a Service taking the ClusterIP of u: the rules naming u');
+  t.ok(postDnat('10.2.0.23', 8080) && postDnat('10.2.0.22', 8080) && !postDnat('10.2.0.31', 8081), 'the selector of dup (app=s, no slices of its own): s1 and s2');
+  t.same(cookies(pf.flows()), cookies(scratch()));
 });
 
 /** An enforcer over cluster() whose compiles and flow applies are counted (manual clock). */
