@@ -80,11 +80,6 @@ export class ServiceEndpointTracker {
     this.changed.delete(key);
   }
 
-  /** Whether Service "ns/name" is followed (some AddressGroup names it). */
-  follows(key: string): boolean {
-    return this.followed.has(key);
-  }
-
   podChanged(old: PodInfo | undefined, pod: PodInfo | undefined): void {
     const p = pod ?? old;
     if (!p) return;

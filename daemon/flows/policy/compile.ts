@@ -668,8 +668,8 @@ export class PolicyFlows {
    * Brings the compiled state to `input`. `dirtyRuleIds` = the computed-rule ids (NodeRule.ruleId)
    * whose content may have changed, the endpoints `input.serviceEndpoints` gives for their
    * Services included (dirtyRuleIds() of the engine's ChangeSet); undefined = recompile every rule
-   * (full compile). Rules that
-   * appear or disappear, and rules whose priority or conjunction id moved, are always handled.
+   * (full compile). Rules that appear or disappear, and rules whose priority or conjunction id
+   * moved, are always handled.
    */
   sync(input: PolicyFlowInput, dirtyRuleIds?: ReadonlySet<string>): PolicyFlowDelta {
     const touched = new Set<string>();
