@@ -6,14 +6,16 @@
  * flow sources in older builds) and the delta to apply (the store's pending delta; a cookie diff
  * against the flows installed before the event in older builds). 10 000 Pods on 50 Nodes (200 on this node), 2 000 policies
  * (Kubernetes NetworkPolicies and Antrea ClusterNetworkPolicies). Events: a relabel of a Pod on
- * another node, a relabel of a local Pod, a new NetworkPolicy, and a Service endpoint change that
- * no rule depends on. Then `sluicectl simulate`-style loading of N trivial NetworkPolicies (they
- * select no Pod) into a fresh engine.
+ * another node (into other groups, and with a label no policy reads), a relabel of a local Pod, a
+ * new NetworkPolicy, and a Service endpoint change that no rule depends on. Then `sluicectl simulate`-style loading of N trivial NetworkPolicies (they
+ * select no Pod) into a fresh engine. `--to-services` adds one Antrea policy whose egress rule
+ * names a Service by toServices (ns-5/api, an EndpointSlice of two Pods) for this node's Pods, and
+ * an event that changes that slice (one endpoint not ready, then ready again).
  *
  * A/B in one run: `--baseline DIR` also loads the same modules from DIR (the dist/ of another
  * build, e.g. the unchanged tree) and runs both implementations interleaved on the same load.
  *
- * usage: node dist/bench/incremental.js [--baseline /path/to/dist] [--reps 15] [--loads 5000,10000,20000,40000] [--only remote]
+ * usage: node dist/bench/incremental.js [--baseline /path/to/dist] [--reps 15] [--loads 5000,10000,20000,40000] [--only remote] [--to-services]
  */
 import { cpus, loadavg } from 'node:os';
 import { setFlagsFromString } from 'node:v8';
@@ -35,6 +37,7 @@ const PODS_PER_NS = 20;
 const NODES = 50;
 const K8S_POLICIES = 1700;
 const ANTREA_POLICIES = 300;
+const TO_SERVICES = process.argv.includes('--to-services');
 
 /** The modules of one build the path runs through (resolved under its dist/). */
 interface Impl {
@@ -85,6 +88,14 @@ function objects(): KubeObject[] {
   }
   // A Service whose endpoints no rule refers to (toServices is not used by these policies).
   out.push({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'web', namespace: 'ns-3' }, spec: { clusterIP: '10.96.0.10', clusterIPs: ['10.96.0.10'], selector: { app: 'app-1' }, ports: [{ name: 'http', port: 80, protocol: 'TCP', targetPort: 8080 }] } });
+  if (TO_SERVICES) {
+    out.push({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'api', namespace: 'ns-5' }, spec: { clusterIP: '10.96.0.20', clusterIPs: ['10.96.0.20'], selector: { app: 'app-2' }, ports: [{ name: 'http', port: 80, protocol: 'TCP', targetPort: 'http' }] } });
+    out.push(apiSlice(true));
+    out.push({
+      apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'to-api' },
+      spec: { priority: 1, tier: 'securityops', appliedTo: [{ podSelector: { matchLabels: { app: 'app-0' } } }], egress: [{ action: 'Allow', toServices: [{ name: 'api', namespace: 'ns-5' }] }, { action: 'Drop', to: [{ namespaceSelector: { matchLabels: { team: 't5' } } }] }] },
+    });
+  }
   for (let p = 0; p < K8S_POLICIES; p++) out.push(netpol(p));
   for (let p = 0; p < ANTREA_POLICIES; p++) {
     out.push({
@@ -98,6 +109,12 @@ function objects(): KubeObject[] {
     });
   }
   return out;
+}
+
+/** The EndpointSlice of ns-5/api (Pods ns-5/pod-2 and pod-12, app-2), pod-2 ready or not. */
+function apiSlice(ready: boolean): KubeObject {
+  const endpoints = [2, 12].map((j) => ({ addresses: [podIp(5 * PODS_PER_NS + j)], conditions: { ready: j !== 2 || ready }, targetRef: { kind: 'Pod', namespace: 'ns-5', name: `pod-${j}` } }));
+  return { apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { name: 'api-1', namespace: 'ns-5', labels: { 'kubernetes.io/service-name': 'api' } }, addressType: 'IPv4', endpoints } as KubeObject;
 }
 
 function netpol(p: number): KubeObject {
@@ -220,7 +237,7 @@ async function main(): Promise<void> {
   const impls = [await loadImpl('this tree', here)];
   const baseline = arg('baseline');
   if (baseline) impls.unshift(await loadImpl(`baseline (${baseline})`, resolve(baseline)));
-  console.log(`incremental bench: ${NAMESPACES * PODS_PER_NS} Pods on ${NODES} Nodes (${(NAMESPACES * PODS_PER_NS) / NODES} local), ${K8S_POLICIES} NetworkPolicies + ${ANTREA_POLICIES} Antrea ClusterNetworkPolicies; ${REPS} events per kind; ${cpus().length} CPUs, load average ${load()}`);
+  console.log(`incremental bench: ${NAMESPACES * PODS_PER_NS} Pods on ${NODES} Nodes (${(NAMESPACES * PODS_PER_NS) / NODES} local), ${K8S_POLICIES} NetworkPolicies + ${ANTREA_POLICIES} Antrea ClusterNetworkPolicies${TO_SERVICES ? ' + one toServices policy' : ''}; ${REPS} events per kind; ${cpus().length} CPUs, load average ${load()}`);
   const objs = objects();
   const rigs = impls.map((impl) => {
     gc();
@@ -243,6 +260,8 @@ async function main(): Promise<void> {
   const localRelabel = (i: number) => pod(localPod.ns, localPod.j, i % 2 ? podLabels(localPod.j) : { app: 'app-2', tier: 'db' });
   const scenarios: { name: string; run: (rig: Rig, i: number) => ReturnType<Rig['event']> }[] = [
     { name: 'remote Pod relabel (ns-7/pod-3)', run: (rig, i) => rig.event(remote(i)) },
+    // A label no selector reads (as a rollout's pod-template-hash): no group, no rule changes.
+    { name: 'remote Pod label no policy reads (ns-7/pod-3)', run: (rig, i) => rig.event(pod(7, 3, { ...podLabels(3), 'pod-template-hash': `h${i}` })) },
     { name: `local Pod relabel (ns-${localPod.ns}/pod-${localPod.j})`, run: (rig, i) => rig.event(localRelabel(i)) },
     {
       name: 'new NetworkPolicy in a namespace with a local Pod (then its removal; 1 in 10 selects that Pod)',
@@ -252,6 +271,7 @@ async function main(): Promise<void> {
         return rig.event(obj, i % 2 ? 'remove' : 'upsert');
       },
     },
+    ...(TO_SERVICES ? [{ name: 'EndpointSlice change of the Service the toServices rule names (ns-5/api)', run: (rig: Rig, i: number) => rig.event(apiSlice(i % 2 === 1)) }] : []),
     {
       name: 'Service endpoints change no rule uses',
       run: (rig, i) => rig.event({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'web', namespace: 'ns-3' }, spec: { clusterIP: '10.96.0.10', clusterIPs: ['10.96.0.10'], selector: { app: i % 2 ? 'app-1' : 'app-2' }, ports: [{ name: 'http', port: 80, protocol: 'TCP', targetPort: 8080 }] } }),

@@ -100,9 +100,6 @@ export interface EnforcerStatus {
 export const POLICY_OWNER = 'policy';
 export const DNS_INTERCEPT_OWNER = 'dns-intercept';
 
-/** Kinds whose changes can move Service endpoints. */
-const ENDPOINT_KINDS = new Set(['Pod', 'Service', 'EndpointSlice']);
-
 const isCoreKind = (o: { apiVersion: string; kind: string }, kind: string) => o.apiVersion === 'v1' && o.kind === kind;
 
 export class Enforcer {
@@ -244,18 +241,16 @@ export class Enforcer {
       type === 'upsert'
         ? this.engine.upsert(obj)
         : this.engine.remove({ apiVersion: obj.apiVersion, kind: obj.kind, name: obj.metadata.name, ...(obj.metadata.namespace ? { namespace: obj.metadata.namespace } : {}) });
-    // Service endpoints (toServices rules after DNAT) are not in the ChangeSet: the compiler finds
-    // their changes itself, so these kinds get a compile when compiled flows depend on endpoints
-    // (a rule the ChangeSet adds is compiled with its endpoints anyway).
-    this.changed(cs, ENDPOINT_KINDS.has(obj.kind) && (this.fullCompile || this.policyFlows.dependsOnEndpoints()));
+    this.changed(cs);
   }
 
-  private changed(cs: ChangeSet, force = false): void {
+  private changed(cs: ChangeSet): void {
     const dirty = dirtyRuleIds(cs, this.engine.internalRules());
     const any = dirty.size > 0 || cs.isolations.added.length + cs.isolations.updated.length + cs.isolations.removed.length > 0 ||
       cs.addressGroups.added.length + cs.addressGroups.updated.length + cs.addressGroups.removed.length > 0 ||
-      cs.appliedToGroups.added.length + cs.appliedToGroups.updated.length + cs.appliedToGroups.removed.length > 0;
-    if (!any && !force) return;
+      cs.appliedToGroups.added.length + cs.appliedToGroups.updated.length + cs.appliedToGroups.removed.length > 0 ||
+      cs.serviceEndpoints.length > 0;
+    if (!any) return;
     this.markDirty(dirty);
   }
 

@@ -156,6 +156,18 @@ export function deterministicPodIp(nodeName: string | undefined, namespace: stri
 export const podKey = (p: { namespace: string; name: string }) => `${p.namespace}/${p.name}`;
 
 /**
+ * An input of a Service's endpoints: the Service itself and its EndpointSlices (`svc:ns/name`), a
+ * Pod named by a slice (`pod:ns/name`), the Pod at an address a slice lists (`ip:addr`), every Pod of
+ * a namespace (`ns:name`, a selector without slices) or the Service at a ClusterIP (`cip:addr`).
+ */
+export type EndpointRead = `${'svc' | 'pod' | 'ip' | 'ns' | 'cip'}:${string}`;
+
+/** The port a Service port sends to on one endpoint Pod (a named target port resolved on the Pod), if any. */
+export function targetPortOn(pod: PodInfo, sp: ServicePortInfo): number | undefined {
+  return typeof sp.targetPort === 'number' ? sp.targetPort : pod.ports.find((p) => p.name === sp.targetPort && p.protocol === sp.protocol)?.containerPort;
+}
+
+/**
  * The cluster objects, indexed for the evaluator (by IP, by namespace, by node).
  * Every mutator returns what it changed so the engine can re-evaluate only that.
  */
@@ -165,6 +177,8 @@ export class ClusterState {
   readonly nodes = new Map<string, NodeInfo>();
   readonly services = new Map<string, ServiceInfo>();
   readonly endpointSlices = new Map<string, EndpointSliceInfo>();
+  /** EndpointSlices by their Service ("ns/service" -> "ns/slice" -> slice). */
+  private readonly slicesByService = new Map<string, Map<string, EndpointSliceInfo>>();
   readonly serviceAccounts = new Set<string>();
   /** Pod (non-hostNetwork) by IP. */
   readonly podByIp = new Map<string, PodInfo>();
@@ -285,12 +299,13 @@ export class ClusterState {
     return changed;
   }
 
-  upsertService(obj: KubeObject): ServiceInfo {
+  /** Adds or replaces a Service; returns [old, new]. */
+  upsertService(obj: KubeObject): [ServiceInfo | undefined, ServiceInfo] {
     const svc = serviceInfoFromObject(obj);
-    this.removeService(svc.namespace, svc.name);
+    const old = this.removeService(svc.namespace, svc.name);
     this.services.set(`${svc.namespace}/${svc.name}`, svc);
     for (const ip of svc.clusterIPs) this.serviceByIp.set(ip, svc);
-    return svc;
+    return [old, svc];
   }
 
   removeService(namespace: string, name: string): ServiceInfo | undefined {
@@ -301,36 +316,52 @@ export class ClusterState {
     return old;
   }
 
-  upsertEndpointSlice(obj: KubeObject): EndpointSliceInfo {
+  /** Adds or replaces an EndpointSlice; returns [old, new]. */
+  upsertEndpointSlice(obj: KubeObject): [EndpointSliceInfo | undefined, EndpointSliceInfo] {
     const info = endpointSliceInfoFromObject(obj);
-    this.endpointSlices.set(`${info.namespace}/${info.name}`, info);
-    return info;
+    const old = this.removeEndpointSlice(info.namespace, info.name);
+    const key = `${info.namespace}/${info.name}`;
+    this.endpointSlices.set(key, info);
+    const svc = `${info.namespace}/${info.service}`;
+    let slices = this.slicesByService.get(svc);
+    if (!slices) this.slicesByService.set(svc, (slices = new Map()));
+    slices.set(key, info);
+    return [old, info];
   }
 
   removeEndpointSlice(namespace: string, name: string): EndpointSliceInfo | undefined {
-    const old = this.endpointSlices.get(`${namespace}/${name}`);
-    this.endpointSlices.delete(`${namespace}/${name}`);
+    const key = `${namespace}/${name}`;
+    const old = this.endpointSlices.get(key);
+    if (!old) return undefined;
+    this.endpointSlices.delete(key);
+    const svc = `${old.namespace}/${old.service}`;
+    const slices = this.slicesByService.get(svc);
+    slices?.delete(key);
+    if (slices?.size === 0) this.slicesByService.delete(svc);
     return old;
   }
 
   /**
    * The Pods behind a Service: from its EndpointSlices when any exist, else from its selector.
    * Sorted by "ns/name" so every caller sees the same order. With `family`, the endpoints of that
-   * address family (slices of that addressType; Pods that have such an address).
+   * address family (slices of that addressType; Pods that have such an address). `read` is told
+   * every input the answer depends on (see EndpointRead), for callers that follow the answer.
    */
-  serviceEndpoints(namespace: string, name: string, family?: 4 | 6): PodInfo[] {
-    const all = [...this.endpointSlices.values()].filter((s) => s.namespace === namespace && s.service === name);
+  serviceEndpoints(namespace: string, name: string, family?: 4 | 6, read?: (input: EndpointRead) => void): PodInfo[] {
+    read?.(`svc:${namespace}/${name}`);
+    const all = [...(this.slicesByService.get(`${namespace}/${name}`)?.values() ?? [])];
     // For one family: its slices (addressType), and only Pods with an address of that family.
     const slices = family === undefined ? all : all.filter((s) => s.family === undefined || s.family === family);
     const out = new Map<string, PodInfo>();
     if (all.length > 0) {
       for (const s of slices) {
-        for (const ref of s.pods) { const p = this.pods.get(ref); if (p) out.set(ref, p); }
-        for (const ip of s.ips) { const p = this.podByIp.get(ip); if (p) out.set(podKey(p), p); }
+        for (const ref of s.pods) { read?.(`pod:${ref}`); const p = this.pods.get(ref); if (p) out.set(ref, p); }
+        for (const ip of s.ips) { read?.(`ip:${ip}`); const p = this.podByIp.get(ip); if (p) out.set(podKey(p), p); }
       }
     } else {
       const svc = this.services.get(`${namespace}/${name}`);
       if (svc?.selector) {
+        read?.(`ns:${namespace}`);
         for (const p of this.podsByNamespace.get(namespace)?.values() ?? []) {
           if (Object.entries(svc.selector).every(([k, v]) => labelValue(p.labels, k) === v)) out.set(podKey(p), p);
         }

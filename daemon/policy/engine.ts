@@ -11,6 +11,7 @@ import { ANTREA_GROUP, STATIC_TIERS, normalizers as antreaNormalizers, staticTie
 import { canonicalIp } from './cidr.js';
 import { canonicalDnsName, FqdnPatternSet } from './fqdn.js';
 import { ClusterState, podKey } from './cluster.js';
+import { ServiceEndpointTracker } from './endpoints.js';
 import { Evaluator, UnknownEndpointError, type SideDecision } from './evaluator.js';
 import { InternalModel, type ComputedIsolation, type NodeIsolation, type ChangeSet, type NodeRule, type NodeTarget, type AddressGroup, type AppliedToGroup, type ComputedRule } from './internal.js';
 import { normalizers as k8sNormalizers } from './k8s/index.js';
@@ -108,6 +109,8 @@ function splitApiVersion(apiVersion: string): { group: string; version: string }
 export class PolicyEngine {
   readonly nodeName?: string;
   readonly cluster = new ClusterState();
+  /** Endpoints of the Services toServices peers name, followed for the ChangeSet (see endpoints.ts). */
+  private readonly endpoints = new ServiceEndpointTracker(this.cluster);
   private readonly log?: (e: ValidationError) => void;
   private readonly registry = new Map<string, NormalizerEntry>();
   private readonly policies = new Map<string, PolicyEntry>();
@@ -144,7 +147,7 @@ export class PolicyEngine {
       serviceEndpointKeys: (namespace, name) => this.serviceEndpointKeys(namespace, name),
       fqdnMatches: (pattern, ip) => this.fqdnIps(pattern).has(ip),
     };
-    this.model = new InternalModel(this.env, this.nodeName, (pattern) => this.fqdnMembers(pattern));
+    this.model = new InternalModel(this.env, this.nodeName, (pattern) => this.fqdnMembers(pattern), this.endpoints);
     this.evaluator = new Evaluator(this.cluster, this.env, (key) => this.model.appliedToGroupIdsOf(key), () => {
       const rules: InternalRule[] = [];
       const isolations: Isolation[] = [];
@@ -176,7 +179,8 @@ export class PolicyEngine {
     if (group === '' && CORE_KINDS.has(obj.kind)) {
       this.upsertCore(obj);
     } else if (group === 'discovery.k8s.io' && obj.kind === 'EndpointSlice') {
-      this.cluster.upsertEndpointSlice(obj);
+      const [old, slice] = this.cluster.upsertEndpointSlice(obj);
+      this.endpoints.sliceChanged(old, slice);
       this.servicesChanged();
     } else {
       const entry = this.registry.get(`${group}/${obj.kind}`);
@@ -201,7 +205,7 @@ export class PolicyEngine {
     if (group === '' && CORE_KINDS.has(ref.kind)) {
       this.removeCore(ref);
     } else if (group === 'discovery.k8s.io' && ref.kind === 'EndpointSlice') {
-      this.cluster.removeEndpointSlice(ref.namespace ?? 'default', ref.name);
+      this.endpoints.sliceChanged(this.cluster.removeEndpointSlice(ref.namespace ?? 'default', ref.name), undefined);
       this.servicesChanged();
     } else {
       this.rejected.delete(rejectedKey(ref));
@@ -343,10 +347,12 @@ export class PolicyEngine {
         this.model.nodeChanged(old, node);
         break;
       }
-      case 'Service':
-        this.cluster.upsertService(obj);
+      case 'Service': {
+        const [old, svc] = this.cluster.upsertService(obj);
+        this.endpoints.serviceChanged(old, svc);
         this.servicesChanged();
         break;
+      }
       case 'ServiceAccount':
         this.cluster.serviceAccounts.add(`${obj.metadata.namespace ?? 'default'}/${obj.metadata.name}`);
         break;
@@ -374,7 +380,7 @@ export class PolicyEngine {
         break;
       }
       case 'Service':
-        this.cluster.removeService(ns, ref.name);
+        this.endpoints.serviceChanged(this.cluster.removeService(ns, ref.name), undefined);
         this.servicesChanged();
         break;
       case 'ServiceAccount':
@@ -387,6 +393,7 @@ export class PolicyEngine {
     if (old) this.evaluator.podChanged(old);
     // Service endpoints may follow Pod labels; appliedTo by serviceRef then changes for that Pod only.
     this.serviceEndpointCache.clear();
+    this.endpoints.podChanged(old, pod);
     this.model.podChanged(old, pod);
   }
 

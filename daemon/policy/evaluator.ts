@@ -20,7 +20,7 @@
  * endpoints have; see Probe.family.
  */
 import { ipFamily, ipv4ToNumber } from './cidr.js';
-import { podKey, type ClusterState } from './cluster.js';
+import { podKey, targetPortOn, type ClusterState } from './cluster.js';
 import { groupId } from './internal.js';
 import { compilePeer, compilePorts, podEndpointOf, podEndpoints, realizableMembers, type Endpoint, type MatchContext, type MatchEnv, type PeerMatcher, type PortMatcher, type PortProbe } from './match.js';
 import { canonicalJson, compareRules } from './order.js';
@@ -455,7 +455,7 @@ export class Evaluator {
     if (!sp) return { ...base, verdict: 'reject', decidedBy: null, note: `Service ${svc.namespace}/${svc.name} has no ${probe.protocol} port ${probe.port}` };
     const outcomes: { pod: PodInfo; r: Pick<ProbeResult, 'verdict' | 'decidedBy' | 'note'> }[] = [];
     for (const pod of this.cluster.serviceEndpoints(svc.namespace, svc.name, family)) {
-      const port = typeof sp.targetPort === 'number' ? sp.targetPort : pod.ports.find((p) => p.name === sp.targetPort && p.protocol === sp.protocol)?.containerPort;
+      const port = targetPortOn(pod, sp);
       if (port === undefined) continue;
       outcomes.push({ pod, r: this.decide(srcSlot, this.podSlot(pod, family), probe.protocol, port, sourcePort, svc, family) });
     }

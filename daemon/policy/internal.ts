@@ -25,6 +25,7 @@ import { compilePeer, ipv4ToNumber, podEndpoints, realizableMembers, type Endpoi
 import { nodeRulesOf, type NodeRule, type NodeRuleGroups, type NodeTarget } from './noderules.js';
 import { labelValue } from './labels.js';
 import { canonicalJson, compareRules, stableHash } from './order.js';
+import type { ServiceEndpointTracker } from './endpoints.js';
 import type { ContainerPort, Direction, InternalRule, Isolation, NamespaceMatch, NodeInfo, Peer, PodInfo, PortMatch, RulePriority, RuleRef } from './types.js';
 
 export type { NodeRule, NodeTarget };
@@ -96,6 +97,12 @@ export interface ChangeSet {
   rules: IdDelta;
   /** Kubernetes NetworkPolicy isolations (default drop per direction for their targets). */
   isolations: IdDelta;
+  /**
+   * AddressGroups of toServices peers (there before and after the change) whose Service now sends
+   * its traffic to other endpoints or target ports (serviceBackends): the group's members (the
+   * ClusterIPs) may be unchanged, but the post-DNAT flows of the rules naming it are not. Sorted.
+   */
+  serviceEndpoints: string[];
 }
 
 /** A Kubernetes NetworkPolicy isolation, with its targets as AppliedToGroups. */
@@ -332,11 +339,15 @@ export class InternalModel {
   private readonly targetIndex = new Map<string, Set<string>>();
   private readonly changedTargets = new Set<string>();
   private readonly podMembers = new WeakMap<PodInfo, GroupMember>();
+  /** The AddressGroup of each Service a toServices peer names ("ns/name" -> group id). */
+  private readonly serviceGroups = new Map<string, string>();
 
+  /** `endpoints` follows the Services of toServices peers (given, the ChangeSet reports their endpoint changes). */
   constructor(
     private readonly env: MatchEnv,
     private readonly nodeName: string | undefined,
     private readonly fqdnMembers: (pattern: string) => { name: string; ips: string[] }[] = () => [],
+    private readonly endpoints?: ServiceEndpointTracker,
   ) {}
 
   // ---------------------------------------------------------------------------------------
@@ -371,11 +382,18 @@ export class InternalModel {
       for (const list of [d.added, d.updated, d.removed]) list.sort();
       return d;
     };
+    // Endpoints of a group that came in this change are its first: the group is reported added.
+    const serviceEndpoints: string[] = [];
+    for (const key of this.endpoints?.takeChanged() ?? []) {
+      const id = this.serviceGroups.get(key);
+      if (id !== undefined && t.address.get(id) !== null) serviceEndpoints.push(id);
+    }
     const cs: ChangeSet = {
       addressGroups: groupDelta('address'),
       appliedToGroups: groupDelta('appliedTo'),
       rules: delta(t.rules, (id) => this.ruleJson(id), (a, b) => a === b),
       isolations: delta(t.isolations, (id) => this.isolationJson(id), (a, b) => a === b),
+      serviceEndpoints: serviceEndpoints.sort(),
     };
     if (cs.rules.added.length + cs.rules.updated.length + cs.rules.removed.length + cs.addressGroups.updated.length +
         cs.addressGroups.added.length + cs.addressGroups.removed.length + cs.appliedToGroups.added.length +
@@ -678,6 +696,11 @@ export class InternalModel {
     this.groups[kind].set(id, g);
     if (namespaces) for (const ns of namespaces) { let s = this.scoped.get(ns); if (!s) this.scoped.set(ns, (s = new Set())); s.add(g); }
     else this.unscoped.add(g);
+    if (peer.kind === 'service' && kind === 'address') {
+      const key = `${peer.namespace}/${peer.name}`;
+      this.serviceGroups.set(key, id);
+      this.endpoints?.watch(key);
+    }
     this.recomputeGroup(g);
     return g;
   }
@@ -686,6 +709,11 @@ export class InternalModel {
     if (--g.refs > 0) return;
     this.touchGroup(g);
     this.groups[g.kind].delete(g.id);
+    if (g.peer.kind === 'service' && g.kind === 'address') {
+      const key = `${g.peer.namespace}/${g.peer.name}`;
+      if (this.serviceGroups.get(key) === g.id) this.serviceGroups.delete(key);
+      this.endpoints?.unwatch(key);
+    }
     if (g.kind === 'appliedTo') for (const key of g.members.keys()) this.unindexTarget(g, key);
     if (g.namespaces) for (const ns of g.namespaces) this.scoped.get(ns)?.delete(g);
     else this.unscoped.delete(g);

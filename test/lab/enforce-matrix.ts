@@ -87,6 +87,21 @@ export async function runMatrix(t: Test, lab: string, primary: 'ptp' | 'eks'): P
     await check(t, 'labels restored');
   });
 
+  await t.test('the endpoints of a toServices Service move: its rules follow', async (t) => {
+    // y/c may reach Service z/a only (13-toservices): its post-DNAT flows must follow the
+    // Service's EndpointSlice from z/a to z/b, or the drop-rest rule drops the re-entered packet.
+    await labCli(lab, ['label', 'pod', 'z/a', 'pod=q']);
+    await labCli(lab, ['label', 'pod', 'z/b', 'pod=a']);
+    // z/b -> Service z/a is now a Pod to its own endpoint: hairpin, not probed (see fullProbeSet).
+    const c = await compareWithSimulate(lab, dir, probes.filter((p) => !(p.from === 'z/b' && p.to === 'service:z/a')));
+    t.same(c.mismatches, [], `Service z/a sends to z/b only: ${c.probes} probes, lab verdicts = simulate verdicts (${JSON.stringify(c.counts)})`);
+    const one = await compareWithSimulate(lab, dir, [{ from: 'y/c', to: 'service:z/a', port: 80, protocol: 'TCP' }]);
+    t.same(one.mismatches, [], `y/c -> Service z/a 80/TCP, now at z/b: ${JSON.stringify(one.counts)} as simulate says`);
+    await labCli(lab, ['label', 'pod', 'z/b', 'pod=b']);
+    await labCli(lab, ['label', 'pod', 'z/a', 'pod=a']);
+    await check(t, 'Service z/a sends to z/a again');
+  });
+
   await t.test('deleting policies restores reachability', async (t) => {
     for (const f of [join(FIX, '13-toservices.yaml'), join(FIX, '12-anp-deny.yaml'), join(FIX, '11-pass.yaml'), join(FIX, '14-reject-edit.yaml')]) {
       await labCli(lab, ['delete', '-f', f]);

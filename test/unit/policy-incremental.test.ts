@@ -2,11 +2,14 @@
  * Incremental computation of the internal objects (AddressGroups, AppliedToGroups, internal
  * rules): random sequences of Pod add/remove/relabel, Namespace relabel and policy
  * add/edit/remove. After every operation:
- *  - the ChangeSet is exact: it names precisely the ids whose content differs from before;
+ *  - the ChangeSet is exact: it names precisely the ids whose content differs from before, and the
+ *    toServices AddressGroups whose Service resolves to other endpoints (EndpointSlices by Pod
+ *    and by address, not-ready endpoints, selectors, named target ports);
  *  - the state equals a fresh engine fed the final objects (groups, rules, node rule set and
  *    verdicts).
  */
 import t from 'tap';
+import { serviceBackends } from '../../daemon/policy/endpoints.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import { normalizers as k8s } from '../../daemon/policy/k8s/index.js';
 import { canonicalJson } from '../../daemon/policy/order.js';
@@ -14,7 +17,19 @@ import type { ChangeSet } from '../../daemon/policy/internal.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import { namespace, netpol, pod, podsIn, rng, rule, rulesObject, testKind } from './policy-core-helpers.js';
 
-type Snap = { ag: Map<string, string>; atg: Map<string, string>; rules: Map<string, string>; isolations: Map<string, string> };
+type Snap = { ag: Map<string, string>; atg: Map<string, string>; rules: Map<string, string>; isolations: Map<string, string>; endpoints: Map<string, string> };
+
+/** Where each toServices group's Service sends every ClusterIP port, resolved from scratch. */
+function endpointsOf(e: PolicyEngine): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const g of e.addressGroups()) {
+    if (g.peer.kind !== 'service') continue;
+    const svc = e.cluster.services.get(`${g.peer.namespace}/${g.peer.name}`);
+    const parts = (svc?.clusterIPs ?? []).flatMap((ip) => svc!.ports.map((p) => `${ip}/${p.protocol}/${p.port}=${canonicalJson(serviceBackends(e.cluster, ip, p.protocol, p.port))}`));
+    out.set(g.id, parts.join(';'));
+  }
+  return out;
+}
 
 function snapshot(e: PolicyEngine): Snap {
   return {
@@ -22,6 +37,7 @@ function snapshot(e: PolicyEngine): Snap {
     atg: new Map(e.appliedToGroups().map((g) => [g.id, canonicalJson(g)])),
     rules: new Map(e.internalRules().map((r) => [r.id, canonicalJson(r)])),
     isolations: new Map(e.internalIsolations().map((i) => [i.id, canonicalJson(i)])),
+    endpoints: endpointsOf(e),
   };
 }
 
@@ -90,7 +106,25 @@ function randomGroups(r: ReturnType<typeof rng>): KubeObject {
 }
 
 function randomService(r: ReturnType<typeof rng>): KubeObject {
-  return { apiVersion: 'v1', kind: 'Service', metadata: { name: 'svc', namespace: 'x' }, spec: { clusterIP: '10.96.0.1', selector: { app: r.pick(APPS) }, ports: [{ port: 80, targetPort: 'http' }] } };
+  const targetPort = r.pick(['http', 'http', 8080, 'dns']);
+  const ports = [{ port: 80, targetPort }, ...(r.next() < 0.4 ? [{ name: 'dns', port: 53, protocol: 'UDP', targetPort: 'dns' }] : [])].map((p, i) => ({ name: `p${i}`, ...p }));
+  return { apiVersion: 'v1', kind: 'Service', metadata: { name: 'svc', namespace: 'x' }, spec: { clusterIP: r.pick(['10.96.0.1', '10.96.0.1', '10.96.0.2']), selector: { app: r.pick(APPS) }, ports } };
+}
+
+/** An EndpointSlice of x/svc: endpoints by Pod reference or by bare address, some not ready. */
+function randomSlice(r: ReturnType<typeof rng>, ipIndex: Map<string, number>): KubeObject {
+  const endpoints = Array.from({ length: r.int(4) }, () => {
+    const key = `${r.pick(NAMESPACES)}/${r.pick(NAMES)}`;
+    const i = ipIndex.get(key)!;
+    const ip = `10.1.${i % 4}.${10 + i}`;
+    const [ns, name] = key.split('/');
+    return {
+      addresses: [ip],
+      ...(r.next() < 0.2 ? { conditions: { ready: false } } : {}),
+      ...(r.next() < 0.6 ? { targetRef: { kind: 'Pod', namespace: ns, name } } : {}),
+    };
+  });
+  return { apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { name: `svc-${r.int(2)}`, namespace: 'x', labels: { 'kubernetes.io/service-name': 'svc' } }, addressType: 'IPv4', endpoints } as KubeObject;
 }
 
 /** A stage-0 policy using group, serviceRef and toServices peers and a group appliedTo. */
@@ -121,6 +155,7 @@ function podObject(r: ReturnType<typeof rng>, ns: string, name: string, ipIndex:
   return o;
 }
 
+let totalEndpointSteps = 0;
 for (let seed = 1; seed <= 12; seed++) {
   t.test(`random operations, seed ${seed}`, async (t) => {
     const r = rng(seed);
@@ -135,6 +170,7 @@ for (let seed = 1; seed <= 12; seed++) {
 
     let mismatches = 0;
     let nonEmpty = 0;
+    let endpointSteps = 0;
     for (let step = 0; step < 60; step++) {
       const before = snapshot(e);
       const op = r.int(11);
@@ -166,12 +202,20 @@ for (let seed = 1; seed <= 12; seed++) {
         const name = `rel-${r.int(3)}`;
         label = `relative policy add/edit ${name}`;
         cs = apply(randomRelative(r, name));
+      } else if (op === 6 && r.next() < 0.5) {
+        const name = `svcpol-${r.int(2)}`;
+        label = `toServices policy add/edit ${name}`;
+        cs = apply(rulesObject(name, { rules: [rule({ direction: 'Egress', action: r.pick(['Allow', 'Drop'] as const), appliedTo: [podsIn(r.pick(NAMESPACES))], peers: [{ kind: 'service', namespace: 'x', name: 'svc' }] }, {}, name)] }));
       } else if (op === 8) {
         label = 'group definitions edit';
         cs = apply(randomGroups(r));
-      } else if (op === 9) {
+      } else if (op === 9 && r.next() < 0.5) {
         label = 'service edit';
         cs = r.next() < 0.2 && objects.has('v1/Service/x/svc') ? drop(randomService(r)) : apply(randomService(r));
+      } else if (op === 9) {
+        const slice = randomSlice(r, ipIndex);
+        label = `endpointslice edit ${slice.metadata.name}`;
+        cs = r.next() < 0.25 ? drop(slice) : apply(slice);
       } else if (op === 10) {
         const name = `grp-${r.int(3)}`;
         label = `group policy add/edit ${name}`;
@@ -182,7 +226,9 @@ for (let seed = 1; seed <= 12; seed++) {
         cs = apply(randomNetpol(r, ns, name));
       }
       const after = snapshot(e);
-      const expected = { addressGroups: diff(before.ag, after.ag), appliedToGroups: diff(before.atg, after.atg), rules: diff(before.rules, after.rules), isolations: diff(before.isolations, after.isolations) };
+      const serviceEndpoints = [...after.endpoints].filter(([id, v]) => before.endpoints.has(id) && before.endpoints.get(id) !== v).map(([id]) => id).sort();
+      if (serviceEndpoints.length > 0) endpointSteps++;
+      const expected = { addressGroups: diff(before.ag, after.ag), appliedToGroups: diff(before.atg, after.atg), rules: diff(before.rules, after.rules), isolations: diff(before.isolations, after.isolations), serviceEndpoints };
       if (canonicalJson(cs) !== canonicalJson(expected)) {
         mismatches++;
         t.same(cs, expected, `step ${step} (${label}): ChangeSet names exactly what changed`);
@@ -190,7 +236,7 @@ for (let seed = 1; seed <= 12; seed++) {
       if (cs.rules.added.length + cs.rules.updated.length + cs.rules.removed.length + cs.addressGroups.updated.length + cs.appliedToGroups.updated.length > 0) nonEmpty++;
       const fresh = freshEngine(objects);
       const freshSnap = snapshot(fresh);
-      for (const k of ['ag', 'atg', 'rules', 'isolations'] as const) {
+      for (const k of ['ag', 'atg', 'rules', 'isolations', 'endpoints'] as const) {
         if (canonicalJson([...after[k]].sort()) !== canonicalJson([...freshSnap[k]].sort())) {
           mismatches++;
           t.same([...after[k]].sort(), [...freshSnap[k]].sort(), `step ${step} (${label}): ${k} equal to a fresh computation`);
@@ -216,5 +262,10 @@ for (let seed = 1; seed <= 12; seed++) {
     }
     t.equal(mismatches, 0, 'incremental state matched a fresh computation and the ChangeSet at every step');
     t.ok(nonEmpty > 5, `the sequence exercised real changes (${nonEmpty} non-empty ChangeSets)`);
+    totalEndpointSteps += endpointSteps;
   });
 }
+
+t.test('the sequences moved the endpoints of followed Services', async (t) => {
+  t.ok(totalEndpointSteps > 10, `${totalEndpointSteps} steps reported toServices endpoint changes`);
+});

@@ -80,7 +80,7 @@ t.test('a Pod relabel touches only the groups whose selectors match it before or
   t.same(cs.rules, { added: [], updated: [], removed: [] }, 'rules refer to groups by id: unchanged');
   const unrelated = e.upsert(pod('z', 'c', { labels: { pod: 'c', extra: '1' } }));
   const none = { added: [], updated: [], removed: [] };
-  t.same(unrelated, { addressGroups: none, appliedToGroups: none, rules: none, isolations: none });
+  t.same(unrelated, { addressGroups: none, appliedToGroups: none, rules: none, isolations: none, serviceEndpoints: [] });
   const nsChange = e.upsert(namespace('z', { other: 'label' }));
   t.same(nsChange.addressGroups.updated, [], 'no namespace selector involved');
 });

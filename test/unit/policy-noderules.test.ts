@@ -167,7 +167,7 @@ t.test('egress to any peer on a named port: only Pods with that port change the 
   const id = 'NetworkPolicy/x/out/egress-0';
   const none = { added: [], updated: [], removed: [] };
   const without = e.upsert(pod('x', 'q', { ip: '10.1.0.30', node: 'node-2', ports: [{ name: 'metrics', containerPort: 9100 }] }));
-  t.same(without, { addressGroups: none, appliedToGroups: none, rules: none, isolations: none }, 'a Pod without the port changes nothing');
+  t.same(without, { addressGroups: none, appliedToGroups: none, rules: none, isolations: none, serviceEndpoints: [] }, 'a Pod without the port changes nothing');
   const withPort = e.upsert(httpPod('x', 'r', '10.1.0.31', 'node-2', 8443));
   t.ok(dirtyRuleIds(withPort, e.internalRules()).has(id), 'a Pod with the port is named');
   t.ok(e.nodeRuleSet().some((r) => r.ruleId === id && r.ports[0]!.port === 8443));

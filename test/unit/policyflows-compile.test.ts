@@ -162,8 +162,10 @@ t.test('toServices: ClusterIP+port clause, no pre-DNAT exclusion', async (t) => 
   t.match(pf.flows().find((f) => f.match === `conj_id=${postId}`)!.actions, /controller\(userdata=01\.02\./, 'same action (Reject)');
   t.same(pf.flows().filter((f) => f.actions.includes(`conjunction(${postId},2/2)`)).map((f) => f.match), ['tcp,nw_dst=10.1.0.13,tp_dst=8080', 'tcp,nw_dst=10.2.0.9,tp_dst=8080']);
   t.equal(pf.describe(postId)?.nodeRuleId, r.id);
-  const moved = pf.sync({ rules: [r], isolations: [], serviceEndpoints: (_ip, proto) => (proto === 'TCP' ? [{ ip: '10.1.0.14', port: 8080 }] : []) }, new Set());
-  t.same([moved.add.map((f) => f.match), moved.remove.map((f) => f.match).sort()], [['tcp,nw_dst=10.1.0.14,tp_dst=8080'], ['tcp,nw_dst=10.1.0.13,tp_dst=8080', 'tcp,nw_dst=10.2.0.9,tp_dst=8080']], 'endpoint changes are picked up without a ChangeSet naming the rule');
+  const elsewhere = { rules: [r], isolations: [], serviceEndpoints: (_ip: string, proto: string) => (proto === 'TCP' ? [{ ip: '10.1.0.14', port: 8080 }] : []) };
+  t.same(pf.sync(elsewhere, new Set()), { add: [], remove: [] }, 'a rule the dirty ids do not name is not resolved again (the ChangeSet names the rules whose endpoints moved)');
+  const moved = pf.sync(elsewhere, new Set([r.ruleId]));
+  t.same([moved.add.map((f) => f.match), moved.remove.map((f) => f.match).sort()], [['tcp,nw_dst=10.1.0.14,tp_dst=8080'], ['tcp,nw_dst=10.1.0.13,tp_dst=8080', 'tcp,nw_dst=10.2.0.9,tp_dst=8080']], 'named dirty, the rule follows its endpoints: only the post-DNAT peer flows change');
 });
 
 t.test('ports: ranges as masks, source ports, ICMP, SCTP; inexpressible conditions match nothing', async (t) => {

@@ -2,7 +2,10 @@
  * The compiler driven by the real policy engine: the flow-count test (100 source
  * Pods x 100 target Pods x 10 ports = a sum, not a product), determinism across "restarts", and the
  * incremental property: for random sequences of cluster and policy changes, the deltas computed
- * from each ChangeSet compose to exactly the flows of a full recompile.
+ * from each ChangeSet compose to exactly the flows of a full recompile. The sequences move the
+ * endpoints of the Services toServices rules name (EndpointSlices by Pod and by address, not-ready
+ * endpoints, Service edits, a hostNetwork endpoint whose Node changes address), which reach the
+ * compiler only through the ChangeSet.
  */
 import t from 'tap';
 import type { Flow } from '../../daemon/flows/flow.js';
@@ -106,7 +109,7 @@ function randomPolicy(r: () => number): KubeObject {
     const tier = pick(['securityops', 'application', 'baseline']);
     const action = pick(tier === 'baseline' ? ['Allow', 'Drop', 'Reject'] : ['Allow', 'Drop', 'Reject', 'Pass']);
     const peer = r() < 0.25 ? { ipBlock: { cidr: '10.2.0.0/16' } } : { namespaceSelector: { matchLabels: { ns: pick(NAMESPACES) } }, podSelector: { matchLabels: { app: pick(APPS) } } };
-    const toSvc = dir === 'egress' && r() < 0.15;
+    const toSvc = dir === 'egress' && r() < 0.3;
     return {
       apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: `acnp${Math.floor(r() * 5)}` },
       spec: {
@@ -114,7 +117,7 @@ function randomPolicy(r: () => number): KubeObject {
         appliedTo: [{ podSelector: { matchLabels: { app: pick(APPS) } } }],
         [dir]: [
           toSvc
-            ? { action, toServices: [{ name: 'svc', namespace: 'x' }], enableLogging: r() < 0.3 }
+            ? { action, toServices: r() < 0.6 ? [{ name: 'svc', namespace: 'x' }] : [{ name: 'svc2', namespace: 'x' }, { name: 'svc', namespace: 'x' }], enableLogging: r() < 0.3 }
             : { action, [peerKey]: r() < 0.15 ? [] : [peer], ports: ports().filter((p: any) => typeof p.port !== 'string' && p.endPort === undefined), enableLogging: r() < 0.3 },
           { action: 'Drop', [peerKey]: [{ namespaceSelector: { matchLabels: { ns: pick(NAMESPACES) } } }] },
         ],
@@ -155,6 +158,7 @@ t.test('incremental deltas == full recompile, for random change sequences', asyn
   let ipv6Steps = 0;
   let classSteps = 0;
   let classFallbackSteps = 0;
+  let endpointSteps = 0;
   // Seeds 7 and 8: dual-stack Pods, so rules carry IPv6 targets and peers beside IPv4 ones.
   // Seeds 9 and 10: one address class bit per side, all in one place (the other sets keep
   // per-address flows, and sets take the bit from each other as their gains change).
@@ -232,12 +236,57 @@ t.test('incremental deltas == full recompile, for random change sequences', asyn
         if (bits && inc.flows().some((f) => f.table.endsWith('Rule') && /conjunction/.test(f.actions) && /nw_(src|dst)=10\.2\./.test(f.match))) classFallbackSteps++;
       }
       if (delta.add.length + delta.remove.length > 0) nonEmpty++;
+      // a post-DNAT endpoint clause flow (a Pod or Node address and target port) came or went
+      if ([...delta.add, ...delta.remove].some((f) => /^(tcp|udp)6?,(nw|ipv6)_dst=(10\.[12]\.|172\.20\.|fd00:[12]::)/.test(f.match) && /tp_dst=/.test(f.match))) endpointSteps++;
       maxDelta = Math.max(maxDelta, delta.add.length + delta.remove.length);
     };
     for (const ns of NAMESPACES) apply(engine.upsert(nsObj(ns, { env: 'prod' })), `namespace ${ns}`);
     apply(engine.upsert({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'svc', namespace: 'x' }, spec: { clusterIP: '10.96.0.10', selector: { app: 'a' }, ports: [{ port: 80, targetPort: 'http' }] } }), 'service');
     const pods = new Map<string, { ns: string; node: string; app: string }>();
+    const podIp4 = (name: string) => `10.${pods.get(name)?.node === 'n2' ? 2 : 1}.0.${Number(name.slice(1)) + 1}`;
+    const service = (name: string) => {
+      const ports: unknown[] = [{ name: 'web', port: 80, targetPort: r() < 0.5 ? 'http' : 8000 + Math.floor(r() * 3) }];
+      if (r() < 0.4) ports.push({ name: 'dns', port: 53, protocol: 'UDP', targetPort: 'dns' });
+      const ip = name === 'svc' ? '10.96.0.10' : '10.96.0.11';
+      return { apiVersion: 'v1', kind: 'Service', metadata: { name, namespace: 'x' }, spec: { clusterIP: ip, clusterIPs: dual ? [ip, `fd00:96::${ip.split('.')[3]}`] : [ip], selector: { app: APPS[Math.floor(r() * 3)]! }, ports } } as KubeObject;
+    };
+    /** A slice of svc or svc2: endpoints by Pod reference (hostNetwork hn included) or by bare address, some not ready. */
+    const slice = () => {
+      const svc = r() < 0.6 ? 'svc' : 'svc2';
+      const endpoints = Array.from({ length: Math.floor(r() * 4) }, () => {
+        const name = r() < 0.15 ? 'hn' : `p${Math.floor(r() * 12)}`;
+        const byRef = name === 'hn' || r() < 0.6;
+        return {
+          addresses: [name === 'hn' ? '172.20.0.2' : podIp4(name)],
+          ...(r() < 0.2 ? { conditions: { ready: false } } : {}),
+          ...(byRef ? { targetRef: { kind: 'Pod', namespace: name === 'hn' ? 'x' : (pods.get(name)?.ns ?? 'x'), name } } : {}),
+        };
+      });
+      return { apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { name: `${svc}-${Math.floor(r() * 2)}`, namespace: 'x', labels: { 'kubernetes.io/service-name': svc } }, addressType: 'IPv4', endpoints } as KubeObject;
+    };
+    const nodeObj = (ip: string): KubeObject => ({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'n2' }, status: { addresses: [{ type: 'InternalIP', address: ip }] } });
+    apply(engine.upsert(nodeObj('172.20.0.2')), 'node n2');
+    apply(engine.upsert({ ...podObj('x', 'hn', '172.20.0.2', 'n2', { app: 'a' }), spec: { ...podObj('x', 'hn', '172.20.0.2', 'n2', {}).spec, hostNetwork: true } }), 'hostNetwork pod x/hn');
     for (let step = 0; step < 120; step++) {
+      if (r() < 0.15) {
+        const sub = r();
+        if (sub < 0.5) {
+          const o = slice();
+          if (r() < 0.25) apply(engine.remove({ apiVersion: o.apiVersion, kind: o.kind, namespace: 'x', name: o.metadata.name }), `remove slice ${o.metadata.name}`);
+          else apply(engine.upsert(o), `slice ${o.metadata.name} ${JSON.stringify((o as any).endpoints)}`);
+        } else if (sub < 0.85) {
+          const name = r() < 0.6 ? 'svc' : 'svc2';
+          if (r() < 0.15) apply(engine.remove({ apiVersion: 'v1', kind: 'Service', namespace: 'x', name }), `remove service ${name}`);
+          else {
+            const o = service(name);
+            apply(engine.upsert(o), `service ${name} ${JSON.stringify(o.spec)}`);
+          }
+        } else {
+          const ip = r() < 0.5 ? '172.20.0.2' : '172.20.0.3';
+          apply(engine.upsert(nodeObj(ip)), `node n2 at ${ip}`);
+        }
+        continue;
+      }
       const k = r();
       if (k < 0.35) {
         const name = `p${Math.floor(r() * 12)}`;
@@ -273,6 +322,8 @@ t.test('incremental deltas == full recompile, for random change sequences', asyn
   t.ok(classSteps > 200, `the sequences really use address classes (${classSteps} steps)`);
   t.ok(classFallbackSteps > 20, `sets beyond the bit budget keep per-address flows beside classes (${classFallbackSteps} steps)`);
   t.ok(ipv6Steps > 50, `the dual-stack sequences really install IPv6 policy flows (${ipv6Steps} steps)`);
+  t.comment(`${endpointSteps} steps moved toServices post-DNAT endpoint flows`);
+  t.ok(endpointSteps > 30, `the sequences really move toServices endpoints (${endpointSteps} steps)`);
 });
 
 t.test('a restart with the same objects compiles the same flows (ids and priorities are a function of the rule set)', async (t) => {

@@ -39,10 +39,11 @@ export const emptyChangeSet = (): ChangeSet => ({
   appliedToGroups: { added: [], updated: [], removed: [] },
   rules: { added: [], updated: [], removed: [] },
   isolations: { added: [], updated: [], removed: [] },
+  serviceEndpoints: [],
 });
 
 export const isEmptyChangeSet = (cs: ChangeSet): boolean =>
-  [cs.addressGroups, cs.appliedToGroups, cs.rules, cs.isolations].every((d) => d.added.length + d.updated.length + d.removed.length === 0);
+  [cs.addressGroups, cs.appliedToGroups, cs.rules, cs.isolations].every((d) => d.added.length + d.updated.length + d.removed.length === 0) && cs.serviceEndpoints.length === 0;
 
 /** Tells the engine the address sets that changed (one engine change for all of them). */
 function applyUpdates(engine: FqdnEngine, updates: FqdnUpdate[]): ChangeSet {

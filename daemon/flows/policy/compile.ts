@@ -643,7 +643,6 @@ export class PolicyFlows {
   private readonly rendered = new Map<string, Flow>();
   private readonly identities = new Map<number, RuleIdentity>();
   private initialized = false;
-  private servicePeers = false;
   /** The priorities and conjunction ids of the current rule set (see allocation()). */
   private alloc?: { priorities: Map<string, number>; conjIds: Map<string, number> } | undefined;
   private identitiesStale = true;
@@ -667,8 +666,10 @@ export class PolicyFlows {
 
   /**
    * Brings the compiled state to `input`. `dirtyRuleIds` = the computed-rule ids (NodeRule.ruleId)
-   * whose content may have changed; undefined = recompile every rule (full compile). Rules that
-   * appear or disappear, and rules whose priority or conjunction id moved, are always handled.
+   * whose content may have changed, the endpoints `input.serviceEndpoints` gives for their
+   * Services included (dirtyRuleIds() of the engine's ChangeSet); undefined = recompile every rule
+   * (full compile). Rules that appear or disappear, and rules whose priority or conjunction id
+   * moved, are always handled.
    */
   sync(input: PolicyFlowInput, dirtyRuleIds?: ReadonlySet<string>): PolicyFlowDelta {
     const touched = new Set<string>();
@@ -697,8 +698,9 @@ export class PolicyFlows {
       const prev = this.rules.get(rule.id);
       const peerClass = this.peerClassOf(rule.id);
       const peerClassSig = peerClassSignature(peerClass);
-      // Unchanged content, priority, conjunction ids and peer class, no endpoints to follow: nothing to look at.
-      if (prev && dirtyRuleIds && !dirtyRuleIds.has(rule.ruleId) && prev.table === table && !reallocated.has(table) && !conjIdsMoved && !hasServicePeers(rule) && prev.peerClass === peerClassSig) {
+      // Unchanged content (Service endpoints included: the ChangeSet names their groups), priority,
+      // conjunction ids and peer class: nothing to look at.
+      if (prev && dirtyRuleIds && !dirtyRuleIds.has(rule.ruleId) && prev.table === table && !reallocated.has(table) && !conjIdsMoved && prev.peerClass === peerClassSig) {
         prev.rule = rule; // keep the latest object (its `order` may have moved)
         continue;
       }
@@ -743,7 +745,6 @@ export class PolicyFlows {
     }
     if (this.identitiesStale) this.rebuildIdentities();
     this.identitiesStale = false;
-    this.servicePeers = input.rules.some(hasServicePeers);
     return this.renderTouched(touched);
   }
 
@@ -963,14 +964,6 @@ export class PolicyFlows {
     return out;
   }
 
-  /**
-   * Whether the compiled flows depend on Service endpoints (some rule has toServices peers, whose
-   * post-DNAT flows match the endpoints): if not, an endpoint change alone changes no flow.
-   */
-  dependsOnEndpoints(): boolean {
-    return this.servicePeers;
-  }
-
   /** The rule behind a conjunction id (from a punt's userdata), or undefined. */
   describe(conjId: number): RuleIdentity | undefined {
     return this.identities.get(conjId);
@@ -1184,13 +1177,15 @@ function allocate(rules: readonly NodeRule[], natural?: (key: string) => number)
 
 /**
  * The computed-rule ids a ChangeSet may have changed: its rules and the rules using its groups
- * (named egress ports have groups of their own, so a Pod gaining or losing one is named too).
+ * (named egress ports have groups of their own, so a Pod gaining or losing one is named too; a
+ * toServices group whose Service's endpoints moved names the rules whose post-DNAT flows follow).
  */
 export function dirtyRuleIds(changes: ChangeSet, computedRules: readonly ComputedRule[]): Set<string> {
   const out = new Set<string>([...changes.rules.added, ...changes.rules.updated, ...changes.rules.removed]);
   const groups = new Set<string>([
     ...changes.addressGroups.added, ...changes.addressGroups.updated, ...changes.addressGroups.removed,
     ...changes.appliedToGroups.added, ...changes.appliedToGroups.updated, ...changes.appliedToGroups.removed,
+    ...changes.serviceEndpoints,
   ]);
   if (groups.size > 0) {
     for (const r of computedRules) {

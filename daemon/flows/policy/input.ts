@@ -3,26 +3,17 @@
  * Kubernetes isolation of this node's Pods (engine.nodeIsolations()), and a resolver of Service
  * ports to their endpoints (for toServices rules after DNAT).
  */
+import { serviceBackends } from '../../policy/endpoints.js';
 import type { PolicyEngine } from '../../policy/engine.js';
 import type { PolicyFlowInput, ServiceResolver } from './compile.js';
 
 /**
- * Where the host's kube-proxy sends a Service address/port: the endpoint Pods (as the engine's
- * evaluate() resolves them) with the target port, named target ports resolved per Pod.
+ * Where the host's kube-proxy sends a Service address/port (serviceBackends: the endpoint Pods as
+ * the engine's evaluate() resolves them, with the target port). The engine's ChangeSet names the
+ * toServices AddressGroups whose answers changed, so the compiler asks only for dirty rules.
  */
 export function serviceResolver(engine: PolicyEngine): ServiceResolver {
-  return (clusterIP, protocol, port) => {
-    const svc = engine.cluster.serviceByIp.get(clusterIP);
-    const sp = svc?.ports.find((p) => p.port === port && p.protocol === protocol);
-    if (!svc || !sp) return [];
-    const out: { ip: string; port: number }[] = [];
-    for (const pod of engine.cluster.serviceEndpoints(svc.namespace, svc.name)) {
-      const target = typeof sp.targetPort === 'number' ? sp.targetPort : pod.ports.find((p) => p.name === sp.targetPort && p.protocol === sp.protocol)?.containerPort;
-      if (target === undefined) continue;
-      for (const ip of pod.ips) out.push({ ip, port: target });
-    }
-    return out;
-  };
+  return (clusterIP, protocol, port) => serviceBackends(engine.cluster, clusterIP, protocol, port);
 }
 
 /** The compiler's input for the engine's current state. */
