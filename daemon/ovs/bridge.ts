@@ -23,7 +23,7 @@ import { parseFlowText } from './openflow/flowtext.js';
 import { GATEWAY_OFPORT, tableId, TABLES, type TableName } from '../flows/tables.js';
 import { JsonRpcClosed } from './jsonrpc.js';
 import { type Condition, type Operation, type OperationResult, OvsdbClient, OvsdbError, ovsMap, type Row } from './ovsdb.js';
-import { unixctl } from './unixctl.js';
+import { closeUnixctlConnections, unixctl } from './unixctl.js';
 
 export type Datapath = 'system' | 'netdev';
 
@@ -149,9 +149,10 @@ export class Ovs {
     this.ovsdb = new OvsdbClient(join(opts.ovsRunDir, 'db.sock'), { timeoutMs: this.timeout * 1000 });
   }
 
-  /** Ends the OVSDB session (the agent's shutdown); a later call opens a new one. */
+  /** Ends the OVSDB session and the kept control-socket connections (the agent's shutdown); a later call opens new ones. */
   close(): void {
     this.ovsdb.close();
+    closeUnixctlConnections();
   }
 
   /** OVSDB errors and an unreachable server as OvsError, naming what was being done. */

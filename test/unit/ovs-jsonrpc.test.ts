@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { JsonRpcClosed, JsonRpcConnection, JsonRpcError, JsonSplitter } from '../../daemon/ovs/jsonrpc.js';
 import { decodeValue, OvsdbClient, OvsdbError } from '../../daemon/ovs/ovsdb.js';
-import { unixctl, UnixctlError, UNIXCTL_IN_FLIGHT } from '../../daemon/ovs/unixctl.js';
+import { closeUnixctlConnections, unixctl, UnixctlError, UNIXCTL_IN_FLIGHT } from '../../daemon/ovs/unixctl.js';
 import { spawn } from 'node:child_process';
 import { Ovs } from '../../daemon/ovs/bridge.js';
 import pino from 'pino';
@@ -229,6 +229,25 @@ t.test('unixctl: the result text, or the error text ovs-appctl would print', asy
   t.equal(await unixctl(path, 'revalidator/purge'), '');
   t.equal(await unixctl(path, 'version', ['a', 'b']), 'ovs-vswitchd a b\n', 'arguments are the params');
   await t.rejects(unixctl(path, 'no/such'), new UnixctlError('"no/such" is not a valid command'));
+  await close(server);
+});
+
+t.test('unixctl: a connection that answered serves the next command; one the server closed since is replaced', async (t) => {
+  const path = join(dir, 'kept.ctl');
+  let accepted = 0;
+  const answer = (m: Record<string, unknown>, sock: Socket) => sock.write(JSON.stringify({ result: `done ${String(m.method)}`, error: null, id: m.id }));
+  let server = await serve(path, answer);
+  server.on('connection', () => accepted++);
+  for (let i = 0; i < 5; i++) t.equal(await unixctl(path, 'revalidator/purge'), 'done revalidator/purge');
+  t.equal(accepted, 1, 'five commands in a row, one connection');
+  // A restart: every session dropped, then the socket listens again.
+  await close(server);
+  server = await serve(path, answer);
+  accepted = 0;
+  server.on('connection', () => accepted++);
+  t.equal(await unixctl(path, 'version'), 'done version', 'answered over a new connection');
+  t.equal(accepted, 1);
+  closeUnixctlConnections();
   await close(server);
 });
 
