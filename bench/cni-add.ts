@@ -9,7 +9,7 @@
  *
  * With `--baseline DIR` (another checkout, built), a second lab ("<name>o") runs that build's agent
  * and plugin at the same time, and its [ptp, sluice] ADDs join the interleaving: old and new build
- * side by side, under the same load.
+ * side by side, under the same load (the [ptp] ADDs alternate between the two labs' nodes).
  *
  * usage (root, after a build): node dist/bench/cni-add.js [--pods 50] [--only idle|loaded] [--lab NAME] [--baseline DIR]
  */
@@ -88,13 +88,17 @@ async function addInterleaved(round: string): Promise<Record<Kind, number[]>> {
     chained: { lab: LAB, list: nodeConflist(LAB, NODE, 'ptp', true) },
     baseline: { lab: BASE_LAB, list: nodeConflist(BASE_LAB, NODE, 'ptp', true) },
   };
+  // With a baseline, the [ptp] ADDs take turns on the two labs' nodes: each one's new veth and
+  // route make that node's ovs-vswitchd reconfigure (at a cost that grows with the bridge's ports)
+  // and its agent handle netlink events, which on one node alone would slow that build's ADDs.
+  const aloneOnBaseline = { lab: BASE_LAB, list: nodeConflist(BASE_LAB, NODE, 'ptp', false) };
   const kinds: Kind[] = BASELINE ? ['alone', 'chained', 'baseline'] : ['alone', 'chained'];
   const times: Record<Kind, number[]> = { alone: [], chained: [], baseline: [] };
   const invs: { inv: CniInvocation; list: (typeof lists)['alone']['list'] }[] = [];
   await apiPods(round, kinds, 'create');
   for (let i = 0; i < PODS; i++) {
     for (const kind of [...kinds.slice(i % kinds.length), ...kinds.slice(0, i % kinds.length)]) {
-      const { lab, list } = lists[kind];
+      const { lab, list } = kind === 'alone' && BASELINE && i % 2 === 1 ? aloneOnBaseline : lists[kind];
       const netns = `${lab}-${round}-${kind[0]}${i}`;
       spawnSync('ip', ['netns', 'del', netns]);
       execFileSync('ip', ['netns', 'add', netns]);

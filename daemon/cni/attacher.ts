@@ -298,63 +298,59 @@ export class PodAttacher implements CniHandler {
     const undo: Undo[] = [];
     let step: AttachStep = 'find-veth';
     const timings: Partial<Record<AttachStep, number>> = { 'find-veth': findMs };
-    let mark = performance.now();
-    const done = (s: AttachStep) => {
-      const now = performance.now();
-      timings[s] = (timings[s] ?? 0) + Math.round(now - mark);
-      mark = now;
-      if (d.failAfter === s) throw new Error(`failpoint after step ${s}`);
+    /** Runs one step, timed from its own start (steps overlap); a failure, or the failpoint after it, names it. */
+    const run = async (s: AttachStep, work: () => Promise<unknown>): Promise<void> => {
+      const start = performance.now();
+      try {
+        await work();
+      } catch (err) {
+        step = s;
+        throw err;
+      }
+      timings[s] = Math.round(performance.now() - start);
+      if (d.failAfter === s) {
+        step = s;
+        throw new Error(`failpoint after step ${s}`);
+      }
     };
     try {
-      done('find-veth');
-      step = 'isolate-veth';
-      if (d.datapath === 'netdev') {
-        undo.push({ step, run: () => d.hostnet.releaseHostVeth(pod.hostVeth) });
-        await Promise.all([d.hostnet.isolateHostVeth(pod.hostVeth), d.disablePodTxOffload(pod.netns, pod.ifName)]);
-        const e = pod.egressV4;
-        if (e) {
-          undo.push({ step, run: () => d.hostnet.releaseHostVeth(e.hostVeth) });
-          await Promise.all([d.hostnet.isolateHostVeth(e.hostVeth), d.disablePodTxOffload(pod.netns, e.ifName)]);
-        }
-      }
-      done(step);
-      // The port and the Pod's flows go in at once: the flows are built for the OpenFlow port
-      // numbers requested for its ports, and follow the ports if OVS assigns others. Until its
-      // host routes move (last), nothing is routed to the Pod through the bridge.
+      if (d.failAfter === 'find-veth') throw new Error('failpoint after step find-veth');
+      // The Pod's flows go in while its veth is isolated and attached: they are built for the
+      // OpenFlow port numbers requested for its ports (and follow the ports if OVS assigns others),
+      // so they match no packet of the Pod before its port exists; until its host routes move
+      // (last), nothing is routed to the Pod through the bridge. The veth becomes a port only once
+      // it is isolated (netdev: the kernel must not route what OVS also reads from it).
       const e = pod.egressV4;
       pod.ofport = this.requestOfport();
       if (e) e.ofport = this.requestOfport();
-      undo.push({ step: 'attach-port', run: () => d.ovs.removePort(pod.hostVeth) });
-      if (e) undo.push({ step: 'attach-port', run: () => d.ovs.removePort(e.hostVeth) });
       undo.push({ step: 'install-flows', run: () => this.forgetFlows(pod) });
-      const started = performance.now();
-      const timed = async (s: AttachStep, work: () => Promise<void>) => {
-        try {
-          await work();
-        } catch (err) {
-          step = s;
-          throw err;
-        }
-        timings[s] = Math.round(performance.now() - started);
-        if (d.failAfter === s) {
-          step = s;
-          throw new Error(`failpoint after step ${s}`);
-        }
-      };
       let moved = false;
       const outcomes = await Promise.allSettled([
-        timed('attach-port', async () => {
-          const want = pod.ofport;
-          const got = await d.ovs.addPodPort(pod.hostVeth, portIds(pod), want);
-          if (e) {
-            const wantEgress = e.ofport;
-            e.ofport = await d.ovs.addEgressPort(e.hostVeth, egressPortIds({ ...pod, egressV4: e }), wantEgress);
-            moved ||= e.ofport !== wantEgress;
-          }
-          moved ||= got !== want;
-          pod.ofport = got;
-        }),
-        timed('install-flows', () => this.installFlows(pod)),
+        run('install-flows', () => this.installFlows(pod)),
+        (async () => {
+          await run('isolate-veth', async () => {
+            if (d.datapath !== 'netdev') return;
+            undo.push({ step: 'isolate-veth', run: () => d.hostnet.releaseHostVeth(pod.hostVeth) });
+            await Promise.all([d.hostnet.isolateHostVeth(pod.hostVeth), d.disablePodTxOffload(pod.netns, pod.ifName)]);
+            if (e) {
+              undo.push({ step: 'isolate-veth', run: () => d.hostnet.releaseHostVeth(e.hostVeth) });
+              await Promise.all([d.hostnet.isolateHostVeth(e.hostVeth), d.disablePodTxOffload(pod.netns, e.ifName)]);
+            }
+          });
+          undo.push({ step: 'attach-port', run: () => d.ovs.removePort(pod.hostVeth) });
+          if (e) undo.push({ step: 'attach-port', run: () => d.ovs.removePort(e.hostVeth) });
+          await run('attach-port', async () => {
+            const want = pod.ofport;
+            const got = await d.ovs.addPodPort(pod.hostVeth, portIds(pod), want);
+            if (e) {
+              const wantEgress = e.ofport;
+              e.ofport = await d.ovs.addEgressPort(e.hostVeth, egressPortIds({ ...pod, egressV4: e }), wantEgress);
+              moved ||= e.ofport !== wantEgress;
+            }
+            moved ||= got !== want;
+            pod.ofport = got;
+          });
+        })(),
       ]);
       const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected');
       if (failed) throw failed.reason;
@@ -364,15 +360,14 @@ export class PodAttacher implements CniHandler {
         d.log.warn({ containerId: pod.containerId, ofport: pod.ofport, egressOfport: e?.ofport }, 'add: OVS assigned another OpenFlow port; the flows follow it');
         await d.syncFlows();
       }
-      mark = performance.now();
-      step = 'move-routes';
-      undo.push({ step, run: () => d.hostnet.restorePodRoutes(pod.ips, pod.hostVeth) });
-      await d.hostnet.movePodRoutes(pod.ips, pod.hostVeth);
-      if (e) {
-        undo.push({ step, run: () => d.hostnet.restorePodRoutes([e.ip], e.hostVeth) });
-        await d.hostnet.movePodRoutes([e.ip], e.hostVeth);
-      }
-      done(step);
+      await run('move-routes', async () => {
+        undo.push({ step: 'move-routes', run: () => d.hostnet.restorePodRoutes(pod.ips, pod.hostVeth) });
+        await d.hostnet.movePodRoutes(pod.ips, pod.hostVeth);
+        if (e) {
+          undo.push({ step: 'move-routes', run: () => d.hostnet.restorePodRoutes([e.ip], e.hostVeth) });
+          await d.hostnet.movePodRoutes([e.ip], e.hostVeth);
+        }
+      });
     } catch (err) {
       const failures = await rollBack(undo);
       d.log.error({ containerId: pod.containerId, step, err: describe(err), rollbackFailures: failures }, 'add: failed, rolled back');

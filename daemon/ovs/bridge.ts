@@ -23,7 +23,7 @@ import { parseFlowText } from './openflow/flowtext.js';
 import { GATEWAY_OFPORT, tableId, TABLES, type TableName } from '../flows/tables.js';
 import { JsonRpcClosed } from './jsonrpc.js';
 import { type Condition, type Operation, type OperationResult, OvsdbClient, OvsdbError, ovsMap, type Row } from './ovsdb.js';
-import { unixctl } from './unixctl.js';
+import { closeUnixctlConnections, unixctl } from './unixctl.js';
 
 export type Datapath = 'system' | 'netdev';
 
@@ -102,6 +102,9 @@ export interface GatewayInfo {
   mac: string;
 }
 
+/** OVSDB refused a transaction because a Port or Interface of that name exists (their names are unique indexes). */
+const isNameTaken = (err: Error): boolean => /constraint violation/.test(err.message) && /index on column "name"/.test(err.message);
+
 /** A one-element OVSDB set is printed as the bare element. */
 const asSet = (v: unknown): unknown[] => (Array.isArray(v) ? v : v === undefined || v === null ? [] : [v]);
 const scalar = (v: unknown): unknown => (Array.isArray(v) ? v[0] : v);
@@ -146,9 +149,10 @@ export class Ovs {
     this.ovsdb = new OvsdbClient(join(opts.ovsRunDir, 'db.sock'), { timeoutMs: this.timeout * 1000 });
   }
 
-  /** Ends the OVSDB session (the agent's shutdown); a later call opens a new one. */
+  /** Ends the OVSDB session and the kept control-socket connections (the agent's shutdown); a later call opens new ones. */
   close(): void {
     this.ovsdb.close();
+    closeUnixctlConnections();
   }
 
   /** OVSDB errors and an unreachable server as OvsError, naming what was being done. */
@@ -406,21 +410,12 @@ export class Ovs {
     const what = `attach ${name} to ${this.opts.bridge}`;
     const br = this.opts.bridge;
     const request = ofportRequest !== undefined ? { ofport_request: ofportRequest } : {};
-    const [found] = await this.select(what, 'Interface', [['name', '==', name]], ['_uuid', 'external_ids']);
-    let merged: Record<string, string> | undefined;
-    if (found) {
-      // Already a port (a repeated ADD, a resync): its other external_ids stay, ours are set.
-      merged = { ...(found.external_ids as Record<string, string>), ...ids };
-      const [port] = await this.select(what, 'Port', [['interfaces', 'includes', ['uuid', String(found._uuid)]]], ['_uuid']);
-      const [bridge] = await this.select(what, 'Bridge', [['name', '==', br]], ['ports']);
-      if (!bridge) throw new OvsError(`${what}: bridge ${br} does not exist`);
-      if (!port || !(bridge.ports as string[]).includes(String(port._uuid))) throw new OvsError(`${what}: interface ${name} exists in OVSDB but not as a port of ${br}`);
-    }
-    // The change and the request that ovs-vswitchd apply it go in one transaction.
+    // A new port (every ADD) is inserted without looking first: Port and Interface names are unique
+    // indexes, so an existing one (a repeated ADD, a resync) makes OVSDB refuse the whole
+    // transaction, and only then is it looked up and re-labelled. The change and the request that
+    // ovs-vswitchd apply it go in one transaction.
     let changed: OperationResult[];
-    if (found && merged) {
-      changed = await this.transact(what, [{ op: 'update', table: 'Interface', where: [['_uuid', '==', ['uuid', String(found._uuid)]]], row: { external_ids: ovsMap(merged), ...request } }, ...NEXT_CFG]);
-    } else {
+    try {
       changed = await this.transact(what, [
         { op: 'insert', table: 'Interface', 'uuid-name': 'iface', row: { name, external_ids: ovsMap({ ...ids }), ...request } },
         { op: 'insert', table: 'Port', 'uuid-name': 'port', row: { name, interfaces: ['named-uuid', 'iface'] } },
@@ -429,12 +424,27 @@ export class Ovs {
       ]);
       // Not an error in OVSDB: nothing matched. The new rows are then unreferenced and dropped.
       if (changed[2]?.count !== 1) throw new OvsError(`${what}: bridge ${br} does not exist`);
+    } catch (err) {
+      if (!(err instanceof OvsError && isNameTaken(err))) throw err;
+      changed = await this.relabelPort(what, name, ids, request);
     }
     const [read] = await this.waitForCfg(what, changed, [{ op: 'select', table: 'Interface', where: [['name', '==', name]], columns: ['ofport', 'error'] }]);
     const cur = read?.rows?.[0];
     const ofport = asNumber(cur?.ofport);
     if (ofport < 1) throw new OvsError(`OVS could not attach ${name}: ${asString(cur?.error) || 'no OpenFlow port assigned'}`);
     return ofport;
+  }
+
+  /** addPodPort of a name OVSDB already has: it must be a port of the bridge; its other external_ids stay, ours are set. */
+  private async relabelPort(what: string, name: string, ids: PodPortIds | EgressPortIds, request: { ofport_request?: number }): Promise<OperationResult[]> {
+    const br = this.opts.bridge;
+    const [found] = await this.select(what, 'Interface', [['name', '==', name]], ['_uuid', 'external_ids']);
+    const [port] = found ? await this.select(what, 'Port', [['interfaces', 'includes', ['uuid', String(found._uuid)]]], ['_uuid']) : [];
+    const [bridge] = await this.select(what, 'Bridge', [['name', '==', br]], ['ports']);
+    if (!bridge) throw new OvsError(`${what}: bridge ${br} does not exist`);
+    if (!found || !port || !(bridge.ports as string[]).includes(String(port._uuid))) throw new OvsError(`${what}: interface ${name} exists in OVSDB but not as a port of ${br}`);
+    const merged = { ...(found.external_ids as Record<string, string>), ...ids };
+    return this.transact(what, [{ op: 'update', table: 'Interface', where: [['_uuid', '==', ['uuid', String(found._uuid)]]], row: { external_ids: ovsMap(merged), ...request } }, ...NEXT_CFG]);
   }
 
   /** The lowest OpenFlow port number above every number an interface has or has requested. */

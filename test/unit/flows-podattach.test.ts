@@ -140,7 +140,8 @@ t.test('ADD runs the steps in order and records everything in OVSDB', async (t) 
   w.routes.set('10.1.0.11', 'eni1');
   const events: string[] = [];
   await new PodAttacher(w.deps({ onPodAttached: (p) => events.push(p.containerId) })).add(req());
-  t.same(w.calls, ['isolateHostVeth', 'disablePodTxOffload', 'addPodPort', 'syncFlows', 'movePodRoutes'], 'port and flows together, routes last');
+  t.same(w.calls.filter((c) => c !== 'syncFlows'), ['isolateHostVeth', 'disablePodTxOffload', 'addPodPort', 'movePodRoutes'], 'the veth isolated, then its port; routes last');
+  t.ok(w.calls.indexOf('syncFlows') < w.calls.indexOf('movePodRoutes'), 'the flows are in before the routes move');
   t.same(w.flowsAt, ['c1@1'], 'the flows are for the port number OVS gave');
   t.equal(w.ports.get('eni1')?.ofport, 1);
   t.same(w.ports.get('eni1')?.ids, {
@@ -193,10 +194,48 @@ t.test('an error inside a step is rolled back in reverse order', async (t) => {
     (e: unknown) => e as { code: number; message: string; details: string },
   ));
   t.match(err, { code: 100, message: /failed at step install-flows: syncFlows exploded/ });
-  t.same(w.calls.slice(3), ['syncFlows', 'syncFlows', 'removePort', 'releaseHostVeth'], 'the failed sync, then the undo in reverse order');
+  t.same(w.calls.filter((c) => c !== 'syncFlows'), ['isolateHostVeth', 'disablePodTxOffload', 'addPodPort', 'removePort', 'releaseHostVeth'], 'the port went in meanwhile; undone in reverse order');
+  t.equal(w.calls.at(-1), 'syncFlows', 'the flows are undone last (they were the first step begun)');
   t.equal(w.routes.get('10.1.0.11'), 'eni1', 'the routes never moved');
   t.match(err.details, /rollback incomplete: undo install-flows: syncFlows exploded/, 'a failing undo is reported, the others still run');
   t.same([...w.ports.keys()], []);
+});
+
+t.test("ADD: the Pod's flows go in while its veth is being isolated; the port only once it is", async (t) => {
+  const w = new World();
+  w.routes.set('10.1.0.11', 'eni1');
+  let isolated!: () => void;
+  const gate = new Promise<void>((r) => (isolated = r));
+  const d = w.deps();
+  const isolate = d.hostnet.isolateHostVeth;
+  d.hostnet.isolateHostVeth = async (v) => {
+    await gate;
+    await isolate(v);
+  };
+  const adding = new PodAttacher(d).add(req());
+  await new Promise((r) => setImmediate(r));
+  t.same(w.flowsAt, ['c1@1'], 'flows installed for the requested port while the isolation is pending');
+  t.notOk(w.calls.includes('addPodPort'), 'no port before the veth is isolated');
+  t.notOk(w.calls.includes('movePodRoutes'), 'routes not moved');
+  isolated();
+  await adding;
+  t.ok(w.calls.indexOf('isolateHostVeth') < w.calls.indexOf('addPodPort'), 'isolated, then attached');
+  t.equal(w.calls.at(-1), 'movePodRoutes', 'routes last');
+  t.equal(w.routes.get('10.1.0.11'), 'antrea-gw0');
+});
+
+t.test('ADD: a failed isolation rolls back the flows that went in meanwhile, and adds no port', async (t) => {
+  const w = new World();
+  w.routes.set('10.1.0.11', 'eni1');
+  w.failOn = 'isolateHostVeth';
+  const undone: string[] = [];
+  await t.rejects(new PodAttacher(w.deps({ podFlowsUndone: (p) => undone.push(p.containerId) })).add(req()), { code: 100, message: /failed at step isolate-veth: isolateHostVeth exploded/ });
+  t.notOk(w.calls.includes('addPodPort'), 'no port');
+  t.same([...w.installed], [], 'no flows');
+  t.same([...w.pods.keys()], [], 'not registered');
+  t.same(undone, ['c1'], 'the policy side forgot the Pod');
+  t.same([...w.isolated], [], 'veth not isolated');
+  t.equal(w.routes.get('10.1.0.11'), 'eni1', 'route on the veth');
 });
 
 t.test('DEL: unknown is fine; otherwise flows, port, isolation, routes; GC keeps only valid attachments', async (t) => {
@@ -385,7 +424,9 @@ t.test('an IPv6-only Pod with an IPv4 egress interface: a second port, its route
   w.routes.set('169.254.172.9', 'veth0badc0de');
   const a = new PodAttacher(w.deps());
   await a.add(egressReq());
-  t.same(w.calls, ['isolateHostVeth', 'disablePodTxOffload', 'isolateHostVeth', 'disablePodTxOffload', 'addPodPort', 'addEgressPort', 'syncFlows', 'movePodRoutes', 'movePodRoutes']);
+  t.same(w.calls.filter((c) => c !== 'syncFlows'), ['isolateHostVeth', 'disablePodTxOffload', 'isolateHostVeth', 'disablePodTxOffload', 'addPodPort', 'addEgressPort', 'movePodRoutes', 'movePodRoutes']);
+  t.equal(w.calls.filter((c) => c === 'syncFlows').length, 1, 'one flow sync, before the routes move');
+  t.ok(w.calls.indexOf('syncFlows') < w.calls.indexOf('movePodRoutes'));
   t.same([w.ports.get('eni1')?.ofport, w.ports.get('veth0badc0de')?.ofport], [1, 2], 'each port got the number requested for it');
   t.same([...w.txOff].sort(), ['eth0', 'v4if0'], 'TX offload off on both Pod interfaces (netdev)');
   t.same([...w.isolated].sort(), ['eni1', 'veth0badc0de'], 'both host veths isolated (netdev)');

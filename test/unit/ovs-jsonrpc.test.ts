@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { JsonRpcClosed, JsonRpcConnection, JsonRpcError, JsonSplitter } from '../../daemon/ovs/jsonrpc.js';
 import { decodeValue, OvsdbClient, OvsdbError } from '../../daemon/ovs/ovsdb.js';
-import { unixctl, UnixctlError, UNIXCTL_IN_FLIGHT } from '../../daemon/ovs/unixctl.js';
+import { closeUnixctlConnections, unixctl, UnixctlError, UNIXCTL_IN_FLIGHT } from '../../daemon/ovs/unixctl.js';
 import { spawn } from 'node:child_process';
 import { Ovs } from '../../daemon/ovs/bridge.js';
 import pino from 'pino';
@@ -170,11 +170,13 @@ t.test('OvsdbClient: transact, errors named by operation, a new session after th
 
 t.test('Ovs.addPodPort: the port and the next_cfg request in one transaction, then one wait (no polling) that also reads the ofport', async (t) => {
   const sub = mkdtempSync(join(dir, 'addport-'));
-  const transacts: { op: string; table?: string; until?: string; where?: unknown[] }[][] = [];
+  const transacts: { op: string; table?: string; until?: string; where?: unknown[]; row?: Record<string, unknown> }[][] = [];
   let vswitchdAnswers = true;
+  /** Interface/Port names OVSDB already holds: inserting one again breaks their unique name index. */
+  const existing = new Set<string>();
   const server = await serve(join(sub, 'db.sock'), (m, sock) => {
     if (m.method !== 'transact') return;
-    const ops = (m.params as unknown[]).slice(1) as { op: string; table?: string; until?: string; where?: unknown[] }[];
+    const ops = (m.params as unknown[]).slice(1) as { op: string; table?: string; until?: string; where?: unknown[]; row?: Record<string, unknown> }[];
     transacts.push(ops);
     const reply = (result: unknown[]) => sock.write(JSON.stringify({ result, error: null, id: m.id }));
     if (ops[0]?.op === 'wait') {
@@ -182,14 +184,35 @@ t.test('Ovs.addPodPort: the port and the next_cfg request in one transaction, th
       if (!vswitchdAnswers) return reply([{ error: 'timed out' }]);
       return setTimeout(() => reply([{}, { rows: [{ ofport: 12, error: ['set', []] }] }]), 5);
     }
-    reply(ops.map((op) => (op.op === 'select' && op.table === 'Open_vSwitch' ? { rows: [{ next_cfg: 41 }] } : op.op === 'select' ? { rows: [] } : op.op === 'mutate' ? { count: 1 } : { uuid: ['uuid', 'u'] })));
+    const taken = ops.find((op) => op.op === 'insert' && existing.has(String(op.row?.name)));
+    const results = ops.map((op) =>
+      op.op === 'select' && op.table === 'Open_vSwitch' ? { rows: [{ next_cfg: 41 }] }
+      : op.op === 'select' && op.table === 'Interface' ? { rows: existing.has('veth3') ? [{ _uuid: ['uuid', 'i3'], external_ids: ['map', [['other', 'kept']]] }] : [] }
+      : op.op === 'select' && op.table === 'Port' ? { rows: [{ _uuid: ['uuid', 'p3'] }] }
+      : op.op === 'select' && op.table === 'Bridge' ? { rows: [{ ports: ['uuid', 'p3'] }] }
+      : op.op === 'select' ? { rows: [] }
+      : op.op === 'mutate' || op.op === 'update' ? { count: 1 }
+      : { uuid: ['uuid', 'u'] },
+    );
+    if (taken) results.push({ error: 'constraint violation', details: `Transaction causes multiple rows in "Interface" table to have identical values (${String(taken.row?.name)}) for index on column "name".` } as never);
+    reply(results);
   });
   const ovs = new Ovs({ ovsRunDir: sub, bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
   t.equal(await ovs.addPodPort('veth1', { 'sluice-type': 'container', 'container-id': 'c1' } as never), 12);
-  t.equal(transacts.length, 3, 'look-up, change, wait: three round trips whatever vswitchd takes');
-  t.same(transacts[1]!.map((o) => `${o.op} ${o.table}`), ['insert Interface', 'insert Port', 'mutate Bridge', 'mutate Open_vSwitch', 'select Open_vSwitch']);
-  t.same(transacts[2]!.map((o) => o.op), ['wait', 'select']);
-  t.same(transacts[2]![0]!.where, [['cur_cfg', '>=', 41]], 'waits for the configuration the change asked for');
+  t.equal(transacts.length, 2, 'change, wait: two round trips whatever vswitchd takes (a new name needs no look-up)');
+  t.same(transacts[0]!.map((o) => `${o.op} ${o.table}`), ['insert Interface', 'insert Port', 'mutate Bridge', 'mutate Open_vSwitch', 'select Open_vSwitch']);
+  t.same(transacts[1]!.map((o) => o.op), ['wait', 'select']);
+  t.same(transacts[1]![0]!.where, [['cur_cfg', '>=', 41]], 'waits for the configuration the change asked for');
+
+  // A name OVSDB already has (a repeated ADD, a resync): refused as a whole, then re-labelled in place.
+  existing.add('veth3');
+  transacts.length = 0;
+  t.equal(await ovs.addPodPort('veth3', { 'sluice-type': 'container', 'container-id': 'c3' } as never, 7), 12);
+  const update = transacts.find((ops) => ops[0]?.op === 'update')!;
+  t.ok(update, 'the existing interface is updated, not inserted again');
+  t.same(update[0]!.row, { external_ids: ['map', [['other', 'kept'], ['sluice-type', 'container'], ['container-id', 'c3']]], ofport_request: 7 }, 'its other external_ids kept, ours set, the number requested');
+  t.same(transacts.at(-1)!.map((o) => o.op), ['wait', 'select'], 'and waits for vswitchd as a new port does');
+
   vswitchdAnswers = false;
   await t.rejects(ovs.addPodPort('veth2', { 'sluice-type': 'container' } as never), /attach veth2 to br-int: ovs-vswitchd did not apply the change within 15 s \(is it running\?\)/);
   ovs.close();
@@ -206,6 +229,25 @@ t.test('unixctl: the result text, or the error text ovs-appctl would print', asy
   t.equal(await unixctl(path, 'revalidator/purge'), '');
   t.equal(await unixctl(path, 'version', ['a', 'b']), 'ovs-vswitchd a b\n', 'arguments are the params');
   await t.rejects(unixctl(path, 'no/such'), new UnixctlError('"no/such" is not a valid command'));
+  await close(server);
+});
+
+t.test('unixctl: a connection that answered serves the next command; one the server closed since is replaced', async (t) => {
+  const path = join(dir, 'kept.ctl');
+  let accepted = 0;
+  const answer = (m: Record<string, unknown>, sock: Socket) => sock.write(JSON.stringify({ result: `done ${String(m.method)}`, error: null, id: m.id }));
+  let server = await serve(path, answer);
+  server.on('connection', () => accepted++);
+  for (let i = 0; i < 5; i++) t.equal(await unixctl(path, 'revalidator/purge'), 'done revalidator/purge');
+  t.equal(accepted, 1, 'five commands in a row, one connection');
+  // A restart: every session dropped, then the socket listens again.
+  await close(server);
+  server = await serve(path, answer);
+  accepted = 0;
+  server.on('connection', () => accepted++);
+  t.equal(await unixctl(path, 'version'), 'done version', 'answered over a new connection');
+  t.equal(accepted, 1);
+  closeUnixctlConnections();
   await close(server);
 });
 
