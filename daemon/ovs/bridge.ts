@@ -117,6 +117,15 @@ const asNumber = (v: unknown): number => {
   return typeof s === 'number' ? s : -1;
 };
 
+/**
+ * Mutations that set `keys` in map column `column`, whatever they held: a map insert keeps a key's
+ * old value, so the keys are deleted first.
+ */
+const setKeys = (column: string, keys: Record<string, string>): [string, string, unknown][] => [
+  [column, 'delete', ['set', Object.keys(keys)]],
+  [column, 'insert', ovsMap(keys)],
+];
+
 export function randomGatewayMac(): string {
   const b = randomBytes(6);
   b[0] = (b[0]! & 0xfe) | 0x02; // unicast, locally administered
@@ -175,13 +184,28 @@ export class Ovs {
   }
 
   /**
-   * Asks ovs-vswitchd to apply the database as it is now and waits until it has (what ovs-vsctl
-   * does after a change unless --no-wait): afterwards a new port has its OpenFlow number, a
-   * removed one is gone from the datapath.
+   * `ops` and the request that ovs-vswitchd apply them, in one transaction; waitForCfg then waits
+   * until it has (what ovs-vsctl does after a change unless --no-wait): afterwards a new port has
+   * its OpenFlow number, a removed one is gone from the datapath.
    */
-  private async waitForVswitchd(what: string): Promise<void> {
-    const results = await this.transact(what, NEXT_CFG);
-    await this.waitForCfg(what, results);
+  private change(what: string, ops: Operation[]): Promise<OperationResult[]> {
+    return this.transact(what, [...ops, ...NEXT_CFG]);
+  }
+
+  /**
+   * Interface `name` (with the columns of `iface`) and its Port, added to the bridge in one change,
+   * as ovs-vsctl add-port builds them.
+   */
+  private async insertPort(what: string, name: string, iface: Row): Promise<OperationResult[]> {
+    const br = this.opts.bridge;
+    const changed = await this.change(what, [
+      { op: 'insert', table: 'Interface', 'uuid-name': 'iface', row: { name, ...iface } },
+      { op: 'insert', table: 'Port', 'uuid-name': 'port', row: { name, interfaces: ['named-uuid', 'iface'] } },
+      { op: 'mutate', table: 'Bridge', where: [['name', '==', br]], mutations: [['ports', 'insert', ['set', [['named-uuid', 'port']]]]] },
+    ]);
+    // Not an error in OVSDB: nothing matched. The new rows are then unreferenced and dropped.
+    if (changed[2]?.count !== 1) throw new OvsError(`${what}: bridge ${br} does not exist`);
+    return changed;
   }
 
   /**
@@ -280,19 +304,16 @@ export class Ovs {
       if (!cur) {
         // As ovs-vsctl add-br: the bridge, its local internal port of the same name, and the
         // bridge in the root row's list.
-        changed = await this.transact(what, [
+        changed = await this.change(what, [
           { op: 'insert', table: 'Interface', 'uuid-name': 'local', row: { name: br, type: 'internal' } },
           { op: 'insert', table: 'Port', 'uuid-name': 'localport', row: { name: br, interfaces: ['named-uuid', 'local'] } },
           { op: 'insert', table: 'Bridge', 'uuid-name': 'br', row: { name: br, ports: ['named-uuid', 'localport'], external_ids: ovsMap({ 'sluice-managed': 'true' }), ...settings } },
           { op: 'mutate', table: 'Open_vSwitch', where: [], mutations: [['bridges', 'insert', ['set', [['named-uuid', 'br']]]]] },
-          ...NEXT_CFG,
         ]);
       } else {
-        changed = await this.transact(what, [
+        changed = await this.change(what, [
           { op: 'update', table: 'Bridge', where: [['name', '==', br]], row: settings },
-          // A map insert keeps a key's old value: the key goes first.
-          { op: 'mutate', table: 'Bridge', where: [['name', '==', br]], mutations: [['external_ids', 'delete', ['set', ['sluice-managed']]], ['external_ids', 'insert', ovsMap({ 'sluice-managed': 'true' })]] },
-          ...NEXT_CFG,
+          { op: 'mutate', table: 'Bridge', where: [['name', '==', br]], mutations: setKeys('external_ids', { 'sluice-managed': 'true' }) },
         ]);
       }
       await this.waitForCfg(what, changed);
@@ -310,9 +331,8 @@ export class Ovs {
     const what = `remove bridge ${name}`;
     const [bridge] = await this.select(what, 'Bridge', [['name', '==', name]], ['_uuid']);
     if (!bridge) return false;
-    const changed = await this.transact(what, [
+    const changed = await this.change(what, [
       { op: 'mutate', table: 'Open_vSwitch', where: [], mutations: [['bridges', 'delete', ['set', [['uuid', String(bridge._uuid)]]]]] },
-      ...NEXT_CFG,
     ]);
     await this.waitForCfg(what, changed);
     return true;
@@ -356,23 +376,12 @@ export class Ovs {
     if (!cur || !persistedMac || ids['sluice-type'] !== 'gateway') {
       const what = `set up gateway ${name} on ${br}`;
       const settings = { type: 'internal', ofport_request: GATEWAY_OFPORT, mac };
-      let changed: OperationResult[];
-      if (!cur) {
-        changed = await this.transact(what, [
-          { op: 'insert', table: 'Interface', 'uuid-name': 'gw', row: { name, external_ids: ovsMap({ 'sluice-type': 'gateway' }), ...settings } },
-          { op: 'insert', table: 'Port', 'uuid-name': 'gwport', row: { name, interfaces: ['named-uuid', 'gw'] } },
-          { op: 'mutate', table: 'Bridge', where: [['name', '==', br]], mutations: [['ports', 'insert', ['set', [['named-uuid', 'gwport']]]]] },
-          ...NEXT_CFG,
-        ]);
-        // Not an error in OVSDB: nothing matched. The new rows are then unreferenced and dropped.
-        if (changed[2]?.count !== 1) throw new OvsError(`${what}: bridge ${br} does not exist`);
-      } else {
-        changed = await this.transact(what, [
-          { op: 'update', table: 'Interface', where: [['name', '==', name]], row: settings },
-          { op: 'mutate', table: 'Interface', where: [['name', '==', name]], mutations: [['external_ids', 'delete', ['set', ['sluice-type']]], ['external_ids', 'insert', ovsMap({ 'sluice-type': 'gateway' })]] },
-          ...NEXT_CFG,
-        ]);
-      }
+      const changed = cur
+        ? await this.change(what, [
+            { op: 'update', table: 'Interface', where: [['name', '==', name]], row: settings },
+            { op: 'mutate', table: 'Interface', where: [['name', '==', name]], mutations: setKeys('external_ids', { 'sluice-type': 'gateway' }) },
+          ])
+        : await this.insertPort(what, name, { external_ids: ovsMap({ 'sluice-type': 'gateway' }), ...settings });
       await this.waitForCfg(what, changed);
       changes.push(cur ? `adopted gateway ${name} (mac ${mac})` : `created gateway ${name} (mac ${mac})`);
       cur = await this.findInterface(name);
@@ -408,7 +417,6 @@ export class Ovs {
    */
   async addPodPort(name: string, ids: PodPortIds | EgressPortIds, ofportRequest?: number): Promise<number> {
     const what = `attach ${name} to ${this.opts.bridge}`;
-    const br = this.opts.bridge;
     const request = ofportRequest !== undefined ? { ofport_request: ofportRequest } : {};
     // A new port (every ADD) is inserted without looking first: Port and Interface names are unique
     // indexes, so an existing one (a repeated ADD, a resync) makes OVSDB refuse the whole
@@ -416,14 +424,7 @@ export class Ovs {
     // ovs-vswitchd apply it go in one transaction.
     let changed: OperationResult[];
     try {
-      changed = await this.transact(what, [
-        { op: 'insert', table: 'Interface', 'uuid-name': 'iface', row: { name, external_ids: ovsMap({ ...ids }), ...request } },
-        { op: 'insert', table: 'Port', 'uuid-name': 'port', row: { name, interfaces: ['named-uuid', 'iface'] } },
-        { op: 'mutate', table: 'Bridge', where: [['name', '==', br]], mutations: [['ports', 'insert', ['set', [['named-uuid', 'port']]]]] },
-        ...NEXT_CFG,
-      ]);
-      // Not an error in OVSDB: nothing matched. The new rows are then unreferenced and dropped.
-      if (changed[2]?.count !== 1) throw new OvsError(`${what}: bridge ${br} does not exist`);
+      changed = await this.insertPort(what, name, { external_ids: ovsMap({ ...ids }), ...request });
     } catch (err) {
       if (!(err instanceof OvsError && isNameTaken(err))) throw err;
       changed = await this.relabelPort(what, name, ids, request);
@@ -444,7 +445,7 @@ export class Ovs {
     if (!bridge) throw new OvsError(`${what}: bridge ${br} does not exist`);
     if (!found || !port || !(bridge.ports as string[]).includes(String(port._uuid))) throw new OvsError(`${what}: interface ${name} exists in OVSDB but not as a port of ${br}`);
     const merged = { ...(found.external_ids as Record<string, string>), ...ids };
-    return this.transact(what, [{ op: 'update', table: 'Interface', where: [['_uuid', '==', ['uuid', String(found._uuid)]]], row: { external_ids: ovsMap(merged), ...request } }, ...NEXT_CFG]);
+    return this.change(what, [{ op: 'update', table: 'Interface', where: [['_uuid', '==', ['uuid', String(found._uuid)]]], row: { external_ids: ovsMap(merged), ...request } }]);
   }
 
   /** The lowest OpenFlow port number above every number an interface has or has requested. */
@@ -460,8 +461,8 @@ export class Ovs {
     const what = `remove port ${name} from ${this.opts.bridge}`;
     const [port] = await this.select(what, 'Port', [['name', '==', name]], ['_uuid']);
     if (!port) return;
-    await this.transact(what, [{ op: 'mutate', table: 'Bridge', where: [['name', '==', this.opts.bridge]], mutations: [['ports', 'delete', ['set', [['uuid', String(port._uuid)]]]]] }]);
-    await this.waitForVswitchd(what);
+    const changed = await this.change(what, [{ op: 'mutate', table: 'Bridge', where: [['name', '==', this.opts.bridge]], mutations: [['ports', 'delete', ['set', [['uuid', String(port._uuid)]]]]] }]);
+    await this.waitForCfg(what, changed);
   }
 
   /** Attaches a Pod's IPv4 egress veth (a second port of the Pod); returns its OpenFlow port number. */
