@@ -14,9 +14,12 @@ export interface Clock {
 /** Opaque to callers: a Node timer for the real clock, a number for a manual one. */
 export type TimerHandle = { readonly timer: unknown };
 
+/** Node's longest timer: a longer delay would run at once (with a warning), so it is capped to this. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
 export const realClock: Clock = {
   now: () => Date.now(),
-  setTimeout: (fn, ms) => ({ timer: setTimeout(fn, ms) }),
+  setTimeout: (fn, ms) => ({ timer: setTimeout(fn, Math.min(ms, MAX_TIMER_MS)) }),
   clearTimeout: (h) => {
     if (h) clearTimeout(h.timer as NodeJS.Timeout);
   },

@@ -133,13 +133,11 @@ export async function processDnsPacketIn(pin: PacketIn, ctx: FqdnContext, io: Dn
   }
 }
 
-/** Node runs a longer timer at once; a capped one fires early, finds nothing due and is re-armed. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
 /**
  * Runs `expire` at the learner's next expiry: one timer on the injected clock, armed for the
  * earliest time asked (`schedule` after every learn and every expiry). The only timer that
- * expires learned names.
+ * expires learned names. A delay beyond the real clock's longest timer (MAX_TIMER_MS) fires early,
+ * finds nothing due and is re-armed.
  */
 export class FqdnExpiryTimer {
   private timer: TimerHandle | undefined;
@@ -160,7 +158,7 @@ export class FqdnExpiryTimer {
       this.timer = undefined;
       this.at = undefined;
       Promise.resolve().then(this.expire).catch(this.onError);
-    }, Math.min(MAX_TIMER_MS, Math.max(0, at - this.clock.now())));
+    }, Math.max(0, at - this.clock.now()));
     // A real timer must not keep the process alive on its own (an expiry can be a day away).
     (this.timer.timer as { unref?: () => void } | undefined)?.unref?.();
   }
