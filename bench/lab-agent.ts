@@ -85,7 +85,8 @@ export const datapathCounters = (lab: string, node: string) => {
     read: (): string => {
       const stats = appctl('dpif-netdev/pmd-stats-show');
       const num = (label: string) => /([\d.]+)\s*$/.exec(stats.split('\n').find((l) => l.includes(label)) ?? '')?.[1] ?? '?';
-      const megaflows = appctl('dpctl/dump-flows').split('\n').filter((l) => l.startsWith('recirc_id') || l.startsWith('ct_state') || l.includes('in_port(')).length;
+      // One line per megaflow, under a "flow-dump from …" heading per datapath thread.
+      const megaflows = appctl('dpctl/dump-flows').split('\n').filter((l) => l && !l.startsWith('flow-dump')).length;
       return `${megaflows} megaflows, ${num('miss with success upcall')} upcalls, ${num('passes per packet')} passes per packet, ${num('subtable lookups per megaflow hit')} subtables searched per megaflow hit`;
     },
   };
