@@ -25,6 +25,30 @@ for (const m of txt.matchAll(/^# \{ (total: .*) \}$/gm)) {
   const o = Object.fromEntries(m[1].split(", ").map((s) => s.split(": ")).map(([k, v]) => [k, +v]));
   pass += o.pass ?? 0; fail += o.fail ?? 0;
 }
+// Every failing assertion again, with the file and subtests around it and the start of its
+// diagnostics, so that the end of a long log says what failed without a search through it.
+const lines = txt.split("\n");
+const names = [];
+const childFailed = [];
+const failures = [];
+for (let i = 0; i < lines.length; i++) {
+  const line = lines[i];
+  const sub = /^( *)# Subtest: (.*)$/.exec(line);
+  if (sub) { const d = sub[1].length / 4; names[d] = sub[2]; names.length = d + 1; childFailed[d + 1] = false; continue; }
+  const no = /^( *)not ok \d+ - (.*?)(?: # time=.*)?$/.exec(line);
+  if (!no) continue;
+  const d = no[1].length / 4;
+  const leaf = !childFailed[d + 1];
+  childFailed[d + 1] = false;
+  childFailed[d] = true;
+  if (!leaf) continue;
+  const diag = [];
+  if (lines[i + 1]?.trim() === "---") {
+    for (let j = i + 2; j < lines.length && lines[j].trim() !== "..." && diag.length < 25; j++) diag.push(lines[j]);
+  }
+  failures.push([...names.slice(0, d), no[2]].map((n, k) => "  ".repeat(k) + n).join("\n") + (diag.length ? "\n" + diag.join("\n") : ""));
+}
+if (failures.length) console.log(`\nFailed assertions (${failures.length}):\n\n` + failures.join("\n\n") + "\n");
 console.log(`${pass} passed, ${fail} failed`);' "$out"
 rm -f "$out"
 exit $rc
