@@ -245,7 +245,7 @@ export class Enforcer {
   }
 
   private changed(cs: ChangeSet): void {
-    const dirty = dirtyRuleIds(cs, this.engine.internalRules());
+    const dirty = dirtyRuleIds(cs, this.engine);
     const any = dirty.size > 0 || cs.isolations.added.length + cs.isolations.updated.length + cs.isolations.removed.length > 0 ||
       cs.addressGroups.added.length + cs.addressGroups.updated.length + cs.addressGroups.removed.length > 0 ||
       cs.appliedToGroups.added.length + cs.appliedToGroups.updated.length + cs.appliedToGroups.removed.length > 0 ||

@@ -314,6 +314,8 @@ export class PolicyEngine {
   addressGroups(): AddressGroup[] { return this.model.addressGroups(); }
   appliedToGroups(): AppliedToGroup[] { return this.model.appliedToGroups(); }
   internalRules(): ComputedRule[] { return this.model.rules(); }
+  /** The ids of the computed rules naming any of these groups, from an index kept with the rules. */
+  rulesNamingGroups(groupIds: Iterable<string>): Set<string> { return this.model.rulesNamingGroups(groupIds); }
   /** The (IR) egress rules with an fqdn peer, id → patterns, kept as rules change (no compile). */
   fqdnEgressRules(): ReadonlyMap<string, readonly string[]> { return this.model.fqdnEgressRules(); }
   /** Every pattern of those rules as one matcher: which DNS names are worth learning. */

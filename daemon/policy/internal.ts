@@ -322,6 +322,8 @@ export class InternalModel {
   /** AppliedToGroups changed since the node isolations were last read. */
   private readonly staleIsolationGroups = new Set<string>();
   private nodeRuleCache?: NodeRule[] | undefined;
+  /** Group id (AddressGroup or AppliedToGroup) → ids of the computed rules naming it. */
+  private readonly rulesByGroup = new Map<string, Set<string>>();
   /** rules(), kept until a computed rule is added, changed or removed. */
   private sortedRules?: ComputedRule[] | undefined;
   /**
@@ -419,10 +421,28 @@ export class InternalModel {
   private dropStaleNodeRules(): void {
     const groups = this.staleGroups;
     if (groups.size === 0) return;
-    for (const r of this.computed.values()) {
-      if (r.appliedToGroups.some((g) => groups.has(g)) || r.addressGroups.some((g) => groups.has(g))) this.nodeRuleParts.delete(r.id);
-    }
+    for (const id of this.rulesNamingGroups(groups)) this.nodeRuleParts.delete(id);
     groups.clear();
+  }
+
+  /** The ids of the computed rules naming any of these groups (as applied-to or as peers). */
+  rulesNamingGroups(groupIds: Iterable<string>): Set<string> {
+    const out = new Set<string>();
+    for (const g of groupIds) for (const id of this.rulesByGroup.get(g) ?? []) out.add(id);
+    return out;
+  }
+
+  private indexRule(r: ComputedRule, add: boolean): void {
+    for (const g of new Set([...r.appliedToGroups, ...r.addressGroups])) {
+      let ids = this.rulesByGroup.get(g);
+      if (add) {
+        if (!ids) this.rulesByGroup.set(g, (ids = new Set()));
+        ids.add(r.id);
+      } else if (ids) {
+        ids.delete(r.id);
+        if (ids.size === 0) this.rulesByGroup.delete(g);
+      }
+    }
   }
 
 
@@ -591,13 +611,16 @@ export class InternalModel {
         continue;
       }
       this.touchRule(r.id);
+      if (prev) this.indexRule(prev, false);
       this.computed.set(r.id, r);
+      this.indexRule(r, true);
       if (prev) this.releaseRuleGroups(prev);
     }
     for (const prev of oldRules) {
       if (nextIds.has(prev.id)) continue;
       this.touchRule(prev.id);
       this.computed.delete(prev.id);
+      this.indexRule(prev, false);
       this.releaseRuleGroups(prev);
     }
     if (next.length > 0) this.expansions.set(ruleId, next.map((r) => r.id));

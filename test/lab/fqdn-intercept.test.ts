@@ -169,7 +169,7 @@ t.test('DNS responses are held, learned and released; fqdn rules follow them on 
   /** As the agent does: the policy delta, then one bundle of the diff against what is installed. */
   let bundles = 0;
   const applyChanges = async (cs?: ChangeSet) => {
-    policy.sync(policyFlowInput(engine), cs ? dirtyRuleIds(cs, engine.internalRules()) : undefined);
+    policy.sync(policyFlowInput(engine), cs ? dirtyRuleIds(cs, engine) : undefined);
     const diff = diffFlows(desired(), installed);
     const text = bundleText(diff);
     if (!text) return;

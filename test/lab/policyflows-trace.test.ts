@@ -322,10 +322,10 @@ if (why) {
       ...POLICIES[0]!,
       spec: { ...POLICIES[0]!.spec, ingress: [...POLICIES[0]!.spec.ingress, { from: [{ namespaceSelector: { matchLabels: { ns: 'y' } } }], ports: [{ port: 80 }] }] },
     } : POLICIES[0]!);
-    const d1 = policy.sync(policyFlowInput(engine), dirtyRuleIds(cs1, engine.internalRules()));
+    const d1 = policy.sync(policyFlowInput(engine), dirtyRuleIds(cs1, engine));
     t.ok(d1.add.length > 0 && d1.add.length < 12, `policy edit: ${d1.add.length} flows added, ${d1.remove.length} removed`);
     const cs2 = engine.remove({ apiVersion: 'policy.networking.k8s.io/v1alpha1', kind: 'BaselineAdminNetworkPolicy', name: 'default' });
-    const d2 = policy.sync(policyFlowInput(engine), dirtyRuleIds(cs2, engine.internalRules()));
+    const d2 = policy.sync(policyFlowInput(engine), dirtyRuleIds(cs2, engine));
     t.ok(d2.remove.length > 0, `BANP removed: ${d2.remove.length} flows deleted`);
     // The delta applied to the old set is the new set.
     const after = new Map(before);
@@ -372,7 +372,7 @@ if (why) {
       for (const p of next) cs.push(engine.upsert(p));
       current = next;
       t.same(engine.errors(), [], `round ${round}: the random policies are valid`);
-      for (const c of cs) policy.sync(policyFlowInput(engine), dirtyRuleIds(c, engine.internalRules()));
+      for (const c of cs) policy.sync(policyFlowInput(engine), dirtyRuleIds(c, engine));
       cs = [];
       await install();
       for (const probe of probes) {

@@ -360,6 +360,15 @@ for (let seed = 1; seed <= 14; seed++) {
       // Soundness of the ChangeSet for the enforcement side.
       const after = enforcedById(e);
       const named = new Set([...dirtyRuleIds(cs, rulesBefore), ...dirtyRuleIds(cs, e.internalRules())].map((id) => `rule:${id}`));
+      // The engine's group -> rules index (what the agent's dirtyRuleIds reads) agrees with a scan
+      // of its rules, for every group in use and every group the change named (removed ones too).
+      const rulesNow = e.internalRules();
+      const changedGroups = [cs.addressGroups, cs.appliedToGroups].flatMap((d) => [...d.added, ...d.updated, ...d.removed]);
+      for (const g of new Set([...rulesNow.flatMap((x) => [...x.addressGroups, ...x.appliedToGroups]), ...changedGroups])) {
+        const scanned = rulesNow.filter((x) => x.addressGroups.includes(g) || x.appliedToGroups.includes(g)).map((x) => x.id).sort();
+        const indexed = [...e.rulesNamingGroups([g])].sort();
+        if (indexed.join() !== scanned.join()) problems.push(`step ${step} (${label}): group ${g}: the index names [${indexed}], the rules [${scanned}]`);
+      }
       const groups = new Set([cs.appliedToGroups].flatMap((d) => [...d.added, ...d.updated, ...d.removed]));
       for (const i of [...isolationsBefore, ...e.internalIsolations()]) {
         if ([...cs.isolations.added, ...cs.isolations.updated, ...cs.isolations.removed].includes(i.id) || i.appliedToGroups.some((g) => groups.has(g))) named.add(`isolation:${i.id}`);

@@ -190,7 +190,7 @@ t.test('incremental deltas == full recompile, for random change sequences', asyn
       const input = policyFlowInput(live);
       const ownerBefore = new Map<number, string | undefined>();
       for (const f of installed.values()) for (const id of conjIdsOf(f)) ownerBefore.set(id, inc.describe(id)?.nodeRuleId);
-      const delta = inc.sync(input, dirtyRuleIds(cs, engine.internalRules()));
+      const delta = inc.sync(input, dirtyRuleIds(cs, live));
       store.patch('policy', delta.add, delta.remove);
       // A conjunction id that changed owner keeps none of its old owner's flows: a flow that stays
       // must be one the new owner needs as it is (same table, priority, match and actions).

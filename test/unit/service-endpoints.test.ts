@@ -71,7 +71,7 @@ function rig() {
   const event = (o: KubeObject) => {
     objects.set(keyOf(o), o);
     const cs = engine.upsert(o);
-    const dirty = dirtyRuleIds(cs, engine.internalRules());
+    const dirty = dirtyRuleIds(cs, engine);
     const delta = pf.sync(policyFlowInput(engine), dirty);
     return { cs, dirty: [...dirty].sort(), delta };
   };

@@ -33,7 +33,7 @@
  * packet-in contract of Reject and audit logging.
  */
 import { isIPv4, isIPv6 } from 'node:net';
-import type { ChangeSet, ComputedRule, NodeRule } from '../../policy/internal.js';
+import type { ChangeSet, NodeRule } from '../../policy/internal.js';
 import type { Direction, PolicyKind, PortMatch } from '../../policy/types.js';
 import { type Flow, FlowCategory, withCookie } from '../flow.js';
 import { hex, masked, nextTable, REG0, RULE_REG, tableId, type TableName } from '../tables.js';
@@ -1175,22 +1175,24 @@ function allocate(rules: readonly NodeRule[], natural?: (key: string) => number)
   return { priorities, conjIds: allocateConjIds(rules.flatMap(unitKeys), natural) };
 }
 
+/** Finds the computed rules naming some groups (the engine keeps an index for it). */
+export interface RulesByGroup {
+  rulesNamingGroups(groupIds: Iterable<string>): Iterable<string>;
+}
+
 /**
  * The computed-rule ids a ChangeSet may have changed: its rules and the rules using its groups
  * (named egress ports have groups of their own, so a Pod gaining or losing one is named too; a
  * toServices group whose Service's endpoints moved names the rules whose post-DNAT flows follow).
+ * Costs O(the rules named), not O(all rules), with the engine's index.
  */
-export function dirtyRuleIds(changes: ChangeSet, computedRules: readonly ComputedRule[]): Set<string> {
+export function dirtyRuleIds(changes: ChangeSet, rules: RulesByGroup): Set<string> {
   const out = new Set<string>([...changes.rules.added, ...changes.rules.updated, ...changes.rules.removed]);
-  const groups = new Set<string>([
+  const groups = [
     ...changes.addressGroups.added, ...changes.addressGroups.updated, ...changes.addressGroups.removed,
     ...changes.appliedToGroups.added, ...changes.appliedToGroups.updated, ...changes.appliedToGroups.removed,
     ...changes.serviceEndpoints,
-  ]);
-  if (groups.size > 0) {
-    for (const r of computedRules) {
-      if (r.appliedToGroups.some((g) => groups.has(g)) || r.addressGroups.some((g) => groups.has(g))) out.add(r.id);
-    }
-  }
+  ];
+  if (groups.length > 0) for (const id of rules.rulesNamingGroups(groups)) out.add(id);
   return out;
 }
