@@ -317,6 +317,8 @@ export class InternalModel {
   private readonly policyIsolations = new Map<string, ComputedIsolation[]>();
   private readonly isolationById = new Map<string, ComputedIsolation>();
   private nodeIsolationCache?: NodeIsolation[] | undefined;
+  /** isolations(), kept until an isolation is added, changed or removed. */
+  private sortedIsolations?: ComputedIsolation[] | undefined;
   /** Each isolation's node form (null: no local target), kept until it or one of its AppliedToGroups changes. */
   private readonly nodeIsolationParts = new Map<string, NodeIsolation | null>();
   /** AppliedToGroups changed since the node isolations were last read. */
@@ -528,13 +530,19 @@ export class InternalModel {
     }
     for (const i of old) this.isolationById.delete(i.id);
     for (const i of fresh) this.isolationById.set(i.id, i);
+    if (old.length + fresh.length > 0) this.sortedIsolations = undefined;
     if (fresh.length > 0) this.policyIsolations.set(policyKey, fresh);
     else this.policyIsolations.delete(policyKey);
     for (const i of old) for (const id of i.appliedToGroups) this.release(this.groups.appliedTo.get(id)!);
   }
 
   isolations(): ComputedIsolation[] {
-    return [...this.isolationById.values()].sort(byId);
+    return [...this.sortedIsolationList()];
+  }
+
+  private sortedIsolationList(): readonly ComputedIsolation[] {
+    this.sortedIsolations ??= [...this.isolationById.values()].sort(byId);
+    return this.sortedIsolations;
   }
 
   /** Isolations with local targets: what the node default-drops per direction. */
@@ -546,7 +554,7 @@ export class InternalModel {
       stale.clear();
     }
     const out: NodeIsolation[] = [];
-    for (const iso of this.isolations()) {
+    for (const iso of this.sortedIsolationList()) {
       let part = this.nodeIsolationParts.get(iso.id);
       if (part === undefined) this.nodeIsolationParts.set(iso.id, (part = this.nodeIsolationOf(iso)));
       if (part) out.push(part);
