@@ -28,7 +28,9 @@ export interface Verdict extends ProbeSpec {
 }
 
 export function tempDir(prefix = 'enforce-'): string {
-  return mkdtempSync(join(tmpdir(), prefix));
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+  return dir;
 }
 
 /** Writes every object of the lab (every kind the engine reads) into `dir`, one List file per kind; returns dir. */

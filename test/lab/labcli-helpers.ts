@@ -1,6 +1,6 @@
 /** Shared by the sluice-lab CLI lab tests: running the real CLI and checking what `down` left. */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { missingLabPrerequisites } from '../../lab/net/prereq.js';
@@ -61,6 +61,7 @@ export async function cliJson<T>(args: string[]): Promise<T> {
 
 export function writeTemp(files: Record<string, string>): string {
   const dir = mkdtempSync(join(tmpdir(), 'labcli-'));
+  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
   return dir;
 }

@@ -6,7 +6,7 @@
  * Plus the enforcer's debounced flow application and order independence of its compiled flows.
  */
 import t, { type Test } from 'tap';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
@@ -38,6 +38,7 @@ const podObj = (ns: string, name: string, ip: string, node: string, labels: Reco
 t.test('informers feed the engine; CRDs appear later; watch loss and 410 converge', async (t) => {
   const lab = await startLab(t, { installCRDs: false, historyLimit: 5 });
   const dir = mkdtempSync(join(tmpdir(), 'enforce-watch-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const kubeconfig = join(dir, 'kubeconfig');
   writeFileSync(kubeconfig, lab.kc.exportConfig());
 

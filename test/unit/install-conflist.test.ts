@@ -1,5 +1,5 @@
 import t from 'tap';
-import { mkdtemp, readFile, readdir, writeFile, stat } from 'node:fs/promises';
+import { mkdtemp, readFile, readdir, rm, writeFile, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chainSluice, toConfList, unchainSluice } from '../../install/conflist.js';
@@ -49,6 +49,7 @@ t.test('bad configurations are refused with a reason', async (t) => {
 
 t.test('install and uninstall on a node directory', async (t) => {
   const root = await mkdtemp(join(tmpdir(), 'sluice-install-'));
+  t.teardown(() => rm(root, { recursive: true, force: true }));
   const conf = join(root, 'net.d');
   const bin = join(root, 'bin');
   await import('node:fs/promises').then((fs) => Promise.all([fs.mkdir(conf), fs.mkdir(bin)]));

@@ -5,7 +5,7 @@
  * message, and every unusable configuration is refused with an error naming what is wrong.
  */
 import t from 'tap';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { KubeAccess, KubeAccessError, KubeApiError } from '../../daemon/kube/access.js';
@@ -13,6 +13,7 @@ import { startApiServer } from '../../lab/apiserver/server.js';
 import { ensureLabPki } from '../../lab/pki.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kube-access-'));
+t.teardown(() => rmSync(dir, { recursive: true, force: true }));
 const pki = ensureLabPki(join(dir, 'pki'));
 const TOKEN = 'tok-1';
 
