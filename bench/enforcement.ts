@@ -172,22 +172,33 @@ async function main(): Promise<void> {
   const measure = async (what: string, agentShare: string, n: number, act: (i: number) => Promise<unknown>, needles: (i: number) => string[]): Promise<void> => {
     const ms: number[] = [];
     const inAgent: number[] = [];
+    // The parts of a policy commit the agent logs: the compile, and its bundle's apply (the
+    // bundle with its barrier, then on netdev the megaflow purge; see Ovs.applyDiff).
+    const parts = { compile: [] as number[], bundle: [] as number[], purge: [] as number[] };
     for (let i = 0; i < n; i++) {
       if (GAP_MS > 0) await sleep(GAP_MS);
       // Wall-clock, to compare with the log line's own timestamp (pino "time", epoch ms): the tail
       // polls the file, so when the bench sees the line is a few ms later than when it was written.
       const start = performance.timeOrigin + performance.now();
-      const seen = tail.waitFor(needles(i));
+      const passed: string[] = [];
+      const seen = tail.waitFor(needles(i), 60_000, passed);
       await act(i);
-      const line = JSON.parse((await seen).line) as { time: number; ms?: number | Record<string, number> };
+      const line = JSON.parse((await seen).line) as { time: number; ms?: number | Record<string, number>; compileMs?: number };
       ms.push(line.time - start);
+      const applied = passed.filter((l) => l.includes('flows: applied')).map((l) => JSON.parse(l) as { bundleMs?: number; purgeMs?: number });
+      if (line.compileMs !== undefined && applied.length > 0) {
+        parts.compile.push(line.compileMs);
+        parts.bundle.push(applied.reduce((a, x) => a + (x.bundleMs ?? 0), 0));
+        parts.purge.push(applied.reduce((a, x) => a + (x.purgeMs ?? 0), 0));
+      }
       // The agent's share: "flows committed" carries the time from the change reaching its engine
       // to commit, "add: attached" the time of each step of the CNI ADD.
       if (typeof line.ms === 'number') inAgent.push(line.ms);
       else if (line.ms) inAgent.push(Object.values(line.ms).reduce((a, b) => a + b, 0));
     }
     const split = inAgent.length === n ? `; in the agent (${agentShare}) p50 ${pct(inAgent, 50).toFixed(1)} ms, p99 ${pct(inAgent, 99).toFixed(1)} ms, so the rest ~${(pct(ms, 50) - pct(inAgent, 50)).toFixed(1)} ms` : '';
-    console.log(`${what}: p50 ${pct(ms, 50).toFixed(1)} ms, p99 ${pct(ms, 99).toFixed(1)} ms (n=${n}, max ${Math.max(...ms).toFixed(1)} ms, events ${GAP_MS} ms apart)${split}`);
+    const inParts = parts.compile.length > 0 ? `; its parts p50: compile ${pct(parts.compile, 50).toFixed(1)} ms, bundle ${pct(parts.bundle, 50).toFixed(1)} ms, purge ${pct(parts.purge, 50).toFixed(1)} ms (n=${parts.compile.length})` : '';
+    console.log(`${what}: p50 ${pct(ms, 50).toFixed(1)} ms, p99 ${pct(ms, 99).toFixed(1)} ms (n=${n}, max ${Math.max(...ms).toFixed(1)} ms, events ${GAP_MS} ms apart)${split}${inParts}`);
   };
   await measure('(a) new NetworkPolicy -> flows committed', 'engine -> committed; the rest is the API server and watch delivery', EVENTS, (i) => rest.create(NETPOL, netpol(POLICIES + i)), () => ['policy: flows committed']);
   await tail.settle();

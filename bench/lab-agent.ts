@@ -24,8 +24,11 @@ export class LogTail {
   constructor(private readonly file: string) {
     this.offset = statSync(file).size;
   }
-  /** Resolves with the first new line containing every needle, and the time it was seen. */
-  async waitFor(needles: string[], timeoutMs = 60_000): Promise<{ line: string; at: number }> {
+  /**
+   * Resolves with the first new line containing every needle, and the time it was seen; the lines
+   * before it are pushed onto `passed` when given.
+   */
+  async waitFor(needles: string[], timeoutMs = 60_000, passed?: string[]): Promise<{ line: string; at: number }> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const size = statSync(this.file).size;
@@ -45,6 +48,7 @@ export class LogTail {
           this.buf = lines.slice(i + 1).join('\n') + (lines.length > i + 1 ? '\n' : '') + this.buf;
           return { line: l, at };
         }
+        passed?.push(l);
       }
       if (Date.now() > deadline) throw new Error(`no log line with ${needles.join(' + ')} within ${timeoutMs} ms`);
       await sleep(2);
