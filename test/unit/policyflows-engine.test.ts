@@ -227,6 +227,12 @@ t.test('incremental deltas == full recompile, for random change sequences', asyn
       fresh.sync(policyFlowInput(scratch));
       if (JSON.stringify(cookies(fresh.flows())) !== JSON.stringify(cookies(inc.flows()))) t.fail(`seed ${seed}, ${what}: incremental engine + compiler differ from a from-scratch engine + compiler`);
       if (JSON.stringify(cookies(store.flows())) !== JSON.stringify(want)) t.fail(`seed ${seed}, ${what}: the FlowStore fed the deltas differs from a full recompile`);
+      // The rule behind each conjunction id (what the audit log and reject replies name) is the
+      // full recompile's, and no id the flows no longer use is still described.
+      const flowConjIds = new Set(full.flows().flatMap(conjIdsOf));
+      for (const id of new Set([...flowConjIds, ...ownerBefore.keys()])) {
+        if (JSON.stringify(inc.describe(id)) !== JSON.stringify(full.describe(id))) t.fail(`seed ${seed}, ${what}: conjunction ${id} is described as ${JSON.stringify(inc.describe(id))}, a full recompile says ${JSON.stringify(full.describe(id))}`);
+      }
       checked++;
       if (inc.flows().some((f) => /ipv6_(src|dst)=/.test(f.match))) ipv6Steps++;
       const classFlows = inc.flows().filter((f) => (f.table === 'SrcAddressClass' || f.table === 'DstAddressClass') && !f.match.startsWith('ct_state='));

@@ -645,7 +645,10 @@ export class PolicyFlows {
   private initialized = false;
   /** The priorities and conjunction ids of the current rule set (see allocation()). */
   private alloc?: { priorities: Map<string, number>; conjIds: Map<string, number> } | undefined;
-  private identitiesStale = true;
+  /** Rules whose conjunction ids' identities (describe()) are restated at the end of the sync. */
+  private readonly identityStale = new Set<string>();
+  /** The conjunction ids each rule holds in `identities`. */
+  private readonly identityIds = new Map<string, readonly number[]>();
   /** The isolations of the last sync, to see they did not change. */
   private lastIsolations?: readonly NodeIsolation[] | undefined;
   /** flows(), kept until a sync changes a flow. */
@@ -691,7 +694,7 @@ export class PolicyFlows {
       if (next.has(id)) continue;
       for (const c of entry.contributions) this.removeContribution(c, touched);
       this.rules.delete(id);
-      this.identitiesStale = true;
+      this.identityStale.add(id);
     }
     for (const rule of input.rules) {
       const table = ruleTable(rule);
@@ -713,7 +716,7 @@ export class PolicyFlows {
         prev.rule = rule; // same content; keep the latest object (its `order` may have moved)
         continue;
       }
-      this.identitiesStale = true;
+      this.identityStale.add(rule.id);
       const samePlace = prev && prev.table === table && prev.priority === priority && prev.endpoints === endpoints && prev.conjIds.join() === ids.join() && prev.peerClass === peerClassSig;
       // Peers matched through their class (the same bit and families): the class table followed the addresses.
       if (samePlace && peerClass && samePeerFrame(prev.rule, rule)) {
@@ -743,8 +746,7 @@ export class PolicyFlows {
       this.addContribution(c, touched);
       this.isolations.set(owner, c);
     }
-    if (this.identitiesStale) this.rebuildIdentities();
-    this.identitiesStale = false;
+    this.restateIdentities();
     return this.renderTouched(touched);
   }
 
@@ -969,16 +971,29 @@ export class PolicyFlows {
     return this.identities.get(conjId);
   }
 
-  private rebuildIdentities(): void {
-    this.identities.clear();
-    for (const [id, e] of this.rules) {
+  /**
+   * Restates the identities of the rules compiled, moved or removed in this sync, and only theirs
+   * (a rule left as it was keeps its table, priority, conjunction ids and content).
+   */
+  private restateIdentities(): void {
+    const stale = this.identityStale;
+    // Every old id first: an id may pass from one of these rules to another within one sync.
+    for (const id of stale) {
+      for (const conjId of this.identityIds.get(id) ?? []) if (this.identities.get(conjId)?.nodeRuleId === id) this.identities.delete(conjId);
+      this.identityIds.delete(id);
+    }
+    for (const id of stale) {
+      const e = this.rules.get(id);
+      if (!e) continue;
       for (const conjId of e.conjIds) {
         this.identities.set(conjId, {
           conjId, nodeRuleId: id, ruleId: e.rule.ruleId, ref: e.rule.ref, direction: e.rule.direction, action: e.rule.action,
           table: e.table, priority: e.priority, policyPriority: e.rule.priority.policy, ...(e.rule.logging ? { logging: e.rule.logging } : {}),
         });
       }
+      this.identityIds.set(id, e.conjIds);
     }
+    stale.clear();
   }
 
   /**
