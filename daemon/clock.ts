@@ -17,11 +17,19 @@ export type TimerHandle = { readonly timer: unknown };
 /** Node's longest timer: a longer delay would run at once (with a warning), so it is capped to this. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/**
+ * Node's timers. A delay of 0 runs as an immediate: Node gives a 0 ms timer at least 1 ms and
+ * runs it only in the loop's next timers phase, which an idle agent's policy commit would wait
+ * for on every change; an immediate runs right after the I/O callbacks of this loop turn (so the
+ * events read together are still handled together).
+ */
 export const realClock: Clock = {
   now: () => Date.now(),
-  setTimeout: (fn, ms) => ({ timer: setTimeout(fn, Math.min(ms, MAX_TIMER_MS)) }),
+  setTimeout: (fn, ms) => (ms <= 0 ? { timer: setImmediate(fn), immediate: true } : { timer: setTimeout(fn, Math.min(ms, MAX_TIMER_MS)) }),
   clearTimeout: (h) => {
-    if (h) clearTimeout(h.timer as NodeJS.Timeout);
+    if (!h) return;
+    if ('immediate' in h) clearImmediate(h.timer as NodeJS.Immediate);
+    else clearTimeout(h.timer as NodeJS.Timeout);
   },
 };
 
