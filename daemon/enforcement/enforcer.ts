@@ -245,13 +245,14 @@ export class Enforcer {
   }
 
   private changed(cs: ChangeSet): void {
-    const dirty = dirtyRuleIds(cs, this.engine);
-    const any = dirty.size > 0 || cs.isolations.added.length + cs.isolations.updated.length + cs.isolations.removed.length > 0 ||
+    const any = cs.rules.added.length + cs.rules.updated.length + cs.rules.removed.length > 0 ||
+      cs.isolations.added.length + cs.isolations.updated.length + cs.isolations.removed.length > 0 ||
       cs.addressGroups.added.length + cs.addressGroups.updated.length + cs.addressGroups.removed.length > 0 ||
       cs.appliedToGroups.added.length + cs.appliedToGroups.updated.length + cs.appliedToGroups.removed.length > 0 ||
       cs.serviceEndpoints.length > 0;
     if (!any) return;
-    this.markDirty(dirty);
+    // While a full compile is due (start-up's initial lists), which rules changed does not matter.
+    this.markDirty(this.fullCompile ? [] : dirtyRuleIds(cs, this.engine));
   }
 
   /** Records that rules `ids` (and possibly more, unnamed) need a compile, and plans the flush. */

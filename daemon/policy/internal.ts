@@ -289,8 +289,18 @@ function isRelative(m: NamespaceMatch): boolean {
   return m.kind === 'self' || m.kind === 'sameLabels';
 }
 
+/** Equal content (every field of a GroupMember and its ports; no JSON built: this runs per member per event). */
 function sameMember(a: GroupMember | undefined, b: GroupMember | undefined): boolean {
-  return canonicalJson(a ?? null) === canonicalJson(b ?? null);
+  if (a === b) return true;
+  if (!a || !b || a.kind !== b.kind || a.ref !== b.ref || a.nodeName !== b.nodeName) return false;
+  if (a.ips.length !== b.ips.length || a.ports.length !== b.ports.length) return false;
+  for (let i = 0; i < a.ips.length; i++) if (a.ips[i] !== b.ips[i]) return false;
+  for (let i = 0; i < a.ports.length; i++) {
+    const x = a.ports[i]!;
+    const y = b.ports[i]!;
+    if (x.name !== y.name || x.containerPort !== y.containerPort || x.protocol !== y.protocol) return false;
+  }
+  return true;
 }
 
 export class InternalModel {
