@@ -1,6 +1,6 @@
 import t from 'tap';
 import { dnsInterceptFlows, dnsInterceptFlowsFor, fqdnTargetPodIps } from '../../daemon/enforcement/fqdn/flows.js';
-import { expireFqdnsDue, FqdnExpiryTimer, handleDnsPacketIn, isEmptyChangeSet, processDnsPacketIn, resyncFqdns } from '../../daemon/enforcement/fqdn/handler.js';
+import { expireFqdnsDue, FqdnExpiryTimer, handleDnsPacketIn, isEmptyChangeSet, processDnsPacketIn } from '../../daemon/enforcement/fqdn/handler.js';
 import { FqdnLearner } from '../../daemon/enforcement/fqdn/learner.js';
 import { flowText } from '../../daemon/flows/flow.js';
 import { PolicyFlows, policyFlowInput } from '../../daemon/flows/policy/index.js';
@@ -16,6 +16,14 @@ const OTHER_IP = '10.10.1.6';
 const DNS_IP = '10.96.0.10';
 const POD_OFPORT = 7;
 
+const FQDN_POLICY: KubeObject = {
+  apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'fqdn' },
+  spec: { priority: 1, appliedTo: [{ podSelector: { matchLabels: { app: 'client' } } }], egress: [
+    { action: 'Allow', name: 'web', to: [{ fqdn: '*.example.com' }], ports: [{ protocol: 'TCP', port: 80 }] },
+    { action: 'Drop', name: 'rest' },
+  ] },
+};
+
 function world(): PolicyEngine {
   const e = new PolicyEngine({ nodeName: 'node-1' });
   const objs: KubeObject[] = [
@@ -23,13 +31,7 @@ function world(): PolicyEngine {
     { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x', labels: { ns: 'x' } } },
     { apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 'client', labels: { app: 'client' } }, spec: { nodeName: 'node-1', containers: [] }, status: { podIP: CLIENT_IP } },
     { apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 'other', labels: { app: 'other' } }, spec: { nodeName: 'node-1', containers: [] }, status: { podIP: OTHER_IP } },
-    {
-      apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'fqdn' },
-      spec: { priority: 1, appliedTo: [{ podSelector: { matchLabels: { app: 'client' } } }], egress: [
-        { action: 'Allow', name: 'web', to: [{ fqdn: '*.example.com' }], ports: [{ protocol: 'TCP', port: 80 }] },
-        { action: 'Drop', name: 'rest' },
-      ] },
-    },
+    FQDN_POLICY,
   ];
   for (const o of objs) e.upsert(o);
   return e;
@@ -169,17 +171,23 @@ t.test('interception flows: table, priority, match and scope', async (t) => {
   t.same(fqdnTargetPodIps(engine), [], 'policy gone: no targets');
 });
 
-t.test('resync after a pattern change', async (t) => {
-  const { engine, learner, ctx } = setup();
+t.test('a learned name outlives its pattern until it expires', async (t) => {
+  const { engine, learner, ctx, clk } = setup();
   handleDnsPacketIn(packetIn(udpDnsFrame(DNS_IP, CLIENT_IP, simpleResponse('www.example.com', [{ ip: '192.0.2.10', ttl: 60 }]))), ctx);
-  const fresh = world();
-  t.equal(verdict(fresh, '192.0.2.10'), 'drop');
-  resyncFqdns({ engine: fresh, learner });
-  t.equal(verdict(fresh, '192.0.2.10'), 'allow', 'a fresh engine gets the learned names');
+  const policy = FQDN_POLICY;
   engine.remove({ apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', name: 'fqdn' });
-  resyncFqdns(ctx);
-  t.equal(learner.size, 0, 'names no policy references are forgotten');
-  t.same(engine.fqdnAddresses(), [], 'by the engine too (it keeps no expiry that would drop them later)');
+  t.equal(verdict(engine, '192.0.2.10'), 'allow', 'no policy left: nothing isolates the client');
+  t.equal(learner.size, 1, 'the name stays learned');
+  engine.upsert(policy);
+  t.equal(verdict(engine, '192.0.2.10'), 'allow', 'the re-created policy allows the address at once, with no new DNS answer');
+  t.equal(verdict(engine, '192.0.2.11'), 'drop');
+  engine.remove({ apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', name: 'fqdn' });
+  clk.advance(60_000);
+  const { expired } = expireFqdnsDue(ctx);
+  t.same(expired, [{ name: 'www.example.com', ips: [] }], 'the TTL still ends it');
+  t.same(engine.fqdnAddresses(), [], 'in the engine too');
+  engine.upsert(policy);
+  t.equal(verdict(engine, '192.0.2.10'), 'drop', 'a policy created after the expiry waits for a new answer');
 });
 
 t.test('expiry timer fires at the earliest scheduled time, on the injected clock', async (t) => {

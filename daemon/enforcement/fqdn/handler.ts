@@ -99,15 +99,6 @@ export function expireFqdnsDue(ctx: FqdnContext): { changes: ChangeSet; expired:
   return { changes, expired, ...(next !== undefined ? { nextExpiryAt: next } : {}) };
 }
 
-/**
- * After a policy change: forget learned names no pattern matches any more (in the learner and the
- * engine), and state the rest to the engine (a fresh engine after the agent's policy state was rebuilt).
- */
-export function resyncFqdns(ctx: FqdnContext): ChangeSet {
-  const dropped = ctx.learner.retain(ctx.engine.fqdnPatterns());
-  return applyUpdates(ctx.engine, [...dropped, ...ctx.learner.snapshot()]);
-}
-
 export interface DnsReleaseIO {
   /** Puts the engine change on the bridge (policy flow delta as one bundle). */
   applyChanges(changes: ChangeSet): Promise<void>;

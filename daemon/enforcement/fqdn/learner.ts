@@ -13,7 +13,9 @@
  *   expiry, and a repeated address keeps the later of its two expiries. A later expiry alone changes
  *   no address set, so it tells the engine nothing (and the response that brought it is not held).
  * - Names no pattern matches are not learned (policies decide what is worth learning); a learned
- *   name whose pattern goes away keeps its addresses until they expire (`retain` drops it at once).
+ *   name whose pattern goes away keeps its addresses until they expire, so a policy that brings the
+ *   pattern back (re-created, or edited back) allows them again before the Pod asks DNS anew (many
+ *   runtimes cache answers for their TTL or longer).
  * - At most `maxNames` names (default 10 000): beyond that the name whose last address expires
  *   soonest is dropped.
  */
@@ -105,14 +107,6 @@ export class FqdnLearner {
     return out.sort(byName);
   }
 
-  /** Forgets the names no pattern matches any more; each as `{ name, ips: [] }` for the engine. */
-  retain(patterns: FqdnPatternSet): FqdnUpdate[] {
-    const out: FqdnUpdate[] = [];
-    for (const name of this.names.keys()) if (!patterns.matches(name)) out.push({ name, ips: [] });
-    for (const { name } of out) this.names.delete(name);
-    return out.sort(byName);
-  }
-
   /** Clock time (ms) of the next address expiry, undefined when nothing is learned. */
   nextExpiryAt(): number | undefined {
     let min = Infinity;
@@ -126,7 +120,7 @@ export class FqdnLearner {
     return rec ? [...rec].map(([ip, expiresAt]) => ({ ip, expiresAt })).sort((a, b) => (a.ip < b.ip ? -1 : 1)) : [];
   }
 
-  /** Every learned name with its addresses: the whole store, to state it to a fresh engine. */
+  /** Every learned name with its addresses (sorted by name): inspection and tests. */
   snapshot(): FqdnUpdate[] {
     return [...this.names.keys()].map((name) => this.update(name)).sort(byName);
   }

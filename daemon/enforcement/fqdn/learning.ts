@@ -21,7 +21,7 @@ import type { DecodedPunt } from '../../flows/punt.js';
 import type { PacketIn, PacketOut } from '../../ovs/openflow/wire.js';
 import type { ChangeSet, PolicyEngine } from '../../policy/engine.js';
 import { dnsInterceptFlowsFor, DnsPuntOp, type DnsInterceptMode } from './flows.js';
-import { expireFqdnsDue, FqdnExpiryTimer, handleDnsPacketIn, isEmptyChangeSet, releaseOf, resyncFqdns } from './handler.js';
+import { expireFqdnsDue, FqdnExpiryTimer, handleDnsPacketIn, isEmptyChangeSet, releaseOf } from './handler.js';
 import { FqdnLearner, type LearnerOptions } from './learner.js';
 
 export interface FqdnLearningOptions {
@@ -127,11 +127,6 @@ export class FqdnLearning {
     const r = expireFqdnsDue({ engine: target.engine, learner: this.learner });
     this.expiryTimer.schedule(r.nextExpiryAt);
     if (!isEmptyChangeSet(r.changes)) target.changed(r.changes);
-  }
-
-  /** After the policies changed or the engine was rebuilt: state learned names, drop unreferenced ones. */
-  resync(engine: PolicyEngine): ChangeSet {
-    return resyncFqdns({ engine, learner: this.learner });
   }
 
   nextExpiryAt(): number | undefined {
