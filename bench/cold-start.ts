@@ -137,7 +137,10 @@ interface StartFigures {
   /** RSS and JS heap used SETTLE_S seconds after ready. */
   settledRssMiB: number;
   settledHeapUsedMiB: number;
-  inputsMs?: number;
+  /** The informers' start -> every initial list delivered (the agent's log; older builds do not say). */
+  listedMs?: number;
+  /** The start-up bundle, sent -> committed (and purged, netdev). */
+  bundleMs?: number;
 }
 
 interface Build {
@@ -179,7 +182,7 @@ async function timedStart(build: Build): Promise<StartFigures> {
   }
   const lines = readFileSync(log, 'utf8').split('\n').flatMap((l) => {
     try {
-      return [JSON.parse(l) as { msg?: string; time?: number; ms?: number; added?: number; removed?: number }];
+      return [JSON.parse(l) as { msg?: string; time?: number; listedMs?: number; bundleMs?: number; purgeMs?: number; added?: number; removed?: number }];
     } catch {
       return [];
     }
@@ -198,7 +201,9 @@ async function timedStart(build: Build): Promise<StartFigures> {
     rssMiB, heapUsedMiB: heap?.used ?? Number.NaN, heapTotalMiB: heap?.total ?? Number.NaN, settledRssMiB: agentRssMiB(LAB, NODE), settledHeapUsedMiB: agentHeapMiB(LAB, NODE)?.used ?? Number.NaN,
   };
   const inputs = lines.find((x) => x.msg === 'startup: policy inputs listed');
-  if (inputs?.ms !== undefined) figures.inputsMs = inputs.ms;
+  if (inputs?.listedMs !== undefined) figures.listedMs = inputs.listedMs;
+  const applied = lines.slice(0, lines.indexOf(converged)).find((x) => x.msg === 'flows: applied');
+  if (applied?.bundleMs !== undefined) figures.bundleMs = applied.bundleMs + (applied.purgeMs ?? 0);
   return figures;
 }
 
@@ -240,10 +245,12 @@ async function round(name: string, builds: Build[]): Promise<void> {
     const fs = all.filter((f) => !f.failed);
     if (fs.length === 0) continue;
     const col = (xs: number[]) => `${pct(xs, 50).toFixed(0)} (${Math.max(...xs).toFixed(0)})`;
-    const inputs = fs.flatMap((f) => (f.inputsMs === undefined ? [] : [f.inputsMs]));
+    const listed = fs.flatMap((f) => (f.listedMs === undefined ? [] : [f.listedMs]));
+    const bundles = fs.flatMap((f) => (f.bundleMs === undefined ? [] : [f.bundleMs]));
     console.log(
       `  ${key.padEnd(32)} start -> flows converged ${col(fs.map((f) => f.convergedMs))} ms; -> ready ${col(fs.map((f) => f.readyMs))} ms; ` +
-        `${inputs.length ? `policy inputs listed in ${col(inputs)} ms; ` : ''}bundle +${fs[0]!.added}/-${fs[0]!.removed} flows; RSS at ready ${pct(fs.map((f) => f.rssMiB), 50).toFixed(0)} MiB ` +
+        `${listed.length ? `policy inputs listed ${col(listed)} ms after the informers started; ` : ''}bundle +${fs[0]!.added}/-${fs[0]!.removed} flows` +
+        `${bundles.length ? ` in ${col(bundles)} ms` : ''}; RSS at ready ${pct(fs.map((f) => f.rssMiB), 50).toFixed(0)} MiB ` +
         `(JS heap ${pct(fs.map((f) => f.heapUsedMiB), 50).toFixed(0)} of ${pct(fs.map((f) => f.heapTotalMiB), 50).toFixed(0)} MiB), ${SETTLE_S} s later ${pct(fs.map((f) => f.settledRssMiB), 50).toFixed(0)} MiB (JS heap ${pct(fs.map((f) => f.settledHeapUsedMiB), 50).toFixed(0)})`,
     );
   }

@@ -206,8 +206,22 @@ export class Enforcer {
     } finally {
       clearInterval(tick);
     }
+    const compileStart = Date.now();
     this.compileNow();
-    this.opts.log.info({ ms: Date.now() - t0, rules: this.engine.nodeRuleSet().length, policyFlows: this.policyFlows.size, invalid: this.engine.errors().length }, 'startup: policy inputs listed');
+    const w = this.watch;
+    this.opts.log.info(
+      {
+        // From the informers' start to the last initial list; waited: how long start-up still waited for it.
+        listedMs: w?.syncedAt !== undefined ? w.syncedAt - w.startedAt : undefined,
+        waitedMs: compileStart - t0,
+        // The compile the lists left due (it may have run already, as events arrived: then ~0).
+        compileMs: Date.now() - compileStart,
+        rules: this.engine.nodeRuleSet().length,
+        policyFlows: this.policyFlows.size,
+        invalid: this.engine.errors().length,
+      },
+      'startup: policy inputs listed',
+    );
   }
 
   /** One object event (from the informers, or tests). */

@@ -66,6 +66,8 @@ t.test('informers feed the engine; CRDs appear later; watch loss and 410 converg
   await enforcer.startWatch({ retryMs: 100, maxRetryMs: 300 });
   await enforcer.waitSynced();
   t.ok(enforcer.status().synced, 'synced although no CRD is installed (404 = not there yet)');
+  const w = enforcer.clusterWatch!;
+  t.ok(w.syncedAt !== undefined && w.syncedAt >= w.startedAt, 'when every resource was first listed is recorded (start-up logs it)');
   const verdict = (from: string, to: string) => enforcer.engine.evaluate({ from, to, port: 80, protocol: 'TCP' }).verdict;
   t.equal(verdict('y/c', 'x/a'), 'allow', 'y may reach x/a');
   t.equal(verdict('x/b', 'x/a'), 'drop', 'x/b may not: the NetworkPolicy (peers sent as "from") arrived intact');

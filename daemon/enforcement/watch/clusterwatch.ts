@@ -72,6 +72,9 @@ export class ClusterWatch {
   private readonly states: InformerState[] = [];
   private stopped = false;
   private syncWaiters: (() => void)[] = [];
+  /** Date.now() when the informers were started, and when every resource had been listed once. */
+  readonly startedAt = Date.now();
+  syncedAt?: number;
   /** Relists done after the first (watch loss, 410): for status and tests. */
   relists = 0;
   /** The API connection (for direct reads). */
@@ -153,7 +156,9 @@ export class ClusterWatch {
   private markSynced(state: InformerState): void {
     if (state.synced) return;
     state.synced = true;
-    if (this.isSynced()) for (const w of this.syncWaiters.splice(0)) w();
+    if (!this.isSynced()) return;
+    this.syncedAt ??= Date.now();
+    for (const w of this.syncWaiters.splice(0)) w();
   }
 
   /** Every resource listed once (or answered 404 for an optional one). */
