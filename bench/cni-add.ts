@@ -5,7 +5,8 @@
  * [ptp, sluice], interleaved one for one so that load drifting during the run hits both alike. Runs
  * twice: idle, then with a CPU load generator busy on every core (started and stopped by the bench).
  * Prints p50/p95 of each, their ratio, the agent's own time per ADD (its steps, summed) and the
- * sluice-cni process start time and the agent's RSS. Not a test: it asserts nothing, it measures.
+ * sluice-cni process start time, the agent's RSS, and the CPU time ovs-vswitchd and the agent spend
+ * per ADD of each kind (see cpuPerAdd). Not a test: it asserts nothing, it measures.
  *
  * With `--baseline DIR` (another checkout, built), a second lab ("<name>o") runs that build's agent
  * and plugin at the same time, and its [ptp, sluice] ADDs join the interleaving: old and new build
@@ -20,7 +21,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { nodeConflist } from '../lab/net/cni-config.js';
 import { cniAdd, cniDel, type CniInvocation } from '../lab/net/cni-runner.js';
-import { repoRoot, stateDir } from '../lab/net/names.js';
+import { ovsDir, repoRoot, stateDir } from '../lab/net/names.js';
 import { readControl } from '../lab/control.js';
 import { resolveKind } from '../lab/kinds.js';
 import { clientFor } from '../lab/ops.js';
@@ -60,9 +61,10 @@ const BENCH_NAMESPACE = 'bench';
  * Creates (or deletes) the API objects of a round's Pods before their ADDs, as in a cluster: the
  * scheduler binds a Pod before its kubelet runs CNI, so the agent's informer already holds it when
  * the ADD arrives. They name a node no lab node has, or the lab's kubelet would start them itself.
+ * On `onLab` alone when given, else on the labs of `kinds`.
  */
-async function apiPods(round: string, kinds: Kind[], action: 'create' | 'delete'): Promise<void> {
-  for (const lab of new Set(kinds.map((k) => (k === 'baseline' ? BASE_LAB : LAB)))) {
+async function apiPods(round: string, kinds: Kind[], action: 'create' | 'delete', onLab?: string): Promise<void> {
+  for (const lab of onLab ? [onLab] : new Set(kinds.map((k) => (k === 'baseline' ? BASE_LAB : LAB)))) {
     const info = readControl(lab);
     if (!info) throw new Error(`lab ${lab} has no control file`);
     const rest = clientFor(info);
@@ -118,6 +120,49 @@ async function addInterleaved(round: string): Promise<Record<Kind, number[]>> {
   return times;
 }
 
+
+/** CPU time (ms, user + system) a process has used so far, from /proc. */
+function cpuMs(pid: string): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS;
+}
+const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
+
+/**
+ * CPU time of ovs-vswitchd and of the agent per ADD, each kind's ADDs run back to back (not
+ * interleaved, so each one's trailing work, e.g. ovs-vswitchd reconfiguring after a link event, is
+ * counted with its own kind), counters read before the first and 500 ms after the last ADD; the
+ * DELs come after. Shows where a chained ADD's extra time goes on this datapath.
+ */
+async function cpuPerAdd(b: Build): Promise<Record<'alone' | 'chained', { vswitchd: number; agent: number }>> {
+  const vswitchd = readFileSync(join(ovsDir(b.lab, NODE), 'ovs-vswitchd.pid'), 'utf8').trim();
+  const agent = readFileSync(join(stateDir(b.lab), NODE, 'agent.pid'), 'utf8').trim();
+  const kinds = ['alone', 'chained'] as const;
+  await apiPods('cpu', [...kinds], 'create', b.lab);
+  const out = {} as Record<'alone' | 'chained', { vswitchd: number; agent: number }>;
+  for (const kind of kinds) {
+    const list = nodeConflist(b.lab, NODE, 'ptp', kind === 'chained');
+    const invs: CniInvocation[] = [];
+    const v0 = cpuMs(vswitchd);
+    const a0 = cpuMs(agent);
+    for (let i = 0; i < PODS; i++) {
+      const netns = `${b.lab}-cpu-${kind[0]}${i}`;
+      spawnSync('ip', ['netns', 'del', netns]);
+      execFileSync('ip', ['netns', 'add', netns]);
+      const inv: CniInvocation = { lab: b.lab, node: NODE, containerId: `cpu${kind[0]}${String(i).padStart(4, '0')}`, netns, podNamespace: BENCH_NAMESPACE, podName: `cpu-${kind}-${i}` };
+      await cniAdd(inv, list);
+      invs.push(inv);
+    }
+    await new Promise((r) => setTimeout(r, 500));
+    out[kind] = { vswitchd: (cpuMs(vswitchd) - v0) / PODS, agent: (cpuMs(agent) - a0) / PODS };
+    for (const inv of invs) {
+      await cniDel(inv, list).catch((err: Error) => process.stderr.write(`DEL ${inv.containerId}: ${err.message}\n`));
+      spawnSync('ip', ['netns', 'del', inv.netns]);
+    }
+  }
+  await apiPods('cpu', [...kinds], 'delete', b.lab);
+  return out;
+}
 
 function agentRssMiB(lab: string): number | undefined {
   try {
@@ -202,6 +247,13 @@ async function main(): Promise<void> {
     }
   }
   const rssAfter = builds.map((b) => agentRssMiB(b.lab));
+  for (const b of builds) {
+    const cpu = await cpuPerAdd(b);
+    console.log(
+      `${b.label}: CPU per ADD (${PODS} of each kind back to back, idle): ovs-vswitchd [ptp] ${fmt(cpu.alone.vswitchd)}, [ptp, sluice] ${fmt(cpu.chained.vswitchd)}; ` +
+        `sluice-agent [ptp] ${fmt(cpu.alone.agent)}, [ptp, sluice] ${fmt(cpu.chained.agent)}`,
+    );
+  }
   for (const b of ours.splice(0)) labCli(b, 'down');
   const starts = pluginStartMs();
   for (const [k, b] of builds.entries()) {
