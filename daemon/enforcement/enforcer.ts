@@ -304,6 +304,14 @@ export class Enforcer {
   private async flush(): Promise<void> {
     this.timer = undefined;
     if (this.closed) return;
+    if (!this.applyFlows) {
+      // Before the agent binds its flows (start-up, while the initial lists arrive) nothing is
+      // compiled: the lists' events stay one full compile, which start-up runs once they are all
+      // in, and no event pays for finding its dirty rules. The agent's first sync carries them.
+      this.dirtySince = undefined;
+      this.urgent = false;
+      return;
+    }
     const since = this.dirtySince;
     // Every change counted so far is in this compile (and in the sync's desired set, computed later).
     const seq = this.changeSeq;
@@ -312,7 +320,6 @@ export class Enforcer {
     const compileMs = this.clock.now() - compileStart;
     this.dirtySince = undefined;
     this.urgent = false;
-    if (!this.applyFlows) return; // the agent's first sync will carry them
     this.flushing = true;
     try {
       await this.applyFlows();
@@ -464,6 +471,7 @@ export class Enforcer {
     if (dns) dns.setPacketOut((po) => this.packetOut(po));
     this.applyFlows = dns ? dns.wrapApply(applyFlows) : applyFlows;
     dns?.startExpiry(this.engine, (cs) => this.changed(cs));
+    if (this.pending) this.schedule();
   }
 
   private onPolicyPunt(pin: PacketIn, punt: DecodedPunt): void {

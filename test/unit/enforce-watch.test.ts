@@ -139,6 +139,30 @@ t.test('coalescing: the events of one read are one apply, with every change in i
   t.same(applied, [20], 'and nothing more');
 });
 
+t.test('start-up: before the agent binds its flows, list events are not compiled; binding flushes what is pending', async (t) => {
+  const clock = new ManualClock();
+  const enforcer = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 30, clock });
+  t.teardown(() => enforcer.close());
+  enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x', labels: { ns: 'x' } } } });
+  enforcer.onWatchEvent({ type: 'upsert', object: denyX });
+  for (let i = 0; i < 5; i++) {
+    enforcer.onWatchEvent({ type: 'upsert', object: podX(i) });
+    await clock.advance(0);
+  }
+  await clock.advance(1000);
+  t.equal(enforcer.status().policyFlows, 0, 'nothing compiled while the lists arrive, whatever the timers did');
+  const drops = () => enforcer.flows().filter((f) => f.table === 'IngressDefaultRule' && f.actions === 'drop').length;
+  t.equal(drops(), 5, 'the one compile start-up asks for has every change');
+  enforcer.onWatchEvent({ type: 'upsert', object: podX(5) });
+  await clock.advance(1000);
+  const applied: number[] = [];
+  enforcer.bindFlows(async () => {
+    applied.push(drops());
+  });
+  await clock.advance(0);
+  t.same(applied, [6], 'a change that came after that compile is applied once the flows are bound');
+});
+
 t.test('coalescing: idle changes go at once; changes during an apply wait for it, then for the burst window', async (t) => {
   const clock = new ManualClock();
   const enforcer = new Enforcer({ nodeName: 'node-1', ovsRunDir: '/nonexistent', bridge: 'br-int', log, debounceMs: 30, clock });
