@@ -12,7 +12,8 @@
  * runs wait for it and go together into the next one; and while applies follow each other closely
  * (within `debounceMs` of the last one's end: a burst, a relist) the next one waits `debounceMs`,
  * so a storm of events becomes a few large applies rather than one per event. Nothing is ever flushed to "allow": a lost watch keeps the last
- * state until the relist reports the differences.
+ * state until the relist reports the differences. Before the agent binds its flows (start-up)
+ * nothing is compiled: the initial lists become one full compile, once they are all in.
  */
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -214,7 +215,7 @@ export class Enforcer {
         // From the informers' start to the last initial list; waited: how long start-up still waited for it.
         listedMs: w?.syncedAt !== undefined ? w.syncedAt - w.startedAt : undefined,
         waitedMs: compileStart - t0,
-        // The compile the lists left due (it may have run already, as events arrived: then ~0).
+        // The one full compile of everything the lists brought.
         compileMs: Date.now() - compileStart,
         rules: this.engine.nodeRuleSet().length,
         policyFlows: this.policyFlows.size,
