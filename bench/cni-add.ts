@@ -136,7 +136,7 @@ const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim(
  */
 async function cpuPerAdd(b: Build): Promise<Record<'alone' | 'chained', { vswitchd: number; agent: number }>> {
   const vswitchd = readFileSync(join(ovsDir(b.lab, NODE), 'ovs-vswitchd.pid'), 'utf8').trim();
-  const agent = readFileSync(join(stateDir(b.lab), NODE, 'agent.pid'), 'utf8').trim();
+  const agent = agentPid(b.lab);
   const kinds = ['alone', 'chained'] as const;
   await apiPods('cpu', [...kinds], 'create', b.lab);
   const out = {} as Record<'alone' | 'chained', { vswitchd: number; agent: number }>;
@@ -164,9 +164,11 @@ async function cpuPerAdd(b: Build): Promise<Record<'alone' | 'chained', { vswitc
   return out;
 }
 
+const agentPid = (lab: string) => readFileSync(join(stateDir(lab), NODE, 'agent.pid'), 'utf8').trim();
+
 function agentRssMiB(lab: string): number | undefined {
   try {
-    const pid = readFileSync(join(stateDir(lab), NODE, 'agent.pid'), 'utf8').trim();
+    const pid = agentPid(lab);
     const kb = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
     return kb ? Number(kb) / 1024 : undefined;
   } catch {

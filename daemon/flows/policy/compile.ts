@@ -645,10 +645,11 @@ export class PolicyFlows {
   private initialized = false;
   /** The priorities and conjunction ids of the current rule set (see allocation()). */
   private alloc?: { priorities: Map<string, number>; conjIds: Map<string, number> } | undefined;
-  /** Rules whose conjunction ids' identities (describe()) are restated at the end of the sync. */
-  private readonly identityStale = new Set<string>();
-  /** The conjunction ids each rule holds in `identities`. */
-  private readonly identityIds = new Map<string, readonly number[]>();
+  /**
+   * Rules whose conjunction ids' identities (describe()) are restated at the end of the sync, each
+   * with the ids its identities were stated under (none for a new rule).
+   */
+  private readonly identityStale = new Map<string, readonly number[]>();
   /** The isolations of the last sync, to see they did not change. */
   private lastIsolations?: readonly NodeIsolation[] | undefined;
   /** flows(), kept until a sync changes a flow. */
@@ -694,7 +695,7 @@ export class PolicyFlows {
       if (next.has(id)) continue;
       for (const c of entry.contributions) this.removeContribution(c, touched);
       this.rules.delete(id);
-      this.identityStale.add(id);
+      this.identityStale.set(id, entry.conjIds);
     }
     for (const rule of input.rules) {
       const table = ruleTable(rule);
@@ -716,7 +717,7 @@ export class PolicyFlows {
         prev.rule = rule; // same content; keep the latest object (its `order` may have moved)
         continue;
       }
-      this.identityStale.add(rule.id);
+      this.identityStale.set(rule.id, prev?.conjIds ?? []);
       const samePlace = prev && prev.table === table && prev.priority === priority && prev.endpoints === endpoints && prev.conjIds.join() === ids.join() && prev.peerClass === peerClassSig;
       // Peers matched through their class (the same bit and families): the class table followed the addresses.
       if (samePlace && peerClass && samePeerFrame(prev.rule, rule)) {
@@ -978,11 +979,10 @@ export class PolicyFlows {
   private restateIdentities(): void {
     const stale = this.identityStale;
     // Every old id first: an id may pass from one of these rules to another within one sync.
-    for (const id of stale) {
-      for (const conjId of this.identityIds.get(id) ?? []) if (this.identities.get(conjId)?.nodeRuleId === id) this.identities.delete(conjId);
-      this.identityIds.delete(id);
+    for (const [id, oldIds] of stale) {
+      for (const conjId of oldIds) if (this.identities.get(conjId)?.nodeRuleId === id) this.identities.delete(conjId);
     }
-    for (const id of stale) {
+    for (const id of stale.keys()) {
       const e = this.rules.get(id);
       if (!e) continue;
       for (const conjId of e.conjIds) {
@@ -991,7 +991,6 @@ export class PolicyFlows {
           table: e.table, priority: e.priority, policyPriority: e.rule.priority.policy, ...(e.rule.logging ? { logging: e.rule.logging } : {}),
         });
       }
-      this.identityIds.set(id, e.conjIds);
     }
     stale.clear();
   }
