@@ -4,6 +4,10 @@
  * agent running (OVS netdev): Pods ADDed with [ptp] alone and with
  * [ptp, sluice], interleaved one for one so that load drifting during the run hits both alike. Runs
  * twice: idle, then with a CPU load generator busy on every core (started and stopped by the bench).
+ * A third chain, [ptp, tuning] (the reference plugin with nothing to tune: it only enters the Pod's
+ * namespace and hands prevResult on), joins the interleaving as the floor of any chained plugin
+ * under this runner: a second plugin process to start and feed. What [ptp, sluice] costs above it
+ * is sluice's own (the agent's work, ovs-vswitchd attaching the port, the plugin's round trip).
  * Prints p50/p95 of each, their ratio, the agent's own time per ADD (its steps, summed) and the
  * sluice-cni process start time, the agent's RSS, and the CPU time ovs-vswitchd and the agent spend
  * per ADD of each kind (see cpuPerAdd). Not a test: it asserts nothing, it measures.
@@ -16,12 +20,13 @@
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { cpus } from 'node:os';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { nodeConflist } from '../lab/net/cni-config.js';
 import { cniAdd, cniDel, type CniInvocation } from '../lab/net/cni-runner.js';
-import { ovsDir, repoRoot, stateDir } from '../lab/net/names.js';
+import { SYSTEM_CNI_DIR } from '../lab/net/cni-install.js';
+import { cniBinDir, ovsDir, repoRoot, stateDir } from '../lab/net/names.js';
 import { readControl } from '../lab/control.js';
 import { resolveKind } from '../lab/kinds.js';
 import { clientFor } from '../lab/ops.js';
@@ -53,7 +58,13 @@ function pct(xs: number[], p: number): number {
   return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
 }
 
-type Kind = 'alone' | 'chained' | 'baseline';
+type Kind = 'alone' | 'floor' | 'chained' | 'baseline';
+
+/** [ptp, tuning]: the primary and a chained plugin that changes nothing. */
+function floorConflist(lab: string): ReturnType<typeof nodeConflist> {
+  const list = nodeConflist(lab, NODE, 'ptp', false);
+  return { ...list, plugins: [...list.plugins, { type: 'tuning' }] };
+}
 
 const BENCH_NAMESPACE = 'bench';
 
@@ -87,6 +98,7 @@ async function apiPods(round: string, kinds: Kind[], action: 'create' | 'delete'
 async function addInterleaved(round: string): Promise<Record<Kind, number[]>> {
   const lists = {
     alone: { lab: LAB, list: nodeConflist(LAB, NODE, 'ptp', false) },
+    floor: { lab: LAB, list: floorConflist(LAB) },
     chained: { lab: LAB, list: nodeConflist(LAB, NODE, 'ptp', true) },
     baseline: { lab: BASE_LAB, list: nodeConflist(BASE_LAB, NODE, 'ptp', true) },
   };
@@ -94,8 +106,8 @@ async function addInterleaved(round: string): Promise<Record<Kind, number[]>> {
   // route make that node's ovs-vswitchd reconfigure (at a cost that grows with the bridge's ports)
   // and its agent handle netlink events, which on one node alone would slow that build's ADDs.
   const aloneOnBaseline = { lab: BASE_LAB, list: nodeConflist(BASE_LAB, NODE, 'ptp', false) };
-  const kinds: Kind[] = BASELINE ? ['alone', 'chained', 'baseline'] : ['alone', 'chained'];
-  const times: Record<Kind, number[]> = { alone: [], chained: [], baseline: [] };
+  const kinds: Kind[] = BASELINE ? ['alone', 'floor', 'chained', 'baseline'] : ['alone', 'floor', 'chained'];
+  const times: Record<Kind, number[]> = { alone: [], floor: [], chained: [], baseline: [] };
   const invs: { inv: CniInvocation; list: (typeof lists)['alone']['list'] }[] = [];
   await apiPods(round, kinds, 'create');
   for (let i = 0; i < PODS; i++) {
@@ -218,8 +230,11 @@ const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 
 /** The labs this run brought up: only those may it take down. */
 const ours: Build[] = [];
 
-function report(label: string, adds: number[], alone: number[], agent: ReturnType<typeof agentStepP50>): void {
-  console.log(`  ${label.padEnd(22)} p50 ${fmt(pct(adds, 50))}  p95 ${fmt(pct(adds, 95))}  ratio to [ptp] p50 ${(pct(adds, 50) / pct(alone, 50)).toFixed(2)}x  p95 ${(pct(adds, 95) / pct(alone, 95)).toFixed(2)}x`);
+const ratioLine = (label: string, adds: number[], alone: number[]) =>
+  `  ${label.padEnd(22)} p50 ${fmt(pct(adds, 50))}  p95 ${fmt(pct(adds, 95))}  ratio to [ptp] p50 ${(pct(adds, 50) / pct(alone, 50)).toFixed(2)}x  p95 ${(pct(adds, 95) / pct(alone, 95)).toFixed(2)}x`;
+
+function report(label: string, adds: number[], alone: number[], floor: number[], agent: ReturnType<typeof agentStepP50>): void {
+  console.log(`${ratioLine(label, adds, alone)}  above [ptp, tuning] p50 ${fmt(pct(adds, 50) - pct(floor, 50))}`);
   console.log(`  ${''.padEnd(22)} agent time per ADD (sum of its steps; attach-port and install-flows run at once, so this overcounts) p50 ${fmt(agent.total)}; steps p50: ${Object.entries(agent.steps).map(([k, v]) => `${k} ${v} ms`).join(', ')}`);
   console.log(`  ${''.padEnd(22)} agent's CNI server, request read -> answer written, p50 ${fmt(agent.request)}; left for plugin start and runner p50 ${fmt(pct(adds, 50) - pct(alone, 50) - agent.request)}`);
 }
@@ -231,8 +246,12 @@ async function main(): Promise<void> {
     ours.push(b);
     labCli(b, 'up', '--nodes', '1', '--primary', 'ptp', '--sluice');
   }
+  // The lab installs the plugins its chains use; tuning is the bench's alone (same Debian package as ptp).
+  const tuning = join(SYSTEM_CNI_DIR, 'tuning');
+  if (!existsSync(tuning)) throw new Error(`${tuning} is missing: install containernetworking-plugins`);
+  if (!existsSync(join(cniBinDir(LAB), 'tuning'))) symlinkSync(tuning, join(cniBinDir(LAB), 'tuning'));
   const rssIdle = builds.map((b) => agentRssMiB(b.lab));
-  console.log(`CNI ADD latency, ${PODS} Pods per chain and round, [ptp] and [ptp, sluice]${BASELINE ? ` and the baseline build's [ptp, sluice] (${BASELINE})` : ''} interleaved (runtime path, 1-node lab, OVS netdev, ${cpus().length} CPUs)`);
+  console.log(`CNI ADD latency, ${PODS} Pods per chain and round, [ptp], [ptp, tuning] and [ptp, sluice]${BASELINE ? ` and the baseline build's [ptp, sluice] (${BASELINE})` : ''} interleaved (runtime path, 1-node lab, OVS netdev, ${cpus().length} CPUs)`);
   for (const round of ['idle', 'loaded'] as const) {
     if (ONLY && ONLY !== round) continue;
     const load = round === 'loaded' ? startLoad() : [];
@@ -242,8 +261,9 @@ async function main(): Promise<void> {
       const times = await addInterleaved(round);
       console.log(`${round} (load average at the start ${before}, at the end ${loadavg()}):`);
       console.log(`  ${'[ptp]'.padEnd(22)} p50 ${fmt(pct(times.alone, 50))}  p95 ${fmt(pct(times.alone, 95))}`);
-      report('[ptp, sluice]', times.chained, times.alone, agentStepP50(LAB, logFrom[0]!));
-      if (BASELINE) report('baseline [ptp, sluice]', times.baseline, times.alone, agentStepP50(BASE_LAB, logFrom[1]!));
+      console.log(ratioLine('[ptp, tuning]', times.floor, times.alone));
+      report('[ptp, sluice]', times.chained, times.alone, times.floor, agentStepP50(LAB, logFrom[0]!));
+      if (BASELINE) report('baseline [ptp, sluice]', times.baseline, times.alone, times.floor, agentStepP50(BASE_LAB, logFrom[1]!));
     } finally {
       for (const p of load) p.kill('SIGKILL');
     }
