@@ -157,6 +157,15 @@ t.test('syntax outside the subset fails naming the token, never mis-encodes', as
     ['table=0,ip', /has no actions=/],
     ['table=0,ip actions=', /no actions/],
     ['table=0,ipx actions=drop', /unsupported match keyword "ipx"/],
+    // Numbers are read as JavaScript numbers up to 15 characters, as BigInts beyond: both limits hold.
+    ['table=0,reg0=0x100000000 actions=drop', /reg0: 4294967296 does not fit in 32 bits/],
+    ['table=0,reg0=0x000000000100000000 actions=drop', /reg0: 4294967296 does not fit in 32 bits/],
+    ['table=0,in_port=0x1fffffffffff actions=drop', /does not fit in 32 bits/],
+    ['table=0,priority=65536 actions=drop', /priority: 65536 is above 65535/],
+    ['table=0x00000000000000100,priority=1 actions=drop', /table: 0x00000000000000100 is above 254/],
+    ['table=0,reg0=-1 actions=drop', /"-1" is not a number/],
+    ['table=0,ip,nw_src=10.0.0.01 actions=drop', /not an IPv4 address/],
+    ['table=0,ip,nw_src=10.0.0 actions=drop', /not an IPv4 address/],
   ];
   for (const [text, re] of cases) {
     t.throws(() => parseFlowText(text), re, text);
@@ -167,4 +176,14 @@ t.test('syntax outside the subset fails naming the token, never mis-encodes', as
     }
   }
   t.throws(() => parseFlowText('table=0,ip actions=meter:256'), { message: /in flow "table=0,ip actions=meter:256"/ }, 'the error names the flow');
+  // The widest values and leading zeros still read exactly (each path: number and BigInt).
+  const wide = parseFlowText('table=0x000000000000000fe,priority=0xffff,reg0=0xffffffff,ct_label=0xffffffffffffffffffffffffffffffff,ip,nw_src=255.255.255.255 actions=drop');
+  t.equal(wide.table, 254);
+  t.equal(wide.priority, 0xffff);
+  t.same(wide.match.map((m) => [m.field.name, m.value.toString('hex')]), [
+    ['eth_type', '0800'],
+    ['reg0', 'ffffffff'],
+    ['ct_label', 'ff'.repeat(16)],
+    ['ipv4_src', 'ffffffff'],
+  ]);
 });

@@ -16,7 +16,7 @@
  *   properties, each only when given so OVS's defaults apply otherwise).
  */
 import { type Action, type FieldDef, type MatchEntry, OFPP_IN_PORT, type ParsedFlow, type SubField } from './flowtext.js';
-import { message, NX_EXPERIMENTER_ID, OFPP, pad8, WireError } from './wire.js';
+import { message, NX_EXPERIMENTER_ID, OFP15_VERSION, OFP_HEADER_LEN, OFP_MAX_MSG_LEN, OFPP, pad8, WireError } from './wire.js';
 
 export const OFPT_FLOW_MOD = 14;
 export const OFPT_BUNDLE_CONTROL = 33;
@@ -58,38 +58,42 @@ const NX_CT_RECIRC_NONE = 0xff;
 const OFPCML_NO_BUFFER = 0xffff;
 
 
-// ---- match ----
+// ---- match, actions, instructions: sized first, then written in place ----
+//
+// A flow-mod is written into one buffer: each part's length is known from the parsed flow, so
+// nothing is built piecewise and concatenated (the start-up bundle encodes tens of thousands).
 
 const oxmHeader = (f: FieldDef, masked: boolean): number => ((f.oxmClass << 16) | (f.code << 9) | ((masked ? 1 : 0) << 8) | (masked ? 2 * f.bytes : f.bytes)) >>> 0;
+const oxmLen = (value: Buffer, mask: Buffer | undefined): number => 4 + value.length + (mask ? mask.length : 0);
 
-function oxm(f: FieldDef, value: Buffer, mask?: Buffer): Buffer {
-  const b = Buffer.alloc(4 + value.length + (mask ? mask.length : 0));
-  b.writeUInt32BE(oxmHeader(f, mask !== undefined), 0);
-  value.copy(b, 4);
-  mask?.copy(b, 4 + value.length);
-  return b;
+function putOxm(b: Buffer, at: number, f: FieldDef, value: Buffer, mask: Buffer | undefined): number {
+  b.writeUInt32BE(oxmHeader(f, mask !== undefined), at);
+  value.copy(b, at + 4);
+  if (mask) mask.copy(b, at + 4 + value.length);
+  return at + oxmLen(value, mask);
+}
+
+/** ofp_match (type OXM) padded to 8 bytes. */
+function matchLen(entries: readonly MatchEntry[]): number {
+  let n = 4;
+  for (const e of entries) n += oxmLen(e.value, e.mask);
+  return pad8(n);
+}
+
+function putMatch(b: Buffer, at: number, entries: readonly MatchEntry[]): number {
+  let p = at + 4;
+  for (const e of entries) p = putOxm(b, p, e.field, e.value, e.mask);
+  b.writeUInt16BE(1, at); // OFPMT_OXM
+  b.writeUInt16BE(p - at, at + 2);
+  const end = at + pad8(p - at);
+  b.fill(0, p, end);
+  return end;
 }
 
 /** ofp_match (type OXM) padded to 8 bytes. */
 export function encodeMatch(entries: readonly MatchEntry[]): Buffer {
-  const fields = Buffer.concat(entries.map((e) => oxm(e.field, e.value, e.mask)));
-  const out = Buffer.alloc(pad8(4 + fields.length));
-  out.writeUInt16BE(1, 0); // OFPMT_OXM
-  out.writeUInt16BE(4 + fields.length, 2);
-  fields.copy(out, 4);
-  return out;
-}
-
-// ---- actions ----
-
-function nxAction(subtype: number, body: Buffer): Buffer {
-  const len = pad8(10 + body.length);
-  const b = Buffer.alloc(len);
-  b.writeUInt16BE(OFPAT_EXPERIMENTER, 0);
-  b.writeUInt16BE(len, 2);
-  b.writeUInt32BE(NX_EXPERIMENTER_ID, 4);
-  b.writeUInt16BE(subtype, 8);
-  body.copy(b, 10);
+  const b = Buffer.allocUnsafe(matchLen(entries));
+  putMatch(b, 0, entries);
   return b;
 }
 
@@ -97,123 +101,167 @@ function nxAction(subtype: number, body: Buffer): Buffer {
 const nxmHeader = (f: FieldDef): number => oxmHeader(f, false);
 const ofsNbits = (s: SubField): number => (s.ofs << 6) | (s.nbits - 1);
 
-function prop(type: number, value: Buffer): Buffer {
-  const b = Buffer.alloc(pad8(4 + value.length));
-  b.writeUInt16BE(type, 0);
-  b.writeUInt16BE(4 + value.length, 2);
-  value.copy(b, 4);
+/** Nicira action header: 10 bytes, then the subtype's body; `len` already padded to 8. */
+function putNxHeader(b: Buffer, at: number, subtype: number, len: number): void {
+  b.writeUInt16BE(OFPAT_EXPERIMENTER, at);
+  b.writeUInt16BE(len, at + 2);
+  b.writeUInt32BE(NX_EXPERIMENTER_ID, at + 4);
+  b.writeUInt16BE(subtype, at + 8);
+}
+
+const propLen = (valueLen: number): number => pad8(4 + valueLen);
+
+function putProp(b: Buffer, at: number, type: number, value: Buffer): number {
+  b.writeUInt16BE(type, at);
+  b.writeUInt16BE(4 + value.length, at + 2);
+  value.copy(b, at + 4);
+  return at + propLen(value.length);
+}
+
+const hasMaxLen = (a: Extract<Action, { type: 'controller' }>): boolean => a.maxLen !== undefined && a.maxLen !== OFPCML_NO_BUFFER;
+
+function actionLen(a: Action): number {
+  switch (a.type) {
+    case 'output':
+      return 16;
+    case 'output_reg':
+      return 24; // 10-byte Nicira header + ofs_nbits, src, max_len (14), padded
+    case 'dec_ttl':
+      return 8;
+    case 'set_field':
+      return pad8(4 + oxmLen(a.value, a.mask));
+    case 'move':
+      return 24;
+    case 'ct': {
+      let n = 24; // 10-byte Nicira header + flags, zone_src, zone, recirc_table, pad, alg (14)
+      for (const x of a.exec) n += actionLen(x);
+      return n;
+    }
+    case 'conjunction':
+    case 'resubmit':
+      return 16; // 10-byte Nicira header + a 6-byte body
+    case 'controller':
+      return 16 + (hasMaxLen(a) ? propLen(2) : 0) + (a.userdata ? propLen(a.userdata.length) : 0) + (a.meterId !== undefined ? propLen(4) : 0);
+  }
+}
+
+/** Writes the action at `at` (its actionLen(a) bytes, zeroed first); returns the offset after it. */
+function putAction(b: Buffer, at: number, a: Action): number {
+  const len = actionLen(a);
+  b.fill(0, at, at + len);
+  switch (a.type) {
+    case 'output':
+      b.writeUInt16BE(OFPAT_OUTPUT, at);
+      b.writeUInt16BE(16, at + 2);
+      b.writeUInt32BE(a.port === OFPP_IN_PORT ? OFPP.IN_PORT : a.port, at + 4);
+      // max_len (at + 8) stays 0: only meaningful for the controller port.
+      break;
+    case 'output_reg':
+      putNxHeader(b, at, NXAST.OUTPUT_REG, len);
+      b.writeUInt16BE(ofsNbits(a.src), at + 10);
+      b.writeUInt32BE(nxmHeader(a.src.field), at + 12);
+      break;
+    case 'dec_ttl':
+      b.writeUInt16BE(OFPAT_DEC_NW_TTL, at);
+      b.writeUInt16BE(8, at + 2);
+      break;
+    case 'set_field':
+      b.writeUInt16BE(OFPAT_SET_FIELD, at);
+      b.writeUInt16BE(len, at + 2);
+      putOxm(b, at + 4, a.field, a.value, a.mask);
+      break;
+    case 'move':
+      // OpenFlow 1.5's own copy_field (OVS refuses Nicira's reg_move in 1.5).
+      b.writeUInt16BE(OFPAT_COPY_FIELD, at);
+      b.writeUInt16BE(24, at + 2);
+      b.writeUInt16BE(a.src.nbits, at + 4);
+      b.writeUInt16BE(a.src.ofs, at + 6);
+      b.writeUInt16BE(a.dst.ofs, at + 8);
+      b.writeUInt32BE(nxmHeader(a.src.field), at + 12);
+      b.writeUInt32BE(nxmHeader(a.dst.field), at + 16);
+      break;
+    case 'ct': {
+      // The length covers the nested actions, which follow the 24-byte head.
+      putNxHeader(b, at, NXAST.CT, len);
+      b.writeUInt16BE(a.commit ? NX_CT_F_COMMIT : 0, at + 10);
+      // zone_src (at + 12) stays 0: the zone is immediate.
+      b.writeUInt16BE(a.zone ?? 0, at + 16);
+      b[at + 18] = a.table ?? NX_CT_RECIRC_NONE;
+      // alg (at + 22) stays 0.
+      let p = at + 24;
+      for (const x of a.exec) p = putAction(b, p, x);
+      break;
+    }
+    case 'conjunction':
+      putNxHeader(b, at, NXAST.CONJUNCTION, len);
+      b[at + 10] = a.clause;
+      b[at + 11] = a.nClauses;
+      b.writeUInt32BE(a.id >>> 0, at + 12);
+      break;
+    case 'resubmit':
+      putNxHeader(b, at, NXAST.RESUBMIT_TABLE, len);
+      b.writeUInt16BE(a.inPort === undefined || a.inPort === OFPP_IN_PORT ? 0xfff8 : a.inPort, at + 10);
+      b[at + 12] = a.table;
+      break;
+    case 'controller': {
+      // Properties only for what is given, so OVS's defaults apply otherwise.
+      putNxHeader(b, at, NXAST.CONTROLLER2, len);
+      let p = at + 16;
+      if (hasMaxLen(a)) {
+        b.writeUInt16BE(NXAC2PT.MAX_LEN, p);
+        b.writeUInt16BE(6, p + 2);
+        b.writeUInt16BE(a.maxLen!, p + 4);
+        p += propLen(2);
+      }
+      if (a.userdata) p = putProp(b, p, NXAC2PT.USERDATA, a.userdata);
+      if (a.meterId !== undefined) {
+        b.writeUInt16BE(NXAC2PT.METER_ID, p);
+        b.writeUInt16BE(8, p + 2);
+        b.writeUInt32BE(a.meterId >>> 0, p + 4);
+      }
+      break;
+    }
+  }
+  return at + len;
+}
+
+export function encodeActions(actions: readonly Action[]): Buffer {
+  let n = 0;
+  for (const a of actions) n += actionLen(a);
+  const b = Buffer.allocUnsafe(n);
+  let p = 0;
+  for (const a of actions) p = putAction(b, p, a);
   return b;
 }
 
-function encodeAction(a: Action): Buffer {
-  switch (a.type) {
-    case 'output': {
-      const b = Buffer.alloc(16);
-      b.writeUInt16BE(OFPAT_OUTPUT, 0);
-      b.writeUInt16BE(16, 2);
-      b.writeUInt32BE(a.port === OFPP_IN_PORT ? OFPP.IN_PORT : a.port, 4);
-      b.writeUInt16BE(0, 8); // max_len: only meaningful for the controller port
-      return b;
-    }
-    case 'output_reg': {
-      const body = Buffer.alloc(14);
-      body.writeUInt16BE(ofsNbits(a.src), 0);
-      body.writeUInt32BE(nxmHeader(a.src.field), 2);
-      body.writeUInt16BE(0, 6); // max_len
-      return nxAction(NXAST.OUTPUT_REG, body);
-    }
-    case 'dec_ttl': {
-      const b = Buffer.alloc(8);
-      b.writeUInt16BE(OFPAT_DEC_NW_TTL, 0);
-      b.writeUInt16BE(8, 2);
-      return b;
-    }
-    case 'set_field': {
-      const field = oxm(a.field, a.value, a.mask);
-      const b = Buffer.alloc(pad8(4 + field.length));
-      b.writeUInt16BE(OFPAT_SET_FIELD, 0);
-      b.writeUInt16BE(b.length, 2);
-      field.copy(b, 4);
-      return b;
-    }
-    case 'move': {
-      // OpenFlow 1.5's own copy_field (OVS refuses Nicira's reg_move in 1.5).
-      const b = Buffer.alloc(24);
-      b.writeUInt16BE(OFPAT_COPY_FIELD, 0);
-      b.writeUInt16BE(24, 2);
-      b.writeUInt16BE(a.src.nbits, 4);
-      b.writeUInt16BE(a.src.ofs, 6);
-      b.writeUInt16BE(a.dst.ofs, 8);
-      b.writeUInt32BE(nxmHeader(a.src.field), 12);
-      b.writeUInt32BE(nxmHeader(a.dst.field), 16);
-      return b;
-    }
-    case 'ct': {
-      const nested = Buffer.concat(a.exec.map(encodeAction));
-      const body = Buffer.alloc(14);
-      body.writeUInt16BE(a.commit ? NX_CT_F_COMMIT : 0, 0);
-      body.writeUInt32BE(0, 2); // zone_src: none, the zone is immediate
-      body.writeUInt16BE(a.zone ?? 0, 6);
-      body[8] = a.table ?? NX_CT_RECIRC_NONE;
-      body.writeUInt16BE(0, 12); // alg
-      const head = nxAction(NXAST.CT, body); // 24 bytes
-      const out = Buffer.concat([head, nested]);
-      out.writeUInt16BE(out.length, 2);
-      return out;
-    }
-    case 'conjunction': {
-      const body = Buffer.alloc(6);
-      body[0] = a.clause;
-      body[1] = a.nClauses;
-      body.writeUInt32BE(a.id >>> 0, 2);
-      return nxAction(NXAST.CONJUNCTION, body);
-    }
-    case 'resubmit': {
-      const body = Buffer.alloc(6);
-      body.writeUInt16BE(a.inPort === undefined || a.inPort === OFPP_IN_PORT ? 0xfff8 : a.inPort, 0);
-      body[2] = a.table;
-      return nxAction(NXAST.RESUBMIT_TABLE, body);
-    }
-    case 'controller': {
-      const props: Buffer[] = [];
-      if (a.maxLen !== undefined && a.maxLen !== OFPCML_NO_BUFFER) {
-        const v = Buffer.alloc(2);
-        v.writeUInt16BE(a.maxLen, 0);
-        props.push(prop(NXAC2PT.MAX_LEN, v));
-      }
-      if (a.userdata) props.push(prop(NXAC2PT.USERDATA, a.userdata));
-      if (a.meterId !== undefined) {
-        const v = Buffer.alloc(4);
-        v.writeUInt32BE(a.meterId >>> 0, 0);
-        props.push(prop(NXAC2PT.METER_ID, v));
-      }
-      const head = nxAction(NXAST.CONTROLLER2, Buffer.alloc(6)); // 16 bytes
-      const out = Buffer.concat([head, ...props]);
-      out.writeUInt16BE(out.length, 2);
-      return out;
-    }
+function instructionsLen(flow: ParsedFlow): number {
+  let n = flow.gotoTable !== undefined ? 8 : 0;
+  if (flow.actions.length) {
+    n += 8;
+    for (const a of flow.actions) n += actionLen(a);
   }
+  return n;
 }
 
-export const encodeActions = (actions: readonly Action[]): Buffer => Buffer.concat(actions.map(encodeAction));
-
-function encodeInstructions(flow: ParsedFlow): Buffer {
-  const parts: Buffer[] = [];
+/** apply_actions, then goto_table. */
+function putInstructions(b: Buffer, at: number, flow: ParsedFlow): number {
+  let p = at;
   if (flow.actions.length) {
-    const acts = encodeActions(flow.actions);
-    const head = Buffer.alloc(8);
-    head.writeUInt16BE(OFPIT_APPLY_ACTIONS, 0);
-    head.writeUInt16BE(8 + acts.length, 2);
-    parts.push(head, acts);
+    const head = p;
+    b.fill(0, head, head + 8);
+    p += 8;
+    for (const a of flow.actions) p = putAction(b, p, a);
+    b.writeUInt16BE(OFPIT_APPLY_ACTIONS, head);
+    b.writeUInt16BE(p - head, head + 2);
   }
   if (flow.gotoTable !== undefined) {
-    const g = Buffer.alloc(8);
-    g.writeUInt16BE(OFPIT_GOTO_TABLE, 0);
-    g.writeUInt16BE(8, 2);
-    g[4] = flow.gotoTable;
-    parts.push(g);
+    b.fill(0, p, p + 8);
+    b.writeUInt16BE(OFPIT_GOTO_TABLE, p);
+    b.writeUInt16BE(8, p + 2);
+    b[p + 4] = flow.gotoTable;
+    p += 8;
   }
-  return Buffer.concat(parts);
+  return p;
 }
 
 // ---- flow mod ----
@@ -226,35 +274,43 @@ interface FlowModHead {
   cookieMask: bigint;
 }
 
-function flowModBody(h: FlowModHead, match: Buffer, instructions: Buffer): Buffer {
-  const b = Buffer.alloc(40 + match.length + instructions.length);
-  b.writeBigUInt64BE(h.cookie, 0);
-  b.writeBigUInt64BE(h.cookieMask, 8);
-  b[16] = h.table;
-  b[17] = h.command;
-  b.writeUInt16BE(0, 18); // idle_timeout
-  b.writeUInt16BE(0, 20); // hard_timeout
-  b.writeUInt16BE(h.priority, 22);
-  b.writeUInt32BE(OFP_NO_BUFFER, 24);
-  b.writeUInt32BE(OFPP.ANY, 28); // out_port
-  b.writeUInt32BE(OFPG_ANY, 32); // out_group
-  b.writeUInt16BE(0, 36); // flags
-  b.writeUInt16BE(0, 38); // importance
-  match.copy(b, 40);
-  instructions.copy(b, 40 + match.length);
+const FLOW_MOD_HEAD_LEN = 40;
+
+/** A whole OFPT_FLOW_MOD message: header, ofp_flow_mod, match, instructions (`flow` absent: none). */
+function flowMod(xid: number, h: FlowModHead, match: readonly MatchEntry[], flow?: ParsedFlow): Buffer {
+  const len = OFP_HEADER_LEN + FLOW_MOD_HEAD_LEN + matchLen(match) + (flow ? instructionsLen(flow) : 0);
+  if (len > OFP_MAX_MSG_LEN) throw new WireError(`OpenFlow message of ${len} bytes exceeds ${OFP_MAX_MSG_LEN}`);
+  const b = Buffer.allocUnsafe(len);
+  b[0] = OFP15_VERSION;
+  b[1] = OFPT_FLOW_MOD;
+  b.writeUInt16BE(len, 2);
+  b.writeUInt32BE(xid >>> 0, 4);
+  const at = OFP_HEADER_LEN;
+  b.writeBigUInt64BE(h.cookie, at);
+  b.writeBigUInt64BE(h.cookieMask, at + 8);
+  b[at + 16] = h.table;
+  b[at + 17] = h.command;
+  b.writeUInt16BE(0, at + 18); // idle_timeout
+  b.writeUInt16BE(0, at + 20); // hard_timeout
+  b.writeUInt16BE(h.priority, at + 22);
+  b.writeUInt32BE(OFP_NO_BUFFER, at + 24);
+  b.writeUInt32BE(OFPP.ANY, at + 28); // out_port
+  b.writeUInt32BE(OFPG_ANY, at + 32); // out_group
+  b.writeUInt16BE(0, at + 36); // flags
+  b.writeUInt16BE(0, at + 38); // importance
+  const p = putMatch(b, at + FLOW_MOD_HEAD_LEN, match);
+  if (flow) putInstructions(b, p, flow);
   return b;
 }
 
 /** OFPFC_ADD of one flow. */
 export function encodeFlowAdd(xid: number, flow: ParsedFlow): Buffer {
-  const head = { command: OFPFC.ADD, table: flow.table, priority: flow.priority, cookie: flow.cookie, cookieMask: 0n };
-  return message(OFPT_FLOW_MOD, xid, flowModBody(head, encodeMatch(flow.match), encodeInstructions(flow)));
+  return flowMod(xid, { command: OFPFC.ADD, table: flow.table, priority: flow.priority, cookie: flow.cookie, cookieMask: 0n }, flow.match, flow);
 }
 
 /** OFPFC_DELETE of every flow, in every table, whose cookie is `cookie` under `mask` (default: exactly). */
 export function encodeFlowDeleteByCookie(xid: number, cookie: bigint, mask = 0xffffffffffffffffn): Buffer {
-  const head = { command: OFPFC.DELETE, table: OFPTT_ALL, priority: 0, cookie, cookieMask: mask };
-  return message(OFPT_FLOW_MOD, xid, flowModBody(head, encodeMatch([]), Buffer.alloc(0)));
+  return flowMod(xid, { command: OFPFC.DELETE, table: OFPTT_ALL, priority: 0, cookie, cookieMask: mask }, []);
 }
 
 // ---- bundles ----
@@ -269,12 +325,18 @@ export function encodeBundleControl(xid: number, bundleId: number, type: number,
 
 /** Wraps `inner` (whose xid must be this message's, as OVS requires) into the bundle. */
 export function encodeBundleAdd(bundleId: number, inner: Buffer, flags = OFPBF_ATOMIC | OFPBF_ORDERED): Buffer {
-  const b = Buffer.alloc(8 + inner.length);
-  b.writeUInt32BE(bundleId >>> 0, 0);
-  b.writeUInt16BE(0, 4);
-  b.writeUInt16BE(flags, 6);
-  inner.copy(b, 8);
-  return message(OFPT_BUNDLE_ADD_MESSAGE, inner.readUInt32BE(4), b);
+  const len = OFP_HEADER_LEN + 8 + inner.length;
+  if (len > OFP_MAX_MSG_LEN) throw new WireError(`OpenFlow message of ${len} bytes exceeds ${OFP_MAX_MSG_LEN}`);
+  const b = Buffer.allocUnsafe(len);
+  b[0] = OFP15_VERSION;
+  b[1] = OFPT_BUNDLE_ADD_MESSAGE;
+  b.writeUInt16BE(len, 2);
+  inner.copy(b, 4, 4, 8); // the inner message's xid
+  b.writeUInt32BE(bundleId >>> 0, 8);
+  b.writeUInt16BE(0, 12);
+  b.writeUInt16BE(flags, 14);
+  inner.copy(b, 16);
+  return b;
 }
 
 export function decodeBundleControl(msg: Buffer): { bundleId: number; type: number; flags: number } {

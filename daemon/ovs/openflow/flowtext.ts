@@ -12,7 +12,7 @@
  * IN_PORT, dec_ttl, set_field, load, move, ct(commit,zone,table,exec(...)), conjunction,
  * resubmit(,table), controller(max_len,userdata,meter_id).
  */
-import { isIPv4, isIPv6 } from 'node:net';
+import { isIPv6 } from 'node:net';
 
 export class FlowSyntaxError extends Error {}
 
@@ -136,15 +136,38 @@ const CT_FLAGS: Record<string, number> = { new: 0x01, est: 0x02, rel: 0x04, rpl:
 
 // ---- value parsing ----
 
+const UINT_TEXT = /^(0x[0-9a-fA-F]+|\d+)$/;
+/**
+ * Up to 15 characters, a number's text is below 2^53 (decimal: below 10^15; hex: 13 digits after
+ * `0x`, 52 bits) and exact as a JavaScript number: most values (ports, registers, priorities,
+ * conjunction ids) are read without a BigInt.
+ */
+const EXACT_AS_NUMBER = 15;
+
 function parseUint(text: string, what: string): bigint {
-  if (!/^(0x[0-9a-fA-F]+|\d+)$/.test(text)) throw new FlowSyntaxError(`${what}: "${text}" is not a number`);
+  if (!UINT_TEXT.test(text)) throw new FlowSyntaxError(`${what}: "${text}" is not a number`);
   return BigInt(text);
 }
 
 function smallUint(text: string, max: number, what: string): number {
-  const v = parseUint(text, what);
-  if (v > BigInt(max)) throw new FlowSyntaxError(`${what}: ${text} is above ${max}`);
+  if (!UINT_TEXT.test(text)) throw new FlowSyntaxError(`${what}: "${text}" is not a number`);
+  const v = text.length <= EXACT_AS_NUMBER ? Number(text) : BigInt(text);
+  if (v > max) throw new FlowSyntaxError(`${what}: ${text} is above ${max}`);
   return Number(v);
+}
+
+/** A number's text as `bytes` big-endian bytes. */
+function uintBytes(text: string, bytes: number, what: string): Buffer {
+  if (!UINT_TEXT.test(text)) throw new FlowSyntaxError(`${what}: "${text}" is not a number`);
+  return text.length <= EXACT_AS_NUMBER && bytes <= 6 ? numberToBytes(Number(text), bytes, what) : bigToBytes(BigInt(text), bytes, what);
+}
+
+/** A non-negative integer below 2^53 as `bytes` (at most 6) big-endian bytes. */
+function numberToBytes(v: number, bytes: number, what: string): Buffer {
+  if (v >= 2 ** (bytes * 8)) throw new FlowSyntaxError(`${what}: ${v} does not fit in ${bytes * 8} bits`);
+  const b = Buffer.allocUnsafe(bytes);
+  b.writeUIntBE(v, 0, bytes);
+  return b;
 }
 
 function bigToBytes(v: bigint, bytes: number, what: string): Buffer {
@@ -162,9 +185,16 @@ function macBytes(text: string, what: string): Buffer {
   return Buffer.from(text.split(':').map((h) => Number.parseInt(h, 16)));
 }
 
+/** Dotted quad, each part 0-255 without leading zeros (as node:net's isIPv4 accepts it). */
+const OCTET = '(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]\\d|\\d)';
+const IPV4_TEXT = new RegExp(`^${OCTET}\\.${OCTET}\\.${OCTET}\\.${OCTET}$`);
+
 function ipv4Bytes(text: string, what: string): Buffer {
-  if (!isIPv4(text)) throw new FlowSyntaxError(`${what}: "${text}" is not an IPv4 address`);
-  return Buffer.from(text.split('.').map(Number));
+  const m = IPV4_TEXT.exec(text);
+  if (!m) throw new FlowSyntaxError(`${what}: "${text}" is not an IPv4 address`);
+  const b = Buffer.allocUnsafe(4);
+  for (let i = 0; i < 4; i++) b[i] = Number(m[i + 1]);
+  return b;
 }
 
 function ipv6Bytes(text: string, what: string): Buffer {
@@ -194,8 +224,8 @@ export function parseFieldValue(field: FieldDef, text: string): { value: Buffer;
   let mask: Buffer | undefined;
   switch (field.kind) {
     case 'int':
-      value = bigToBytes(parseUint(v, what), field.bytes, what);
-      if (m !== undefined) mask = bigToBytes(parseUint(m, `${what} mask`), field.bytes, `${what} mask`);
+      value = uintBytes(v, field.bytes, what);
+      if (m !== undefined) mask = uintBytes(m, field.bytes, `${what} mask`);
       break;
     case 'mac':
       value = macBytes(v, what);
@@ -235,7 +265,7 @@ function parseCtState(text: string): { value: Buffer; mask: Buffer } {
     at = re.lastIndex;
   }
   if (at !== text.length || text.length === 0) throw new FlowSyntaxError(`ct_state: "${text}" is not a list of +flag/-flag`);
-  return { value: bigToBytes(BigInt(value), 4, 'ct_state'), mask: bigToBytes(BigInt(mask), 4, 'ct_state') };
+  return { value: numberToBytes(value, 4, 'ct_state'), mask: numberToBytes(mask, 4, 'ct_state') };
 }
 
 export function parseSubField(text: string): SubField {
@@ -251,25 +281,31 @@ export function parseSubField(text: string): SubField {
 
 // ---- tokenizing ----
 
-/** Splits on commas outside parentheses. */
+/** Splits on commas outside parentheses; parts trimmed, empty ones dropped. */
 export function splitTopLevel(text: string): string[] {
   const out: string[] = [];
   let depth = 0;
   let start = 0;
+  const take = (end: number) => {
+    const part = text.slice(start, end).trim();
+    if (part.length > 0) out.push(part);
+  };
   for (let i = 0; i < text.length; i++) {
-    const c = text[i];
-    if (c === '(') depth++;
-    else if (c === ')') {
+    const c = text.charCodeAt(i);
+    if (c === 0x28) depth++; // (
+    else if (c === 0x29) {
+      // )
       depth--;
       if (depth < 0) throw new FlowSyntaxError(`unbalanced ")" in "${text}"`);
-    } else if (c === ',' && depth === 0) {
-      out.push(text.slice(start, i));
+    } else if (c === 0x2c && depth === 0) {
+      // ,
+      take(i);
       start = i + 1;
     }
   }
   if (depth !== 0) throw new FlowSyntaxError(`unbalanced "(" in "${text}"`);
-  out.push(text.slice(start));
-  return out.map((s) => s.trim()).filter((s) => s.length > 0);
+  take(text.length);
+  return out;
 }
 
 // ---- match ----
@@ -287,7 +323,7 @@ function parseMatch(tokens: string[], flow: ParsedFlow): void {
   };
   const num = (name: string, v: number, token: string) => {
     const f = fieldByName(name);
-    put({ field: f, value: bigToBytes(BigInt(v), f.bytes, name) }, token);
+    put({ field: f, value: numberToBytes(v, f.bytes, name) }, token);
   };
   const transport: { key: string; text: string }[] = [];
   for (const token of tokens) {
