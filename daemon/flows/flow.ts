@@ -7,7 +7,7 @@
  * it is left alone; an installed sluice cookie that is not desired is deleted by `cookie=X/-1`.
  * No dump output has to be parsed beyond the cookie, whatever format ovs-ofctl prints.
  */
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { tableId, type TableName } from './tables.js';
 
 export const COOKIE_PREFIX = '51ce';
@@ -46,8 +46,9 @@ export function withCookie(spec: FlowSpec): Flow {
   if (!Number.isInteger(spec.category) || spec.category < 0 || spec.category > 0xff) {
     throw new Error(`flow category ${spec.category} is not a byte`);
   }
-  const hash = createHash('sha256').update(contentKey(spec)).digest('hex').slice(0, 10);
-  const cookie = `0x${COOKIE_PREFIX}${spec.category.toString(16).padStart(2, '0')}${hash}`;
+  // One-shot: no Hash object per flow (a compile signs thousands).
+  const digest = hash('sha256', contentKey(spec), 'hex').slice(0, 10);
+  const cookie = `0x${COOKIE_PREFIX}${spec.category.toString(16).padStart(2, '0')}${digest}`;
   // Field by field, not `{ ...spec, cookie }`: V8 gives every object built by that spread its own
   // hidden class (~230 bytes each, as much as the flow itself), and the agent holds tens of
   // thousands of flows. A literal of fixed shape shares one.

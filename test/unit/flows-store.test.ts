@@ -158,3 +158,10 @@ t.test('withCookie: exactly the spec fields and the cookie; owner only when give
   t.match(owned.cookie, /^0x51ce01[0-9a-f]{10}$/);
   t.not(owned.cookie, withCookie(base).cookie);
 });
+
+t.test('a cookie is the same from one sluice version to the next: sha256 of the flow text, as written', async (t) => {
+  // Upgrading the agent must change no flow: the cookie derivation is fixed. 91ef3b3369 is the
+  // first 40 bits of sha256("table=L3Forwarding,priority=200,ip,nw_dst=10.1.0.11 actions=drop").
+  const f = withCookie({ table: 'L3Forwarding', priority: 200, match: 'ip,nw_dst=10.1.0.11', actions: 'drop', category: FlowCategory.pod });
+  t.equal(f.cookie, '0x51ce0191ef3b3369');
+});
