@@ -251,6 +251,27 @@ t.test('a refused add: the bundle is discarded, the error names the flow', async
   t.equal(c.stats().switchErrors, 0, 'the error was the bundle\'s, not reported as stray');
 });
 
+t.test('a large bundle: every add in order; an add that cannot be encoded stops it before anything is sent', async (t) => {
+  const { sw, c } = await setup(t);
+  c.start();
+  await c.waitConnected();
+  let from = sw.received.length;
+  const many = Array.from({ length: 700 }, (_, i) => flowEntry(`table=1,priority=${i + 1},cookie=0x51ce00000000${(i + 1).toString(16).padStart(4, '0')},ip actions=drop`));
+  await c.flowBundle(many);
+  let got = sw.received.slice(from);
+  t.equal(got.filter((r) => r.type === 34).length, 700, 'every add arrived');
+  t.same(got.filter((r) => r.type === 34).map((r) => r.msg.readUInt16BE(16 + 8 + 22)), many.map((_, i) => i + 1), 'in order');
+  t.same(got.filter((r) => r.type === 33).map((r) => r.msg.readUInt16BE(12)), [0, 4], 'OPEN ... COMMIT');
+
+  from = sw.received.length;
+  const unencodable = { text: 'an oversized flow', encode: (): Buffer => { throw new Error('OpenFlow message of 70000 bytes exceeds 65535'); } };
+  await t.rejects(c.flowBundle([...many.slice(0, 300), unencodable, many[300]!]), /exceeds 65535/);
+  await c.flowBundle(many.slice(0, 2));
+  got = sw.received.slice(from);
+  t.same(got.filter((r) => r.type === 33).map((r) => r.msg.readUInt16BE(12)), [0, 4], 'no bundle was opened for it; the next one commits');
+  t.equal(got.filter((r) => r.type === 34).length, 2, 'none of its adds was sent');
+});
+
 t.test('a flow refused at COMMIT is named too; a commit error of its own is reported by name', async (t) => {
   const { sw, c } = await setup(t);
   c.start();
