@@ -20,9 +20,9 @@
  *
  * A/B in one run: `--baseline DIR` (a checkout with its own dist/, e.g. an older build) starts that
  * build's agent on the same lab, alternating with this one. Runs idle, then with a CPU load
- * generator on every core (`--no-loaded` skips that round).
+ * generator on every core (`--no-loaded` / `--no-idle` skips that round).
  *
- * usage (root, after a build): node dist/bench/cold-start.js [--reps 2] [--local 110] [--baseline DIR] [--settle 20] [--node-flags "A B"] [--env "K=V"] [--realistic | --empty] [--keep]
+ * usage (root, after a build): node dist/bench/cold-start.js [--reps 2] [--local 110] [--baseline DIR] [--settle 20] [--node-flags "A B"] [--env "K=V"] [--realistic | --empty] [--no-idle | --no-loaded] [--keep]
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
@@ -277,7 +277,7 @@ async function main(): Promise<void> {
     builds.unshift({ label: `baseline ${BASELINE}`, ...(await buildSettings(dist)), dist });
   }
   for (const b of builds) console.log(`${b.label}: ${Object.entries(b.env).map(([k, v]) => `${k}=${v} `).join('')}node ${b.flags.length ? b.flags.join(' ') : '(no flags)'}`);
-  await round('idle', builds);
+  if (!process.argv.includes('--no-idle')) await round('idle', builds);
   if (!process.argv.includes('--no-loaded')) await round('loaded', builds);
   console.log(`bench ${((performance.now() - t0) / 1000).toFixed(0)} s`);
   if (!process.argv.includes('--keep')) spawnSync(process.execPath, [cli, 'down', '--name', LAB], { stdio: 'ignore' });
