@@ -16,7 +16,7 @@
  *   properties, each only when given so OVS's defaults apply otherwise).
  */
 import { type Action, type FieldDef, type MatchEntry, OFPP_IN_PORT, type ParsedFlow, type SubField } from './flowtext.js';
-import { message, NX_EXPERIMENTER_ID, OFP15_VERSION, OFP_HEADER_LEN, OFP_MAX_MSG_LEN, OFPP, pad8, WireError } from './wire.js';
+import { message, messageBuffer, NX_EXPERIMENTER_ID, OFP_HEADER_LEN, OFPP, pad8, WireError } from './wire.js';
 
 export const OFPT_FLOW_MOD = 14;
 export const OFPT_BUNDLE_CONTROL = 33;
@@ -278,13 +278,7 @@ const FLOW_MOD_HEAD_LEN = 40;
 
 /** A whole OFPT_FLOW_MOD message: header, ofp_flow_mod, match, instructions (`flow` absent: none). */
 function flowMod(xid: number, h: FlowModHead, match: readonly MatchEntry[], flow?: ParsedFlow): Buffer {
-  const len = OFP_HEADER_LEN + FLOW_MOD_HEAD_LEN + matchLen(match) + (flow ? instructionsLen(flow) : 0);
-  if (len > OFP_MAX_MSG_LEN) throw new WireError(`OpenFlow message of ${len} bytes exceeds ${OFP_MAX_MSG_LEN}`);
-  const b = Buffer.allocUnsafe(len);
-  b[0] = OFP15_VERSION;
-  b[1] = OFPT_FLOW_MOD;
-  b.writeUInt16BE(len, 2);
-  b.writeUInt32BE(xid >>> 0, 4);
+  const b = messageBuffer(OFPT_FLOW_MOD, xid, OFP_HEADER_LEN + FLOW_MOD_HEAD_LEN + matchLen(match) + (flow ? instructionsLen(flow) : 0));
   const at = OFP_HEADER_LEN;
   b.writeBigUInt64BE(h.cookie, at);
   b.writeBigUInt64BE(h.cookieMask, at + 8);
@@ -325,13 +319,8 @@ export function encodeBundleControl(xid: number, bundleId: number, type: number,
 
 /** Wraps `inner` (whose xid must be this message's, as OVS requires) into the bundle. */
 export function encodeBundleAdd(bundleId: number, inner: Buffer, flags = OFPBF_ATOMIC | OFPBF_ORDERED): Buffer {
-  const len = OFP_HEADER_LEN + 8 + inner.length;
-  if (len > OFP_MAX_MSG_LEN) throw new WireError(`OpenFlow message of ${len} bytes exceeds ${OFP_MAX_MSG_LEN}`);
-  const b = Buffer.allocUnsafe(len);
-  b[0] = OFP15_VERSION;
-  b[1] = OFPT_BUNDLE_ADD_MESSAGE;
-  b.writeUInt16BE(len, 2);
-  inner.copy(b, 4, 4, 8); // the inner message's xid
+  // Under the inner message's xid, as OVS requires.
+  const b = messageBuffer(OFPT_BUNDLE_ADD_MESSAGE, inner.readUInt32BE(4), OFP_HEADER_LEN + 8 + inner.length);
   b.writeUInt32BE(bundleId >>> 0, 8);
   b.writeUInt16BE(0, 12);
   b.writeUInt16BE(flags, 14);

@@ -100,15 +100,23 @@ export function decodeHeader(buf: Buffer): Header {
   return { version: buf[0]!, type: buf[1]!, length: buf.readUInt16BE(2), xid: buf.readUInt32BE(4) };
 }
 
-/** An OpenFlow 1.5 message: header (version, type, length, xid) and body. */
-export function message(type: number, xid: number, body: Buffer = Buffer.alloc(0)): Buffer {
-  const len = OFP_HEADER_LEN + body.length;
+/**
+ * A buffer for an OpenFlow 1.5 message of `len` bytes with its header (version, type, length, xid)
+ * written; the caller writes every byte of the body (the buffer is not zeroed).
+ */
+export function messageBuffer(type: number, xid: number, len: number): Buffer {
   if (len > OFP_MAX_MSG_LEN) throw new WireError(`OpenFlow message of ${len} bytes exceeds ${OFP_MAX_MSG_LEN}`);
-  const out = Buffer.alloc(len);
+  const out = Buffer.allocUnsafe(len);
   out[0] = OFP15_VERSION;
   out[1] = type;
   out.writeUInt16BE(len, 2);
   out.writeUInt32BE(xid >>> 0, 4);
+  return out;
+}
+
+/** An OpenFlow 1.5 message: header (version, type, length, xid) and body. */
+export function message(type: number, xid: number, body: Buffer = Buffer.alloc(0)): Buffer {
+  const out = messageBuffer(type, xid, OFP_HEADER_LEN + body.length);
   body.copy(out, OFP_HEADER_LEN);
   return out;
 }
