@@ -20,13 +20,12 @@
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { cpus } from 'node:os';
-import { existsSync, readFileSync, symlinkSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { nodeConflist } from '../lab/net/cni-config.js';
 import { cniAdd, cniDel, type CniInvocation } from '../lab/net/cni-runner.js';
-import { SYSTEM_CNI_DIR } from '../lab/net/cni-install.js';
-import { cniBinDir, ovsDir, repoRoot, stateDir } from '../lab/net/names.js';
+import { ovsDir, repoRoot, stateDir } from '../lab/net/names.js';
 import { readControl } from '../lab/control.js';
 import { resolveKind } from '../lab/kinds.js';
 import { clientFor } from '../lab/ops.js';
@@ -246,10 +245,6 @@ async function main(): Promise<void> {
     ours.push(b);
     labCli(b, 'up', '--nodes', '1', '--primary', 'ptp', '--sluice');
   }
-  // The lab installs the plugins its chains use; tuning is the bench's alone (same Debian package as ptp).
-  const tuning = join(SYSTEM_CNI_DIR, 'tuning');
-  if (!existsSync(tuning)) throw new Error(`${tuning} is missing: install containernetworking-plugins`);
-  if (!existsSync(join(cniBinDir(LAB), 'tuning'))) symlinkSync(tuning, join(cniBinDir(LAB), 'tuning'));
   const rssIdle = builds.map((b) => agentRssMiB(b.lab));
   console.log(`CNI ADD latency, ${PODS} Pods per chain and round, [ptp], [ptp, tuning] and [ptp, sluice]${BASELINE ? ` and the baseline build's [ptp, sluice] (${BASELINE})` : ''} interleaved (runtime path, 1-node lab, OVS netdev, ${cpus().length} CPUs)`);
   for (const round of ['idle', 'loaded'] as const) {

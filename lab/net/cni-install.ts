@@ -1,6 +1,7 @@
 /**
  * Fills the lab's CNI plugin directory and writes each node's conflist. The directory holds
- * symlinks to Debian's ptp/host-local, wrappers running the lab's eks-sim plugins, and sluice-cni
+ * symlinks to Debian's ptp/host-local (and tuning, the do-nothing chained plugin bench/cni-add
+ * measures against), wrappers running the lab's eks-sim plugins, and sluice-cni
  * when it has been built.
  */
 import { existsSync, lstatSync, mkdirSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -25,7 +26,7 @@ export const sluiceCniBinary = (): string => join(repoRoot(), 'dist', 'bin', 'sl
 export function installCniPlugins(lab: string): string {
   const dir = cniBinDir(lab);
   mkdirSync(dir, { recursive: true });
-  for (const p of ['ptp', 'host-local']) {
+  for (const p of ['ptp', 'host-local', 'tuning']) {
     const target = join(SYSTEM_CNI_DIR, p);
     if (!existsSync(target)) throw new Error(`${target} is missing: install containernetworking-plugins`);
     ensureSymlink(target, join(dir, p));

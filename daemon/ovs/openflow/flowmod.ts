@@ -225,15 +225,6 @@ function putAction(b: Buffer, at: number, a: Action): number {
   return at + len;
 }
 
-export function encodeActions(actions: readonly Action[]): Buffer {
-  let n = 0;
-  for (const a of actions) n += actionLen(a);
-  const b = Buffer.allocUnsafe(n);
-  let p = 0;
-  for (const a of actions) p = putAction(b, p, a);
-  return b;
-}
-
 function instructionsLen(flow: ParsedFlow): number {
   let n = flow.gotoTable !== undefined ? 8 : 0;
   if (flow.actions.length) {

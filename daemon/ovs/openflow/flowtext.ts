@@ -144,13 +144,17 @@ const UINT_TEXT = /^(0x[0-9a-fA-F]+|\d+)$/;
  */
 const EXACT_AS_NUMBER = 15;
 
-function parseUint(text: string, what: string): bigint {
+function checkUint(text: string, what: string): void {
   if (!UINT_TEXT.test(text)) throw new FlowSyntaxError(`${what}: "${text}" is not a number`);
+}
+
+function parseUint(text: string, what: string): bigint {
+  checkUint(text, what);
   return BigInt(text);
 }
 
 function smallUint(text: string, max: number, what: string): number {
-  if (!UINT_TEXT.test(text)) throw new FlowSyntaxError(`${what}: "${text}" is not a number`);
+  checkUint(text, what);
   const v = text.length <= EXACT_AS_NUMBER ? Number(text) : BigInt(text);
   if (v > max) throw new FlowSyntaxError(`${what}: ${text} is above ${max}`);
   return Number(v);
@@ -158,7 +162,7 @@ function smallUint(text: string, max: number, what: string): number {
 
 /** A number's text as `bytes` big-endian bytes. */
 function uintBytes(text: string, bytes: number, what: string): Buffer {
-  if (!UINT_TEXT.test(text)) throw new FlowSyntaxError(`${what}: "${text}" is not a number`);
+  checkUint(text, what);
   return text.length <= EXACT_AS_NUMBER && bytes <= 6 ? numberToBytes(Number(text), bytes, what) : bigToBytes(BigInt(text), bytes, what);
 }
 
