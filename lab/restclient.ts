@@ -17,6 +17,13 @@ export class ApiError extends Error {
   }
 }
 
+/** The request got no HTTP answer; `code` is the socket error (ECONNREFUSED, ECONNRESET, …). */
+class TransportError extends Error {
+  constructor(readonly code: string) {
+    super(code);
+  }
+}
+
 export interface KubeList {
   apiVersion: string;
   kind: string;
@@ -24,13 +31,57 @@ export interface KubeList {
   items: KubeObject[];
 }
 
+/**
+ * How a request that never got an answer is tried again: the lab's API server is a process on a
+ * loaded 2-CPU machine, and one refused or reset connection must not fail a whole test case. The
+ * bound keeps a server that is really gone a prompt, clear error.
+ */
+export interface RetryPolicy {
+  attempts: number;
+  /** Delay before the second attempt; doubled each time. */
+  firstDelayMs: number;
+}
+
+export const DEFAULT_RETRY: RetryPolicy = { attempts: 5, firstDelayMs: 100 };
+
+/** Errors where the request certainly never reached the server: any method may be sent again. */
+const NOT_SENT = new Set(['ECONNREFUSED', 'ENOENT', 'EADDRNOTAVAIL']);
+
 export class RestClient {
   constructor(
     readonly server: string,
     private readonly token?: string,
+    private readonly retry: RetryPolicy = DEFAULT_RETRY,
   ) {}
 
+  /**
+   * One request, sent again (with a bound) after a transport failure: always when the connection
+   * was refused, and for idempotent methods after any other failure (a reset mid-way). A DELETE
+   * retried after a reset may find the object gone: the first attempt deleted it, so that counts as
+   * done. A POST reset mid-way is not repeated: it may have been applied.
+   */
   async request<T>(method: string, path: string, body?: unknown, contentType = 'application/json'): Promise<T> {
+    let delay = this.retry.firstDelayMs;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.once<T>(method, path, body, contentType);
+      } catch (err) {
+        if (!(err instanceof TransportError)) {
+          if (attempt > 1 && method === 'DELETE' && err instanceof ApiError && err.code === 404) return undefined as T;
+          throw err;
+        }
+        const retriable = NOT_SENT.has(err.code) || method !== 'POST';
+        if (!retriable || attempt >= this.retry.attempts) {
+          const tries = attempt > 1 ? ` (${attempt} attempts)` : '';
+          throw new ApiError(0, 'Unreachable', `cannot reach the lab API server at ${this.server}: ${err.code}${tries}`);
+        }
+        await new Promise((r) => setTimeout(r, delay));
+        delay *= 2;
+      }
+    }
+  }
+
+  private async once<T>(method: string, path: string, body: unknown, contentType: string): Promise<T> {
     let res: Response;
     try {
       res = await fetch(`${this.server}${path}`, {
@@ -44,9 +95,14 @@ export class RestClient {
       });
     } catch (err) {
       const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-      throw new ApiError(0, 'Unreachable', `cannot reach the lab API server at ${this.server}: ${cause?.code ?? cause?.message ?? (err as Error).message}`);
+      throw new TransportError(cause?.code ?? cause?.message ?? (err as Error).message);
     }
-    const text = await res.text();
+    let text: string;
+    try {
+      text = await res.text();
+    } catch (err) {
+      throw new TransportError(`reading the response: ${(err as Error).message}`);
+    }
     let json: unknown;
     try {
       json = text ? JSON.parse(text) : undefined;

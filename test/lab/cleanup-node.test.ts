@@ -108,20 +108,23 @@ if (reason) {
     t.ok((await vsctl(['--bare', '--columns=name', 'find', 'Interface', 'external_ids:sluice-type=container'])).stdout.trim(), 'Pod ports still there');
   });
 
-  t.test('unchain the CNI and stop the agent (the uninstall DaemonSet, then the rollout)', async (t) => {
-    const emptyBin = mkdtempSync(join(tmpdir(), 'uc-bin-')); // the lab's bin dir is shared with node-2
-    const u = await run(process.execPath, [SLUICECTL, 'cni', 'uninstall', '--conf-dir', cniConfDir(LAB, NODE), '--bin-dir', emptyBin]);
-    rmSync(emptyBin, { recursive: true, force: true });
-    t.equal(u.code, 0, `sluicectl cni uninstall: ${u.stdout.trim()} ${u.stderr.trim()}`);
-    t.match(u.stdout, /removed sluice from/, 'it unchained sluice');
-    const types = (JSON.parse(readFileSync(conflistPath(LAB, NODE), 'utf8')) as { plugins: { type: string }[] }).plugins.map((p) => p.type);
-    t.ok(types.length > 0 && !types.includes(SLUICE_PLUGIN_TYPE), `node-1 conflist no longer chains sluice: ${types.join(', ')}`);
+  // The agent goes first: its chain keeper still finds the plugin binary in the lab's bin directory
+  // (shared with node-2, so this test cannot remove it as the documented uninstall does) and would
+  // chain sluice again behind the test's back. A stopped keeper cannot race the read below.
+  t.test('stop the agent, then unchain the CNI (the rollout to cleanup mode, the uninstall DaemonSet)', async (t) => {
     const pid = Number(readText(agentPidPath(LAB, NODE)).trim());
     t.ok(pid > 0 && alive(pid), `agent pid ${pid} running`);
     process.kill(pid, 'SIGTERM');
     const deadline = Date.now() + 15_000;
     while (alive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
     t.notOk(alive(pid), 'agent stopped (the lab does not restart it)');
+    const emptyBin = mkdtempSync(join(tmpdir(), 'uc-bin-'));
+    const u = await run(process.execPath, [SLUICECTL, 'cni', 'uninstall', '--conf-dir', cniConfDir(LAB, NODE), '--bin-dir', emptyBin]);
+    rmSync(emptyBin, { recursive: true, force: true });
+    t.equal(u.code, 0, `sluicectl cni uninstall: ${u.stdout.trim()} ${u.stderr.trim()}`);
+    t.match(u.stdout, /removed sluice from/, 'it unchained sluice');
+    const types = (JSON.parse(readFileSync(conflistPath(LAB, NODE), 'utf8')) as { plugins: { type: string }[] }).plugins.map((p) => p.type);
+    t.ok(types.length > 0 && !types.includes(SLUICE_PLUGIN_TYPE), `node-1 conflist no longer chains sluice: ${types.join(', ')}`);
   });
 
   let crashed: { veth: string; ip: string } | undefined;
