@@ -12,11 +12,18 @@ run() { npx tap --reporter=tap "$@" 2>&1 | tee -a "$out"; local r=${PIPESTATUS[0
 if [ $# -gt 0 ]; then
   run "$@"
 else
+  phase() { phases+="$(printf '%8ss  %s' "$((SECONDS - t0))" "$1")"$'\n'; t0=$SECONDS; }
+  phases=''
+  t0=$SECONDS
   run -j2 'test/unit/**/*.test.ts'
+  phase 'unit files (two at a time)'
   mapfile -t exclusive < <(grep -l '^// test-schedule: exclusive: ' test/lab/*.test.ts)
   mapfile -t shared < <(grep -L '^// test-schedule: exclusive: ' test/lab/*.test.ts)
   run -j2 "${shared[@]}"
+  phase 'lab files (two at a time)'
   run -j1 "${exclusive[@]}"
+  phase 'exclusive lab files (one at a time)'
+  printf '\nTime per phase:\n%s' "$phases"
 fi
 node -e '
 const txt = require("fs").readFileSync(process.argv[1], "utf8");
@@ -49,6 +56,10 @@ for (let i = 0; i < lines.length; i++) {
   failures.push([...names.slice(0, d), no[2]].map((n, k) => "  ".repeat(k) + n).join("\n") + (diag.length ? "\n" + diag.join("\n") : ""));
 }
 if (failures.length) console.log(`\nFailed assertions (${failures.length}):\n\n` + failures.join("\n\n") + "\n");
+// Each file'"'"'s time, longest first: where the run'"'"'s length goes.
+const files = [...txt.matchAll(/^(ok|not ok) \d+ - (\S+\.test\.ts)(?: # time=([0-9.]+)ms)?/gm)].map((m) => [m[2], Number(m[3] ?? 0) / 1000, m[1]]);
+files.sort((a, b) => b[1] - a[1]);
+if (files.length) console.log("\nTime per test file (s):\n" + files.map(([f, s, r]) => `${s.toFixed(1).padStart(8)}  ${f}${r === "ok" ? "" : "  (failed)"}`).join("\n") + "\n");
 console.log(`${pass} passed, ${fail} failed`);' "$out"
 rm -f "$out"
 exit $rc

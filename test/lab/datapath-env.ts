@@ -311,8 +311,9 @@ export class AgentProcess {
       ...this.extraConfig,
     };
     writeFileSync(this.configPath, Object.entries(cfg).map(([k, v]) => `${k}: ${JSON.stringify(v)}`).join('\n') + '\n');
-    const loader = process.execArgv.filter((a) => a.includes('@tapjs/typescript'));
-    const child = spawn('ip', ['netns', 'exec', this.node.ns, process.execPath, ...loader, join(REPO, 'daemon', 'main.ts'), '--config', this.configPath], {
+    // The built agent (npm test builds first): compiling the sources at every start would cost each
+    // start seconds of CPU, and the agent is started many times.
+    const child = spawn('ip', ['netns', 'exec', this.node.ns, process.execPath, join(REPO, 'dist', 'daemon', 'main.js'), '--config', this.configPath], {
       stdio: ['ignore', 'pipe', 'pipe'],
       env: { ...process.env, ...env, KUBERNETES_SERVICE_HOST: '', KUBERNETES_SERVICE_PORT: '' },
     });
