@@ -15,6 +15,7 @@
 import type { ContainerPort, KubeObject, NamespaceInfo, NodeInfo, PodInfo, ServiceInfo, ServicePortInfo } from './types.js';
 import { canonicalIp, ipFamily } from './cidr.js';
 import { labelValue, stringMapOf } from './labels.js';
+import { typeName } from './problems.js';
 
 export const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
 
@@ -38,9 +39,39 @@ function isTerminated(obj: KubeObject): boolean {
   return phase === 'Succeeded' || phase === 'Failed';
 }
 
+const isPlainMap = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * A map[string]string (labels, annotations, a Service's selector) as the API server decodes it: a
+ * null value is "" (`quarantine:` in YAML is the label quarantine=""). Other non-strings are
+ * refused before (clusterObjectError); here they are left out.
+ */
 function stringMap(value: unknown): Record<string, string> {
-  if (!value || typeof value !== 'object') return stringMapOf([]);
-  return stringMapOf(Object.entries(value as Record<string, unknown>).filter((e): e is [string, string] => typeof e[1] === 'string'));
+  if (!isPlainMap(value)) return stringMapOf([]);
+  const entries: [string, string][] = [];
+  for (const [k, v] of Object.entries(value)) {
+    if (typeof v === 'string') entries.push([k, v]);
+    else if (v === null) entries.push([k, '']);
+  }
+  return stringMapOf(entries);
+}
+
+/**
+ * Why the API server would refuse a cluster object's string maps (metadata.labels and
+ * annotations, a Service's spec.selector), or undefined: a value that is neither a string nor
+ * null (a YAML `yes` or `5`) cannot be decoded, so no such object exists.
+ */
+export function clusterObjectError(obj: KubeObject): { field: string; message: string } | undefined {
+  const maps: [string, unknown][] = [['metadata.labels', obj.metadata.labels], ['metadata.annotations', obj.metadata.annotations]];
+  if (obj.kind === 'Service' && isPlainMap(obj.spec)) maps.push(['spec.selector', obj.spec.selector]);
+  for (const [field, value] of maps) {
+    if (value === undefined || value === null) continue;
+    if (!isPlainMap(value)) return { field, message: `must be a map of strings, not ${typeName(value)}` };
+    for (const [k, v] of Object.entries(value)) {
+      if (v !== null && typeof v !== 'string') return { field: `${field}.${k}`, message: `must be a string, not ${typeName(v)}` };
+    }
+  }
+  return undefined;
 }
 
 function podPorts(spec: any): ContainerPort[] {
@@ -131,7 +162,7 @@ export function endpointSliceInfoFromObject(obj: KubeObject): EndpointSliceInfo 
   }
   const addressType = (obj as any).addressType;
   const family = addressType === 'IPv4' ? 4 : addressType === 'IPv6' ? 6 : undefined;
-  return { namespace, name: obj.metadata.name, service: obj.metadata.labels?.['kubernetes.io/service-name'] ?? '', pods, ips, ...(family ? { family } : {}) };
+  return { namespace, name: obj.metadata.name, service: labelValue(stringMap(obj.metadata.labels), 'kubernetes.io/service-name') ?? '', pods, ips, ...(family ? { family } : {}) };
 }
 
 /** FNV-1a 32-bit. */

@@ -10,13 +10,13 @@ import { normalizers as adminNormalizers } from './admin/index.js';
 import { ANTREA_GROUP, STATIC_TIERS, normalizers as antreaNormalizers, staticTierPriority } from './antrea/index.js';
 import { canonicalIp } from './cidr.js';
 import { canonicalDnsName, FqdnPatternSet } from './fqdn.js';
-import { ClusterState, podKey } from './cluster.js';
+import { ClusterState, clusterObjectError, podKey } from './cluster.js';
 import { ServiceEndpointTracker } from './endpoints.js';
 import { Evaluator, UnknownEndpointError, type SideDecision } from './evaluator.js';
 import { InternalModel, type ComputedIsolation, type NodeIsolation, type ChangeSet, type NodeRule, type NodeTarget, type AddressGroup, type AppliedToGroup, type ComputedRule } from './internal.js';
 import { normalizers as k8sNormalizers } from './k8s/index.js';
 import { emptyResult } from './problems.js';
-import { objectSchema, unknownFields, wrongTypes } from './schema.js';
+import { decodeNulls, objectSchema, unknownFields, wrongTypes } from './schema.js';
 import type { MatchEnv } from './match.js';
 import type {
   GroupDef, InternalRule, Isolation, KubeObject, NormalizeContext, NormalizeResult, Normalizer, PodInfo, PortRange, Probe, ProbeResult, TierDef, ValidationError,
@@ -61,6 +61,22 @@ function unknownFieldWarnings(obj: KubeObject, group: string): ValidationError[]
   if (!schema) return [];
   const kind = kindName(group, obj.kind);
   return unknownFields(schema, obj).map((field) => ({ ...objectError(obj, field, 'unknown field'), kind }));
+}
+
+/** Policy groups of built-in kinds, decoded into Go types (the others are custom resources). */
+const BUILTIN_POLICY_GROUPS = new Set(['networking.k8s.io']);
+
+/**
+ * A policy object as the API server stores it where null string-map values or list items differ
+ * (schema.ts decodeNulls), with a warning per map key a custom resource loses that way.
+ */
+function storedForm(obj: KubeObject, group: string): { obj: KubeObject; warnings: ValidationError[] } {
+  const schema = objectSchema(group, obj.kind);
+  if (!schema) return { obj, warnings: [] };
+  const { value, pruned } = decodeNulls(schema, obj, BUILTIN_POLICY_GROUPS.has(group));
+  const kind = kindName(group, obj.kind);
+  const message = 'is null: the API server drops a null map value of a custom resource, so this label is not required';
+  return { obj: value as KubeObject, warnings: pruned.map((field) => ({ ...objectError(obj, field, message), kind })) };
 }
 
 /** A kind as its normalizer names it in errors (Antrea's policy kinds share names with others). */
@@ -175,8 +191,16 @@ export class PolicyEngine {
     }
     const { group, version } = splitApiVersion(obj.apiVersion);
     const ns = obj.metadata.namespace;
+    const ref: ObjectRef = { apiVersion: obj.apiVersion, kind: obj.kind, namespace: ns, name: obj.metadata.name };
+    const rejectKey = rejectedKey(ref);
+    this.rejected.delete(rejectKey);
     this.model.begin();
-    if (group === '' && CORE_KINDS.has(obj.kind)) {
+    const clusterKind = (group === '' && CORE_KINDS.has(obj.kind)) || (group === 'discovery.k8s.io' && obj.kind === 'EndpointSlice');
+    const clusterError = clusterKind ? clusterObjectError(obj) : undefined;
+    if (clusterError) {
+      // The API server cannot decode it, so it never exists there: any earlier version stays.
+      this.reject(rejectKey, obj, clusterError.field, `${clusterError.message}; the object is refused (as the API server would) and ignored`);
+    } else if (group === '' && CORE_KINDS.has(obj.kind)) {
       this.upsertCore(obj);
     } else if (group === 'discovery.k8s.io' && obj.kind === 'EndpointSlice') {
       const [old, slice] = this.cluster.upsertEndpointSlice(obj);
@@ -184,16 +208,14 @@ export class PolicyEngine {
       this.servicesChanged();
     } else {
       const entry = this.registry.get(`${group}/${obj.kind}`);
-      const ref: ObjectRef = { apiVersion: obj.apiVersion, kind: obj.kind, namespace: ns, name: obj.metadata.name };
-      const rejectKey = rejectedKey(ref);
-      this.rejected.delete(rejectKey);
       if (!entry) {
         this.reject(rejectKey, obj, 'apiVersion', `unsupported kind ${obj.kind} in ${obj.apiVersion}; it is ignored`);
       } else if (!entry.versions.includes(version)) {
         this.reject(rejectKey, obj, 'apiVersion', `${obj.kind} is not served in ${obj.apiVersion} (served: ${entry.versions.map((v) => `${group}/${v}`).join(', ')})`);
       } else {
         const key = policyKey(group, ref);
-        this.setPolicy(key, { key, obj, group, normalize: entry.normalize, result: emptyResult(), warnings: unknownFieldWarnings(obj, group) });
+        const stored = storedForm(obj, group);
+        this.setPolicy(key, { key, obj: stored.obj, group, normalize: entry.normalize, result: emptyResult(), warnings: [...unknownFieldWarnings(obj, group), ...stored.warnings] });
       }
     }
     return this.finish();
@@ -202,13 +224,13 @@ export class PolicyEngine {
   remove(ref: ObjectRef): ChangeSet {
     const { group } = splitApiVersion(ref.apiVersion);
     this.model.begin();
+    this.rejected.delete(rejectedKey(ref));
     if (group === '' && CORE_KINDS.has(ref.kind)) {
       this.removeCore(ref);
     } else if (group === 'discovery.k8s.io' && ref.kind === 'EndpointSlice') {
       this.endpoints.sliceChanged(this.cluster.removeEndpointSlice(ref.namespace ?? 'default', ref.name), undefined);
       this.servicesChanged();
     } else {
-      this.rejected.delete(rejectedKey(ref));
       const key = policyKey(group, ref);
       if (this.policies.has(key)) this.setPolicy(key, undefined);
     }

@@ -148,7 +148,31 @@ export function strictSelectorError(selector: unknown): FieldProblem | undefined
   return undefined;
 }
 
-/** Whether a name is a valid DNS subdomain (metadata.name of most objects). */
-export function isDnsSubdomain(name: string): boolean {
-  return typeof name === 'string' && name.length <= 253 && DNS_SUBDOMAIN.test(name);
+/** Syntax of an RFC 1123 DNS label (length, at most 63, checked apart). */
+export const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+
+/**
+ * The API server's checks of metadata.name (a DNS-1123 subdomain, as for NetworkPolicy and every
+ * custom resource) and, for namespaced kinds, metadata.namespace (a DNS-1123 label). An absent
+ * namespace is left to the caller's default. One validator for every policy kind.
+ */
+export function objectMetaErrors(meta: { name?: unknown; namespace?: unknown } | undefined, namespaced: boolean): FieldProblem[] {
+  const out: FieldProblem[] = [];
+  const name = meta?.name;
+  if (typeof name !== 'string' || name === '') {
+    out.push({ field: 'metadata.name', message: 'is required' });
+  } else if (name.length > 253) {
+    out.push({ field: 'metadata.name', message: `is not a valid name: a lowercase RFC 1123 subdomain must be no more than 253 characters, not ${name.length}` });
+  } else if (!DNS_SUBDOMAIN.test(name)) {
+    out.push({ field: 'metadata.name', message: `${JSON.stringify(name)} is not a valid name: a lowercase RFC 1123 subdomain must consist of lowercase alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character` });
+  }
+  const ns = meta?.namespace;
+  if (namespaced && typeof ns === 'string' && ns !== '') {
+    if (ns.length > 63) {
+      out.push({ field: 'metadata.namespace', message: `is not a valid namespace: a lowercase RFC 1123 label must be no more than 63 characters, not ${ns.length}` });
+    } else if (!DNS_LABEL.test(ns)) {
+      out.push({ field: 'metadata.namespace', message: `${JSON.stringify(ns)} is not a valid namespace: a lowercase RFC 1123 label must consist of lowercase alphanumeric characters or '-', and must start and end with an alphanumeric character` });
+    }
+  }
+  return out;
 }

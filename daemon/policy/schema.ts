@@ -241,6 +241,54 @@ export function wrongTypes(schema: FieldSchema, value: unknown, path = ''): { fi
   return out;
 }
 
+/** `o` with own property `k` set to `v`, even for keys such as `__proto__`. */
+function setOwn(o: Record<string, unknown>, k: string, v: unknown): void {
+  Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
+}
+
+/**
+ * `value` as the API server stores it where a string map value or string list item is null. A
+ * built-in kind (`builtin`: NetworkPolicy) is decoded into Go types, where null there becomes ""
+ * (`matchLabels: {k: null}` selects k=""). A custom resource's structural schema drops a null map
+ * value before validation (PruneNonNullableNullsWithoutDefaults: the key is gone) and refuses a
+ * null list item (left to the normalizers). Copies only what changes; `pruned` lists the dropped keys.
+ */
+export function decodeNulls(schema: FieldSchema, value: unknown, builtin: boolean): { value: unknown; pruned: string[] } {
+  const pruned: string[] = [];
+  const walk = (s: FieldSchema, v: unknown, at: string): unknown => {
+    if ((s.type === 'object' || s.type === 'map') && isPlainMap(v)) {
+      let out: Record<string, unknown> | undefined;
+      for (const [k, x] of Object.entries(v)) {
+        const fs = s.type === 'map' ? s.values : Object.hasOwn(s.fields, k) ? s.fields[k] : undefined;
+        if (!fs) continue;
+        const field = at ? `${at}.${k}` : k;
+        if (s.type === 'map' && x === null && fs.type === 'string') {
+          out ??= { ...v };
+          if (builtin) setOwn(out, k, '');
+          else {
+            delete out[k];
+            pruned.push(field);
+          }
+          continue;
+        }
+        const y = walk(fs, x, field);
+        if (y !== x) setOwn((out ??= { ...v }), k, y);
+      }
+      return out ?? v;
+    }
+    if (s.type === 'array' && Array.isArray(v)) {
+      let out: unknown[] | undefined;
+      v.forEach((x, i) => {
+        const y = x === null && s.items.type === 'string' ? (builtin ? '' : x) : walk(s.items, x, `${at}[${i}]`);
+        if (y !== x) (out ??= [...v])[i] = y;
+      });
+      return out ?? v;
+    }
+    return v;
+  };
+  return { value: walk(schema, value, ''), pruned };
+}
+
 /** A structural openAPIV3Schema for a CRD (unknown fields are pruned, as with the upstream CRDs). */
 export function openApiSchema(s: FieldSchema): Record<string, unknown> {
   switch (s.type) {

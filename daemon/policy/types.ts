@@ -157,8 +157,8 @@ export type PolicyKind =
 
 /**
  * Evaluation stages, in order, for each direction:
- *  0 = Antrea tiers other than baseline (ordered by tier priority), with AdminNetworkPolicy and
- *      v1alpha2 ClusterNetworkPolicy tier Admin placed at tier priority 251;
+ *  0 = Antrea tiers other than baseline (ordered by tier priority), with v1alpha2
+ *      ClusterNetworkPolicy tier Admin placed at tier priority 220 and AdminNetworkPolicy at 251;
  *  1 = Kubernetes NetworkPolicy (allow-lists + isolation);
  *  2 = Antrea baseline tier (253), then BaselineAdminNetworkPolicy / ClusterNetworkPolicy tier
  *      Baseline (254);
@@ -169,7 +169,7 @@ export type Stage = 0 | 1 | 2;
 
 export interface RulePriority {
   stage: Stage;
-  /** Tier priority (Antrea Tier.spec.priority; 251 for ANP/CNP-Admin, 253 baseline, 254 BANP/CNP-Baseline). */
+  /** Tier priority (Antrea Tier.spec.priority; 220 for CNP-Admin, 251 for ANP, 253 baseline, 254 BANP/CNP-Baseline). */
   tier: number;
   /** Policy priority (Antrea float priority, ANP/CNP integer priority; 0 for kinds without one). Lower first. */
   policy: number;

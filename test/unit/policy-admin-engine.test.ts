@@ -285,7 +285,7 @@ t.test('egress to nodes and networks outside the Pod network', async (t) => {
   }
 });
 
-t.test('ANP and CNP Admin interleave by priority; equal priority: ANP rule first', async (t) => {
+t.test('CNP Admin (tier 220) comes before every ANP (tier 251), whatever their priorities', async (t) => {
   const anpDeny = anp('zz-deny', 10, { subject: { namespaces: ns('x') }, ingress: [{ name: 'deny-y', action: 'Deny', from: [{ namespaces: ns('y') }] }] });
   const cnpAccept = (priority: number): KubeObject => ({
     apiVersion: 'policy.networking.k8s.io/v1alpha2',
@@ -296,8 +296,8 @@ t.test('ANP and CNP Admin interleave by priority; equal priority: ANP rule first
   const probe = { from: 'y/a', to: 'x/a', port: 80, protocol: 'TCP' as const };
   const cases: [number, string, string][] = [
     [9, 'allow', 'ClusterNetworkPolicy aa-accept accept-y Ingress Admin Allow'],
-    [10, 'drop', 'AdminNetworkPolicy zz-deny deny-y Ingress Admin Drop'],
-    [11, 'drop', 'AdminNetworkPolicy zz-deny deny-y Ingress Admin Drop'],
+    [10, 'allow', 'ClusterNetworkPolicy aa-accept accept-y Ingress Admin Allow'],
+    [1000, 'allow', 'ClusterNetworkPolicy aa-accept accept-y Ingress Admin Allow'],
   ];
   for (const [priority, verdict, by] of cases) {
     for (const order of [[anpDeny, cnpAccept(priority)], [cnpAccept(priority), anpDeny]]) {

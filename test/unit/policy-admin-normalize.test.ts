@@ -219,7 +219,7 @@ t.test('BANP: stage 2 tier 254, no policy priority, Allow/Deny', async (t) => {
   t.same(r.rules[2]!.ports, [{ protocol: 'TCP', port: 81 }]);
 });
 
-t.test('CNP Admin tier: same place as ANP; Accept/Deny/Pass', async (t) => {
+t.test('CNP Admin tier: tier 220, before the Antrea application tier; Accept/Deny/Pass', async (t) => {
   const r = normalize(
     cnp('c1', {
       tier: 'Admin',
@@ -234,7 +234,7 @@ t.test('CNP Admin tier: same place as ANP; Accept/Deny/Pass', async (t) => {
   );
   t.same(r.errors, []);
   t.same(r.rules.map((x) => x.action), ['Allow', 'Drop', 'Pass']);
-  t.same(r.rules[0]!.priority, { stage: 0, tier: 251, policy: 7, rule: 0, tieBreak: 'ClusterNetworkPolicy//c1' });
+  t.same(r.rules[0]!.priority, { stage: 0, tier: 220, policy: 7, rule: 0, tieBreak: 'ClusterNetworkPolicy//c1' });
   t.same(r.rules[0]!.ref, { kind: 'ClusterNetworkPolicy', name: 'c1', rule: 'a', tier: 'Admin' });
   t.equal(r.rules[0]!.id, 'cnp/c1/ingress/0');
   // v1alpha2: an absent namespaceSelector is the empty selector (every Namespace).

@@ -103,6 +103,8 @@ const subjectSelects = (s: any, pod: Pod, m: Model) =>
 
 const ANTREA_TIERS: Record<string, number> = { emergency: 50, securityops: 100, networkops: 150, platform: 200, application: 250, baseline: 253 };
 const ADMIN_TIER = 251;
+/** v1alpha2 ClusterNetworkPolicy tier Admin: before the application tier, as Antrea places it. */
+const CNP_ADMIN_TIER = 220;
 const BASELINE_ADMIN_TIER = 254;
 
 /** A rule in evaluation order: tier priority, policy priority, rule index. */
@@ -128,8 +130,9 @@ function antreaPeerMatches(peers: any[] | undefined, other: Pod, m: Model, famil
 }
 
 /**
- * One Pod's side of a connection. Stage 0: Antrea tiers below 251, then the Admin tier (ANP and
- * CNP Admin by priority); Allow/Accept allows, Deny/Drop/Reject denies, Pass goes on to stage 1.
+ * One Pod's side of a connection. Stage 0 by tier priority: the Antrea tiers, CNP Admin at 220
+ * (before the application tier, 250), ANP at 251; Allow/Accept allows, Deny/Drop/Reject denies,
+ * Pass goes on to stage 1.
  * Stage 1: NetworkPolicy isolation decides. Stage 2: the Antrea baseline tier (253), then BANP and
  * CNP Baseline (254, BANP first); a Baseline Pass leaves the default. Default: allow.
  */
@@ -143,7 +146,7 @@ function sideAllows(dir: 'ingress' | 'egress', pod: Pod, other: Pod, c: Conn, po
       rules.forEach((r, index) => ordered.push({ tier: ANTREA_TIERS[p.spec.tier ?? 'application']!, priority: p.spec.priority, index, action: r.action, matches: () => antreaPeerMatches(r[peerKey], other, m, c.family) && k8sPortMatches(r.ports, c) }));
     } else if (p.kind === 'AdminNetworkPolicy' || p.kind === 'BaselineAdminNetworkPolicy' || p.kind === 'ClusterNetworkPolicy') {
       if (!subjectSelects(p.spec.subject, pod, m)) continue;
-      const tier = p.kind === 'AdminNetworkPolicy' || p.spec.tier === 'Admin' ? ADMIN_TIER : BASELINE_ADMIN_TIER;
+      const tier = p.kind === 'AdminNetworkPolicy' ? ADMIN_TIER : p.spec.tier === 'Admin' ? CNP_ADMIN_TIER : BASELINE_ADMIN_TIER;
       const ports = p.kind === 'ClusterNetworkPolicy' ? (r: any) => cnpPortMatches(r.protocols, c) : (r: any) => adminPortMatches(r.ports, c);
       rules.forEach((r, index) => ordered.push({ tier, priority: p.spec.priority ?? 0, index, action: r.action, matches: () => adminPeerMatches(r[peerKey], other, m, c.family) && ports(r) }));
     }

@@ -6,7 +6,7 @@
  *
  * Pure: no I/O.
  */
-import { isDnsSubdomain, strictSelectorError, subField } from '../labels.js';
+import { objectMetaErrors, strictSelectorError, subField } from '../labels.js';
 import type { Problems } from '../problems.js';
 import type {
   Direction,
@@ -35,9 +35,7 @@ export function objectName(obj: KubeObject): string {
 
 /** Checks metadata.name and that spec is an object; returns the spec or undefined. */
 export function checkObjectBasics(obj: KubeObject, p: Problems): Json | undefined {
-  const name = obj?.metadata?.name;
-  if (typeof name !== 'string' || name === '') p.add('metadata.name', 'is required');
-  else if (!isDnsSubdomain(name)) p.add('metadata.name', `"${name}" is not a valid name (lowercase DNS subdomain: a-z, 0-9, '-', '.', at most 253 characters)`);
+  for (const e of objectMetaErrors(obj?.metadata, false)) p.add(e.field, e.message);
   if (obj.spec === undefined || obj.spec === null) {
     p.add('spec', 'is required');
     return undefined;

@@ -24,6 +24,11 @@ import { type KindRules, type ParsedPorts, normalizeAdminPolicy } from './rules.
 /** Tier priorities the precedence order gives these kinds (see daemon/policy/types.ts). */
 export const ADMIN_TIER_PRIORITY = 251;
 export const BASELINE_TIER_PRIORITY = 254;
+/**
+ * v1alpha2 ClusterNetworkPolicy tier Admin: before the Antrea application tier (250), where
+ * namespace admins' Antrea NetworkPolicies go by default, so they cannot override it (as Antrea).
+ */
+export const CNP_ADMIN_TIER_PRIORITY = 220;
 
 const ANP_MAX_RULES = 100;
 const ANP_MAX_PEERS = 100;

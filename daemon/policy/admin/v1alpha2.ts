@@ -2,7 +2,7 @@
  * policy.networking.k8s.io/v1alpha2 ClusterNetworkPolicy (CNP): the upstream API that merges
  * ANP and BANP into one kind with a `tier` field.
  *
- *  tier Admin    → stage 0, tier 251 (same place as ANP)
+ *  tier Admin    → stage 0, tier 220 (before the Antrea application tier 250 and ANP's 251)
  *  tier Baseline → stage 2, tier 254 (same place as BANP)
  *  Accept → Allow, Deny → Drop, Pass → Pass in both tiers. Pass "skips the remaining CNP rules
  *  of the current tier and continues at the next tier": from Admin that is K8s NetworkPolicy
@@ -26,7 +26,7 @@ import {
   requiredPort,
 } from './common.js';
 import { type KindRules, type ParsedPorts, normalizeAdminPolicy } from './rules.js';
-import { ADMIN_TIER_PRIORITY, BASELINE_TIER_PRIORITY } from './v1alpha1.js';
+import { BASELINE_TIER_PRIORITY, CNP_ADMIN_TIER_PRIORITY } from './v1alpha1.js';
 
 const CNP_MAX_RULES = 25;
 const CNP_MAX_PEERS = 25;
@@ -99,7 +99,7 @@ export function normalizeClusterNetworkPolicy(obj: KubeObject, _ctx?: NormalizeC
       kind: 'ClusterNetworkPolicy',
       tierName: baseline ? 'Baseline' : 'Admin',
       stage: baseline ? 2 : 0,
-      tier: baseline ? BASELINE_TIER_PRIORITY : ADMIN_TIER_PRIORITY,
+      tier: baseline ? BASELINE_TIER_PRIORITY : CNP_ADMIN_TIER_PRIORITY,
       priority,
       actions: { Accept: 'Allow', Deny: 'Drop', Pass: 'Pass' },
       domainNamesAction: 'Accept',

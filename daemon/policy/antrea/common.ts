@@ -3,7 +3,7 @@
  * every kind) and the result of an invalid object, JSON-shape checks (what the CRD's structural schema would reject), and the label-key /
  * label-value rules the Antrea webhook applies to selectors.
  */
-import { DNS_SUBDOMAIN, QUALIFIED_NAME, selectorError, subField } from '../labels.js';
+import { DNS_SUBDOMAIN, QUALIFIED_NAME, objectMetaErrors, selectorError, subField } from '../labels.js';
 import { emptyResult, type Problems } from '../problems.js';
 import type { KubeObject, LabelSelector, NormalizeResult } from '../types.js';
 
@@ -24,6 +24,11 @@ export function isObject(v: unknown): v is Record<string, any> {
 export function objectNamespace(obj: KubeObject): string {
   const ns = obj.metadata.namespace;
   return typeof ns === 'string' && ns !== '' ? ns : 'default';
+}
+
+/** metadata.name (and metadata.namespace of a namespaced kind) as the API server checks them. */
+export function checkObjectMeta(p: Problems, obj: KubeObject, namespaced: boolean): void {
+  for (const e of objectMetaErrors(obj.metadata, namespaced)) p.add(e.field, e.message);
 }
 
 /**

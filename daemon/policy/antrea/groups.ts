@@ -10,7 +10,7 @@
  * (a child that has children of its own makes the parent unrealizable, as in Antrea).
  */
 import type { GroupDef, KubeObject, NormalizeResult, Peer } from '../types.js';
-import { Problems, arrayField, emptyResult, errorResult, isObject, objectNamespace, selectorField, setKeys, stringField } from './common.js';
+import { Problems, arrayField, checkObjectMeta, emptyResult, errorResult, isObject, objectNamespace, selectorField, setKeys, stringField } from './common.js';
 import { ipBlockPeer, isMulticastCidr } from './peers.js';
 
 const SELECTION_FIELDS = ['podSelector', 'namespaceSelector', 'nodeSelector', 'externalEntitySelector', 'ipBlock', 'ipBlocks', 'serviceReference', 'childGroups'] as const;
@@ -21,6 +21,7 @@ export function normalizeGroup(obj: KubeObject, kind: 'ClusterGroup' | 'Group'):
   const name = obj.metadata.name;
   const version = obj.apiVersion.split('/')[1] ?? '';
   const p = new Problems(kind, namespace, name);
+  checkObjectMeta(p, obj, namespaced);
   const spec = obj.spec;
   if (!isObject(spec)) {
     p.add('spec', 'is required');

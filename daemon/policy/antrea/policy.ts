@@ -13,7 +13,7 @@
  * - No isolation: Antrea-native policies only act through their rules.
  */
 import type { Action, Direction, InternalRule, KubeObject, NormalizeContext, NormalizeResult, Peer, PolicyKind, PortMatch } from '../types.js';
-import { Problems, arrayField, emptyResult, errorResult, intField, isObject, objectNamespace, stringField } from './common.js';
+import { Problems, arrayField, checkObjectMeta, emptyResult, errorResult, intField, isObject, objectNamespace, stringField } from './common.js';
 import { type AppliedToPlace, type Scope, convertAppliedTo, convertPeer, convertToService, isMulticastCidr } from './peers.js';
 import { generatedRuleName } from './rulename.js';
 import { BASELINE_TIER, canonicalTierName, resolveTierPriority, tierStage } from './tiers.js';
@@ -47,6 +47,7 @@ export function normalizeAntreaPolicy(obj: KubeObject, ctx: NormalizeContext, ki
   const scope: Scope = kind === 'AntreaNetworkPolicy' ? { flavor: 'namespaced', namespace: objectNamespace(obj) } : { flavor: 'cluster' };
   const name = obj.metadata.name;
   const p = new Problems(kind, scope.namespace, name);
+  checkObjectMeta(p, obj, scope.flavor === 'namespaced');
   const spec = obj.spec;
   if (!isObject(spec)) {
     p.add('spec', 'is required');

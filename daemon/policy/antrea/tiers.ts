@@ -3,7 +3,7 @@
  * `tier` field resolves to a tier name, priority and evaluation stage.
  */
 import type { KubeObject, NormalizeContext, NormalizeResult, Stage, TierDef } from '../types.js';
-import { Problems, emptyResult, errorResult, isObject } from './common.js';
+import { Problems, checkObjectMeta, emptyResult, errorResult, isObject } from './common.js';
 
 export const BASELINE_TIER = 'baseline';
 export const DEFAULT_TIER = 'application';
@@ -22,7 +22,9 @@ const STATIC_BY_NAME = new Map(STATIC_TIERS.map((t) => [t.name, t.priority]));
 
 /**
  * Priorities a custom Tier may not take: 250 (application) and above are reserved for the
- * default tier, Admin policies (251), the baseline tiers (253, 254) and internal use.
+ * default tier, AdminNetworkPolicy (251), the baseline tiers (253, 254) and internal use. 220,
+ * where v1alpha2 ClusterNetworkPolicy tier Admin sits, stays open to custom Tiers (refusing an
+ * existing Tier would drop its policies); such a Tier shares the place (README, "Policy precedence").
  */
 const MAX_CUSTOM_TIER_PRIORITY = 249;
 
@@ -60,6 +62,9 @@ export function tierStage(name: string): Stage {
 export function normalizeTier(obj: KubeObject): NormalizeResult {
   const name = obj.metadata.name;
   const p = new Problems('Tier', undefined, name);
+  // Antrea 0.9 names are not DNS subdomains either; say why they cannot be Tier names.
+  if (LEGACY_NAMES.has(name)) p.add('metadata.name', `"${name}" is reserved: policies naming it refer to the static tier "${name.toLowerCase()}"`);
+  else checkObjectMeta(p, obj, false);
   const spec = obj.spec;
   if (!isObject(spec)) {
     p.add('spec', 'is required');
@@ -83,10 +88,6 @@ export function normalizeTier(obj: KubeObject): NormalizeResult {
       return errorResult(p);
     }
     return emptyResult();
-  }
-  if (LEGACY_NAMES.has(name)) {
-    p.add('metadata.name', `"${name}" is reserved: policies naming it refer to the static tier "${name.toLowerCase()}"`);
-    return errorResult(p);
   }
   const clash = STATIC_TIERS.find((t) => t.priority === priority);
   if (clash) {

@@ -16,7 +16,7 @@
  * Validation follows the API server (ValidateNetworkPolicy): an invalid policy yields no rules.
  */
 import { cidrWithin, parseCidr } from '../cidr.js';
-import { isDnsSubdomain, labelValue, strictSelectorError, subField } from '../labels.js';
+import { labelValue, objectMetaErrors, strictSelectorError, subField } from '../labels.js';
 import { emptyResult, typeName } from '../problems.js';
 import type {
   Direction, InternalRule, Isolation, KubeObject, LabelSelector, NormalizeContext, NormalizeResult, Peer, PortMatch, RuleRef, ValidationError,
@@ -44,7 +44,7 @@ export function normalizeNetworkPolicy(obj: KubeObject, ctx: NormalizeContext): 
   const fail = (field: string, message: string) => errors.push({ kind: 'NetworkPolicy', namespace, name, field, message });
   const empty = emptyResult(errors);
 
-  if (!isDnsSubdomain(name)) fail('metadata.name', `"${name}" is not a valid DNS subdomain name`);
+  for (const e of objectMetaErrors(obj.metadata, true)) fail(e.field, e.message);
   const spec = obj.spec ?? {};
   if (!isObject(spec)) {
     fail('spec', `must be a map, not ${typeName(spec)}`);
