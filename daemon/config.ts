@@ -31,6 +31,10 @@
  * packetInRate: 5000            # packets/s each packet-in meter lets through to the agent (Reject replies and
  *                               # audit logging; DNS learning; traceflow), bursts of twice that; the bridge
  *                               # drops the rest (sluice_packet_in_meter_drops_total)
+ * networkPolicyConnections: cut # cut | keep: open connections that a change now denies are cut, for
+ *                               # every policy kind; keep: those only Kubernetes NetworkPolicy denies
+ *                               # stay open (that kind's connection-based semantics). Set it the same
+ *                               # on every node (the DaemonSet's ConfigMap).
  * ```
  */
 import { readFile } from 'node:fs/promises';
@@ -74,6 +78,8 @@ export interface AgentConfig {
   enforcePolicies?: boolean;
   /** Packets per second each packet-in meter passes to the agent. */
   packetInRate: number;
+  /** What happens to open connections that only Kubernetes NetworkPolicy now denies. */
+  networkPolicyConnections: 'cut' | 'keep';
 }
 
 export const CONFIG_DEFAULTS = {
@@ -94,6 +100,7 @@ export const CONFIG_DEFAULTS = {
   cniCacheDir: '/var/lib/cni',
   auditLogPath: '/var/log/antrea/networkpolicy/np.log',
   packetInRate: 5000,
+  networkPolicyConnections: 'cut',
 } as const;
 
 export const DEFAULT_CONFIG_PATH = '/etc/sluice/agent.yaml';
@@ -106,7 +113,7 @@ const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const
 const KEYS = [
   'nodeName', 'kubeconfig', 'bridge', 'datapath', 'iptablesBackend', 'gateway', 'serviceCIDRs', 'socketPath', 'ovsRunDir', 'stateDir',
   'healthAddress', 'metricsAddress', 'logLevel', 'nodeIP', 'nodeIPv6', 'resyncIntervalSeconds', 'flowCheckIntervalSeconds', 'rtTablesFile',
-  'auditLogPath', 'enforcePolicies', 'cniConfDir', 'cniBinDir', 'cniCacheDir', 'packetInRate',
+  'auditLogPath', 'enforcePolicies', 'cniConfDir', 'cniBinDir', 'cniCacheDir', 'packetInRate', 'networkPolicyConnections',
 ] as const;
 /** Linux interface names: 1-15 bytes, no '/', whitespace or ':'. */
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
@@ -207,6 +214,11 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     bad('packetInRate', `must be a whole number of packets per second from 1 to ${0x7fffffff}, got ${JSON.stringify(packetInRate)}`);
   }
 
+  const networkPolicyConnections = str('networkPolicyConnections', CONFIG_DEFAULTS.networkPolicyConnections)!;
+  if (networkPolicyConnections !== 'cut' && networkPolicyConnections !== 'keep') {
+    bad('networkPolicyConnections', `must be "cut" (open connections a change denies are cut) or "keep" (those only Kubernetes NetworkPolicy denies stay open), got "${networkPolicyConnections}"`);
+  }
+
   const bridge = ifname('bridge', CONFIG_DEFAULTS.bridge);
   const gateway = ifname('gateway', CONFIG_DEFAULTS.gateway);
   if (bridge === gateway) bad('gateway', `must differ from bridge "${bridge}"`);
@@ -237,6 +249,7 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     auditLogPath: path('auditLogPath', CONFIG_DEFAULTS.auditLogPath)!,
     ...(typeof enforce === 'boolean' ? { enforcePolicies: enforce } : {}),
     packetInRate: packetInRate as number,
+    networkPolicyConnections: networkPolicyConnections as AgentConfig['networkPolicyConnections'],
   };
 }
 

@@ -25,6 +25,7 @@ import { Ovs } from './ovs/bridge.js';
 import { FlowSync } from './flows/sync.js';
 import { OpenFlowController } from './ovs/openflow/controller.js';
 import { packetInMeters } from './flows/punt.js';
+import { CT_ZONE } from './flows/tables.js';
 import { startHealthServer } from './health.js';
 import { HostNetwork, NetnsHelper, PodLinks, podInterfaceIPv4, resolveIptables } from './hostnet/index.js';
 import { NodeApi } from './kube/node-api.js';
@@ -82,7 +83,7 @@ async function main(): Promise<number> {
     const wanted = enforcementWanted(config);
     log.info({ reason: wanted.why }, wanted.on ? 'policy enforcement on' : 'policy enforcement OFF (datapath only)');
     const metrics = new AgentMetrics({ node: config.nodeName });
-    const enforcement = wanted.on ? (await startEnforcement(config, log, { onRealized: (s) => metrics.observeRealization(s) })).hooks : undefined;
+    const enforcement = wanted.on ? (await startEnforcement(config, log, { onRealized: (s) => metrics.observeRealization(s), onConnectionsCut: (n) => metrics.observeConnectionsCut(n) })).hooks : undefined;
     agent = await startAgent(config, log, { metrics, enforcement, ...(failpoint ? { failAfter: failpoint as AttachStep } : {}) });
   } catch (err) {
     log.fatal({ err: (err as Error).message }, 'startup failed');
@@ -147,7 +148,11 @@ async function startAgent(
     detach: (pod) => attacher!.detach(pod),
     openflow,
     ...(enforcement
-      ? { prepare: (local: PodAttachment[]) => enforcement.prepare({ openflow, syncFlows: () => node.syncFlows(), portMac: (p) => node.portMac(p) }, local) }
+      ? {
+          prepare: (local: PodAttachment[]) =>
+            enforcement.prepare({ openflow, syncFlows: () => node.syncFlows(), portMac: (p) => node.portMac(p), conntrack: { dump: () => ovs.dumpConntrack(CT_ZONE), flush: (tuple) => ovs.flushConntrack(CT_ZONE, tuple) } }, local),
+          flowsConverged: () => enforcement.flowsConverged?.(),
+        }
       : {}),
   });
   if (enforcement) node.addFlowSource((store) => enforcement.writeFlows(store));

@@ -90,6 +90,7 @@ export class AgentMetrics {
   private readonly cniRequests: Counter<'command' | 'result'>;
   private readonly cniDuration: Histogram<'command'>;
   private readonly realization: Histogram;
+  private readonly connectionsCut: Counter;
 
   constructor(opts: { node: string; defaultMetrics?: boolean }) {
     const r = this.registry;
@@ -113,6 +114,11 @@ export class AgentMetrics {
       name: 'sluice_policy_realization_seconds',
       help: 'Time from the first API change of a batch to its flows committed on the bridge',
       buckets: REALIZATION_BUCKETS,
+      registers: [r],
+    });
+    this.connectionsCut = new Counter({
+      name: 'sluice_connections_cut_total',
+      help: 'Open connections removed from the bridge\'s conntrack zone because a change made the policy deny them',
       registers: [r],
     });
 
@@ -268,6 +274,10 @@ export class AgentMetrics {
 
   observeRealization(seconds: number): void {
     this.realization.observe(seconds);
+  }
+
+  observeConnectionsCut(count: number): void {
+    this.connectionsCut.inc(count);
   }
 
   get contentType(): string {

@@ -37,6 +37,7 @@ import { PodView } from './podview.js';
 import { decidePolicyPunt, rejectReplyMacs } from './punthandler.js';
 import type { EnforcementMetrics } from '../metrics.js';
 import { type Clock, realClock, type TimerHandle } from '../clock.js';
+import { ConnectionSweeper, type ConntrackIo, type SweeperStatus } from './conntrack/index.js';
 
 /** What DNS learning plugs in (enforcement/fqdn): called for every DNS punt; returns the engine's ChangeSet if it learned something. */
 export type DnsPuntHook = (pin: PacketIn, punt: DecodedPunt, engine: PolicyEngine) => ChangeSet | undefined | Promise<ChangeSet | undefined>;
@@ -71,6 +72,13 @@ export interface EnforcerOptions {
   onRealized?: (seconds: number) => void;
   /** Where per-rule counts carried across counter-flow changes are kept (survives an agent restart). */
   stateDir?: string;
+  /**
+   * Open connections a change now denies are cut (conntrack/). `keepNetworkPolicy`: those only
+   * Kubernetes NetworkPolicy isolation denies stay open (that kind's connection-based semantics).
+   */
+  connections?: { datapath: 'system' | 'netdev'; keepNetworkPolicy: boolean };
+  /** Each conntrack sweep that cut connections (metrics). */
+  onConnectionsCut?: (count: number) => void;
 }
 
 export interface EnforcerStatus {
@@ -95,6 +103,8 @@ export interface EnforcerStatus {
   relists: number;
   openflow?: ReturnType<OpenFlowController['stats']>;
   fqdn?: unknown;
+  /** Connections cut because a change denied them (absent without a conntrack adapter). */
+  connections?: SweeperStatus;
 }
 
 /** The FlowStore owners of the policy side. */
@@ -143,6 +153,7 @@ export class Enforcer {
   private committedSeq = 0;
   private lastApplyMs?: number;
   private portMac: (ofport: number) => string | undefined = () => undefined;
+  private sweeper?: ConnectionSweeper;
 
   constructor(private readonly opts: EnforcerOptions) {
     this.engine = new PolicyEngine({
@@ -326,6 +337,8 @@ export class Enforcer {
       await this.applyFlows();
       this.applies++;
       this.committedSeq = Math.max(this.committedSeq, seq);
+      // The denying flows are on the bridge: connections they deny can go.
+      this.sweeper?.request();
       if (since !== undefined) {
         this.lastApplyMs = this.clock.now() - since;
         this.opts.onRealized?.(this.lastApplyMs / 1000);
@@ -443,9 +456,12 @@ export class Enforcer {
     applyFlows: () => Promise<unknown>;
     /** MAC of what is behind an OpenFlow port (gateway, local Pod), for reject replies. */
     portMac: (ofport: number) => string | undefined;
+    /** The bridge's conntrack zone: connections a change denies are cut there. */
+    conntrack?: ConntrackIo;
     connectTimeoutMs?: number;
   }): Promise<void> {
     this.portMac = opts.portMac;
+    if (opts.conntrack) this.watchConnections(opts.conntrack);
     const { log } = this.opts;
     this.audit = new AuditLogger({ path: this.opts.auditLogPath ?? DEFAULT_AUDIT_LOG_PATH });
     const controller = opts.controller;
@@ -473,6 +489,35 @@ export class Enforcer {
     this.applyFlows = dns ? dns.wrapApply(applyFlows) : applyFlows;
     dns?.startExpiry(this.engine, (cs) => this.changed(cs));
     if (this.pending) this.schedule();
+  }
+
+  /** Cuts, after each policy apply, the open connections the policy now denies (conntrack/). */
+  watchConnections(io: ConntrackIo): void {
+    const { log, nodeName } = this.opts;
+    const settings = this.opts.connections ?? { datapath: 'system', keepNetworkPolicy: false };
+    this.sweeper = new ConnectionSweeper({
+      io,
+      policy: {
+        explain: (probe) => this.engine.explain(probe),
+        isLocalPod: (ref) => this.engine.cluster.pods.get(ref)?.nodeName === nodeName,
+      },
+      datapath: settings.datapath,
+      keepNetworkPolicy: settings.keepNetworkPolicy,
+      log,
+      onSwept: ({ cut }) => {
+        if (cut) this.opts.onConnectionsCut?.(cut);
+      },
+    });
+  }
+
+  /** Start-up's first sync is on the bridge: connections opened before (under another policy) are judged. */
+  flowsConverged(): void {
+    this.sweeper?.request();
+  }
+
+  /** Resolves when no conntrack sweep runs or is due (tests). */
+  connectionsSettled(): Promise<void> {
+    return this.sweeper?.idle() ?? Promise.resolve();
   }
 
   private onPolicyPunt(pin: PacketIn, punt: DecodedPunt): void {
@@ -530,6 +575,7 @@ export class Enforcer {
       relists: this.watch?.relists ?? 0,
       ...(this.controller ? { openflow: this.controller.stats() } : {}),
       ...(this.opts.dns ? { fqdn: this.opts.dns.stats() } : {}),
+      ...(this.sweeper ? { connections: this.sweeper.status() } : {}),
     };
   }
 
@@ -662,6 +708,8 @@ export class Enforcer {
     if (this.closed) return;
     this.closed = true;
     this.clock.clearTimeout(this.timer);
+    this.sweeper?.close();
+    await this.sweeper?.idle();
     await this.watch?.stop();
     this.opts.dns?.close();
     this.audit?.close();

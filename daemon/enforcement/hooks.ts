@@ -10,8 +10,9 @@ import type { FlowStore } from '../flows/store.js';
 import type { EventSubject } from '../kube/node-api.js';
 import type { EnforcementMetrics } from '../metrics.js';
 import type { TraceReport, TraceRequest } from './traceflow.js';
+import type { ConntrackIo } from './conntrack/index.js';
 
-/** What enforcement uses of the node: its OpenFlow connection, a flow sync, and port MACs. */
+/** What enforcement uses of the node: its OpenFlow connection, a flow sync, port MACs and conntrack. */
 export interface EnforcementNode {
   /** The agent's OpenFlow connection to the bridge (packet-ins, packet-outs, meters). */
   readonly openflow: OpenFlowController;
@@ -19,6 +20,8 @@ export interface EnforcementNode {
   syncFlows(): Promise<unknown>;
   /** MAC of the interface behind an OpenFlow port of the bridge: the gateway or a local Pod. */
   portMac(ofport: number): string | undefined;
+  /** The bridge's conntrack zone (connections a policy change denies are cut there). */
+  conntrack?: ConntrackIo;
 }
 
 /**
@@ -32,6 +35,8 @@ export interface EnforcementHooks {
   writeFlows(store: FlowStore): void;
   prepare(node: EnforcementNode, localPods: PodAttachment[]): Promise<void>;
   podAttaching(pod: PodAttachment): Promise<void>;
+  /** Start-up's first flow sync is on the bridge (connections opened under an older policy are judged again). */
+  flowsConverged?(): void;
   podDetached(pod: PodAttachment): void;
   close(): Promise<void>;
   /** Shown under `enforcement` in the agent status (/status, sluicectl node status). */

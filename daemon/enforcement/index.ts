@@ -26,7 +26,7 @@ export function enforcementWanted(cfg: AgentConfig, env: NodeJS.ProcessEnv = pro
 export async function startEnforcement(
   cfg: AgentConfig,
   log: Logger,
-  opts: { onRealized?: (seconds: number) => void } = {},
+  opts: { onRealized?: (seconds: number) => void; onConnectionsCut?: (count: number) => void } = {},
 ): Promise<{ enforcer: Enforcer; hooks: EnforcementHooks }> {
   // FQDN peers follow what DNS tells local Pods (enforcement/fqdn).
   const dns = new FqdnLearning({ log: { debug: (o, m) => log.debug(o, m), warn: (o, m) => log.warn(o, m) } });
@@ -40,6 +40,8 @@ export async function startEnforcement(
     log,
     dns,
     ...(opts.onRealized ? { onRealized: opts.onRealized } : {}),
+    ...(opts.onConnectionsCut ? { onConnectionsCut: opts.onConnectionsCut } : {}),
+    connections: { datapath: cfg.datapath, keepNetworkPolicy: cfg.networkPolicyConnections === 'keep' },
   });
   await enforcer.startWatch();
   const hooks: EnforcementHooks = {
@@ -47,8 +49,14 @@ export async function startEnforcement(
     prepare: async (node, localPods) => {
       enforcer.localPodsAtStart(localPods);
       await enforcer.waitSynced();
-      await enforcer.attach({ controller: node.openflow, applyFlows: () => node.syncFlows(), portMac: (ofport) => node.portMac(ofport) });
+      await enforcer.attach({
+        controller: node.openflow,
+        applyFlows: () => node.syncFlows(),
+        portMac: (ofport) => node.portMac(ofport),
+        ...(node.conntrack ? { conntrack: node.conntrack } : {}),
+      });
     },
+    flowsConverged: () => enforcer.flowsConverged(),
     podAttaching: (pod) => enforcer.podAttaching(pod),
     podDetached: (pod) => enforcer.podDetached(pod),
     close: () => enforcer.close(),

@@ -97,6 +97,8 @@ export interface ReconcilerDeps<Api extends StartupApi, Net extends NodeHostNetw
   openflow?: BridgeConnection;
   /** Runs after the attachments are known and before the first flow sync (policy enforcement). */
   prepare?(pods: PodAttachment[]): Promise<void>;
+  /** Runs once start-up's first flow sync is on the bridge. */
+  flowsConverged?(): void;
   ovsdbWaitMs?: number;
   apiDeadlineMs?: number;
 }
@@ -194,6 +196,7 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
     const diff = await this.syncFlows({ verify: true });
     log.info({ added: diff.add.length, removed: diff.remove.length, unchanged: diff.unchanged, pods: this.pods.size }, 'startup: flows converged');
     if (await ovs.endFlowRestoreWait()) log.info('startup: flow-restore-wait ended (ovs-vswitchd forwards by the new flows)');
+    this.d.flowsConverged?.();
     // Observation flows of a trace the previous agent did not finish.
     await ovs.deleteFlows(TRACE_COOKIE, TRACE_COOKIE_MASK);
 

@@ -274,6 +274,16 @@ export class Ovs {
     }
   }
 
+  /** The datapath's conntrack entries of one zone (`dpctl/dump-conntrack` text). */
+  dumpConntrack(zone: number): Promise<string> {
+    return this.appctl(['dpctl/dump-conntrack', `zone=${zone}`]);
+  }
+
+  /** Removes the conntrack entry of one zone with this original-direction tuple (`dpctl/flush-conntrack`). */
+  async flushConntrack(zone: number, tuple: string): Promise<void> {
+    await this.appctl(['dpctl/flush-conntrack', `zone=${zone}`, tuple]);
+  }
+
   /** Fails with a message saying where OVSDB was expected when it does not answer. */
   async ping(): Promise<void> {
     try {

@@ -3,7 +3,9 @@
  * established connections survive policy edits that still allow them while new connections obey
  * the new policy; audit log lines (Antrea rule, K8s default drop, K8s allow of an annotated
  * Namespace) with exact dedup counts; a new local Pod's policy flows arrive with its forwarding
- * flows; agent kill -9 and ovs-vswitchd restart converge to the same flows with no window of allow.
+ * flows; agent kill -9 and ovs-vswitchd restart converge to the same flows with no window of allow;
+ * a quarantine cuts the open connections it denies (UDP and TCP, mid-stream) and leaves the others
+ * flowing without a lost datagram.
  */
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
@@ -14,8 +16,9 @@ import { nodeIP, ovsDir, podNetns, repoRoot } from '../../lab/net/names.js';
 import { startNodeOvs } from '../../lab/net/ovs.js';
 import { tableId } from '../../daemon/flows/tables.js';
 import { cli, cliJson, skipReason, type ListJson } from './labcli-helpers.js';
-import { compareWithSimulate, labCli, POLICIES, probe, readText, restartAgent, tempDir, WORKLOAD, writeTempFile } from './enforce-helpers.js';
+import { agentStatus, compareWithSimulate, labCli, POLICIES, probe, readText, restartAgent, tempDir, WORKLOAD, writeTempFile } from './enforce-helpers.js';
 import { Traffic } from './enforce-traffic.js';
+import { ConnProcess, lostBetween } from './conn-traffic.js';
 
 const LAB = 'en3';
 const FIX = join(repoRoot(), 'test', 'lab', 'fixtures', 'enforce');
@@ -196,5 +199,53 @@ spec:
       { from: `ip:${nodeIP(node)}`, to: 'x/c', port: 80, protocol: 'TCP' },
     ]);
     t.same(c.mismatches, [], 'lab = simulate after the replay');
+  });
+
+  t.test('a quarantine cuts the open connections it denies; allowed ones keep flowing, nothing lost', async (t) => {
+    const ya = pod('y/a');
+    const node = ya.spec.nodeName;
+    const PORT = 7070;
+    const recv = ConnProcess.receiver(netnsOf('y/a'), PORT);
+    const senders = {
+      deniedUdp: ConnProcess.udp(netnsOf('z/a'), ya.status.podIP, PORT, 40500, 5),
+      deniedTcp: ConnProcess.tcp(netnsOf('z/c'), ya.status.podIP, PORT, 5),
+      allowedUdp: ConnProcess.udp(netnsOf('x/b'), ya.status.podIP, PORT, 40501, 5),
+      allowedTcp: ConnProcess.tcp(netnsOf('x/c'), ya.status.podIP, PORT, 5),
+    };
+    t.teardown(async () => {
+      for (const s of Object.values(senders)) await s.stop();
+      await recv.stop();
+      await labCli(LAB, ['delete', '-f', join(FIX, '23-quarantine-ya-from-z.yaml')]).catch(() => undefined);
+    });
+    t.ok(await recv.ready(), 'receiver on y/a');
+    const flowsOf = [['udp', 'z/a'], ['tcp', 'z/c'], ['udp', 'x/b'], ['tcp', 'x/c']] as const;
+    const arrived = () => flowsOf.every(([proto, ref]) => (recv.from(proto, pod(ref).status.podIP)?.packets ?? 0) > 5);
+    const deadline = Date.now() + 20_000;
+    while (!arrived() && Date.now() < deadline) await sleep(50);
+    t.ok(arrived(), `all four flows reach y/a before the change: ${JSON.stringify(Object.keys(recv.status().flows))}`);
+    const cutOf = async () => ((await agentStatus(LAB, node)).enforcement as { connections?: { cut: number } } | undefined)?.connections?.cut ?? 0;
+    const cutBefore = await cutOf();
+    // The object is stored somewhere between the start and the end of the apply command.
+    const applying = Date.now();
+    await labCli(LAB, ['apply', '-f', join(FIX, '23-quarantine-ya-from-z.yaml')]);
+    const applied = Date.now();
+    const cutDeadline = Date.now() + 20_000;
+    while ((await cutOf()) < cutBefore + 2 && Date.now() < cutDeadline) await sleep(20);
+    const swept = Date.now();
+    t.ok((await cutOf()) >= cutBefore + 2, `${node} cut the two denied connections`);
+    await sleep(1500);
+    const end = Date.now();
+    const za = recv.from('udp', pod('z/a').status.podIP)!;
+    const zc = recv.from('tcp', pod('z/c').status.podIP)!;
+    const xb = recv.from('udp', pod('x/b').status.podIP)!;
+    const xc = recv.from('tcp', pod('x/c').status.podIP)!;
+    t.comment(`last denied packet at most ${Math.max(za.last, zc.last) - applying} ms after the change (from the start of the apply command, which took ${applied - applying} ms; UDP ${za.last - applying} ms, TCP ${zc.last - applying} ms)`);
+    // Packets still queued in the datapath when the entry went may land just after it.
+    t.ok(za.last < swept + 250, `the denied UDP flow stopped (last datagram ${za.last - swept} ms after the sweep was seen)`);
+    t.ok(zc.last < swept + 250, `the denied TCP connection stopped mid-stream (last segment ${zc.last - swept} ms after the sweep was seen)`);
+    t.ok(xb.last > end - 500 && xc.last > end - 500, 'the allowed UDP flow and TCP connection still flow');
+    t.equal(lostBetween(xb.seqs), 0, `no datagram of the allowed UDP flow lost (${xb.seqs.length} arrived)`);
+    t.same(senders.allowedTcp.status().errors, [], 'the allowed TCP connection saw no reset');
+    t.same(recv.status().errors.filter((e) => e.includes(pod('x/c').status.podIP)), [], 'nor did its server side');
   });
 }
