@@ -57,12 +57,14 @@ function stringMap(value: unknown): Record<string, string> {
 }
 
 /**
- * Why the API server would refuse a cluster object's string maps (metadata.labels and
- * annotations, a Service's spec.selector), or undefined: a value that is neither a string nor
- * null (a YAML `yes` or `5`) cannot be decoded, so no such object exists.
+ * Why the API server would refuse a cluster object's string maps that selection reads
+ * (metadata.labels, a Service's spec.selector), or undefined: a value that is neither a string nor
+ * null (a YAML `yes` or `5`) cannot be decoded, so no such object exists. Annotations are not read
+ * here: the agent's informers keep only the few the engine uses.
  */
 export function clusterObjectError(obj: KubeObject): { field: string; message: string } | undefined {
-  const maps: [string, unknown][] = [['metadata.labels', obj.metadata.labels], ['metadata.annotations', obj.metadata.annotations]];
+  // Labels only of the kinds that selectors select; a Service is selected by name, not labels.
+  const maps: [string, unknown][] = obj.kind === 'Service' ? [] : [['metadata.labels', obj.metadata.labels]];
   if (obj.kind === 'Service' && isPlainMap(obj.spec)) maps.push(['spec.selector', obj.spec.selector]);
   for (const [field, value] of maps) {
     if (value === undefined || value === null) continue;

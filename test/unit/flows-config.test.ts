@@ -24,6 +24,7 @@ t.test('empty file gives the documented defaults', async (t) => {
     cniCacheDir: '/var/lib/cni',
     auditLogPath: '/var/log/antrea/networkpolicy/np.log',
     packetInRate: 5000,
+    networkPolicyConnections: 'cut',
   });
   t.notOk('cniConfDir' in c, 'absent cniConfDir = the chain is not kept');
   t.notOk('kubeconfig' in c, 'absent kubeconfig = in-cluster');
@@ -57,6 +58,7 @@ t.test('the lab contract', async (t) => {
   t.equal(c.rtTablesFile, null);
   t.equal(c.resyncIntervalSeconds, 2.5);
   t.equal(parseConfig('packetInRate: 20', 'a', env).packetInRate, 20, 'packetInRate');
+  t.equal(parseConfig('networkPolicyConnections: keep', 'a', env).networkPolicyConnections, 'keep', 'networkPolicyConnections');
   t.same(parseConfig('serviceCIDRs: 10.96.0.0/12', 'a', env).serviceCIDRs, ['10.96.0.0/12'], 'a single CIDR string is accepted');
 });
 
@@ -76,6 +78,7 @@ t.test('invalid settings name the file and the field', async (t) => {
     ['gateway: br-int', /gateway: must differ from bridge/],
     ['resyncIntervalSeconds: 0', /resyncIntervalSeconds: must be a positive number/],
     ['bridge: 3', /bridge: must be a non-empty string, got 3/],
+    ['networkPolicyConnections: drop', /^x\.yaml: networkPolicyConnections: must be "cut" .* or "keep" .*got "drop"$/],
     ['packetInRate: 0', /^x\.yaml: packetInRate: must be a whole number of packets per second from 1 to 2147483647, got 0$/],
     ['packetInRate: 2.5', /packetInRate: must be a whole number/],
     ['packetInRate: "100"', /packetInRate: must be a whole number .*got "100"/],
