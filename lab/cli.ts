@@ -4,7 +4,6 @@
  * Parsing is in lab/args.ts, the commands in lab/ops.ts and lab/demo.ts.
  */
 import { parseArgs, UsageError } from './args.js';
-import { demo } from './demo.js';
 import { apply, down, get, kubeconfig, label, patch, probe, remove, up } from './ops.js';
 
 const out = (text: string): void => void process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);
@@ -45,7 +44,9 @@ async function main(argv: string[]): Promise<number> {
       await probe(cmd, out);
       return 0;
     case 'demo':
-      await demo(cmd, out);
+      // Loaded on demand: its informers bring @kubernetes/client-node, about a second of CPU at
+      // start-up that the short commands (run hundreds of times by the tests) do not need.
+      await (await import('./demo.js')).demo(cmd, out);
       return 0;
   }
 }

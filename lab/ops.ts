@@ -21,7 +21,6 @@ import { runProbes } from './net/probe-runner.js';
 import { runIn, sleep } from './net/exec.js';
 import { destroyLab, listLabs } from './net/teardown.js';
 import { formatObjects, table } from './output.js';
-import { removeLabContainers } from './podman-kubelet.js';
 import { defaultProbes, planProbes } from './probeplan.js';
 import { ApiError, RestClient } from './restclient.js';
 import { applyLabelArgs, mergeNodeLabels, objectRef, planApply, planDelete, servedPorts, type PlannedObject } from './scenario.js';
@@ -167,7 +166,8 @@ export async function down(opts: { name: string; all: boolean }, out: Out): Prom
     }
     await stopSupervisor(lab);
     // DaemonSet Pods' containers (podman) outlive the supervisor, like a kubelet's: removed here.
-    const containers = await removeLabContainers(lab);
+    // Loaded on demand, as demo in cli.ts: the podman kubelet's informers are heavy to load.
+    const containers = await (await import('./podman-kubelet.js')).removeLabContainers(lab);
     if (containers.length) out(`lab "${lab}": removed ${containers.length} DaemonSet container(s)`);
     const report = await destroyLab(lab);
     out(`lab "${lab}" removed: ${report.netnsDeleted.length} namespace(s), ${report.killed.length} process(es), state dir ${report.stateDirRemoved ? 'removed' : 'absent'}`);
