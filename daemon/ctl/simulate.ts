@@ -39,6 +39,15 @@ export interface Output {
 /** Input the run cannot use; the message says what and where. */
 export class UsageError extends Error {}
 
+/** A usage or probe-syntax mistake: one line on stderr, exit status 1. Anything else is rethrown. */
+export function usageFailure(command: string, err: unknown, out: Pick<Output, 'stderr'>): number {
+  if (err instanceof UsageError || err instanceof ProbeSyntaxError) {
+    out.stderr(`sluicectl ${command}: ${err.message}`);
+    return 1;
+  }
+  throw err;
+}
+
 export function formatValidationError(e: ValidationError): string {
   return `invalid ${e.kind} ${e.namespace ? `${e.namespace}/` : ''}${e.name}: ${e.field}: ${e.message}`;
 }
@@ -165,11 +174,7 @@ export async function runSimulate(opts: SimulateOptions, out: Output): Promise<n
     }
     return 0;
   } catch (err) {
-    if (err instanceof UsageError || err instanceof ProbeSyntaxError) {
-      out.stderr(`sluicectl simulate: ${err.message}`);
-      return 1;
-    }
-    throw err;
+    return usageFailure('simulate', err, out);
   }
 }
 

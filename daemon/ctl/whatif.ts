@@ -13,11 +13,11 @@ import https from 'node:https';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Argv, CommandModule } from 'yargs';
 import { ManifestError, formatInvalidDocument, readManifests } from '../manifests.js';
-import { parsePortRange, ProbeSyntaxError } from '../policy/probes.js';
+import { parsePortRange } from '../policy/probes.js';
 import type { KubeObject } from '../policy/types.js';
 import { type VerdictChange, type WhatIfResult, whatIf } from '../policy/whatif.js';
 import { isNotFound, WATCHED_RESOURCES } from '../enforcement/watch/resources.js';
-import { describeRule, formatWarning, type Output, UsageError } from './simulate.js';
+import { describeRule, formatWarning, type Output, UsageError, usageFailure } from './simulate.js';
 
 export interface WhatIfCommandOptions {
   files: string[];
@@ -130,11 +130,7 @@ export async function runWhatIf(opts: WhatIfCommandOptions, live: LiveSource, ou
     out.stdout(opts.output === 'json' ? JSON.stringify(result, null, 2) : formatWhatIf(result));
     return 0;
   } catch (err) {
-    if (err instanceof UsageError || err instanceof ProbeSyntaxError) {
-      out.stderr(`sluicectl whatif: ${err.message}`);
-      return 1;
-    }
-    throw err;
+    return usageFailure('whatif', err, out);
   }
 }
 

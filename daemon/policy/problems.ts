@@ -43,3 +43,20 @@ export function typeName(v: unknown): string {
   if (typeof v === 'string') return `a string (${JSON.stringify(v)})`;
   return typeof v;
 }
+
+/**
+ * An integer field within [min, max] (the CRD's minimum/maximum), recording why not in `p`;
+ * absent (undefined or null) is undefined with no problem: whether it is required is the caller's.
+ */
+export function integerInRange(p: Problems, value: unknown, field: string, min: number, max: number): number | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'number' || !Number.isInteger(value)) {
+    p.add(field, `must be an integer, got ${JSON.stringify(value)}`);
+    return undefined;
+  }
+  if (value < min || value > max) {
+    p.add(field, `must be between ${min} and ${max}, got ${value}`);
+    return undefined;
+  }
+  return value;
+}

@@ -7,7 +7,7 @@
  * Pure: no I/O.
  */
 import { objectMetaErrors, strictSelectorError, subField } from '../labels.js';
-import type { Problems } from '../problems.js';
+import { integerInRange, type Problems } from '../problems.js';
 import type {
   Direction,
   KubeObject,
@@ -45,19 +45,6 @@ export function checkObjectBasics(obj: KubeObject, p: Problems): Json | undefine
     return undefined;
   }
   return obj.spec;
-}
-
-/** An int32 in [min, max]; reports and returns undefined otherwise. */
-export function intInRange(v: unknown, field: string, min: number, max: number, p: Problems): number | undefined {
-  if (typeof v !== 'number' || !Number.isInteger(v)) {
-    p.add(field, `must be an integer, got ${JSON.stringify(v)}`);
-    return undefined;
-  }
-  if (v < min || v > max) {
-    p.add(field, `must be between ${min} and ${max}, got ${v}`);
-    return undefined;
-  }
-  return v;
 }
 
 /**
@@ -220,7 +207,7 @@ export function requiredPort(v: unknown, field: string, p: Problems): number | u
     p.add(field, 'is required');
     return undefined;
   }
-  return intInRange(v, field, 1, 65535, p);
+  return integerInRange(p, v, field, 1, 65535);
 }
 
 /**
@@ -244,7 +231,7 @@ export function policyPriority(spec: Json, p: Problems): number {
     p.add('spec.priority', 'is required (0–1000, lower is checked first)');
     return 0;
   }
-  return intInRange(spec.priority, 'spec.priority', 0, 1000, p) ?? 0;
+  return integerInRange(p, spec.priority, 'spec.priority', 0, 1000) ?? 0;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import {
   type Json,
   type Problems,
   exactlyOne,
-  intInRange,
   isObject,
   namedPortError,
   namedPortMatches,
@@ -40,7 +39,7 @@ function destinationPort(v: unknown, field: string, protocol: PortProtocol, p: P
   if (!which) return undefined;
   const value = (v as Json)[which];
   if (which === 'number') {
-    const port = intInRange(value, `${field}.number`, 1, 65535, p);
+    const port = requiredPort(value, `${field}.number`, p);
     return port === undefined ? undefined : { protocol, port };
   }
   if (!isObject(value)) {

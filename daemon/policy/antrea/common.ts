@@ -54,20 +54,6 @@ export function stringField(p: Problems, value: unknown, field: string): string 
   return value;
 }
 
-/** An optional integer field within [min, max]. */
-export function intField(p: Problems, value: unknown, field: string, min: number, max: number): number | undefined {
-  if (value === undefined || value === null) return undefined;
-  if (typeof value !== 'number' || !Number.isInteger(value)) {
-    p.add(field, `must be an integer, got ${JSON.stringify(value)}`);
-    return undefined;
-  }
-  if (value < min || value > max) {
-    p.add(field, `must be between ${min} and ${max}, got ${value}`);
-    return undefined;
-  }
-  return value;
-}
-
 // Label syntax (k8s.io/apimachinery validation.IsQualifiedName / IsValidLabelValue), with the
 // messages the Antrea webhook gives.
 

@@ -13,7 +13,8 @@
  * - No isolation: Antrea-native policies only act through their rules.
  */
 import type { Action, Direction, InternalRule, KubeObject, NormalizeContext, NormalizeResult, Peer, PolicyKind, PortMatch } from '../types.js';
-import { Problems, arrayField, checkObjectMeta, emptyResult, errorResult, intField, isObject, objectNamespace, stringField } from './common.js';
+import { Problems, arrayField, checkObjectMeta, emptyResult, errorResult, isObject, objectNamespace, stringField } from './common.js';
+import { integerInRange } from '../problems.js';
 import { type AppliedToPlace, type Scope, convertAppliedTo, convertPeer, convertToService, isMulticastCidr } from './peers.js';
 import { generatedRuleName } from './rulename.js';
 import { BASELINE_TIER, canonicalTierName, resolveTierPriority, tierStage } from './tiers.js';
@@ -280,11 +281,11 @@ function convertPort(p: Problems, raw: unknown, field: string): PortMatch | unde
       p.add(`${field}.port`, `"${raw.port}" is neither a port number nor a valid port name (at most 15 lower-case letters, digits and '-', with at least one letter)`);
     } else port = raw.port;
   } else {
-    port = intField(p, raw.port, `${field}.port`, 1, 65535);
+    port = integerInRange(p, raw.port, `${field}.port`, 1, 65535);
   }
-  const endPort = intField(p, raw.endPort, `${field}.endPort`, 1, 65535);
-  const sourcePort = intField(p, raw.sourcePort, `${field}.sourcePort`, 1, 65535);
-  const sourceEndPort = intField(p, raw.sourceEndPort, `${field}.sourceEndPort`, 1, 65535);
+  const endPort = integerInRange(p, raw.endPort, `${field}.endPort`, 1, 65535);
+  const sourcePort = integerInRange(p, raw.sourcePort, `${field}.sourcePort`, 1, 65535);
+  const sourceEndPort = integerInRange(p, raw.sourceEndPort, `${field}.sourceEndPort`, 1, 65535);
   if (raw.endPort != null) {
     if (raw.port === undefined || raw.port === null) p.add(`${field}.endPort`, 'if `endPort` is specified `port` must be specified');
     else if (typeof raw.port === 'string') p.add(`${field}.endPort`, 'if `port` is a string `endPort` cannot be specified');
@@ -322,8 +323,8 @@ function convertProtocol(p: Problems, raw: unknown, field: string, direction: Di
       p.add(`${field}.icmp`, 'must be an object');
       return undefined;
     }
-    const icmpType = intField(p, raw.icmp.icmpType, `${field}.icmp.icmpType`, 0, 255);
-    const icmpCode = intField(p, raw.icmp.icmpCode, `${field}.icmp.icmpCode`, 0, 255);
+    const icmpType = integerInRange(p, raw.icmp.icmpType, `${field}.icmp.icmpType`, 0, 255);
+    const icmpCode = integerInRange(p, raw.icmp.icmpCode, `${field}.icmp.icmpCode`, 0, 255);
     if (p.list.length > before) return undefined;
     const m: PortMatch = { protocol: 'ICMP' };
     if (icmpType !== undefined) m.icmpType = icmpType;
@@ -334,7 +335,7 @@ function convertProtocol(p: Problems, raw: unknown, field: string, direction: Di
     p.add(`${field}.igmp`, 'must be an object');
     return undefined;
   }
-  const igmpType = intField(p, raw.igmp.igmpType, `${field}.igmp.igmpType`, 0, 255);
+  const igmpType = integerInRange(p, raw.igmp.igmpType, `${field}.igmp.igmpType`, 0, 255);
   if (igmpType !== undefined) {
     if (direction === 'Ingress' && igmpType !== IGMP_QUERY) p.add(`${field}.igmp.igmpType`, `only IGMP query (0x11 = 17) is supported in ingress rules, got ${igmpType}`);
     if (direction === 'Egress' && !IGMP_REPORTS.includes(igmpType)) p.add(`${field}.igmp.igmpType`, `only IGMP reports (0x12, 0x16, 0x22 = 18, 22, 34) are supported in egress rules, got ${igmpType}`);
