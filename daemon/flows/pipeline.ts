@@ -1,7 +1,7 @@
 /**
  * The policy-only pipeline, computed from node settings and the local Pod ports (pure, no I/O).
  *
- * Packet walks (see reentrance-findings.md for the measured reasons):
+ * Packet walks (the README's "Packet walk" says why each one is needed):
  *  - Pod -> local Pod: L3Forwarding by destination IP (eth_src := virtual MAC, eth_dst := Pod MAC),
  *    TTL - 1 like the host's routing hop it replaces.
  *  - Pod -> anything else, and everything from the gateway that is not for a local Pod: eth_dst :=

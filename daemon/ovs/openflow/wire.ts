@@ -1,6 +1,8 @@
 /**
- * OpenFlow 1.5 wire format, only the messages the agent's packet-in path needs, plus the two Open
- * vSwitch (Nicira) extensions it relies on. Pure: Buffers in, Buffers out.
+ * OpenFlow 1.5 wire format of the messages the agent exchanges with its bridge (the handshake,
+ * echo, errors, packet-in and packet-out, meters and their statistics; flow-mods and bundles are
+ * in flowmod.ts), plus the two Open vSwitch (Nicira) extensions it relies on. Pure: Buffers in,
+ * Buffers out.
  *
  * Choices:
  * - Version 1.5 only (0x06): the bridge is configured `protocols=OpenFlow15` by the agent.
