@@ -158,7 +158,7 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   const api = await startApiServer({
     host: '127.0.0.1', port: 0, unixSocket: apiSocketPath(lab), token, dataFile: apiDataPath(lab), installCRDs: true,
     tls: { cert: pki.cert, key: pki.key, unixSocket: apiTlsSocketPath(lab) }, serviceAccountKey: saKey,
-    serviceCIDR: serviceCIDRs(family).join(','),
+    serviceCIDR: serviceCIDRs(family).join(','), bookmarkOnChange: true,
   });
   log('info', 'API server listening', { url: api.url, unix: apiSocketPath(lab) });
   writeFileSync(hostKubeconfigPath(lab), kubeconfigYaml(api.url, token), { mode: 0o600 });

@@ -96,6 +96,12 @@ export interface EnforcerStatus {
    */
   changes: number;
   committedChanges: number;
+  /**
+   * The API resourceVersion whose every change is enforced on the bridge (watches delivered all up
+   * to it and the resulting flows are committed); absent before the first flows are on the bridge.
+   * A lower bound: it moves as watch events and bookmarks arrive.
+   */
+  resourceVersion?: string;
   lastApplyMs?: number;
   packetIns: { handled: number; unclaimed: number; failed: number };
   rejects: number;
@@ -154,6 +160,10 @@ export class Enforcer {
   private lastApplyMs?: number;
   private portMac: (ofport: number) => string | undefined = () => undefined;
   private sweeper?: ConnectionSweeper;
+  /** The delivered resourceVersion the last committed flush had compiled. */
+  private committedRv?: bigint | undefined;
+  /** Start-up's first sync is on the bridge. */
+  private bridgeSynced = false;
 
   constructor(private readonly opts: EnforcerOptions) {
     this.engine = new PolicyEngine({
@@ -327,6 +337,7 @@ export class Enforcer {
     const since = this.dirtySince;
     // Every change counted so far is in this compile (and in the sync's desired set, computed later).
     const seq = this.changeSeq;
+    const rv = this.watch?.deliveredResourceVersion();
     const compileStart = this.clock.now();
     this.compileNow();
     const compileMs = this.clock.now() - compileStart;
@@ -337,6 +348,7 @@ export class Enforcer {
       await this.applyFlows();
       this.applies++;
       this.committedSeq = Math.max(this.committedSeq, seq);
+      if (rv !== undefined && (this.committedRv === undefined || rv > this.committedRv)) this.committedRv = rv;
       // The denying flows are on the bridge: connections they deny can go.
       this.sweeper?.request();
       if (since !== undefined) {
@@ -512,7 +524,18 @@ export class Enforcer {
 
   /** Start-up's first sync is on the bridge: connections opened before (under another policy) are judged. */
   flowsConverged(): void {
+    this.bridgeSynced = true;
     this.sweeper?.request();
+  }
+
+  /** See EnforcerStatus.resourceVersion: when nothing waits to be applied, all that was delivered is enforced. */
+  private enforcedResourceVersion(): bigint | undefined {
+    if (!this.bridgeSynced) return undefined;
+    const idle = !this.pending && !this.flushing && !this.timer && !this.fullCompile;
+    const delivered = idle ? this.watch?.deliveredResourceVersion() : undefined;
+    // Kept as the floor of later reports: the version never goes back while a flush runs.
+    if (delivered !== undefined && (this.committedRv === undefined || delivered > this.committedRv)) this.committedRv = delivered;
+    return this.committedRv;
   }
 
   /** Resolves when no conntrack sweep runs or is due (tests). */
@@ -568,6 +591,7 @@ export class Enforcer {
       applies: this.applies,
       changes: this.changeSeq,
       committedChanges: this.committedSeq,
+      ...(this.enforcedResourceVersion() !== undefined ? { resourceVersion: String(this.enforcedResourceVersion()) } : {}),
       ...(this.lastApplyMs !== undefined ? { lastApplyMs: this.lastApplyMs } : {}),
       packetIns: { ...this.dispatch },
       rejects: this.rejects,

@@ -67,6 +67,14 @@ export class Informer<T extends ListedObject> {
     this.stream = undefined;
   }
 
+  /**
+   * The resourceVersion of the last list, event or bookmark: every change of this resource up to it
+   * has been reported (handlers run before it advances). "" before the first list.
+   */
+  get resourceVersionSeen(): string {
+    return this.resourceVersion;
+  }
+
   get(name: string, namespace?: string): T | undefined {
     return this.objects.get(namespace ?? '')?.get(name);
   }

@@ -23,6 +23,13 @@ export interface ApiServerOptions {
   serviceCIDR?: string;     // ClusterIP allocation range(s), "A" or "A,B" (one per family, primary first), default 10.96.0.0/16
   bookmarkIntervalMs?: number; // period of BOOKMARK events on watches that allow them (default 10000)
   /**
+   * Also send a BOOKMARK on every such watch right after each change (coalesced per turn of the
+   * event loop), so every watcher learns at once that it has seen everything up to the new
+   * resourceVersion, even on resources the change did not touch. The lab turns it on: that is how
+   * its tests know an agent has applied a write (the agent reports the version it has enforced).
+   */
+  bookmarkOnChange?: boolean;
+  /**
    * How a watch from an expired resourceVersion fails: 'http' (default) answers HTTP 410;
    * 'event' answers 200 with one ERROR event carrying the 410 Status, then closes, as a
    * kube-apiserver serving the watch from its watch cache does.
@@ -423,7 +430,17 @@ export class ApiServerImpl {
     if (initial) for (const obj of this.registry.list(rt, namespace, sel)) send('ADDED', this.registry.present(rt, obj));
     for (const e of backlog) deliver(e);
     if (res.writableEnded) return;
-    unsubscribe = this.store.subscribe(deliver);
+    let bookmarkDue = false;
+    const afterChange = (e: ChangeEvent) => {
+      deliver(e);
+      if (!bookmarks || !this.opts.bookmarkOnChange || bookmarkDue) return;
+      bookmarkDue = true;
+      setImmediate(() => {
+        bookmarkDue = false;
+        bookmark();
+      });
+    };
+    unsubscribe = this.store.subscribe(afterChange);
     if (bookmarks) timers.push(setInterval(bookmark, this.bookmarkIntervalMs));
     if (timeout !== null) timers.push(setTimeout(entry.end, Number(timeout) * 1000));
     this.watches.add(entry);

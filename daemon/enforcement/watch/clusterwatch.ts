@@ -172,6 +172,24 @@ export class ClusterWatch {
     return new Promise((resolve) => this.syncWaiters.push(resolve));
   }
 
+  /**
+   * The API resourceVersion up to which every watched resource has reported its changes: the
+   * lowest of the informers' (resources not served are left out). Undefined until every resource
+   * is listed, or when a version is not a number (the lab's and etcd's are).
+   */
+  deliveredResourceVersion(): bigint | undefined {
+    if (!this.isSynced()) return undefined;
+    let min: bigint | undefined;
+    for (const s of this.states) {
+      if (s.absent) continue;
+      const rv = s.informer.resourceVersionSeen;
+      if (!/^\d+$/.test(rv)) return undefined;
+      const v = BigInt(rv);
+      if (min === undefined || v < min) min = v;
+    }
+    return min;
+  }
+
   /** Resources not listed yet, with their last error (for start-up logs). */
   pending(): { resource: string; error?: string }[] {
     return this.states.filter((s) => !s.synced).map((s) => ({ resource: s.resource.path, ...(s.lastError ? { error: s.lastError } : {}) }));
