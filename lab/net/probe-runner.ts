@@ -1,9 +1,12 @@
 /**
- * Fans probes out: one prober process per source namespace, probing all of that source's
- * targets concurrently, every source in parallel — so a whole matrix takes about one timeout.
+ * Fans probes out per source namespace, probing all of that source's targets concurrently, every
+ * source in parallel — so a whole matrix takes about one timeout. A namespace whose workload
+ * serves a probe socket (workload.ts) is asked there; any other (a node, the external host, a
+ * workload that is gone) gets a one-shot prober process.
  */
-import { isIP } from 'node:net';
-import { distScript } from './names.js';
+import { existsSync } from 'node:fs';
+import { connect, isIP } from 'node:net';
+import { distScript, probeSocketPath } from './names.js';
 import { run } from './exec.js';
 
 export type ProbeProtocol = 'TCP' | 'UDP' | 'ICMP';
@@ -46,14 +49,48 @@ export async function runProbes(probes: NetProbe[], timeoutMs = DEFAULT_PROBE_TI
   await Promise.all(
     [...bySource].map(async ([netns, idx]) => {
       const targets = idx.map((i) => ({ ip: probes[i]!.ip, port: probes[i]!.port, protocol: probes[i]!.protocol }));
-      const { stdout } = await run('ip', ['netns', 'exec', netns, process.execPath, prober], {
-        input: JSON.stringify({ timeoutMs, targets }),
-        timeoutMs: timeoutMs + 30_000,
-      });
+      const request = JSON.stringify({ timeoutMs, targets });
+      const stdout =
+        (await askProbeSocket(probeSocketPath(netns), request, timeoutMs + 30_000)) ??
+        (await run('ip', ['netns', 'exec', netns, process.execPath, prober], { input: request, timeoutMs: timeoutMs + 30_000 })).stdout;
       const out = JSON.parse(stdout) as { verdict: ProbeVerdict; detail: string; ms: number }[];
       if (out.length !== idx.length) throw new Error(`prober in ${netns} returned ${out.length} results for ${idx.length} targets`);
       idx.forEach((i, k) => (results[i] = { ...probes[i]!, ...out[k]! }));
     }),
   );
   return results;
+}
+
+/**
+ * The answer of the workload's probe socket at `path`, or undefined when no workload serves one
+ * there (no socket, or a stale one: the caller then starts a prober).
+ */
+function askProbeSocket(path: string, request: string, timeoutMs: number): Promise<string | undefined> {
+  if (!existsSync(path)) return Promise.resolve(undefined);
+  return new Promise((resolve, reject) => {
+    let answer = '';
+    let connected = false;
+    const conn = connect(path);
+    const timer = setTimeout(() => {
+      conn.destroy();
+      reject(new Error(`probe socket ${path}: no answer within ${timeoutMs} ms`));
+    }, timeoutMs);
+    conn.setEncoding('utf8');
+    conn.on('connect', () => {
+      connected = true;
+      conn.write(`${request}\n`);
+    });
+    conn.on('data', (d: string) => (answer += d));
+    conn.on('end', () => {
+      clearTimeout(timer);
+      const parsed = JSON.parse(answer) as unknown;
+      if (parsed && typeof parsed === 'object' && 'error' in parsed) reject(new Error(`probe socket ${path}: ${String((parsed as { error: unknown }).error)}`));
+      else resolve(answer);
+    });
+    conn.on('error', (err: NodeJS.ErrnoException) => {
+      clearTimeout(timer);
+      if (!connected && (err.code === 'ECONNREFUSED' || err.code === 'ENOENT')) resolve(undefined);
+      else reject(new Error(`probe socket ${path}: ${err.message}`));
+    });
+  });
 }

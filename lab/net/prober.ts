@@ -1,128 +1,18 @@
 #!/usr/bin/env node
 /**
- * Probes targets from the namespace it runs in, all at once, and prints one verdict per target:
- *   allow  - TCP: connected and the echo came back; UDP: the echo came back; ICMP: a reply.
- *   reject - a TCP RST or an ICMP error arrived before the timeout (ECONNREFUSED, EHOSTUNREACH, ...).
- *   drop   - nothing came back before the timeout.
+ * Probes targets from the namespace it runs in, all at once, and prints one verdict per target
+ * (probes.ts says what each verdict means). For namespaces without a workload's probe socket.
  * stdin:  {"timeoutMs": 1500, "targets": [{"ip": "10.10.1.2", "port": 80, "protocol": "TCP"}, ...]}
  *         (IPv4 or IPv6 addresses; ICMP over IPv6 is an ICMPv6 echo request)
  * stdout: [{"verdict": "allow", "detail": "echo", "ms": 3}, ...] in target order.
  */
-import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { createSocket } from 'node:dgram';
 import { readFileSync } from 'node:fs';
-import { connect, isIPv6 } from 'node:net';
-
-type Verdict = 'allow' | 'drop' | 'reject';
-interface Target { ip: string; port: number; protocol: 'TCP' | 'UDP' | 'ICMP' }
-interface Outcome { verdict: Verdict; detail: string; ms: number }
-
-/**
- * A socket error before the timeout means something answered "no": ECONNREFUSED (RST, or ICMP port
- * unreachable for UDP), EHOSTUNREACH (ICMP host unreachable / admin prohibited), ENETUNREACH,
- * ECONNRESET, EPERM/EACCES (a local firewall). Only the kernel's own ETIMEDOUT is silence.
- */
-function classify(err: NodeJS.ErrnoException): Verdict {
-  return err.code === 'ETIMEDOUT' ? 'drop' : 'reject';
-}
-
-function outcome(start: number, verdict: Verdict, detail: string): Outcome {
-  return { verdict, detail, ms: Date.now() - start };
-}
-
-function probeTcp(t: Target, timeoutMs: number): Promise<Outcome> {
-  const start = Date.now();
-  const token = `sluice-probe-${randomBytes(6).toString('hex')}\n`;
-  return new Promise((resolve) => {
-    let got = '';
-    const sock = connect({ host: t.ip, port: t.port, noDelay: true });
-    const done = (o: Outcome) => {
-      clearTimeout(timer);
-      sock.destroy();
-      resolve(o);
-    };
-    const timer = setTimeout(() => done(outcome(start, 'drop', sock.connecting ? 'connect timeout' : 'no echo before timeout')), timeoutMs);
-    sock.on('connect', () => sock.write(token));
-    sock.setEncoding('utf8').on('data', (d: string) => {
-      got += d;
-      if (got.includes(token)) done(outcome(start, 'allow', 'echo'));
-    });
-    sock.on('error', (err: NodeJS.ErrnoException) => done(outcome(start, classify(err), err.code ?? err.message)));
-    sock.on('close', () => done(outcome(start, 'reject', 'closed before echo')));
-  });
-}
-
-function probeUdp(t: Target, timeoutMs: number): Promise<Outcome> {
-  const start = Date.now();
-  const token = Buffer.from(`sluice-probe-${randomBytes(6).toString('hex')}\n`);
-  return new Promise((resolve) => {
-    const sock = createSocket(isIPv6(t.ip) ? 'udp6' : 'udp4');
-    let resend: NodeJS.Timeout | undefined;
-    const done = (o: Outcome) => {
-      clearTimeout(timer);
-      clearTimeout(resend);
-      try {
-        sock.close();
-      } catch {
-        // already closed
-      }
-      resolve(o);
-    };
-    const timer = setTimeout(() => done(outcome(start, 'drop', 'no echo before timeout')), timeoutMs);
-    // A connected socket, so the kernel reports ICMP errors for this flow as socket errors.
-    sock.on('error', (err: NodeJS.ErrnoException) => done(outcome(start, classify(err), err.code ?? err.message)));
-    sock.on('message', (msg) => {
-      if (msg.equals(token)) done(outcome(start, 'allow', 'echo'));
-    });
-    sock.connect(t.port, t.ip, () => {
-      const send = () => sock.send(token, (err) => err && done(outcome(start, classify(err as NodeJS.ErrnoException), (err as NodeJS.ErrnoException).code ?? err.message)));
-      send();
-      resend = setTimeout(send, Math.floor(timeoutMs / 2)); // one retry against a lost datagram
-    });
-  });
-}
-
-function probeIcmp(t: Target, timeoutMs: number): Promise<Outcome> {
-  const start = Date.now();
-  const wait = String(Math.max(1, Math.floor(timeoutMs / 1000)));
-  return new Promise((resolve) => {
-    const child = spawn('ping', ['-n', '-c', '1', '-W', wait, t.ip], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (out += d));
-    const killer = setTimeout(() => child.kill('SIGKILL'), timeoutMs + 1000);
-    child.on('error', (err) => {
-      clearTimeout(killer);
-      resolve(outcome(start, 'reject', `ping: ${err.message}`));
-    });
-    child.on('close', (code) => {
-      clearTimeout(killer);
-      const err = /(Destination [A-Za-z ]*Unreachable|Packet filtered|Prohibited|Network is unreachable|No route to host|Operation not permitted)/i.exec(out);
-      if (code === 0) resolve(outcome(start, 'allow', 'echo reply'));
-      else if (err) resolve(outcome(start, 'reject', err[1]!));
-      else resolve(outcome(start, 'drop', 'no reply before timeout'));
-    });
-  });
-}
-
-function probeOne(t: Target, timeoutMs: number): Promise<Outcome> {
-  switch (t.protocol) {
-    case 'TCP':
-      return probeTcp(t, timeoutMs);
-    case 'UDP':
-      return probeUdp(t, timeoutMs);
-    case 'ICMP':
-      return probeIcmp(t, timeoutMs);
-    default:
-      return Promise.resolve({ verdict: 'reject', detail: `protocol ${String((t as Target).protocol)} cannot be probed`, ms: 0 });
-  }
-}
+import { probeTargets, type Target } from './probes.js';
 
 async function main(): Promise<void> {
   const input = JSON.parse(readFileSync(0, 'utf8')) as { timeoutMs?: number; targets: Target[] };
   const timeoutMs = input.timeoutMs ?? 1500;
-  const results = await Promise.all(input.targets.map((t) => probeOne(t, timeoutMs)));
+  const results = await probeTargets(input.targets, timeoutMs);
   process.stdout.write(JSON.stringify(results) + '\n');
 }
 

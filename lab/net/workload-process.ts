@@ -3,7 +3,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { sleep } from './exec.js';
-import { distScript } from './names.js';
+import { distScript, probeSocketPath } from './names.js';
 import { isAlive, killAndWait } from './ovs.js';
 
 export interface WorkloadPorts {
@@ -50,7 +50,7 @@ export async function startWorkload(netns: string, ports: WorkloadPorts, pidfile
   mkdirSync(dirname(pidfile), { recursive: true });
   rmSync(pidfile, { force: true });
   const log = openSync(logfile, 'a');
-  const args = ['netns', 'exec', netns, process.execPath, distScript('workload'), '--tcp', ports.tcp.join(','), '--udp', ports.udp.join(','), '--pidfile', pidfile];
+  const args = ['netns', 'exec', netns, process.execPath, distScript('workload'), '--tcp', ports.tcp.join(','), '--udp', ports.udp.join(','), '--pidfile', pidfile, '--probe-socket', probeSocketPath(netns)];
   const child = spawn('ip', args, { detached: true, stdio: ['ignore', log, log] });
   closeSync(log);
   let exited: number | null | undefined;

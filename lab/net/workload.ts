@@ -3,12 +3,16 @@
  * A Pod's workload: TCP and UDP echo servers on the given ports (every byte received is sent
  * back, so a line in is the same line out), on IPv4 and IPv6. Started detached inside the Pod's (or node's)
  * namespace; writes its pid file only once every port listens, so the pid file means "ready".
- *   node workload.js --tcp 80,81 --udp 80,81 --pidfile /run/sluice-lab/<L>/.../workload.pid
+ * With --probe-socket it also sends probes from its namespace on request (one JSON line in, as the
+ * prober's stdin, one JSON line of verdicts out), so probing needs no new process per round.
+ *   node workload.js --tcp 80,81 --udp 80,81 --pidfile /run/sluice-lab/<L>/.../workload.pid [--probe-socket PATH]
  */
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
-import { renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { networkInterfaces } from 'node:os';
+import { dirname } from 'node:path';
+import { probeTargets, type Target } from './probes.js';
 
 function parsePorts(value: string | undefined, flag: string): number[] {
   if (value === undefined || value === '') return [];
@@ -86,6 +90,34 @@ function bindUdp(port: number, address: string, type: 'udp4' | 'udp6'): Promise<
   });
 }
 
+/** The probe socket: each connection is one request line and one answer line. */
+function serveProbes(path: string): Promise<Server> {
+  mkdirSync(dirname(path), { recursive: true });
+  rmSync(path, { force: true }); // left by a workload that was killed
+  const server = createServer((conn) => {
+    let input = '';
+    conn.setEncoding('utf8');
+    conn.on('error', () => conn.destroy());
+    conn.on('data', (d: string) => {
+      input += d;
+      const nl = input.indexOf('\n');
+      if (nl < 0) return;
+      let req: { timeoutMs?: number; targets: Target[] };
+      try {
+        req = JSON.parse(input.slice(0, nl)) as typeof req;
+      } catch (err) {
+        conn.end(`${JSON.stringify({ error: (err as Error).message })}\n`);
+        return;
+      }
+      void probeTargets(req.targets, req.timeoutMs ?? 1500).then((results) => conn.end(`${JSON.stringify(results)}\n`));
+    });
+  });
+  return new Promise((resolve, reject) => {
+    server.once('error', (err) => reject(new Error(`probe socket ${path}: ${err.message}`)));
+    server.listen(path, () => resolve(server));
+  });
+}
+
 async function main(): Promise<void> {
   const tcp = parsePorts(arg('--tcp'), '--tcp');
   const udp = parsePorts(arg('--udp'), '--udp');
@@ -93,12 +125,15 @@ async function main(): Promise<void> {
   if (!pidfile) throw new Error('--pidfile is required');
   const servers = await Promise.all(tcp.map(listenTcp));
   const sockets = (await Promise.all(udp.map(listenUdp))).flat();
+  const probeSocket = arg('--probe-socket');
+  if (probeSocket) servers.push(await serveProbes(probeSocket));
   writeFileSync(`${pidfile}.tmp`, `${process.pid}\n`);
   renameSync(`${pidfile}.tmp`, pidfile);
   const stop = (): void => {
     for (const s of servers) s.close();
     for (const s of sockets) s.close();
     rmSync(pidfile, { force: true });
+    if (probeSocket) rmSync(probeSocket, { force: true });
     process.exit(0);
   };
   process.on('SIGTERM', stop);
