@@ -5,7 +5,14 @@
  * userdata byte 0 = category (what the packet is for), byte 1 = operations bitmask (for policy
  * punts), further bytes free for the category. Flows use `puntActions()` so every punt is metered.
  */
-import type { MeterSpec } from '../ovs/openflow/wire.js';
+/** A packet-in meter: what the OpenFlow adapter installs on the bridge. */
+export interface MeterSpec {
+  meterId: number;
+  /** Packets per second allowed through; the rest are dropped. */
+  rate: number;
+  /** Burst size in packets. */
+  burst: number;
+}
 
 export const PuntCategory = { policy: 0x01, dns: 0x02, serviceReject: 0x04, trace: 0x08 } as const;
 export type PuntCategory = (typeof PuntCategory)[keyof typeof PuntCategory];

@@ -26,21 +26,10 @@ import { nodeRulesOf, type NodeRule, type NodeRuleGroups, type NodeTarget } from
 import { labelValue } from './labels.js';
 import { canonicalJson, compareRules, stableHash } from './order.js';
 import type { ServiceEndpointTracker } from './endpoints.js';
-import type { ContainerPort, Direction, InternalRule, Isolation, NamespaceMatch, NodeInfo, Peer, PodInfo, PortMatch, RulePriority, RuleRef } from './types.js';
+import type { ComputedRule, Direction, GroupMember, InternalRule, Isolation, NamespaceMatch, NodeInfo, Peer, PodInfo, PortMatch, RuleRef } from './types.js';
 
-export type { NodeRule, NodeTarget };
+export type { NodeRule, NodeTarget, GroupMember, ComputedRule };
 export { resolveNamedPorts } from './noderules.js';
-
-export interface GroupMember {
-  kind: 'pod' | 'node' | 'service' | 'fqdn';
-  /** "ns/name" for Pods and Services, the Node name, or the DNS name. */
-  ref: string;
-  /** Node of a Pod member. */
-  nodeName?: string;
-  ips: string[];
-  /** Named-port map of a Pod (its container ports), or a Service's ports (containerPort = Service port). */
-  ports: ContainerPort[];
-}
 
 export interface AddressGroup {
   id: string;
@@ -63,26 +52,6 @@ export interface AppliedToGroup {
   members: GroupMember[];
   /** The members on this engine's node (all members when the engine has no nodeName). */
   localMembers: GroupMember[];
-}
-
-export interface ComputedRule {
-  id: string;
-  /** The IR rule this was computed from. */
-  ruleId: string;
-  ref: RuleRef;
-  direction: Direction;
-  action: InternalRule['action'];
-  priority: RulePriority;
-  appliedToGroups: string[];
-  /** Set when the rule was expanded per target namespace: only targets in it. */
-  targetNamespace?: string;
-  /** No peer restriction at all. */
-  anyPeer: boolean;
-  addressGroups: string[];
-  /** Non-overlapping CIDRs (ipBlock cidr minus except). */
-  ipBlocks: string[];
-  ports: PortMatch[];
-  logging?: { enabled: boolean; label?: string };
 }
 
 export interface IdDelta {

@@ -11,9 +11,8 @@
  * model has no destination Pod there), so those get only the rule's other ports ("#numeric").
  * (toServices peers cannot carry ports in any kind: Antrea rejects `toServices` with `ports`.)
  */
-import type { ComputedRule, GroupMember } from './internal.js';
 import { canonicalJson, stableHash } from './order.js';
-import type { ContainerPort, Direction, InternalRule, PortMatch, RulePriority, RuleRef } from './types.js';
+import type { ComputedRule, ContainerPort, Direction, GroupMember, InternalRule, PortMatch, RulePriority, RuleRef } from './types.js';
 
 /** A rule as this node enforces it: local targets, resolved peer addresses, numeric ports. */
 export interface NodeRule {

@@ -298,3 +298,36 @@ export interface ProbeResult extends Probe {
   /** Free-form note (e.g. "SCTP: verdict from ofproto/trace, not real packets"). */
   note?: string;
 }
+
+/** A member of an AddressGroup or AppliedToGroup of the internal model (internal.ts). */
+export interface GroupMember {
+  kind: 'pod' | 'node' | 'service' | 'fqdn';
+  /** "ns/name" for Pods and Services, the Node name, or the DNS name. */
+  ref: string;
+  /** Node of a Pod member. */
+  nodeName?: string;
+  ips: string[];
+  /** Named-port map of a Pod (its container ports), or a Service's ports (containerPort = Service port). */
+  ports: ContainerPort[];
+}
+
+/** An IR rule as the internal model computed it: its groups by id (internal.ts; noderules.ts reads it). */
+export interface ComputedRule {
+  id: string;
+  /** The IR rule this was computed from. */
+  ruleId: string;
+  ref: RuleRef;
+  direction: Direction;
+  action: InternalRule['action'];
+  priority: RulePriority;
+  appliedToGroups: string[];
+  /** Set when the rule was expanded per target namespace: only targets in it. */
+  targetNamespace?: string;
+  /** No peer restriction at all. */
+  anyPeer: boolean;
+  addressGroups: string[];
+  /** Non-overlapping CIDRs (ipBlock cidr minus except). */
+  ipBlocks: string[];
+  ports: PortMatch[];
+  logging?: { enabled: boolean; label?: string };
+}

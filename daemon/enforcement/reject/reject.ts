@@ -9,7 +9,7 @@
  * broadcast/multicast/unspecified addresses.
  */
 import { buildRejectReply6 } from './reject6.js';
-import { replyEthernet, writeTcpReset } from './replyframe.js';
+import { type RejectResult, replyEthernet, writeTcpReset } from './replyframe.js';
 import {
   decodeEthernet,
   decodePacket,
@@ -24,11 +24,7 @@ import {
   TCP_FLAGS,
 } from '../../packet.js';
 
-export type RejectKind = 'tcp-rst' | 'icmp-admin-prohibited' | 'icmpv6-admin-prohibited';
-
-export type RejectResult =
-  | { ok: true; kind: RejectKind; frame: Buffer }
-  | { ok: false; reason: string };
+export type { RejectKind, RejectResult } from './replyframe.js';
 
 export const ICMP_DEST_UNREACH = 3;
 export const ICMP_HOST_ADMIN_PROHIBITED = 10;

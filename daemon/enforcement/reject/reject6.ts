@@ -4,9 +4,8 @@
  * IPv6 MTU (RFC 4443 §2.4(c)). Same refusals as IPv4: no reply to RSTs, ICMPv6 errors (types < 128),
  * later fragments, or multicast/unspecified addresses. Pure.
  */
-import type { RejectResult } from './reject.js';
 import { decodeIpv6Packet, ETH_P_IPV6, IPPROTO, ipv6TransportChecksum, type Ipv6Summary, TCP_FLAGS } from '../../packet.js';
-import { replyEthernet, writeTcpReset } from './replyframe.js';
+import { type RejectResult, replyEthernet, writeTcpReset } from './replyframe.js';
 
 export const ICMPV6_DEST_UNREACH = 1;
 export const ICMPV6_ADMIN_PROHIBITED = 1;

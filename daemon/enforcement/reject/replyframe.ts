@@ -4,6 +4,13 @@
  */
 import { ETH_P_8021Q, type EthernetHeader, TCP_FLAGS, type TcpHeader } from '../../packet.js';
 
+export type RejectKind = 'tcp-rst' | 'icmp-admin-prohibited' | 'icmpv6-admin-prohibited';
+
+/** A reply frame to send back, or why none is sent. */
+export type RejectResult =
+  | { ok: true; kind: RejectKind; frame: Buffer }
+  | { ok: false; reason: string };
+
 /**
  * A zeroed reply frame with room for `l3Length` bytes after its Ethernet header: MACs swapped,
  * the original VLAN tag kept. Returns [frame, offset of the L3 header].

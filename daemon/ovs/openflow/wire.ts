@@ -16,6 +16,10 @@
  * - PACKET_OUT uses the 1.5 layout (in_port and other pipeline fields in an OXM match).
  */
 
+import type { MeterSpec } from '../../flows/punt.js';
+
+export type { MeterSpec };
+
 export const OFP15_VERSION = 0x06;
 export const OFP_HEADER_LEN = 8;
 /** Largest message a switch may send (the length field is 16 bits). */
@@ -540,13 +544,6 @@ export function encodePacketOut(xid: number, po: PacketOut): Buffer {
 
 // ---- meters ----
 
-export interface MeterSpec {
-  meterId: number;
-  /** Packets per second allowed through; the rest are dropped. */
-  rate: number;
-  /** Burst size in packets. */
-  burst: number;
-}
 
 export function encodeMeterMod(xid: number, command: number, m: MeterSpec): Buffer {
   if (!Number.isInteger(m.meterId) || m.meterId < 1 || m.meterId > 0xffff0000) throw new WireError(`meter id ${m.meterId} is not 1..0xffff0000`);
