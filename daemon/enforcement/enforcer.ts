@@ -7,16 +7,12 @@
  * bundle follow, and whatever bundle the agent applies (a flush, a CNI ADD, a resync) first
  * compiles every change received so far, so each applied state is the engine's state at one moment.
  *
- * Latency against batching: on an idle agent a change is compiled and applied on the next turn of
- * the event loop (every event of the same watch read is in it). Changes that arrive while an apply
- * runs wait for it and go together into the next one; and while applies follow each other closely
- * (within `debounceMs` of the last one's end: a burst, a relist) the next one waits `debounceMs`,
- * so a storm of events becomes a few large applies rather than one per event. Nothing is ever flushed to "allow": a lost watch keeps the last
- * state until the relist reports the differences. Before the agent binds its flows (start-up)
- * nothing is compiled: the initial lists become one full compile, once they are all in.
+ * When: a CoalescingRunner (runner.ts) plans the flushes: on an idle agent a change is applied on
+ * the next turn of the event loop, changes during an apply go together into the next one, and a
+ * burst becomes a few large applies. Nothing is ever flushed to "allow": a lost watch keeps the
+ * last state until the relist reports the differences. Before the agent binds its flows
+ * (start-up) nothing is compiled: the initial lists become one full compile, once they are all in.
  */
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { AuditLogger, DEFAULT_AUDIT_LOG_PATH } from './auditlog/index.js';
 import type { Flow } from '../flows/flow.js';
@@ -26,7 +22,8 @@ import { type DecodedPunt, PUNT_METER_NAME, PuntCategory, PuntOp } from '../flow
 import { TraceError, type TraceIo, type TraceReport, type TraceRequest, Tracer } from './traceflow.js';
 import { sendRejectReply } from './reject/index.js';
 import type { PacketIn, PacketOut } from '../ovs/openflow/wire.js';
-import { CounterBaseline, dirtyRuleIds, EgressSourceView, egressRulesOf, type FlowCounter, type MetricFlow, parseFlowCounters, PolicyFlows, policyFlowInput, type CarrierState, RuleCountCarrier, ruleKey, type RuleOfConj, ruleStatistics, type RuleStatistics } from '../flows/policy/index.js';
+import { dirtyRuleIds, EgressSourceView, egressRulesOf, PolicyFlows, policyFlowInput, type RuleStatistics } from '../flows/policy/index.js';
+import { RuleStatsKeeper } from './rulestats.js';
 import { PolicyEngine, type ChangeSet } from '../policy/engine.js';
 import { parseIp } from '../policy/cidr.js';
 import type { KubeObject } from '../policy/types.js';
@@ -37,7 +34,8 @@ import { buildPolicyReport, type PolicyReport } from './policy-report.js';
 import { PodView } from './podview.js';
 import { decidePolicyPunt, rejectReplyMacs } from './punthandler.js';
 import type { EnforcementMetrics } from '../metrics.js';
-import { type Clock, realClock, type TimerHandle } from '../clock.js';
+import { type Clock, realClock } from '../clock.js';
+import { CoalescingRunner } from './runner.js';
 import { ConnectionSweeper, type ConntrackIo, type SweeperStatus } from './conntrack/index.js';
 
 /** What DNS learning plugs in (enforcement/fqdn): called for every DNS punt; returns the engine's ChangeSet if it learned something. */
@@ -124,9 +122,7 @@ export class Enforcer {
   readonly engine: PolicyEngine;
   readonly policyFlows = new PolicyFlows();
   private readonly tracer = new Tracer();
-  private readonly counterBaseline = new CounterBaseline();
-  private readonly carrier: RuleCountCarrier;
-  private savedCarrier?: string;
+  private readonly stats: RuleStatsKeeper;
   private readonly pods: PodView;
   private watch?: ClusterWatch;
   private controller?: OpenFlowController;
@@ -143,12 +139,8 @@ export class Enforcer {
   private dirtySince?: number | undefined;
   private fullCompile = true;
   private pending = false;
-  private timer?: TimerHandle | undefined;
-  /** A flush is between its compile and the end of its apply. */
-  private flushing = false;
-  /** A DNS answer waits for the next apply: it goes without the burst delay. */
-  private urgent = false;
-  private lastFlushEnd?: number;
+  /** Plans the flushes (runner.ts: at once when idle, coalesced in bursts, never overlapping). */
+  private readonly flusher: CoalescingRunner;
   private readonly clock: Clock;
   private closed = false;
   private readonly dispatch = { handled: 0, unclaimed: 0, failed: 0 };
@@ -173,37 +165,8 @@ export class Enforcer {
     });
     this.pods = new PodView(opts.nodeName);
     this.clock = opts.clock ?? realClock;
-    this.carrier = new RuleCountCarrier(this.loadCarrier());
-  }
-
-  private get carrierPath(): string | undefined {
-    return this.opts.stateDir && join(this.opts.stateDir, 'rule-counts.json');
-  }
-
-  private loadCarrier(): CarrierState | undefined {
-    const path = this.carrierPath;
-    if (!path || !existsSync(path)) return undefined;
-    try {
-      return JSON.parse(readFileSync(path, 'utf8')) as CarrierState;
-    } catch (err) {
-      this.opts.log.warn({ path, err: (err as Error).message }, 'policy: unreadable rule counts file; per-rule statistics start from the bridge counters alone');
-      return undefined;
-    }
-  }
-
-  /** Writes the carried counts when they changed (atomic replace). */
-  private saveCarrier(): void {
-    const path = this.carrierPath;
-    if (!path) return;
-    const text = JSON.stringify(this.carrier.state());
-    if (text === this.savedCarrier) return;
-    try {
-      writeFileSync(`${path}.tmp`, text);
-      renameSync(`${path}.tmp`, path);
-      this.savedCarrier = text;
-    } catch (err) {
-      this.opts.log.warn({ path, err: (err as Error).message }, 'policy: could not save rule counts');
-    }
+    this.flusher = new CoalescingRunner({ clock: this.clock, burstDelayMs: opts.debounceMs ?? 20, run: () => this.flush() });
+    this.stats = new RuleStatsKeeper(this.policyFlows, { stateDir: opts.stateDir, log: opts.log });
   }
 
   // ------------------------------------------------------------------ inputs
@@ -298,15 +261,7 @@ export class Enforcer {
     for (const id of ids) this.dirty.add(id);
     this.pending = true;
     this.dirtySince ??= this.clock.now();
-    this.schedule();
-  }
-
-  /** Plans the next flush (the header says when); a running flush plans its successor itself. */
-  private schedule(): void {
-    if (this.timer || this.flushing || this.closed) return;
-    const window = this.opts.debounceMs ?? 20;
-    const inBurst = this.lastFlushEnd !== undefined && this.clock.now() - this.lastFlushEnd < window;
-    this.timer = this.clock.setTimeout(() => void this.flush(), inBurst && !this.urgent ? window : 0);
+    this.flusher.request();
   }
 
   /**
@@ -325,14 +280,11 @@ export class Enforcer {
   }
 
   private async flush(): Promise<void> {
-    this.timer = undefined;
-    if (this.closed) return;
     if (!this.applyFlows) {
       // Before the agent binds its flows (start-up, while the initial lists arrive) nothing is
       // compiled: the lists' events stay one full compile, which start-up runs once they are all
       // in, and no event pays for finding its dirty rules. The agent's first sync carries them.
       this.dirtySince = undefined;
-      this.urgent = false;
       return;
     }
     const since = this.dirtySince;
@@ -343,8 +295,6 @@ export class Enforcer {
     this.compileNow();
     const compileMs = this.clock.now() - compileStart;
     this.dirtySince = undefined;
-    this.urgent = false;
-    this.flushing = true;
     try {
       await this.applyFlows();
       this.applies++;
@@ -359,10 +309,6 @@ export class Enforcer {
       }
     } catch (err) {
       this.opts.log.error({ err: (err as Error).message }, 'policy: applying flows failed; the periodic resync retries');
-    } finally {
-      this.flushing = false;
-      this.lastFlushEnd = this.clock.now();
-      if (this.pending) this.schedule();
     }
   }
 
@@ -501,7 +447,7 @@ export class Enforcer {
     if (dns) dns.setPacketOut((po) => this.packetOut(po));
     this.applyFlows = dns ? dns.wrapApply(applyFlows) : applyFlows;
     dns?.startExpiry(this.engine, (cs) => this.changed(cs));
-    if (this.pending) this.schedule();
+    if (this.pending) this.flusher.request();
   }
 
   /** Cuts, after each policy apply, the open connections the policy now denies (conntrack/). */
@@ -532,7 +478,7 @@ export class Enforcer {
   /** See EnforcerStatus.resourceVersion: when nothing waits to be applied, all that was delivered is enforced. */
   private enforcedResourceVersion(): bigint | undefined {
     if (!this.bridgeSynced) return undefined;
-    const idle = !this.pending && !this.flushing && !this.timer && !this.fullCompile;
+    const idle = !this.pending && !this.flusher.busy && !this.fullCompile;
     const delivered = idle ? this.watch?.deliveredResourceVersion() : undefined;
     // Kept as the floor of later reports: the version never goes back while a flush runs.
     if (delivered !== undefined && (this.committedRv === undefined || delivered > this.committedRv)) this.committedRv = delivered;
@@ -572,14 +518,9 @@ export class Enforcer {
     if (!this.opts.dns) return;
     const cs = await this.opts.dns.hook(pin, punt, this.engine);
     if (!cs) return;
-    // A held DNS response waits for this apply: no burst delay.
-    this.urgent = true;
     this.changed(cs);
-    if (this.timer) {
-      this.clock.clearTimeout(this.timer);
-      this.timer = undefined;
-      this.schedule();
-    }
+    // A held DNS response waits for this apply: no burst delay.
+    this.flusher.request({ urgent: true });
   }
 
   status(): EnforcerStatus {
@@ -605,32 +546,8 @@ export class Enforcer {
   }
 
   /** Per-rule statistics: the counter flows of every enforced rule, read from `dump` (the Metric tables). */
-  async ruleStats(dump: () => Promise<string>): Promise<RuleStatistics[]> {
-    const counters = await this.readCounters(dump);
-    return ruleStatistics(this.policyFlows.metricFlows(), this.carrier.adjusted(counters), (id) => this.ruleOfConj(id), this.carrier.carried());
-  }
-
-  private ruleOfConj(conjId: number): RuleOfConj | undefined {
-    const r = this.policyFlows.describe(conjId);
-    return r && { ref: r.ref, direction: r.direction, action: r.action };
-  }
-
-  /** The current counter flows with their rule keys (for the carrier). */
-  private keyedMetricFlows(): (MetricFlow & { key: string })[] {
-    return this.policyFlows.metricFlows().flatMap((m) => {
-      const r = this.ruleOfConj(m.conjId);
-      return r ? [{ ...m, key: ruleKey(r) }] : [];
-    });
-  }
-
-  /** Reads the counters, records them, and carries those of flows that are gone or changed hands to their rules. */
-  private async readCounters(dump: () => Promise<string>): Promise<Map<string, FlowCounter>> {
-    const counters = this.counterBaseline.apply(parseFlowCounters(await dump()));
-    const now = this.keyedMetricFlows();
-    this.carrier.observe(now, counters);
-    this.carrier.retire(new Set(now.map((f) => f.cookie)), new Set(now.map((f) => f.key)));
-    this.saveCarrier();
-    return counters;
+  ruleStats(dump: () => Promise<string>): Promise<RuleStatistics[]> {
+    return this.stats.ruleStats(dump);
   }
 
   /**
@@ -732,7 +649,7 @@ export class Enforcer {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.clock.clearTimeout(this.timer);
+    this.flusher.close();
     this.sweeper?.close();
     await this.sweeper?.idle();
     await this.watch?.stop();
