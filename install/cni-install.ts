@@ -5,7 +5,8 @@
  * (write + rename), so the container runtime never reads a half-written configuration.
  */
 import { access, copyFile, chmod, readdir, readFile, rename, writeFile, unlink } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { basename, dirname, join } from 'node:path';
 import { CONF_EXTENSIONS, type ChainPlan, type ConfFile, confListText, planChain, runtimeConfig } from './chainstate.js';
 import { ConfListError, isChained, SLUICE_PLUGIN_TYPE, sluiceEntry, unchainSluice } from './conflist.js';
 
@@ -22,11 +23,21 @@ export interface CniInstallOptions {
   socketPath?: string | undefined;        // written into sluice's entry when not the default
 }
 
-/** Puts a file at `path` atomically: `write` fills a temporary file beside it, renamed over `path`. */
+/**
+ * Puts a file at `path` atomically: `write` fills a temporary file beside it, renamed over `path`.
+ * The temporary name is this writer's own (two installers may share a directory: on a node during
+ * a rollout, or nodes sharing one bin directory), hidden, and not a configuration file name the
+ * runtime would read; it is removed when anything fails, and the error names the file.
+ */
 async function replaceAtomically(path: string, write: (tmp: string) => Promise<void>): Promise<void> {
-  const tmp = `${path}.sluice-tmp`;
-  await write(tmp);
-  await rename(tmp, path);
+  const tmp = join(dirname(path), `.${basename(path)}.sluice-tmp-${process.pid}-${randomBytes(4).toString('hex')}`);
+  try {
+    await write(tmp);
+    await rename(tmp, path);
+  } catch (err) {
+    await unlink(tmp).catch(() => undefined);
+    throw new Error(`cannot replace ${path}: ${(err as Error).message}; nothing was changed there, run the install again`);
+  }
 }
 
 /** The directory's configuration files (names and contents) as the runtime would list them. */

@@ -72,6 +72,8 @@ t.test('chains at start, re-chains a rewritten file and a new file sorting first
   primaryWrites('05-new.conf', JSON.stringify({ cniVersion: '1.0.0', name: 'k8s', type: 'ptp' }));
   await until(() => readdirSync(conf).includes('05-new.conflist') && !readdirSync(conf).includes('05-new.conf'), 'the new first file chained');
   t.same(types(join(conf, '05-new.conflist')), ['ptp', 'sluice-cni'], 'a new file that sorts first is chained (as a .conflist)');
+  // The file is on disk a moment before the keeper records it in its status.
+  await until(() => keeper.status().file === '05-new.conflist', 'status');
   t.match(keeper.status(), { state: 'chained', file: '05-new.conflist' });
   t.same(readdirSync(conf).filter((f) => f.includes('tmp')), [], 'no temporary files left');
 });

@@ -88,3 +88,19 @@ t.test('install and uninstall on a node directory', async (t) => {
   await writeFile(join(conf, '10-aws.conflist'), '{not json');
   await t.rejects(installCni({ confDir: conf, binDir: bin }), /not valid JSON/);
 });
+
+t.test('installers running at once into one bin and configuration directory all succeed, leaving no temporary file', async (t) => {
+  const root = await mkdtemp(join(tmpdir(), 'sluice-install-race-'));
+  t.teardown(() => rm(root, { recursive: true, force: true }));
+  const [conf, bin, built] = ['net.d', 'bin', 'built'].map((d) => join(root, d)) as [string, string, string];
+  const fs = await import('node:fs/promises');
+  await Promise.all([conf, bin, built].map((d) => fs.mkdir(d)));
+  await writeFile(join(conf, '10-aws.conflist'), JSON.stringify(awsLike));
+  await writeFile(join(built, 'sluice-cni'), '#!/bin/sh\necho front end\n');
+  await writeFile(join(built, 'sluice-cni-standalone'), `#!/bin/sh\n${'echo standalone\n'.repeat(20_000)}`);
+  const results = await Promise.allSettled(Array.from({ length: 8 }, () => installCni({ confDir: conf, binDir: bin, pluginBinary: join(built, 'sluice-cni') })));
+  t.same(results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason)), [], 'no installer failed');
+  t.same((await readdir(bin)).sort(), ['sluice-cni', 'sluice-cni-standalone'], 'the two executables, no temporary file');
+  t.same((await readdir(conf)).sort(), ['10-aws.conflist'], 'the one configuration, no temporary file');
+  t.equal(await readFile(join(bin, 'sluice-cni-standalone'), 'utf8'), await readFile(join(built, 'sluice-cni-standalone'), 'utf8'), 'the whole standalone plugin');
+});
