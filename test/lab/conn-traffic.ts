@@ -6,12 +6,9 @@
  * connection (a write every `everyMs`) going and record socket errors (a reset shows there).
  * Times are the machine's wall clock (every namespace shares it).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { NetnsScript } from './enforce-traffic.js';
 
-const SCRIPT = String.raw`
+const SCRIPT = `
 const fs = require('node:fs'); const net = require('node:net'); const dgram = require('node:dgram');
 const [role, statusFile, a, b, c, d, e] = process.argv.slice(1);
 const st = { role, flows: {}, errors: [], sent: 0, ready: false };
@@ -60,12 +57,9 @@ export interface ConnStatus {
 }
 
 /** One process in a Pod's namespace (receiver or sender), readable at any time. */
-export class ConnProcess {
-  private readonly child: ChildProcess;
-  private readonly file = join(tmpdir(), `conn-traffic-${process.pid}-${Math.random().toString(36).slice(2)}.json`);
-
+export class ConnProcess extends NetnsScript<ConnStatus> {
   private constructor(netns: string, args: string[]) {
-    this.child = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', SCRIPT, args[0]!, this.file, ...args.slice(1)], { stdio: 'ignore' });
+    super(netns, SCRIPT, (file) => [args[0]!, file, ...args.slice(1)], { flows: {}, errors: [], sent: 0, ready: false });
   }
 
   /** UDP and TCP on `port` (IPv4, or IPv6 with family 6). */
@@ -83,14 +77,6 @@ export class ConnProcess {
     return new ConnProcess(netns, ['tcp', ip, String(port), String(everyMs)]);
   }
 
-  status(): ConnStatus {
-    try {
-      return JSON.parse(readFileSync(this.file, 'utf8')) as ConnStatus;
-    } catch {
-      return { flows: {}, errors: [], sent: 0, ready: false };
-    }
-  }
-
   /** Waits until the socket is bound or connected (node starting in the namespace takes a moment). */
   async ready(timeoutMs = 20_000): Promise<boolean> {
     const deadline = Date.now() + timeoutMs;
@@ -105,17 +91,6 @@ export class ConnProcess {
   from(proto: 'udp' | 'tcp', ip: string): FlowRecord | undefined {
     const found = Object.entries(this.status().flows).filter(([k]) => k.startsWith(`${proto} ${ip} `) || k.startsWith(`${proto} ::ffff:${ip} `));
     return found[0]?.[1];
-  }
-
-  async stop(): Promise<ConnStatus> {
-    if (this.child.exitCode === null) {
-      const exited = new Promise((r) => this.child.once('exit', r));
-      this.child.kill('SIGTERM');
-      await exited;
-    }
-    const s = this.status();
-    rmSync(this.file, { force: true });
-    return s;
   }
 }
 

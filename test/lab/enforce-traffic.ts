@@ -40,21 +40,42 @@ export interface TrafficStatus {
   closed: boolean;
 }
 
-export class Traffic {
+/**
+ * A node script run in a network namespace, keeping its JSON status in a file that can be read at
+ * any time (the script rewrites it every 50 ms and on SIGTERM).
+ */
+export class NetnsScript<S> {
   private readonly child: ChildProcess;
-  private readonly file: string;
+  private readonly file = join(tmpdir(), `lab-script-${process.pid}-${Math.random().toString(36).slice(2)}.json`);
 
-  constructor(netns: string, mode: 'stream' | 'attempts', ip: string, port: number) {
-    this.file = join(tmpdir(), `enforce-traffic-${process.pid}-${Math.random().toString(36).slice(2)}.json`);
-    this.child = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', SCRIPT, mode, ip, String(port), this.file], { stdio: 'ignore' });
+  constructor(netns: string, script: string, args: (statusFile: string) => string[], private readonly empty: S) {
+    this.child = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', script, ...args(this.file)], { stdio: 'ignore' });
   }
 
-  status(): TrafficStatus {
+  status(): S {
     try {
-      return JSON.parse(readFileSync(this.file, 'utf8')) as TrafficStatus;
+      return JSON.parse(readFileSync(this.file, 'utf8')) as S;
     } catch {
-      return { connected: 0, attempts: 0, echoed: 0, errors: [], closed: false };
+      return this.empty;
     }
+  }
+
+  /** Stops the script (its last status is written on SIGTERM) and returns that status. */
+  async stop(): Promise<S> {
+    if (this.child.exitCode === null) {
+      const exited = new Promise((r) => this.child.once('exit', r));
+      this.child.kill('SIGTERM');
+      await exited;
+    }
+    const s = this.status();
+    rmSync(this.file, { force: true });
+    return s;
+  }
+}
+
+export class Traffic extends NetnsScript<TrafficStatus> {
+  constructor(netns: string, mode: 'stream' | 'attempts', ip: string, port: number) {
+    super(netns, SCRIPT, (file) => [mode, ip, String(port), file], { connected: 0, attempts: 0, echoed: 0, errors: [], closed: false });
   }
 
   /** Waits until the stream is connected and has echoed something (node start-up in the netns can take seconds). */
@@ -78,16 +99,5 @@ export class Traffic {
       if (this.status().echoed > before) return true;
     }
     return false;
-  }
-
-  async stop(): Promise<TrafficStatus> {
-    if (this.child.exitCode === null) {
-      const exited = new Promise((r) => this.child.once('exit', r));
-      this.child.kill('SIGTERM');
-      await exited;
-    }
-    const s = this.status();
-    rmSync(this.file, { force: true });
-    return s;
   }
 }

@@ -3,7 +3,9 @@
  * event reaches the policy engine; CRD kinds that are not installed do not block start-up and are
  * picked up once their CRD appears; dropped watches resume; an expired resourceVersion (410) relists
  * and reports what was deleted meanwhile, without ever dropping objects that still exist.
- * Plus the enforcer's debounced flow application and order independence of its compiled flows.
+ * Plus the enforcer's debounced flow application and order independence of its compiled flows,
+ * and the API resourceVersion it reports as enforced (with the lab server's bookmarks after each
+ * change): it follows writes to any resource, and never passes a change whose flows are not applied.
  */
 import t, { type Test } from 'tap';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -339,4 +341,50 @@ t.test('Service and Pod events that change no rule get no compile and no apply',
   await clock.advance(60);
   t.ok(applies() > withSvc, 'a Service change is applied once a toServices rule depends on it');
   t.ok(e.flows().some((f) => f.match.includes('nw_dst=10.96.0.10,tp_dst=82')), 'the pre-DNAT flow has the new Service port');
+});
+
+t.test('the enforced resourceVersion follows writes to any resource, and only once their flows are applied', async (t) => {
+  const lab = await startLab(t, { bookmarkOnChange: true });
+  const dir = mkdtempSync(join(tmpdir(), 'enforce-gen-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const kubeconfig = join(dir, 'kubeconfig');
+  writeFileSync(kubeconfig, lab.kc.exportConfig());
+  await lab.core.createNamespace({ body: { metadata: { name: 'x', labels: { ns: 'x' } } } });
+
+  const enforcer = new Enforcer({ nodeName: 'node-1', kubeconfig, ovsRunDir: dir, bridge: 'br-int', log });
+  t.teardown(() => enforcer.close());
+  await enforcer.startWatch();
+  await enforcer.waitSynced();
+  // Applies block until the test lets them go, so the window between compile and commit is seen.
+  let release: (() => void) | undefined;
+  let applying = false;
+  enforcer.bindFlows(async () => {
+    applying = true;
+    await new Promise<void>((r) => (release = r));
+    applying = false;
+  });
+  t.equal(enforcer.status().resourceVersion, undefined, 'nothing reported before the first flows are on the bridge');
+  enforcer.flowsConverged();
+  const current = async () => BigInt((await lab.core.listNamespace()).metadata!.resourceVersion!);
+  const reported = () => (enforcer.status().resourceVersion === undefined ? undefined : BigInt(enforcer.status().resourceVersion!));
+  const start = await current();
+  await until('the start-up state reported', () => (reported() ?? 0n) >= start);
+
+  // A write that changes no policy input of this node's (a ConfigMap is not watched): the
+  // bookmarks still carry every informer past it, and nothing needs applying.
+  await lab.core.createNamespacedConfigMap({ namespace: 'x', body: { metadata: { name: 'c' }, data: {} } });
+  const afterConfigMap = await current();
+  await until('a write to an unwatched resource is reported as enforced', () => (reported() ?? 0n) >= afterConfigMap);
+  t.notOk(applying, 'without applying anything');
+
+  // A policy: reported only once its apply is done.
+  await lab.net.createNamespacedNetworkPolicy({ namespace: 'x', body: { metadata: { name: 'deny' }, spec: { podSelector: {}, policyTypes: ['Ingress'] } } });
+  const afterPolicy = await current();
+  await until('the policy is being applied', () => applying);
+  await sleep(50);
+  const during = reported();
+  t.ok(during !== undefined && during >= afterConfigMap && during < afterPolicy, `while its flows are being applied the earlier version stays reported, not the policy's (${during}: ${afterConfigMap} <= it < ${afterPolicy})`);
+  release!();
+  await until('reported once applied', () => (reported() ?? 0n) >= afterPolicy);
+  t.pass(`reported ${reported()} >= ${afterPolicy} once the apply finished`);
 });
