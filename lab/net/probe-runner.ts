@@ -83,13 +83,21 @@ function askProbeSocket(path: string, request: string, timeoutMs: number): Promi
     conn.on('data', (d: string) => (answer += d));
     conn.on('end', () => {
       clearTimeout(timer);
-      const parsed = JSON.parse(answer) as unknown;
+      // No answer: the workload went away mid-request (a Pod being deleted); a prober asks again.
+      if (!answer.trim()) return resolve(undefined);
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(answer);
+      } catch (err) {
+        return reject(new Error(`probe socket ${path}: unreadable answer: ${(err as Error).message}`));
+      }
       if (parsed && typeof parsed === 'object' && 'error' in parsed) reject(new Error(`probe socket ${path}: ${String((parsed as { error: unknown }).error)}`));
       else resolve(answer);
     });
     conn.on('error', (err: NodeJS.ErrnoException) => {
       clearTimeout(timer);
-      if (!connected && (err.code === 'ECONNREFUSED' || err.code === 'ENOENT')) resolve(undefined);
+      // A stale socket (nothing listens), or the workload going away mid-request: a prober asks.
+      if ((!connected && (err.code === 'ECONNREFUSED' || err.code === 'ENOENT')) || err.code === 'ECONNRESET' || err.code === 'EPIPE') resolve(undefined);
       else reject(new Error(`probe socket ${path}: ${err.message}`));
     });
   });

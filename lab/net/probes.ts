@@ -118,7 +118,15 @@ function probeOne(t: Target, timeoutMs: number): Promise<Outcome> {
 }
 
 
-/** Every target at once; results in target order. */
+/** Every target at once; results in target order. A probe that cannot even start is a reject naming why. */
 export function probeTargets(targets: Target[], timeoutMs: number): Promise<Outcome[]> {
-  return Promise.all(targets.map((t) => probeOne(t, timeoutMs)));
+  return Promise.all(
+    targets.map((t) => {
+      try {
+        return probeOne(t, timeoutMs);
+      } catch (err) {
+        return Promise.resolve({ verdict: 'reject' as const, detail: `probe could not start: ${(err as Error).message}`, ms: 0 });
+      }
+    }),
+  );
 }

@@ -109,7 +109,10 @@ function serveProbes(path: string): Promise<Server> {
         conn.end(`${JSON.stringify({ error: (err as Error).message })}\n`);
         return;
       }
-      void probeTargets(req.targets, req.timeoutMs ?? 1500).then((results) => conn.end(`${JSON.stringify(results)}\n`));
+      probeTargets(req.targets, req.timeoutMs ?? 1500).then(
+        (results) => conn.end(`${JSON.stringify(results)}\n`),
+        (err: Error) => conn.end(`${JSON.stringify({ error: err.message })}\n`),
+      );
     });
   });
   return new Promise((resolve, reject) => {
@@ -138,6 +141,9 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
+  // A probe gone wrong (a socket call after its socket closed) must not take the Pod's servers
+  // with it: said in the workload's log, and the servers go on.
+  process.on('uncaughtException', (err) => process.stderr.write(`workload: ${err.stack ?? err.message}\n`));
 }
 
 main().catch((err: Error) => {
