@@ -55,6 +55,13 @@ import type { CniInvocation, CniResult } from './net/cni-runner.js';
 import { checkLabName, conflistPath, ipamDir, nodeNetns, ovsDir, podCidr, podNetns, repoRoot } from './net/names.js';
 import { startNodeOvs, stopNodeOvs } from './net/ovs.js';
 import { runProbes } from './net/probe-runner.js';
+
+/**
+ * A prober process per round, not the workloads' probe sockets: the probers run while scenarios
+ * restart agents, Open vSwitch and the API server, and a round that fails there must not depend on
+ * a Pod's workload staying healthy through a flood of its own namespace's connections.
+ */
+const CHAOS_PROBES = { viaWorkload: false };
 import { clientFor } from './ops.js';
 import { bridgeHasDesired } from './proof/converge.js';
 
@@ -193,7 +200,7 @@ class Prober {
         // A flipped target's expectation holds for a connection only when the same committed
         // verdict stood from before the connection was opened until it was decided.
         const before = this.flipped && { epoch: this.flipped.epoch, settled: this.flipped.settled };
-        const results = await runProbes(targets.map((x) => ({ sourceNetns: x.src, ip: x.ip, port: x.port, protocol: 'TCP' as const })), 1000);
+        const results = await runProbes(targets.map((x) => ({ sourceNetns: x.src, ip: x.ip, port: x.port, protocol: 'TCP' as const })), 1000, CHAOS_PROBES);
         const flipExpect: Expectation = before && before.epoch === this.flipped!.epoch && before.settled ? before.settled : 'unsettled';
         results.forEach((r, i) => {
           const x = targets[i]!;
@@ -322,7 +329,7 @@ async function main(): Promise<void> {
     const pod = (ref: string) => pods.find((p) => `${p.metadata.namespace}/${p.metadata.name}` === ref)!;
     const target = pod('x/a').spec.nodeName; // the node enforcing the deny
     const src = podNetns(LAB, 'z', 'a');
-    await waitUntil('the deny enforced', async () => (await runProbes([{ sourceNetns: src, ip: pod('x/a').status.podIP, port: 80, protocol: 'TCP' }], 1000))[0]!.verdict === 'drop');
+    await waitUntil('the deny enforced', async () => (await runProbes([{ sourceNetns: src, ip: pod('x/a').status.podIP, port: 80, protocol: 'TCP' }], 1000, CHAOS_PROBES))[0]!.verdict === 'drop');
 
     let broken = 0; // the running scenario's other broken promises (its fault adds them)
     /** The row of the scenario that just ran, if it was the one named (`--only` may have skipped it). */
@@ -574,7 +581,7 @@ async function main(): Promise<void> {
       spoofedThrough += lines.filter((l) => l.endsWith(' forged-ip') || l.endsWith(' forged-mac')).length;
       if (!lines.some((l) => l === `${own} own`)) throw new Error(`hostile Pod: y/a heard nothing from z/c's own address (${lines.join(', ') || 'nothing'}): the check cannot see spoofing`);
       const k = performance.now();
-      await waitUntil('z/c reaches y/a again', async () => (await runProbes([{ sourceNetns: ns, ip: to, port: 80, protocol: 'TCP' }], 1000))[0]!.verdict === 'allow');
+      await waitUntil('z/c reaches y/a again', async () => (await runProbes([{ sourceNetns: ns, ip: to, port: 80, protocol: 'TCP' }], 1000, CHAOS_PROBES))[0]!.verdict === 'allow');
       return Math.round(performance.now() - k);
     });
     const spoofRow = ranLast('hostile Pod: another');

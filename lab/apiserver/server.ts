@@ -50,7 +50,8 @@ export interface ApiServer {
   /** With ApiServerOptions.tls: https://host:port. */
   httpsUrl?: string;
   close(): Promise<void>;
-  compact(): void;
+  /** See Store.compact. */
+  compact(includingPresent?: boolean): void;
   dropWatches(): void;
 }
 
@@ -169,7 +170,7 @@ export class ApiServerImpl {
       port,
       ...(httpsPort !== undefined ? { httpsUrl: `https://${hostInUrl}:${httpsPort}` } : {}),
       close: () => this.close(),
-      compact: () => this.store.compact(),
+      compact: (includingPresent?: boolean) => this.store.compact(includingPresent),
       dropWatches: () => {
         for (const w of [...this.watches]) w.res.socket?.destroy();
       },

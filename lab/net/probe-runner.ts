@@ -36,8 +36,12 @@ function checkProbe(p: NetProbe, i: number): void {
   if (p.protocol !== 'ICMP' && (!Number.isInteger(p.port) || p.port < 1 || p.port > 65535)) throw new Error(`probe ${i}: port ${JSON.stringify(p.port)} is not 1-65535`);
 }
 
-/** Runs every probe; results come back in input order. */
-export async function runProbes(probes: NetProbe[], timeoutMs = DEFAULT_PROBE_TIMEOUT_MS): Promise<NetProbeResult[]> {
+/**
+ * Runs every probe; results come back in input order. `viaWorkload: false` always starts a
+ * prober (the chaos suite, which floods and disrupts the Pods it probes from).
+ */
+export async function runProbes(probes: NetProbe[], timeoutMs = DEFAULT_PROBE_TIMEOUT_MS, opts: { viaWorkload?: boolean } = {}): Promise<NetProbeResult[]> {
+  const viaWorkload = opts.viaWorkload ?? true;
   probes.forEach(checkProbe);
   const bySource = new Map<string, number[]>();
   probes.forEach((p, i) => {
@@ -51,7 +55,7 @@ export async function runProbes(probes: NetProbe[], timeoutMs = DEFAULT_PROBE_TI
       const targets = idx.map((i) => ({ ip: probes[i]!.ip, port: probes[i]!.port, protocol: probes[i]!.protocol }));
       const request = JSON.stringify({ timeoutMs, targets });
       const stdout =
-        (await askProbeSocket(probeSocketPath(netns), request, timeoutMs + 30_000)) ??
+        (viaWorkload ? await askProbeSocket(probeSocketPath(netns), request, timeoutMs + 30_000) : undefined) ??
         (await run('ip', ['netns', 'exec', netns, process.execPath, prober], { input: request, timeoutMs: timeoutMs + 30_000 })).stdout;
       const out = JSON.parse(stdout) as { verdict: ProbeVerdict; detail: string; ms: number }[];
       if (out.length !== idx.length) throw new Error(`prober in ${netns} returned ${out.length} results for ${idx.length} targets`);
