@@ -45,8 +45,11 @@ export function nodeIndex(node: string): number {
 }
 
 export const stateDir = (lab: string): string => join(STATE_ROOT, checkLabName(lab));
-/** Where the workload running in `netns` answers probe requests (lab/net/workload.ts). */
-export const probeSocketPath = (netns: string): string => join(STATE_ROOT, 'probe', `${netns}.sock`);
+/**
+ * Where the workload running in `netns` answers probe requests (lab/net/workload.ts). A dot
+ * directory: every other name under STATE_ROOT that fits LAB_NAME is taken for a lab.
+ */
+export const probeSocketPath = (netns: string): string => join(STATE_ROOT, '.probe', `${netns}.sock`);
 /** Checks the node name first (nodeIndex throws on a malformed one). */
 export const nodeStateDir = (lab: string, node: string): string => {
   nodeIndex(node);
