@@ -524,6 +524,7 @@ export class Enforcer {
   }
 
   status(): EnforcerStatus {
+    const rv = this.enforcedResourceVersion();
     return {
       synced: this.watch?.isSynced() ?? false,
       rules: this.engine.nodeRuleSet().length,
@@ -533,7 +534,7 @@ export class Enforcer {
       applies: this.applies,
       changes: this.changeSeq,
       committedChanges: this.committedSeq,
-      ...(this.enforcedResourceVersion() !== undefined ? { resourceVersion: String(this.enforcedResourceVersion()) } : {}),
+      ...(rv !== undefined ? { resourceVersion: String(rv) } : {}),
       ...(this.lastApplyMs !== undefined ? { lastApplyMs: this.lastApplyMs } : {}),
       packetIns: { ...this.dispatch },
       rejects: this.rejects,

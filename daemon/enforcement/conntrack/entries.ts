@@ -90,8 +90,8 @@ function parseLine(line: string): CtEntry | undefined {
 
 /** The IP protocol number of an entry. */
 export function protocolNumber(e: CtEntry): number {
-  if (e.protocol === 'ICMP') return e.family === 6 ? 58 : 1;
-  return e.protocol === 'TCP' ? 6 : e.protocol === 'UDP' ? 17 : 132;
+  const name = e.protocol === 'ICMP' ? (e.family === 6 ? 'icmpv6' : 'icmp') : e.protocol.toLowerCase();
+  return PROTOCOLS[name]!.number;
 }
 
 /** The original-direction tuple `dpctl/flush-conntrack` takes to remove exactly this entry. */
