@@ -9,7 +9,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import type { AgentConfig } from './config.js';
-import { type CniHandler, type CniServer, type GcAttachment, type PodRequest, startCniServer } from './cni/server.js';
+import { CniError, type CniHandler, type CniServer, type GcAttachment, type PodRequest, startCniServer } from './cni/server.js';
+import { CniErrorCode } from '../cni/protocol.js';
 import type { RuleStatistics } from './flows/policy/stats.js';
 import type { GatewayInfo, Ovs } from './ovs/bridge.js';
 import type { OpenFlowController } from './ovs/openflow/controller.js';
@@ -110,6 +111,7 @@ export class Agent {
   private cni?: CniServer;
   private health?: HealthServer;
   private metricsServer?: HealthServer;
+  private readonly realizationServers: HealthServer[] = [];
   private monitors: { kill(): unknown }[] = [];
   private closed = false;
 
@@ -140,15 +142,31 @@ export class Agent {
   get handler(): CniHandler {
     const a = this.attacher;
     return {
-      add: (req: PodRequest) => this.lock.runShared(() => a.add(req)).catch((err: unknown) => {
-        this.events.attachFailed(req, err);
-        throw err;
-      }),
+      add: (req: PodRequest) =>
+        this.lock
+          .runShared(() => a.add(req))
+          // Outside the lock: the answers of other nodes may take a while, and resyncs need not wait.
+          .then(() => this.podStarting(req.containerId))
+          .catch((err: unknown) => {
+            this.events.attachFailed(req, err);
+            throw err;
+          }),
       del: (req: PodRequest) => this.lock.runShared(() => a.del(req)),
       check: (req: PodRequest) => this.lock.runShared(() => a.check(req)),
       status: () => a.status(),
       gc: (valid: GcAttachment[], req: { networkName: string }) => this.lock.runShared(() => a.gc(valid, req)),
     };
+  }
+
+  /** A new Pod's addresses are known where they matter, or it is guarded (EnforcementHooks.podStarting). */
+  private async podStarting(containerId: string): Promise<void> {
+    const pod = this.pods.get(containerId);
+    if (!pod || !this.enforcement?.podStarting) return;
+    try {
+      await this.enforcement.podStarting(pod);
+    } catch (err) {
+      throw new CniError(CniErrorCode.AttachFailed, `container ${containerId}: the new Pod's guard could not be installed: ${(err as Error).message}`);
+    }
   }
 
   static async start(parts: AgentParts): Promise<Agent> {
@@ -181,6 +199,7 @@ export class Agent {
     await mkdir(cfg.stateDir, { recursive: true });
 
     await node.startUp();
+    await this.startRealizationEndpoints();
 
     if (serveCni) this.cni = await startCniServer(cfg.socketPath, this.handler, log, this.metrics && ((c, r, s) => this.metrics!.observeCniRequest(c, r, s)));
     node.ready = true;
@@ -194,6 +213,19 @@ export class Agent {
     // Checked once now, then followed; each re-chain asks the schedules for adoption.
     await this.chainKeeper?.start();
     this.schedules.start();
+  }
+
+  /**
+   * The realization endpoint other agents ask about new Pods (enforcement/newpods/peers.ts), on
+   * each of the node's addresses: where they find this node (its Node object's InternalIP).
+   */
+  private async startRealizationEndpoints(): Promise<void> {
+    const realized = this.enforcement?.realized;
+    if (!realized) return;
+    for (const host of [this.node.nodeIP, this.node.nodeIPv6]) {
+      if (!host) continue;
+      this.realizationServers.push(await startEndpoint('realization endpoint (realizationPort)', { host, port: this.config.realizationPort }, this.log, { '/realized': (q) => realized(q) }));
+    }
   }
 
   /** GET /metrics, with the figures read from this agent at each scrape. */
@@ -369,6 +401,7 @@ export class Agent {
     await this.parts.openflow.close();
     await this.health?.close();
     await this.metricsServer?.close();
+    for (const s of this.realizationServers) await s.close();
     await this.node.hostNetwork?.close();
     this.parts.closeAdapters();
   }

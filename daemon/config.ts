@@ -35,6 +35,9 @@
  *                               # every policy kind; keep: those only Kubernetes NetworkPolicy denies
  *                               # stay open (that kind's connection-based semantics). Set it the same
  *                               # on every node (the DaemonSet's ConfigMap).
+ * realizationPort: 9378         # the agent answers other agents on the node's addresses here: is a new
+ *                               # Pod enforced on this node yet (a new Pod's ADD asks the nodes where
+ *                               # its address matters). The same on every node; 1-65535.
  * ```
  */
 import { readFile } from 'node:fs/promises';
@@ -80,6 +83,8 @@ export interface AgentConfig {
   packetInRate: number;
   /** What happens to open connections that only Kubernetes NetworkPolicy now denies. */
   networkPolicyConnections: 'cut' | 'keep';
+  /** Port of the realization endpoint other agents ask about new Pods (enforcement/newpods). */
+  realizationPort: number;
 }
 
 export const CONFIG_DEFAULTS = {
@@ -101,6 +106,7 @@ export const CONFIG_DEFAULTS = {
   auditLogPath: '/var/log/antrea/networkpolicy/np.log',
   packetInRate: 5000,
   networkPolicyConnections: 'cut',
+  realizationPort: 9378,
 } as const;
 
 export const DEFAULT_CONFIG_PATH = '/etc/sluice/agent.yaml';
@@ -114,6 +120,7 @@ const KEYS = [
   'nodeName', 'kubeconfig', 'bridge', 'datapath', 'iptablesBackend', 'gateway', 'serviceCIDRs', 'socketPath', 'ovsRunDir', 'stateDir',
   'healthAddress', 'metricsAddress', 'logLevel', 'nodeIP', 'nodeIPv6', 'resyncIntervalSeconds', 'flowCheckIntervalSeconds', 'rtTablesFile',
   'auditLogPath', 'enforcePolicies', 'cniConfDir', 'cniBinDir', 'cniCacheDir', 'packetInRate', 'networkPolicyConnections',
+  'realizationPort',
 ] as const;
 /** Linux interface names: 1-15 bytes, no '/', whitespace or ':'. */
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
@@ -219,6 +226,14 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     bad('networkPolicyConnections', `must be "cut" (open connections a change denies are cut) or "keep" (those only Kubernetes NetworkPolicy denies stay open), got "${networkPolicyConnections}"`);
   }
 
+  const realizationPort = raw.realizationPort ?? CONFIG_DEFAULTS.realizationPort;
+  if (typeof realizationPort !== 'number' || !Number.isInteger(realizationPort) || realizationPort < 1 || realizationPort > 65535) {
+    bad('realizationPort', `must be a port 1-65535 (every node's agent answers other agents there), got ${JSON.stringify(realizationPort)}`);
+  }
+  for (const [field, a] of [['healthAddress', healthAddress], ['metricsAddress', metricsAddress]] as const) {
+    if (a && a.port === realizationPort) bad('realizationPort', `port ${realizationPort} is ${field}'s port`);
+  }
+
   const bridge = ifname('bridge', CONFIG_DEFAULTS.bridge);
   const gateway = ifname('gateway', CONFIG_DEFAULTS.gateway);
   if (bridge === gateway) bad('gateway', `must differ from bridge "${bridge}"`);
@@ -250,6 +265,7 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     ...(typeof enforce === 'boolean' ? { enforcePolicies: enforce } : {}),
     packetInRate: packetInRate as number,
     networkPolicyConnections: networkPolicyConnections as AgentConfig['networkPolicyConnections'],
+    realizationPort: realizationPort as number,
   };
 }
 

@@ -50,6 +50,12 @@ export function runningStatus(pod: KubeObject, sandbox: Pick<PodSandbox, 'ips'>,
   };
 }
 
+/**
+ * A lab Pod whose application talks from its first moment (as a container that connects at
+ * start-up): "udp,IP,PORT,EVERY_MS,FOR_MS" (lab/net/workload.ts --talk).
+ */
+export const TALK_ANNOTATION = 'lab.sluice.dev/talk-on-start';
+
 export function startKubelet(lab: string, node: string, kc: k8s.KubeConfig, rest: RestClient, log: Log, opts: KubeletOptions = {}): Controller {
   let gate: Promise<void> | undefined;
   const failures = new Map<string, number>();
@@ -78,6 +84,7 @@ export function startKubelet(lab: string, node: string, kc: k8s.KubeConfig, rest
         name,
         hostNetwork: Boolean(pod.spec?.hostNetwork),
         ports: servedPorts(pod),
+        ...(typeof pod.metadata.annotations?.[TALK_ANNOTATION] === 'string' ? { talk: pod.metadata.annotations[TALK_ANNOTATION] } : {}),
       });
       failures.delete(key);
       const ip = sandbox.ips[0];

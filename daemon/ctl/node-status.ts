@@ -1,4 +1,4 @@
-/** `sluicectl node status`: what the agent on this node reports (readiness, gateway, Pods, last resync). */
+/** `sluicectl node status`: what the agent on this node reports (readiness, gateway, Pods, last resync, guarded new Pods). */
 import type { CommandModule } from 'yargs';
 import { agentStatus, type NodeArgs, nodeContext, withConfig } from './node-common.js';
 
@@ -31,6 +31,12 @@ export const nodeStatusCommand: CommandModule<object, NodeArgs & { json: boolean
       console.log(`  running Pods adopted: ${a.adopted}`);
       for (const u of a.unattached) console.log(`  NOT ENFORCED: ${u.pod} crosses no bridge (no policy applies): ${u.reason}`);
       if (a.unattached.length) process.exitCode = 1;
+    }
+    const newPods = (s.enforcement as { newPods?: { admitted: number; guardedPods: { pod: string; nodes: string[]; sinceMs: number }[] } } | undefined)?.newPods;
+    if (newPods) {
+      console.log(`  new Pods admitted: ${newPods.admitted}`);
+      // A guard is fail-closed but cuts the Pod off from those nodes' span Pods: worth an operator's look when it lasts.
+      for (const g of newPods.guardedPods) console.log(`  GUARDED: ${g.pod} from the Pods of ${g.nodes.join(', ')} for ${Math.round(g.sinceMs / 1000)} s: those nodes have not confirmed they know its address (their agents: realizationPort)`);
     }
     if (!s.ready) process.exitCode = 1;
   },

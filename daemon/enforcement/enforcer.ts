@@ -25,6 +25,7 @@ import type { PacketIn, PacketOut } from '../ovs/openflow/wire.js';
 import { dirtyRuleIds, EgressSourceView, egressRulesOf, PolicyFlows, policyFlowInput, type RuleStatistics } from '../flows/policy/index.js';
 import { RuleStatsKeeper } from './rulestats.js';
 import { PolicyEngine, type ChangeSet } from '../policy/engine.js';
+import { podAddresses } from '../policy/cluster.js';
 import { parseIp } from '../policy/cidr.js';
 import type { KubeObject } from '../policy/types.js';
 import type { PodAttachment } from '../cni/attacher.js';
@@ -37,6 +38,9 @@ import type { EnforcementMetrics } from '../metrics.js';
 import { type Clock, realClock } from '../clock.js';
 import { CoalescingRunner } from './runner.js';
 import { ConnectionSweeper, type ConntrackIo, type SweeperStatus } from './conntrack/index.js';
+import { askPeer, NewPodGate, type PodQuestion, parseQuestion, PUBLICATION_PATCH_TYPE, publicationPatch, publicationPath } from './newpods/index.js';
+import { newPodGuardFlows } from '../flows/newpod-guard.js';
+import { podKey } from '../policy/cluster.js';
 
 /** What DNS learning plugs in (enforcement/fqdn): called for every DNS punt; returns the engine's ChangeSet if it learned something. */
 export type DnsPuntHook = (pin: PacketIn, punt: DecodedPunt, engine: PolicyEngine) => ChangeSet | undefined | Promise<ChangeSet | undefined>;
@@ -78,6 +82,11 @@ export interface EnforcerOptions {
   connections?: { datapath: 'system' | 'netdev'; keepNetworkPolicy: boolean };
   /** Each conntrack sweep that cut connections (metrics). */
   onConnectionsCut?: (count: number) => void;
+  /**
+   * New Pods (newpods/gate.ts): the port every agent answers realization questions on, and how long
+   * an ADD waits for the answers before it guards the nodes that did not give them.
+   */
+  newPods?: { realizationPort: number; confirmWithinMs?: number };
 }
 
 export interface EnforcerStatus {
@@ -110,11 +119,14 @@ export interface EnforcerStatus {
   fqdn?: unknown;
   /** Connections cut because a change denied them (absent without a conntrack adapter). */
   connections?: SweeperStatus;
+  /** New Pods admitted at CNI ADD, and those still guarded from nodes that have not confirmed them. */
+  newPods?: ReturnType<NewPodGate['status']>;
 }
 
 /** The FlowStore owners of the policy side. */
 export const POLICY_OWNER = 'policy';
 export const DNS_INTERCEPT_OWNER = 'dns-intercept';
+export const NEW_POD_GUARD_OWNER = 'new-pod-guard';
 
 const isCoreKind = (o: { apiVersion: string; kind: string }, kind: string) => o.apiVersion === 'v1' && o.kind === kind;
 
@@ -157,6 +169,11 @@ export class Enforcer {
   private committedRv?: bigint | undefined;
   /** Start-up's first sync is on the bridge. */
   private bridgeSynced = false;
+  /** Each Pod in the engine (cluster-wide) → the change count after it was last fed. */
+  private readonly podFedSeq = new Map<string, number>();
+  /** Realization questions waiting for a yes (re-checked after each commit and Pod event). */
+  private readonly realizationWaiters = new Set<(closing?: boolean) => void>();
+  readonly newPods?: NewPodGate;
 
   constructor(private readonly opts: EnforcerOptions) {
     this.engine = new PolicyEngine({
@@ -167,6 +184,20 @@ export class Enforcer {
     this.clock = opts.clock ?? realClock;
     this.flusher = new CoalescingRunner({ clock: this.clock, burstDelayMs: opts.debounceMs ?? 20, run: () => this.flush() });
     this.stats = new RuleStatsKeeper(this.policyFlows, { stateDir: opts.stateDir, log: opts.log });
+    const np = opts.newPods;
+    if (np) {
+      this.newPods = new NewPodGate({
+        nodeName: opts.nodeName,
+        span: (namespace, name) => this.engine.podSpan(namespace, name),
+        peerAddress: (node) => this.engine.cluster.nodes.get(node)?.ips[0],
+        publish: (pod) => this.publishAddresses(pod, np.confirmWithinMs ?? 2000),
+        ask: (address, pod, waitMs) => askPeer(address, np.realizationPort, pod, waitMs),
+        applyFlows: () => (this.applyFlows ? this.applyFlows() : Promise.reject(new Error('the bridge is not bound yet'))),
+        clock: this.clock,
+        log: opts.log,
+        confirmWithinMs: np.confirmWithinMs ?? 2000,
+      });
+    }
   }
 
   // ------------------------------------------------------------------ inputs
@@ -232,8 +263,12 @@ export class Enforcer {
    * then match on. hostNetwork Pods use their Node's addresses.
    */
   private feedPod(obj: KubeObject, present: boolean): void {
-    const addressed = obj.spec?.hostNetwork === true || Boolean(obj.status?.podIP) || (Array.isArray(obj.status?.podIPs) && obj.status.podIPs.length > 0);
+    const addressed = obj.spec?.hostNetwork === true || podAddresses(obj).length > 0;
     this.feed(obj, present && addressed ? 'upsert' : 'remove');
+    const ref = podKey({ namespace: obj.metadata.namespace ?? 'default', name: obj.metadata.name });
+    if (present && addressed) this.podFedSeq.set(ref, this.changeSeq);
+    else this.podFedSeq.delete(ref);
+    this.pokeRealization();
   }
 
   private feed(obj: KubeObject, type: 'upsert' | 'remove'): void {
@@ -302,6 +337,7 @@ export class Enforcer {
       if (rv !== undefined && (this.committedRv === undefined || rv > this.committedRv)) this.committedRv = rv;
       // The denying flows are on the bridge: connections they deny can go.
       this.sweeper?.request();
+      this.pokeRealization();
       if (since !== undefined) {
         this.lastApplyMs = this.clock.now() - since;
         this.opts.onRealized?.(this.lastApplyMs / 1000);
@@ -329,13 +365,16 @@ export class Enforcer {
     }
     if (this.opts.dns && this.interceptStale) store.replace(DNS_INTERCEPT_OWNER, this.opts.dns.interceptFlows(this.engine));
     this.interceptStale = false;
+    // Few or none: a guard lasts only while a node has not confirmed a new Pod (newpods/gate.ts).
+    if (this.newPods) store.replace(NEW_POD_GUARD_OWNER, newPodGuardFlows(this.newPods.guarded()));
   }
 
-  /** Policy flows of the engine's current state (+ DNS interception), in one list. */
+  /** Policy flows of the engine's current state (+ DNS interception and new-Pod guards), in one list. */
   flows(): Flow[] {
     this.compileNow();
     const flows = this.policyFlows.flows();
-    return this.opts.dns ? [...flows, ...this.opts.dns.interceptFlows(this.engine)] : flows;
+    const extra = [...(this.opts.dns ? this.opts.dns.interceptFlows(this.engine) : []), ...(this.newPods ? newPodGuardFlows(this.newPods.guarded()) : [])];
+    return extra.length > 0 ? [...flows, ...extra] : flows;
   }
 
   /** A packet-out on the bridge's controller connection (false: not connected or backlogged). */
@@ -371,6 +410,70 @@ export class Enforcer {
     this.compileNow();
   }
 
+  /**
+   * CNI ADD, after the Pod's flows are on the bridge and before the ADD answers (the runtime starts
+   * its containers after that): the other nodes know its addresses, or it is guarded from those that
+   * do not (newpods/gate.ts).
+   */
+  async podStarting(pod: PodAttachment): Promise<void> {
+    if (!pod.podName || !this.newPods || pod.ips.length === 0) return;
+    const out = await this.newPods.admit({ namespace: pod.podNamespace, name: pod.podName, ips: pod.ips });
+    if (out.span.length > 0) this.opts.log.info({ pod: `${pod.podNamespace}/${pod.podName}`, ...out }, 'new Pod: span asked');
+  }
+
+  /** Publishes a local Pod's addresses in the API (its status condition; newpods/publication.ts). */
+  private async publishAddresses(pod: PodQuestion, timeoutMs: number): Promise<void> {
+    const access = this.watch?.access;
+    if (!access) throw new Error('no API connection');
+    await access.patchJson(publicationPath(pod), publicationPatch(pod, new Date()), PUBLICATION_PATCH_TYPE, timeoutMs);
+  }
+
+  /**
+   * Pod `q` is enforced on this bridge with every address of `q.ips` as its own: the engine holds
+   * it at those addresses and the flows of that state are committed.
+   */
+  podRealized(q: PodQuestion): boolean {
+    if (!this.bridgeSynced) return false;
+    const ref = podKey(q);
+    for (const ip of q.ips) {
+      const p = this.engine.cluster.podByIp.get(ip);
+      if (!p || podKey(p) !== ref) return false;
+    }
+    const fed = this.podFedSeq.get(ref);
+    if (fed === undefined) return false;
+    return this.committedSeq >= fed || (!this.pending && !this.flusher.busy && !this.fullCompile);
+  }
+
+  /** Resolves true as soon as podRealized(q), false after `waitMs` without it. */
+  whenPodRealized(q: PodQuestion, waitMs: number): Promise<boolean> {
+    if (this.podRealized(q)) return Promise.resolve(true);
+    if (waitMs <= 0 || this.closed) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const done = (v: boolean) => {
+        this.realizationWaiters.delete(check);
+        this.clock.clearTimeout(timer);
+        resolve(v);
+      };
+      const check = (closing?: boolean) => {
+        if (closing) done(false);
+        else if (this.podRealized(q)) done(true);
+      };
+      const timer = this.clock.setTimeout(() => done(false), waitMs);
+      this.realizationWaiters.add(check);
+    });
+  }
+
+  /** GET /realized on the realization endpoint (newpods/peers.ts). */
+  async realizedAnswer(query: URLSearchParams): Promise<{ code: number; body: unknown }> {
+    const parsed = parseQuestion(query);
+    if ('error' in parsed) return { code: 400, body: { error: parsed.error } };
+    return { code: 200, body: { realized: await this.whenPodRealized(parsed.question, parsed.waitMs) } };
+  }
+
+  private pokeRealization(): void {
+    for (const check of [...this.realizationWaiters]) check();
+  }
+
   /** Local attachments found at start-up (before the first sync). */
   localPodsAtStart(pods: PodAttachment[]): void {
     for (const p of pods) {
@@ -382,6 +485,7 @@ export class Enforcer {
 
   podDetached(pod: PodAttachment): void {
     if (!pod.podName) return;
+    this.newPods?.forget(pod.podNamespace, pod.podName);
     const obj = this.pods.removeLocal(pod.podNamespace, pod.podName);
     this.feedPod(obj ?? { apiVersion: 'v1', kind: 'Pod', metadata: { namespace: pod.podNamespace, name: pod.podName } }, obj !== undefined);
     this.setEgressSource(pod, false);
@@ -473,6 +577,7 @@ export class Enforcer {
   flowsConverged(): void {
     this.bridgeSynced = true;
     this.sweeper?.request();
+    this.pokeRealization();
   }
 
   /** See EnforcerStatus.resourceVersion: when nothing waits to be applied, all that was delivered is enforced. */
@@ -543,6 +648,7 @@ export class Enforcer {
       ...(this.controller ? { openflow: this.controller.stats() } : {}),
       ...(this.opts.dns ? { fqdn: this.opts.dns.stats() } : {}),
       ...(this.sweeper ? { connections: this.sweeper.status() } : {}),
+      ...(this.newPods ? { newPods: this.newPods.status() } : {}),
     };
   }
 
@@ -650,6 +756,8 @@ export class Enforcer {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.newPods?.close();
+    for (const check of [...this.realizationWaiters]) check(true);
     this.flusher.close();
     this.sweeper?.close();
     await this.sweeper?.idle();

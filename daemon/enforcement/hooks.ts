@@ -35,6 +35,14 @@ export interface EnforcementHooks {
   writeFlows(store: FlowStore): void;
   prepare(node: EnforcementNode, localPods: PodAttachment[]): Promise<void>;
   podAttaching(pod: PodAttachment): Promise<void>;
+  /**
+   * After the Pod's flows are on the bridge, before the ADD answers: resolves once the nodes where
+   * its address matters know it, or it is guarded from those that do not (newpods/gate.ts). A
+   * rejection fails the ADD (the guard could not be installed).
+   */
+  podStarting?(pod: PodAttachment): Promise<void>;
+  /** GET /realized of the realization endpoint: whether a Pod is enforced here (newpods/peers.ts). */
+  realized?(query: URLSearchParams): Promise<{ code: number; body: unknown }>;
   /** Start-up's first flow sync is on the bridge (connections opened under an older policy are judged again). */
   flowsConverged?(): void;
   podDetached(pod: PodAttachment): void;

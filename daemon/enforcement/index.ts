@@ -42,6 +42,7 @@ export async function startEnforcement(
     ...(opts.onRealized ? { onRealized: opts.onRealized } : {}),
     ...(opts.onConnectionsCut ? { onConnectionsCut: opts.onConnectionsCut } : {}),
     connections: { datapath: cfg.datapath, keepNetworkPolicy: cfg.networkPolicyConnections === 'keep' },
+    newPods: { realizationPort: cfg.realizationPort },
   });
   await enforcer.startWatch();
   const hooks: EnforcementHooks = {
@@ -59,6 +60,8 @@ export async function startEnforcement(
     flowsConverged: () => enforcer.flowsConverged(),
     podAttaching: (pod) => enforcer.podAttaching(pod),
     podDetached: (pod) => enforcer.podDetached(pod),
+    podStarting: (pod) => enforcer.podStarting(pod),
+    realized: (query) => enforcer.realizedAnswer(query),
     close: () => enforcer.close(),
     status: () => enforcer.status(),
     policyReport: () => enforcer.policyReport(),

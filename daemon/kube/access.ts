@@ -185,6 +185,11 @@ export class KubeAccess {
     return this.requestJson('POST', path, body, timeoutMs);
   }
 
+  /** PATCH with a JSON body of the given patch type (merge, strategic merge); the patched object. */
+  patchJson(path: string, body: unknown, contentType: 'application/merge-patch+json' | 'application/strategic-merge-patch+json', timeoutMs = 30_000): Promise<unknown> {
+    return this.requestJson('PATCH', path, body, timeoutMs, contentType);
+  }
+
   /**
    * A watch: GET `path` with watch=1, one JSON event per line to `onEvent`. `onEnd` is called once:
    * with no error when the server ends the stream or `close()` is called, with an error when the
@@ -200,7 +205,7 @@ export class KubeAccess {
       ended = true;
       onEnd(closing ? undefined : err);
     };
-    const req = this.send('GET', url, undefined, (res) => {
+    const req = this.send('GET', url, undefined, 'application/json', (res) => {
       if (res.statusCode !== 200) {
         readBody(res).then(
           (text) => end(apiError('GET', path, res.statusCode ?? 0, text)),
@@ -241,13 +246,13 @@ export class KubeAccess {
     };
   }
 
-  private requestJson(method: string, path: string, body: unknown, timeoutMs: number): Promise<unknown> {
+  private requestJson(method: string, path: string, body: unknown, timeoutMs: number, contentType = 'application/json'): Promise<unknown> {
     const url = new URL(this.server + path);
     return new Promise((resolve, reject) => {
       // Response bytes seen: an idle timeout that fires after the event loop was busy does not
       // cut a response that was arriving (see replyDeadline).
       let progress = 0;
-      const req = this.send(method, url, body, (res) => {
+      const req = this.send(method, url, body, contentType, (res) => {
         res.on('data', () => progress++);
         readBody(res).then((text) => {
           const code = res.statusCode ?? 0;
@@ -269,13 +274,13 @@ export class KubeAccess {
     });
   }
 
-  private send(method: string, url: URL, body: unknown, onResponse: (res: http.IncomingMessage) => void): http.ClientRequest {
+  private send(method: string, url: URL, body: unknown, contentType: string, onResponse: (res: http.IncomingMessage) => void): http.ClientRequest {
     const headers: Record<string, string> = { accept: 'application/json', 'user-agent': 'sluice-agent' };
     const authorization = this.authorization();
     if (authorization) headers.authorization = authorization;
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     if (payload) {
-      headers['content-type'] = 'application/json';
+      headers['content-type'] = contentType;
       headers['content-length'] = String(payload.length);
     }
     const mod = url.protocol === 'https:' ? https : http;

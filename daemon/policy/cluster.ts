@@ -4,7 +4,8 @@
  * Pure: no I/O.
  *
  * Pod addresses: every entry of `status.podIPs` (both families in a dual-stack cluster), else
- * `status.podIP`. Addresses are kept in canonical text (IPv6 compressed, lower case) so that the
+ * `status.podIP`, else the addresses the Pod's node agent published at CNI ADD in the status
+ * condition POD_ADDRESSES_CONDITION (podAddresses). Addresses are kept in canonical text (IPv6 compressed, lower case) so that the
  * indexes by IP and probe addresses agree whatever form the object used. A hostNetwork Pod has its Node's
  * addresses. A Pod without an IP (not yet started, or a hand-written scenario) gets a deterministic
  * one: FNV-1a of "<nodeName>/<namespace>/<name>" mapped into 10.128.0.0/9 (never .0 or .255 in the
@@ -93,12 +94,48 @@ function podPorts(spec: any): ContainerPort[] {
   return ports;
 }
 
+/**
+ * The status condition in which a node's agent publishes a new Pod's addresses at its CNI ADD,
+ * before the kubelet reports them: every other node then knows the Pod by its address from its
+ * first packet on (enforcement/newpods). A condition, not an annotation: the status subresource is
+ * written by the node's agent and the kubelet, never by those who may edit the Pod itself, so no
+ * user can claim another Pod's address for their own. Its message is the addresses, comma-separated.
+ */
+export const POD_ADDRESSES_CONDITION = 'sluice.dev/PodAddresses';
+
+/** The addresses a POD_ADDRESSES_CONDITION message lists (undefined: not such a list). */
+export function parsePublishedAddresses(message: unknown): string[] | undefined {
+  if (typeof message !== 'string' || message === '') return undefined;
+  const ips: string[] = [];
+  for (const part of message.split(',')) {
+    const ip = canonicalIp(part.trim());
+    if (ip === undefined) return undefined;
+    if (!ips.includes(ip)) ips.push(ip);
+  }
+  return ips;
+}
+
+/**
+ * A Pod's addresses (canonical): the kubelet's `status.podIPs`, else `status.podIP`, else those its
+ * node's agent published (POD_ADDRESSES_CONDITION, status True). The kubelet's report wins: it is
+ * what the Pod has once the sandbox is up, and the publication only bridges the time before it.
+ */
+export function podAddresses(obj: KubeObject): string[] {
+  const status = obj.status;
+  const ips: string[] = [];
+  if (Array.isArray(status?.podIPs)) for (const p of status.podIPs) if (typeof p?.ip === 'string' && p.ip && !ips.includes(canonical(p.ip))) ips.push(canonical(p.ip));
+  if (ips.length === 0 && typeof status?.podIP === 'string' && status.podIP) ips.push(canonical(status.podIP));
+  if (ips.length === 0 && Array.isArray(status?.conditions)) {
+    const c = status.conditions.find((x: any) => x?.type === POD_ADDRESSES_CONDITION && x.status === 'True');
+    return parsePublishedAddresses(c?.message) ?? [];
+  }
+  return ips;
+}
+
 /** Pod object → PodInfo (ips from status only; the caller fills the rest). */
 export function podInfoFromObject(obj: KubeObject): PodInfo {
   const spec = obj.spec ?? {};
-  const ips: string[] = [];
-  if (Array.isArray(obj.status?.podIPs)) for (const p of obj.status.podIPs) if (typeof p?.ip === 'string' && p.ip && !ips.includes(canonical(p.ip))) ips.push(canonical(p.ip));
-  if (ips.length === 0 && typeof obj.status?.podIP === 'string' && obj.status.podIP) ips.push(canonical(obj.status.podIP));
+  const ips = podAddresses(obj);
   return {
     namespace: obj.metadata.namespace ?? 'default',
     name: obj.metadata.name,

@@ -334,6 +334,8 @@ export class PolicyEngine {
   // Internal objects for the enforcement side
 
   addressGroups(): AddressGroup[] { return this.model.addressGroups(); }
+  /** See InternalModel.podSpan: node → addresses of its Pods whose rules name Pod `namespace/name` as a peer. */
+  podSpan(namespace: string, name: string): Map<string, string[]> { return this.model.podSpan(`${namespace}/${name}`); }
   appliedToGroups(): AppliedToGroup[] { return this.model.appliedToGroups(); }
   internalRules(): ComputedRule[] { return this.model.rules(); }
   /** The ids of the computed rules naming any of these groups, from an index kept with the rules. */

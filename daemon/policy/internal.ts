@@ -457,6 +457,33 @@ export class InternalModel {
     return [...this.groups.address.values()].sort(byId).map((g) => this.toAddressGroup(g));
   }
 
+  /**
+   * Where the rules that name Pod `ref` ("ns/name") as a peer are enforced: node → the addresses of
+   * its Pods that such a rule applies to. These are the Pods whose verdicts on the Pod's traffic
+   * depend on knowing its address: a node that has not learnt it yet judges the Pod as an unknown
+   * address there (enforcement/newpods). Rules without a peer group, and isolation alone, judge an
+   * unknown address as they judge the Pod, so their nodes are not in it.
+   */
+  podSpan(ref: string): Map<string, string[]> {
+    const key = `pod:${ref}`;
+    const groups = new Set<string>();
+    for (const g of this.groups.address.values()) if (g.members.has(key)) groups.add(g.id);
+    const out = new Map<string, Set<string>>();
+    for (const id of this.rulesNamingGroups(groups)) {
+      const rule = this.computed.get(id);
+      if (!rule?.addressGroups.some((g) => groups.has(g))) continue;
+      for (const atg of rule.appliedToGroups) {
+        for (const m of this.groups.appliedTo.get(atg)?.members.values() ?? []) {
+          if (m.kind !== 'pod' || !m.nodeName || m.ref === ref) continue;
+          let ips = out.get(m.nodeName);
+          if (!ips) out.set(m.nodeName, (ips = new Set()));
+          for (const ip of m.ips) ips.add(ip);
+        }
+      }
+    }
+    return new Map([...out].map(([node, ips]) => [node, [...ips].sort()]));
+  }
+
   appliedToGroups(): AppliedToGroup[] {
     return [...this.groups.appliedTo.values()].sort(byId).map((g) => this.toAppliedToGroup(g));
   }

@@ -36,6 +36,8 @@ export interface PodSandboxSpec {
   /** Defaults to the node's conflist file. */
   conflist?: Conflist;
   txChecksumOff?: 'auto' | 'always' | 'never';
+  /** The workload talks from its start (workload.js --talk): "udp,IP,PORT,EVERY_MS,FOR_MS" (when the sandbox's creation began and when its CNI ADD answered are added). */
+  talk?: string;
 }
 
 export interface PodSandbox {
@@ -55,6 +57,8 @@ export interface PodSandbox {
 const metaFile = (lab: string, ns: string, name: string) => join(podsStateDir(lab), `${podHash(ns, name)}.json`);
 const pidFile = (lab: string, ns: string, name: string) => join(podsStateDir(lab), `${podHash(ns, name)}.workload.pid`);
 const logFile = (lab: string, ns: string, name: string) => join(podsStateDir(lab), `${podHash(ns, name)}.workload.log`);
+/** What a talking workload recorded (workload.ts TalkRecord). */
+export const talkFile = (lab: string, ns: string, name: string) => `${pidFile(lab, ns, name)}.talk.json`;
 
 export const defaultContainerId = (namespace: string, name: string): string => `lab${podHash(namespace, name)}${'0'.repeat(53)}`;
 
@@ -106,6 +110,7 @@ function checkSpec(spec: PodSandboxSpec): void {
 const ipsOf = (result: CniResult): string[] => (result.ips ?? []).map((i) => i.address.split('/')[0]!);
 
 export async function createPodSandbox(spec: PodSandboxSpec): Promise<PodSandbox> {
+  const since = Date.now();
   checkSpec(spec);
   const { lab, node, namespace, name } = spec;
   const existing = readPodSandbox(lab, namespace, name);
@@ -132,10 +137,11 @@ export async function createPodSandbox(spec: PodSandboxSpec): Promise<PodSandbox
   await ensureNetns(netns);
   try {
     const result = await cniAdd(inv, conflist);
+    const added = Date.now();
     const mode = spec.txChecksumOff ?? 'auto';
     const txOff = mode === 'always' || (mode === 'auto' && conflist.plugins.length === 1);
     if (txOff) await runIn(netns, 'ethtool', ['-K', 'eth0', 'tx', 'off']);
-    await startWorkload(netns, ports, pidFile(lab, namespace, name), logFile(lab, namespace, name));
+    await startWorkload(netns, ports, pidFile(lab, namespace, name), logFile(lab, namespace, name), spec.talk && `${spec.talk},${since},${added}`);
     const sandbox: PodSandbox = { namespace, name, node, containerId, hostNetwork: false, netns, ips: ipsOf(result), result, txChecksumOffByLab: txOff };
     writeFileSync(metaFile(lab, namespace, name), JSON.stringify(sandbox, null, 2));
     return sandbox;

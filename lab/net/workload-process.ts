@@ -43,14 +43,17 @@ export function workloadPid(pidfile: string): number | null {
   }
 }
 
-/** Runs workload.js in `netns`; resolves with its pid once every port listens, throws with its log otherwise. */
-export async function startWorkload(netns: string, ports: WorkloadPorts, pidfile: string, logfile: string): Promise<number> {
+/**
+ * Runs workload.js in `netns`; resolves with its pid once every port listens, throws with its log
+ * otherwise. `talk`: workload.js --talk (a client from its first moment).
+ */
+export async function startWorkload(netns: string, ports: WorkloadPorts, pidfile: string, logfile: string, talk?: string): Promise<number> {
   const running = workloadPid(pidfile);
   if (running !== null) return running;
   mkdirSync(dirname(pidfile), { recursive: true });
   rmSync(pidfile, { force: true });
   const log = openSync(logfile, 'a');
-  const args = ['netns', 'exec', netns, process.execPath, distScript('workload'), '--tcp', ports.tcp.join(','), '--udp', ports.udp.join(','), '--pidfile', pidfile, '--probe-socket', probeSocketPath(netns)];
+  const args = ['netns', 'exec', netns, process.execPath, distScript('workload'), '--tcp', ports.tcp.join(','), '--udp', ports.udp.join(','), '--pidfile', pidfile, '--probe-socket', probeSocketPath(netns), ...(talk ? ['--talk', talk] : [])];
   const child = spawn('ip', args, { detached: true, stdio: ['ignore', log, log] });
   closeSync(log);
   let exited: number | null | undefined;

@@ -5,7 +5,14 @@
  * namespace; writes its pid file only once every port listens, so the pid file means "ready".
  * With --probe-socket it also sends probes from its namespace on request (one JSON line in, as the
  * prober's stdin, one JSON line of verdicts out), so probing needs no new process per round.
+ * With --talk it is also a client from its first moment, as an application container that
+ * connects at start-up: numbered UDP datagrams from one source port to IP:PORT every EVERY ms for
+ * FOR ms, beginning before it serves anything (so before the lab's kubelet reports the Pod's
+ * address); when the first was sent and the first echo came back go to <pidfile>.talk.json, with
+ * SINCE (when the lab began creating the Pod's sandbox) and ADDED (when its CNI ADD answered)
+ * beside them.
  *   node workload.js --tcp 80,81 --udp 80,81 --pidfile /run/sluice-lab/<L>/.../workload.pid [--probe-socket PATH]
+ *     [--talk udp,IP,PORT,EVERY,FOR,SINCE,ADDED]
  */
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
@@ -121,7 +128,72 @@ function serveProbes(path: string): Promise<Server> {
   });
 }
 
+/** What a talking workload records (read by lab tests): wall-clock ms. */
+export interface TalkRecord {
+  target: string;
+  /** When the lab began creating the sandbox (before CNI ADD), and when the CNI ADD answered. */
+  since: number;
+  added: number;
+  started: number;
+  sent: number;
+  firstSent?: number;
+  replies: number;
+  firstReply?: number;
+  /** The lowest sequence number answered (0: the very first datagram was). */
+  firstAnsweredSeq?: number;
+  done: boolean;
+  errors: string[];
+}
+
+/** --talk udp,IP,PORT,EVERY,FOR: see the header. */
+function talk(spec: string, file: string): void {
+  const [proto, ip, port, every, forMs, since, added] = spec.split(',');
+  const n = (v: string | undefined, what: string) => {
+    const x = Number(v);
+    if (!Number.isInteger(x) || x < 1) throw new Error(`--talk: ${what} ${JSON.stringify(v)} is not a whole number ≥ 1`);
+    return x;
+  };
+  if (proto !== 'udp' || !ip) throw new Error(`--talk ${JSON.stringify(spec)}: use udp,IP,PORT,EVERY_MS,FOR_MS,SINCE_MS,ADDED_MS`);
+  const [dport, everyMs, total, sinceMs, addedMs] = [n(port, 'port'), n(every, 'interval'), n(forMs, 'duration'), n(since, 'start time'), n(added, 'ADD time')];
+  const rec: TalkRecord = { target: `${ip}:${dport}`, since: sinceMs, added: addedMs, started: Date.now(), sent: 0, replies: 0, done: false, errors: [] };
+  const save = () => {
+    writeFileSync(`${file}.tmp`, JSON.stringify(rec));
+    renameSync(`${file}.tmp`, file);
+  };
+  const sock = createSocket(ip.includes(':') ? 'udp6' : 'udp4');
+  sock.on('error', (err) => rec.errors.push(err.message));
+  sock.on('message', (msg) => {
+    rec.replies++;
+    rec.firstReply ??= Date.now();
+    const seq = Number(msg.toString());
+    if (Number.isInteger(seq) && (rec.firstAnsweredSeq === undefined || seq < rec.firstAnsweredSeq)) rec.firstAnsweredSeq = seq;
+  });
+  const send = () => {
+    sock.send(String(rec.sent), dport, ip, (err) => {
+      if (err) rec.errors.push(err.message);
+    });
+    rec.firstSent ??= Date.now();
+    rec.sent++;
+  };
+  send();
+  const tick = setInterval(send, everyMs);
+  const saver = setInterval(save, 100);
+  setTimeout(() => {
+    clearInterval(tick);
+    // Replies still on their way get a moment.
+    setTimeout(() => {
+      clearInterval(saver);
+      rec.done = true;
+      save();
+      sock.close();
+    }, 200);
+  }, total);
+}
+
 async function main(): Promise<void> {
+  const talkSpec = arg('--talk');
+  const pidfileArg = arg('--pidfile');
+  if (talkSpec && pidfileArg) talk(talkSpec, `${pidfileArg}.talk.json`);
   const tcp = parsePorts(arg('--tcp'), '--tcp');
   const udp = parsePorts(arg('--udp'), '--udp');
   const pidfile = arg('--pidfile');

@@ -25,6 +25,7 @@ t.test('empty file gives the documented defaults', async (t) => {
     auditLogPath: '/var/log/antrea/networkpolicy/np.log',
     packetInRate: 5000,
     networkPolicyConnections: 'cut',
+    realizationPort: 9378,
   });
   t.notOk('cniConfDir' in c, 'absent cniConfDir = the chain is not kept');
   t.notOk('kubeconfig' in c, 'absent kubeconfig = in-cluster');

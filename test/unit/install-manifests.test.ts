@@ -76,9 +76,11 @@ function rbacProblems(docs: Doc[]): string[] {
     if (!ok) out.push(`ClusterRole grants no get/list/watch on ${r.plural} in apiGroup "${r.group}"`);
   }
   for (const rule of role.rules) {
-    // The one write: Events on Pods the agent adopts or cannot attach (core group, create/patch only).
-    const events = rule.apiGroups.length === 1 && rule.apiGroups[0] === '' && rule.resources.length === 1 && rule.resources[0] === 'events';
-    for (const v of rule.verbs) if (!READ_VERBS.includes(v) && !(events && ['create', 'patch'].includes(v))) out.push(`ClusterRole grants write verb "${v}" on ${rule.resources.join(',')}`);
+    // The writes: Events on Pods the agent adopts or cannot attach (core group, create/patch only),
+    // and a new Pod's addresses in its status (core group, pods/status, patch only).
+    const only = (resource: string) => rule.apiGroups.length === 1 && rule.apiGroups[0] === '' && rule.resources.length === 1 && rule.resources[0] === resource;
+    const allowed = only('events') ? ['create', 'patch'] : only('pods/status') ? ['patch'] : [];
+    for (const v of rule.verbs) if (!READ_VERBS.includes(v) && !allowed.includes(v)) out.push(`ClusterRole grants write verb "${v}" on ${rule.resources.join(',')}`);
     if ([...rule.apiGroups, ...rule.resources].includes('*')) out.push('ClusterRole uses a wildcard');
   }
   return out;
@@ -163,6 +165,8 @@ function agentProblems(docs: Doc[]): string[] {
     if (ann['prometheus.io/path'] !== '/metrics') out.push(`prometheus.io/path ${ann['prometheus.io/path']} != /metrics`);
     if (!agent.ports?.some((p) => p.containerPort === cfg.metricsAddress!.port)) out.push(`the agent container declares no port ${cfg.metricsAddress.port} (metricsAddress)`);
   }
+  // Other agents connect to it on the node's address (hostNetwork): declared, as the metrics port.
+  if (!agent.ports?.some((p) => p.containerPort === cfg.realizationPort)) out.push(`the agent container declares no port ${cfg.realizationPort} (realizationPort)`);
   if (!cfg.nodeName || !agent.env?.some((e) => e.name === 'NODE_NAME' && e.valueFrom?.fieldRef?.fieldPath === 'spec.nodeName')) {
     out.push('agent has no NODE_NAME from spec.nodeName (the ConfigMap names no node)');
   }
@@ -440,7 +444,8 @@ const breakages: Breakage[] = [
   ['a mount of an undefined volume', (d) => { podSpec(agentDs(d)).volumes = podSpec(agentDs(d)).volumes!.filter((v) => v.name !== 'ovs-log'); }, (d) => placementProblems(agentDs(d)), /undefined volume ovs-log/],
   ['an unknown config key', (d) => setConfig(d, (s) => s + 'bridgeName: br0\n'), agentProblems, /unknown setting/],
   ['health port differs from the probes', (d) => setConfig(d, (s) => s.replace(':9376', ':9375')), agentProblems, /probe port 9376 != healthAddress port 9375/],
-  ['metrics port moved in the config only', (d) => setConfig(d, (s) => s.replace('metricsAddress: 0.0.0.0:9377', 'metricsAddress: 0.0.0.0:9378')), agentProblems, /prometheus\.io\/port 9377 != metricsAddress port 9378/],
+  ['metrics port moved in the config only', (d) => setConfig(d, (s) => s.replace('metricsAddress: 0.0.0.0:9377', 'metricsAddress: 0.0.0.0:9379')), agentProblems, /prometheus\.io\/port 9377 != metricsAddress port 9379/],
+  ['realization port not declared', (d) => { agentC(d).ports = agentC(d).ports!.filter((p) => p.name !== 'realization'); }, agentProblems, /declares no port 9378 \(realizationPort\)/],
   ['no scrape annotation', (d) => { delete agentDs(d).spec.template.metadata!.annotations!['prometheus.io/scrape']; }, agentProblems, /prometheus\.io\/scrape/],
   ['metrics only on loopback', (d) => setConfig(d, (s) => s.replace('metricsAddress: 0.0.0.0:9377', 'metricsAddress: 127.0.0.1:9377')), agentProblems, /loopback/],
   ['probe on another host', (d) => { agentC(d).livenessProbe!.httpGet!.host = '0.0.0.0'; }, agentProblems, /liveness probe host/],

@@ -11,8 +11,9 @@
  *   every kind      metadata name, namespace, uid, resourceVersion (identity; engine reports)
  *   Pod             labels; spec nodeName, hostNetwork, serviceAccountName, serviceAccount,
  *                   containers[] and initContainers[] name and ports; status phase, podIP,
- *                   podIPs (policy/cluster.ts podInfoFromObject, isTerminated; the enforcer's
- *                   "addressed" test; enforcement/podview.ts)
+ *                   podIPs, and of its conditions only sluice's address publication
+ *                   (policy/cluster.ts podAddresses, podInfoFromObject, isTerminated; the
+ *                   enforcer's "addressed" test; enforcement/podview.ts)
  *   Namespace       labels, annotations (namespaceInfoFromObject; NetworkPolicy audit logging)
  *   Node            labels; status addresses (nodeInfoFromObject)
  *   Service         spec clusterIP, clusterIPs, ports, selector (serviceInfoFromObject)
@@ -27,6 +28,7 @@
  * checks every field the readers touch survives). Pure.
  */
 import type { KubeObject, ObjectMeta } from '../../policy/types.js';
+import { POD_ADDRESSES_CONDITION } from '../../policy/cluster.js';
 
 type Fields = Record<string, unknown>;
 
@@ -67,7 +69,13 @@ function trimPod(obj: KubeObject): KubeObject {
     pickList(spec, 'containers', container);
     pickList(spec, 'initContainers', container);
   }
-  return envelope(obj, meta(obj, META_LABELS), { spec, status: pick(obj.status, ['phase', 'podIP', 'podIPs']) });
+  const status = pick(obj.status, ['phase', 'podIP', 'podIPs', 'conditions']);
+  if (status && Object.hasOwn(status, 'conditions')) {
+    const published = Array.isArray(status.conditions) ? status.conditions.filter((c) => isRecord(c) && c.type === POD_ADDRESSES_CONDITION) : [];
+    if (published.length > 0) status.conditions = published.map((c) => pick(c, ['type', 'status', 'message']));
+    else delete status.conditions;
+  }
+  return envelope(obj, meta(obj, META_LABELS), { spec, status });
 }
 
 function trimEndpointSlice(obj: KubeObject): KubeObject {

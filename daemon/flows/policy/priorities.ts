@@ -3,6 +3,8 @@
  *
  * Table layout (per direction; E = Egress, I = Ingress):
  *   AntreaPolicy{E,I}Rule  65000       ct_state=-new+est / -new+rel -> {E,I}Metric (decided on the first packet)
+ *                          64800       new-Pod guard: a new local Pod <-> Pods of a node that has not
+ *                                      confirmed it knows the Pod's address yet (flows/newpod-guard.ts)
  *                          1000..64000 stage 0 (Antrea tiers, ANP, CNP Admin): one priority per rule
  *   {E,I}Rule              65000       (egress) Pod->ClusterIP packets before DNAT skip the K8s rules
  *                          200         every Kubernetes NetworkPolicy rule (all allow: order is irrelevant)
@@ -26,6 +28,7 @@ import type { RulePriority } from '../../policy/types.js';
 
 export const PRIORITY = {
   bypass: 65000,
+  newPodGuard: 64800,
   preDnatSkip: 65000,
   isolation: 64500,
   rangeTop: 64000,

@@ -1,0 +1,214 @@
+/**
+ * A new Pod's first packets are judged by the policy in force on every node.
+ *
+ * A node learns which Pod an address belongs to from the API server. Until it has, the Pod's
+ * packets are an unknown address there: a rule naming the Pod's namespace or labels does not
+ * match, so a Drop lets them through and an allow drops them. At CNI ADD, before the runtime
+ * starts the Pod's containers, the gate:
+ *
+ *  1. publishes the Pod's addresses (the Pod's status condition, policy/cluster.ts
+ *     POD_ADDRESSES_CONDITION), so no node waits for the kubelet's report;
+ *  2. finds the nodes where knowing the address matters (the span: nodes with Pods whose rules
+ *     name the Pod as a peer, engine.podSpan) and asks each one's agent to answer once the Pod is
+ *     enforced there with these addresses (peers.ts), within `confirmWithinMs`;
+ *  3. for every node that has not answered yes by then, installs the guard on this node: the
+ *     Pod's new connections with that node's span Pods are dropped (flows/newpod-guard.ts), and
+ *     answers the ADD. It keeps asking that node in the background and lifts its guard once it
+ *     answers yes.
+ *
+ * So a Pod never starts with a hole: each of its peers either knows it or is cut off from it, and
+ * it starts without a blackout wherever its peers are healthy. The span and each node's answer are
+ * recomputed from the engine, so a Pod that appears later on a lagging node is guarded too.
+ */
+import type { Clock, TimerHandle } from '../../clock.js';
+import type { GuardedPod } from '../../flows/newpod-guard.js';
+import type { PodQuestion } from './peers.js';
+
+export interface NewPod extends PodQuestion {}
+
+export interface NewPodGateDeps {
+  nodeName: string;
+  /** Node → addresses of its Pods whose rules name the Pod as a peer (engine.podSpan). */
+  span(namespace: string, name: string): Map<string, string[]>;
+  /** The address of a node's agent, or undefined when the cluster view has no address for it. */
+  peerAddress(node: string): string | undefined;
+  /** Publishes the Pod's addresses in the API. */
+  publish(pod: NewPod): Promise<void>;
+  /** Whether the agent at `address` enforces the Pod with its addresses; may wait up to `waitMs` for yes. Rejects when it cannot be asked. */
+  ask(address: string, pod: NewPod, waitMs: number): Promise<boolean>;
+  /** Brings the bridge's flows to the desired set (guard flows included). */
+  applyFlows(): Promise<unknown>;
+  clock: Clock;
+  log: { info(o: object, m: string): void; warn(o: object, m: string): void };
+  /** How long an ADD waits for the span's answers before it guards the nodes that did not answer. */
+  confirmWithinMs: number;
+  /** Long-poll length of the background questions to lagging nodes. */
+  backgroundWaitMs?: number;
+}
+
+export interface AdmitOutcome {
+  /** Nodes whose answer was asked for. */
+  span: string[];
+  /** Nodes the Pod is guarded from (they did not answer yes in time). */
+  guarded: string[];
+  published: boolean;
+  ms: number;
+}
+
+interface Guard {
+  pod: NewPod;
+  /** Nodes that have not answered yes. */
+  lagging: Set<string>;
+  since: number;
+}
+
+const podRef = (p: { namespace: string; name: string }) => `${p.namespace}/${p.name}`;
+
+export class NewPodGate {
+  private readonly guards = new Map<string, Guard>();
+  /** Pending pauses: each timer with what ends its pause early (close). */
+  private readonly timers = new Map<TimerHandle, () => void>();
+  private closed = false;
+  /** Figures for status and metrics. */
+  private readonly counts = { admitted: 0, guarded: 0, lifted: 0, publishFailures: 0 };
+
+  constructor(private readonly d: NewPodGateDeps) {}
+
+  /** Steps 1–3 of the header; resolves once the Pod may start (its guard, if any, is on the bridge). */
+  async admit(pod: NewPod): Promise<AdmitOutcome> {
+    const { d } = this;
+    const t0 = d.clock.now();
+    const ref = podRef(pod);
+    let published = true;
+    const publication = d.publish(pod).catch((err: unknown) => {
+      published = false;
+      this.counts.publishFailures++;
+      d.log.warn({ pod: ref, err: (err as Error).message }, 'new Pod: its addresses could not be published; other nodes learn them from the kubelet');
+    });
+    const span = this.spanNodes(pod);
+    // The question may be asked as the publication goes: the answer waits for it.
+    const answers = await Promise.all(span.map((node) => this.askOnce(node, pod, d.confirmWithinMs)));
+    await publication;
+    const lagging = span.filter((_, i) => !answers[i]);
+    this.counts.admitted++;
+    if (lagging.length > 0) {
+      const guard: Guard = { pod, lagging: new Set(lagging), since: d.clock.now() };
+      this.guards.set(ref, guard);
+      this.counts.guarded++;
+      d.log.warn({ pod: ref, nodes: lagging, waitedMs: d.clock.now() - t0 }, 'new Pod: nodes did not confirm they know its address; its connections with their Pods are dropped until they do');
+      await d.applyFlows();
+      for (const node of lagging) this.follow(ref, guard, node);
+    } else {
+      this.guards.delete(ref);
+    }
+    return { span, guarded: lagging, published, ms: d.clock.now() - t0 };
+  }
+
+  /** The Pod is gone from this node: its guard goes with its flows. */
+  forget(namespace: string, name: string): void {
+    this.guards.delete(podRef({ namespace, name }));
+  }
+
+  /** The guard's pairs as the engine shows them now (each lagging node's current span Pods). */
+  guarded(): GuardedPod[] {
+    const out: GuardedPod[] = [];
+    for (const g of this.guards.values()) {
+      const span = this.d.span(g.pod.namespace, g.pod.name);
+      const peerIps = [...g.lagging].flatMap((n) => span.get(n) ?? []);
+      if (peerIps.length > 0) out.push({ podIps: g.pod.ips, peerIps });
+    }
+    return out;
+  }
+
+  status(): { guardedPods: { pod: string; nodes: string[]; sinceMs: number }[]; admitted: number; guarded: number; lifted: number; publishFailures: number } {
+    const now = this.d.clock.now();
+    return {
+      ...this.counts,
+      guardedPods: [...this.guards].map(([pod, g]) => ({ pod, nodes: [...g.lagging].sort(), sinceMs: now - g.since })),
+    };
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const [t, end] of this.timers) {
+      this.d.clock.clearTimeout(t);
+      end();
+    }
+    this.timers.clear();
+  }
+
+  /** Resolves after `ms` on the gate's clock, or at once when the gate closes. */
+  private sleep(ms: number): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    return new Promise((resolve) => {
+      const t = this.d.clock.setTimeout(() => {
+        this.timers.delete(t);
+        resolve();
+      }, ms);
+      this.timers.set(t, resolve);
+    });
+  }
+
+  private spanNodes(pod: NewPod): string[] {
+    return [...this.d.span(pod.namespace, pod.name).keys()].filter((n) => n !== this.d.nodeName).sort();
+  }
+
+  /**
+   * Asks `node` until it answers yes or `waitMs` is over; false then. An agent that cannot be asked
+   * (restarting, not listening yet) is asked again, 100 ms apart, doubling, within the time.
+   */
+  private async askOnce(node: string, pod: NewPod, waitMs: number): Promise<boolean> {
+    const { clock } = this.d;
+    const deadline = clock.now() + waitMs;
+    for (let attempt = 0; ; attempt++) {
+      const left = deadline - clock.now();
+      if (left <= 0 || this.closed) return false;
+      const address = this.d.peerAddress(node);
+      if (address !== undefined) {
+        try {
+          return await this.d.ask(address, pod, left);
+        } catch {
+          // Asked again below.
+        }
+      }
+      const pause = Math.min(100 * 2 ** attempt, deadline - clock.now());
+      if (pause <= 0) return false;
+      await this.sleep(pause);
+    }
+  }
+
+  /** Asks `node` again until it answers yes, leaves the Pod's span, or the guard goes; then lifts that part. */
+  private follow(ref: string, guard: Guard, node: string, failures = 0): void {
+    const { d } = this;
+    const current = () => !this.closed && this.guards.get(ref) === guard && guard.lagging.has(node);
+    const lift = (why: string) => {
+      if (!current()) return;
+      guard.lagging.delete(node);
+      d.log.info({ pod: ref, node, why, guardedMs: d.clock.now() - guard.since }, 'new Pod: guard lifted for a node');
+      if (guard.lagging.size === 0) {
+        this.guards.delete(ref);
+        this.counts.lifted++;
+      }
+      d.applyFlows().catch((err: unknown) => d.log.warn({ err: (err as Error).message }, 'new Pod: lifting a guard: applying flows failed; the next sync lifts it'));
+    };
+    void (async () => {
+      if (!current()) return;
+      if (!this.spanNodes(guard.pod).includes(node)) return lift('no longer in the span');
+      const address = d.peerAddress(node);
+      let yes = false;
+      let failed = false;
+      if (address !== undefined) {
+        try {
+          yes = await d.ask(address, guard.pod, d.backgroundWaitMs ?? 10_000);
+        } catch {
+          failed = true;
+        }
+      } else failed = true;
+      if (yes) return lift('confirmed');
+      if (!current()) return;
+      // A "no" after a long poll asks again at once; an unreachable agent is asked again later.
+      await this.sleep(failed ? Math.min(5000, 200 * 2 ** Math.min(failures, 5)) : 0);
+      this.follow(ref, guard, node, failed ? failures + 1 : 0);
+    })();
+  }
+}

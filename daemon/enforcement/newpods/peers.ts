@@ -1,0 +1,77 @@
+/**
+ * The question one agent asks another about a new Pod: "is Pod ns/name enforced on your bridge with
+ * these addresses as its own?", over HTTP on the node network (the agent's realization endpoint,
+ * `realizationPort` on the Node's addresses). The answer may wait: the asker gives how long
+ * (`waitMs`, a long poll), and the answer comes as soon as it is yes, or with no at the end.
+ *
+ *   GET /realized?pod=<ns>/<name>&ips=<a>,<b>&waitMs=<ms>  ->  200 {"realized": true|false}
+ *   400 {"error": ...} names what is wrong with a question.
+ */
+import http from 'node:http';
+import { canonicalIp } from '../../policy/cidr.js';
+
+export interface PodQuestion {
+  namespace: string;
+  name: string;
+  /** Canonical addresses, at least one. */
+  ips: string[];
+}
+
+/** The longest an answer may be held back. */
+export const MAX_WAIT_MS = 30_000;
+
+/** A question from its query, or the reason it is not one. */
+export function parseQuestion(q: URLSearchParams): { question: PodQuestion; waitMs: number } | { error: string } {
+  const pod = q.get('pod') ?? '';
+  const slash = pod.indexOf('/');
+  if (slash <= 0 || slash === pod.length - 1 || pod.indexOf('/', slash + 1) >= 0) return { error: `pod "${pod}": use <namespace>/<name>` };
+  const raw = (q.get('ips') ?? '').split(',').filter((s) => s !== '');
+  if (raw.length === 0) return { error: 'ips: at least one address is needed' };
+  const ips: string[] = [];
+  for (const r of raw) {
+    const ip = canonicalIp(r);
+    if (ip === undefined) return { error: `ips: "${r}" is not an IP address` };
+    ips.push(ip);
+  }
+  const w = q.get('waitMs') ?? '0';
+  const waitMs = Number(w);
+  if (!/^\d+$/.test(w) || waitMs > MAX_WAIT_MS) return { error: `waitMs "${w}": use 0-${MAX_WAIT_MS}` };
+  return { question: { namespace: pod.slice(0, slash), name: pod.slice(slash + 1), ips }, waitMs };
+}
+
+export function questionPath(p: PodQuestion, waitMs: number): string {
+  const q = new URLSearchParams({ pod: `${p.namespace}/${p.name}`, ips: p.ips.join(','), waitMs: String(Math.max(0, Math.min(MAX_WAIT_MS, Math.round(waitMs)))) });
+  return `/realized?${q}`;
+}
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+
+/**
+ * Asks the agent at `address` (an IP) and `port`; true when it answered yes. Every failure (no
+ * agent listening, a timeout, a malformed answer) rejects with an error naming the peer: the
+ * caller counts it as "not known there".
+ */
+export function askPeer(address: string, port: number, p: PodQuestion, waitMs: number): Promise<boolean> {
+  const host = address.includes(':') ? `[${address}]` : address;
+  const url = `http://${host}:${port}${questionPath(p, waitMs)}`;
+  return new Promise((resolve, reject) => {
+    const req = http.get(url, { agent, timeout: waitMs + 5000 }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => (body += d));
+      res.on('end', () => {
+        if (res.statusCode !== 200) return reject(new Error(`${address}:${port}: HTTP ${res.statusCode}: ${body.trim()}`));
+        try {
+          const v = JSON.parse(body) as { realized?: unknown };
+          if (typeof v.realized !== 'boolean') throw new Error('no "realized"');
+          resolve(v.realized);
+        } catch (err) {
+          reject(new Error(`${address}:${port}: not an answer: ${(err as Error).message}`));
+        }
+      });
+      res.on('error', reject);
+    });
+    req.on('timeout', () => req.destroy(new Error(`${address}:${port}: no answer within ${waitMs + 5000} ms`)));
+    req.on('error', (err) => reject(new Error(`${address}:${port}: ${err.message}`)));
+  });
+}
