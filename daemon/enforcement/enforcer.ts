@@ -40,6 +40,7 @@ import { CoalescingRunner } from './runner.js';
 import { ConnectionSweeper, type ConntrackIo, type SweeperStatus } from './conntrack/index.js';
 import { askPeer, NewPodGate, type PodQuestion, parseQuestion, PUBLICATION_PATCH_TYPE, publicationPatch, publicationPath } from './newpods/index.js';
 import { newPodGuardFlows } from '../flows/newpod-guard.js';
+import { cutConnectionFlows } from '../flows/cut-connections.js';
 import { podKey } from '../policy/cluster.js';
 
 /** What DNS learning plugs in (enforcement/fqdn): called for every DNS punt; returns the engine's ChangeSet if it learned something. */
@@ -127,6 +128,7 @@ export interface EnforcerStatus {
 export const POLICY_OWNER = 'policy';
 export const DNS_INTERCEPT_OWNER = 'dns-intercept';
 export const NEW_POD_GUARD_OWNER = 'new-pod-guard';
+export const CUT_CONNECTIONS_OWNER = 'cut-connections';
 
 const isCoreKind = (o: { apiVersion: string; kind: string }, kind: string) => o.apiVersion === 'v1' && o.kind === kind;
 
@@ -367,13 +369,18 @@ export class Enforcer {
     this.interceptStale = false;
     // Few or none: a guard lasts only while a node has not confirmed a new Pod (newpods/gate.ts).
     if (this.newPods) store.replace(NEW_POD_GUARD_OWNER, newPodGuardFlows(this.newPods.guarded()));
+    if (this.sweeper) store.replace(CUT_CONNECTIONS_OWNER, cutConnectionFlows(this.sweeper.blocked()));
   }
 
   /** Policy flows of the engine's current state (+ DNS interception and new-Pod guards), in one list. */
   flows(): Flow[] {
     this.compileNow();
     const flows = this.policyFlows.flows();
-    const extra = [...(this.opts.dns ? this.opts.dns.interceptFlows(this.engine) : []), ...(this.newPods ? newPodGuardFlows(this.newPods.guarded()) : [])];
+    const extra = [
+      ...(this.opts.dns ? this.opts.dns.interceptFlows(this.engine) : []),
+      ...(this.newPods ? newPodGuardFlows(this.newPods.guarded()) : []),
+      ...(this.sweeper ? cutConnectionFlows(this.sweeper.blocked()) : []),
+    ];
     return extra.length > 0 ? [...flows, ...extra] : flows;
   }
 
@@ -559,7 +566,12 @@ export class Enforcer {
     const { log, nodeName } = this.opts;
     const settings = this.opts.connections ?? { datapath: 'system', keepNetworkPolicy: false };
     this.sweeper = new ConnectionSweeper({
-      io,
+      // Blocked connections are a flow owner of this side (writeFlows): blocking is a flow sync.
+      io: {
+        dump: () => io.dump(),
+        flush: (tuple) => io.flush(tuple),
+        block: () => (this.applyFlows ? this.applyFlows() : Promise.reject(new Error('the bridge is not bound yet'))).then(() => undefined),
+      },
       policy: {
         explain: (probe) => this.engine.explain(probe),
         isLocalPod: (ref) => this.engine.cluster.pods.get(ref)?.nodeName === nodeName,

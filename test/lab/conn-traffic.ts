@@ -25,6 +25,8 @@ if (role === 'receive') {
     const key = 'tcp ' + sock.remoteAddress + ' ' + sock.remotePort;
     sock.on('data', (dd) => { const f = flow(key); f.packets++; f.bytes += dd.length; f.last = Date.now(); });
     sock.on('error', (err) => st.errors.push(key + ' ' + (err.code || err.message)));
+    // talk-back: the server writes too, so its segments race the client's after a change.
+    if (c === 'talk-back') { const tb = setInterval(() => sock.write('y'), 5); sock.on('close', () => clearInterval(tb)); }
   });
   s.listen(port, host, () => { st.ready = true; save(); });
 } else if (role === 'udp') {
@@ -67,9 +69,12 @@ export class ConnProcess extends NetnsScript<ConnStatus> {
     super(netns, SCRIPT, (file) => [args[0]!, file, ...args.slice(1)], { flows: {}, errors: [], sent: 0, ready: false });
   }
 
-  /** UDP and TCP on `port` (IPv4, or IPv6 with family 6). */
-  static receiver(netns: string, port: number, family: 4 | 6 = 4): ConnProcess {
-    return new ConnProcess(netns, ['receive', String(port), String(family)]);
+  /**
+   * UDP and TCP on `port` (IPv4, or IPv6 with family 6). `talkBack`: the server writes a byte to
+   * each TCP connection every 5 ms too (its segments then race the client's).
+   */
+  static receiver(netns: string, port: number, family: 4 | 6 = 4, talkBack = false): ConnProcess {
+    return new ConnProcess(netns, ['receive', String(port), String(family), ...(talkBack ? ['talk-back'] : [])]);
   }
 
   /** One UDP flow from source port `sport`: a numbered datagram every `everyMs`. */

@@ -251,3 +251,95 @@ t.test('a failing flush is reported and counted; an entry already gone is not a 
   }
   t.match(warnings.join('\n'), /could not be removed/);
 });
+
+t.test('a cut connection stays cut: its 5-tuple is blocked both ways before its entry goes, until a change allows it', async (t) => {
+  const zone = new FakeZone();
+  const order: string[] = [];
+  const origFlush = zone.flush.bind(zone);
+  zone.flush = async (tuple) => {
+    order.push('flush');
+    return origFlush(tuple);
+  };
+  const tcp = line('tcp', 'z/a', 'y/a', 43000, 80);
+  const udp6 = line('udp', 'z/r', 'y/a', 43001, 53, 6);
+  const kept = line('tcp', 'x/a', 'y/a', 43002, 80);
+  for (const l of [tcp, udp6, kept]) zone.add(l);
+  const e = await enforcerWith(WORKLOAD, zone);
+  t.teardown(() => e.close());
+  // Each flow sync the enforcer asks for: whether it carried the blocking flows then.
+  e.bindFlows(async () => {
+    order.push(`sync ${e.flows().filter((f) => f.table === 'ConntrackState').length}`);
+  });
+  const blocking = () => e.flows().filter((f) => f.table === 'ConntrackState').map((f) => `${f.match} ${f.actions}`).sort();
+  e.onWatchEvent({ type: 'upsert', object: structuredClone(emergencyDropFromZ) });
+  await settle(e);
+  t.same(blocking(), [
+    `tcp,nw_src=${ip('y/a')},nw_dst=${ip('z/a')},tp_src=80,tp_dst=43000 drop`,
+    `tcp,nw_src=${ip('z/a')},nw_dst=${ip('y/a')},tp_src=43000,tp_dst=80 drop`,
+    `udp6,ipv6_src=${ip('y/a', 6)},ipv6_dst=${ip('z/r', 6)},tp_src=53,tp_dst=43001 drop`,
+    `udp6,ipv6_src=${ip('z/r', 6)},ipv6_dst=${ip('y/a', 6)},tp_src=43001,tp_dst=53 drop`,
+  ], 'both directions of each cut connection; nothing of the allowed one');
+  t.ok(e.flows().filter((f) => f.table === 'ConntrackState').every((f) => f.priority === 250), 'above the +inv drop, before any policy table');
+  const firstFlush = order.indexOf('flush');
+  t.ok(firstFlush > 0 && order.slice(0, firstFlush).includes('sync 4'), `the blocking flows were synced before the first entry went (${order.join(', ')})`);
+  t.match(e.status().connections, { cut: 2, blocked: 2 });
+  // Another change that still denies them: still blocked, no new sync for them.
+  const syncs = order.filter((o) => o.startsWith('sync')).length;
+  e.onWatchEvent({ type: 'upsert', object: { ...structuredClone(isolateYaFromAllButX), metadata: { namespace: 'y', name: 'other' } } });
+  await settle(e);
+  t.equal(blocking().length, 4, 'still denied: still blocked');
+  t.equal(order.filter((o) => o.startsWith('sync')).length, syncs + 1, 'only the change\'s own sync');
+  // The quarantine and the isolation go: the connections are allowed again and unblocked.
+  e.onWatchEvent({ type: 'remove', object: structuredClone(emergencyDropFromZ) });
+  e.onWatchEvent({ type: 'remove', object: { ...structuredClone(isolateYaFromAllButX), metadata: { namespace: 'y', name: 'other' } } });
+  await settle(e);
+  t.same(blocking(), [], 'allowed again: unblocked');
+  t.match(e.status().connections, { blocked: 0 });
+});
+
+t.test('blocked connections: aged out after BLOCK_MS, at most MAX_BLOCKED (oldest first)', async (t) => {
+  const { BLOCK_MS, MAX_BLOCKED } = await import('../../daemon/enforcement/conntrack/index.js');
+  let now = 0;
+  let blockedSets: number[] = [];
+  const lines: string[] = [];
+  const io: ConntrackIo = {
+    dump: async () => lines.join('\n'),
+    flush: async () => undefined,
+    block: async (c) => {
+      blockedSets.push(c.length);
+    },
+  };
+  const denyAll = { explain: () => ({ result: { verdict: 'drop' }, sides: [{ pod: 'y/a', direction: 'ingress', verdict: 'drop' }] }), isLocalPod: () => true } as never;
+  const sweeper = new ConnectionSweeper({ io, policy: denyAll, datapath: 'system', keepNetworkPolicy: false, log, now: () => now });
+  lines.push(line('tcp', 'z/a', 'y/a', 44000, 80));
+  sweeper.request();
+  await sweeper.idle();
+  t.equal(sweeper.blocked().length, 1);
+  lines.length = 0;
+  now = BLOCK_MS - 1;
+  sweeper.request();
+  await sweeper.idle();
+  t.equal(sweeper.blocked().length, 1, 'still within BLOCK_MS');
+  now = BLOCK_MS;
+  sweeper.request();
+  await sweeper.idle();
+  t.equal(sweeper.blocked().length, 0, 'aged out');
+  t.same(blockedSets, [1, 0], 'one block per change of the set');
+  blockedSets = [];
+  for (let i = 0; i < MAX_BLOCKED + 5; i++) lines.push(`tcp,orig=(src=10.9.${(i >> 8) & 255}.${i & 255},dst=10.1.0.3,sport=1000,dport=80),reply=(src=10.1.0.3,dst=10.9.${(i >> 8) & 255}.${i & 255},sport=80,dport=1000),zone=65520`);
+  sweeper.request();
+  await sweeper.idle();
+  t.equal(sweeper.blocked().length, MAX_BLOCKED, 'capped');
+});
+
+t.test('a cut connection\'s flows: its 5-tuple both ways, per protocol and family', async (t) => {
+  const { cutConnectionFlows } = await import('../../daemon/flows/cut-connections.js');
+  const flows = cutConnectionFlows([
+    { protocol: 'SCTP', family: 4, src: '10.1.0.4', dst: '10.1.0.3', sport: 5000, dport: 80 },
+    { protocol: 'SCTP', family: 4, src: '10.1.0.4', dst: '10.1.0.3', sport: 5000, dport: 80 },
+  ]);
+  t.same(flows.map((f) => `${f.table} ${f.priority} ${f.match} ${f.actions}`).sort(), [
+    'ConntrackState 250 sctp,nw_src=10.1.0.3,nw_dst=10.1.0.4,tp_src=80,tp_dst=5000 drop',
+    'ConntrackState 250 sctp,nw_src=10.1.0.4,nw_dst=10.1.0.3,tp_src=5000,tp_dst=80 drop',
+  ], 'one pair of flows for a tuple given twice');
+});

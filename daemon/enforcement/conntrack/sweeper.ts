@@ -9,6 +9,14 @@
  * Sweeps do not overlap: a request during a sweep runs one more sweep after it (the engine may
  * have moved on meanwhile), however many requests came.
  *
+ * A connection that is cut stays cut: its entry would otherwise be opened again by the first packet
+ * from the side whose policy allows it (a server's ACK, a reply datagram), in the reverse direction,
+ * and the denied side's packets would then pass as its replies. So before its entry goes, the
+ * connection's 5-tuple is blocked both ways (`block`, flows/cut-connections.ts), and each sweep
+ * judges the blocked tuples again: one that a change allows again is unblocked; one still denied
+ * stays blocked for BLOCK_MS (longer than TCP's retransmissions go on), and at most MAX_BLOCKED
+ * are kept (the oldest go first).
+ *
  * ICMPv6 on the userspace datapath: ovs-vswitchd 3.1 aborts when `dpctl/flush-conntrack` names an
  * ICMPv6 entry, so those are not removed there (counted in `unflushable`): an echo exchange
  * already open keeps its entry until it idles out (30 s).
@@ -16,6 +24,14 @@
 import type { Logger } from 'pino';
 import { describeEntry, flushTuple, parseConntrackDump, type CtEntry } from './entries.js';
 import { type ConnectionPolicy, judgeConnections } from './judge.js';
+import type { CutTuple } from '../../flows/cut-connections.js';
+
+const tupleKey = (c: CutTuple) => `${c.protocol} ${c.src} ${c.sport} ${c.dst} ${c.dport}`;
+
+function cutTuple(e: CtEntry): CutTuple | undefined {
+  if (e.protocol === 'ICMP' || e.sport === undefined || e.dport === undefined) return undefined;
+  return { protocol: e.protocol, family: e.family, src: e.src, dst: e.dst, sport: e.sport, dport: e.dport };
+}
 
 /** The bridge's conntrack zone, as the sweeper reads and edits it. */
 export interface ConntrackIo {
@@ -23,7 +39,22 @@ export interface ConntrackIo {
   dump(): Promise<string>;
   /** `dpctl/flush-conntrack zone=65520 TUPLE`. */
   flush(tuple: string): Promise<void>;
+  /**
+   * From now on (once it resolves), the packets of exactly these connections are dropped both ways
+   * before any policy table; replaces the previous set.
+   */
+  block?(connections: readonly BlockedConnection[]): Promise<void>;
 }
+
+/** A cut connection whose 5-tuple is blocked (TCP, UDP, SCTP). */
+export interface BlockedConnection extends CutTuple {
+  /** When it was cut (the sweeper's clock, ms). */
+  since: number;
+}
+
+/** How long a cut connection stays blocked while it is still denied (TCP gives up retransmitting after ~15 min). */
+export const BLOCK_MS = 20 * 60_000;
+export const MAX_BLOCKED = 50_000;
 
 export interface SweeperOptions {
   io: ConntrackIo;
@@ -40,6 +71,8 @@ export interface SweeperOptions {
 export interface SweeperStatus {
   sweeps: number;
   cut: number;
+  /** Cut connections whose packets are dropped both ways now. */
+  blocked: number;
   unflushable: number;
   failures: number;
   lastSweepMs?: number;
@@ -53,7 +86,9 @@ export class ConnectionSweeper {
   private running?: Promise<void> | undefined;
   private again = false;
   private closed = false;
-  private readonly st: SweeperStatus = { sweeps: 0, cut: 0, unflushable: 0, failures: 0 };
+  private readonly st: SweeperStatus = { sweeps: 0, cut: 0, blocked: 0, unflushable: 0, failures: 0 };
+  /** Blocked connections by tuple (insertion order = age). */
+  private blockedSet = new Map<string, BlockedConnection>();
   private readonly now: () => number;
 
   constructor(private readonly opts: SweeperOptions) {
@@ -78,7 +113,12 @@ export class ConnectionSweeper {
   }
 
   status(): SweeperStatus {
-    return { ...this.st };
+    return { ...this.st, blocked: this.blockedSet.size };
+  }
+
+  /** The connections blocked now (their flows are the agent's `cut-connections` owner). */
+  blocked(): BlockedConnection[] {
+    return [...this.blockedSet.values()];
   }
 
   close(): void {
@@ -98,6 +138,35 @@ export class ConnectionSweeper {
     } while (this.again && !this.closed);
   }
 
+  /**
+   * Blocks the connections about to be cut, and judges those already blocked again: a change may
+   * have allowed them (unblocked), or they may be old enough to go (BLOCK_MS). Resolves once the
+   * new set is on the bridge.
+   */
+  private async updateBlocked(cutting: readonly CtEntry[]): Promise<void> {
+    if (!this.opts.io.block) return;
+    const now = this.now();
+    const next = new Map<string, BlockedConnection>();
+    const old = [...this.blockedSet.values()].filter((b) => now - b.since < BLOCK_MS);
+    const stillDenied = judgeConnections(
+      old.map((b) => ({ ...b, zone: 0, mark: 0 })),
+      this.opts.policy,
+      { keepNetworkPolicy: this.opts.keepNetworkPolicy },
+    );
+    for (const { entry } of stillDenied.cut) {
+      const t = cutTuple(entry)!;
+      next.set(tupleKey(t), this.blockedSet.get(tupleKey(t))!);
+    }
+    for (const e of cutting) {
+      const t = cutTuple(e);
+      if (t && !next.has(tupleKey(t))) next.set(tupleKey(t), { ...t, since: now });
+    }
+    while (next.size > MAX_BLOCKED) next.delete(next.keys().next().value!);
+    const same = next.size === this.blockedSet.size && [...next.keys()].every((k) => this.blockedSet.has(k));
+    this.blockedSet = next;
+    if (!same) await this.opts.io.block(this.blocked());
+  }
+
   private async sweep(): Promise<void> {
     const t0 = this.now();
     const { entries, skipped } = parseConntrackDump(await this.opts.io.dump());
@@ -107,6 +176,12 @@ export class ConnectionSweeper {
     for (const { entry } of judged.cut) {
       if (this.opts.datapath === 'netdev' && entry.family === 6 && entry.protocol === 'ICMP') unflushable++;
       else flushable.push(entry);
+    }
+    try {
+      await this.updateBlocked(flushable);
+    } catch (err) {
+      // Cut anyway: the blocking flows are in the desired set and the next flow sync brings them.
+      this.opts.log.warn({ err: (err as Error).message }, 'conntrack: blocking cut connections failed; cutting them anyway');
     }
     let gone = 0;
     const failed: string[] = [];

@@ -29,6 +29,8 @@ import type { RulePriority } from '../../policy/types.js';
 export const PRIORITY = {
   bypass: 65000,
   newPodGuard: 64800,
+  /** ConntrackState: a cut connection's 5-tuple, both ways (flows/cut-connections.ts); above +inv (200). */
+  cutConnection: 250,
   preDnatSkip: 65000,
   isolation: 64500,
   rangeTop: 64000,
