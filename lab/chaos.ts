@@ -32,7 +32,11 @@
  * answer a result or a CNI error object, nothing half-attached); forged ARP and frames from or to
  * the re-entrance and virtual MACs (lab/forged-frames.py; what reaches a victim and poisoned
  * neighbour entries are gaps); a policy flipping a probed pair between allow and deny, the
- * probers' expectation following the agent's commit (recovery: API change -> enforcement); a soak
+ * probers' expectation following the agent's commit (recovery: API change -> enforcement); new Pods
+ * talking from their first moment to a Pod that drops them and to one that admits them only (any
+ * datagram of the first answered, or a first datagram of the second unanswered, is broken;
+ * recovery: sandbox -> first answer) and a quarantine cutting a running flow (recovery: API change
+ * -> its last datagram; lab/chaos-time.ts); a soak
  * of steady churn sampling the agent's RSS and open descriptors (a descriptor leak is broken). The
  * BROKEN column counts the other broken promises (CNI answers outside the spec, half-attached
  * containers, a descriptor leak, a flip check that saw nothing). Prints one table and exits 1 when
@@ -63,6 +67,7 @@ import { runProbes } from './net/probe-runner.js';
  */
 const CHAOS_PROBES = { viaWorkload: false };
 import { clientFor } from './ops.js';
+import { newPodsRound, quarantineRound, type TimeScenarioContext } from './chaos-time.js';
 import { bridgeHasDesired } from './proof/converge.js';
 
 const QUICK = process.argv.includes('--quick');
@@ -667,6 +672,21 @@ async function main(): Promise<void> {
     // `committedChanges` reaching it. Recovery is the API change -> enforcement window.
     const xc = pod('x/c');
     const flipped: FlippedTarget = { ip: xc.status.podIP, port: 81, epoch: 0, settled: 'deny', seen: { allow: 0, deny: 0 } };
+    // The edges of time (chaos-time.ts): new Pods' first packets, and connections a change denies.
+    let timeRound = 0;
+    const timeCtx: TimeScenarioContext = {
+      lab: LAB,
+      rest: clientFor(info),
+      nodes: info.nodes,
+      broke: (what) => {
+        broken++;
+        console.error(`edges of time: ${what}`);
+      },
+    };
+    const newPods = QUICK ? 5 : 10;
+    await scenario(`new Pods: ${newPods} of z (dropped) and ${newPods} of x (admitted only) talking from their first moment, per round`, QUICK ? 1 : 3, () => newPodsRound(timeCtx, timeRound++, newPods));
+    await scenario('quarantine from z while a z flow runs (recovery: change → last datagram)', QUICK ? 2 : 5, () => quarantineRound(timeCtx, timeRound++));
+
     const FLIP = { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name: 'flip-allow-z-81', namespace: 'x' }, spec: { podSelector: { matchLabels: { pod: 'c' } }, ingress: [{ from: [{ namespaceSelector: { matchLabels: { ns: 'z' } } }], ports: [{ protocol: 'TCP', port: 81 }] }] } };
     let flips = 0;
     await scenario(`verdict flips: z -> x/c:81 allowed and denied by turns`, QUICK ? 6 : 20, async () => {

@@ -139,6 +139,7 @@ export interface TalkRecord {
   firstSent?: number;
   replies: number;
   firstReply?: number;
+  lastReply?: number;
   /** The lowest sequence number answered (0: the very first datagram was). */
   firstAnsweredSeq?: number;
   done: boolean;
@@ -165,6 +166,7 @@ function talk(spec: string, file: string): void {
   sock.on('message', (msg) => {
     rec.replies++;
     rec.firstReply ??= Date.now();
+    rec.lastReply = Date.now();
     const seq = Number(msg.toString());
     if (Number.isInteger(seq) && (rec.firstAnsweredSeq === undefined || seq < rec.firstAnsweredSeq)) rec.firstAnsweredSeq = seq;
   });

@@ -24,7 +24,7 @@ else {
     t.comment(r.stdout.trim());
     if (r.stderr.trim()) t.comment(r.stderr.trim());
     const rows = r.stdout.split('\n').filter((l) => /\d+ ms\s+\d+ ms\s+\S+$/.test(l));
-    t.equal(rows.length, 15, 'fifteen scenarios ran');
+    t.equal(rows.length, 17, 'seventeen scenarios ran');
     for (const row of rows) {
       const cols = row.trim().split(/\s{2,}/);
       const [scenario, , churn, tried, gaps, , resets, broken, , , leaks] = cols;

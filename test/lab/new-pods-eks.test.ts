@@ -1,4 +1,4 @@
-/** New Pods' first packets on an EKS-style (AWS VPC CNI flavour) IPv4 lab (new-pods-suite.ts). */
+/** New Pods' first packets on an EKS-style (AWS VPC CNI flavour) dual-stack lab (new-pods-suite.ts). */
 import { newPodsSuite } from './new-pods-suite.js';
 
-newPodsSuite('np2', 'eks', 'ipv4');
+newPodsSuite('np2', 'eks', 'dual');
