@@ -32,7 +32,8 @@ import type { PodAttachment } from '../cni/attacher.js';
 import { ClusterWatch, type WatchEvent } from './watch/clusterwatch.js';
 import { trimObject } from './watch/trim.js';
 import { buildPolicyReport, type PolicyReport } from './policy-report.js';
-import { PodView } from './podview.js';
+import { PodView, podRefKey } from './podview.js';
+import { AddressClaims } from './claims.js';
 import { decidePolicyPunt, rejectReplyMacs } from './punthandler.js';
 import type { EnforcementMetrics } from '../metrics.js';
 import { type Clock, realClock } from '../clock.js';
@@ -124,6 +125,12 @@ export interface EnforcerStatus {
   newPods?: ReturnType<NewPodGate['status']>;
 }
 
+/** `obj` with exactly these addresses in its status (no published ones left to fall back on). */
+function withAddresses(obj: KubeObject, ips: string[]): KubeObject {
+  const { conditions: _published, ...status } = (obj.status ?? {}) as Record<string, unknown>;
+  return { ...obj, status: { ...status, podIP: ips[0], podIPs: ips.map((ip) => ({ ip })) } } as KubeObject;
+}
+
 /** The FlowStore owners of the policy side. */
 export const POLICY_OWNER = 'policy';
 export const DNS_INTERCEPT_OWNER = 'dns-intercept';
@@ -173,6 +180,10 @@ export class Enforcer {
   private bridgeSynced = false;
   /** Each Pod in the engine (cluster-wide) → the change count after it was last fed. */
   private readonly podFedSeq = new Map<string, number>();
+  /** Which Pod each address belongs to when two claim it (claims.ts). */
+  private readonly claims = new AddressClaims();
+  /** Pods that lost every address to a newer owner → their span when they did. */
+  private readonly displaced = new Map<string, Map<string, string[]>>();
   /** Realization questions waiting for a yes (re-checked after each commit and Pod event). */
   private readonly realizationWaiters = new Set<(closing?: boolean) => void>();
   readonly newPods?: NewPodGate;
@@ -265,12 +276,40 @@ export class Enforcer {
    * then match on. hostNetwork Pods use their Node's addresses.
    */
   private feedPod(obj: KubeObject, present: boolean): void {
-    const addressed = obj.spec?.hostNetwork === true || podAddresses(obj).length > 0;
-    this.feed(obj, present && addressed ? 'upsert' : 'remove');
     const ref = podKey({ namespace: obj.metadata.namespace ?? 'default', name: obj.metadata.name });
+    const hostNetwork = obj.spec?.hostNetwork === true;
+    // Another Pod sharing an address (a reused one) may win or lose it now: fed again too (claims.ts).
+    const rivals = present && !hostNetwork
+      ? this.claims.set(ref, podAddresses(obj), { terminating: Boolean(obj.metadata.deletionTimestamp), created: String(obj.metadata.creationTimestamp ?? '') })
+      : this.claims.remove(ref);
+    this.feedHeld(ref, obj, present);
+    for (const other of rivals) {
+      const [ns, name] = other.split('/') as [string, string];
+      const o = this.pods.effective(podRefKey(ns, name));
+      if (o) this.feedHeld(other, o, true);
+    }
+    this.pokeRealization();
+  }
+
+  /** Feeds a Pod with the addresses it holds (all it claims, but those a rival won). */
+  private feedHeld(ref: string, obj: KubeObject, present: boolean): void {
+    let fed = obj;
+    if (present && obj.spec?.hostNetwork !== true) {
+      const claimed = podAddresses(obj);
+      const held = this.claims.held(ref, claimed);
+      if (held.length !== claimed.length) fed = withAddresses(obj, held);
+      // Losing its last address takes it out of the engine: where its rules were is kept for the
+      // new owner's ADD, whose nodes must let go of it (newpods/gate.ts).
+      if (held.length === 0 && claimed.length > 0 && this.engine.cluster.pods.has(ref)) {
+        const [ns, name] = ref.split('/') as [string, string];
+        this.displaced.set(ref, this.engine.podSpan(ns, name));
+      }
+    }
+    if (!present) this.displaced.delete(ref);
+    const addressed = fed.spec?.hostNetwork === true || podAddresses(fed).length > 0;
+    this.feed(fed, present && addressed ? 'upsert' : 'remove');
     if (present && addressed) this.podFedSeq.set(ref, this.changeSeq);
     else this.podFedSeq.delete(ref);
-    this.pokeRealization();
   }
 
   private feed(obj: KubeObject, type: 'upsert' | 'remove'): void {
@@ -424,7 +463,15 @@ export class Enforcer {
    */
   async podStarting(pod: PodAttachment): Promise<void> {
     if (!pod.podName || !this.newPods || pod.ips.length === 0) return;
-    const out = await this.newPods.admit({ namespace: pod.podNamespace, name: pod.podName, ips: pod.ips });
+    const ref = podRefKey(pod.podNamespace, pod.podName);
+    // A reused address: the nodes of its previous owner's rules must have let go of it too.
+    const previous = new Map<string, string[]>();
+    for (const rival of this.claims.rivals(ref, pod.ips)) {
+      const [ns, name] = rival.split('/') as [string, string];
+      const span = this.displaced.get(rival) ?? this.engine.podSpan(ns, name);
+      for (const [node, ips] of span) previous.set(node, [...new Set([...(previous.get(node) ?? []), ...ips])]);
+    }
+    const out = await this.newPods.admit({ namespace: pod.podNamespace, name: pod.podName, ips: pod.ips }, previous);
     if (out.span.length > 0) this.opts.log.info({ pod: `${pod.podNamespace}/${pod.podName}`, ...out }, 'new Pod: span asked');
   }
 
@@ -444,7 +491,8 @@ export class Enforcer {
     const ref = podKey(q);
     for (const ip of q.ips) {
       const p = this.engine.cluster.podByIp.get(ip);
-      if (!p || podKey(p) !== ref) return false;
+      // The engine has it there, and no other Pod claims it any more or it lost (claims.ts).
+      if (!p || podKey(p) !== ref || this.claims.owner(ip) !== ref) return false;
     }
     const fed = this.podFedSeq.get(ref);
     if (fed === undefined) return false;

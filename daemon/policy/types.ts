@@ -18,6 +18,8 @@ export interface ObjectMeta {
   labels?: Record<string, string> | undefined;
   annotations?: Record<string, string> | undefined;
   creationTimestamp?: string | undefined;
+  /** Set when the object is being deleted (a Pod: terminating, its grace period running). */
+  deletionTimestamp?: string | undefined;
 }
 
 export interface KubeObject {

@@ -154,3 +154,13 @@ t.test('close ends waiting ADDs (nothing hangs)', async (t) => {
   t.same(out.guarded, ['node-2'], 'a closing agent answers with the node guarded');
   t.equal(s.clock.waiting, 0, 'no timer left');
 });
+
+t.test('a reused address: the previous owner\'s span is asked and guarded too', async (t) => {
+  const s = setup({ span: { 'node-2': ['10.2.0.5'] }, peers: { 'node-4': { answer: 'unreachable' } } });
+  const admitted = s.gate.admit(POD, new Map([['node-4', ['10.4.0.5']], ['node-1', ['10.1.0.3']]]));
+  await s.clock.advance(2000);
+  const out = await admitted;
+  t.same(out.span, ['node-2', 'node-4'], 'the previous owner\'s nodes join the span (this node aside)');
+  t.same(out.guarded, ['node-4']);
+  t.same(s.gate.guarded(), [{ podIps: ['10.1.0.9'], peerIps: ['10.4.0.5'] }], 'guarded from the Pods whose rules named the previous owner');
+});

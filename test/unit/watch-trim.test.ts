@@ -203,7 +203,7 @@ t.test('the trim drops what nobody reads and does not change its input', async (
   t.same(full, copy, 'input unchanged');
   t.same(trimmed, {
     apiVersion: 'v1', kind: 'Pod',
-    metadata: { name: 'web', namespace: 'x', uid: 'uid-x-web', resourceVersion: '4711', labels: { app: 'web', 'pod-template-hash': '7d4b9c' } },
+    metadata: { name: 'web', namespace: 'x', uid: 'uid-x-web', resourceVersion: '4711', labels: { app: 'web', 'pod-template-hash': '7d4b9c' }, creationTimestamp: time },
     spec: {
       nodeName: 'node-2', serviceAccountName: 'runner', serviceAccount: 'runner',
       containers: [{ name: 'c', ports: full.spec.containers[0].ports }, { name: 'sidecar' }],

@@ -57,6 +57,8 @@ export interface AdmitOutcome {
 
 interface Guard {
   pod: NewPod;
+  /** The span of the address's previous owner, as it was when it lost the address (see admit). */
+  previous: ReadonlyMap<string, readonly string[]>;
   /** Nodes that have not answered yes. */
   lagging: Set<string>;
   since: number;
@@ -74,8 +76,12 @@ export class NewPodGate {
 
   constructor(private readonly d: NewPodGateDeps) {}
 
-  /** Steps 1–3 of the header; resolves once the Pod may start (its guard, if any, is on the bridge). */
-  async admit(pod: NewPod): Promise<AdmitOutcome> {
+  /**
+   * Steps 1–3 of the header; resolves once the Pod may start (its guard, if any, is on the bridge).
+   * `previous`: the span of a Pod that held one of these addresses before (a reused address):
+   * those nodes must also have let go of the old owner, or they would judge the new Pod as it.
+   */
+  async admit(pod: NewPod, previous: ReadonlyMap<string, readonly string[]> = new Map()): Promise<AdmitOutcome> {
     const { d } = this;
     const t0 = d.clock.now();
     const ref = podRef(pod);
@@ -85,14 +91,14 @@ export class NewPodGate {
       this.counts.publishFailures++;
       d.log.warn({ pod: ref, err: (err as Error).message }, 'new Pod: its addresses could not be published; other nodes learn them from the kubelet');
     });
-    const span = this.spanNodes(pod);
+    const span = this.spanNodes(pod, previous);
     // The question may be asked as the publication goes: the answer waits for it.
     const answers = await Promise.all(span.map((node) => this.askOnce(node, pod, d.confirmWithinMs)));
     await publication;
     const lagging = span.filter((_, i) => !answers[i]);
     this.counts.admitted++;
     if (lagging.length > 0) {
-      const guard: Guard = { pod, lagging: new Set(lagging), since: d.clock.now() };
+      const guard: Guard = { pod, previous, lagging: new Set(lagging), since: d.clock.now() };
       this.guards.set(ref, guard);
       this.counts.guarded++;
       d.log.warn({ pod: ref, nodes: lagging, waitedMs: d.clock.now() - t0 }, 'new Pod: nodes did not confirm they know its address; its connections with their Pods are dropped until they do');
@@ -114,7 +120,7 @@ export class NewPodGate {
     const out: GuardedPod[] = [];
     for (const g of this.guards.values()) {
       const span = this.d.span(g.pod.namespace, g.pod.name);
-      const peerIps = [...g.lagging].flatMap((n) => span.get(n) ?? []);
+      const peerIps = [...new Set([...g.lagging].flatMap((n) => [...(span.get(n) ?? []), ...(g.previous.get(n) ?? [])]))].sort();
       if (peerIps.length > 0) out.push({ podIps: g.pod.ips, peerIps });
     }
     return out;
@@ -149,8 +155,8 @@ export class NewPodGate {
     });
   }
 
-  private spanNodes(pod: NewPod): string[] {
-    return [...this.d.span(pod.namespace, pod.name).keys()].filter((n) => n !== this.d.nodeName).sort();
+  private spanNodes(pod: NewPod, previous: ReadonlyMap<string, readonly string[]>): string[] {
+    return [...new Set([...this.d.span(pod.namespace, pod.name).keys(), ...previous.keys()])].filter((n) => n !== this.d.nodeName).sort();
   }
 
   /**
@@ -193,7 +199,7 @@ export class NewPodGate {
     };
     void (async () => {
       if (!current()) return;
-      if (!this.spanNodes(guard.pod).includes(node)) return lift('no longer in the span');
+      if (!this.spanNodes(guard.pod, guard.previous).includes(node)) return lift('no longer in the span');
       const address = d.peerAddress(node);
       let yes = false;
       let failed = false;

@@ -9,7 +9,7 @@
  *
  * Kept per kind, and who reads it:
  *   every kind      metadata name, namespace, uid, resourceVersion (identity; engine reports)
- *   Pod             labels; spec nodeName, hostNetwork, serviceAccountName, serviceAccount,
+ *   Pod             labels, creationTimestamp, deletionTimestamp (enforcement/claims.ts); spec nodeName, hostNetwork, serviceAccountName, serviceAccount,
  *                   containers[] and initContainers[] name and ports; status phase, podIP,
  *                   podIPs, and of its conditions only sluice's address publication
  *                   (policy/cluster.ts podAddresses, podInfoFromObject, isTerminated; the
@@ -50,6 +50,7 @@ function pickList(src: Fields, key: string, item: (o: Fields) => Fields): void {
 
 const META_BASE = ['name', 'namespace', 'uid', 'resourceVersion'] as const;
 const META_LABELS = [...META_BASE, 'labels'] as const;
+const META_POD = [...META_LABELS, 'creationTimestamp', 'deletionTimestamp'] as const;
 
 function meta(obj: KubeObject, keys: readonly string[]): ObjectMeta {
   return (pick(obj.metadata, keys) ?? obj.metadata) as ObjectMeta;
@@ -75,7 +76,7 @@ function trimPod(obj: KubeObject): KubeObject {
     if (published.length > 0) status.conditions = published.map((c) => pick(c, ['type', 'status', 'message']));
     else delete status.conditions;
   }
-  return envelope(obj, meta(obj, META_LABELS), { spec, status });
+  return envelope(obj, meta(obj, META_POD), { spec, status });
 }
 
 function trimEndpointSlice(obj: KubeObject): KubeObject {
