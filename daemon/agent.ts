@@ -74,6 +74,8 @@ export interface AgentStatus {
   nodeIP?: string;
   bridge: string;
   datapath: string;
+  /** Why `datapath: auto` chose it (absent when the configuration named the datapath). */
+  datapathWhy?: string;
   gateway?: GatewayInfo;
   pods: PodAttachment[];
   lastResync?: ResyncRecord;
@@ -376,6 +378,7 @@ export class Agent {
       ...(this.node.nodeIP ? { nodeIP: this.node.nodeIP } : {}),
       bridge: this.config.bridge,
       datapath: this.config.datapath,
+      ...(this.config.datapathWhy ? { datapathWhy: this.config.datapathWhy } : {}),
       ...(this.node.gateway ? { gateway: this.node.gateway } : {}),
       pods: [...this.pods.values()],
       ...(this.node.lastResync ? { lastResync: this.node.lastResync } : {}),

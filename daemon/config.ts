@@ -6,8 +6,9 @@
  * nodeName: node-1              # default: $NODE_NAME, else the host name
  * kubeconfig: /etc/sluice/kubeconfig   # absent = in-cluster service account
  * bridge: br-int
- * datapath: system              # system | netdev (userspace; needs veth isolation + TX csum off) | auto
- *                               # (auto: system when the kernel has the openvswitch module, else netdev)
+ * datapath: auto                # auto | system | netdev (userspace; needs veth isolation + TX csum off)
+ *                               # (auto: system when the kernel has the openvswitch module, else netdev;
+ *                               # an explicit system on a node without the module stops the agent at start)
  * iptablesBackend: auto        # auto | nft | legacy: the host's backend (auto: as kube-proxy's image decides)
  * gateway: antrea-gw0
  * serviceCIDRs: [10.96.0.0/12]
@@ -89,7 +90,7 @@ export interface AgentConfig {
 
 export const CONFIG_DEFAULTS = {
   bridge: 'br-int',
-  datapath: 'system',
+  datapath: 'auto',
   iptablesBackend: 'auto',
   gateway: 'antrea-gw0',
   serviceCIDRs: ['10.96.0.0/12'],

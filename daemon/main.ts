@@ -18,6 +18,7 @@ import { PodAdopter } from './adopter.js';
 import { ChainKeeper } from './chainkeeper.js';
 import { realClock } from './clock.js';
 import { type AgentConfig, ConfigError, DEFAULT_CONFIG_PATH, loadConfig } from './config.js';
+import { explicitDatapathProblem, kernelOvs } from './ovs/datapath.js';
 import { type EnforcementHooks, enforcementWanted, startEnforcement } from './enforcement/index.js';
 import { ATTACH_STEPS, type AttachStep, type PodAttachment, PodAttacher } from './cni/attacher.js';
 import { cleanupNode, runningAgent } from './cleanup.js';
@@ -78,11 +79,17 @@ async function main(): Promise<number> {
   if (failpoint) log.warn({ failpoint }, 'SLUICE_FAILPOINT set: every ADD will fail (testing only)');
 
   if (config.datapathWhy) log.info({ datapath: config.datapath, why: config.datapathWhy }, 'datapath: auto');
+  const datapathProblem = explicitDatapathProblem(config.datapath, config.datapathWhy !== undefined, kernelOvs());
+  if (datapathProblem) {
+    log.fatal({ datapath: config.datapath }, datapathProblem);
+    process.stderr.write(`sluice-agent: ${datapathProblem}\n`);
+    return 2;
+  }
   let agent: Agent;
   try {
     const wanted = enforcementWanted(config);
     log.info({ reason: wanted.why }, wanted.on ? 'policy enforcement on' : 'policy enforcement OFF (datapath only)');
-    const metrics = new AgentMetrics({ node: config.nodeName });
+    const metrics = new AgentMetrics({ node: config.nodeName, datapath: { datapath: config.datapath, setting: config.datapathWhy !== undefined ? 'auto' : 'explicit' } });
     const enforcement = wanted.on ? (await startEnforcement(config, log, { onRealized: (s) => metrics.observeRealization(s), onConnectionsCut: (n) => metrics.observeConnectionsCut(n) })).hooks : undefined;
     agent = await startAgent(config, log, { metrics, enforcement, ...(failpoint ? { failAfter: failpoint as AttachStep } : {}) });
   } catch (err) {

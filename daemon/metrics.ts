@@ -92,7 +92,7 @@ export class AgentMetrics {
   private readonly realization: Histogram;
   private readonly connectionsCut: Counter;
 
-  constructor(opts: { node: string; defaultMetrics?: boolean }) {
+  constructor(opts: { node: string; defaultMetrics?: boolean; datapath?: { datapath: string; setting: 'auto' | 'explicit' } }) {
     const r = this.registry;
     r.setDefaultLabels({ node: opts.node });
     if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: r });
@@ -122,6 +122,11 @@ export class AgentMetrics {
       registers: [r],
     });
 
+    const datapath = opts.datapath;
+    if (datapath) {
+      // Which datapath the agent runs, and whether it chose it (datapath: auto) or was told.
+      new Gauge({ name: 'sluice_datapath_info', help: 'The OVS datapath the agent runs (1), and whether datapath: auto chose it or the configuration named it', labelNames: ['datapath', 'setting'] as const, registers: [r] }).set({ datapath: datapath.datapath, setting: datapath.setting }, 1);
+    }
     const src = () => this.sources;
     const entries = (o: Record<string, number> | undefined, label: string): Samples => Object.entries(o ?? {}).map(([k, n]) => [{ [label]: k }, n]);
     this.gauge('sluice_pods', 'Local Pods by state', ['state'], () => entries(src()?.pods(), 'state'));

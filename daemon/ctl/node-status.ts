@@ -14,7 +14,7 @@ export const nodeStatusCommand: CommandModule<object, NodeArgs & { json: boolean
       return;
     }
     console.log(`node ${s.node}: ${s.ready ? 'ready' : 'NOT READY'}${s.ovsReachable ? '' : ' (OVS unreachable)'}`);
-    console.log(`  bridge ${s.bridge} (datapath ${s.datapath}), node IP ${s.nodeIP ?? '(none)'}`);
+    console.log(`  bridge ${s.bridge} (datapath ${s.datapath}${s.datapathWhy ? `, chosen by datapath: auto: ${s.datapathWhy}` : ', as configured'}), node IP ${s.nodeIP ?? '(none)'}`);
     if (s.gateway) console.log(`  gateway ${s.gateway.name} ofport ${s.gateway.ofport} mac ${s.gateway.mac}`);
     console.log(`  ${s.pods.length} Pod(s) attached`);
     if (s.memory) console.log(`  memory: RSS ${s.memory.rssMiB} MiB, JS heap ${s.memory.heapUsedMiB} of ${s.memory.heapTotalMiB} MiB, external ${s.memory.externalMiB} MiB`);

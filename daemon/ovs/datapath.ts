@@ -23,3 +23,13 @@ export function kernelOvs(): KernelOvs {
   const info = spawnSync('modinfo', ['openvswitch'], { stdio: 'ignore' });
   return { loaded: false, loadable: info.status === 0 };
 }
+
+/**
+ * Why an explicit `datapath: system` cannot work on this node, or undefined: without the module
+ * ovs-vswitchd cannot create the kernel datapath, and the agent would only find out later as a
+ * gateway without an OpenFlow port.
+ */
+export function explicitDatapathProblem(datapath: 'system' | 'netdev', auto: boolean, k: KernelOvs): string | undefined {
+  if (auto || datapath !== 'system' || k.loaded || k.loadable) return undefined;
+  return 'datapath: system needs the openvswitch kernel module, and this node\'s kernel has none (not loaded, and modinfo openvswitch finds none): set datapath: auto (the default: system where the module exists, the userspace netdev datapath elsewhere) or datapath: netdev in the agent\'s configuration (the DaemonSet\'s ConfigMap)';
+}

@@ -127,6 +127,11 @@ t.test('without enforcement, the policy series are absent rather than zero', asy
   t.match(text, /^sluice_ovs_up\{connection="ovsdb",node="n"\} 1$/m);
 });
 
+t.test('the datapath the agent runs, and whether datapath: auto chose it', async (t) => {
+  const metrics = new AgentMetrics({ node: 'n', defaultMetrics: false, datapath: { datapath: 'netdev', setting: 'auto' } });
+  t.match(await metrics.text(), /^sluice_datapath_info\{datapath="netdev",setting="auto",node="n"\} 1$/m);
+});
+
 t.test('the process metrics are there by default', async (t) => {
   const metrics = new AgentMetrics({ node: 'n' });
   t.match(await metrics.text(), /^process_resident_memory_bytes\{node="n"\} \d+/m);

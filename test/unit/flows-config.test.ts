@@ -4,11 +4,13 @@ import { CONFIG_DEFAULTS, ConfigError, parseConfig } from '../../daemon/config.j
 const env = { NODE_NAME: 'node-9' };
 
 t.test('empty file gives the documented defaults', async (t) => {
-  const c = parseConfig('', 'a.yaml', env);
+  // datapath: auto, on a kernel with the openvswitch module.
+  const c = parseConfig('', 'a.yaml', env, () => ({ loaded: true, loadable: true }));
   t.same(c, {
     nodeName: 'node-9',
     bridge: 'br-int',
     datapath: 'system',
+    datapathWhy: 'the openvswitch kernel module is loaded',
     iptablesBackend: 'auto',
     gateway: 'antrea-gw0',
     serviceCIDRs: ['10.96.0.0/12'],

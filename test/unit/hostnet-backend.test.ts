@@ -4,7 +4,7 @@
  */
 import t from 'tap';
 import { parseConfig } from '../../daemon/config.js';
-import { chooseDatapath } from '../../daemon/ovs/datapath.js';
+import { chooseDatapath, explicitDatapathProblem } from '../../daemon/ovs/datapath.js';
 import { backendCommands, chooseBackend, ruleCount } from '../../daemon/hostnet/iptables-backend.js';
 
 const save = (chains: string[], rules: number) =>
@@ -32,6 +32,15 @@ t.test('datapath: auto follows the kernel module', async (t) => {
   t.match(cfg('datapath: auto', true), { datapath: 'system', datapathWhy: /available/ });
   t.notOk('datapathWhy' in cfg('datapath: netdev', true), 'an explicit datapath is used as is');
   t.throws(() => cfg('datapath: kernel', true), /datapath: must be "system", "netdev" or "auto", got "kernel"/);
+  t.match(cfg('', false), { datapath: 'netdev', datapathWhy: /no openvswitch kernel module/ }, 'auto is the default');
+});
+
+t.test('an explicit datapath: system on a node without the module is refused with the cause and the fix', async (t) => {
+  const none = { loaded: false, loadable: false };
+  t.match(explicitDatapathProblem('system', false, none), /datapath: system needs the openvswitch kernel module.*set datapath: auto .* or datapath: netdev/);
+  t.equal(explicitDatapathProblem('system', false, { loaded: false, loadable: true }), undefined, 'a loadable module is enough (ovs-ctl loads it)');
+  t.equal(explicitDatapathProblem('netdev', false, none), undefined);
+  t.equal(explicitDatapathProblem('system', true, none), undefined, 'auto never chooses system without it');
 });
 
 t.test('iptablesBackend: auto by default, nft or legacy when set, anything else refused', async (t) => {
