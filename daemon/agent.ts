@@ -59,6 +59,8 @@ export interface AgentParts {
   events: NodeEvents;
   /** Keeps sluice chained in the node's CNI configuration (when cniConfDir is set). */
   chainKeeper?: ChainKeeper | undefined;
+  /** Where config.serviceCIDRs came from (default: the configuration). */
+  serviceCidrSource?: string;
   /** Start the CNI socket server (false in tests that drive the handler directly). */
   serveCni?: boolean;
   /** Closes the adapters main.ts opened (netlink sockets, helper processes, OVSDB session), last. */
@@ -76,6 +78,8 @@ export interface AgentStatus {
   datapath: string;
   /** Why `datapath: auto` chose it (absent when the configuration named the datapath). */
   datapathWhy?: string;
+  /** The Service ranges in use, where they come from, and Services whose ClusterIP is outside them (their traffic escapes egress enforcement). */
+  serviceCIDRs: { cidrs: string[]; source: string; outside?: { service: string; ip: string }[] };
   gateway?: GatewayInfo;
   pods: PodAttachment[];
   lastResync?: ResyncRecord;
@@ -114,6 +118,8 @@ export class Agent {
   private health?: HealthServer;
   private metricsServer?: HealthServer;
   private readonly realizationServers: HealthServer[] = [];
+  /** Where config.serviceCIDRs came from (node/service-cidrs.ts). */
+  private serviceCidrSource: string;
   private monitors: { kill(): unknown }[] = [];
   private closed = false;
 
@@ -130,6 +136,7 @@ export class Agent {
     this.adopter = parts.adopter;
     this.events = parts.events;
     this.chainKeeper = parts.chainKeeper;
+    this.serviceCidrSource = parts.serviceCidrSource ?? 'configuration';
   }
 
   private get pods(): Map<string, PodAttachment> {
@@ -158,6 +165,19 @@ export class Agent {
       status: () => a.status(),
       gc: (valid: GcAttachment[], req: { networkName: string }) => this.lock.runShared(() => a.gc(valid, req)),
     };
+  }
+
+  /**
+   * The Service ranges changed (the cluster's ServiceCIDRs): the re-entrance flows and the host's
+   * rules follow at a resync (both are computed from config.serviceCIDRs).
+   */
+  serviceCidrsChanged(cidrs: string[], source: string): void {
+    if (cidrs.join() === this.config.serviceCIDRs.join()) return;
+    this.log.info({ cidrs, was: this.config.serviceCIDRs, source }, 'Service ranges changed');
+    this.config.serviceCIDRs = [...cidrs];
+    this.serviceCidrSource = source;
+    this.node.hostNetwork?.setServiceCIDRs(cidrs);
+    this.schedules.repairSoon(`Service ranges changed to ${cidrs.join(', ')}`);
   }
 
   /** A new Pod's addresses are known where they matter, or it is guarded (EnforcementHooks.podStarting). */
@@ -247,6 +267,7 @@ export class Agent {
       enforcement: () => this.enforcement?.metrics?.(),
       ruleStats: () => this.ruleStats(),
       meterDrops: async () => this.enforcement?.meterDrops?.(),
+      servicesOutside: () => this.enforcement?.servicesOutside?.(this.config.serviceCIDRs).length,
       chain: () => this.chainKeeper?.status(),
       adoption: () => {
         const a = this.adopter.status();
@@ -379,6 +400,7 @@ export class Agent {
       bridge: this.config.bridge,
       datapath: this.config.datapath,
       ...(this.config.datapathWhy ? { datapathWhy: this.config.datapathWhy } : {}),
+      serviceCIDRs: { cidrs: this.config.serviceCIDRs, source: this.serviceCidrSource, ...(this.enforcement?.servicesOutside ? { outside: this.enforcement.servicesOutside(this.config.serviceCIDRs) } : {}) },
       ...(this.node.gateway ? { gateway: this.node.gateway } : {}),
       pods: [...this.pods.values()],
       ...(this.node.lastResync ? { lastResync: this.node.lastResync } : {}),

@@ -11,7 +11,9 @@
  *                               # an explicit system on a node without the module stops the agent at start)
  * iptablesBackend: auto        # auto | nft | legacy: the host's backend (auto: as kube-proxy's image decides)
  * gateway: antrea-gw0
- * serviceCIDRs: [10.96.0.0/12]
+ * serviceCIDRs: [10.96.0.0/12]   # default: none; used when the cluster does not serve ServiceCIDR
+ *                               # (networking.k8s.io/v1, Kubernetes 1.33+), whose ranges win when it does;
+ *                               # with neither, the agent refuses to start (node/service-cidrs.ts)
  * socketPath: /var/run/sluice/cni.sock
  * ovsRunDir: /var/run/openvswitch   # holds db.sock and <bridge>.mgmt
  * stateDir: /var/lib/sluice
@@ -59,6 +61,7 @@ export interface AgentConfig {
   datapathWhy?: string;
   iptablesBackend: IptablesBackendSetting;
   gateway: string;
+  /** The configured Service ranges (empty: none; the cluster's ServiceCIDR objects are used, node/service-cidrs.ts). */
   serviceCIDRs: string[];
   socketPath: string;
   ovsRunDir: string;
@@ -93,7 +96,6 @@ export const CONFIG_DEFAULTS = {
   datapath: 'auto',
   iptablesBackend: 'auto',
   gateway: 'antrea-gw0',
-  serviceCIDRs: ['10.96.0.0/12'],
   socketPath: '/var/run/sluice/cni.sock',
   ovsRunDir: '/var/run/openvswitch',
   stateDir: '/var/lib/sluice',
@@ -173,9 +175,9 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
   const iptablesBackend = str('iptablesBackend', CONFIG_DEFAULTS.iptablesBackend)!;
   if (iptablesBackend !== 'auto' && iptablesBackend !== 'nft' && iptablesBackend !== 'legacy') bad('iptablesBackend', `must be "auto", "nft" or "legacy", got "${iptablesBackend}"`);
 
-  const cidrs = raw.serviceCIDRs ?? CONFIG_DEFAULTS.serviceCIDRs;
+  const cidrs = raw.serviceCIDRs ?? [];
   const cidrList = typeof cidrs === 'string' ? [cidrs] : cidrs;
-  if (!Array.isArray(cidrList) || cidrList.length === 0) bad('serviceCIDRs', 'must be a non-empty list of IPv4 CIDRs');
+  if (!Array.isArray(cidrList) || (raw.serviceCIDRs !== undefined && raw.serviceCIDRs !== null && cidrList.length === 0)) bad('serviceCIDRs', 'must be a non-empty list of CIDRs (leave it out to use the cluster\'s ServiceCIDR objects)');
   const serviceCIDRs = (cidrList as unknown[]).map((c, i) => {
     if (typeof c !== 'string') return bad(`serviceCIDRs[${i}]`, `must be a string, got ${JSON.stringify(c)}`);
     try {

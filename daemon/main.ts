@@ -19,6 +19,9 @@ import { ChainKeeper } from './chainkeeper.js';
 import { realClock } from './clock.js';
 import { type AgentConfig, ConfigError, DEFAULT_CONFIG_PATH, loadConfig } from './config.js';
 import { explicitDatapathProblem, kernelOvs } from './ovs/datapath.js';
+import { chooseServiceCidrs } from './node/service-cidrs.js';
+import type { Enforcer } from './enforcement/enforcer.js';
+import type { KubeObject } from './policy/types.js';
 import { type EnforcementHooks, enforcementWanted, startEnforcement } from './enforcement/index.js';
 import { ATTACH_STEPS, type AttachStep, type PodAttachment, PodAttacher } from './cni/attacher.js';
 import { cleanupNode, runningAgent } from './cleanup.js';
@@ -90,8 +93,32 @@ async function main(): Promise<number> {
     const wanted = enforcementWanted(config);
     log.info({ reason: wanted.why }, wanted.on ? 'policy enforcement on' : 'policy enforcement OFF (datapath only)');
     const metrics = new AgentMetrics({ node: config.nodeName, datapath: { datapath: config.datapath, setting: config.datapathWhy !== undefined ? 'auto' : 'explicit' } });
-    const enforcement = wanted.on ? (await startEnforcement(config, log, { onRealized: (s) => metrics.observeRealization(s), onConnectionsCut: (n) => metrics.observeConnectionsCut(n) })).hooks : undefined;
-    agent = await startAgent(config, log, { metrics, enforcement, ...(failpoint ? { failAfter: failpoint as AttachStep } : {}) });
+    const started = wanted.on ? await startEnforcement(config, log, { onRealized: (s) => metrics.observeRealization(s), onConnectionsCut: (n) => metrics.observeConnectionsCut(n) }) : undefined;
+    const enforcement = started?.hooks;
+    // The Service ranges before anything is built on them: the cluster's ServiceCIDRs, else the configuration's.
+    const configured = [...config.serviceCIDRs];
+    const ranges = chooseServiceCidrs(started ? await waitServiceCidrs(started.enforcer, log) : undefined, configured);
+    if ('error' in ranges) {
+      log.fatal({}, ranges.error);
+      process.stderr.write(`sluice-agent: ${ranges.error}\n`);
+      await started?.enforcer.close();
+      return 2;
+    }
+    if (configured.length > 0 && ranges.cidrs.join() !== [...configured].sort().join() && !ranges.source.startsWith('configuration')) {
+      log.warn({ configured, used: ranges.cidrs, source: ranges.source }, 'serviceCIDRs: the configuration differs from the cluster\'s ServiceCIDRs, which are used');
+    }
+    config.serviceCIDRs = ranges.cidrs;
+    log.info({ cidrs: ranges.cidrs, source: ranges.source }, 'Service ranges');
+    agent = await startAgent(config, log, { metrics, enforcement, serviceCidrSource: ranges.source, ...(failpoint ? { failAfter: failpoint as AttachStep } : {}) });
+    if (started) {
+      const running = agent;
+      // A range added or removed later is followed; with none left, the last ones stay in use.
+      started.enforcer.onServiceCidrs = () => {
+        const next = chooseServiceCidrs(started.enforcer.currentServiceCidrObjects(), configured);
+        if ('error' in next) log.error({ kept: config.serviceCIDRs }, `Service ranges: ${next.error}; the ones in use are kept`);
+        else running.serviceCidrsChanged(next.cidrs, next.source);
+      };
+    }
   } catch (err) {
     log.fatal({ err: (err as Error).message }, 'startup failed');
     process.stderr.write(`sluice-agent: startup failed: ${(err as Error).message}\n`);
@@ -116,7 +143,7 @@ async function main(): Promise<number> {
 async function startAgent(
   config: AgentConfig,
   log: Logger,
-  opts: { metrics: AgentMetrics; enforcement: EnforcementHooks | undefined; failAfter?: AttachStep },
+  opts: { metrics: AgentMetrics; enforcement: EnforcementHooks | undefined; serviceCidrSource?: string; failAfter?: AttachStep },
 ): Promise<Agent> {
   const { enforcement } = opts;
   const ovs = new Ovs({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
@@ -219,7 +246,10 @@ async function startAgent(
       resync: (reason) => node.resync(reason),
       checkFlows: () => node.checkFlows(),
       adoptUnattached: (reason) => adopter.adoptUnattached(reason),
-      reportInvalidPolicies: () => events.reportInvalidPolicies(),
+      reportInvalidPolicies: () => {
+        events.reportInvalidPolicies();
+        if (enforcement?.servicesOutside) events.reportServicesOutside(enforcement.servicesOutside(config.serviceCIDRs), config.serviceCIDRs);
+      },
     },
     resyncIntervalMs: config.resyncIntervalSeconds * 1000,
     flowCheckIntervalMs: config.flowCheckIntervalSeconds * 1000,
@@ -244,6 +274,7 @@ async function startAgent(
     openflow,
     enforcement,
     metrics: opts.metrics,
+    ...(opts.serviceCidrSource ? { serviceCidrSource: opts.serviceCidrSource } : {}),
     clock,
     schedules,
     adopter,
@@ -255,6 +286,17 @@ async function startAgent(
       ovs.close();
     },
   });
+}
+
+/** The cluster's ServiceCIDR objects (undefined: not served), once listed; says what it waits for. */
+async function waitServiceCidrs(enforcer: Enforcer, log: Logger): Promise<KubeObject[] | undefined> {
+  const t0 = Date.now();
+  const tick = setInterval(() => log.warn({ waitedMs: Date.now() - t0, pending: enforcer.clusterWatch?.pending() }, 'startup: waiting for the list of ServiceCIDRs (the Service ranges)'), 5000);
+  try {
+    return await enforcer.serviceCidrObjects();
+  } finally {
+    clearInterval(tick);
+  }
 }
 
 /** The invalid objects of enforcement's policy report, and the API object behind each, for their Events. */

@@ -58,6 +58,8 @@ export interface MetricSources {
   ruleStats?(): Promise<RuleStatistics[] | undefined>;
   /** Packets the bridge's packet-in meters dropped, by meter (absent when enforcement is off). */
   meterDrops?(): Promise<Record<string, number> | undefined>;
+  /** Services whose ClusterIP is outside the Service ranges (absent when enforcement is off). */
+  servicesOutside?(): number | undefined;
 }
 
 const CNI_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -138,6 +140,10 @@ export class AgentMetrics {
         ...(s ? [[{ connection: 'ovsdb' }, s.ovsdbReachable() ? 1 : 0] as Samples[number]] : []),
         ...(e ? [[{ connection: 'openflow' }, e.openflowConnected ? 1 : 0] as Samples[number]] : []),
       ];
+    });
+    this.gauge('sluice_services_outside_service_cidrs', 'Services with a ClusterIP outside the Service ranges the agent uses (their Pod traffic skips egress enforcement of the endpoints)', [], () => {
+      const n = src()?.servicesOutside?.();
+      return n === undefined ? [] : [[{}, n]];
     });
     const resyncs = () => src()?.resyncs();
     this.counter('sluice_resyncs_total', 'Full convergence runs of the datapath, by result', ['result'], () => {

@@ -31,6 +31,7 @@ import type { KubeObject } from '../policy/types.js';
 import type { PodAttachment } from '../cni/attacher.js';
 import { ClusterWatch, type WatchEvent } from './watch/clusterwatch.js';
 import { trimObject } from './watch/trim.js';
+import { SERVICE_CIDR_RESOURCE } from './watch/resources.js';
 import { buildPolicyReport, type PolicyReport } from './policy-report.js';
 import { PodView, podRefKey } from './podview.js';
 import { AddressClaims } from './claims.js';
@@ -180,6 +181,10 @@ export class Enforcer {
   private bridgeSynced = false;
   /** Each Pod in the engine (cluster-wide) → the change count after it was last fed. */
   private readonly podFedSeq = new Map<string, number>();
+  /** The cluster's ServiceCIDR objects by name. */
+  private readonly serviceCidrs = new Map<string, KubeObject>();
+  /** Called after each ServiceCIDR event (the node follows the ranges). */
+  onServiceCidrs?: () => void;
   /** Which Pod each address belongs to when two claim it (claims.ts). */
   private readonly claims = new AddressClaims();
   /** Pods that lost every address to a newer owner → their span when they did. */
@@ -226,6 +231,27 @@ export class Enforcer {
     return this.watch;
   }
 
+  /**
+   * The cluster's ServiceCIDR objects, or undefined when it does not serve the kind; waits until
+   * their list is in (start-up needs the Service ranges before the node's first flows).
+   */
+  async serviceCidrObjects(): Promise<KubeObject[] | undefined> {
+    const w = this.watch;
+    if (!w) return undefined;
+    const state = () => w.status().find((s) => s.resource === SERVICE_CIDR_RESOURCE.path);
+    while (!state()?.synced) {
+      if (this.closed) return undefined;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return state()!.absent ? undefined : [...this.serviceCidrs.values()];
+  }
+
+  /** The ServiceCIDR objects as the informer has them now (undefined: not served, or not listed yet). */
+  currentServiceCidrObjects(): KubeObject[] | undefined {
+    const s = this.watch?.status().find((x) => x.resource === SERVICE_CIDR_RESOURCE.path);
+    return s?.synced && !s.absent ? [...this.serviceCidrs.values()] : undefined;
+  }
+
   /** Waits until every resource has been listed once, logging what is still missing. */
   async waitSynced(): Promise<void> {
     if (!this.watch) return;
@@ -258,7 +284,12 @@ export class Enforcer {
   onWatchEvent(ev: WatchEvent): void {
     const o = ev.object;
     try {
-      if (isCoreKind(o, 'Pod')) {
+      if (o.apiVersion === SERVICE_CIDR_RESOURCE.apiVersion && o.kind === SERVICE_CIDR_RESOURCE.kind) {
+        // Not a policy input: the node's Service ranges (node/service-cidrs.ts).
+        if (ev.type === 'upsert') this.serviceCidrs.set(o.metadata.name, o);
+        else this.serviceCidrs.delete(o.metadata.name);
+        this.onServiceCidrs?.();
+      } else if (isCoreKind(o, 'Pod')) {
         const ns = o.metadata.namespace ?? 'default';
         const obj = ev.type === 'upsert' ? this.pods.setApi(o) : this.pods.removeApi(ns, o.metadata.name);
         this.feedPod(obj ?? o, obj !== undefined);

@@ -41,6 +41,8 @@ export interface EnforcementHooks {
    * rejection fails the ADD (the guard could not be installed).
    */
   podStarting?(pod: PodAttachment): Promise<void>;
+  /** Services whose ClusterIP lies outside `cidrs` (their Pod -> Service traffic escapes egress enforcement). */
+  servicesOutside?(cidrs: string[]): { service: string; ip: string }[];
   /** GET /realized of the realization endpoint: whether a Pod is enforced here (newpods/peers.ts). */
   realized?(query: URLSearchParams): Promise<{ code: number; body: unknown }>;
   /** Start-up's first flow sync is on the bridge (connections opened under an older policy are judged again). */

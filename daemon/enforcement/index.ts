@@ -7,6 +7,7 @@ import type { AgentConfig } from '../config.js';
 import { FqdnLearning } from './fqdn/index.js';
 import { Enforcer } from './enforcer.js';
 import type { EnforcementHooks } from './hooks.js';
+import { clusterIPsOutside } from '../node/service-cidrs.js';
 
 export { Enforcer, type DnsLearning, type DnsPuntHook, type EnforcerOptions, type EnforcerStatus } from './enforcer.js';
 export { PodView } from './podview.js';
@@ -62,6 +63,7 @@ export async function startEnforcement(
     podDetached: (pod) => enforcer.podDetached(pod),
     podStarting: (pod) => enforcer.podStarting(pod),
     realized: (query) => enforcer.realizedAnswer(query),
+    servicesOutside: (cidrs) => clusterIPsOutside(enforcer.engine.cluster.services.values(), cidrs),
     close: () => enforcer.close(),
     status: () => enforcer.status(),
     policyReport: () => enforcer.policyReport(),

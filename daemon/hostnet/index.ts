@@ -68,6 +68,12 @@ export class HostNetwork {
     this.ip6tables = new IptablesRules({ gateway: opts.gateway, serviceCIDRs: opts.serviceCIDRs, family: 6, commands: ip6Commands(commands) });
   }
 
+  /** New Service ranges (the cluster's ServiceCIDRs changed): the next ensure writes their rules. */
+  setServiceCIDRs(cidrs: string[]): void {
+    this.iptables.setServiceCIDRs(cidrs);
+    this.ip6tables.setServiceCIDRs(cidrs);
+  }
+
   private get sysctlDir(): string {
     return this.opts.ipv6SysctlDir ?? '/proc/sys/net/ipv6';
   }

@@ -103,8 +103,14 @@ export class IptablesRules {
 
   private readonly cmd: IptablesCommands;
 
-  constructor(private readonly opts: IptablesOptions) {
+  constructor(private opts: IptablesOptions) {
     this.cmd = opts.commands ?? DEFAULT_IPTABLES;
+  }
+
+  /** New Service ranges: the next ensure() writes the chains for them. */
+  setServiceCIDRs(cidrs: string[]): void {
+    this.opts = { ...this.opts, serviceCIDRs: [...cidrs] };
+    this.lastSaved = undefined;
   }
 
   /**

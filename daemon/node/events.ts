@@ -76,6 +76,8 @@ export interface NodeEventsDeps {
 export class NodeEvents {
   private attachFailedSent: ReadonlyMap<string, number> = new Map();
   private invalidReported: ReadonlySet<string> = new Set();
+  /** "ns/name ip" of the Services reported outside the Service ranges while they are. */
+  private outsideReported = new Set<string>();
 
   constructor(private readonly d: NodeEventsDeps) {}
 
@@ -107,6 +109,24 @@ export class NodeEvents {
    * Nothing is remembered while there is no report or no API server, so those problems are
    * reported once both are there.
    */
+  /**
+   * Services whose ClusterIP lies outside the Service ranges: their Pod -> Service traffic would
+   * skip the re-entrance path, so the egress policy would not judge its real endpoint. A warning
+   * and a Warning Event on the Service, once while it lasts (again after a fix and a new break).
+   */
+  reportServicesOutside(outside: readonly { service: string; ip: string }[], cidrs: readonly string[]): void {
+    const now = new Set(outside.map((o) => `${o.service} ${o.ip}`));
+    for (const o of outside) {
+      const key = `${o.service} ${o.ip}`;
+      if (this.outsideReported.has(key)) continue;
+      const [namespace, name] = o.service.split('/') as [string, string];
+      const msg = `ClusterIP ${o.ip} is outside the Service ranges sluice-agent on ${this.d.nodeName} uses (${cidrs.join(', ')}): Pod traffic to it skips egress enforcement of its endpoints. Add the range to the cluster's ServiceCIDRs or to serviceCIDRs in the agent's configuration.`;
+      this.d.log.warn({ service: o.service, ip: o.ip, cidrs }, 'a Service\'s ClusterIP is outside the Service ranges');
+      void this.record({ kind: 'Service', namespace, name }, 'Warning', 'SluiceServiceOutsideServiceCIDRs', msg);
+    }
+    this.outsideReported = now;
+  }
+
   reportInvalidPolicies(): void {
     const { policies } = this.d;
     const invalid = policies?.invalidPolicies();

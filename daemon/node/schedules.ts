@@ -14,7 +14,7 @@ export interface ScheduledWork {
   checkFlows(): Promise<void>;
   /** Attaches running Pods that cross no bridge (real: PodAdopter.adoptUnattached, which folds overlapping calls). */
   adoptUnattached(reason: string): Promise<void>;
-  /** Warning Events on invalid policy objects (real: NodeEvents.reportInvalidPolicies, deduplicated). */
+  /** Warning Events on objects the agent cannot honour: invalid policies, Services outside the Service ranges (real: NodeEvents, deduplicated). */
   reportInvalidPolicies(): void;
 }
 

@@ -123,6 +123,11 @@ export class Registry {
     for (const name of ['default', 'kube-system', 'kube-public', 'kube-node-lease']) {
       if (!this.store.get('/namespaces', name)) this.create(nsType, undefined, { metadata: { name } });
     }
+    // As kube-apiserver 1.33 does from --service-cluster-ip-range: the default ServiceCIDR.
+    const scType = this.resolve('networking.k8s.io', 'v1', 'servicecidrs')!;
+    if (!this.store.get(scType.storageKey, 'kubernetes')) {
+      this.create(scType, undefined, { metadata: { name: 'kubernetes' }, spec: { cidrs: this.serviceRanges.map((r) => r.cidr) } } as never);
+    }
     if (!installCRDs) return;
     const crdType = this.resolve('apiextensions.k8s.io', 'v1', 'customresourcedefinitions')!;
     for (const crd of seedCrds()) {

@@ -37,6 +37,8 @@ export const builtinTypes: readonly ResourceType[] = [
   builtin('', 'v1', 'endpoints', 'Endpoints', true, false, ['ep']),
   builtin('discovery.k8s.io', 'v1', 'endpointslices', 'EndpointSlice', true, false),
   builtin('networking.k8s.io', 'v1', 'networkpolicies', 'NetworkPolicy', true, false, ['netpol']),
+  // The Service ranges (Kubernetes 1.33: served, the "kubernetes" one created from the flag).
+  builtin('networking.k8s.io', 'v1', 'servicecidrs', 'ServiceCIDR', false, true),
   builtin('apiextensions.k8s.io', 'v1', 'customresourcedefinitions', 'CustomResourceDefinition', false, true, ['crd', 'crds']),
   // What an installation manifest (install/sluice.yaml) creates, and what its DaemonSet's Pods
   // come from. Stored and served only: the lab does not enforce RBAC.

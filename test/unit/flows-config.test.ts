@@ -13,7 +13,7 @@ t.test('empty file gives the documented defaults', async (t) => {
     datapathWhy: 'the openvswitch kernel module is loaded',
     iptablesBackend: 'auto',
     gateway: 'antrea-gw0',
-    serviceCIDRs: ['10.96.0.0/12'],
+    serviceCIDRs: [],
     socketPath: '/var/run/sluice/cni.sock',
     ovsRunDir: '/var/run/openvswitch',
     stateDir: '/var/lib/sluice',

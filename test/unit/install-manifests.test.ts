@@ -269,7 +269,7 @@ function crdProblems(crdDocs: Doc[]): string[] {
   const out: string[] = [];
   type Crd = ReturnType<typeof sluiceCrds>[number];
   const crds = crdDocs as unknown as Crd[];
-  for (const r of WATCHED_RESOURCES.filter((x) => x.optional)) {
+  for (const r of WATCHED_RESOURCES.filter((x) => x.crd)) {
     const c = crds.find((x) => x.spec.group === r.group && x.spec.names.plural === r.plural);
     const v = c?.spec.versions.find((x) => x.name === r.version);
     if (!c || !v?.served) out.push(`no CRD serves ${r.group}/${r.version} ${r.plural}`);

@@ -1,6 +1,7 @@
 /**
  * The API resources the agent watches to feed the policy engine: the cluster view (Pods of all
- * nodes, Namespaces, Nodes, Services, EndpointSlices, ServiceAccounts) and every policy kind.
+ * nodes, Namespaces, Nodes, Services, EndpointSlices, ServiceAccounts) and every policy kind; and
+ * the cluster's Service ranges (ServiceCIDR), which the node uses.
  * CRD-backed kinds may be absent from a cluster: they are watched once they appear. Pure.
  */
 export interface WatchedResource {
@@ -13,34 +14,40 @@ export interface WatchedResource {
   group: string;
   version: string;
   plural: string;
-  /** Served by a CustomResourceDefinition: a 404 means "not installed (yet)", not an error. */
+  /** A 404 means "not served (yet)", not an error: a CRD kind not installed, a built-in kind of a newer Kubernetes. */
   optional: boolean;
+  /** Served by a CustomResourceDefinition (install/crds.yaml defines it). */
+  crd: boolean;
 }
 
-function resource(apiVersion: string, kind: string, plural: string, optional: boolean): WatchedResource {
+function resource(apiVersion: string, kind: string, plural: string, served: 'always' | 'crd' | 'newer'): WatchedResource {
   const slash = apiVersion.indexOf('/');
   const group = slash < 0 ? '' : apiVersion.slice(0, slash);
   const version = slash < 0 ? apiVersion : apiVersion.slice(slash + 1);
   const path = group === '' ? `/api/${version}/${plural}` : `/apis/${group}/${version}/${plural}`;
-  return { apiVersion, kind, path, group, version, plural, optional };
+  return { apiVersion, kind, path, group, version, plural, optional: served !== 'always', crd: served === 'crd' };
 }
 
+export const SERVICE_CIDR_RESOURCE = resource('networking.k8s.io/v1', 'ServiceCIDR', 'servicecidrs', 'newer');
+
 export const WATCHED_RESOURCES: readonly WatchedResource[] = [
-  resource('v1', 'Namespace', 'namespaces', false),
-  resource('v1', 'Node', 'nodes', false),
-  resource('v1', 'Pod', 'pods', false),
-  resource('v1', 'Service', 'services', false),
-  resource('v1', 'ServiceAccount', 'serviceaccounts', false),
-  resource('discovery.k8s.io/v1', 'EndpointSlice', 'endpointslices', false),
-  resource('networking.k8s.io/v1', 'NetworkPolicy', 'networkpolicies', false),
-  resource('crd.antrea.io/v1beta1', 'Tier', 'tiers', true),
-  resource('crd.antrea.io/v1beta1', 'ClusterGroup', 'clustergroups', true),
-  resource('crd.antrea.io/v1beta1', 'Group', 'groups', true),
-  resource('crd.antrea.io/v1beta1', 'ClusterNetworkPolicy', 'clusternetworkpolicies', true),
-  resource('crd.antrea.io/v1beta1', 'NetworkPolicy', 'networkpolicies', true),
-  resource('policy.networking.k8s.io/v1alpha1', 'AdminNetworkPolicy', 'adminnetworkpolicies', true),
-  resource('policy.networking.k8s.io/v1alpha1', 'BaselineAdminNetworkPolicy', 'baselineadminnetworkpolicies', true),
-  resource('policy.networking.k8s.io/v1alpha2', 'ClusterNetworkPolicy', 'clusternetworkpolicies', true),
+  resource('v1', 'Namespace', 'namespaces', 'always'),
+  resource('v1', 'Node', 'nodes', 'always'),
+  resource('v1', 'Pod', 'pods', 'always'),
+  resource('v1', 'Service', 'services', 'always'),
+  resource('v1', 'ServiceAccount', 'serviceaccounts', 'always'),
+  resource('discovery.k8s.io/v1', 'EndpointSlice', 'endpointslices', 'always'),
+  resource('networking.k8s.io/v1', 'NetworkPolicy', 'networkpolicies', 'always'),
+  resource('crd.antrea.io/v1beta1', 'Tier', 'tiers', 'crd'),
+  resource('crd.antrea.io/v1beta1', 'ClusterGroup', 'clustergroups', 'crd'),
+  resource('crd.antrea.io/v1beta1', 'Group', 'groups', 'crd'),
+  resource('crd.antrea.io/v1beta1', 'ClusterNetworkPolicy', 'clusternetworkpolicies', 'crd'),
+  resource('crd.antrea.io/v1beta1', 'NetworkPolicy', 'networkpolicies', 'crd'),
+  resource('policy.networking.k8s.io/v1alpha1', 'AdminNetworkPolicy', 'adminnetworkpolicies', 'crd'),
+  resource('policy.networking.k8s.io/v1alpha1', 'BaselineAdminNetworkPolicy', 'baselineadminnetworkpolicies', 'crd'),
+  resource('policy.networking.k8s.io/v1alpha2', 'ClusterNetworkPolicy', 'clusternetworkpolicies', 'crd'),
+  // The cluster's Service ranges (node/service-cidrs.ts); served from Kubernetes 1.33 on.
+  SERVICE_CIDR_RESOURCE,
 ];
 
 /** Whether an error from a list/watch call is an HTTP 404 (resource not served). */

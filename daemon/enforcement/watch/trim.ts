@@ -20,6 +20,7 @@
  *   EndpointSlice   labels (the service-name label); addressType; endpoints[] addresses,
  *                   conditions.ready, targetRef kind/namespace/name (endpointSliceInfoFromObject)
  *   ServiceAccount  nothing more (its existence)
+ *   ServiceCIDR     spec cidrs (node/service-cidrs.ts)
  *   policy kinds    everything but metadata.managedFields: the normalizers read the whole spec,
  *                   and unknown spec fields are reported, so nothing of spec may go.
  *
@@ -112,6 +113,7 @@ export function trimObject(obj: KubeObject): KubeObject {
     }
   }
   if (obj.apiVersion === 'discovery.k8s.io/v1' && obj.kind === 'EndpointSlice') return trimEndpointSlice(obj);
+  if (obj.apiVersion === 'networking.k8s.io/v1' && obj.kind === 'ServiceCIDR') return envelope(obj, meta(obj, META_BASE), { spec: pick(obj.spec, ['cidrs']) });
   if (!Object.hasOwn(obj.metadata, 'managedFields')) return obj;
   const { managedFields: _, ...metadata } = obj.metadata as ObjectMeta & { managedFields?: unknown };
   return { ...obj, metadata };
