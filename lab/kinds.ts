@@ -37,6 +37,7 @@ export const KINDS: ResourceKind[] = [
   K('apiextensions.k8s.io', 'v1', 'CustomResourceDefinition', 'customresourcedefinitions', false, 'customresourcedefinition', 'crd', 'crds'),
   K('discovery.k8s.io', 'v1', 'EndpointSlice', 'endpointslices', true, 'endpointslice'),
   K('networking.k8s.io', 'v1', 'NetworkPolicy', 'networkpolicies', true, 'networkpolicy', 'netpol'),
+  K('networking.k8s.io', 'v1', 'ServiceCIDR', 'servicecidrs', false, 'servicecidr'),
   K('crd.antrea.io', 'v1beta1', 'Tier', 'tiers', false, 'tier', 'tr'),
   K('crd.antrea.io', 'v1beta1', 'ClusterNetworkPolicy', 'clusternetworkpolicies', false, 'clusternetworkpolicy', 'acnp'),
   K('crd.antrea.io', 'v1beta1', 'NetworkPolicy', 'networkpolicies', true, 'anp.crd.antrea.io', 'antreanetworkpolicy', 'annp'),

@@ -13,6 +13,7 @@
  * last state until the relist reports the differences. Before the agent binds its flows
  * (start-up) nothing is compiled: the initial lists become one full compile, once they are all in.
  */
+import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { AuditLogger, DEFAULT_AUDIT_LOG_PATH } from './auditlog/index.js';
 import type { Flow } from '../flows/flow.js';
@@ -657,6 +658,7 @@ export class Enforcer {
       },
       datapath: settings.datapath,
       keepNetworkPolicy: settings.keepNetworkPolicy,
+      stateFile: this.opts.stateDir && join(this.opts.stateDir, 'cut-connections.json'),
       log,
       onSwept: ({ cut }) => {
         if (cut) this.opts.onConnectionsCut?.(cut);

@@ -9,14 +9,16 @@
  *  - node-2's agent frozen (SIGSTOP, its flows stay): a new z Pod is guarded on node-1 from the
  *    Pods of node-2 that drop it, so still nothing arrives; once node-2 thaws and confirms, the
  *    guard is lifted and a new x Pod's connection to the server that admits it works.
- * Both address families where the lab has them (dual-stack ptp).
+ * And the node's Service ranges: found from the lab's ServiceCIDR, one added later followed by the
+ * host's rules and the bridge. Both address families where the lab has them.
  */
 import t from 'tap';
+import { spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { agentLogPath, agentPidPath } from '../../lab/agent.js';
 import { TALK_ANNOTATION } from '../../lab/kubelet.js';
-import { podNetns, repoRoot } from '../../lab/net/names.js';
+import { nodeNetns, ovsDir, podNetns, repoRoot } from '../../lab/net/names.js';
 import { talkFile } from '../../lab/net/sandbox.js';
 import type { TalkRecord } from '../../lab/net/workload.js';
 import { cli, cliJson, type ListJson } from './labcli-helpers.js';
@@ -141,6 +143,32 @@ export function newPodsSuite(lab: string, primary: 'ptp' | 'eks', ipFamily: 'ipv
       });
       t.equal(asked.length, 2 * COUNT, 'every new Pod\'s ADD asked its span (node-2)');
       t.comment(`the ADD's wait for node-2's confirmation: ${fig(asked)}`);
+    });
+
+    t.test('the Service ranges come from the lab\'s ServiceCIDRs, and one added later is followed', async (t) => {
+      type Ranges = { serviceCIDRs?: { cidrs: string[]; source: string; outside?: unknown[] } };
+      const ranges = async () => ((await agentStatus(lab, 'node-1')) as Ranges).serviceCIDRs;
+      const lab4 = '10.96.0.0/16';
+      t.match(await ranges(), { source: 'ServiceCIDR kubernetes', outside: [] }, 'found, not configured; no Service outside them');
+      t.ok((await ranges())?.cidrs.includes(lab4), `the lab's range ${lab4} is used`);
+      const extra = join(dir, 'servicecidr.yaml');
+      writeFileSync(extra, 'apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {name: extra}\nspec: {cidrs: [10.97.0.0/16]}\n');
+      await labCli(lab, ['apply', '-f', extra]);
+      const mangle = () => spawnSync('ip', ['netns', 'exec', nodeNetns(lab, 'node-1'), 'iptables-save', '-t', 'mangle'], { encoding: 'utf8' }).stdout;
+      const bridge = () => spawnSync('ovs-ofctl', ['-O', 'OpenFlow15', 'dump-flows', 'br-int'], { env: { ...process.env, OVS_RUNDIR: ovsDir(lab, 'node-1') }, encoding: 'utf8' }).stdout;
+      const deadline = Date.now() + 30_000;
+      while (!((await ranges())?.cidrs.includes('10.97.0.0/16') && mangle().includes('-d 10.97.0.0/16') && bridge().includes('nw_dst=10.97.0.0/16'))) {
+        if (Date.now() > deadline) throw new Error(`the new range was not followed: ${JSON.stringify(await ranges())}`);
+        await sleep(100);
+      }
+      t.match(await ranges(), { source: 'ServiceCIDR extra, kubernetes' }, 'the agent uses the new range');
+      t.pass('ANTREA-MANGLE marks it and the bridge sends its traffic through the re-entrance path');
+      await labCli(lab, ['delete', '-f', extra]);
+      while ((await ranges())?.cidrs.includes('10.97.0.0/16') || mangle().includes('-d 10.97.0.0/16')) {
+        if (Date.now() > deadline + 30_000) throw new Error('the removed range stayed');
+        await sleep(100);
+      }
+      t.pass('and drops it once it is gone');
     });
 
     t.test('node-2\'s agent frozen: a new z Pod is guarded on node-1 until node-2 confirms', async (t) => {

@@ -343,3 +343,24 @@ t.test('a cut connection\'s flows: its 5-tuple both ways, per protocol and famil
     'ConntrackState 250 sctp,nw_src=10.1.0.4,nw_dst=10.1.0.3,tp_src=5000,tp_dst=80 drop',
   ], 'one pair of flows for a tuple given twice');
 });
+
+t.test('the blocked set survives a restart: a new sweeper reads what the last one kept', async (t) => {
+  const { mkdtempSync, rmSync, writeFileSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const dir = mkdtempSync(join(tmpdir(), 'sweeper-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const stateFile = join(dir, 'cut-connections.json');
+  const lines = [line('tcp', 'z/a', 'y/a', 45000, 80), line('udp', 'z/a', 'y/a', 45001, 53, 6)];
+  const io: ConntrackIo = { dump: async () => lines.join('\n'), flush: async () => undefined, block: async () => undefined };
+  const denyAll = { explain: () => ({ result: { verdict: 'drop' }, sides: [{ pod: 'y/a', direction: 'ingress', verdict: 'drop' }] }), isLocalPod: () => true } as never;
+  const first = new ConnectionSweeper({ io, policy: denyAll, datapath: 'system', keepNetworkPolicy: false, log, stateFile });
+  first.request();
+  await first.idle();
+  t.equal(first.blocked().length, 2);
+  const second = new ConnectionSweeper({ io, policy: denyAll, datapath: 'system', keepNetworkPolicy: false, log, stateFile });
+  t.same(second.blocked(), first.blocked(), 'the restarted agent blocks the same connections before its first sweep');
+  writeFileSync(stateFile, '{not json');
+  const third = new ConnectionSweeper({ io, policy: denyAll, datapath: 'system', keepNetworkPolicy: false, log, stateFile });
+  t.same(third.blocked(), [], 'an unreadable file: starts without (and says so)');
+});

@@ -15,16 +15,45 @@
  * connection's 5-tuple is blocked both ways (`block`, flows/cut-connections.ts), and each sweep
  * judges the blocked tuples again: one that a change allows again is unblocked; one still denied
  * stays blocked for BLOCK_MS (longer than TCP's retransmissions go on), and at most MAX_BLOCKED
- * are kept (the oldest go first).
+ * are kept (the oldest go first). The set is kept in `stateFile` as it changes, so a restarted
+ * agent blocks the same connections from its first flow sync (a restart changes no flow).
  *
  * ICMPv6 on the userspace datapath: ovs-vswitchd 3.1 aborts when `dpctl/flush-conntrack` names an
  * ICMPv6 entry, so those are not removed there (counted in `unflushable`): an echo exchange
  * already open keeps its entry until it idles out (30 s).
  */
+import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { describeEntry, flushTuple, parseConntrackDump, type CtEntry } from './entries.js';
 import { type ConnectionPolicy, judgeConnections } from './judge.js';
 import type { CutTuple } from '../../flows/cut-connections.js';
+
+/** The blocked set a previous run kept (entries that are not well-formed are dropped). */
+function loadBlocked(file: string | undefined, log: Pick<Logger, 'warn'>): BlockedConnection[] {
+  if (!file || !existsSync(file)) return [];
+  try {
+    const list = JSON.parse(readFileSync(file, 'utf8')) as unknown;
+    if (!Array.isArray(list)) throw new Error('not a list');
+    return list.filter((b): b is BlockedConnection => {
+      const x = b as Partial<BlockedConnection>;
+      return (x.protocol === 'TCP' || x.protocol === 'UDP' || x.protocol === 'SCTP') && (x.family === 4 || x.family === 6) && typeof x.src === 'string' && typeof x.dst === 'string'
+        && Number.isInteger(x.sport) && Number.isInteger(x.dport) && typeof x.since === 'number';
+    });
+  } catch (err) {
+    log.warn({ file, err: (err as Error).message }, 'conntrack: the blocked connections of the last run could not be read; starting without them');
+    return [];
+  }
+}
+
+function saveBlocked(file: string | undefined, blocked: readonly BlockedConnection[], log: Pick<Logger, 'warn'>): void {
+  if (!file) return;
+  try {
+    writeFileSync(`${file}.tmp`, JSON.stringify(blocked));
+    renameSync(`${file}.tmp`, file);
+  } catch (err) {
+    log.warn({ file, err: (err as Error).message }, 'conntrack: the blocked connections could not be saved; a restart would forget them');
+  }
+}
 
 const tupleKey = (c: CutTuple) => `${c.protocol} ${c.src} ${c.sport} ${c.dst} ${c.dport}`;
 
@@ -66,6 +95,8 @@ export interface SweeperOptions {
   now?: () => number;
   /** Each sweep's outcome (metrics). */
   onSwept?: (s: { cut: number; ms: number }) => void;
+  /** Where the blocked set survives a restart (written on each change, read at construction). */
+  stateFile?: string | undefined;
 }
 
 export interface SweeperStatus {
@@ -93,6 +124,7 @@ export class ConnectionSweeper {
 
   constructor(private readonly opts: SweeperOptions) {
     this.now = opts.now ?? Date.now;
+    for (const b of loadBlocked(opts.stateFile, opts.log)) this.blockedSet.set(tupleKey(b), b);
   }
 
   /** Asks for a sweep: now, or right after the one running. */
@@ -164,7 +196,9 @@ export class ConnectionSweeper {
     while (next.size > MAX_BLOCKED) next.delete(next.keys().next().value!);
     const same = next.size === this.blockedSet.size && [...next.keys()].every((k) => this.blockedSet.has(k));
     this.blockedSet = next;
-    if (!same) await this.opts.io.block(this.blocked());
+    if (same) return;
+    saveBlocked(this.opts.stateFile, this.blocked(), this.opts.log);
+    await this.opts.io.block(this.blocked());
   }
 
   private async sweep(): Promise<void> {
