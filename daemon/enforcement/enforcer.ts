@@ -655,6 +655,7 @@ export class Enforcer {
       policy: {
         explain: (probe) => this.engine.explain(probe),
         isLocalPod: (ref) => this.engine.cluster.pods.get(ref)?.nodeName === nodeName,
+        isServiceIp: (ip) => this.engine.cluster.serviceByIp.has(ip),
       },
       datapath: settings.datapath,
       keepNetworkPolicy: settings.keepNetworkPolicy,

@@ -364,3 +364,18 @@ t.test('the blocked set survives a restart: a new sweeper reads what the last on
   const third = new ConnectionSweeper({ io, policy: denyAll, datapath: 'system', keepNetworkPolicy: false, log, stateFile });
   t.same(third.blocked(), [], 'an unreadable file: starts without (and says so)');
 });
+
+t.test('the pre-DNAT leg of a Service connection is cut but not blocked (its packets are judged post-DNAT one by one)', async (t) => {
+  const flushed: string[] = [];
+  const lines = [
+    'tcp,orig=(src=10.1.0.4,dst=10.96.0.10,sport=46000,dport=80),reply=(src=10.96.0.10,dst=10.1.0.4,sport=80,dport=46000),zone=65520',
+    'tcp,orig=(src=10.1.0.4,dst=10.1.0.3,sport=46001,dport=80),reply=(src=10.1.0.3,dst=10.1.0.4,sport=80,dport=46001),zone=65520',
+  ];
+  const io: ConntrackIo = { dump: async () => lines.join('\n'), flush: async (tuple) => void flushed.push(tuple), block: async () => undefined };
+  const policy = { explain: () => ({ result: { verdict: 'drop' }, sides: [{ pod: 'y/a', direction: 'ingress', verdict: 'drop' }] }), isLocalPod: () => true, isServiceIp: (ip: string) => ip === '10.96.0.10' } as never;
+  const s = new ConnectionSweeper({ io, policy, datapath: 'system', keepNetworkPolicy: false, log });
+  s.request();
+  await s.idle();
+  t.equal(flushed.length, 2, 'both entries cut');
+  t.same(s.blocked().map((b) => b.dst), ['10.1.0.3'], 'only the Pod-to-Pod connection is blocked');
+});

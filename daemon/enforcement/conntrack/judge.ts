@@ -22,6 +22,11 @@ export interface ConnectionPolicy {
   explain(probe: Probe): { result: ProbeResult; sides: SideDecision[] };
   /** Whether the Pod ("ns/name") runs on this node. */
   isLocalPod(ref: string): boolean;
+  /**
+   * Whether the address is a Service's ClusterIP: such an entry is the pre-DNAT leg of a Service
+   * connection, whose post-DNAT packets re-enter the bridge uncommitted and are judged one by one.
+   */
+  isServiceIp?(ip: string): boolean;
 }
 
 export interface JudgeOptions {

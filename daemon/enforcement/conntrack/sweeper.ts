@@ -12,7 +12,8 @@
  * A connection that is cut stays cut: its entry would otherwise be opened again by the first packet
  * from the side whose policy allows it (a server's ACK, a reply datagram), in the reverse direction,
  * and the denied side's packets would then pass as its replies. So before its entry goes, the
- * connection's 5-tuple is blocked both ways (`block`, flows/cut-connections.ts), and each sweep
+ * connection's 5-tuple is blocked both ways (`block`, flows/cut-connections.ts; not the pre-DNAT
+ * leg of a Service connection, whose packets are judged post-DNAT one by one), and each sweep
  * judges the blocked tuples again: one that a change allows again is unblocked; one still denied
  * stays blocked for BLOCK_MS (longer than TCP's retransmissions go on), and at most MAX_BLOCKED
  * are kept (the oldest go first). The set is kept in `stateFile` as it changes, so a restarted
@@ -190,6 +191,8 @@ export class ConnectionSweeper {
       next.set(tupleKey(t), this.blockedSet.get(tupleKey(t))!);
     }
     for (const e of cutting) {
+      // A Service's pre-DNAT leg needs no blocking: its packets are judged post-DNAT one by one.
+      if (this.opts.policy.isServiceIp?.(e.dst)) continue;
       const t = cutTuple(e);
       if (t && !next.has(tupleKey(t))) next.set(tupleKey(t), { ...t, since: now });
     }
