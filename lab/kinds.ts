@@ -2,7 +2,7 @@
  * The resource kinds the lab's API server serves, and how a kind name typed on the command line
  * (or an object's apiVersion/kind) maps to a REST path. Pure: no I/O.
  */
-import { WATCHED_RESOURCES } from '../daemon/enforcement/watch/resources.js';
+import { POLICY_INPUT_RESOURCES } from '../daemon/enforcement/watch/resources.js';
 
 export interface ResourceKind {
   group: string; // '' for the core group
@@ -122,4 +122,4 @@ export function parseObjectRef(k: ResourceKind, ref: string): { namespace?: stri
  * The kinds the policy engine reads (the agents' watched resources): what a snapshot of the lab is
  * compared on. The install's ConfigMaps, RBAC, DaemonSets and CRDs are not policy inputs.
  */
-export const POLICY_INPUT_KINDS: ResourceKind[] = KINDS.filter((k) => WATCHED_RESOURCES.some((r) => r.group === k.group && r.kind === k.kind));
+export const POLICY_INPUT_KINDS: ResourceKind[] = KINDS.filter((k) => POLICY_INPUT_RESOURCES.some((r) => r.group === k.group && r.kind === k.kind));

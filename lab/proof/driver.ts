@@ -16,8 +16,10 @@ import { type ConvergeResult, waitForAgents } from './converge.js';
 import { probeWithPackets } from './probe.js';
 
 const POLICY_GROUPS = new Set(['networking.k8s.io', 'crd.antrea.io', 'policy.networking.k8s.io']);
+/** The cluster's own objects in those groups, never a scenario's to delete: the Service ranges. */
+const CLUSTER_KINDS = new Set(['ServiceCIDR']);
 /** Policies before the groups and tiers they name. */
-const POLICY_KINDS: ResourceKind[] = KINDS.filter((k) => POLICY_GROUPS.has(k.group)).sort((a, b) => rank(a) - rank(b));
+const POLICY_KINDS: ResourceKind[] = KINDS.filter((k) => POLICY_GROUPS.has(k.group) && !CLUSTER_KINDS.has(k.kind)).sort((a, b) => rank(a) - rank(b));
 function rank(k: ResourceKind): number {
   return k.kind === 'Tier' ? 2 : k.kind === 'ClusterGroup' || k.kind === 'Group' ? 1 : 0;
 }

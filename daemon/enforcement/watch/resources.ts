@@ -50,6 +50,9 @@ export const WATCHED_RESOURCES: readonly WatchedResource[] = [
   SERVICE_CIDR_RESOURCE,
 ];
 
+/** The resources whose objects are policy inputs (the engine reads them): all but the Service ranges. */
+export const POLICY_INPUT_RESOURCES: readonly WatchedResource[] = WATCHED_RESOURCES.filter((r) => r !== SERVICE_CIDR_RESOURCE);
+
 /** Whether an error from a list/watch call is an HTTP 404 (resource not served). */
 export function isNotFound(err: unknown): boolean {
   if (!err || typeof err !== 'object') return false;
