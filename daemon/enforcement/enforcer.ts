@@ -34,7 +34,7 @@ import { ClusterWatch, type WatchEvent } from './watch/clusterwatch.js';
 import { trimObject } from './watch/trim.js';
 import { SERVICE_CIDR_RESOURCE } from './watch/resources.js';
 import { buildPolicyReport, type PolicyReport } from './policy-report.js';
-import { PodView, podRefKey } from './podview.js';
+import { PodView, podRefKey, statusAddresses } from './podview.js';
 import { AddressClaims } from './claims.js';
 import { decidePolicyPunt, rejectReplyMacs } from './punthandler.js';
 import type { EnforcementMetrics } from '../metrics.js';
@@ -130,7 +130,7 @@ export interface EnforcerStatus {
 /** `obj` with exactly these addresses in its status (no published ones left to fall back on). */
 function withAddresses(obj: KubeObject, ips: string[]): KubeObject {
   const { conditions: _published, ...status } = (obj.status ?? {}) as Record<string, unknown>;
-  return { ...obj, status: { ...status, podIP: ips[0], podIPs: ips.map((ip) => ({ ip })) } } as KubeObject;
+  return { ...obj, status: { ...status, ...statusAddresses(ips) } } as KubeObject;
 }
 
 /** The FlowStore owners of the policy side. */
@@ -237,14 +237,9 @@ export class Enforcer {
    * their list is in (start-up needs the Service ranges before the node's first flows).
    */
   async serviceCidrObjects(): Promise<KubeObject[] | undefined> {
-    const w = this.watch;
-    if (!w) return undefined;
-    const state = () => w.status().find((s) => s.resource === SERVICE_CIDR_RESOURCE.path);
-    while (!state()?.synced) {
-      if (this.closed) return undefined;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    return state()!.absent ? undefined : [...this.serviceCidrs.values()];
+    if (!this.watch) return undefined;
+    const { served } = await this.watch.waitListed(SERVICE_CIDR_RESOURCE);
+    return served ? [...this.serviceCidrs.values()] : undefined;
   }
 
   /** The ServiceCIDR objects as the informer has them now (undefined: not served, or not listed yet). */

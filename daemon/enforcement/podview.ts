@@ -14,6 +14,9 @@ export interface LocalPod {
 
 export const podRefKey = (namespace: string, name: string): string => `${namespace}/${name}`;
 
+/** A Pod status's address fields for these addresses, as the kubelet writes them. */
+export const statusAddresses = (ips: readonly string[]): { podIP: string | undefined; podIPs: { ip: string }[] } => ({ podIP: ips[0], podIPs: ips.map((ip) => ({ ip })) });
+
 export class PodView {
   private readonly api = new Map<string, KubeObject>();
   private readonly local = new Map<string, LocalPod>();
@@ -55,7 +58,7 @@ export class PodView {
     const api = this.api.get(key);
     const local = this.local.get(key);
     if (!local) return api;
-    const addresses = { podIP: local.ips[0], podIPs: local.ips.map((ip) => ({ ip })) };
+    const addresses = statusAddresses(local.ips);
     if (!api) {
       return {
         apiVersion: 'v1',

@@ -9,6 +9,11 @@ import { chooseServiceCidrs, clusterIPsOutside, serviceCidrsOf } from '../../dae
 import { parseConfig } from '../../daemon/config.js';
 import { trimObject } from '../../daemon/enforcement/watch/trim.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { Enforcer } from '../../daemon/enforcement/enforcer.js';
 import { startLab } from './apiserver-helpers.js';
 
 const sc = (name: string, cidrs: unknown): KubeObject => ({ apiVersion: 'networking.k8s.io/v1', kind: 'ServiceCIDR', metadata: { name }, spec: { cidrs } });
@@ -49,4 +54,13 @@ t.test('the lab API server serves the default ServiceCIDR from its range; the tr
   t.same(obj.metadata.name, 'kubernetes');
   t.same(trimObject(obj).spec, { cidrs: ['10.96.0.0/16', 'fd00:96::/112'] });
   t.same(chooseServiceCidrs([trimObject(obj)], []), { cidrs: ['10.96.0.0/16', 'fd00:96::/112'], source: 'ServiceCIDR kubernetes' });
+  // The agent's informers: start-up waits for this one list, then has the objects.
+  const dir = mkdtempSync(join(tmpdir(), 'servicecidrs-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const kubeconfig = join(dir, 'kubeconfig');
+  writeFileSync(kubeconfig, lab.kc.exportConfig());
+  const e = new Enforcer({ nodeName: 'node-1', kubeconfig, ovsRunDir: dir, bridge: 'br-int', log: pino({ level: 'silent' }) });
+  t.teardown(() => e.close());
+  await e.startWatch({ retryMs: 100, maxRetryMs: 300 });
+  t.same((await e.serviceCidrObjects())?.map((o) => o.spec), [{ cidrs: ['10.96.0.0/16', 'fd00:96::/112'] }], 'listed through the informer, trimmed');
 });

@@ -72,6 +72,8 @@ export class ClusterWatch {
   private readonly states: InformerState[] = [];
   private stopped = false;
   private syncWaiters: (() => void)[] = [];
+  /** Waiters for one resource's first list, by its path. */
+  private resourceWaiters = new Map<string, (() => void)[]>();
   /** Date.now() when the informers were started, and when every resource had been listed once. */
   readonly startedAt = Date.now();
   syncedAt?: number;
@@ -156,6 +158,8 @@ export class ClusterWatch {
   private markSynced(state: InformerState): void {
     if (state.synced) return;
     state.synced = true;
+    for (const w of this.resourceWaiters.get(state.resource.path) ?? []) w();
+    this.resourceWaiters.delete(state.resource.path);
     if (!this.isSynced()) return;
     this.syncedAt ??= Date.now();
     for (const w of this.syncWaiters.splice(0)) w();
@@ -164,6 +168,22 @@ export class ClusterWatch {
   /** Every resource listed once (or answered 404 for an optional one). */
   isSynced(): boolean {
     return this.states.length > 0 && this.states.every((s) => s.synced);
+  }
+
+  /**
+   * Resolves once `resource` has been listed (or answered 404): whether the cluster serves it.
+   * Rejects for a resource this watch does not follow.
+   */
+  waitListed(resource: WatchedResource): Promise<{ served: boolean }> {
+    const state = this.states.find((s) => s.resource.path === resource.path);
+    if (!state) return Promise.reject(new Error(`${resource.path} is not watched`));
+    const answer = () => ({ served: !state.absent });
+    if (state.synced) return Promise.resolve(answer());
+    return new Promise((resolve) => {
+      const list = this.resourceWaiters.get(resource.path) ?? [];
+      list.push(() => resolve(answer()));
+      this.resourceWaiters.set(resource.path, list);
+    });
   }
 
   /** Resolves when every resource has been listed once. */
