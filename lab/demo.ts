@@ -111,7 +111,7 @@ export async function demo(opts: { name: string; nodes: number; primary: Primary
     [`npx sluice-lab probe${nameFlag}`, 'the reachability matrix again (--probes FILE -o json for chosen probes)'],
     ['npx sluicectl simulate -f examples/workload.yaml -f examples/policies', 'what the policies should allow, computed offline'],
     [`npx sluice-lab apply${nameFlag} -f FILE`, 'change the lab (also: delete -f FILE, label pod x/a k=v)'],
-    [`KUBECONFIG=${hostKubeconfigPath(opts.name)}`, 'the lab API server, for any Kubernetes client'],
+    [`KUBECONFIG=${hostKubeconfigPath(opts.name)} kubectl get pods -A`, 'the lab API server over HTTPS, for kubectl or any Kubernetes client'],
     [`npx sluice-lab down${nameFlag}`, 'remove the lab completely'],
   ];
   out(`\nLab "${opts.name}" stays up (${reusable ? 'reused' : 'came up'} in ${(upMs / 1000).toFixed(1)} s; ${after.length}-probe matrix in ${(probeMs / 1000).toFixed(1)} s). Next:`);

@@ -458,7 +458,7 @@ export async function summary(rest: RestClient, lab: string, info: ControlInfo):
   if (userServices.length) {
     parts.push('SERVICES', indent(table(['SERVICE', 'CLUSTER-IP', 'PORTS'], userServices.sort((a, b) => objectRef(a).localeCompare(objectRef(b))).map((s) => [objectRef(s), s.spec?.clusterIP ?? '<none>', shortPorts(s)]))));
   }
-  parts.push(`kubeconfig: ${hostKubeconfigPath(lab)}  (API server ${info.apiUrl})`);
+  parts.push(`kubeconfig: ${hostKubeconfigPath(lab)}  (API server ${info.apiHttpsUrl})`);
   return parts.join('\n');
 }
 

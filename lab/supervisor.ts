@@ -161,7 +161,8 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
     serviceCIDR: serviceCIDRs(family).join(','), bookmarkOnChange: true,
   });
   log('info', 'API server listening', { url: api.url, unix: apiSocketPath(lab) });
-  writeFileSync(hostKubeconfigPath(lab), kubeconfigYaml(api.url, token), { mode: 0o600 });
+  // The host's kubeconfig is what a user's kubectl reads: HTTPS, verified with the lab's CA.
+  writeFileSync(hostKubeconfigPath(lab), kubeconfigYaml(api.httpsUrl!, token, pki.caCert), { mode: 0o600 });
   for (const node of nodes) {
     mkdirSync(nodeStateDir(lab, node), { recursive: true });
     writeFileSync(nodeKubeconfigPath(lab, node), kubeconfigYaml(`http://127.0.0.1:${API_PORT_IN_NODE}`, token), { mode: 0o600 });

@@ -86,6 +86,8 @@ const extraFieldsByResource: Record<string, string[]> = {
   '/pods': ['spec.nodeName', 'status.phase', 'spec.serviceAccountName', 'status.podIP', 'spec.restartPolicy', 'spec.schedulerName'],
   '/namespaces': ['status.phase'],
   '/nodes': ['spec.unschedulable'],
+  // What kubectl describe asks for to find an object's Events.
+  '/events': ['involvedObject.kind', 'involvedObject.namespace', 'involvedObject.name', 'involvedObject.uid', 'involvedObject.apiVersion', 'involvedObject.resourceVersion', 'involvedObject.fieldPath', 'reason', 'reportingComponent', 'type'],
 };
 
 function fieldValue(obj: Record<string, unknown>, path: string): string {

@@ -7,9 +7,11 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { dumpYaml, parseYaml } from '../../daemon/kube-yaml.js';
 import { patchContentTypes } from './patch.js';
+import { openApiDocument, openApiIndex } from './openapi.js';
 import { ApiError, Registry, type Selection } from './registry.js';
 import { crdStorageKey, type ResourceType } from './resources.js';
 import { verifyServiceAccountToken } from './satoken.js';
+import { toTable, wantsTable } from './table.js';
 import { ObjectStore, type ChangeEvent, type KObject } from './store.js';
 
 export interface ApiServerOptions {
@@ -217,6 +219,12 @@ export class ApiServerImpl {
       return;
     }
     const segments = path.split('/').filter(Boolean).map(decodeURIComponent);
+    if (segments[0] === 'openapi' && segments[1] === 'v3') {
+      if (method !== 'GET') throw new ApiError(405, 'MethodNotAllowed', `${method} is not allowed on ${path}`);
+      const types = this.registry.servedTypes();
+      sendJson(res, 200, segments.length === 2 ? openApiIndex(types) : (openApiDocument(types, segments.slice(2).join('/')) ?? this.notFound()));
+      return;
+    }
     const discovery = this.discovery(segments);
     if (discovery) {
       if (method !== 'GET') throw new ApiError(405, 'MethodNotAllowed', `${method} is not allowed on ${path}`);
@@ -234,7 +242,7 @@ export class ApiServerImpl {
       switch (method) {
         case 'GET':
           if (watch) this.serveWatch(res, route, sel, q);
-          else this.serveList(res, route, sel);
+          else this.serveList(res, route, sel, wantsTable(req.headers.accept));
           return;
         case 'POST':
           sendJson(res, 201, this.registry.present(rt, this.registry.create(rt, namespace, parseBody(req, await readBody(req)))));
@@ -253,9 +261,11 @@ export class ApiServerImpl {
         return;
       }
       switch (method) {
-        case 'GET':
-          sendJson(res, 200, this.registry.present(rt, this.registry.get(rt, namespace, name)));
+        case 'GET': {
+          const obj = this.registry.present(rt, this.registry.get(rt, namespace, name));
+          sendJson(res, 200, wantsTable(req.headers.accept) && !subresource ? toTable(rt, [obj], String(this.store.resourceVersion)) : obj);
           return;
+        }
         case 'PUT':
           sendJson(res, 200, this.registry.present(rt, this.registry.update(rt, namespace, name, parseBody(req, await readBody(req)), subresource)));
           return;
@@ -312,7 +322,7 @@ export class ApiServerImpl {
       }
       if (seg.length === 3) return resourceList(seg[1]!, seg[2]!) ?? this.notFound();
     }
-    if (seg.length === 0) return { paths: ['/api', '/api/v1', '/apis', '/healthz', '/readyz', '/version'] };
+    if (seg.length === 0) return { paths: ['/api', '/api/v1', '/apis', '/healthz', '/openapi/v3', '/readyz', '/version'] };
     return undefined;
   }
 
@@ -354,10 +364,11 @@ export class ApiServerImpl {
     return this.notFound();
   }
 
-  private serveList(res: http.ServerResponse, route: Route, sel: Selection): void {
+  private serveList(res: http.ServerResponse, route: Route, sel: Selection, table: boolean): void {
     const { rt, namespace } = route;
     const items = this.registry.list(rt, namespace, sel).map((o) => this.registry.present(rt, o));
-    sendJson(res, 200, { kind: rt.listKind, apiVersion: rt.apiVersion, metadata: { resourceVersion: String(this.store.resourceVersion) }, items });
+    const resourceVersion = String(this.store.resourceVersion);
+    sendJson(res, 200, table ? toTable(rt, items, resourceVersion) : { kind: rt.listKind, apiVersion: rt.apiVersion, metadata: { resourceVersion }, items });
   }
 
   private serveWatch(res: http.ServerResponse, route: Route, sel: Selection, q: URLSearchParams): void {
@@ -455,14 +466,17 @@ export async function startApiServer(opts: ApiServerOptions = {}): Promise<ApiSe
 }
 
 /**
- * An ordinary kubeconfig that points at the lab API server. For a plain-HTTP server it sets
- * insecure-skip-tls-verify: @kubernetes/client-node refuses http:// clusters without it.
+ * An ordinary kubeconfig that points at the lab API server. Over HTTPS it carries the lab's CA,
+ * so any client (kubectl, client-go, @kubernetes/client-node) verifies the server and sends the
+ * token. Over plain HTTP it sets insecure-skip-tls-verify, without which @kubernetes/client-node
+ * refuses an http:// cluster; kubectl sends no token there.
  */
-export function kubeconfigYaml(server: string, token?: string): string {
+export function kubeconfigYaml(server: string, token?: string, caCert?: string): string {
+  const trust = server.startsWith('http:') ? { 'insecure-skip-tls-verify': true } : caCert ? { 'certificate-authority-data': Buffer.from(caCert).toString('base64') } : {};
   return dumpYaml({
     apiVersion: 'v1',
     kind: 'Config',
-    clusters: [{ name: 'sluice-lab', cluster: { server, ...(server.startsWith('http:') ? { 'insecure-skip-tls-verify': true } : {}) } }],
+    clusters: [{ name: 'sluice-lab', cluster: { server, ...trust } }],
     users: [{ name: 'sluice-lab', user: token ? { token } : {} }],
     contexts: [{ name: 'sluice-lab', context: { cluster: 'sluice-lab', user: 'sluice-lab' } }],
     'current-context': 'sluice-lab',

@@ -5,7 +5,8 @@
  * with its field and reason; --json parses to the same view.
  */
 import t from 'tap';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { agentConfigPath, agentLogPath, agentPidPath, startAgent } from '../../lab/agent.js';
 import { nodeNetns } from '../../lab/net/names.js';
@@ -143,5 +144,53 @@ if (reason) {
     t.match(failed[0]?.message, /could not attach the Pod's network \(the runtime retries\): .*failed at step attach-port.*Check: sluicectl node status/, 'what failed and what to check');
     await restart({});
     t.equal((await cli(['delete', '-f', pod, '--name', LAB])).code, 0, 'the failed Pod deleted, the agent back to normal');
+  });
+
+  // A user's kubectl against the lab, as against a cluster: HTTPS verified with the lab's CA, the
+  // token sent, server-side printing, OpenAPI for apply, Events for describe, and the plugin.
+  const kubectl = spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' });
+  const noKubectl = kubectl.error || kubectl.status !== 0 ? 'no kubectl on PATH (the lab does not install one: Debian\'s kubernetes-client is 1.20, older than the OpenAPI v3 this needs)' : undefined;
+  t.test('a real kubectl: get, apply, describe with Events, and kubectl sluice whatif', { skip: noKubectl ?? false }, async (t) => {
+    const kubeconfig = (await cli(['kubeconfig', '--name', LAB])).stdout.trim();
+    const config = readFileSync(kubeconfig, 'utf8');
+    t.match(config, /server: https:\/\/127\.0\.0\.1:\d+/, 'the kubeconfig points at the HTTPS endpoint');
+    t.match(config, /certificate-authority-data: /, 'with the lab\'s CA');
+    t.notMatch(config, /insecure-skip-tls-verify/, 'and verifies it');
+    const pluginDir = tempDir('kubectl-plugin-');
+    symlinkSync(SLUICECTL, join(pluginDir, 'kubectl-sluice'));
+    const env = { ...process.env, KUBECONFIG: kubeconfig, PATH: `${pluginDir}:${process.env.PATH ?? ''}` };
+    const k = (...args: string[]) => {
+      const r = spawnSync('kubectl', args, { encoding: 'utf8', env, timeout: 60_000 });
+      return { code: r.status, out: `${r.stdout ?? ''}${r.stderr ?? ''}` };
+    };
+
+    const pods = (await cliJson<ListJson<PodJson & { status: { podIP: string } }>>(['get', 'pods', '-o', 'json', '--name', LAB])).items;
+    const wide = k('get', 'pods', '-A', '-o', 'wide');
+    t.equal(wide.code, 0, 'kubectl get pods -A -o wide');
+    t.match(wide.out, /^NAMESPACE\s+NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE\s+IP\s+NODE\b/, 'the columns kube-apiserver prints');
+    for (const p of pods) {
+      t.match(wide.out, new RegExp(`^${p.metadata.namespace}\\s+${p.metadata.name}\\s+1/1\\s+Running\\s+0\\s+\\S+\\s+${p.status.podIP.replaceAll('.', '\\.')}\\s+${p.spec.nodeName}\\b`, 'm'), `${p.metadata.namespace}/${p.metadata.name}: ready, running, its IP and node`);
+    }
+
+    const applied = k('apply', '-f', POLICIES);
+    t.equal(applied.code, 0, `kubectl apply -f examples/policies (${applied.out.trim().split('\n').pop()})`);
+    t.match(applied.out, /networkpolicy\.networking\.k8s\.io\/allow-from-y created/, 'a new NetworkPolicy is created');
+    t.match(applied.out, /clusternetworkpolicy\.crd\.antrea\.io\/y-c-drop-from-z (configured|unchanged)/, 'the Antrea policy the lab CLI applied is taken over');
+    const again = k('apply', '-f', POLICIES);
+    t.equal(again.code, 0, 'applied again');
+    t.notMatch(again.out, /created|warning|error/i, `nothing created, nothing to warn about: ${again.out.trim().split('\n').join('; ')}`);
+    const listed = k('get', 'networkpolicies', '-n', 'x');
+    t.match(listed.out, /^allow-from-y\s+<none>\s+\S+$/m, 'kubectl get lists what it applied, with its Pod selector');
+
+    const described = k('describe', 'clusternetworkpolicy', 'np-bad-tier');
+    t.equal(described.code, 0, 'kubectl describe clusternetworkpolicy np-bad-tier');
+    t.match(described.out, /Events:\n\s+Type\s+Reason\s+Age\s+From\s+Message\n[\s-]+\n\s+Warning\s+SluiceInvalidPolicy\s+\S+\s+sluice-agent\s+ignored by sluice-agent on node-\d \(no rule of it is enforced\): spec\.tier: tier no-such-tier does not exist/, 'shows the agents\' Warning Event');
+
+    const denyY = writeTempFile(dir, 'deny-y.yaml', 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny-y, namespace: "y"}\nspec: {podSelector: {}, policyTypes: [Ingress]}\n');
+    const whatif = k('sluice', 'whatif', '-f', denyY);
+    t.equal(whatif.code, 0, `kubectl sluice whatif -f deny-y.yaml (${whatif.out.trim().split('\n').pop()})`);
+    t.match(whatif.out, /^\d+ connections compared; \d+ would change$/m, 'the plugin compares the live cluster with the change');
+    t.match(whatif.out, /^x\/a -> y\/a 80\/TCP: allow -> drop$/m, 'and names connections the change would drop');
+    t.equal(k('get', 'networkpolicy', 'deny-y', '-n', 'y').code, 1, 'whatif wrote nothing to the cluster');
   });
 }
