@@ -103,13 +103,6 @@ export class NodeEvents {
   }
 
   /**
-   * Policy objects this node ignores as invalid, as a Warning Event on each (field and reason, as
-   * `sluicectl node policies` shows them): once per object and problem while it lasts; an object
-   * fixed and broken again is reported again. Cluster-scoped objects' Events go to "default".
-   * Nothing is remembered while there is no report or no API server, so those problems are
-   * reported once both are there.
-   */
-  /**
    * Services whose ClusterIP lies outside the Service ranges: their Pod -> Service traffic would
    * skip the re-entrance path, so the egress policy would not judge its real endpoint. A warning
    * and a Warning Event on the Service, once while it lasts (again after a fix and a new break).
@@ -127,6 +120,13 @@ export class NodeEvents {
     this.outsideReported = now;
   }
 
+  /**
+   * Policy objects this node ignores as invalid, as a Warning Event on each (field and reason, as
+   * `sluicectl node policies` shows them): once per object and problem while it lasts; an object
+   * fixed and broken again is reported again. Cluster-scoped objects' Events go to "default".
+   * Nothing is remembered while there is no report or no API server, so those problems are
+   * reported once both are there.
+   */
   reportInvalidPolicies(): void {
     const { policies } = this.d;
     const invalid = policies?.invalidPolicies();

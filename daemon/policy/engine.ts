@@ -48,7 +48,15 @@ interface PolicyEntry {
   /** API group of obj.apiVersion (the kind is obj.kind). */
   group: string;
   normalize: Normalizer;
+  /** What normalizing obj yields (its errors when it is invalid). */
   result: NormalizeResult;
+  /**
+   * What the engine enforces for the object: `result` when it is valid, else the last valid
+   * version's, kept until the object is fixed or deleted (empty when it never was valid). An API
+   * server refuses an invalid update (schema, admission), so the version in force stays; an
+   * agent that dropped the rules instead would turn a typo in a Drop into an allow.
+   */
+  enforced: NormalizeResult;
   /** Set while a Tier cannot be used (its priority is taken by an earlier Tier). */
   tierErrors?: ValidationError[];
   /** Fields the kind's schema does not have (the object is still used, as the API server would prune them). */
@@ -83,6 +91,9 @@ function storedForm(obj: KubeObject, group: string): { obj: KubeObject; warnings
 function kindName(group: string, kind: string): string {
   return group === ANTREA_GROUP && (kind === 'ClusterNetworkPolicy' || kind === 'NetworkPolicy') ? `Antrea${kind}` : kind;
 }
+
+/** Said of an invalid object whose last valid version is still enforced (PolicyEntry.enforced). */
+export const KEPT_NOTE = 'its last valid version stays enforced until it is fixed or deleted';
 
 /** An object of a kind/version the engine refused; each apiVersion is judged on its own. */
 function rejectedKey(ref: ObjectRef): string {
@@ -168,8 +179,8 @@ export class PolicyEngine {
       const rules: InternalRule[] = [];
       const isolations: Isolation[] = [];
       for (const entry of this.policies.values()) {
-        rules.push(...entry.result.rules);
-        isolations.push(...entry.result.isolations);
+        rules.push(...entry.enforced.rules);
+        isolations.push(...entry.enforced.isolations);
       }
       return { rules, isolations };
     }, opts.ephemeralPorts);
@@ -215,7 +226,7 @@ export class PolicyEngine {
       } else {
         const key = policyKey(group, ref);
         const stored = storedForm(obj, group);
-        this.setPolicy(key, { key, obj: stored.obj, group, normalize: entry.normalize, result: emptyResult(), warnings: [...unknownFieldWarnings(obj, group), ...stored.warnings] });
+        this.setPolicy(key, { key, obj: stored.obj, group, normalize: entry.normalize, result: emptyResult(), enforced: emptyResult(), warnings: [...unknownFieldWarnings(obj, group), ...stored.warnings] });
       }
     }
     return this.finish();
@@ -290,7 +301,10 @@ export class PolicyEngine {
   /** Current invalid objects and why, sorted by object. */
   errors(): ValidationError[] {
     const out: ValidationError[] = [...this.rejected.values()];
-    for (const e of this.policies.values()) out.push(...e.result.errors, ...(e.tierErrors ?? []));
+    for (const e of this.policies.values()) {
+      const kept = e.enforced !== e.result;
+      out.push(...e.result.errors.map((x) => (kept ? { ...x, message: `${x.message}; ${KEPT_NOTE}` } : x)), ...(e.tierErrors ?? []));
+    }
     const key = (e: ValidationError) => `${e.kind}/${e.namespace ?? ''}/${e.name}/${e.field}`;
     return out.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
   }
@@ -466,28 +480,38 @@ export class PolicyEngine {
 
   /** Sets (or, with undefined, removes) one policy-kind object, then follows dependencies (tiers, groups). */
   private setPolicy(key: string, entry: PolicyEntry | undefined): void {
-    const oldResult = this.policies.get(key)?.result;
+    const before = this.policies.get(key);
+    const oldResult = before?.enforced;
     const tiersBefore = this.tierSignature();
     if (entry) {
-      entry.result = this.runNormalizer(entry);
+      this.judge(entry, before);
       this.policies.set(key, entry);
     } else {
       this.policies.delete(key);
     }
-    this.applyPolicyResult(key, oldResult, entry?.result);
+    this.applyPolicyResult(key, oldResult, entry?.enforced);
     // The Tier table is a function of the objects that define Tiers alone: an object that defines
     // none, before or after, leaves it as it is (rebuilding it per object makes loading quadratic).
-    if ((oldResult?.tiers.length ?? 0) === 0 && (entry?.result.tiers.length ?? 0) === 0) return;
+    if ((oldResult?.tiers.length ?? 0) === 0 && (entry?.enforced.tiers.length ?? 0) === 0) return;
     // Antrea policies depend on which Tiers exist: re-normalize them when Tiers change.
     this.rebuildTiers();
     if (this.tierSignature() !== tiersBefore) {
       for (const other of [...this.policies.values()]) {
         if (other.group !== ANTREA_GROUP || other.obj.kind === 'Tier' || other.key === key) continue;
-        const old = other.result;
-        other.result = this.runNormalizer(other);
-        this.applyPolicyResult(other.key, old, other.result);
+        const old = other.enforced;
+        this.judge(other, other);
+        this.applyPolicyResult(other.key, old, other.enforced);
       }
     }
+  }
+
+  /** Normalizes `entry` and sets what it enforces: its own result, else `before`'s (its previous version). */
+  private judge(entry: PolicyEntry, before: PolicyEntry | undefined): void {
+    const previous = before?.enforced;
+    entry.result = this.runNormalizer(entry);
+    entry.enforced = entry.result.errors.length === 0 || !previous || previous.errors.length > 0 ? entry.result : previous;
+    const kept = entry.enforced !== entry.result;
+    for (const e of entry.result.errors) this.log?.(kept ? { ...e, message: `${e.message}; ${KEPT_NOTE}` } : e);
   }
 
   private runNormalizer(entry: PolicyEntry): NormalizeResult {
@@ -506,11 +530,7 @@ export class PolicyEngine {
     } catch (err) {
       result = emptyResult([objectError(entry.obj, 'spec', `could not be read: ${(err as Error).message}`)]);
     }
-    if (result.errors.length > 0) {
-      result = emptyResult(result.errors);
-      for (const e of result.errors) this.log?.(e);
-    }
-    return result;
+    return result.errors.length > 0 ? emptyResult(result.errors) : result;
   }
 
   private applyPolicyResult(key: string, old: NormalizeResult | undefined, fresh: NormalizeResult | undefined): void {
@@ -536,7 +556,7 @@ export class PolicyEngine {
     for (const entry of this.policies.values()) {
       const before = entry.tierErrors;
       delete entry.tierErrors;
-      for (const t of entry.result.tiers) {
+      for (const t of entry.enforced.tiers) {
         const clash = byPriority.get(t.priority);
         if (clash !== undefined && clash !== t.name) {
           entry.tierErrors = [{ kind: entry.obj.kind, name: entry.obj.metadata.name, field: 'spec.priority', message: `priority ${t.priority} is already used by Tier "${clash}"` }];

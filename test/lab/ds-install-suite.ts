@@ -418,4 +418,31 @@ export function dsInstallSuite(opts: DsInstallOptions): void {
     t.equal(created.code, 0, `a Pod created after the uninstall starts (${created.stderr.trim()})`);
     for (const node of NODES) t.same(sluiceLeftOn(LAB, node), [], `${node}: still nothing of sluice after a new Pod`);
   });
+
+  if (opts.full) {
+    t.test('installed with datapath: system on nodes without the openvswitch module: the agent refuses, saying what to set', async (t) => {
+      const text = labManifest().replace(/^(\s+)datapath: auto$/m, '$1datapath: system');
+      const dir2 = writeTemp({ 'sluice.yaml': text });
+      t.equal((await cli(['apply', ...n, '-f', join(dir2, 'sluice.yaml')])).code, 0, 'install/sluice.yaml applied with datapath: system');
+      type Status = { name: string; restartCount: number; state?: { terminated?: { exitCode: number } }; lastState?: { terminated?: { exitCode: number } } };
+      const exited = (p: KubeObject) => ((p.status?.containerStatuses ?? []) as Status[]).find((c) => c.name === 'sluice-agent' && (c.state?.terminated ?? c.lastState?.terminated));
+      let pods: KubeObject[] = [];
+      for (const end = Date.now() + 120_000; Date.now() < end; await sleep(250)) {
+        pods = await sluicePods();
+        if (pods.length === NODES.length && pods.every((p) => exited(p))) break;
+      }
+      t.equal(pods.length, NODES.length, 'a Pod per node');
+      for (const p of pods) {
+        const node = String(p.spec?.nodeName);
+        const c = exited(p);
+        t.equal((c?.state?.terminated ?? c?.lastState?.terminated)?.exitCode, 2, `${node}: the agent exits 2 (a configuration error, not a crash)`);
+        t.notOk(isPodReady(p), `${node}: the Pod is not Ready`);
+        const log = podContainerLog(LAB, node, String(p.metadata.uid), 'sluice-agent');
+        t.match(log, /sluice-agent: datapath: system needs the openvswitch kernel module, and this node's kernel has none .*: set datapath: auto \(the default: system where the module exists, the userspace netdev datapath elsewhere\) or datapath: netdev in the agent's configuration \(the DaemonSet's ConfigMap\)/, `${node}: its log says why and what to set`);
+        t.notMatch(log, /startup: ready/, `${node}: it never started enforcing`);
+      }
+      const del = await cli(['delete', ...n, '--ignore-not-found', '-f', join(dir2, 'sluice.yaml')]);
+      t.equal(del.code, 0, `deleted (${del.stderr.trim()})`);
+    });
+  }
 }

@@ -309,6 +309,10 @@ t.test('a policy naming an unknown tier is invalid until the Tier exists', async
   e.remove({ apiVersion: 'crd.antrea.io/v1beta1', kind: 'Tier', name: 'mytier' });
   t.notOk(e.errors().some((x) => x.name === 'dup'), 'the refused Tier becomes valid once the priority is free');
   t.equal(e.tierPriority('dup'), 10);
-  t.equal(v(e, 'y/a', 'x/a').verdict, 'allow', 'the policy lost its tier');
-  t.ok(e.errors().some((x) => x.name === 'acnp'));
+  // Antrea refuses to delete a Tier that policies use; here it went anyway: the policy is invalid,
+  // and its last valid version (in mytier, priority 10) stays in force rather than failing open.
+  t.equal(v(e, 'y/a', 'x/a').verdict, 'drop', 'the policy keeps its last valid version');
+  t.match(e.errors().find((x) => x.name === 'acnp')?.message, /does not exist; its last valid version stays enforced/, 'reported as invalid, saying what stays');
+  e.remove({ apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', name: 'acnp' });
+  t.equal(v(e, 'y/a', 'x/a').verdict, 'allow', 'deleted: gone');
 });

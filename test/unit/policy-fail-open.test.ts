@@ -394,3 +394,62 @@ t.test('a refused policy is handled like any invalid policy: reported, and yield
   const tiered = engineOf(XY, '{apiVersion: crd.antrea.io/v1beta1, kind: Tier, metadata: {name: Bad.Tier}, spec: {priority: 10}}', acnp('in-bad-tier', '{podSelector: {}}').replace('priority: 1', 'priority: 1\n  tier: Bad.Tier'));
   t.ok(tiered.errors().some((x) => x.name === 'in-bad-tier' && x.field === 'spec.tier'), 'a policy in a refused Tier is invalid too');
 });
+
+t.test('an update that makes a policy invalid keeps its last valid version in force until it is fixed or deleted', async (t) => {
+  const dropFromY = 'ingress: [{action: Drop, from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: "y"}}}]}]';
+  const e = engineOf(MODEL, acnp('guard', '{podSelector: {matchLabels: {pod: a}}}', dropFromY));
+  t.equal(verdict(e, 'y/b', 'x/a'), 'drop', 'the Drop is in force');
+  const targets = nodeTargets(e, 'guard');
+  t.same(targets, ['Ingress Drop x/a', 'Ingress Drop y/a'], 'on the Pods labelled pod=a');
+  const logged: string[] = [];
+  const upsert = (text: string) => {
+    for (const o of parseManifests(text)) e.upsert(o);
+  };
+  // A typo in the action: the API server's schema would refuse it; here the engine sees it.
+  const typo = acnp('guard', '{podSelector: {matchLabels: {pod: a}}}', dropFromY.replace('Drop', 'Dorp'));
+  const watched = new PolicyEngine({ nodeName: NODE, log: (x) => logged.push(`${x.field}: ${x.message}`) });
+  for (const o of parseManifests(MODEL + '\n---\n' + acnp('guard', '{podSelector: {matchLabels: {pod: a}}}', dropFromY))) watched.upsert(o);
+  for (const o of parseManifests(typo)) watched.upsert(o);
+  upsert(typo);
+  t.equal(verdict(e, 'y/b', 'x/a'), 'drop', 'after the invalid update the last valid version still drops');
+  t.same(nodeTargets(e, 'guard'), targets, 'and its node rules stay');
+  const err = e.errors().find((x) => x.name === 'guard');
+  t.match(err, { kind: 'AntreaClusterNetworkPolicy', field: 'spec.ingress[0].action' }, 'the update is reported as invalid');
+  t.match(err?.message, /; its last valid version stays enforced until it is fixed or deleted$/, 'saying what stays in force');
+  t.ok(logged.some((l) => l.startsWith('spec.ingress[0].action') && l.endsWith('stays enforced until it is fixed or deleted')), `the log says so too (${logged.join(' | ')})`);
+  // A second invalid version keeps the same last valid one.
+  upsert(typo.replace('Dorp', 'Dr0p'));
+  t.equal(verdict(e, 'y/b', 'x/a'), 'drop', 'a second invalid update: still the last valid version');
+  // Fixed: the new version replaces it.
+  upsert(acnp('guard', '{podSelector: {matchLabels: {pod: b}}}', dropFromY));
+  t.same(e.errors().filter((x) => x.name === 'guard'), [], 'fixed: no error');
+  t.equal(verdict(e, 'y/b', 'x/a'), 'allow', 'the fixed version applies to x/b, no longer to x/a');
+  t.equal(verdict(e, 'y/a', 'x/b'), 'drop', 'the fixed version is in force');
+  // Deleted while invalid: nothing stays.
+  upsert(typo);
+  t.equal(verdict(e, 'y/a', 'x/b'), 'drop', 'invalid again: the fixed version stays');
+  e.remove({ apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', name: 'guard' });
+  t.equal(verdict(e, 'y/a', 'x/b'), 'allow', 'deleted: gone');
+  t.same(e.errors().filter((x) => x.name === 'guard'), [], 'and no longer reported');
+  // An object that was never valid yields nothing, as before.
+  upsert(typo);
+  t.equal(verdict(e, 'y/b', 'x/a'), 'allow', 'created invalid: nothing in force');
+  t.notMatch(e.errors().find((x) => x.name === 'guard')?.message, /stays enforced/, 'and nothing said to stay');
+});
+
+t.test('a Kubernetes NetworkPolicy made invalid keeps its isolation and rules too', async (t) => {
+  const np = (port: string) => `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: only-80, namespace: x}
+spec:
+  podSelector: {matchLabels: {pod: a}}
+  ingress: [{ports: [{port: ${port}}]}]
+`;
+  const e = engineOf(MODEL, np('80'));
+  t.equal(verdict(e, 'y/a', 'x/a', 81), 'drop', 'x/a isolated: 81 dropped');
+  for (const o of parseManifests(np('70000'))) e.upsert(o);
+  t.ok(e.errors().some((x) => x.name === 'only-80' && /stays enforced/.test(x.message)), 'the out-of-range port is reported, the last valid version kept');
+  t.equal(verdict(e, 'y/a', 'x/a', 81), 'drop', 'x/a stays isolated');
+  t.equal(verdict(e, 'y/a', 'x/a', 80), 'allow', 'and 80 stays open');
+});
