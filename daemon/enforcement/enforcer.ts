@@ -7,9 +7,9 @@
  * bundle follow, and whatever bundle the agent applies (a flush, a CNI ADD, a resync) first
  * compiles every change received so far, so each applied state is the engine's state at one moment.
  *
- * When: a CoalescingRunner (runner.ts) plans the flushes: on an idle agent a change is applied on
- * the next turn of the event loop, changes during an apply go together into the next one, and a
- * burst becomes a few large applies. Nothing is ever flushed to "allow": a lost watch keeps the
+ * When: a BoundedFrequencyRunner (bounded-frequency-runner.ts) plans the flushes: on an idle agent
+ * a change is applied on the next turn of the event loop, changes during an apply go together into
+ * the next one, and a burst becomes a few large applies. Nothing is ever flushed to "allow": a lost watch keeps the
  * last state until the relist reports the differences. Before the agent binds its flows
  * (start-up) nothing is compiled: the initial lists become one full compile, once they are all in.
  */
@@ -39,7 +39,7 @@ import { AddressClaims } from './claims.js';
 import { decidePolicyPunt, rejectReplyMacs } from './punthandler.js';
 import type { EnforcementMetrics } from '../metrics.js';
 import { type Clock, realClock } from '../clock.js';
-import { CoalescingRunner } from './runner.js';
+import { BoundedFrequencyRunner } from './bounded-frequency-runner.js';
 import { ConnectionSweeper, type ConntrackIo, type SweeperStatus } from './conntrack/index.js';
 import { askPeer, NewPodGate, type PodQuestion, parseQuestion, PUBLICATION_PATCH_TYPE, publicationPatch, publicationPath } from './newpods/index.js';
 import { newPodGuardFlows } from '../flows/newpod-guard.js';
@@ -162,8 +162,8 @@ export class Enforcer {
   private dirtySince?: number | undefined;
   private fullCompile = true;
   private pending = false;
-  /** Plans the flushes (runner.ts: at once when idle, coalesced in bursts, never overlapping). */
-  private readonly flusher: CoalescingRunner;
+  /** Plans the flushes (bounded-frequency-runner.ts: at once when idle, coalesced in bursts, never overlapping). */
+  private readonly flusher: BoundedFrequencyRunner;
   private readonly clock: Clock;
   private closed = false;
   private readonly dispatch = { handled: 0, unclaimed: 0, failed: 0 };
@@ -201,7 +201,7 @@ export class Enforcer {
     });
     this.pods = new PodView(opts.nodeName);
     this.clock = opts.clock ?? realClock;
-    this.flusher = new CoalescingRunner({ clock: this.clock, burstDelayMs: opts.debounceMs ?? 20, run: () => this.flush() });
+    this.flusher = new BoundedFrequencyRunner({ clock: this.clock, minIntervalMs: opts.debounceMs ?? 20, run: () => this.flush() });
     this.stats = new RuleStatsKeeper(this.policyFlows, { stateDir: opts.stateDir, log: opts.log });
     const np = opts.newPods;
     if (np) {
