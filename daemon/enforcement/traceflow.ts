@@ -3,7 +3,8 @@
  * sends the crafted packet into the bridge at the source Pod's port, collects what the bridge
  * reports until it has been quiet for a moment, removes the flows, and assembles the report. One
  * trace at a time per node. A reject punt of the traced packet is recorded as the verdict and not
- * answered (no RST or ICMP is sent to the Pod for a packet it never sent).
+ * answered (no RST or ICMP is sent to the Pod for a packet it never sent). Also the names a trace
+ * request uses: its destination resolved from the cluster view, its rules from the compiler.
  */
 import { randomInt } from 'node:crypto';
 import type { PacketIn, PacketOut } from '../ovs/openflow/wire.js';
@@ -14,7 +15,9 @@ import {
   TRACE_TOS, type TraceVerdict,
 } from '../flows/traceflow.js';
 import { ipv4ToString, ipv6ToString } from '../packet.js';
-import { canonicalIp } from '../policy/cidr.js';
+import { canonicalIp, parseIp } from '../policy/cidr.js';
+import type { ClusterState } from '../policy/cluster.js';
+import type { RuleIdentity } from '../flows/policy/index.js';
 
 export interface TraceSource {
   pod: string;
@@ -53,6 +56,44 @@ export interface TraceReport {
 
 export class TraceError extends Error {
   override name = 'TraceError';
+}
+
+/**
+ * The address of `family` a traceflow destination names: "ns/pod", "service:ns/name" (its
+ * ClusterIP) or "ip:ADDRESS" (which must be of that family).
+ */
+export function traceTarget(cluster: ClusterState, to: string, family: 4 | 6 = 4): string {
+  const ofFamily = (a: string) => a.includes(':') === (family === 6);
+  const ip = /^ip:(.+)$/.exec(to);
+  if (ip) {
+    const parsed = parseIp(ip[1]!);
+    if (!parsed) throw new TraceError(`${to}: not an IPv4 or IPv6 address`);
+    if (parsed.family !== family) throw new TraceError(`${to}: an IPv${parsed.family} destination for an IPv${family} trace`);
+    return ip[1]!;
+  }
+  const svc = /^service:([^/]+)\/(.+)$/.exec(to);
+  if (svc) {
+    const s = [...cluster.services.values()].find((x) => x.namespace === svc[1] && x.name === svc[2]);
+    const cip = s?.clusterIPs.find(ofFamily);
+    if (!cip) throw new TraceError(`${to}: no such Service with an IPv${family} ClusterIP`);
+    return cip;
+  }
+  const pod = /^([^/:]+)\/([^/]+)$/.exec(to);
+  if (pod) {
+    const p = [...cluster.pods.values()].find((x) => x.namespace === pod[1] && x.name === pod[2]);
+    const pip = p?.ips.find(ofFamily);
+    if (!pip) throw new TraceError(`${to}: no such Pod with an IPv${family} address`);
+    return pip;
+  }
+  throw new TraceError(`destination "${to}": use ns/pod, service:ns/name or ip:ADDRESS`);
+}
+
+/** A trace's rule names from the compiler's conjunction ids (Antrea-native rules with their priority). */
+export function traceRules(describe: (conjId: number) => RuleIdentity | undefined): TraceContext['rule'] {
+  return (conjId) => {
+    const r = describe(conjId);
+    return r && { ...r.ref, action: r.action, ...(r.ref.kind === 'NetworkPolicy' ? {} : { priority: r.policyPriority }) };
+  };
 }
 
 /** How long the bridge may stay quiet before a trace is complete, and the longest a trace waits. */
