@@ -2,7 +2,7 @@
  * sluice-agent's orchestration: the health, metrics and CNI servers, the order of start-up around
  * the node reconciler (daemon/node/reconciler.ts: OVS, flows, host networking), the host-change
  * watches that ask for repairs, traceflow and /status. The timers live in daemon/node/schedules.ts,
- * adoption of running Pods in daemon/adopter.ts, Kubernetes Events in daemon/node/events.ts;
+ * adoption of running Pods in daemon/node/adopter.ts, Kubernetes Events in daemon/node/events.ts;
  * daemon/main.ts builds those parts and hands them over.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -23,9 +23,9 @@ import type { AgentMetrics } from './metrics.js';
 import { type HostNetwork, SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6 } from './hostnet/index.js';
 import { isRepairEvent, isRulesetTamperEvent } from './hostnet/monitor.js';
 import { describeRtEvent, ifindexOf, watchRtEvents } from './hostnet/rtevents.js';
-import type { AdoptionStatus } from './adoption.js';
-import type { PodAdopter } from './adopter.js';
-import type { ChainKeeper, ChainStatus } from './chainkeeper.js';
+import type { AdoptionStatus } from './node/adoption.js';
+import type { PodAdopter } from './node/adopter.js';
+import type { ChainKeeper, ChainStatus } from './node/chainkeeper.js';
 import type { Clock } from './clock.js';
 import { type PodAttachment, type PodAttacher, routedIPs } from './cni/attacher.js';
 import type { NodeApi } from './kube/node-api.js';

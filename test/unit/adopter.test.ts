@@ -1,5 +1,5 @@
 /**
- * The Pod adopter (daemon/adopter.ts) over a runtime's CNI cache directory and fakes for the API
+ * The Pod adopter (daemon/node/adopter.ts) over a runtime's CNI cache directory and fakes for the API
  * server, the attacher and the Events: Pods with a usable cache entry are attached under the
  * exclusive lock, the others named once while it lasts, and calls while one runs fold into one more.
  */
@@ -8,8 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import t from 'tap';
-import type { NodePod } from '../../daemon/adoption.js';
-import { PodAdopter } from '../../daemon/adopter.js';
+import type { NodePod } from '../../daemon/node/adoption.js';
+import { PodAdopter } from '../../daemon/node/adopter.js';
 import type { PodAttachment } from '../../daemon/cni/attacher.js';
 import type { PodRequest } from '../../daemon/cni/server.js';
 import { SharedExclusiveLock } from '../../daemon/lock.js';

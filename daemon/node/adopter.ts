@@ -1,19 +1,19 @@
 /**
  * Attaches this node's running Pods that cross no bridge (sluice installed on a busy node, or Pods
  * created while the chain was broken): lists the node's Pods, matches them to the runtime's CNI
- * cache (daemon/adoption.ts decides, pure) and attaches each one. Its I/O is injected; the agent's
+ * cache (daemon/node/adoption.ts decides, pure) and attaches each one. Its I/O is injected; the agent's
  * schedules (daemon/node/schedules.ts) say when it runs.
  */
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { type AdoptionStatus, type NodePod, planAdoption } from './adoption.js';
-import type { Clock } from './clock.js';
-import type { PodAttachment } from './cni/attacher.js';
-import { readCniCache } from './cni/runtime-cache.js';
-import type { PodRequest } from './cni/server.js';
-import type { NodeApi } from './kube/node-api.js';
-import type { SharedExclusiveLock } from './lock.js';
-import type { NodeEvents } from './node/events.js';
+import type { Clock } from '../clock.js';
+import type { PodAttachment } from '../cni/attacher.js';
+import { readCniCache } from '../cni/runtime-cache.js';
+import type { PodRequest } from '../cni/server.js';
+import type { NodeApi } from '../kube/node-api.js';
+import type { SharedExclusiveLock } from '../lock.js';
+import type { NodeEvents } from './events.js';
 
 export interface PodAdopterDeps {
   nodeName: string;
