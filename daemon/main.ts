@@ -23,7 +23,7 @@ import { chooseServiceCidrs } from './node/service-cidrs.js';
 import type { Enforcer } from './enforcement/enforcer.js';
 import type { KubeObject } from './policy/types.js';
 import { type EnforcementHooks, enforcementWanted, startEnforcement } from './enforcement/index.js';
-import { ATTACH_STEPS, type AttachStep, type PodAttachment, PodAttacher } from './cni/attacher.js';
+import { ATTACH_STEPS, type AttachStep, PodAttacher } from './cni/attacher.js';
 import { cleanupNode, runningAgent } from './node/cleanup.js';
 import { Ovs } from './ovs/bridge.js';
 import { FlowSync } from './flows/sync.js';
@@ -35,7 +35,9 @@ import { HostNetwork, NetnsHelper, PodLinks, podInterfaceIPv4, resolveIptables }
 import { NodeApi } from './kube/node-api.js';
 import { SharedExclusiveLock } from './lock.js';
 import { AgentMetrics } from './metrics.js';
+import type { PodAttachment } from './node/attachment.js';
 import { type InvalidPolicy, type InvalidPolicySource, NodeEvents } from './node/events.js';
+import { PodRegistry } from './node/pod-registry.js';
 import { NodeReconciler } from './node/reconciler.js';
 import { NodeSchedules } from './node/schedules.js';
 import { sluiceEntry } from '../install/conflist.js';
@@ -161,7 +163,7 @@ async function startAgent(
   const netnsHelper = new NetnsHelper({ log });
   const lock = new SharedExclusiveLock();
   const clock = realClock;
-  const pods = new Map<string, PodAttachment>();
+  const pods = new PodRegistry();
   // Closures below reach the attacher (stale leftovers at start-up) and the node (flows, host network).
   let attacher: PodAttacher | undefined;
   const node: NodeReconciler<NodeApi, HostNetwork> = new NodeReconciler({

@@ -10,41 +10,21 @@ import type { Logger } from 'pino';
 import { CniErrorCode } from '../../cni/protocol.js';
 import { CniError, type CniHandler, type GcAttachment, type PodRequest } from './server.js';
 import { extraPodInterfaces, interfaceIPs } from './result.js';
-import { familyOf, type PodPort, podAddressProblem, podFlows } from '../flows/pipeline.js';
+import { familyOf, podAddressProblem, podFlows } from '../flows/pipeline.js';
 import type { EgressPortIds, PodPortIds, PodPortRecord } from '../ovs/bridge.js';
 import { GATEWAY_OFPORT } from '../flows/tables.js';
-
-/**
- * A Pod's second interface for IPv4 egress (the AWS VPC CNI's `egress-cni` on IPv6 clusters:
- * `v4if0`, a 169.254.172.0/22 address, SNAT to the node). Attached as a second port of the Pod, so
- * its IPv4 egress crosses the bridge and the Pod's egress rules judge it.
- */
-export interface EgressV4Attachment {
-  /** The interface inside the Pod (`v4if0`). */
-  ifName: string;
-  hostVeth: string;
-  ofport: number;
-  /** MAC of the Pod's egress interface. */
-  mac: string;
-  /** Its IPv4 address (no prefix length). */
-  ip: string;
-}
-
-/** What the agent knows about one attached Pod (rebuilt from OVSDB external_ids after a restart). */
-export interface PodAttachment {
-  containerId: string;
-  podNamespace: string;
-  podName: string;
-  netns: string;
-  ifName: string;
-  hostVeth: string;
-  ofport: number;
-  /** MAC of the Pod's own interface. */
-  mac: string;
-  ips: string[];
-  /** The Pod's IPv4 egress port, when a chained plugin gave it one. */
-  egressV4?: EgressV4Attachment | undefined;
-}
+import {
+  attachmentFromPort,
+  type EgressV4Attachment,
+  egressPortIds,
+  type PodAttachment,
+  podPortOf,
+  portIds,
+  routedIPs,
+  sameAttachment,
+  vethsOf,
+} from '../node/attachment.js';
+import type { PodRegistry } from '../node/pod-registry.js';
 
 export const ATTACH_STEPS = ['find-veth', 'isolate-veth', 'attach-port', 'move-routes', 'install-flows'] as const;
 export type AttachStep = (typeof ATTACH_STEPS)[number];
@@ -78,8 +58,8 @@ export interface AttachDeps {
   /** The IPv4 addresses (no prefix length) of an interface inside the Pod's namespace. */
   podInterfaceIPv4(netnsPath: string, ifName: string): Promise<string[]>;
   disablePodTxOffload(netnsPath: string, ifName: string): Promise<void>;
-  /** The attached Pods; the desired flows are computed from it. */
-  pods: Map<string, PodAttachment>;
+  /** The node's attached Pods; the desired flows are computed from them. */
+  pods: PodRegistry;
   /** Converges the bridge's flows to the current `pods` (verify: dump the bridge instead of trusting memory). */
   syncFlows(opts?: { verify?: boolean }): Promise<unknown>;
   isReady(): boolean;
@@ -93,56 +73,6 @@ export interface AttachDeps {
   /** Test hook (SLUICE_FAILPOINT): throw after this step completed, to exercise the rollback. */
   failAfter?: AttachStep;
   log: Logger;
-}
-
-export function portIds(p: PodAttachment): PodPortIds {
-  return {
-    'sluice-type': 'container',
-    'container-id': p.containerId,
-    'pod-namespace': p.podNamespace,
-    'pod-name': p.podName,
-    'ip-address': p.ips.join(','),
-    'attached-mac': p.mac,
-    'net-ns': p.netns,
-    'if-name': p.ifName,
-    ...(p.egressV4
-      ? { 'egress-v4-veth': p.egressV4.hostVeth, 'egress-v4-ip': p.egressV4.ip, 'egress-v4-mac': p.egressV4.mac, 'egress-v4-if-name': p.egressV4.ifName }
-      : {}),
-  };
-}
-
-/** external_ids of a Pod's IPv4 egress port (its Pod is found by container-id). */
-export function egressPortIds(p: PodAttachment & { egressV4: EgressV4Attachment }): EgressPortIds {
-  return { 'sluice-type': 'container-egress-v4', 'container-id': p.containerId, 'pod-namespace': p.podNamespace, 'pod-name': p.podName, 'ip-address': p.egressV4.ip, 'attached-mac': p.egressV4.mac };
-}
-
-/** Every address of an attachment the host routes to the gateway: the Pod's and its egress port's. */
-export const routedIPs = (p: PodAttachment): string[] => (p.egressV4 ? [...p.ips, p.egressV4.ip] : p.ips);
-
-/**
- * Rebuilds an attachment from its OVSDB port (and the OpenFlow port numbers of the egress ports,
- * -1 when its egress port is missing); undefined when the record is not usable.
- */
-export function attachmentFromPort(r: PodPortRecord, egressOfports: Map<string, number> = new Map()): PodAttachment | undefined {
-  const ids = r.ids;
-  if (!ids['container-id'] || !ids['attached-mac'] || !ids['ip-address']) return undefined;
-  const ev = ids['egress-v4-veth'];
-  const egressV4 =
-    ev && ids['egress-v4-ip'] && ids['egress-v4-mac']
-      ? { ifName: ids['egress-v4-if-name'] ?? 'v4if0', hostVeth: ev, ofport: egressOfports.get(ev) ?? -1, mac: ids['egress-v4-mac'], ip: ids['egress-v4-ip'] }
-      : undefined;
-  return {
-    ...(egressV4 ? { egressV4 } : {}),
-    containerId: ids['container-id'],
-    podNamespace: ids['pod-namespace'] ?? '',
-    podName: ids['pod-name'] ?? '',
-    netns: ids['net-ns'] ?? '',
-    ifName: ids['if-name'] ?? 'eth0',
-    hostVeth: r.name,
-    ofport: r.ofport,
-    mac: ids['attached-mac'],
-    ips: ids['ip-address'].split(',').filter(Boolean),
-  };
 }
 
 /** The Pod's addresses (IPv4 and IPv6) from prevResult: those on CNI_IFNAME (or unassigned ones). */
@@ -275,9 +205,7 @@ export class PodAttacher implements CniHandler {
       log.warn({ containerId: req.containerId, old: existing.hostVeth, new: want.hostVeth }, 'add: attachment changed, detaching the old one first');
       await this.detach(existing);
     }
-    const wantIps = routedIPs(want);
-    const wantVeths = vethsOf(want);
-    let clash = [...this.d.pods.values()].find((p) => routedIPs(p).some((ip) => wantIps.includes(ip)) || vethsOf(p).some((v) => wantVeths.includes(v)));
+    let clash = this.d.pods.holderOf(want);
     if (clash && !existsSync(clash.netns)) {
       // Its Pod is gone and its DEL never reached us (e.g. the agent was down): the IP was reused.
       log.warn({ containerId: clash.containerId, veth: clash.hostVeth }, 'add: removing a stale attachment whose netns is gone');
@@ -406,9 +334,7 @@ export class PodAttacher implements CniHandler {
     const pod = attachmentFor(req, veth, ips, await d.ovs.freeOfport(), egressV4);
     // The egress port's number is requested too, so its flows can go in before it.
     if (pod.egressV4) pod.egressV4.ofport = pod.ofport + 1;
-    const podIps = routedIPs(pod);
-    const podVeths = vethsOf(pod);
-    const clash = [...d.pods.values()].find((p) => routedIPs(p).some((ip) => podIps.includes(ip)) || vethsOf(p).some((v) => podVeths.includes(v)));
+    const clash = d.pods.holderOf(pod);
     if (clash) throw new CniError(CniErrorCode.AttachFailed, `${clashText(clash, pod)} is already attached for container ${clash.containerId}`);
     const undo: Undo[] = [];
     let step = 'install-flows';
@@ -468,11 +394,7 @@ export class PodAttacher implements CniHandler {
    * another interface holds (not a Pod's) makes OVS assign another; the ADD's flows then follow.
    */
   private requestOfport(): number {
-    const used = new Set<number>();
-    for (const p of this.d.pods.values()) {
-      used.add(p.ofport);
-      if (p.egressV4) used.add(p.egressV4.ofport);
-    }
+    const used = this.d.pods.ofports();
     for (let i = 0; i < GATEWAY_OFPORT; i++) {
       const n = this.ofportCursor;
       this.ofportCursor = n + 1 >= GATEWAY_OFPORT ? 1 : n + 1;
@@ -484,13 +406,13 @@ export class PodAttacher implements CniHandler {
   /** The Pod's flows and its policy flows, in one bundle (the policy side learns it first). */
   private async installFlows(pod: PodAttachment): Promise<void> {
     await this.d.beforePodFlows?.(pod);
-    this.d.pods.set(pod.containerId, pod);
+    this.d.pods.add(pod);
     await this.d.syncFlows();
   }
 
   /** Undoes installFlows. */
   private async forgetFlows(pod: PodAttachment): Promise<void> {
-    this.d.pods.delete(pod.containerId);
+    this.d.pods.remove(pod.containerId);
     this.d.podFlowsUndone?.(pod);
     await this.d.syncFlows();
   }
@@ -579,7 +501,7 @@ export class PodAttacher implements CniHandler {
         failures.push(`${what}: ${describe(err)}`);
       }
     };
-    const wasRegistered = d.pods.delete(pod.containerId);
+    const wasRegistered = d.pods.remove(pod.containerId);
     await attempt('remove flows', () => d.syncFlows());
     await attempt('remove port', () => d.ovs.removePort(pod.hostVeth));
     const e = pod.egressV4;
@@ -598,7 +520,7 @@ export class PodAttacher implements CniHandler {
 
   async gc(valid: GcAttachment[], _req: { networkName: string }): Promise<void> {
     const keep = new Set(valid.map((v) => `${v.containerId}\u0000${v.ifName}`));
-    const known = new Map(this.d.pods);
+    const known = new Map(this.d.pods.list().map((p) => [p.containerId, p]));
     for (const rec of await this.d.ovs.listPodPorts()) {
       const a = attachmentFromPort(rec);
       if (a && !known.has(a.containerId)) known.set(a.containerId, a);
@@ -613,21 +535,8 @@ export class PodAttacher implements CniHandler {
   }
 }
 
-function sameAttachment(a: PodAttachment, b: PodAttachment): boolean {
-  const egress = (p: PodAttachment) => (p.egressV4 ? `${p.egressV4.ifName}|${p.egressV4.hostVeth}|${p.egressV4.mac}|${p.egressV4.ip}` : '');
-  return a.hostVeth === b.hostVeth && a.mac === b.mac && a.ips.join(',') === b.ips.join(',') && a.ifName === b.ifName && a.netns === b.netns && egress(a) === egress(b);
-}
-
-/** The host veths of an attachment: the Pod's and its IPv4 egress interface's. */
-const vethsOf = (p: PodAttachment): string[] => (p.egressV4 ? [p.hostVeth, p.egressV4.hostVeth] : [p.hostVeth]);
-
 /** What of `want` is still held by `clash`: a veth or an address. */
 function clashText(clash: PodAttachment, want: PodAttachment): string {
   const veth = vethsOf(want).find((v) => vethsOf(clash).includes(v));
   return veth ? `veth ${veth}` : `IP ${routedIPs(want).find((ip) => routedIPs(clash).includes(ip))}`;
-}
-
-/** The bridge's view of an attachment (what its flows are computed from). */
-export function podPortOf(p: PodAttachment): PodPort {
-  return { containerId: p.containerId, ofport: p.ofport, mac: p.mac, ips: p.ips, ...(p.egressV4 ? { egressV4: { ofport: p.egressV4.ofport, mac: p.egressV4.mac, ip: p.egressV4.ip } } : {}) };
 }

@@ -29,7 +29,7 @@ import { PolicyEngine, type ChangeSet } from '../policy/engine.js';
 import { podAddresses } from '../policy/cluster.js';
 import { parseIp } from '../policy/cidr.js';
 import type { KubeObject } from '../policy/types.js';
-import type { PodAttachment } from '../cni/attacher.js';
+import type { PodAttachment } from '../node/attachment.js';
 import { ClusterWatch, type WatchEvent } from './watch/clusterwatch.js';
 import { trimObject } from './watch/trim.js';
 import { SERVICE_CIDR_RESOURCE } from './watch/resources.js';

@@ -15,7 +15,7 @@ import type { AgentConfig } from '../config.js';
 import { Ovs } from '../ovs/bridge.js';
 import { VIRTUAL_MAC } from '../flows/tables.js';
 import { HostNetwork, repointPodNeighbours, resolveIptables, VethGuard } from '../hostnet/index.js';
-import { attachmentFromPort, type PodAttachment } from '../cni/attacher.js';
+import { attachmentFromPort, type PodAttachment } from './attachment.js';
 import { realClock } from '../clock.js';
 import { waitForOvsdb } from './startup.js';
 
