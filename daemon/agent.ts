@@ -2,7 +2,7 @@
  * sluice-agent's orchestration: the health, metrics and CNI servers, the order of start-up around
  * the node reconciler (daemon/node/reconciler.ts: OVS, flows, host networking), the host-change
  * watches that ask for repairs, traceflow and /status. The timers live in daemon/node/schedules.ts,
- * adoption of running Pods in daemon/adopter.ts, Kubernetes Events in daemon/node/events.ts;
+ * adoption of running Pods in daemon/node/adopter.ts, Kubernetes Events in daemon/node/events.ts;
  * daemon/main.ts builds those parts and hands them over.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -23,14 +23,16 @@ import type { AgentMetrics } from './metrics.js';
 import { type HostNetwork, SERVICE_GATEWAY_IP, SERVICE_GATEWAY_IPV6 } from './hostnet/index.js';
 import { isRepairEvent, isRulesetTamperEvent } from './hostnet/monitor.js';
 import { describeRtEvent, ifindexOf, watchRtEvents } from './hostnet/rtevents.js';
-import type { AdoptionStatus } from './adoption.js';
-import type { PodAdopter } from './adopter.js';
-import type { ChainKeeper, ChainStatus } from './chainkeeper.js';
+import type { AdoptionStatus } from './node/adoption.js';
+import type { PodAdopter } from './node/adopter.js';
+import type { ChainKeeper, ChainStatus } from './node/chainkeeper.js';
 import type { Clock } from './clock.js';
-import { type PodAttachment, type PodAttacher, routedIPs } from './cni/attacher.js';
+import type { PodAttacher } from './cni/attacher.js';
 import type { NodeApi } from './kube/node-api.js';
 import type { SharedExclusiveLock } from './lock.js';
+import { type PodAttachment, routedIPs } from './node/attachment.js';
 import type { NodeEvents } from './node/events.js';
+import type { PodRegistry } from './node/pod-registry.js';
 import type { NodeReconciler, ResyncRecord } from './node/reconciler.js';
 import type { NodeSchedules } from './node/schedules.js';
 import { collectStartupGarbage } from './node-flags.js';
@@ -139,7 +141,7 @@ export class Agent {
     this.serviceCidrSource = parts.serviceCidrSource ?? 'configuration';
   }
 
-  private get pods(): Map<string, PodAttachment> {
+  private get pods(): PodRegistry {
     return this.node.pods;
   }
 
@@ -303,7 +305,7 @@ export class Agent {
             return ifindexOf(gateway);
           },
           get podIps() {
-            return new Set([...pods.values()].flatMap(routedIPs));
+            return new Set(pods.list().flatMap(routedIPs));
           },
           neighbours: KEPT_NEIGHBOURS,
         };
@@ -347,7 +349,7 @@ export class Agent {
     if (!['TCP', 'UDP', 'ICMP'].includes(protocol)) return bad(`protocol "${protocol}": use TCP, UDP or ICMP`);
     if (protocol !== 'ICMP' && !(Number.isInteger(port) && port >= 1 && port <= 65535)) return bad(`port "${q.get('port') ?? ''}": a port 1-65535 is needed for ${protocol}`);
     if (!to) return bad('to: the destination is missing (ns/pod, service:ns/name or ip:ADDRESS)');
-    const src = [...this.pods.values()].find((p) => `${p.podNamespace}/${p.podName}` === from);
+    const src = this.pods.list().find((p) => `${p.podNamespace}/${p.podName}` === from);
     if (!src) return bad(`from "${from}": no Pod of that name is attached on ${this.config.nodeName} (traceflow runs on the source Pod's node)`);
     // The family: an ip: destination's, else ?family=4|6, else IPv4 when the source has it.
     const asked = q.get('family');
@@ -362,7 +364,7 @@ export class Agent {
     const source = egress ? { pod: from, ip: egress.ip, mac: egress.mac, ofport: egress.ofport } : own !== undefined ? { pod: from, ip: own, mac: src.mac, ofport: src.ofport } : undefined;
     if (!source) return bad(`from "${from}": the Pod has no IPv${family} address`);
     const byPort = new Map<number, string>();
-    for (const p of this.pods.values()) {
+    for (const p of this.pods.list()) {
       byPort.set(p.ofport, `Pod ${p.podNamespace}/${p.podName} (port ${p.ofport})`);
       if (p.egressV4) byPort.set(p.egressV4.ofport, `Pod ${p.podNamespace}/${p.podName} ${p.egressV4.ifName} (port ${p.egressV4.ofport})`);
     }
@@ -402,7 +404,7 @@ export class Agent {
       ...(this.config.datapathWhy ? { datapathWhy: this.config.datapathWhy } : {}),
       serviceCIDRs: { cidrs: this.config.serviceCIDRs, source: this.serviceCidrSource, ...(this.enforcement?.servicesOutside ? { outside: this.enforcement.servicesOutside(this.config.serviceCIDRs) } : {}) },
       ...(this.node.gateway ? { gateway: this.node.gateway } : {}),
-      pods: [...this.pods.values()],
+      pods: this.pods.list(),
       ...(this.node.lastResync ? { lastResync: this.node.lastResync } : {}),
       ovsReachable: this.node.ovsReachable,
       memory: (({ rss, heapUsed, heapTotal, external }) => ({ rssMiB: mib(rss), heapUsedMiB: mib(heapUsed), heapTotalMiB: mib(heapTotal), externalMiB: mib(external) }))(process.memoryUsage()),

@@ -75,7 +75,7 @@ export interface AgentConfig {
   flowCheckIntervalSeconds: number;
   /** null: do not register the route table name. */
   rtTablesFile: string | null;
-  /** Keep sluice chained in this CNI configuration directory (daemon/chainkeeper.ts); absent: not kept. */
+  /** Keep sluice chained in this CNI configuration directory (daemon/node/chainkeeper.ts); absent: not kept. */
   cniConfDir?: string;
   cniBinDir: string;
   /** The runtime's libcni cache directory (results/ in it): what running Pods are adopted from. */

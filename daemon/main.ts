@@ -4,7 +4,7 @@
  * message names the field), 1 when start-up fails; SIGTERM/SIGINT stop serving but leave the
  * datapath in place so Pods keep their connectivity across restarts.
  *
- * `--cleanup` (uninstall; daemon/cleanup.ts) instead gives every Pod its primary-CNI route back and
+ * `--cleanup` (uninstall; daemon/node/cleanup.ts) instead gives every Pod its primary-CNI route back and
  * removes everything sluice put on the node, then exits 0 (1 with what failed). With
  * `--cleanup-then-wait` or env SLUICE_CLEANUP=1 (the uninstall DaemonSet mode) it then idles until
  * SIGTERM, answering /readyz on the health address, so the Pod stays Ready and `rollout status` ends.
@@ -14,8 +14,8 @@ import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { existsSync } from 'node:fs';
 import { Agent } from './agent.js';
-import { PodAdopter } from './adopter.js';
-import { ChainKeeper } from './chainkeeper.js';
+import { PodAdopter } from './node/adopter.js';
+import { ChainKeeper } from './node/chainkeeper.js';
 import { realClock } from './clock.js';
 import { type AgentConfig, ConfigError, DEFAULT_CONFIG_PATH, loadConfig } from './config.js';
 import { explicitDatapathProblem, kernelOvs } from './ovs/datapath.js';
@@ -23,8 +23,8 @@ import { chooseServiceCidrs } from './node/service-cidrs.js';
 import type { Enforcer } from './enforcement/enforcer.js';
 import type { KubeObject } from './policy/types.js';
 import { type EnforcementHooks, enforcementWanted, startEnforcement } from './enforcement/index.js';
-import { ATTACH_STEPS, type AttachStep, type PodAttachment, PodAttacher } from './cni/attacher.js';
-import { cleanupNode, runningAgent } from './cleanup.js';
+import { ATTACH_STEPS, type AttachStep, PodAttacher } from './cni/attacher.js';
+import { cleanupNode, runningAgent } from './node/cleanup.js';
 import { Ovs } from './ovs/bridge.js';
 import { FlowSync } from './flows/sync.js';
 import { OpenFlowController } from './ovs/openflow/controller.js';
@@ -35,7 +35,9 @@ import { HostNetwork, NetnsHelper, PodLinks, podInterfaceIPv4, resolveIptables }
 import { NodeApi } from './kube/node-api.js';
 import { SharedExclusiveLock } from './lock.js';
 import { AgentMetrics } from './metrics.js';
+import type { PodAttachment } from './node/attachment.js';
 import { type InvalidPolicy, type InvalidPolicySource, NodeEvents } from './node/events.js';
+import { PodRegistry } from './node/pod-registry.js';
 import { NodeReconciler } from './node/reconciler.js';
 import { NodeSchedules } from './node/schedules.js';
 import { sluiceEntry } from '../install/conflist.js';
@@ -161,7 +163,7 @@ async function startAgent(
   const netnsHelper = new NetnsHelper({ log });
   const lock = new SharedExclusiveLock();
   const clock = realClock;
-  const pods = new Map<string, PodAttachment>();
+  const pods = new PodRegistry();
   // Closures below reach the attacher (stale leftovers at start-up) and the node (flows, host network).
   let attacher: PodAttacher | undefined;
   const node: NodeReconciler<NodeApi, HostNetwork> = new NodeReconciler({

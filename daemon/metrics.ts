@@ -52,7 +52,7 @@ export interface MetricSources {
   enforcement?(): EnforcementMetrics | undefined;
   /** Keeping sluice chained in the node's CNI configuration (absent when not configured). */
   chain?(): { state: string; rechains: number } | undefined;
-  /** Running Pods adopted so far, and those that cross no bridge and could not be (daemon/adoption.ts). */
+  /** Running Pods adopted so far, and those that cross no bridge and could not be (daemon/node/adoption.ts). */
   adoption?(): { adopted: number; unattached: number } | undefined;
   /** Per-rule statistics from the bridge's counters (one OVS read per scrape). */
   ruleStats?(): Promise<RuleStatistics[] | undefined>;

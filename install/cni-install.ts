@@ -86,7 +86,7 @@ export async function installCni(opts: CniInstallOptions): Promise<{ config: str
 
 /**
  * Takes sluice out of the runtime's configuration. The plugin binary goes first: an agent that keeps
- * the chain (daemon/chainkeeper.ts) chains only while the binary is there, so it cannot put sluice
+ * the chain (daemon/node/chainkeeper.ts) chains only while the binary is there, so it cannot put sluice
  * back between the two steps; a Pod created in between fails its ADD and is retried.
  */
 export async function uninstallCni(opts: Pick<CniInstallOptions, 'confDir' | 'binDir'>): Promise<{ config?: string; changed: boolean }> {

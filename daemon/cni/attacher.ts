@@ -10,41 +10,21 @@ import type { Logger } from 'pino';
 import { CniErrorCode } from '../../cni/protocol.js';
 import { CniError, type CniHandler, type GcAttachment, type PodRequest } from './server.js';
 import { extraPodInterfaces, interfaceIPs } from './result.js';
-import { familyOf, type PodPort, podAddressProblem, podFlows } from '../flows/pipeline.js';
+import { familyOf, podAddressProblem, podFlows } from '../flows/pipeline.js';
 import type { EgressPortIds, PodPortIds, PodPortRecord } from '../ovs/bridge.js';
 import { GATEWAY_OFPORT } from '../flows/tables.js';
-
-/**
- * A Pod's second interface for IPv4 egress (the AWS VPC CNI's `egress-cni` on IPv6 clusters:
- * `v4if0`, a 169.254.172.0/22 address, SNAT to the node). Attached as a second port of the Pod, so
- * its IPv4 egress crosses the bridge and the Pod's egress rules judge it.
- */
-export interface EgressV4Attachment {
-  /** The interface inside the Pod (`v4if0`). */
-  ifName: string;
-  hostVeth: string;
-  ofport: number;
-  /** MAC of the Pod's egress interface. */
-  mac: string;
-  /** Its IPv4 address (no prefix length). */
-  ip: string;
-}
-
-/** What the agent knows about one attached Pod (rebuilt from OVSDB external_ids after a restart). */
-export interface PodAttachment {
-  containerId: string;
-  podNamespace: string;
-  podName: string;
-  netns: string;
-  ifName: string;
-  hostVeth: string;
-  ofport: number;
-  /** MAC of the Pod's own interface. */
-  mac: string;
-  ips: string[];
-  /** The Pod's IPv4 egress port, when a chained plugin gave it one. */
-  egressV4?: EgressV4Attachment | undefined;
-}
+import {
+  attachmentFromPort,
+  type EgressV4Attachment,
+  egressPortIds,
+  type PodAttachment,
+  podPortOf,
+  portIds,
+  routedIPs,
+  sameAttachment,
+  vethsOf,
+} from '../node/attachment.js';
+import type { PodRegistry } from '../node/pod-registry.js';
 
 export const ATTACH_STEPS = ['find-veth', 'isolate-veth', 'attach-port', 'move-routes', 'install-flows'] as const;
 export type AttachStep = (typeof ATTACH_STEPS)[number];
@@ -78,8 +58,8 @@ export interface AttachDeps {
   /** The IPv4 addresses (no prefix length) of an interface inside the Pod's namespace. */
   podInterfaceIPv4(netnsPath: string, ifName: string): Promise<string[]>;
   disablePodTxOffload(netnsPath: string, ifName: string): Promise<void>;
-  /** The attached Pods; the desired flows are computed from it. */
-  pods: Map<string, PodAttachment>;
+  /** The node's attached Pods; the desired flows are computed from them. */
+  pods: PodRegistry;
   /** Converges the bridge's flows to the current `pods` (verify: dump the bridge instead of trusting memory). */
   syncFlows(opts?: { verify?: boolean }): Promise<unknown>;
   isReady(): boolean;
@@ -93,56 +73,6 @@ export interface AttachDeps {
   /** Test hook (SLUICE_FAILPOINT): throw after this step completed, to exercise the rollback. */
   failAfter?: AttachStep;
   log: Logger;
-}
-
-export function portIds(p: PodAttachment): PodPortIds {
-  return {
-    'sluice-type': 'container',
-    'container-id': p.containerId,
-    'pod-namespace': p.podNamespace,
-    'pod-name': p.podName,
-    'ip-address': p.ips.join(','),
-    'attached-mac': p.mac,
-    'net-ns': p.netns,
-    'if-name': p.ifName,
-    ...(p.egressV4
-      ? { 'egress-v4-veth': p.egressV4.hostVeth, 'egress-v4-ip': p.egressV4.ip, 'egress-v4-mac': p.egressV4.mac, 'egress-v4-if-name': p.egressV4.ifName }
-      : {}),
-  };
-}
-
-/** external_ids of a Pod's IPv4 egress port (its Pod is found by container-id). */
-export function egressPortIds(p: PodAttachment & { egressV4: EgressV4Attachment }): EgressPortIds {
-  return { 'sluice-type': 'container-egress-v4', 'container-id': p.containerId, 'pod-namespace': p.podNamespace, 'pod-name': p.podName, 'ip-address': p.egressV4.ip, 'attached-mac': p.egressV4.mac };
-}
-
-/** Every address of an attachment the host routes to the gateway: the Pod's and its egress port's. */
-export const routedIPs = (p: PodAttachment): string[] => (p.egressV4 ? [...p.ips, p.egressV4.ip] : p.ips);
-
-/**
- * Rebuilds an attachment from its OVSDB port (and the OpenFlow port numbers of the egress ports,
- * -1 when its egress port is missing); undefined when the record is not usable.
- */
-export function attachmentFromPort(r: PodPortRecord, egressOfports: Map<string, number> = new Map()): PodAttachment | undefined {
-  const ids = r.ids;
-  if (!ids['container-id'] || !ids['attached-mac'] || !ids['ip-address']) return undefined;
-  const ev = ids['egress-v4-veth'];
-  const egressV4 =
-    ev && ids['egress-v4-ip'] && ids['egress-v4-mac']
-      ? { ifName: ids['egress-v4-if-name'] ?? 'v4if0', hostVeth: ev, ofport: egressOfports.get(ev) ?? -1, mac: ids['egress-v4-mac'], ip: ids['egress-v4-ip'] }
-      : undefined;
-  return {
-    ...(egressV4 ? { egressV4 } : {}),
-    containerId: ids['container-id'],
-    podNamespace: ids['pod-namespace'] ?? '',
-    podName: ids['pod-name'] ?? '',
-    netns: ids['net-ns'] ?? '',
-    ifName: ids['if-name'] ?? 'eth0',
-    hostVeth: r.name,
-    ofport: r.ofport,
-    mac: ids['attached-mac'],
-    ips: ids['ip-address'].split(',').filter(Boolean),
-  };
 }
 
 /** The Pod's addresses (IPv4 and IPv6) from prevResult: those on CNI_IFNAME (or unassigned ones). */
@@ -221,23 +151,76 @@ function attachmentFor(req: PodRequest, veth: { hostIfName: string; podMac: stri
   };
 }
 
-/** One entry of the undo ledger: what a completed step left behind, and how to take it back. */
+/** One entry of the undo ledger: what a step left behind, and how to take it back. */
 interface Undo {
-  step: string;
+  step: AttachStep;
   run: () => Promise<unknown>;
 }
 
-/** Runs the ledger in reverse order, every entry even after one fails; returns what could not be undone. */
-async function rollBack(undo: Undo[]): Promise<string[]> {
-  const failures: string[] = [];
-  for (const u of [...undo].reverse()) {
-    try {
-      await u.run();
-    } catch (e) {
-      failures.push(`undo ${u.step}: ${describe(e)}`);
-    }
+/**
+ * The steps of one attach (ADD or adoption) and their undo ledger: each step registers how to
+ * take back what it is about to leave behind before it acts; on a failure every entry is undone in
+ * reverse order, each one even after another failed. A failure is named after the step it happened
+ * in; the failpoint (a test hook) fails the attach right after the step it names.
+ */
+class StepLedger {
+  /** The step a failure is reported at. */
+  step: AttachStep;
+  /** Each step's duration in ms, timed from its own start (steps may overlap). */
+  readonly timings: Partial<Record<AttachStep, number>> = {};
+  private readonly undo: Undo[] = [];
+
+  constructor(first: AttachStep, private readonly failAfter?: AttachStep) {
+    this.step = first;
   }
-  return failures;
+
+  /** Records a step that ran before the ledger began (it left nothing to undo). */
+  done(s: AttachStep, ms: number): void {
+    this.timings[s] = ms;
+    this.failpoint(s);
+  }
+
+  /** Registers how to take back what `step` is about to do. */
+  register(step: AttachStep, run: () => Promise<unknown>): void {
+    this.undo.push({ step, run });
+  }
+
+  /** Runs one step; a failure, or the failpoint after it, names it. */
+  async run(s: AttachStep, work: () => Promise<unknown>): Promise<void> {
+    const start = performance.now();
+    try {
+      await work();
+    } catch (err) {
+      this.step = s;
+      throw err;
+    }
+    this.timings[s] = Math.round(performance.now() - start);
+    this.failpoint(s);
+  }
+
+  /** Undoes every registered entry, last first; returns what could not be undone. */
+  async rollBack(): Promise<string[]> {
+    const failures: string[] = [];
+    for (const u of [...this.undo].reverse()) {
+      try {
+        await u.run();
+      } catch (e) {
+        failures.push(`undo ${u.step}: ${describe(e)}`);
+      }
+    }
+    return failures;
+  }
+
+  /** The steps of the registered entries, last first. */
+  undone(): AttachStep[] {
+    return [...this.undo].reverse().map((u) => u.step);
+  }
+
+  private failpoint(s: AttachStep): void {
+    if (this.failAfter !== s) return;
+    this.step = s;
+    throw new Error(`failpoint after step ${s}`);
+  }
 }
 
 export class PodAttacher implements CniHandler {
@@ -275,9 +258,7 @@ export class PodAttacher implements CniHandler {
       log.warn({ containerId: req.containerId, old: existing.hostVeth, new: want.hostVeth }, 'add: attachment changed, detaching the old one first');
       await this.detach(existing);
     }
-    const wantIps = routedIPs(want);
-    const wantVeths = vethsOf(want);
-    let clash = [...this.d.pods.values()].find((p) => routedIPs(p).some((ip) => wantIps.includes(ip)) || vethsOf(p).some((v) => wantVeths.includes(v)));
+    let clash = this.d.pods.holderOf(want);
     if (clash && !existsSync(clash.netns)) {
       // Its Pod is gone and its DEL never reached us (e.g. the agent was down): the IP was reused.
       log.warn({ containerId: clash.containerId, veth: clash.hostVeth }, 'add: removing a stale attachment whose netns is gone');
@@ -295,26 +276,9 @@ export class PodAttacher implements CniHandler {
 
   private async attach(pod: PodAttachment, findMs = 0): Promise<void> {
     const { d } = this;
-    const undo: Undo[] = [];
-    let step: AttachStep = 'find-veth';
-    const timings: Partial<Record<AttachStep, number>> = { 'find-veth': findMs };
-    /** Runs one step, timed from its own start (steps overlap); a failure, or the failpoint after it, names it. */
-    const run = async (s: AttachStep, work: () => Promise<unknown>): Promise<void> => {
-      const start = performance.now();
-      try {
-        await work();
-      } catch (err) {
-        step = s;
-        throw err;
-      }
-      timings[s] = Math.round(performance.now() - start);
-      if (d.failAfter === s) {
-        step = s;
-        throw new Error(`failpoint after step ${s}`);
-      }
-    };
-    try {
-      if (d.failAfter === 'find-veth') throw new Error('failpoint after step find-veth');
+    const ledger = new StepLedger('find-veth', d.failAfter);
+    await this.attempt('add', pod, ledger, async () => {
+      ledger.done('find-veth', findMs);
       // The Pod's flows go in while its veth is isolated and attached: they are built for the
       // OpenFlow port numbers requested for its ports (and follow the ports if OVS assigns others),
       // so they match no packet of the Pod before its port exists; until its host routes move
@@ -323,61 +287,21 @@ export class PodAttacher implements CniHandler {
       const e = pod.egressV4;
       pod.ofport = this.requestOfport();
       if (e) e.ofport = this.requestOfport();
-      undo.push({ step: 'install-flows', run: () => this.forgetFlows(pod) });
       let moved = false;
       const outcomes = await Promise.allSettled([
-        run('install-flows', () => this.installFlows(pod)),
+        this.installFlowsStep(ledger, pod),
         (async () => {
-          await run('isolate-veth', async () => {
-            if (d.datapath !== 'netdev') return;
-            undo.push({ step: 'isolate-veth', run: () => d.hostnet.releaseHostVeth(pod.hostVeth) });
-            await Promise.all([d.hostnet.isolateHostVeth(pod.hostVeth), d.disablePodTxOffload(pod.netns, pod.ifName)]);
-            if (e) {
-              undo.push({ step: 'isolate-veth', run: () => d.hostnet.releaseHostVeth(e.hostVeth) });
-              await Promise.all([d.hostnet.isolateHostVeth(e.hostVeth), d.disablePodTxOffload(pod.netns, e.ifName)]);
-            }
-          });
-          undo.push({ step: 'attach-port', run: () => d.ovs.removePort(pod.hostVeth) });
-          if (e) undo.push({ step: 'attach-port', run: () => d.ovs.removePort(e.hostVeth) });
-          await run('attach-port', async () => {
-            const want = pod.ofport;
-            const got = await d.ovs.addPodPort(pod.hostVeth, portIds(pod), want);
-            if (e) {
-              const wantEgress = e.ofport;
-              e.ofport = await d.ovs.addEgressPort(e.hostVeth, egressPortIds({ ...pod, egressV4: e }), wantEgress);
-              moved ||= e.ofport !== wantEgress;
-            }
-            moved ||= got !== want;
-            pod.ofport = got;
-          });
+          await this.isolateStep(ledger, pod, 'new');
+          moved = await this.attachPortsStep(ledger, pod);
         })(),
       ]);
       const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected');
       if (failed) throw failed.reason;
-      if (moved) {
-        // Another interface holds a requested number (one the agent does not know of).
-        step = 'install-flows';
-        d.log.warn({ containerId: pod.containerId, ofport: pod.ofport, egressOfport: e?.ofport }, 'add: OVS assigned another OpenFlow port; the flows follow it');
-        await d.syncFlows();
-      }
-      await run('move-routes', async () => {
-        undo.push({ step: 'move-routes', run: () => d.hostnet.restorePodRoutes(pod.ips, pod.hostVeth) });
-        await d.hostnet.movePodRoutes(pod.ips, pod.hostVeth);
-        if (e) {
-          undo.push({ step: 'move-routes', run: () => d.hostnet.restorePodRoutes([e.ip], e.hostVeth) });
-          await d.hostnet.movePodRoutes([e.ip], e.hostVeth);
-        }
-      });
-    } catch (err) {
-      const failures = await rollBack(undo);
-      d.log.error({ containerId: pod.containerId, step, err: describe(err), rollbackFailures: failures }, 'add: failed, rolled back');
-      throw new CniError(
-        CniErrorCode.AttachFailed,
-        `attaching container ${pod.containerId} (${pod.hostVeth}) to ${d.bridge} failed at step ${step}: ${describe(err)}`,
-        failures.length ? `rollback incomplete: ${failures.join('; ')}` : `rolled back: ${[...undo].reverse().map((u) => u.step).join(', ') || 'nothing to undo'}`,
-      );
-    }
-    d.log.info({ containerId: pod.containerId, pod: `${pod.podNamespace}/${pod.podName}`, veth: pod.hostVeth, ofport: pod.ofport, ips: pod.ips, ...(pod.egressV4 ? { egressV4: pod.egressV4 } : {}), ms: timings }, 'add: attached');
+      // Another interface holds a requested number (one the agent does not know of).
+      if (moved) await this.flowsFollowPorts(ledger, pod, 'add');
+      await this.moveRoutesStep(ledger, pod);
+    });
+    d.log.info({ containerId: pod.containerId, pod: `${pod.podNamespace}/${pod.podName}`, veth: pod.hostVeth, ofport: pod.ofport, ips: pod.ips, ...(pod.egressV4 ? { egressV4: pod.egressV4 } : {}), ms: ledger.timings }, 'add: attached');
     d.onPodAttached?.(pod);
   }
 
@@ -406,59 +330,113 @@ export class PodAttacher implements CniHandler {
     const pod = attachmentFor(req, veth, ips, await d.ovs.freeOfport(), egressV4);
     // The egress port's number is requested too, so its flows can go in before it.
     if (pod.egressV4) pod.egressV4.ofport = pod.ofport + 1;
-    const podIps = routedIPs(pod);
-    const podVeths = vethsOf(pod);
-    const clash = [...d.pods.values()].find((p) => routedIPs(p).some((ip) => podIps.includes(ip)) || vethsOf(p).some((v) => podVeths.includes(v)));
+    const clash = d.pods.holderOf(pod);
     if (clash) throw new CniError(CniErrorCode.AttachFailed, `${clashText(clash, pod)} is already attached for container ${clash.containerId}`);
-    const undo: Undo[] = [];
-    let step = 'install-flows';
+    const ledger = new StepLedger('install-flows');
+    await this.attempt('adopt', pod, ledger, async () => {
+      await this.installFlowsStep(ledger, pod);
+      if (await this.attachPortsStep(ledger, pod)) await this.flowsFollowPorts(ledger, pod, 'adopt');
+      await this.isolateStep(ledger, pod, 'running');
+      await this.moveRoutesStep(ledger, pod);
+    });
+    d.log.info({ containerId: pod.containerId, pod: `${pod.podNamespace}/${pod.podName}`, veth: pod.hostVeth, ofport: pod.ofport, ips: pod.ips }, 'adopt: attached a running Pod');
+    d.onPodAttached?.(pod);
+    return pod;
+  }
+
+  /**
+   * Runs the steps of an ADD or an adoption on `ledger`; when one fails, undoes what they
+   * registered, last first, and throws the CNI error naming the step and what the rollback left.
+   */
+  private async attempt(op: 'add' | 'adopt', pod: PodAttachment, ledger: StepLedger, steps: () => Promise<void>): Promise<void> {
+    const { d } = this;
     try {
-      undo.push({ step, run: () => this.forgetFlows(pod) });
-      await this.installFlows(pod);
-      step = 'attach-port';
-      undo.push({ step, run: () => d.ovs.removePort(pod.hostVeth) });
-      const ofport = await d.ovs.addPodPort(pod.hostVeth, portIds(pod), pod.ofport);
-      let moved = ofport !== pod.ofport;
-      pod.ofport = ofport;
+      await steps();
+    } catch (err) {
+      const failures = await ledger.rollBack();
+      d.log.error({ containerId: pod.containerId, step: ledger.step, err: describe(err), rollbackFailures: failures }, `${op}: failed, rolled back`);
+      const what = op === 'add' ? `attaching container ${pod.containerId} (${pod.hostVeth}) to ${d.bridge}` : `adopting container ${pod.containerId} (${pod.hostVeth})`;
+      throw new CniError(
+        CniErrorCode.AttachFailed,
+        `${what} failed at step ${ledger.step}: ${describe(err)}`,
+        failures.length ? `rollback incomplete: ${failures.join('; ')}` : `rolled back: ${ledger.undone().join(', ') || 'nothing to undo'}`,
+      );
+    }
+  }
+
+  /** install-flows: the Pod's flows and its policy flows, for the port numbers it asks OVS for. */
+  private installFlowsStep(ledger: StepLedger, pod: PodAttachment): Promise<void> {
+    return ledger.run('install-flows', () => {
+      ledger.register('install-flows', () => this.forgetFlows(pod));
+      return this.installFlows(pod);
+    });
+  }
+
+  /**
+   * isolate-veth (netdev only): the kernel must not route what OVS also reads from the Pod's host
+   * veths, and the Pod's interfaces send without TX checksum offload. A running Pod's offload goes
+   * off before the isolation hands its packets to OVS alone; a new Pod sends nothing yet, so for
+   * it both happen at once.
+   */
+  private isolateStep(ledger: StepLedger, pod: PodAttachment, pods: 'new' | 'running'): Promise<void> {
+    const { d } = this;
+    return ledger.run('isolate-veth', async () => {
+      if (d.datapath !== 'netdev') return;
       const e = pod.egressV4;
-      if (e) {
-        undo.push({ step, run: () => d.ovs.removePort(e.hostVeth) });
-        const got = await d.ovs.addEgressPort(e.hostVeth, egressPortIds({ ...pod, egressV4: e }), e.ofport);
-        moved ||= got !== e.ofport;
-        e.ofport = got;
-      }
-      if (moved) {
-        // OVS gave another number (the requested one was taken meanwhile): flows follow the port.
-        d.log.warn({ containerId: pod.containerId, ofport: pod.ofport, egressOfport: e?.ofport }, 'adopt: OVS assigned another OpenFlow port');
-        await d.syncFlows();
-      }
-      if (d.datapath === 'netdev') {
-        step = 'isolate-veth';
-        for (const [veth, ifName] of [[pod.hostVeth, pod.ifName], ...(e ? [[e.hostVeth, e.ifName]] : [])] as [string, string][]) {
-          undo.push({ step, run: () => d.hostnet.releaseHostVeth(veth) });
+      for (const [veth, ifName] of [[pod.hostVeth, pod.ifName], ...(e ? [[e.hostVeth, e.ifName]] : [])] as [string, string][]) {
+        ledger.register('isolate-veth', () => d.hostnet.releaseHostVeth(veth));
+        if (pods === 'new') await Promise.all([d.hostnet.isolateHostVeth(veth), d.disablePodTxOffload(pod.netns, ifName)]);
+        else {
           await d.disablePodTxOffload(pod.netns, ifName);
           await d.hostnet.isolateHostVeth(veth);
         }
       }
-      step = 'move-routes';
-      undo.push({ step, run: () => d.hostnet.restorePodRoutes(pod.ips, pod.hostVeth) });
+    });
+  }
+
+  /**
+   * attach-port: the Pod's port and its IPv4 egress port, each asking for the OpenFlow port number
+   * its flows were built for; true when OVS assigned another one (the flows must follow it).
+   */
+  private async attachPortsStep(ledger: StepLedger, pod: PodAttachment): Promise<boolean> {
+    const { d } = this;
+    const e = pod.egressV4;
+    ledger.register('attach-port', () => d.ovs.removePort(pod.hostVeth));
+    if (e) ledger.register('attach-port', () => d.ovs.removePort(e.hostVeth));
+    let moved = false;
+    await ledger.run('attach-port', async () => {
+      const want = pod.ofport;
+      const got = await d.ovs.addPodPort(pod.hostVeth, portIds(pod), want);
+      if (e) {
+        const wantEgress = e.ofport;
+        e.ofport = await d.ovs.addEgressPort(e.hostVeth, egressPortIds({ ...pod, egressV4: e }), wantEgress);
+        moved ||= e.ofport !== wantEgress;
+      }
+      moved ||= got !== want;
+      pod.ofport = got;
+    });
+    return moved;
+  }
+
+  /** The flows follow ports OVS numbered otherwise than requested (part of installing them). */
+  private async flowsFollowPorts(ledger: StepLedger, pod: PodAttachment, op: 'add' | 'adopt'): Promise<void> {
+    ledger.step = 'install-flows';
+    this.d.log.warn({ containerId: pod.containerId, ofport: pod.ofport, egressOfport: pod.egressV4?.ofport }, `${op}: OVS assigned another OpenFlow port; the flows follow it`);
+    await this.d.syncFlows();
+  }
+
+  /** move-routes, last: the host routes the Pod's addresses to the gateway, so through the bridge. */
+  private moveRoutesStep(ledger: StepLedger, pod: PodAttachment): Promise<void> {
+    const { d } = this;
+    const e = pod.egressV4;
+    return ledger.run('move-routes', async () => {
+      ledger.register('move-routes', () => d.hostnet.restorePodRoutes(pod.ips, pod.hostVeth));
       await d.hostnet.movePodRoutes(pod.ips, pod.hostVeth);
       if (e) {
-        undo.push({ step, run: () => d.hostnet.restorePodRoutes([e.ip], e.hostVeth) });
+        ledger.register('move-routes', () => d.hostnet.restorePodRoutes([e.ip], e.hostVeth));
         await d.hostnet.movePodRoutes([e.ip], e.hostVeth);
       }
-    } catch (err) {
-      const failures = await rollBack(undo);
-      d.log.error({ containerId: pod.containerId, step, err: describe(err), rollbackFailures: failures }, 'adopt: failed, rolled back');
-      throw new CniError(
-        CniErrorCode.AttachFailed,
-        `adopting container ${pod.containerId} (${pod.hostVeth}) failed at step ${step}: ${describe(err)}`,
-        failures.length ? `rollback incomplete: ${failures.join('; ')}` : 'rolled back',
-      );
-    }
-    d.log.info({ containerId: pod.containerId, pod: `${pod.podNamespace}/${pod.podName}`, veth: pod.hostVeth, ofport: pod.ofport, ips: pod.ips }, 'adopt: attached a running Pod');
-    d.onPodAttached?.(pod);
-    return pod;
+    });
   }
 
   /**
@@ -468,11 +446,7 @@ export class PodAttacher implements CniHandler {
    * another interface holds (not a Pod's) makes OVS assign another; the ADD's flows then follow.
    */
   private requestOfport(): number {
-    const used = new Set<number>();
-    for (const p of this.d.pods.values()) {
-      used.add(p.ofport);
-      if (p.egressV4) used.add(p.egressV4.ofport);
-    }
+    const used = this.d.pods.ofports();
     for (let i = 0; i < GATEWAY_OFPORT; i++) {
       const n = this.ofportCursor;
       this.ofportCursor = n + 1 >= GATEWAY_OFPORT ? 1 : n + 1;
@@ -484,13 +458,13 @@ export class PodAttacher implements CniHandler {
   /** The Pod's flows and its policy flows, in one bundle (the policy side learns it first). */
   private async installFlows(pod: PodAttachment): Promise<void> {
     await this.d.beforePodFlows?.(pod);
-    this.d.pods.set(pod.containerId, pod);
+    this.d.pods.add(pod);
     await this.d.syncFlows();
   }
 
   /** Undoes installFlows. */
   private async forgetFlows(pod: PodAttachment): Promise<void> {
-    this.d.pods.delete(pod.containerId);
+    this.d.pods.remove(pod.containerId);
     this.d.podFlowsUndone?.(pod);
     await this.d.syncFlows();
   }
@@ -579,7 +553,7 @@ export class PodAttacher implements CniHandler {
         failures.push(`${what}: ${describe(err)}`);
       }
     };
-    const wasRegistered = d.pods.delete(pod.containerId);
+    const wasRegistered = d.pods.remove(pod.containerId);
     await attempt('remove flows', () => d.syncFlows());
     await attempt('remove port', () => d.ovs.removePort(pod.hostVeth));
     const e = pod.egressV4;
@@ -598,7 +572,7 @@ export class PodAttacher implements CniHandler {
 
   async gc(valid: GcAttachment[], _req: { networkName: string }): Promise<void> {
     const keep = new Set(valid.map((v) => `${v.containerId}\u0000${v.ifName}`));
-    const known = new Map(this.d.pods);
+    const known = new Map(this.d.pods.list().map((p) => [p.containerId, p]));
     for (const rec of await this.d.ovs.listPodPorts()) {
       const a = attachmentFromPort(rec);
       if (a && !known.has(a.containerId)) known.set(a.containerId, a);
@@ -613,21 +587,8 @@ export class PodAttacher implements CniHandler {
   }
 }
 
-function sameAttachment(a: PodAttachment, b: PodAttachment): boolean {
-  const egress = (p: PodAttachment) => (p.egressV4 ? `${p.egressV4.ifName}|${p.egressV4.hostVeth}|${p.egressV4.mac}|${p.egressV4.ip}` : '');
-  return a.hostVeth === b.hostVeth && a.mac === b.mac && a.ips.join(',') === b.ips.join(',') && a.ifName === b.ifName && a.netns === b.netns && egress(a) === egress(b);
-}
-
-/** The host veths of an attachment: the Pod's and its IPv4 egress interface's. */
-const vethsOf = (p: PodAttachment): string[] => (p.egressV4 ? [p.hostVeth, p.egressV4.hostVeth] : [p.hostVeth]);
-
 /** What of `want` is still held by `clash`: a veth or an address. */
 function clashText(clash: PodAttachment, want: PodAttachment): string {
   const veth = vethsOf(want).find((v) => vethsOf(clash).includes(v));
   return veth ? `veth ${veth}` : `IP ${routedIPs(want).find((ip) => routedIPs(clash).includes(ip))}`;
-}
-
-/** The bridge's view of an attachment (what its flows are computed from). */
-export function podPortOf(p: PodAttachment): PodPort {
-  return { containerId: p.containerId, ofport: p.ofport, mac: p.mac, ips: p.ips, ...(p.egressV4 ? { egressV4: { ofport: p.egressV4.ofport, mac: p.egressV4.mac, ip: p.egressV4.ip } } : {}) };
 }

@@ -20,7 +20,7 @@ import { PolicyFlows, type RuleStatistics } from '../flows/policy/index.js';
 import { RuleStatsKeeper } from './rulestats.js';
 import { PolicyEngine } from '../policy/engine.js';
 import type { KubeObject } from '../policy/types.js';
-import type { PodAttachment } from '../cni/attacher.js';
+import type { PodAttachment } from '../node/attachment.js';
 import { ClusterWatch, type WatchEvent } from './watch/clusterwatch.js';
 import { SERVICE_CIDR_RESOURCE } from './watch/resources.js';
 import { buildPolicyReport, type PolicyReport } from './policy-report.js';

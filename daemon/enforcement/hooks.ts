@@ -3,7 +3,7 @@
  * on the policy side (EnforcementHooks), and the little of the node the policy side uses
  * (EnforcementNode). Neither side imports the other's classes.
  */
-import type { PodAttachment } from '../cni/attacher.js';
+import type { PodAttachment } from '../node/attachment.js';
 import type { OpenFlowController } from '../ovs/openflow/controller.js';
 import type { RuleStatistics } from '../flows/policy/stats.js';
 import type { FlowStore } from '../flows/store.js';

@@ -4,7 +4,7 @@
  * Pods and policies. Plain JSON through KubeAccess.
  */
 import { isIPv4, isIPv6 } from 'node:net';
-import type { NodePod } from '../adoption.js';
+import type { NodePod } from '../node/adoption.js';
 import { KubeAccess } from './access.js';
 
 const API_TIMEOUT_MS = 10_000;

@@ -12,7 +12,8 @@ import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
 import type { AgentConfig } from '../config.js';
 import type { SharedExclusiveLock } from '../lock.js';
-import { attachmentFromPort, egressPortIds, type PodAttachment, podPortOf, portIds, routedIPs } from '../cni/attacher.js';
+import { attachmentFromPort, egressPortIds, type PodAttachment, podPortOf, portIds, routedIPs } from './attachment.js';
+import type { PodRegistry } from './pod-registry.js';
 import { diffFlows, type FlowDiff } from '../flows/diff.js';
 import type { Flow } from '../flows/flow.js';
 import type { EgressPortIds, GatewayInfo, PodPortIds, PodPortRecord } from '../ovs/bridge.js';
@@ -84,8 +85,8 @@ export interface ReconcilerDeps<Api extends StartupApi, Net extends NodeHostNetw
   clock: Clock;
   /** Shared by CNI operations, exclusive for the repairs of a resync. */
   lock: SharedExclusiveLock;
-  /** The attached Pods by container id (the CNI side adds and removes them). */
-  pods: Map<string, PodAttachment>;
+  /** The node's attached Pods (the CNI side adds and removes them; start-up rebuilds them from OVSDB). */
+  pods: PodRegistry;
   /** Whether a network namespace path still exists. */
   pathExists(path: string): boolean;
   /** Removes what a Pod that is gone left behind; returns what could not be removed. */
@@ -113,7 +114,7 @@ const TRACE_COOKIE = BigInt(TRACE_COOKIE_PREFIX) << 48n;
 const TRACE_COOKIE_MASK = 0xffffn << 48n;
 
 export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends NodeHostNetwork = NodeHostNetwork> {
-  readonly pods: Map<string, PodAttachment>;
+  readonly pods: PodRegistry;
   /** Set once start-up has served its first CNI request: the watchdog runs from then on. */
   ready = false;
   ovsReachable = true;
@@ -190,7 +191,7 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
 
     const stale = await this.loadAttachments(livePods);
     if (this.d.prepare) {
-      await this.d.prepare([...this.pods.values()]);
+      await this.d.prepare(this.pods.list());
       log.info({ ms: clock.now() - t0 }, 'startup: policy enforcement prepared');
     }
     const diff = await this.syncFlows({ verify: true });
@@ -248,7 +249,7 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
         : livePods && pod.podName && !livePods.has(`${pod.podNamespace}/${pod.podName}`) ? `Pod ${pod.podNamespace}/${pod.podName} is not on this node in the API`
         : undefined;
       if (reason) stale.push({ pod, reason });
-      else this.pods.set(pod.containerId, pod);
+      else this.pods.add(pod);
     }
     return stale;
   }
@@ -277,7 +278,7 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
       ...(this.nodeIP ? { nodeIP: this.nodeIP } : {}),
       ...(this.nodeIPv6 ? { nodeIPv6: this.nodeIPv6 } : {}),
       serviceCIDRs: this.d.config.serviceCIDRs,
-      pods: [...this.pods.values()].map(podPortOf),
+      pods: this.pods.list().map(podPortOf),
     });
     for (const source of this.flowSources) source(store);
   }
@@ -288,7 +289,7 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
   }
 
   private podRoutes(): { ips: string[]; hostVeth: string }[] {
-    return [...this.pods.values()].map((p) => ({ ips: routedIPs(p), hostVeth: p.hostVeth }));
+    return this.pods.list().map((p) => ({ ips: routedIPs(p), hostVeth: p.hostVeth }));
   }
 
   /**
@@ -318,7 +319,7 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
         this.gateway = gw.gateway;
         const [podPorts, egressPorts] = await Promise.all([ovs.listPodPorts(), ovs.egressPortOfports()]);
         const ports = new Map(podPorts.map((r) => [r.name, r]));
-        for (const pod of this.pods.values()) {
+        for (const pod of this.pods.list()) {
           const rec = ports.get(pod.hostVeth);
           if (!rec) {
             repairs.push(`re-attached port ${pod.hostVeth} (container ${pod.containerId})`);
@@ -345,7 +346,7 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
       });
       if (this.closed) return repairs;
       repairs.push(...(await this.net.ensureBase()));
-      const seen = [...this.pods.values()];
+      const seen = this.pods.list();
       const routeProblems = await this.net.podRouteProblems(seen.map(routedIPs));
       const isolated = config.datapath === 'netdev' ? new Set(await this.net.isolatedVeths()) : undefined;
       await lock.runExclusive(async () => {
@@ -414,10 +415,6 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
   /** MAC of the interface behind an OpenFlow port of the bridge: the gateway or a local Pod. */
   portMac(ofport: number): string | undefined {
     if (this.gateway && this.gateway.ofport === ofport) return this.gateway.mac;
-    for (const p of this.pods.values()) {
-      if (p.ofport === ofport) return p.mac;
-      if (p.egressV4?.ofport === ofport) return p.egressV4.mac;
-    }
-    return undefined;
+    return this.pods.atOfport(ofport)?.iface.mac;
   }
 }

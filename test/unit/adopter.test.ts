@@ -1,5 +1,5 @@
 /**
- * The Pod adopter (daemon/adopter.ts) over a runtime's CNI cache directory and fakes for the API
+ * The Pod adopter (daemon/node/adopter.ts) over a runtime's CNI cache directory and fakes for the API
  * server, the attacher and the Events: Pods with a usable cache entry are attached under the
  * exclusive lock, the others named once while it lasts, and calls while one runs fold into one more.
  */
@@ -8,9 +8,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import t from 'tap';
-import type { NodePod } from '../../daemon/adoption.js';
-import { PodAdopter } from '../../daemon/adopter.js';
-import type { PodAttachment } from '../../daemon/cni/attacher.js';
+import type { NodePod } from '../../daemon/node/adoption.js';
+import { PodAdopter } from '../../daemon/node/adopter.js';
+import type { PodAttachment } from '../../daemon/node/attachment.js';
+import { PodRegistry } from '../../daemon/node/pod-registry.js';
 import type { PodRequest } from '../../daemon/cni/server.js';
 import { SharedExclusiveLock } from '../../daemon/lock.js';
 import { libcniFile } from './cni-fixtures.js';
@@ -35,7 +36,7 @@ function setUp(t: { teardown(fn: () => void): void }) {
     events: [] as string[],
   };
   const lock = new SharedExclusiveLock();
-  const pods = new Map<string, PodAttachment>();
+  const pods = new PodRegistry();
   const adopter = new PodAdopter({
     nodeName: 'node-1',
     cniCacheDir: cacheDir,
@@ -59,7 +60,7 @@ function setUp(t: { teardown(fn: () => void): void }) {
       world.exclusiveWhileAttaching.push(!shared);
       world.attached.push(req);
       const a = { containerId: req.containerId, hostVeth: 'eni-c1', ips: ['10.0.1.5'] } as PodAttachment;
-      pods.set(req.containerId, a);
+      pods.add(a);
       return a;
     },
     events: {

@@ -6,7 +6,7 @@ import t from 'tap';
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { planAdoption } from '../../daemon/adoption.js';
+import { planAdoption } from '../../daemon/node/adoption.js';
 import { type CachedAttachment, parseCacheEntry, readCniCache } from '../../daemon/cni/runtime-cache.js';
 import { libcniFile } from './cni-fixtures.js';
 

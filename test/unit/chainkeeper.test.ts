@@ -11,7 +11,7 @@ import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, wr
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { ChainKeeper } from '../../daemon/chainkeeper.js';
+import { ChainKeeper } from '../../daemon/node/chainkeeper.js';
 import { realClock } from '../../daemon/clock.js';
 import { uninstallCni } from '../../install/cni-install.js';
 import { ROOT } from './cni-harness.js';

@@ -5,7 +5,7 @@ import { createServer, type Server } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { runningAgent } from '../../daemon/cleanup.js';
+import { runningAgent } from '../../daemon/node/cleanup.js';
 import { parseConfig } from '../../daemon/config.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'cleanup-refusal-'));

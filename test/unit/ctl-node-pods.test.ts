@@ -1,5 +1,5 @@
 import t from 'tap';
-import { portIds } from '../../daemon/cni/attacher.js';
+import { portIds } from '../../daemon/node/attachment.js';
 import { podPortRows } from '../../daemon/ctl/node-pods.js';
 
 const base = { containerId: 'c0ffee0123456789', podNamespace: 'x', podName: 'a', netns: '/var/run/netns/a', ifName: 'eth0', hostVeth: 'veth1', ofport: 7, mac: '0a:00:00:00:00:01' };

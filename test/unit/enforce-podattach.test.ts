@@ -9,7 +9,9 @@ import { Enforcer } from '../../daemon/enforcement/enforcer.js';
 import type { PodRequest } from '../../daemon/cni/server.js';
 import type { Flow } from '../../daemon/flows/flow.js';
 import { podFlows } from '../../daemon/flows/pipeline.js';
-import { type AttachDeps, type PodAttachment, PodAttacher } from '../../daemon/cni/attacher.js';
+import { type AttachDeps, PodAttacher } from '../../daemon/cni/attacher.js';
+import type { PodAttachment } from '../../daemon/node/attachment.js';
+import { PodRegistry } from '../../daemon/node/pod-registry.js';
 
 const NETNS = '/proc/self/ns/net';
 const log = pino({ level: 'silent' });
@@ -20,7 +22,7 @@ function setup(failSync = false) {
   enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace: 'x', name: 'deny' }, spec: { podSelector: {}, policyTypes: ['Ingress'] } } });
   // The API knows the Pod, without an IP yet (the kubelet posts it after CNI ADD).
   enforcer.onWatchEvent({ type: 'upsert', object: { apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 'p1', labels: { app: 'p' } }, spec: { nodeName: 'node-1' }, status: { phase: 'Pending' } } });
-  const pods = new Map<string, PodAttachment>();
+  const pods = new PodRegistry();
   const syncs: Flow[][] = [];
   const deps: AttachDeps = {
     datapath: 'system',
@@ -36,7 +38,7 @@ function setup(failSync = false) {
     pods,
     syncFlows: async () => {
       // What one bundle would carry: Pod flows + policy flows, computed together.
-      syncs.push([...[...pods.values()].flatMap((p) => podFlows(p)), ...enforcer.flows()]);
+      syncs.push([...pods.list().flatMap((p) => podFlows(p)), ...enforcer.flows()]);
       if (failSync && pods.size > 0) throw new Error('bundle refused');
     },
     isReady: () => true,

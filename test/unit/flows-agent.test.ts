@@ -6,7 +6,8 @@ import { flowCheckReport } from '../../daemon/ctl/node-flows.js';
 import { nameTables, traceFlow } from '../../daemon/ctl/node-trace.js';
 import { computeFlows } from '../../daemon/flows/pipeline.js';
 import { tableId } from '../../daemon/flows/tables.js';
-import { attachmentFromPort, podIPs, portIds } from '../../daemon/cni/attacher.js';
+import { podIPs } from '../../daemon/cni/attacher.js';
+import { attachmentFromPort, portIds } from '../../daemon/node/attachment.js';
 
 const req = (prevResult: PodRequest['prevResult'], ifName = 'eth0'): PodRequest => ({
   containerId: 'c1', netns: '/var/run/netns/x', ifName, cniVersion: '1.0.0', networkName: 'n', config: {}, ...(prevResult ? { prevResult } : {}),

@@ -8,7 +8,8 @@ import { pino } from 'pino';
 import type { PodRequest } from '../../daemon/cni/server.js';
 import type { EgressPortIds, PodPortIds, PodPortRecord } from '../../daemon/ovs/bridge.js';
 import { podFlows } from '../../daemon/flows/pipeline.js';
-import { ATTACH_STEPS, type AttachDeps, type AttachStep, type PodAttachment, PodAttacher } from '../../daemon/cni/attacher.js';
+import { ATTACH_STEPS, type AttachDeps, type AttachStep, PodAttacher } from '../../daemon/cni/attacher.js';
+import { PodRegistry } from '../../daemon/node/pod-registry.js';
 
 const NETNS = '/proc/self/ns/net'; // any path that exists
 
@@ -23,7 +24,7 @@ class World {
   flowsAt: string[] = [];
   nextOfport = 1;
   failOn?: string;
-  pods = new Map<string, PodAttachment>();
+  pods = new PodRegistry();
   /** The IPv4 addresses of the Pod's v4if0 (undefined: the Pod has no v4if0). */
   egressV4?: string[];
 
@@ -112,8 +113,8 @@ class World {
       pods: w.pods,
       async syncFlows() {
         w.call('syncFlows');
-        w.flowsAt.push([...w.pods.values()].map((p) => `${p.containerId}@${p.ofport}`).join(','));
-        w.installed = new Set([...w.pods.values()].flatMap((p) => podFlows(p).map((f) => f.cookie)));
+        w.flowsAt.push(w.pods.list().map((p) => `${p.containerId}@${p.ofport}`).join(','));
+        w.installed = new Set(w.pods.list().flatMap((p) => podFlows(p).map((f) => f.cookie)));
       },
       isReady: () => true,
       log: pino({ level: 'silent' }),
@@ -180,7 +181,7 @@ for (const step of ATTACH_STEPS) {
     t.equal(w.routes.get('10.1.0.11'), 'eni1', 'route on the veth');
     t.same([...w.isolated], [], 'veth not isolated');
     t.same([...w.installed], [], 'no flows');
-    t.same([...w.pods.keys()], [], 'not registered');
+    t.same(w.pods.list().map((p) => p.containerId), [], 'not registered');
   });
 }
 
@@ -232,7 +233,7 @@ t.test('ADD: a failed isolation rolls back the flows that went in meanwhile, and
   await t.rejects(new PodAttacher(w.deps({ podFlowsUndone: (p) => undone.push(p.containerId) })).add(req()), { code: 100, message: /failed at step isolate-veth: isolateHostVeth exploded/ });
   t.notOk(w.calls.includes('addPodPort'), 'no port');
   t.same([...w.installed], [], 'no flows');
-  t.same([...w.pods.keys()], [], 'not registered');
+  t.same(w.pods.list().map((p) => p.containerId), [], 'not registered');
   t.same(undone, ['c1'], 'the policy side forgot the Pod');
   t.same([...w.isolated], [], 'veth not isolated');
   t.equal(w.routes.get('10.1.0.11'), 'eni1', 'route on the veth');
@@ -456,7 +457,7 @@ t.test('an IPv6-only Pod with an IPv4 egress interface: a second port, its route
   t.equal(w.routes.get('169.254.172.9'), 'antrea-gw0');
 
   // A restarted agent rebuilds both ports from OVSDB.
-  const { attachmentFromPort } = await import('../../daemon/cni/attacher.js');
+  const { attachmentFromPort } = await import('../../daemon/node/attachment.js');
   const rebuilt = attachmentFromPort((await w.deps().ovs.listPodPorts())[0]!, await w.deps().ovs.egressPortOfports());
   t.same(rebuilt?.egressV4, w.pods.get('c1')!.egressV4, 'the egress port is rebuilt from external_ids');
 

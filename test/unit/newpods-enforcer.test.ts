@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { Enforcer } from '../../daemon/enforcement/enforcer.js';
-import type { PodAttachment } from '../../daemon/cni/attacher.js';
+import type { PodAttachment } from '../../daemon/node/attachment.js';
 import { startEndpoint, type HealthServer } from '../../daemon/health.js';
 import { POD_ADDRESSES_CONDITION, podAddresses } from '../../daemon/policy/cluster.js';
 import type { KubeObject } from '../../daemon/policy/types.js';

@@ -6,7 +6,8 @@
 import { EventEmitter } from 'node:events';
 import { pino } from 'pino';
 import t from 'tap';
-import { type PodAttachment, portIds } from '../../daemon/cni/attacher.js';
+import { type PodAttachment, portIds } from '../../daemon/node/attachment.js';
+import { PodRegistry } from '../../daemon/node/pod-registry.js';
 import type { ApplyTimings, FlowDiff } from '../../daemon/flows/diff.js';
 import { flowText } from '../../daemon/flows/flow.js';
 import type { GatewayInfo, PodPortIds, PodPortRecord } from '../../daemon/ovs/bridge.js';
@@ -205,7 +206,7 @@ class Node {
       createHostNetwork: async () => this.hostnet,
       clock: this.clock,
       lock: this.lock,
-      pods: new Map(),
+      pods: new PodRegistry(),
       pathExists: (p) => this.netns.has(p),
       detach: async (p) => {
         this.detached.push(p.containerId);
@@ -280,7 +281,7 @@ t.test('start-up: a bridge with stale and missing flows is repaired in one delta
   t.ok(goneFlows.length > 0, 'the gone Pod had flows');
   t.same([...b.remove].sort(), ['0x51ce00bbbbbbbbbb', '0x51ce01aaaaaaaaaa', ...goneFlows].sort(), 'removes exactly the stale flows and the gone Pod\'s');
   t.same(b.add.map((f) => f.cookie).sort(), lost.filter((c) => now.has(c)).sort(), 'adds exactly the lost flows');
-  t.same([...r.pods.keys()], ['c1'], 'the Pod whose netns is gone is not attached');
+  t.same(r.pods.list().map((p) => p.containerId), ['c1'], 'the Pod whose netns is gone is not attached');
   t.same(node.detached, ['c2'], 'and its leftovers are removed');
   t.ok(installedMatchesDesired(node, r));
   t.notOk(r.desiredFlows().some((f) => f.match.includes('10.1.0.12')), 'no flow for the gone Pod');
@@ -298,7 +299,7 @@ t.test('start-up: a restart over a converged bridge changes nothing', async (t) 
   t.same(node.ovs.flows, before);
   t.same(node.ovs.calls.filter((c) => /Port/.test(c)), [], 'no port added or removed');
   t.same(node.detached, []);
-  t.same([...r.pods.keys()], ['c1']);
+  t.same(r.pods.list().map((p) => p.containerId), ['c1']);
   t.equal(r.nodeIP, '192.168.1.10', 'the Node InternalIP from the API');
 });
 
@@ -330,7 +331,7 @@ t.test('start-up: with a configured nodeIP an unreachable API server is not fata
   const r = await node.started({ nodeIP: '192.168.1.99' });
   t.equal(r.nodeIP, '192.168.1.99');
   t.equal(r.api, undefined);
-  t.same([...r.pods.keys()], ['c1'], 'leftovers judged by their netns alone');
+  t.same(r.pods.list().map((p) => p.containerId), ['c1'], 'leftovers judged by their netns alone');
 });
 
 t.test('resync: a Pod whose port vanished is re-attached and its flows follow the new OpenFlow port', async (t) => {
@@ -455,7 +456,7 @@ t.test('resync: a Pod deleted while the host was read is not repaired', async (t
   const resync = r.resync('test');
   for (let i = 0; i < 20 && !node.hostnet.reading; i++) await node.clock.advance(0);
   // A CNI DEL runs while the host is read.
-  await node.lock.runShared(async () => void r.pods.delete('c1'));
+  await node.lock.runShared(async () => void r.pods.remove('c1'));
   readDone();
   t.same(await resync, [], 'its route is left to the DEL');
 });

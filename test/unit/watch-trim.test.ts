@@ -7,7 +7,7 @@
  */
 import t from 'tap';
 import { pino } from 'pino';
-import type { PodAttachment } from '../../daemon/cni/attacher.js';
+import type { PodAttachment } from '../../daemon/node/attachment.js';
 import { Enforcer } from '../../daemon/enforcement/enforcer.js';
 import { trimObject } from '../../daemon/enforcement/watch/trim.js';
 import type { KubeObject } from '../../daemon/policy/types.js';

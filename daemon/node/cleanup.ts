@@ -10,14 +10,14 @@ import { existsSync, lstatSync } from 'node:fs';
 import { readdir, rm, rmdir } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
-import { socketAnswers } from './cni/server.js';
-import type { AgentConfig } from './config.js';
-import { Ovs } from './ovs/bridge.js';
-import { VIRTUAL_MAC } from './flows/tables.js';
-import { HostNetwork, repointPodNeighbours, resolveIptables, VethGuard } from './hostnet/index.js';
-import { attachmentFromPort, type PodAttachment } from './cni/attacher.js';
-import { realClock } from './clock.js';
-import { waitForOvsdb } from './node/startup.js';
+import { socketAnswers } from '../cni/server.js';
+import type { AgentConfig } from '../config.js';
+import { Ovs } from '../ovs/bridge.js';
+import { VIRTUAL_MAC } from '../flows/tables.js';
+import { HostNetwork, repointPodNeighbours, resolveIptables, VethGuard } from '../hostnet/index.js';
+import { attachmentFromPort, type PodAttachment } from './attachment.js';
+import { realClock } from '../clock.js';
+import { waitForOvsdb } from './startup.js';
 
 export interface CleanupReport {
   /** One line per thing restored or removed, in order. */

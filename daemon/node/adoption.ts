@@ -7,8 +7,8 @@
  * runtime's CNI library cached when the primary ADDed it (daemon/cni/runtime-cache.ts). This
  * module matches those entries to the node's Pods from the API.
  */
-import { canonicalIp } from './policy/cidr.js';
-import type { CachedAttachment } from './cni/runtime-cache.js';
+import { canonicalIp } from '../policy/cidr.js';
+import type { CachedAttachment } from '../cni/runtime-cache.js';
 
 /** A Pod of this node on the Pod network, as the API shows it. */
 export interface NodePod {

@@ -1,19 +1,20 @@
 /**
  * Attaches this node's running Pods that cross no bridge (sluice installed on a busy node, or Pods
  * created while the chain was broken): lists the node's Pods, matches them to the runtime's CNI
- * cache (daemon/adoption.ts decides, pure) and attaches each one. Its I/O is injected; the agent's
+ * cache (daemon/node/adoption.ts decides, pure) and attaches each one. Its I/O is injected; the agent's
  * schedules (daemon/node/schedules.ts) say when it runs.
  */
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { type AdoptionStatus, type NodePod, planAdoption } from './adoption.js';
-import type { Clock } from './clock.js';
-import type { PodAttachment } from './cni/attacher.js';
-import { readCniCache } from './cni/runtime-cache.js';
-import type { PodRequest } from './cni/server.js';
-import type { NodeApi } from './kube/node-api.js';
-import type { SharedExclusiveLock } from './lock.js';
-import type { NodeEvents } from './node/events.js';
+import type { Clock } from '../clock.js';
+import { readCniCache } from '../cni/runtime-cache.js';
+import type { PodRequest } from '../cni/server.js';
+import type { NodeApi } from '../kube/node-api.js';
+import type { SharedExclusiveLock } from '../lock.js';
+import type { PodAttachment } from './attachment.js';
+import type { NodeEvents } from './events.js';
+import type { PodRegistry } from './pod-registry.js';
 
 export interface PodAdopterDeps {
   nodeName: string;
@@ -24,8 +25,8 @@ export interface PodAdopterDeps {
   api(): Pick<NodeApi, 'nodePodNetworkPods'> | undefined;
   /** The node is set up (bridge, flows, host networking): attaching can start. */
   ready(): boolean;
-  /** The attached Pods by container id (shared with the attacher). */
-  pods: ReadonlyMap<string, PodAttachment>;
+  /** The node's attached Pods (the attacher registers them). */
+  pods: Pick<PodRegistry, 'has' | 'list'>;
   /** Shared by CNI operations; each adoption holds it exclusively. */
   lock: Pick<SharedExclusiveLock, 'runExclusive'>;
   /** Attaches a running Pod from its cached CNI result (real: PodAttacher.adopt). */
@@ -88,7 +89,7 @@ export class PodAdopter {
     }
     const { entries, problems } = await readCniCache(d.cniCacheDir);
     if (problems.length) log.debug({ problems }, 'adopt: unusable CNI cache files');
-    const attachedIps = new Set([...d.pods.values()].flatMap((p) => p.ips));
+    const attachedIps = new Set(d.pods.list().flatMap((p) => p.ips));
     const plan = planAdoption(pods, attachedIps, entries, (p) => d.pathExists(p), d.cniCacheDir);
     const cannot = [...plan.cannot];
     for (const { pod, entry } of plan.adopt) {

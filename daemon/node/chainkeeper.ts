@@ -15,10 +15,10 @@ import { watch, type FSWatcher } from 'node:fs';
 import { access } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { type Clock, type TimerHandle, every } from './clock.js';
-import { planChain } from '../install/chainstate.js';
-import { applyChainPlan, readConfDir } from '../install/cni-install.js';
-import { SLUICE_PLUGIN_TYPE } from '../install/conflist.js';
+import { type Clock, type TimerHandle, every } from '../clock.js';
+import { planChain } from '../../install/chainstate.js';
+import { applyChainPlan, readConfDir } from '../../install/cni-install.js';
+import { SLUICE_PLUGIN_TYPE } from '../../install/conflist.js';
 
 export interface ChainKeeperOptions {
   confDir: string;
