@@ -3,7 +3,7 @@
  * flows/policy/egress-sources.ts) and the compiler input they complete. Such an address is in no Pod
  * object: CNI ADD and DEL are the only ones who know it.
  */
-import type { PodAttachment } from '../cni/attacher.js';
+import type { PodAttachment } from '../node/attachment.js';
 import { EgressSourceView, egressRulesOf, type PolicyFlowInput, policyFlowInput } from '../flows/policy/index.js';
 import type { PolicyEngine } from '../policy/engine.js';
 

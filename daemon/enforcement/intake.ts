@@ -6,7 +6,7 @@
  * policy input: they are only kept for the node's Service ranges.
  */
 import type { Logger } from 'pino';
-import type { PodAttachment } from '../cni/attacher.js';
+import type { PodAttachment } from '../node/attachment.js';
 import type { KubeAccess } from '../kube/access.js';
 import type { ChangeSet, PolicyEngine } from '../policy/engine.js';
 import { podAddresses, podKey } from '../policy/cluster.js';
