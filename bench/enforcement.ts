@@ -173,7 +173,7 @@ async function main(): Promise<void> {
     const ms: number[] = [];
     const inAgent: number[] = [];
     // The parts of a policy commit the agent logs: the compile, and its bundle's apply (the
-    // bundle with its barrier, then on netdev the megaflow purge; see Ovs.applyDiff).
+    // bundle with its barrier, then on netdev the megaflow purge; see FlowProgrammer.applyDiff).
     const parts = { compile: [] as number[], bundle: [] as number[], purge: [] as number[] };
     for (let i = 0; i < n; i++) {
       if (GAP_MS > 0) await sleep(GAP_MS);

@@ -12,7 +12,8 @@ import type { AgentConfig } from './config.js';
 import { CniError, type CniHandler, type CniServer, type GcAttachment, type PodRequest, startCniServer } from './cni/server.js';
 import { CniErrorCode } from '../cni/protocol.js';
 import type { RuleStatistics } from './flows/policy/stats.js';
-import type { GatewayInfo, Ovs } from './ovs/bridge.js';
+import type { GatewayInfo, OvsBridge } from './ovs/bridge.js';
+import type { FlowProgrammer } from './ovs/flow-programmer.js';
 import type { OpenFlowController } from './ovs/openflow/controller.js';
 import { policiesAnswer } from './enforcement/policy-report.js';
 import type { EnforcementHooks } from './enforcement/hooks.js';
@@ -45,8 +46,10 @@ export interface AgentParts {
   attacher: PodAttacher;
   /** Shared by CNI operations, exclusive for resync repairs and adoption. */
   lock: SharedExclusiveLock;
+  /** ovs-vswitchd's control socket: the megaflow purge after trace observation flows change. */
+  ovs: Pick<OvsBridge, 'appctl'>;
   /** Trace observation flows and the Metric tables' counters. */
-  ovs: Pick<Ovs, 'addFlows' | 'deleteFlows' | 'appctl' | 'dumpCounters'>;
+  flowProgrammer: Pick<FlowProgrammer, 'addFlows' | 'deleteFlows' | 'dumpCounters'>;
   openflow: Pick<OpenFlowController, 'close'>;
   /** Policy enforcement (daemon/enforcement), when on. */
   enforcement?: EnforcementHooks | undefined;
@@ -110,6 +113,7 @@ export class Agent {
   private readonly attacher: PodAttacher;
   private readonly lock: SharedExclusiveLock;
   private readonly ovs: AgentParts['ovs'];
+  private readonly flowProgrammer: AgentParts['flowProgrammer'];
   private readonly enforcement: EnforcementHooks | undefined;
   private readonly metrics: AgentMetrics | undefined;
   private readonly schedules: NodeSchedules;
@@ -132,6 +136,7 @@ export class Agent {
     this.attacher = parts.attacher;
     this.lock = parts.lock;
     this.ovs = parts.ovs;
+    this.flowProgrammer = parts.flowProgrammer;
     this.enforcement = parts.enforcement;
     this.metrics = parts.metrics;
     this.schedules = parts.schedules;
@@ -283,7 +288,7 @@ export class Agent {
   private async ruleStats(): Promise<RuleStatistics[] | undefined> {
     if (!this.enforcement?.ruleStats) return undefined;
     // The Metric tables' flows with their counters.
-    return this.enforcement.ruleStats(() => this.ovs.dumpCounters(['EgressMetric', 'IngressMetric']));
+    return this.enforcement.ruleStats(() => this.flowProgrammer.dumpCounters(['EgressMetric', 'IngressMetric']));
   }
 
   /**
@@ -376,11 +381,11 @@ export class Agent {
           // Cached datapath flows of the source's traffic were made without the observation flows
           // and could carry the traced packet past them: purged after each change.
           addFlows: async (text) => {
-            await this.ovs.addFlows(text.split('\n').filter((l) => l.trim() !== ''));
+            await this.flowProgrammer.addFlows(text.split('\n').filter((l) => l.trim() !== ''));
             await this.ovs.appctl(['revalidator/purge']);
           },
           removeFlows: async () => {
-            await this.ovs.deleteFlows(TRACE_COOKIE, TRACE_COOKIE_MASK);
+            await this.flowProgrammer.deleteFlows(TRACE_COOKIE, TRACE_COOKIE_MASK);
             await this.ovs.appctl(['revalidator/purge']);
           },
         },

@@ -25,7 +25,8 @@ import type { KubeObject } from './policy/types.js';
 import { type EnforcementHooks, enforcementWanted, startEnforcement } from './enforcement/index.js';
 import { ATTACH_STEPS, type AttachStep, PodAttacher } from './cni/attacher.js';
 import { cleanupNode, runningAgent } from './node/cleanup.js';
-import { Ovs } from './ovs/bridge.js';
+import { OvsBridge } from './ovs/bridge.js';
+import { FlowProgrammer } from './ovs/flow-programmer.js';
 import { FlowSync } from './flows/sync.js';
 import { OpenFlowController } from './ovs/openflow/controller.js';
 import { packetInMeters } from './flows/punt.js';
@@ -148,7 +149,8 @@ async function startAgent(
   opts: { metrics: AgentMetrics; enforcement: EnforcementHooks | undefined; serviceCidrSource?: string; failAfter?: AttachStep },
 ): Promise<Agent> {
   const { enforcement } = opts;
-  const ovs = new Ovs({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
+  const ovs = new OvsBridge({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
+  const flowProgrammer = new FlowProgrammer({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
   const openflow = new OpenFlowController({
     socketPath: `${config.ovsRunDir}/${config.bridge}.mgmt`,
     meters: packetInMeters(config.packetInRate),
@@ -157,7 +159,7 @@ async function startAgent(
     log: { debug: (o, m) => log.debug(o, m), info: (o, m) => log.info(o, m), warn: (o, m) => log.warn(o, m) },
   });
   // Every flow is programmed and read back over the agent's OpenFlow connection (no ovs-ofctl).
-  ovs.useOpenFlow(openflow);
+  flowProgrammer.useOpenFlow(openflow);
   /** Finds Pods' veths for ADD and adoption over one rtnetlink socket (daemon/hostnet/podlink.ts). */
   const podLinks = new PodLinks();
   const netnsHelper = new NetnsHelper({ log });
@@ -170,7 +172,8 @@ async function startAgent(
     config,
     log,
     ovs,
-    flows: new FlowSync(ovs, log),
+    flowProgrammer,
+    flows: new FlowSync(flowProgrammer, log),
     connectApi: () => NodeApi.connect(config.kubeconfig),
     createHostNetwork: async (addresses) => {
       const iptables = await resolveIptables(config.iptablesBackend);
@@ -196,6 +199,7 @@ async function startAgent(
     datapath: config.datapath,
     bridge: config.bridge,
     ovs,
+    flowProgrammer,
     hostnet: {
       movePodRoutes: (ips, veth) => node.net.movePodRoutes(ips, veth),
       restorePodRoutes: (ips, veth) => node.net.restorePodRoutes(ips, veth),
@@ -273,6 +277,7 @@ async function startAgent(
     attacher,
     lock,
     ovs,
+    flowProgrammer,
     openflow,
     enforcement,
     metrics: opts.metrics,
@@ -285,6 +290,7 @@ async function startAgent(
     closeAdapters: () => {
       podLinks.close();
       netnsHelper.close();
+      flowProgrammer.close();
       ovs.close();
     },
   });

@@ -48,7 +48,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { pino } from 'pino';
-import { Ovs } from '../daemon/ovs/bridge.js';
+import { OvsBridge } from '../daemon/ovs/bridge.js';
+import { FlowProgrammer } from '../daemon/ovs/flow-programmer.js';
 import { agentPidPath, startAgent } from './agent.js';
 import { type CniAnswer, callPlugin, chainAdd, chainDel, makeNetns, removeNetns } from './chaos-cni.js';
 import { readControl, supervisorPid } from './control.js';
@@ -128,7 +129,7 @@ async function waitUntil(what: string, cond: () => Promise<boolean>, timeoutMs =
 
 /** The bridge holds exactly the agent's desired flows. */
 async function bridgeConverged(node: string): Promise<boolean> {
-  const ovs = new Ovs({ ovsRunDir: ovsDir(LAB, node), bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
+  const ovs = new FlowProgrammer({ ovsRunDir: ovsDir(LAB, node), bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
   const [dump, desired] = await Promise.all([ovs.ofctl(['dump-flows', '--no-names', '--no-stats', ovs.target]), status(node, '/flows')]);
   return Array.isArray(desired) && bridgeHasDesired(dump, desired);
 }
@@ -145,7 +146,7 @@ async function leaks(nodes: string[]): Promise<string[]> {
   const out: string[] = [];
   for (const node of nodes) {
     if (!(await bridgeConverged(node))) out.push(`${node}: bridge flows differ from the agent's desired flows`);
-    const ovs = new Ovs({ ovsRunDir: ovsDir(LAB, node), bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
+    const ovs = new OvsBridge({ ovsRunDir: ovsDir(LAB, node), bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
     const ports = (await ovs.listPodPorts()).map((p) => p.name).sort();
     const pods = await attachedPods(node);
     const attached = pods.map((p) => p.hostVeth).sort();

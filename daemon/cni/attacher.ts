@@ -29,7 +29,7 @@ import type { PodRegistry } from '../node/pod-registry.js';
 export const ATTACH_STEPS = ['find-veth', 'isolate-veth', 'attach-port', 'move-routes', 'install-flows'] as const;
 export type AttachStep = (typeof ATTACH_STEPS)[number];
 
-/** The parts of the agent PodAttacher drives (real: Ovs, HostNetwork, podlink; tests may wrap them). */
+/** The parts of the agent PodAttacher drives (real: OvsBridge, FlowProgrammer, HostNetwork, podlink; tests may wrap them). */
 export interface AttachDeps {
   datapath: 'system' | 'netdev';
   bridge: string;
@@ -43,6 +43,8 @@ export interface AttachDeps {
     listPodPorts(): Promise<PodPortRecord[]>;
     /** Ports attached as a Pod's IPv4 egress port, by name: their OpenFlow port numbers. */
     egressPortOfports(): Promise<Map<string, number>>;
+  };
+  flowProgrammer: {
     installedCookies(): Promise<string[]>;
   };
   hostnet: {
@@ -506,7 +508,7 @@ export class PodAttacher implements CniHandler {
         if (!isolated.includes(v)) out.push(`host veth ${v} is not isolated (netdev ingress drop missing: packets would be duplicated)`);
       }
     }
-    const installed = new Set(await this.d.ovs.installedCookies());
+    const installed = new Set(await this.d.flowProgrammer.installedCookies());
     const expected = pod.ofport > 0 && (!e || e.ofport > 0) ? podFlows(podPortOf(pod)) : [];
     const missing = expected.filter((f) => !installed.has(f.cookie));
     if (missing.length) {

@@ -4,7 +4,8 @@ import { pino } from 'pino';
 import type { Argv } from 'yargs';
 import type { AgentStatus } from '../agent.js';
 import { type AgentConfig, DEFAULT_CONFIG_PATH, loadConfig } from '../config.js';
-import { Ovs } from '../ovs/bridge.js';
+import { OvsBridge } from '../ovs/bridge.js';
+import { FlowProgrammer } from '../ovs/flow-programmer.js';
 
 export interface NodeArgs {
   config: string;
@@ -19,10 +20,10 @@ export function withConfig<T>(y: Argv<T>): Argv<T & NodeArgs> {
   }) as Argv<T & NodeArgs>;
 }
 
-export async function nodeContext(configPath: string): Promise<{ config: AgentConfig; ovs: Ovs }> {
+export async function nodeContext(configPath: string): Promise<{ config: AgentConfig; ovs: OvsBridge; flowProgrammer: FlowProgrammer }> {
   const config = await loadConfig(configPath);
-  const ovs = new Ovs({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log: pino({ level: 'silent' }) });
-  return { config, ovs };
+  const opts = { ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log: pino({ level: 'silent' }) };
+  return { config, ovs: new OvsBridge(opts), flowProgrammer: new FlowProgrammer(opts) };
 }
 
 /**

@@ -42,13 +42,13 @@ export const nodeFlowsCommand: CommandModule<object, FlowsArgs> = {
       .option('check', { type: 'boolean', default: false, describe: 'compare with the desired flows (needs the agent)' })
       .option('all', { type: 'boolean', default: false, describe: 'include flows that are not sluice\'s' }) as never,
   handler: async (argv) => {
-    const { config, ovs } = await nodeContext(argv.config);
+    const { config, ovs, flowProgrammer } = await nodeContext(argv.config);
     if (argv.table !== undefined && !(TABLES as readonly string[]).includes(argv.table)) {
       throw new Error(`--table: unknown table "${argv.table}" (known: ${TABLES.join(', ')})`);
     }
     if (argv.check) {
       const desired = await agentDesiredFlows(config);
-      const report = flowCheckReport(desired, await ovs.installedCookies());
+      const report = flowCheckReport(desired, await flowProgrammer.installedCookies());
       console.log(report.text);
       if (!report.ok) process.exitCode = 1;
       return;
@@ -56,7 +56,7 @@ export const nodeFlowsCommand: CommandModule<object, FlowsArgs> = {
     const filters: string[] = [];
     if (!argv.all) filters.push(SLUICE_COOKIE_FILTER);
     if (argv.table) filters.push(`table=${argv.table}`);
-    let dump = await ovs.dumpFlows(filters.length ? [filters.join(',')] : []);
+    let dump = await flowProgrammer.dumpFlows(filters.length ? [filters.join(',')] : []);
     if (argv.pod) {
       const rec = (await ovs.listPodPorts()).find(
         (p) => p.ids['container-id'].startsWith(argv.pod!) || `${p.ids['pod-namespace']}/${p.ids['pod-name']}` === argv.pod,

@@ -1,6 +1,6 @@
 /**
  * Desired-state flow sync, the pure half: which cookies to delete and which flows to add (applied
- * as one OpenFlow bundle, Ovs.applyDiff). Unchanged flows are not touched.
+ * as one OpenFlow bundle, FlowProgrammer.applyDiff). Unchanged flows are not touched.
  */
 import { COOKIE_PREFIX, type Flow, flowText, normalizeCookie } from './flow.js';
 

@@ -1,6 +1,6 @@
 /**
  * FlowSync: the desired flows of one FlowStore made the bridge's, over any FlowSwitch (the agent's
- * Ovs adapter; fakes in tests). It does no I/O of its own.
+ * FlowProgrammer; fakes in tests). It does no I/O of its own.
  */
 import type { Logger } from 'pino';
 import { type ApplyTimings, type FlowDiff, isEmptyDiff } from './diff.js';

@@ -12,7 +12,7 @@ import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { socketAnswers } from '../cni/server.js';
 import type { AgentConfig } from '../config.js';
-import { Ovs } from '../ovs/bridge.js';
+import { OvsBridge } from '../ovs/bridge.js';
 import { VIRTUAL_MAC } from '../flows/tables.js';
 import { HostNetwork, repointPodNeighbours, resolveIptables, VethGuard } from '../hostnet/index.js';
 import { attachmentFromPort, type PodAttachment } from './attachment.js';
@@ -53,7 +53,7 @@ const describe = (err: unknown): string => (err instanceof Error ? err.message :
  *     the virtual MAC are dropped by the host, for as long as the Pod's entry stays REACHABLE.
  * A failed step stops this Pod there (it keeps working through the bridge); returns the problem.
  */
-async function restorePod(pod: PodAttachment, config: AgentConfig, hostnet: HostNetwork, ovs: Ovs): Promise<string | undefined> {
+async function restorePod(pod: PodAttachment, config: AgentConfig, hostnet: HostNetwork, ovs: OvsBridge): Promise<string | undefined> {
   // Test hook only: SLUICE_CLEANUP_CRASH=before-port-removal kills this process once the first
   // Pod's guard is released and its routes are back, its port still on the bridge.
   const crash = process.env.SLUICE_CLEANUP_CRASH === 'before-port-removal';
@@ -121,7 +121,7 @@ export async function cleanupNode(
     }
   };
 
-  const ovs = new Ovs({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
+  const ovs = new OvsBridge({ ovsRunDir: config.ovsRunDir, bridge: config.bridge, datapath: config.datapath, log });
   try {
     // OVS may still be starting (the ovs container of the same Pod).
     await waitForOvsdb(() => ovs.ping(), { ms: opts.ovsWaitMs ?? 30_000, clock: realClock });

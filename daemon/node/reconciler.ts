@@ -1,7 +1,7 @@
 /**
  * The node's convergence loop: start-up (OVSDB, API server, bridge and gateway, the attachments a
  * previous run left, the first flow sync, host networking), the resync and the flow watchdog. All
- * I/O goes through the narrow interfaces below (real: Ovs, FlowSync, HostNetwork, NodeApi, the
+ * I/O goes through the narrow interfaces below (real: OvsBridge, FlowProgrammer, FlowSync, HostNetwork, NodeApi, the
  * system clock), so each of these paths runs in unit tests against fakes.
  *
  * Restart safety: all Pod state lives in OVSDB external_ids, flows are diffed by cookie, host
@@ -22,7 +22,7 @@ import type { FlowSource, FlowStore } from '../flows/store.js';
 import { TRACE_COOKIE_PREFIX } from '../flows/traceflow.js';
 import { connectApi, type NodeAddresses, type StartupApi, waitForOvsdb } from './startup.js';
 
-/** What the reconciler asks of Open vSwitch (real: Ovs, daemon/ovs/bridge.ts). */
+/** What the reconciler asks of OVSDB (real: OvsBridge, daemon/ovs/bridge.ts). */
 export interface NodeOvs {
   /** Where OVSDB is, for the log. */
   readonly db: string;
@@ -39,6 +39,10 @@ export interface NodeOvs {
   removePort(name: string): Promise<void>;
   /** Ends other_config:flow-restore-wait; true when it was set. */
   endFlowRestoreWait(): Promise<boolean>;
+}
+
+/** The bridge's flows as the reconciler reads and clears them itself (real: FlowProgrammer, daemon/ovs/flow-programmer.ts). */
+export interface NodeFlowProgrammer {
   deleteFlows(cookie: bigint, mask: bigint): Promise<void>;
   /** How many sluice flows the bridge holds (one aggregate-statistics request). */
   installedCount(): Promise<number>;
@@ -77,6 +81,7 @@ export interface ReconcilerDeps<Api extends StartupApi, Net extends NodeHostNetw
   config: Pick<AgentConfig, 'nodeName' | 'bridge' | 'nodeIP' | 'nodeIPv6' | 'kubeconfig' | 'gateway' | 'serviceCIDRs' | 'datapath'>;
   log: Logger;
   ovs: NodeOvs;
+  flowProgrammer: NodeFlowProgrammer;
   flows: FlowBackend;
   /** Connects to the API server (called again on each retry). */
   connectApi(): Promise<Api>;
@@ -199,7 +204,7 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
     if (await ovs.endFlowRestoreWait()) log.info('startup: flow-restore-wait ended (ovs-vswitchd forwards by the new flows)');
     this.d.flowsConverged?.();
     // Observation flows of a trace the previous agent did not finish.
-    await ovs.deleteFlows(TRACE_COOKIE, TRACE_COOKIE_MASK);
+    await this.d.flowProgrammer.deleteFlows(TRACE_COOKIE, TRACE_COOKIE_MASK);
 
     this.hostnet = await this.d.createHostNetwork({ ...(nodeIP ? { nodeIP } : {}), ...(nodeIPv6 ? { nodeIPv6 } : {}) });
     const repairs = await this.hostnet.resync(this.podRoutes());
@@ -214,7 +219,7 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
 
   /**
    * Connects to the bridge's management socket (it exists once the bridge does) and keeps
-   * reconnecting. The first flow sync waits for the connection (bounded, see Ovs.useOpenFlow); every
+   * reconnecting. The first flow sync waits for the connection (bounded, see FlowProgrammer.useOpenFlow); every
    * later connection means ovs-vswitchd restarted or the socket was lost: the meters are back (the
    * handshake installs them) and every flow is replayed.
    */
@@ -388,17 +393,17 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
     // One check at a time: while ovs-vswitchd is down each one waits for the connection (bounded).
     if (this.closed || !this.ready || this.checkingFlows) return;
     this.checkingFlows = true;
-    const { ovs, flows, log } = this.d;
+    const { flowProgrammer, flows, log } = this.d;
     try {
       // Changes a read of the desired set (GET /flows, metrics) brought into the store but no sync
       // applied yet are applied first, so the count compares what the bridge should hold.
       const store = flows.store;
       if (store.dirty) await this.syncFlows();
-      if ((await ovs.installedCount()) === store.size) {
+      if ((await flowProgrammer.installedCount()) === store.size) {
         this.ovsReachable = true;
         return;
       }
-      const diff = diffFlows(store.flows(), await ovs.installedCookies());
+      const diff = diffFlows(store.flows(), await flowProgrammer.installedCookies());
       this.ovsReachable = true;
       if (diff.add.length) {
         log.warn({ missing: diff.add.length }, 'flows missing from the bridge (ovs-vswitchd restarted?); converging');

@@ -1,26 +1,17 @@
 /**
- * Thin OVS adapter, everything under `ovsRunDir` so a node's private OVS (the lab) and the
- * machine's OVS are addressed the same way: the per-Pod work (ports, their records, the OpenFlow
- * port numbers) on one OVSDB session and ovs-vswitchd's control socket, with no process forked;
- * the bridge, the gateway, the flow-table names and flow-restore-wait are read and, when wrong,
- * created or repaired over that session too, each change one transaction (no ovs-vsctl). Flows go over the
- * agent's OpenFlow connection to the bridge's management socket once useOpenFlow() is called (the
- * agent always does, before its first flow sync); the tools that construct an Ovs without one
- * (sluicectl, cleanup, the lab) fork ovs-ofctl instead. Every method converges and reports what
- * it changed.
+ * The bridge as OVSDB holds it, everything under `ovsRunDir` so a node's private OVS (the lab) and
+ * the machine's OVS are addressed the same way: the per-Pod work (ports, their records, the
+ * OpenFlow port numbers) on one OVSDB session and ovs-vswitchd's control socket, with no process
+ * forked; the bridge, the gateway, the flow-table names and flow-restore-wait are read and, when
+ * wrong, created or repaired over that session too, each change one transaction (no ovs-vsctl).
+ * Every method converges and reports what it changed. The flows on the bridge are
+ * ./flow-programmer.ts's.
  */
 import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { performance } from 'node:perf_hooks';
-import { execa } from 'execa';
 import type { Logger } from 'pino';
-import { type ApplyTimings, bundleText, type FlowDiff, isEmptyDiff, parseSluiceCookies } from '../flows/diff.js';
-import { COOKIE_PREFIX, flowText, SLUICE_COOKIE_FILTER } from '../flows/flow.js';
-import type { BundleEntry, OpenFlowController } from './openflow/controller.js';
-import { encodeFlowAdd, encodeFlowDeleteByCookie, type FlowStatsFilter } from './openflow/flowmod.js';
-import { parseFlowText } from './openflow/flowtext.js';
-import { GATEWAY_OFPORT, tableId, TABLES, type TableName } from '../flows/tables.js';
+import { GATEWAY_OFPORT, TABLES } from '../flows/tables.js';
 import { JsonRpcClosed } from './jsonrpc.js';
 import { type Condition, type Operation, type OperationResult, OvsdbClient, OvsdbError, ovsMap, type Row } from './ovsdb.js';
 import { closeUnixctlConnections, unixctl } from './unixctl.js';
@@ -38,26 +29,11 @@ export interface OvsOptions {
 
 export class OvsError extends Error {}
 
-/** sluice's cookies: prefix 0x51ce in the top 16 bits. */
-const SLUICE_COOKIES: FlowStatsFilter = { cookie: BigInt(`0x${COOKIE_PREFIX}`) << 48n, cookieMask: 0xffffn << 48n };
-const ALL_ONES_64 = 0xffffffffffffffffn;
 /** Ends a transaction that changes what ovs-vswitchd must apply: asks it to, and reads the target back. */
 const NEXT_CFG: Operation[] = [
   { op: 'mutate', table: 'Open_vSwitch', where: [], mutations: [['next_cfg', '+=', 1]] },
   { op: 'select', table: 'Open_vSwitch', where: [], columns: ['next_cfg'] },
 ];
-
-/** A flow-mod adding one flow given as ovs-ofctl text (parsed now: a syntax error throws before anything is sent). */
-export function addEntry(text: string): BundleEntry {
-  const flow = parseFlowText(text);
-  return { text, encode: (xid) => encodeFlowAdd(xid, flow) };
-}
-
-/** A flow-mod deleting every flow, in every table, whose cookie matches `cookie` under `mask`. */
-export function deleteEntry(cookie: bigint, mask = ALL_ONES_64): BundleEntry {
-  const text = `delete cookie=0x${cookie.toString(16)}/${mask === ALL_ONES_64 ? '-1' : `0x${mask.toString(16)}`}`;
-  return { text, encode: (xid) => encodeFlowDeleteByCookie(xid, cookie, mask) };
-}
 
 /** external_ids of a Pod port (on its Interface row): everything needed to rebuild its flows. */
 export interface PodPortIds {
@@ -144,16 +120,27 @@ export function vswitchdControlSocket(ovsRunDir: string, pidFile: string | undef
   return pid && /^\d+$/.test(pid) ? join(ovsRunDir, `ovs-vswitchd.${pid}.ctl`) : undefined;
 }
 
-export class Ovs {
+/** An ovs-appctl command to the ovs-vswitchd of `ovsRunDir`, over its control socket (no process forked). */
+export async function vswitchdAppctl(ovsRunDir: string, args: string[], timeoutMs: number): Promise<string> {
+  const pid = await readFile(join(ovsRunDir, 'ovs-vswitchd.pid'), 'utf8').catch(() => undefined);
+  const target = vswitchdControlSocket(ovsRunDir, pid);
+  if (!target) throw new OvsError(`ovs-appctl ${args.join(' ')}: no ovs-vswitchd.pid in ${ovsRunDir} (is ovs-vswitchd running?)`);
+  const [command, ...rest] = args;
+  try {
+    return await unixctl(target, command!, rest, timeoutMs);
+  } catch (err) {
+    throw new OvsError(`ovs-appctl ${args.join(' ')}: ${(err as Error).message}`);
+  }
+}
+
+/** One bridge's OVSDB records (bridge, table names, gateway, Pod ports) and its ovs-vswitchd's control socket. */
+export class OvsBridge {
   readonly db: string;
-  readonly target: string;
   private readonly timeout: number;
   private readonly ovsdb: OvsdbClient;
-  private openflow?: OpenFlowController;
 
   constructor(readonly opts: OvsOptions) {
     this.db = `unix:${opts.ovsRunDir}/db.sock`;
-    this.target = `unix:${opts.ovsRunDir}/${opts.bridge}.mgmt`;
     this.timeout = opts.timeoutSec ?? 15;
     this.ovsdb = new OvsdbClient(join(opts.ovsRunDir, 'db.sock'), { timeoutMs: this.timeout * 1000 });
   }
@@ -250,28 +237,9 @@ export class Ovs {
     return true;
   }
 
-  /** ovs-ofctl against this bridge; refused once useOpenFlow() was called (the agent forks none). */
-  async ofctl(args: string[], input?: string): Promise<string> {
-    if (this.openflow) throw new OvsError(`ovs-ofctl ${args.join(' ')}: refused, flows of ${this.opts.bridge} go over the OpenFlow connection`);
-    const r = await execa('ovs-ofctl', ['-O', 'OpenFlow15', `--timeout=${this.timeout}`, ...args], {
-      reject: false,
-      input: input ?? '',
-    });
-    if (r.exitCode !== 0) throw new OvsError(`ovs-ofctl ${args.join(' ')}: ${r.stderr.trim() || `exit ${r.exitCode}`}`);
-    return r.stdout;
-  }
-
   /** An ovs-appctl command to ovs-vswitchd, over its control socket (no process forked). */
-  async appctl(args: string[]): Promise<string> {
-    const pid = await readFile(join(this.opts.ovsRunDir, 'ovs-vswitchd.pid'), 'utf8').catch(() => undefined);
-    const target = vswitchdControlSocket(this.opts.ovsRunDir, pid);
-    if (!target) throw new OvsError(`ovs-appctl ${args.join(' ')}: no ovs-vswitchd.pid in ${this.opts.ovsRunDir} (is ovs-vswitchd running?)`);
-    const [command, ...rest] = args;
-    try {
-      return await unixctl(target, command!, rest, this.timeout * 1000);
-    } catch (err) {
-      throw new OvsError(`ovs-appctl ${args.join(' ')}: ${(err as Error).message}`);
-    }
+  appctl(args: string[]): Promise<string> {
+    return vswitchdAppctl(this.opts.ovsRunDir, args, this.timeout * 1000);
   }
 
   /** The datapath's conntrack entries of one zone (`dpctl/dump-conntrack` text). */
@@ -497,125 +465,5 @@ export class Ovs {
         ...(asString(r.error) ? { error: asString(r.error) } : {}),
       }))
       .sort((a, b) => a.name.localeCompare(b.name));
-  }
-
-  /**
-   * From now on every flow method goes over `controller` (the agent's connection to this bridge's
-   * management socket), never through ovs-ofctl. A method called while it is not connected waits
-   * for it up to the command timeout, then fails saying so.
-   */
-  useOpenFlow(controller: OpenFlowController): void {
-    this.openflow = controller;
-  }
-
-  private async connected(what: string): Promise<OpenFlowController | undefined> {
-    const c = this.openflow;
-    if (!c || c.isConnected) return c;
-    try {
-      await c.waitConnected(this.timeout * 1000);
-    } catch (err) {
-      throw new OvsError(`${what}: ${(err as Error).message} (is ovs-vswitchd running with bridge ${this.opts.bridge}?)`);
-    }
-    return c;
-  }
-
-  /** Runs an OpenFlow exchange, its failures as OvsError naming what was being done. */
-  private async over<T>(what: string, run: (c: OpenFlowController) => Promise<T>, ofctl: () => Promise<T>): Promise<T> {
-    const c = await this.connected(what);
-    if (!c) return ofctl();
-    try {
-      return await run(c);
-    } catch (err) {
-      throw new OvsError(`${what}: ${(err as Error).message}`);
-    }
-  }
-
-  /** Cookies of sluice's installed flows. */
-  async installedCookies(): Promise<string[]> {
-    return this.over(
-      'read the installed flows',
-      async (c) => (await c.flowDesc(SLUICE_COOKIES)).map((f) => `0x${f.cookie.toString(16)}`),
-      async () => parseSluiceCookies(await this.ofctl(['dump-flows', '--no-names', '--no-stats', this.target, SLUICE_COOKIE_FILTER])),
-    );
-  }
-
-  /** How many of sluice's flows the bridge holds (one aggregate-statistics request, no flow listed). */
-  async installedCount(): Promise<number> {
-    return this.over(
-      'count the installed flows',
-      async (c) => (await c.aggregateStats(SLUICE_COOKIES)).flowCount,
-      async () => Number(/flow_count=(\d+)/.exec(await this.ofctl(['dump-aggregate', this.target, SLUICE_COOKIE_FILTER]))?.[1] ?? Number.NaN),
-    );
-  }
-
-  /**
-   * sluice's flows of `tables` with their counters, one line per flow in ovs-ofctl's dump-flows
-   * form (`cookie=0x…, table=N, n_packets=P, n_bytes=B`) as parseFlowCounters reads it.
-   */
-  async dumpCounters(tables: TableName[]): Promise<string> {
-    return this.over(
-      'read the flow counters',
-      async (c) => {
-        const lines: string[] = [];
-        for (const t of tables) {
-          for (const f of await c.flowDesc({ ...SLUICE_COOKIES, table: tableId(t) })) {
-            lines.push(`cookie=0x${f.cookie.toString(16)}, table=${f.table}, n_packets=${f.packets ?? 0n}, n_bytes=${f.bytes ?? 0n}, priority=${f.priority}`);
-          }
-        }
-        return lines.join('\n');
-      },
-      async () => {
-        const out: string[] = [];
-        for (const t of tables) out.push(await this.ofctl(['dump-flows', '--no-names', this.target, `table=${tableId(t)},${SLUICE_COOKIE_FILTER}`]));
-        return out.join('\n');
-      },
-    );
-  }
-
-  /** Adds flows given as ovs-ofctl text, all or none (traceflow's observation flows). */
-  async addFlows(texts: readonly string[]): Promise<void> {
-    if (texts.length === 0) return;
-    const entries = texts.map(addEntry);
-    await this.over('add flows', (c) => c.flowBundle(entries), async () => {
-      await this.ofctl(['--bundle', 'add-flows', this.target, '-'], `${texts.join('\n')}\n`);
-    });
-  }
-
-  /** Deletes every flow whose cookie matches `cookie` under `mask`, in every table. */
-  async deleteFlows(cookie: bigint, mask: bigint): Promise<void> {
-    const filter = `cookie=0x${cookie.toString(16)}/0x${mask.toString(16)}`;
-    await this.over(`delete flows ${filter}`, (c) => c.flowBundle([deleteEntry(cookie, mask)]), async () => {
-      await this.ofctl(['del-flows', this.target, filter]);
-    });
-  }
-
-  /** All flows of the bridge as ovs-ofctl prints them (names on), for troubleshooting. */
-  async dumpFlows(extra: string[] = []): Promise<string> {
-    return this.ofctl(['dump-flows', '--names', this.target, ...extra]);
-  }
-
-  /**
-   * Commits the diff as one atomic OpenFlow bundle: its deletions (by exact cookie), then its additions. On
-   * the userspace (netdev) datapath the cached megaflows are then purged (over ovs-vswitchd's
-   * control socket, no process forked), so every packet after this call is decided by the new tables. Reason: when a change
-   * alters a megaflow's actions, ovs-vswitchd's revalidator rewrites it by looking the datapath
-   * flow up by key, not by flow id (dpif-netdev, OVS 3.1). If a wider megaflow overlaps a narrower
-   * one (same source and destination, one for any protocol, one for TCP/80), the rewrite can land
-   * on the wider one. The narrower one then keeps its old actions while the revalidator records
-   * them as updated. An Allow then outlives the policy that removed it until the flow idles out
-   * (seen in the model=datapath lab suites). The kernel datapath rewrites by flow id and needs no
-   * purge. Resolves with the time the bundle and the purge took (ms).
-   */
-  async applyDiff(diff: FlowDiff): Promise<ApplyTimings> {
-    if (isEmptyDiff(diff)) return { bundleMs: 0, purgeMs: 0 };
-    const t0 = performance.now();
-    // Deletions first: a replaced flow may keep its table/priority/match under a new cookie.
-    const entries = [...diff.remove.map((c) => deleteEntry(BigInt(c))), ...diff.add.map((f) => addEntry(flowText(f)))];
-    await this.over('apply flows', (c) => c.flowBundle(entries), async () => {
-      await this.ofctl(['--bundle', 'add-flows', this.target, '-'], bundleText(diff));
-    });
-    const t1 = performance.now();
-    if (this.opts.datapath === 'netdev') await this.appctl(['revalidator/purge']);
-    return { bundleMs: Math.round(t1 - t0), purgeMs: Math.round(performance.now() - t1) };
   }
 }

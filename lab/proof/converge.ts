@@ -14,7 +14,7 @@
  *     of total quiet, the wait ends anyway and says so (signal `quiescence` with a note).
  */
 import { pino } from 'pino';
-import { Ovs } from '../../daemon/ovs/bridge.js';
+import { FlowProgrammer } from '../../daemon/ovs/flow-programmer.js';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import { sluiceOnNodes, type ControlInfo } from '../control.js';
@@ -95,10 +95,10 @@ async function agentStatus(lab: string, node: string, path = '/status'): Promise
   }
 }
 
-const bridges = new Map<string, Ovs>();
-function bridgeOf(lab: string, node: string): Ovs {
+const bridges = new Map<string, FlowProgrammer>();
+function bridgeOf(lab: string, node: string): FlowProgrammer {
   const key = `${lab}/${node}`;
-  if (!bridges.has(key)) bridges.set(key, new Ovs({ ovsRunDir: ovsDir(lab, node), bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) }));
+  if (!bridges.has(key)) bridges.set(key, new FlowProgrammer({ ovsRunDir: ovsDir(lab, node), bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) }));
   return bridges.get(key)!;
 }
 

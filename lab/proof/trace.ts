@@ -5,7 +5,7 @@
  * node. The verdict is read from the final datapath actions of each hop.
  */
 import { pino } from 'pino';
-import { Ovs } from '../../daemon/ovs/bridge.js';
+import { OvsBridge } from '../../daemon/ovs/bridge.js';
 import { VIRTUAL_MAC } from '../../daemon/flows/tables.js';
 import type { KubeObject, Probe, Verdict } from '../../daemon/policy/types.js';
 import { parseEndpoint } from '../../daemon/policy/probes.js';
@@ -67,14 +67,14 @@ export function datapathPorts(show: string): Map<string, string> {
 }
 
 interface NodeBridge {
-  ovs: Ovs;
+  ovs: OvsBridge;
   gateway: { ofport: number; mac: string; dpPort: string };
   /** "ns/name" → its port on the bridge. */
   pods: Map<string, { ofport: number; mac: string; ips: string[]; dpPort: string }>;
 }
 
 async function nodeBridge(lab: string, node: string): Promise<NodeBridge> {
-  const ovs = new Ovs({ ovsRunDir: ovsDir(lab, node), bridge: BRIDGE, datapath: 'netdev', log: pino({ level: 'silent' }) });
+  const ovs = new OvsBridge({ ovsRunDir: ovsDir(lab, node), bridge: BRIDGE, datapath: 'netdev', log: pino({ level: 'silent' }) });
   const [gw, ports, show] = await Promise.all([ovs.findGateway(GATEWAY), ovs.listPodPorts(), ovs.appctl(['dpif/show'])]);
   if (!gw) throw new Error(`SCTP trace: ${node} has no ${GATEWAY} on ${BRIDGE} (is the lab up with --sluice?)`);
   const dp = datapathPorts(show);

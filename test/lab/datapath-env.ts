@@ -11,7 +11,8 @@ import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
 import { pino } from 'pino';
 import { meterText, packetInMeters } from '../../daemon/flows/punt.js';
-import { type GatewayInfo, Ovs } from '../../daemon/ovs/bridge.js';
+import { type GatewayInfo, OvsBridge } from '../../daemon/ovs/bridge.js';
+import { FlowProgrammer } from '../../daemon/ovs/flow-programmer.js';
 import type { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { Probe, Verdict } from '../../daemon/policy/types.js';
 
@@ -61,7 +62,8 @@ export function ovsShell(runDir: string): typeof sh {
 
 /** A private OVS bridge for ofproto/trace tests: br-int with antrea-gw0 and one veth port per Pod. */
 export interface TraceBridge {
-  ovs: Ovs;
+  ovs: OvsBridge;
+  flowProgrammer: FlowProgrammer;
   gw: GatewayInfo;
   /** By Pod name: its port, the MAC its flows use (from the last byte of its IPv4 address) and that address. */
   ports: Record<string, { ofport: number; mac: string; ip: string }>;
@@ -80,7 +82,9 @@ export async function startTraceBridge(ns: string, dir: string, devPrefix: strin
   await sh('ip', ['netns', 'add', ns]);
   await sh('ip', ['netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up']);
   await startPrivateOvs(ns, runDir);
-  const ovs = new Ovs({ ovsRunDir: runDir, bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
+  const opts = { ovsRunDir: runDir, bridge: 'br-int', datapath: 'netdev' as const, log: pino({ level: 'silent' }) };
+  const ovs = new OvsBridge(opts);
+  const flowProgrammer = new FlowProgrammer(opts);
   await ovs.ensureBridge();
   const gw = (await ovs.ensureGateway('antrea-gw0')).gateway;
   const ports: TraceBridge['ports'] = {};
@@ -95,8 +99,8 @@ export async function startTraceBridge(ns: string, dir: string, devPrefix: strin
     });
     ports[name] = { ofport, mac, ip };
   }
-  for (const m of packetInMeters()) await ovs.ofctl(['add-meter', ovs.target, meterText(m)]);
-  return { ovs, gw, ports };
+  for (const m of packetInMeters()) await flowProgrammer.ofctl(['add-meter', flowProgrammer.target, meterText(m)]);
+  return { ovs, flowProgrammer, gw, ports };
 }
 
 /**

@@ -8,7 +8,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { diffFlows } from '../../daemon/flows/diff.js';
-import { Ovs, OvsError } from '../../daemon/ovs/bridge.js';
+import { OvsBridge, OvsError } from '../../daemon/ovs/bridge.js';
+import { FlowProgrammer } from '../../daemon/ovs/flow-programmer.js';
 import { FlowSync } from '../../daemon/flows/sync.js';
 import { OvsdbClient } from '../../daemon/ovs/ovsdb.js';
 import { computeFlows, type PipelineInput } from '../../daemon/flows/pipeline.js';
@@ -22,8 +23,9 @@ if (why) {
   t.teardown(() => node.destroy());
   await node.create();
   const log = pino({ level: 'silent' });
-  const ovs = new Ovs({ ovsRunDir: node.runDir, bridge: 'br-int', datapath: 'netdev', log });
-  const sync = new FlowSync(ovs, log);
+  const ovs = new OvsBridge({ ovsRunDir: node.runDir, bridge: 'br-int', datapath: 'netdev', log });
+  const flowProgrammer = new FlowProgrammer({ ovsRunDir: node.runDir, bridge: 'br-int', datapath: 'netdev', log });
+  const sync = new FlowSync(flowProgrammer, log);
   const get = async (table: string, rec: string, col: string) => (await node.vsctl(['get', table, rec, col])).stdout.trim();
 
   // Two real ports for the traces.
@@ -80,7 +82,7 @@ if (why) {
     const one = computeFlows(await input(['dpop1']));
     const first = await sync.sync((s) => s.replace('pipeline', one));
     t.equal(first.add.length, one.length, 'everything added the first time (ovs-ofctl parsed every flow)');
-    t.same((await ovs.installedCookies()).sort(), one.map((f) => f.cookie).sort());
+    t.same((await flowProgrammer.installedCookies()).sort(), one.map((f) => f.cookie).sort());
     await sleep(1100);
     const second = await sync.sync((s) => s.replace('pipeline', one));
     t.same([second.add.length, second.remove.length, second.unchanged], [0, 0, one.length], 'second sync: empty diff');
@@ -105,14 +107,14 @@ if (why) {
     await node.startVswitchd();
     let cookies: string[] = [];
     for (let i = 0; i < 50; i++) {
-      cookies = await ovs.installedCookies().catch(() => ['unreachable']);
+      cookies = await flowProgrammer.installedCookies().catch(() => ['unreachable']);
       if (!cookies.includes('unreachable')) break;
       await sleep(100);
     }
     t.equal(diffFlows(desired, cookies).add.length, desired.length, 'all sluice flows are gone after the restart');
     const replay = await sync.sync((s) => s.replace('pipeline', desired), { verify: true }); // what the agent's watchdog/resync does
     t.equal(replay.add.length, desired.length);
-    t.same((await ovs.installedCookies()).sort(), desired.map((f) => f.cookie).sort());
+    t.same((await flowProgrammer.installedCookies()).sort(), desired.map((f) => f.cookie).sort());
     t.equal(await get('Interface', 'dpop1', 'ofport'), String(ports.dpop1!.ofport), 'Pod ports keep their numbers');
   });
 
@@ -124,7 +126,7 @@ if (why) {
       "ovsdb-server's own error text, naming the operation",
     );
     db.close();
-    const other = new Ovs({ ovsRunDir: node.runDir, bridge: 'br-none', datapath: 'netdev', log });
+    const other = new OvsBridge({ ovsRunDir: node.runDir, bridge: 'br-none', datapath: 'netdev', log });
     await t.rejects(other.addPodPort('dpop1', (await ovs.listPodPorts())[0]!.ids), /attach dpop1 to br-none: bridge br-none does not exist/);
     await t.rejects(ovs.appctl(['no/such']), /ovs-appctl no\/such: "no\/such" is not a valid command/, "ovs-vswitchd's error text");
     t.match(await ovs.appctl(['dpif/show']), /br-int/, 'a command answered over the control socket');
@@ -136,7 +138,7 @@ if (why) {
     t.ok(down instanceof OvsError, `while ovsdb-server is down: an OvsError naming what failed (${(down as Error)?.message})`);
     t.match((down as Error)?.message, /^list Pod ports: .*db\.sock/);
     await sh('ip', ['netns', 'exec', node.ns, 'ovsdb-server', `--remote=punix:${node.runDir}/db.sock`, `--pidfile=${node.runDir}/ovsdb-server.pid`, '--detach', `--log-file=${node.runDir}/ovsdb-server.log`, `${node.runDir}/conf.db`], { env: node.ovsEnv() });
-    t.same((await ovs.listPodPorts()).map((p) => [p.name, p.ofport]), before, 'the same Ovs answers again once ovsdb-server is back (a new session)');
+    t.same((await ovs.listPodPorts()).map((p) => [p.name, p.ofport]), before, 'the same OvsBridge answers again once ovsdb-server is back (a new session)');
     t.equal(await ovs.addPodPort('dpop1', (await ovs.listPodPorts())[0]!.ids), ports.dpop1!.ofport, 'and changes go through it');
   });
 
@@ -225,7 +227,7 @@ if (why) {
     t.equal(JSON.parse(await get('Interface', 'antrea-gw0', 'mac')), created.gateway.mac, 'its MAC is persisted');
     t.equal(await get('Interface', 'antrea-gw0', 'external_ids:sluice-type'), 'gateway');
     t.same((await ovs.ensureGateway('antrea-gw0')).changes, [], 'a second ensureGateway changes nothing');
-    await t.rejects(new Ovs({ ovsRunDir: node.runDir, bridge: 'br-none', datapath: 'netdev', log }).ensureGateway('gw-x'), /set up gateway gw-x on br-none: bridge br-none does not exist/, 'a missing bridge is named');
+    await t.rejects(new OvsBridge({ ovsRunDir: node.runDir, bridge: 'br-none', datapath: 'netdev', log }).ensureGateway('gw-x'), /set up gateway gw-x on br-none: bridge br-none does not exist/, 'a missing bridge is named');
 
     await node.vsctl(['set', 'Open_vSwitch', '.', 'other_config:flow-restore-wait=true', 'other_config:keep=1']);
     t.equal(await ovs.endFlowRestoreWait(), true, 'it was set');

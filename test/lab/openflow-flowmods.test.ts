@@ -15,7 +15,7 @@ import { bundleText, diffFlows } from '../../daemon/flows/diff.js';
 import type { Flow } from '../../daemon/flows/flow.js';
 import { OpenFlowController } from '../../daemon/ovs/openflow/controller.js';
 import { packetInMeters } from '../../daemon/flows/punt.js';
-import { Ovs } from '../../daemon/ovs/bridge.js';
+import { FlowProgrammer } from '../../daemon/ovs/flow-programmer.js';
 import { parseFlowCounters } from '../../daemon/flows/policy/stats.js';
 import { tableId } from '../../daemon/flows/tables.js';
 import { corpusFlows } from '../unit/flowmod-corpus.js';
@@ -37,7 +37,7 @@ if (skip) {
   const controller = new OpenFlowController({ socketPath: `${RUN}/br-int.mgmt`, meters: packetInMeters(), reconnectMinMs: 50, reconnectMaxMs: 300 });
   controller.start();
   t.teardown(() => controller.close());
-  const ovs = new Ovs({ ovsRunDir: RUN, bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }), timeoutSec: 10 });
+  const ovs = new FlowProgrammer({ ovsRunDir: RUN, bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }), timeoutSec: 10 });
   ovs.useOpenFlow(controller);
   t.teardown(() => ovs.close());
 
@@ -134,7 +134,7 @@ if (skip) {
   await t.test('no connection: a bounded wait, then a clear error', async (t) => {
     const lonely = new OpenFlowController({ socketPath: `${RUN}/br-none.mgmt`, reconnectMaxMs: 200 });
     lonely.start();
-    const other = new Ovs({ ovsRunDir: RUN, bridge: 'br-none', datapath: 'netdev', log: pino({ level: 'silent' }), timeoutSec: 1 });
+    const other = new FlowProgrammer({ ovsRunDir: RUN, bridge: 'br-none', datapath: 'netdev', log: pino({ level: 'silent' }), timeoutSec: 1 });
     other.useOpenFlow(lonely);
     const t0 = Date.now();
     await t.rejects(other.installedCookies(), /read the installed flows: no OpenFlow connection to .*br-none\.mgmt within 1000 ms \(is ovs-vswitchd running with bridge br-none\?\)/);

@@ -21,12 +21,12 @@ if (why) {
   t.plan(0, `skipped: ${why}`);
 } else {
   t.teardown(() => stopTraceBridge(NS, DIR));
-  const { ovs, gw, ports } = await startTraceBridge(NS, DIR, 'v6p', { a: '10.1.0.11', b: '10.1.0.12' });
+  const { flowProgrammer, gw, ports } = await startTraceBridge(NS, DIR, 'v6p', { a: '10.1.0.11', b: '10.1.0.12' });
   const flows = computeFlows({
     gatewayOfport: gw.ofport, gatewayMac: gw.mac, nodeIP: '192.168.77.11', nodeIPv6: 'fd00:77::11', serviceCIDRs: ['10.96.0.0/16', 'fd00:96::/112'],
     pods: Object.entries(ports).map(([name, p]) => ({ containerId: `c-${name}`, ofport: p.ofport, mac: p.mac, ips: [p.ip, V6[name]!] })),
   });
-  const load = await sh('ovs-ofctl', ['-O', 'OpenFlow15', '--bundle', 'add-flows', ovs.target, '-'], { input: bundleText({ add: flows, remove: [], unchanged: 0 }), allowFail: true });
+  const load = await sh('ovs-ofctl', ['-O', 'OpenFlow15', '--bundle', 'add-flows', flowProgrammer.target, '-'], { input: bundleText({ add: flows, remove: [], unchanged: 0 }), allowFail: true });
   const show = (await sh('ovs-appctl', ['dpif/show'])).stdout;
   const dp = (name: string) => new RegExp(`\\b${name} \\d+/(\\d+)`).exec(show)![1]!;
   const DP = { gw: dp('antrea-gw0'), a: dp('v6pa'), b: dp('v6pb') };

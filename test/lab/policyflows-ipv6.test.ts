@@ -96,7 +96,7 @@ if (why) {
   t.plan(0, `skipped: ${why}`);
 } else {
   t.teardown(teardown);
-  const { ovs, gw, ports } = await startTraceBridge(NS, DIR, 'p6p', Object.fromEntries(Object.entries(LOCAL).map(([name, ips]) => [name, ips[4]])));
+  const { flowProgrammer, gw, ports } = await startTraceBridge(NS, DIR, 'p6p', Object.fromEntries(Object.entries(LOCAL).map(([name, ips]) => [name, ips[4]])));
 
   const engine = new PolicyEngine({ nodeName: 'n1' });
   for (const o of [nodeObj('n1', [NODE[4], NODE[6]]), nodeObj('n2', ['192.168.100.2', 'fd00:ff::2']), ns('x'), ns('y')]) engine.upsert(o);
@@ -171,9 +171,9 @@ if (why) {
     t.ok(v6.length >= 15, `${v6.length} of ${flows.length} policy flows match IPv6`);
     t.ok(flows.some((f) => f.match.includes('icmpv6_type=128')), 'an ICMPv6 type match');
     const desired = [...pipeline, ...flows];
-    const r = await sh('ovs-ofctl', ['-O', 'OpenFlow15', '--bundle', 'add-flows', ovs.target, '-'], { input: bundleText({ add: desired, remove: [], unchanged: 0 }), allowFail: true });
+    const r = await sh('ovs-ofctl', ['-O', 'OpenFlow15', '--bundle', 'add-flows', flowProgrammer.target, '-'], { input: bundleText({ add: desired, remove: [], unchanged: 0 }), allowFail: true });
     t.equal(r.code, 0, `ovs-ofctl accepted every flow${r.code ? `: ${r.stderr}` : ''}`);
-    const dumped = (await sh('ovs-ofctl', ['-O', 'OpenFlow15', 'dump-flows', ovs.target])).stdout.split('\n').filter((l) => l.includes('cookie=')).length;
+    const dumped = (await sh('ovs-ofctl', ['-O', 'OpenFlow15', 'dump-flows', flowProgrammer.target])).stdout.split('\n').filter((l) => l.includes('cookie=')).length;
     t.equal(dumped, desired.length, 'every flow is installed');
   });
 

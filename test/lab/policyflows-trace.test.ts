@@ -139,7 +139,7 @@ if (why) {
   t.plan(0, `skipped: ${why}`);
 } else {
   t.teardown(teardown);
-  const { ovs, gw, ports } = await startTraceBridge(NS, DIR, 'pfp', LOCAL);
+  const { flowProgrammer, gw, ports } = await startTraceBridge(NS, DIR, 'pfp', LOCAL);
 
   const engine = new PolicyEngine({ nodeName: 'n1' });
   for (const o of [nodeObj('n1', NODE_IP), nodeObj('n2', '192.168.100.2'), ns('x', { 'networkpolicy.antrea.io/enable-logging': 'true' }), ns('y')]) engine.upsert(o);
@@ -166,8 +166,8 @@ if (why) {
   /** Loads pipeline + policy flows as the agent would: one bundle of the diff against what is installed. */
   const install = async () => {
     const desired = [...pipeline, ...policy.flows()];
-    const diff = diffFlows(desired, await ovs.installedCookies());
-    await ovs.ofctl(['--bundle', 'add-flows', ovs.target, '-'], bundleText(diff));
+    const diff = diffFlows(desired, await flowProgrammer.installedCookies());
+    await flowProgrammer.ofctl(['--bundle', 'add-flows', flowProgrammer.target, '-'], bundleText(diff));
     return diff;
   };
 
@@ -278,7 +278,7 @@ if (why) {
     t.ok(delta.add.length > 20, `${delta.add.length} policy flows compiled`);
     const diff = await install();
     t.equal(diff.add.length, pipeline.length + policy.flows().length, 'ovs-ofctl accepted every flow in one bundle');
-    t.same((await ovs.installedCookies()).sort(), [...pipeline, ...policy.flows()].map((f) => f.cookie).sort(), 'installed = desired');
+    t.same((await flowProgrammer.installedCookies()).sort(), [...pipeline, ...policy.flows()].map((f) => f.cookie).sort(), 'installed = desired');
     const seen = await compare(t, 'initial');
     for (const v of ['allow', 'drop', 'reject']) t.ok((seen[v] ?? 0) > 0, `scenarios include ${v}`);
   });
@@ -340,8 +340,8 @@ if (why) {
   });
 
   await t.test('policy flows load before the packet-in meters exist (agent start, ovs-vswitchd restart)', async (t) => {
-    await ovs.ofctl(['del-meters', ovs.target]);
-    await ovs.ofctl(['del-flows', ovs.target]);
+    await flowProgrammer.ofctl(['del-meters', flowProgrammer.target]);
+    await flowProgrammer.ofctl(['del-flows', flowProgrammer.target]);
     const diff = await install();
     t.equal(diff.add.length, pipeline.length + policy.flows().length, 'the whole bundle is accepted without meters');
     const dp = await dpPorts();

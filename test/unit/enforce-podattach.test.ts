@@ -27,7 +27,8 @@ function setup(failSync = false) {
   const deps: AttachDeps = {
     datapath: 'system',
     bridge: 'br-int',
-    ovs: { addPodPort: async () => 7, addEgressPort: async () => 8, freeOfport: async () => 7, removePort: async () => undefined, listPodPorts: async () => [], egressPortOfports: async () => new Map(), installedCookies: async () => [] },
+    ovs: { addPodPort: async () => 7, addEgressPort: async () => 8, freeOfport: async () => 7, removePort: async () => undefined, listPodPorts: async () => [], egressPortOfports: async () => new Map() },
+    flowProgrammer: { installedCookies: async () => [] },
     hostnet: {
       movePodRoutes: async () => undefined, restorePodRoutes: async () => undefined, checkPodRoutes: async () => [],
       isolateHostVeth: async () => undefined, releaseHostVeth: async () => undefined, isolatedVeths: async () => [],

@@ -68,6 +68,8 @@ class World {
         async listPodPorts(): Promise<PodPortRecord[]> {
           return [...w.ports].flatMap(([name, p]) => (p.ids['sluice-type'] === 'container' ? [{ name, ofport: p.ofport, ids: p.ids }] : []));
         },
+      },
+      flowProgrammer: {
         async installedCookies() {
           return [...w.installed];
         },

@@ -3,7 +3,7 @@ import t from 'tap';
 import { pino } from 'pino';
 import { bundleText, type FlowDiff } from '../../daemon/flows/diff.js';
 import type { Flow } from '../../daemon/flows/flow.js';
-import type { Ovs } from '../../daemon/ovs/bridge.js';
+import type { FlowProgrammer } from '../../daemon/ovs/flow-programmer.js';
 import { FlowSync } from '../../daemon/flows/sync.js';
 import { computeFlows } from '../../daemon/flows/pipeline.js';
 import type { FlowStore } from '../../daemon/flows/store.js';
@@ -50,7 +50,7 @@ const flows = (pods: number): Flow[] =>
 
 t.test('first sync dumps, later syncs trust the remembered state; verify dumps again', async (t) => {
   const br = new FakeBridge();
-  const sync = new FlowSync(br as unknown as Ovs, pino({ level: 'silent' }));
+  const sync = new FlowSync(br as unknown as FlowProgrammer, pino({ level: 'silent' }));
   const d1 = await sync.sync(own(flows(1)));
   t.equal(br.dumps, 1);
   t.equal(d1.add.length, flows(1).length);
@@ -68,7 +68,7 @@ t.test('first sync dumps, later syncs trust the remembered state; verify dumps a
 
 t.test('concurrent callers share one sync; a failed bundle makes the next sync dump', async (t) => {
   const br = new FakeBridge();
-  const sync = new FlowSync(br as unknown as Ovs, pino({ level: 'silent' }));
+  const sync = new FlowSync(br as unknown as FlowProgrammer, pino({ level: 'silent' }));
   let pods = 1;
   await sync.sync(own(flows(pods)));
   pods = 3;

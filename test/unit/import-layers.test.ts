@@ -25,7 +25,9 @@ const known = new Set(all);
 const graph = new Map<string, string[]>();
 for (const f of all) {
   const text = readFileSync(f, 'utf8');
-  const deps = [...text.matchAll(/^\s*(?:import|export)\b[^;]*?\bfrom\s+'(\.{1,2}\/[^']+)'/gms)]
+  // Static imports and re-exports, and `import('…')` (a type expression or a dynamic import).
+  const specifiers = [...text.matchAll(/^\s*(?:import|export)\b[^;]*?\bfrom\s+'(\.{1,2}\/[^']+)'/gms), ...text.matchAll(/\bimport\(\s*'(\.{1,2}\/[^']+)'\s*\)/g)];
+  const deps = specifiers
     .map((m) => resolve(dirname(f), m[1]!.replace(/\.js$/, '.ts')))
     .filter((p) => known.has(p));
   graph.set(f, [...new Set(deps)]);

@@ -13,13 +13,13 @@ import { flowText } from '../../daemon/flows/flow.js';
 import type { GatewayInfo, PodPortIds, PodPortRecord } from '../../daemon/ovs/bridge.js';
 import { FlowSync } from '../../daemon/flows/sync.js';
 import { SharedExclusiveLock } from '../../daemon/lock.js';
-import { type NodeHostNetwork, type NodeOvs, NodeReconciler } from '../../daemon/node/reconciler.js';
+import { type NodeFlowProgrammer, type NodeHostNetwork, type NodeOvs, NodeReconciler } from '../../daemon/node/reconciler.js';
 import { type StartupApi, StartupError } from '../../daemon/node/startup.js';
 import { ManualClock } from './manual-clock.js';
 
 const log = pino({ level: 'silent' });
 
-/** Open vSwitch as the reconciler and FlowSync see it: OVSDB ports and the bridge's flows by cookie. */
+/** OVSDB as the reconciler sees it: the bridge, the gateway and the ports. */
 class FakeOvs implements NodeOvs {
   readonly db = 'unix:/fake/db.sock';
   pingFailures = 0;
@@ -28,11 +28,6 @@ class FakeOvs implements NodeOvs {
   readonly ports = new Map<string, PodPortRecord>();
   /** The Pods' IPv4 egress ports: name → OpenFlow port. */
   readonly egressPorts = new Map<string, number>();
-  /** Installed flows: cookie → ovs-ofctl text. */
-  readonly flows = new Map<string, string>();
-  readonly bundles: FlowDiff[] = [];
-  dumps = 0;
-  counts = 0;
   calls: string[] = [];
   private nextOfport = 10;
   /** When set, listPodPorts waits for it (a slow OVSDB round trip). */
@@ -83,6 +78,16 @@ class FakeOvs implements NodeOvs {
   async endFlowRestoreWait(): Promise<boolean> {
     return false;
   }
+}
+
+/** The bridge's flows by cookie, as the reconciler and FlowSync program and read them. */
+class FakeFlowProgrammer implements NodeFlowProgrammer {
+  /** Installed flows: cookie → ovs-ofctl text. */
+  readonly flows = new Map<string, string>();
+  readonly bundles: FlowDiff[] = [];
+  dumps = 0;
+  counts = 0;
+
   async deleteFlows(cookie: bigint, mask: bigint): Promise<void> {
     for (const c of [...this.flows.keys()]) if ((BigInt(c) & mask) === (cookie & mask)) this.flows.delete(c);
   }
@@ -169,6 +174,7 @@ const pod = (n: number): PodAttachment => ({
 /** A node: the fakes a reconciler runs on; they survive `reconciler()` calls as a node survives an agent restart. */
 class Node {
   readonly ovs = new FakeOvs();
+  readonly flowProgrammer = new FakeFlowProgrammer();
   readonly hostnet = new FakeHostNet();
   readonly api = new FakeApi();
   readonly clock = new ManualClock();
@@ -198,7 +204,8 @@ class Node {
       },
       log,
       ovs: this.ovs,
-      flows: new FlowSync(this.ovs, log),
+      flowProgrammer: this.flowProgrammer,
+      flows: new FlowSync(this.flowProgrammer, log),
       connectApi: async () => {
         if (this.apiDown) throw new Error('connect ECONNREFUSED 10.0.0.1:6443');
         return this.api;
@@ -226,7 +233,7 @@ class Node {
 }
 
 const installedMatchesDesired = (node: Node, r: NodeReconciler) =>
-  [...node.ovs.flows.keys()].sort().join() === r.desiredFlows().map((f) => f.cookie).sort().join();
+  [...node.flowProgrammer.flows.keys()].sort().join() === r.desiredFlows().map((f) => f.cookie).sort().join();
 
 t.test('start-up: waits for OVSDB to come up, touching nothing before it answers', async (t) => {
   const node = new Node();
@@ -267,15 +274,15 @@ t.test('start-up: a bridge with stale and missing flows is repaired in one delta
   t.ok(desired.length > 10);
   // The agent is down; meanwhile flows go missing, stale ones appear and a Pod's sandbox goes away.
   const lost = desired.slice(0, 3);
-  for (const c of lost) node.ovs.flows.delete(c);
-  node.ovs.flows.set('0x51ce01aaaaaaaaaa', 'table=0, priority=1 stale');
-  node.ovs.flows.set('0x51ce00bbbbbbbbbb', 'table=10, priority=2 stale');
+  for (const c of lost) node.flowProgrammer.flows.delete(c);
+  node.flowProgrammer.flows.set('0x51ce01aaaaaaaaaa', 'table=0, priority=1 stale');
+  node.flowProgrammer.flows.set('0x51ce00bbbbbbbbbb', 'table=10, priority=2 stale');
   node.netns.delete(pod(2).netns);
-  node.ovs.bundles.length = 0;
+  node.flowProgrammer.bundles.length = 0;
 
   const r = await node.started();
-  t.equal(node.ovs.bundles.length, 1, 'one bundle');
-  const b = node.ovs.bundles[0]!;
+  t.equal(node.flowProgrammer.bundles.length, 1, 'one bundle');
+  const b = node.flowProgrammer.bundles[0]!;
   const now = new Set(r.desiredFlows().map((f) => f.cookie));
   const goneFlows = desired.filter((c) => !now.has(c) && !lost.includes(c));
   t.ok(goneFlows.length > 0, 'the gone Pod had flows');
@@ -291,12 +298,12 @@ t.test('start-up: a restart over a converged bridge changes nothing', async (t) 
   const node = new Node();
   node.addPod(1);
   await node.started();
-  node.ovs.bundles.length = 0;
+  node.flowProgrammer.bundles.length = 0;
   node.ovs.calls = [];
-  const before = new Map(node.ovs.flows);
+  const before = new Map(node.flowProgrammer.flows);
   const r = await node.started();
-  t.same(node.ovs.bundles, [], 'no flow change');
-  t.same(node.ovs.flows, before);
+  t.same(node.flowProgrammer.bundles, [], 'no flow change');
+  t.same(node.flowProgrammer.flows, before);
   t.same(node.ovs.calls.filter((c) => /Port/.test(c)), [], 'no port added or removed');
   t.same(node.detached, []);
   t.same(r.pods.list().map((p) => p.containerId), ['c1']);
@@ -346,8 +353,8 @@ t.test('resync: a Pod whose port vanished is re-attached and its flows follow th
   t.ok(now, 'the port is back');
   t.not(now!.ofport, oldPort, 'under a new OpenFlow port');
   t.equal(r.pods.get('c1')!.ofport, now!.ofport);
-  t.ok([...node.ovs.flows.values()].some((f) => f.includes(`in_port=${now!.ofport}`)), 'flows for the new port');
-  t.notOk([...node.ovs.flows.values()].some((f) => f.includes(`in_port=${oldPort},`)), 'none left for the old one');
+  t.ok([...node.flowProgrammer.flows.values()].some((f) => f.includes(`in_port=${now!.ofport}`)), 'flows for the new port');
+  t.notOk([...node.flowProgrammer.flows.values()].some((f) => f.includes(`in_port=${oldPort},`)), 'none left for the old one');
   t.ok(installedMatchesDesired(node, r));
   t.same(r.lastResync?.repairs, repairs);
   t.equal(r.resyncCounts.ok, 1);
@@ -362,7 +369,7 @@ t.test('resync: an IPv6-only Pod\'s IPv4 egress port (its second port) is loaded
   const r = await node.started();
   t.equal(r.pods.get('c1')?.egressV4?.ofport, 22, 'start-up reads the egress port\'s OpenFlow port');
   t.same(await r.resync('clean'), [], 'converged: nothing to repair');
-  t.ok([...node.ovs.flows.values()].some((f) => f.includes('in_port=22')), 'flows for the egress port');
+  t.ok([...node.flowProgrammer.flows.values()].some((f) => f.includes('in_port=22')), 'flows for the egress port');
   node.ovs.egressPorts.delete('vethe1');
   node.hostnet.brokenRoutes.add('169.254.172.11');
   const repairs = await r.resync('test');
@@ -371,8 +378,8 @@ t.test('resync: an IPv6-only Pod\'s IPv4 egress port (its second port) is loaded
   const now = node.ovs.egressPorts.get('vethe1');
   t.ok(now !== undefined && now !== 22, 'under a new OpenFlow port');
   t.equal(r.pods.get('c1')?.egressV4?.ofport, now);
-  t.ok([...node.ovs.flows.values()].some((f) => f.includes(`in_port=${now}`)), 'flows follow the new port');
-  t.notOk([...node.ovs.flows.values()].some((f) => f.includes('in_port=22,')), 'none left for the old one');
+  t.ok([...node.flowProgrammer.flows.values()].some((f) => f.includes(`in_port=${now}`)), 'flows follow the new port');
+  t.notOk([...node.flowProgrammer.flows.values()].some((f) => f.includes('in_port=22,')), 'none left for the old one');
   t.equal(r.portMac(now!), '0a:00:00:00:0e:01', 'portMac knows the egress port');
   t.ok(installedMatchesDesired(node, r));
 });
@@ -465,13 +472,13 @@ t.test('watchdog: when the counts match it reads no cookies and changes nothing'
   const node = new Node();
   node.addPod(1);
   const r = await node.started();
-  const dumps = node.ovs.dumps;
-  node.ovs.bundles.length = 0;
+  const dumps = node.flowProgrammer.dumps;
+  node.flowProgrammer.bundles.length = 0;
   await r.checkFlows();
   await r.checkFlows();
-  t.equal(node.ovs.counts, 2, 'asked for the count each time');
-  t.equal(node.ovs.dumps, dumps, 'no dump');
-  t.same(node.ovs.bundles, []);
+  t.equal(node.flowProgrammer.counts, 2, 'asked for the count each time');
+  t.equal(node.flowProgrammer.dumps, dumps, 'no dump');
+  t.same(node.flowProgrammer.bundles, []);
   t.equal(r.resyncCounts.ok, 0, 'no resync');
 });
 
@@ -480,19 +487,19 @@ t.test('watchdog: not ready yet, it does nothing', async (t) => {
   const r = node.reconciler();
   await r.startUp();
   await r.checkFlows();
-  t.equal(node.ovs.counts, 0);
+  t.equal(node.flowProgrammer.counts, 0);
 });
 
 t.test('watchdog: a count mismatch reads the cookies and repairs the missing flows', async (t) => {
   const node = new Node();
   node.addPod(1);
   const r = await node.started();
-  const lost = [...node.ovs.flows.keys()][5]!;
-  node.ovs.flows.delete(lost);
-  const dumps = node.ovs.dumps;
+  const lost = [...node.flowProgrammer.flows.keys()][5]!;
+  node.flowProgrammer.flows.delete(lost);
+  const dumps = node.flowProgrammer.dumps;
   await r.checkFlows();
-  t.ok(node.ovs.dumps > dumps, 'the cookies were read');
-  t.ok(node.ovs.flows.has(lost), 'the lost flow is back');
+  t.ok(node.flowProgrammer.dumps > dumps, 'the cookies were read');
+  t.ok(node.flowProgrammer.flows.has(lost), 'the lost flow is back');
   t.equal(r.resyncCounts.ok, 1, 'through a resync');
   t.ok(installedMatchesDesired(node, r));
 });
@@ -502,12 +509,12 @@ t.test('watchdog: ovs-vswitchd restarted (every flow gone) → everything replay
   node.addPod(1);
   node.addPod(2);
   const r = await node.started();
-  const all = node.ovs.flows.size;
-  node.ovs.flows.clear();
-  node.ovs.bundles.length = 0;
+  const all = node.flowProgrammer.flows.size;
+  node.flowProgrammer.flows.clear();
+  node.flowProgrammer.bundles.length = 0;
   await r.checkFlows();
-  t.equal(node.ovs.bundles.length, 1);
-  t.equal(node.ovs.bundles[0]!.add.length, all, 'every flow replayed');
+  t.equal(node.flowProgrammer.bundles.length, 1);
+  t.equal(node.flowProgrammer.bundles[0]!.add.length, all, 'every flow replayed');
   t.ok(installedMatchesDesired(node, r));
   t.ok(r.ovsReachable);
 });
@@ -515,13 +522,13 @@ t.test('watchdog: ovs-vswitchd restarted (every flow gone) → everything replay
 t.test('watchdog: OVS unreachable is reported in ovsReachable, and recovers', async (t) => {
   const node = new Node();
   const r = await node.started();
-  const count = node.ovs.installedCount.bind(node.ovs);
-  node.ovs.installedCount = async () => {
+  const count = node.flowProgrammer.installedCount.bind(node.flowProgrammer);
+  node.flowProgrammer.installedCount = async () => {
     throw new Error('openflow: not connected');
   };
   await r.checkFlows();
   t.notOk(r.ovsReachable);
-  node.ovs.installedCount = count;
+  node.flowProgrammer.installedCount = count;
   await r.checkFlows();
   t.ok(r.ovsReachable);
 });
@@ -536,7 +543,7 @@ t.test('OpenFlow reconnection (ovs-vswitchd restart) replays the flows; the firs
   openflow.emit('connected');
   await node.clock.advance(0);
   t.equal(r.resyncCounts.ok, 0, 'the first connection is the start-up one');
-  node.ovs.flows.clear();
+  node.flowProgrammer.flows.clear();
   openflow.emit('disconnected', 'EOF');
   openflow.emit('connected');
   await node.clock.advance(0);

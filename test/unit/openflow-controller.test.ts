@@ -1,6 +1,6 @@
 import t, { type Test } from 'tap';
 import { FlowBundleError, OpenFlowController } from '../../daemon/ovs/openflow/controller.js';
-import { addEntry, deleteEntry } from '../../daemon/ovs/bridge.js';
+import { addEntry, deleteEntry } from '../../daemon/ovs/flow-programmer.js';
 import { runPacketInLoop } from '../../daemon/ovs/openflow/dispatch.js';
 import { sendRejectReply } from '../../daemon/enforcement/reject/index.js';
 import type { PacketIn } from '../../daemon/ovs/openflow/wire.js';

@@ -10,7 +10,7 @@ import { JsonRpcClosed, JsonRpcConnection, JsonRpcError, JsonSplitter } from '..
 import { decodeValue, OvsdbClient, OvsdbError } from '../../daemon/ovs/ovsdb.js';
 import { closeUnixctlConnections, unixctl, UnixctlError, UNIXCTL_IN_FLIGHT } from '../../daemon/ovs/unixctl.js';
 import { spawn } from 'node:child_process';
-import { Ovs } from '../../daemon/ovs/bridge.js';
+import { OvsBridge } from '../../daemon/ovs/bridge.js';
 import pino from 'pino';
 
 const dir = mkdtempSync(join(tmpdir(), 'ovs-jsonrpc-'));
@@ -168,7 +168,7 @@ t.test('OvsdbClient: transact, errors named by operation, a new session after th
   t.same(decodeValue(['set', [['uuid', 'a'], ['uuid', 'b']]]), ['a', 'b']);
 });
 
-t.test('Ovs.addPodPort: the port and the next_cfg request in one transaction, then one wait (no polling) that also reads the ofport', async (t) => {
+t.test('OvsBridge.addPodPort: the port and the next_cfg request in one transaction, then one wait (no polling) that also reads the ofport', async (t) => {
   const sub = mkdtempSync(join(dir, 'addport-'));
   const transacts: { op: string; table?: string; until?: string; where?: unknown[]; row?: Record<string, unknown> }[][] = [];
   let vswitchdAnswers = true;
@@ -197,7 +197,7 @@ t.test('Ovs.addPodPort: the port and the next_cfg request in one transaction, th
     if (taken) results.push({ error: 'constraint violation', details: `Transaction causes multiple rows in "Interface" table to have identical values (${String(taken.row?.name)}) for index on column "name".` } as never);
     reply(results);
   });
-  const ovs = new Ovs({ ovsRunDir: sub, bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
+  const ovs = new OvsBridge({ ovsRunDir: sub, bridge: 'br-int', datapath: 'netdev', log: pino({ level: 'silent' }) });
   t.equal(await ovs.addPodPort('veth1', { 'sluice-type': 'container', 'container-id': 'c1' } as never), 12);
   t.equal(transacts.length, 2, 'change, wait: two round trips whatever vswitchd takes (a new name needs no look-up)');
   t.same(transacts[0]!.map((o) => `${o.op} ${o.table}`), ['insert Interface', 'insert Port', 'mutate Bridge', 'mutate Open_vSwitch', 'select Open_vSwitch']);

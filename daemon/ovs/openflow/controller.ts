@@ -32,6 +32,7 @@ import {
   OFPT_BUNDLE_CONTROL,
 } from './flowmod.js';
 import { replyDeadline } from '../../clock.js';
+import type { MeterSpec } from '../../flows/punt.js';
 import { BoundedQueue } from './queue.js';
 import {
   decodeError,
@@ -53,7 +54,6 @@ import {
   encodeSetConfig,
   encodeSetPacketInFormat,
   MessageFramer,
-  type MeterSpec,
   type MeterStats,
   NX_EXPERIMENTER_ID,
   NXT,

@@ -18,8 +18,6 @@
 
 import type { MeterSpec } from '../../flows/punt.js';
 
-export type { MeterSpec };
-
 export const OFP15_VERSION = 0x06;
 export const OFP_HEADER_LEN = 8;
 /** Largest message a switch may send (the length field is 16 bits). */
