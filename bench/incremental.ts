@@ -15,7 +15,12 @@
  * A/B in one run: `--baseline DIR` also loads the same modules from DIR (the dist/ of another
  * build, e.g. the unchanged tree) and runs both implementations interleaved on the same load.
  *
- * usage: node dist/bench/incremental.js [--baseline /path/to/dist] [--reps 15] [--loads 5000,10000,20000,40000] [--only remote] [--to-services]
+ * Cluster size: `--pods 10000,40000,80000` runs every event kind at each size in turn, the
+ * cluster scaled with it (20 Pods per Namespace, about 200 Pods per Node so this node keeps about
+ * 200 local Pods, and max(2 000, Pods/30) policies, 85 % of them NetworkPolicies), then prints a summary
+ * per size: whether the cost of one event grows with the cluster. The default is 10 000 Pods.
+ *
+ * usage: node dist/bench/incremental.js [--baseline /path/to/dist] [--reps 15] [--pods 10000,40000] [--loads 5000,10000,20000,40000] [--only remote] [--to-services]
  */
 import { cpus, loadavg } from 'node:os';
 import { setFlagsFromString } from 'node:v8';
@@ -32,11 +37,24 @@ const arg = (name: string): string | undefined => {
 const REPS = Number(arg('reps') ?? 15);
 const LOADS = (arg('loads') ?? '5000,10000,20000,40000').split(',').filter(Boolean).map(Number);
 const NODE = 'node-0';
-const NAMESPACES = 500;
 const PODS_PER_NS = 20;
-const NODES = 50;
-const K8S_POLICIES = 1700;
-const ANTREA_POLICIES = 300;
+const SIZES = (arg('pods') ?? '10000').split(',').filter(Boolean).map(Number);
+/** The cluster being run (set per size by `scale`): Namespaces, Nodes and policies follow the Pods. */
+let NAMESPACES = 500;
+let NODES = 50;
+let K8S_POLICIES = 1700;
+let ANTREA_POLICIES = 300;
+
+function scale(pods: number): void {
+  NAMESPACES = Math.max(1, Math.round(pods / PODS_PER_NS));
+  // Pod k runs on node k mod NODES: NODES = 10 mod 20 (as the default 50) gives this node Pods of
+  // two of the 20 Pod-label sets, not one.
+  NODES = Math.max(1, Math.round(pods / 200));
+  if (NODES % 20 === 0) NODES += 10;
+  const policies = Math.max(2000, Math.round(pods / 30));
+  ANTREA_POLICIES = Math.round(policies * 0.15);
+  K8S_POLICIES = policies - ANTREA_POLICIES;
+}
 const TO_SERVICES = process.argv.includes('--to-services');
 
 /** The modules of one build the path runs through (resolved under its dist/). */
@@ -123,7 +141,7 @@ function netpol(p: number): KubeObject {
     { podSelector: { matchLabels: { tier: 'fe' } }, ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: `t${p % 20}` } } }, { ipBlock: { cidr: '192.168.0.0/16', except: ['192.168.1.0/24'] } }], ports: [{ port: 8080, endPort: 8082 }] }], egress: [{ to: [{ namespaceSelector: {}, podSelector: { matchLabels: { app: 'app-1' } } }] }] },
     { podSelector: { matchExpressions: [{ key: 'app', operator: 'In', values: ['app-2', 'app-3'] }] }, ingress: [{ from: [{ namespaceSelector: { matchLabels: { env: 'prod' } }, podSelector: { matchLabels: { tier: 'fe' } } }] }] },
     { podSelector: { matchLabels: { app: `app-${p % 10}` } }, policyTypes: ['Ingress'], ingress: [{ from: [{ podSelector: { matchLabels: { tier: 'be' } } }], ports: [{ protocol: 'TCP', port: 9000 + (p % 7) }] }] },
-  ][Math.floor(p / NAMESPACES) % 4];
+  ][Math.floor(p / Math.min(NAMESPACES, 500)) % 4];
   return { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name: `np-${p}`, namespace: `ns-${p % NAMESPACES}` }, spec: shape };
 }
 
@@ -208,11 +226,14 @@ class Rig {
     this.enforcer.onWatchEvent({ type, object: obj } as never);
     const t1 = performance.now();
     // The enforcer's debounced flush, run here synchronously: an event that scheduled none costs
-    // no compile and no apply.
-    const e = this.enforcer as unknown as { timer?: NodeJS.Timeout | undefined };
-    if (!e.timer) return { total: t1 - t0, engine: t1 - t0, compile: 0, union: 0, diff: 0, changed: 0 };
-    clearTimeout(e.timer);
-    e.timer = undefined;
+    // no compile and no apply. A compile is due when `pending` is set (a debounce `timer` in older
+    // builds); the flush the runner plans finds nothing left to do.
+    const e = this.enforcer as unknown as { timer?: NodeJS.Timeout | undefined; pending?: boolean };
+    if (!e.timer && !e.pending) return { total: t1 - t0, engine: t1 - t0, compile: 0, union: 0, diff: 0, changed: 0 };
+    if (e.timer) {
+      clearTimeout(e.timer);
+      e.timer = undefined;
+    }
     this.enforcer.compileNow();
     const t2 = performance.now();
     this.flows = this.path.update();
@@ -226,20 +247,36 @@ class Rig {
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const p90 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil(xs.length * 0.9) - 1)]!;
 const f1 = (x: number) => x.toFixed(1);
+const f2 = (x: number) => x.toFixed(2);
 /** A full garbage collection, so the heap figures count only what is retained. */
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
 
 const load = () => loadavg().map((x) => x.toFixed(2)).join(' ');
 
+/** One event kind's timings of one build at one size: p50 and p90 of the total, p50 of each phase (ms). */
+interface Row { size: number; scenario: string; impl: string; p50: number; p90: number; engine: number; compile: number; union: number; diff: number }
+
 async function main(): Promise<void> {
   const here = resolve(dirname(fileURLToPath(import.meta.url)), '..');
   const impls = [await loadImpl('this tree', here)];
   const baseline = arg('baseline');
   if (baseline) impls.unshift(await loadImpl(`baseline (${baseline})`, resolve(baseline)));
+  const rows: Row[] = [];
+  for (const size of SIZES) {
+    scale(size);
+    rows.push(...runSize(impls, size));
+  }
+  if (SIZES.length > 1 || impls.length > 1) summary(rows, impls);
+  await loads(impls);
+}
+
+/** Loads one cluster size into a rig per build and times every event kind on it. */
+function runSize(impls: Impl[], size: number): Row[] {
+  const rows: Row[] = [];
   console.log(`incremental bench: ${NAMESPACES * PODS_PER_NS} Pods on ${NODES} Nodes (${(NAMESPACES * PODS_PER_NS) / NODES} local), ${K8S_POLICIES} NetworkPolicies + ${ANTREA_POLICIES} Antrea ClusterNetworkPolicies${TO_SERVICES ? ' + one toServices policy' : ''}; ${REPS} events per kind; ${cpus().length} CPUs, load average ${load()}`);
   const objs = objects();
-  const rigs = impls.map((impl) => {
+  let rigs: Rig[] = impls.map((impl) => {
     gc();
     const heap0 = process.memoryUsage().heapUsed;
     const t = performance.now();
@@ -252,7 +289,7 @@ async function main(): Promise<void> {
   });
 
   // Each event kind alternates between two states, so every event changes something.
-  const remote = (i: number) => pod(7, 3, i % 2 ? podLabels(3) : { app: 'app-1', tier: 'fe' }); // ns-7/pod-3 is on node-43
+  const remote = (i: number) => pod(7, 3, i % 2 ? podLabels(3) : { app: 'app-1', tier: 'fe' }); // ns-7/pod-3 (Pod 143) is on node-143 mod NODES, never this node
   const localPod = (() => {
     for (let k = 0; k < NAMESPACES * PODS_PER_NS; k++) if (k % NODES === 0 && k % PODS_PER_NS === 10) return { ns: Math.floor(k / PODS_PER_NS), j: k % PODS_PER_NS };
     throw new Error('no local Pod');
@@ -288,12 +325,36 @@ async function main(): Promise<void> {
     console.log(`${s.name}:`);
     rigs.forEach((rig, r) => {
       const ts = times[r]!;
-      const col = (k: keyof ReturnType<Rig['event']>) => f1(median(ts.map((t) => t[k])));
-      console.log(`  ${rig.impl.name}: total p50 ${col('total')} ms, p90 ${f1(p90(ts.map((t) => t.total)))} ms (engine ${col('engine')}, compile ${col('compile')}, union ${col('union')}, diff ${col('diff')}; flows changed p50 ${col('changed')})`);
+      const mid = (k: keyof ReturnType<Rig['event']>) => median(ts.map((t) => t[k]));
+      const col = (k: keyof ReturnType<Rig['event']>) => f2(mid(k));
+      console.log(`  ${rig.impl.name}: total p50 ${col('total')} ms, p90 ${f2(p90(ts.map((t) => t.total)))} ms (engine ${col('engine')}, compile ${col('compile')}, union ${col('union')}, diff ${col('diff')}; flows changed p50 ${f1(mid('changed'))})`);
+      rows.push({ size, scenario: s.name.replace(/ \(ns-\d+\/pod-\d+\)/, ''), impl: rig.impl.name, p50: mid('total'), p90: p90(ts.map((t) => t.total)), engine: mid('engine'), compile: mid('compile'), union: mid('union'), diff: mid('diff') });
     });
   }
   console.log(`load average after the event runs: ${load()}`);
+  // The rigs go before the next size loads (a 150 000-Pod cluster per build is a few GiB).
+  rigs = [];
+  gc();
+  return rows;
+}
 
+/** Per event kind, one line per size and build: the p50/p90 and the phases, with each build's ratio to the first. */
+function summary(rows: Row[], impls: Impl[]): void {
+  console.log('summary (ms; p50 total, p90 total, p50 engine/compile/union/diff):');
+  const kinds = [...new Set(rows.map((r) => r.scenario))];
+  for (const kind of kinds) {
+    console.log(`  ${kind}:`);
+    for (const size of SIZES) {
+      const cells = impls.map((impl) => rows.find((r) => r.scenario === kind && r.size === size && r.impl === impl.name)).filter((r): r is Row => !!r);
+      if (cells.length === 0) continue;
+      const base = cells[0];
+      const text = cells.map((r) => `${r.impl === impls[0]!.name && impls.length > 1 ? 'baseline' : 'this'} ${f2(r.p50)}/${f2(r.p90)} (${f2(r.engine)}/${f2(r.compile)}/${f2(r.union)}/${f2(r.diff)})${base && r !== base ? ` x${(base.p50 / Math.max(r.p50, 1e-3)).toFixed(1)} faster` : ''}`);
+      console.log(`    ${String(size).padStart(7)} Pods: ${text.join('; ')}`);
+    }
+  }
+}
+
+async function loads(impls: Impl[]): Promise<void> {
   console.log('simulate-style loading of trivial NetworkPolicies (select no Pod):');
   for (const n of LOADS) {
     const line: string[] = [];

@@ -24,6 +24,7 @@ import { canonicalDnsName, FqdnPatternSet } from './fqdn.js';
 import { compilePeer, ipv4ToNumber, podEndpoints, realizableMembers, type Endpoint, type MatchEnv, type PeerMatcher } from './match.js';
 import { nodeRulesOf, type NodeRule, type NodeRuleGroups, type NodeTarget } from './noderules.js';
 import { labelValue } from './labels.js';
+import { recordListStep } from './liststeps.js';
 import { canonicalJson, compareRules, stableHash } from './order.js';
 import type { ServiceEndpointTracker } from './endpoints.js';
 import type { ComputedRule, Direction, GroupMember, InternalRule, Isolation, NamespaceMatch, NodeInfo, Peer, PodInfo, PortMatch, RuleRef } from './types.js';
@@ -114,6 +115,13 @@ interface GroupRecord {
   portFilter?: ReadonlySet<string>;
   /** The members' addresses for node rules, built when first read and then kept as members come and go. */
   peerIps?: PeerIps | undefined;
+  /**
+   * AppliedToGroups: the members on this node (isLocal), kept with `members`. Node rules and
+   * isolations read only these: a group of every Pod of some label has members all over the cluster.
+   */
+  local?: Map<string, GroupMember>;
+  /** Order of acquisition: the order a Pod event visits the groups it may concern. */
+  seq: number;
 }
 
 /**
@@ -151,12 +159,15 @@ class PeerIps {
     const gone = old && old.kind !== 'service' ? old.ips : [];
     const come = now && now.kind !== 'service' ? now.ips : [];
     let next: string[] | undefined;
+    const added: string[] = [];
+    const removed: string[] = [];
     for (const ip of come) {
       const n = this.counts.get(ip) ?? 0;
       this.counts.set(ip, n + 1);
       if (n > 0) continue;
       next ??= [...this.sorted];
       next.splice(lowerBound(next, ip), 0, ip);
+      added.push(ip);
     }
     for (const ip of gone) {
       const n = this.counts.get(ip) ?? 0;
@@ -167,9 +178,15 @@ class PeerIps {
       this.counts.delete(ip);
       next ??= [...this.sorted];
       const i = lowerBound(next, ip);
-      if (next[i] === ip) next.splice(i, 1);
+      if (next[i] === ip) {
+        next.splice(i, 1);
+        removed.push(ip);
+      }
     }
-    if (next) this.sorted = next;
+    if (!next) return;
+    // The compiler's peer classes diff the version they hold against this one through the step.
+    recordListStep(this.sorted, next, removed.sort(), added.sort());
+    this.sorted = next;
   }
 }
 
@@ -183,6 +200,47 @@ function lowerBound(list: readonly string[], x: string): number {
     else hi = mid;
   }
   return lo;
+}
+
+/** The first index of a list sorted by `key` whose item's key is not below `x`. */
+function lowerBoundBy<T>(list: readonly T[], x: string, key: (item: T) => string): number {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (key(list[mid]!) < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** The first index of a list sorted by order whose order is not below `x`. */
+function lowerBoundOrder(list: readonly { order: number }[], x: number): number {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (list[mid]!.order < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** Where a Pod-holding group requiring label `key`=`value` is filed (podGroupsByLabel). */
+function labelIndexKey(key: string, value: string): string {
+  return `${key}\0${value}`;
+}
+
+/** Two node forms of one isolation (the same isolation object) with the same targets. */
+function sameNodeIsolation(a: NodeIsolation | null, b: NodeIsolation | null): boolean {
+  if (a === b) return true;
+  if (!a || !b || a.id !== b.id || a.ref !== b.ref || a.direction !== b.direction || a.logging !== b.logging || a.targets.length !== b.targets.length) return false;
+  for (let i = 0; i < a.targets.length; i++) {
+    const x = a.targets[i]!;
+    const y = b.targets[i]!;
+    if (x.kind !== y.kind || x.ref !== y.ref || x.ips.length !== y.ips.length || x.ips.some((ip, j) => ip !== y.ips[j])) return false;
+  }
+  return true;
 }
 
 /**
@@ -229,6 +287,8 @@ function unchangedGroup(was: GroupBefore, now: GroupRecord): boolean {
 }
 
 const EMPTY: ReadonlySet<string> = new Set();
+const EMPTY_GROUPS: ReadonlySet<GroupRecord> = new Set();
+const NO_NODE_RULES: NodeRule[] = [];
 const ALL_PODS: Peer = { kind: 'pods', namespaces: { kind: 'all' }, pods: {} };
 const PODS_CAPABLE = new Set(['pods', 'group', 'serviceRef']);
 const NODES_CAPABLE = new Set(['nodes', 'group']);
@@ -277,6 +337,13 @@ export class InternalModel {
   /** Namespace → ids of groups confined to it; other groups are in `unscoped`. */
   private readonly scoped = new Map<string, Set<GroupRecord>>();
   private readonly unscoped = new Set<GroupRecord>();
+  /**
+   * The unscoped groups holding Pods by their required label (labelIndexKey), those without one
+   * under '': a Pod event looks only at the groups its labels, before and after, can concern,
+   * whatever the number of groups.
+   */
+  private readonly podGroupsByLabel = new Map<string, Set<GroupRecord>>();
+  private groupSeq = 0;
   private readonly policyRules = new Map<string, InternalRule[]>();
   private readonly sourceRules = new Map<string, InternalRule>();
   /** Source rules that are egress rules with an fqdn peer: rule id → its fqdn patterns. */
@@ -300,11 +367,28 @@ export class InternalModel {
   private sortedIsolations?: ComputedIsolation[] | undefined;
   /** Each isolation's node form (null: no local target), kept until it or one of its AppliedToGroups changes. */
   private readonly nodeIsolationParts = new Map<string, NodeIsolation | null>();
+  /** AppliedToGroup id → ids of the isolations naming it. */
+  private readonly isolationsByGroup = new Map<string, Set<string>>();
+  /**
+   * The last node isolations and the isolation list they were built from: while that list stands,
+   * a group change rebuilds only the isolations naming the group, and the list stays the same
+   * array when their local targets did not change (a Pod elsewhere came or went).
+   */
+  private lastNodeIsolations?: { from: readonly ComputedIsolation[]; list: NodeIsolation[] } | undefined;
   /** AppliedToGroups changed since the node isolations were last read. */
   private readonly staleIsolationGroups = new Set<string>();
   private nodeRuleCache?: NodeRule[] | undefined;
   /** Group id (AddressGroup or AppliedToGroup) → ids of the computed rules naming it. */
   private readonly rulesByGroup = new Map<string, Set<string>>();
+  /**
+   * The same for the rules with a local target (an AppliedToGroup with members on this node), the
+   * only rules with node rules: a change of a group named by thousands of rules of other nodes
+   * rebuilds the node rules of the few local ones.
+   */
+  private readonly localRulesByGroup = new Map<string, Set<string>>();
+  private readonly localRules = new Set<string>();
+  /** Rules that gained or lost their last local target since the node rules were last read. */
+  private readonly localityChanged = new Set<string>();
   /** rules(), kept until a computed rule is added, changed or removed. */
   private sortedRules?: ComputedRule[] | undefined;
   /**
@@ -312,6 +396,13 @@ export class InternalModel {
    * on nothing else; see nodeRulesOf), so a change rebuilds only the node rules it can affect.
    */
   private readonly nodeRuleParts = new Map<string, NodeRule[]>();
+  /**
+   * The node rules of the last nodeRuleSet() per rule that has some, in evaluation order, and the
+   * sorted rule list they were built from. While that list stands (no rule came, went or changed),
+   * every rule keeps its order, so a group change replaces only the node rules of the rules naming
+   * it instead of walking every rule of the cluster.
+   */
+  private lastNodeRules?: { from: readonly ComputedRule[]; order: Map<string, number>; parts: { order: number; rules: NodeRule[] }[] } | undefined;
   /**
    * Groups changed since the node rules were last read: the rules naming them are found when the
    * node rules are next read (once per read, not once per change: loading N policies without
@@ -424,6 +515,38 @@ export class InternalModel {
         if (ids.size === 0) this.rulesByGroup.delete(g);
       }
     }
+    if (add) this.checkLocality(r);
+    else if (this.localRules.has(r.id)) this.setLocality(r, false);
+  }
+
+  /** Files rule `r` under its groups as local or not, as its AppliedToGroups now say. */
+  private checkLocality(r: ComputedRule): void {
+    const local = r.appliedToGroups.some((id) => (this.groups.appliedTo.get(id)?.local?.size ?? 0) > 0);
+    if (local !== this.localRules.has(r.id)) this.setLocality(r, local);
+  }
+
+  private setLocality(r: ComputedRule, local: boolean): void {
+    this.localityChanged.add(r.id);
+    if (local) this.localRules.add(r.id);
+    else this.localRules.delete(r.id);
+    for (const g of new Set([...r.appliedToGroups, ...r.addressGroups])) {
+      let ids = this.localRulesByGroup.get(g);
+      if (local) {
+        if (!ids) this.localRulesByGroup.set(g, (ids = new Set()));
+        ids.add(r.id);
+      } else if (ids) {
+        ids.delete(r.id);
+        if (ids.size === 0) this.localRulesByGroup.delete(g);
+      }
+    }
+  }
+
+  /** AppliedToGroup `g` got its first local member or lost its last: the rules naming it may change locality. */
+  private localTargetsFlipped(g: GroupRecord): void {
+    for (const id of this.rulesByGroup.get(g.id) ?? []) {
+      const r = this.computed.get(id);
+      if (r) this.checkLocality(r);
+    }
   }
 
 
@@ -534,8 +657,21 @@ export class InternalModel {
       const map = this.touched?.isolations;
       if (map && !map.has(i.id)) map.set(i.id, this.isolationJson(i.id));
     }
-    for (const i of old) this.isolationById.delete(i.id);
-    for (const i of fresh) this.isolationById.set(i.id, i);
+    for (const i of old) {
+      this.isolationById.delete(i.id);
+      for (const g of i.appliedToGroups) {
+        const ids = this.isolationsByGroup.get(g);
+        if (ids?.delete(i.id) && ids.size === 0) this.isolationsByGroup.delete(g);
+      }
+    }
+    for (const i of fresh) {
+      this.isolationById.set(i.id, i);
+      for (const g of i.appliedToGroups) {
+        let ids = this.isolationsByGroup.get(g);
+        if (!ids) this.isolationsByGroup.set(g, (ids = new Set()));
+        ids.add(i.id);
+      }
+    }
     if (old.length + fresh.length > 0) this.sortedIsolations = undefined;
     if (fresh.length > 0) this.policyIsolations.set(policyKey, fresh);
     else this.policyIsolations.delete(policyKey);
@@ -554,17 +690,37 @@ export class InternalModel {
   /** Isolations with local targets: what the node default-drops per direction. */
   nodeIsolations(): NodeIsolation[] {
     if (this.nodeIsolationCache) return this.nodeIsolationCache;
-    const stale = this.staleIsolationGroups;
-    if (stale.size > 0) {
-      for (const iso of this.isolationById.values()) if (iso.appliedToGroups.some((g) => stale.has(g))) this.nodeIsolationParts.delete(iso.id);
-      stale.clear();
+    const staleIds = new Set<string>();
+    for (const g of this.staleIsolationGroups) for (const id of this.isolationsByGroup.get(g) ?? []) staleIds.add(id);
+    this.staleIsolationGroups.clear();
+    const last = this.lastNodeIsolations;
+    if (last && last.from === this.sortedIsolations) {
+      // The same isolations: only those naming a changed group can differ, each in its targets.
+      let list = last.list;
+      for (const id of staleIds) {
+        const was = this.nodeIsolationParts.get(id) ?? null;
+        const now = this.nodeIsolationOf(this.isolationById.get(id)!);
+        if (sameNodeIsolation(was, now)) continue;
+        this.nodeIsolationParts.set(id, now);
+        if (list === last.list) list = [...list];
+        const i = lowerBoundBy(list, id, (x) => x.id);
+        const present = list[i]?.id === id;
+        if (now) list.splice(i, present ? 1 : 0, now);
+        else if (present) list.splice(i, 1);
+      }
+      last.list = list;
+      this.nodeIsolationCache = list;
+      return list;
     }
+    for (const id of staleIds) this.nodeIsolationParts.delete(id);
     const out: NodeIsolation[] = [];
-    for (const iso of this.sortedIsolationList()) {
+    const from = this.sortedIsolationList();
+    for (const iso of from) {
       let part = this.nodeIsolationParts.get(iso.id);
       if (part === undefined) this.nodeIsolationParts.set(iso.id, (part = this.nodeIsolationOf(iso)));
       if (part) out.push(part);
     }
+    this.lastNodeIsolations = { from, list: out };
     this.nodeIsolationCache = out;
     return out;
   }
@@ -572,7 +728,7 @@ export class InternalModel {
   /** One isolation's local targets (null: none on this node): a function of the isolation and its AppliedToGroups. */
   private nodeIsolationOf(iso: ComputedIsolation): NodeIsolation | null {
     const targets = new Map<string, GroupMember>();
-    for (const id of iso.appliedToGroups) for (const m of this.groups.appliedTo.get(id)!.members.values()) if (this.isLocal(m)) targets.set(m.ref, m);
+    for (const id of iso.appliedToGroups) for (const m of this.localMembers(this.groups.appliedTo.get(id)!)) if (this.isLocal(m)) targets.set(m.ref, m);
     if (targets.size === 0) return null;
     return {
       id: iso.id, ref: iso.ref, direction: iso.direction,
@@ -727,12 +883,21 @@ export class InternalModel {
     g = {
       id, kind, peer, matcher: compilePeer(peer, this.env, 0, kind === 'appliedTo'), ...(namespaces ? { namespaces } : {}), members: new Map(), ipBlocks: [], refs: 1,
       peerJson: canonicalJson(namedPorts ? { peer, namedPorts } : peer), ...(namedPorts ? { namedPorts, portFilter: new Set(namedPorts) } : {}),
+      ...(kind === 'appliedTo' ? { local: new Map() } : {}), seq: this.groupSeq++,
     };
     const first = peer.kind === 'pods' ? Object.entries(peer.pods.matchLabels ?? {})[0] : undefined;
     if (first) g.requiredLabel = first;
     this.groups[kind].set(id, g);
     if (namespaces) for (const ns of namespaces) { let s = this.scoped.get(ns); if (!s) this.scoped.set(ns, (s = new Set())); s.add(g); }
-    else this.unscoped.add(g);
+    else {
+      this.unscoped.add(g);
+      if (holdsPods(g)) {
+        const k = g.requiredLabel ? labelIndexKey(...g.requiredLabel) : '';
+        let s = this.podGroupsByLabel.get(k);
+        if (!s) this.podGroupsByLabel.set(k, (s = new Set()));
+        s.add(g);
+      }
+    }
     if (peer.kind === 'service' && kind === 'address') {
       const key = `${peer.namespace}/${peer.name}`;
       this.serviceGroups.set(key, id);
@@ -753,7 +918,12 @@ export class InternalModel {
     }
     if (g.kind === 'appliedTo') for (const key of g.members.keys()) this.unindexTarget(g, key);
     if (g.namespaces) for (const ns of g.namespaces) this.scoped.get(ns)?.delete(g);
-    else this.unscoped.delete(g);
+    else {
+      this.unscoped.delete(g);
+      const k = g.requiredLabel ? labelIndexKey(...g.requiredLabel) : '';
+      const s = this.podGroupsByLabel.get(k);
+      if (s?.delete(g) && s.size === 0) this.podGroupsByLabel.delete(k);
+    }
   }
 
   /** Full membership computation (new group, or a dependency it cannot track finely changed). */
@@ -792,6 +962,12 @@ export class InternalModel {
       for (const key of members.keys()) this.indexTarget(g, key);
     }
     g.members = members;
+    if (g.local) {
+      const had = g.local.size > 0;
+      g.local = new Map();
+      for (const [key, m] of members) if (this.isLocal(m)) g.local.set(key, m);
+      if (had !== g.local.size > 0) this.localTargetsFlipped(g);
+    }
     g.peerIps = undefined;
     g.ipBlocks = ipBlocks;
     return true;
@@ -843,6 +1019,12 @@ export class InternalModel {
       g.members.delete(key);
       if (g.kind === 'appliedTo') this.unindexTarget(g, key);
     }
+    if (g.local) {
+      const had = g.local.size > 0;
+      if (member && this.isLocal(member)) g.local.set(key, member);
+      else g.local.delete(key);
+      if (had !== g.local.size > 0) this.localTargetsFlipped(g);
+    }
   }
 
   private indexTarget(g: GroupRecord, key: string): void {
@@ -873,8 +1055,25 @@ export class InternalModel {
     return out;
   }
 
-  private candidateGroups(namespace: string): GroupRecord[] {
-    return [...this.unscoped, ...(this.scoped.get(namespace) ?? [])];
+  /**
+   * The groups a change of Pod `old` → `pod` in `namespace` may concern: the unscoped groups holding
+   * Pods that require none of its labels or one it has (before or after), in the order `unscoped`
+   * holds them, then the groups confined to its namespace.
+   */
+  private candidateGroups(namespace: string, old: PodInfo | undefined, pod: PodInfo | undefined): GroupRecord[] {
+    const found = new Set<GroupRecord>(this.podGroupsByLabel.get('') ?? EMPTY_GROUPS);
+    for (const p of [old, pod]) {
+      if (!p) continue;
+      for (const [k, v] of Object.entries(p.labels)) for (const g of this.podGroupsByLabel.get(labelIndexKey(k, v)) ?? EMPTY_GROUPS) found.add(g);
+    }
+    const out = [...found].sort((a, b) => a.seq - b.seq);
+    for (const g of this.scoped.get(namespace) ?? EMPTY_GROUPS) out.push(g);
+    return out;
+  }
+
+  /** The members of an AppliedToGroup on this node. */
+  private localMembers(g: GroupRecord): Iterable<GroupMember> {
+    return (g.local ?? g.members).values();
   }
 
   // ---------------------------------------------------------------------------------------
@@ -884,7 +1083,7 @@ export class InternalModel {
     const ns = (pod ?? old)!.namespace;
     const key = `pod:${podKey((pod ?? old)!)}`;
     const changedAppliedTo = new Set<string>();
-    for (const g of this.candidateGroups(ns)) {
+    for (const g of this.candidateGroups(ns, old, pod)) {
       if (!holdsPods(g)) continue;
       // A selector requiring label k=v cannot match a Pod that has it neither before nor after.
       const req = g.requiredLabel;
@@ -977,9 +1176,8 @@ export class InternalModel {
 
   nodeRuleSet(): NodeRule[] {
     if (this.nodeRuleCache) return this.nodeRuleCache;
-    this.dropStaleNodeRules();
     const groups: NodeRuleGroups = {
-      appliedToMembers: (id) => [...this.groups.appliedTo.get(id)!.members.values()],
+      appliedToMembers: (id) => [...this.localMembers(this.groups.appliedTo.get(id)!)],
       addressGroup: (id) => {
         const g = this.groups.address.get(id)!;
         g.peerIps ??= new PeerIps(g.members);
@@ -987,13 +1185,43 @@ export class InternalModel {
       },
       isLocal: (m) => this.isLocal(m),
     };
+    const last = this.lastNodeRules;
+    if (last && last.from === this.sortedRules) {
+      // The same rules in the same order: only the rules naming a changed group can differ.
+      const stale = new Set(this.localityChanged);
+      for (const g of this.staleGroups) for (const id of this.localRulesByGroup.get(g) ?? []) stale.add(id);
+      for (const id of stale) {
+        const order = last.order.get(id);
+        if (order === undefined) continue;
+        const rule = last.from[order]!;
+        // Without a local target a rule has no node rules (nodeRulesOf), whatever its peers: a
+        // group named by many rules of other nodes costs a look at their targets only.
+        const rules = rule.appliedToGroups.some((g) => this.groups.appliedTo.get(g)!.local?.size !== 0) ? nodeRulesOf(rule, order, groups) : NO_NODE_RULES;
+        this.nodeRuleParts.set(id, rules);
+        const i = lowerBoundOrder(last.parts, order);
+        const present = last.parts[i]?.order === order;
+        if (rules.length > 0) last.parts.splice(i, present ? 1 : 0, { order, rules });
+        else if (present) last.parts.splice(i, 1);
+      }
+      this.staleGroups.clear();
+      this.localityChanged.clear();
+    } else {
+      this.localityChanged.clear();
+      this.dropStaleNodeRules();
+      const from = this.sortedRuleList();
+      const order = new Map<string, number>();
+      const parts: { order: number; rules: NodeRule[] }[] = [];
+      from.forEach((r, i) => {
+        order.set(r.id, i);
+        let rules = this.nodeRuleParts.get(r.id);
+        if (!rules) this.nodeRuleParts.set(r.id, (rules = nodeRulesOf(r, i, groups)));
+        else if (rules.length > 0 && rules[0]!.order !== i) this.nodeRuleParts.set(r.id, (rules = rules.map((n) => ({ ...n, order: i }))));
+        if (rules.length > 0) parts.push({ order: i, rules });
+      });
+      this.lastNodeRules = { from, order, parts };
+    }
     const out: NodeRule[] = [];
-    this.sortedRuleList().forEach((r, order) => {
-      let parts = this.nodeRuleParts.get(r.id);
-      if (!parts) this.nodeRuleParts.set(r.id, (parts = nodeRulesOf(r, order, groups)));
-      else if (parts.length > 0 && parts[0]!.order !== order) this.nodeRuleParts.set(r.id, (parts = parts.map((n) => ({ ...n, order }))));
-      for (const n of parts) out.push(n);
-    });
+    for (const p of this.lastNodeRules!.parts) for (const n of p.rules) out.push(n);
     this.nodeRuleCache = out;
     return out;
   }

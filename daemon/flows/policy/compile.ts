@@ -41,6 +41,7 @@ import { allocateClassBits, CLASS_BITS, CLASS_PRIORITY_BASE, CLASS_TABLE, type C
 import { allocateConjIds } from './conjids.js';
 import { maskedPortText, rangeToMasks } from './portmasks.js';
 import { allocatePriorities, PRIORITY } from './priorities.js';
+import { knownListDiff } from '../../policy/liststeps.js';
 import { comparePriority } from '../../policy/order.js';
 import { Disposition, policyCopyActions, policyPuntActions } from './punt.js';
 import type { MetricFlow } from './stats.js';
@@ -604,8 +605,13 @@ function sameList(a: readonly string[], b: readonly string[]): boolean {
   return true;
 }
 
-/** What went and came between two lists (sorted: a merge; otherwise through sets). */
+/**
+ * What went and came between two lists (one made from the other by the engine: its recorded steps;
+ * sorted: a merge; otherwise through sets).
+ */
 function listDiff(a: readonly string[], b: readonly string[]): { gone: string[]; come: string[] } {
+  const known = knownListDiff(a, b);
+  if (known) return known;
   const sorted = sortedDiff(a, b);
   if (sorted) return sorted;
   const sa = new Set(a);
@@ -1012,7 +1018,7 @@ export class PolicyFlows {
     // The main unit exists iff it has peer addresses; when it appears or disappears, recompile.
     const cidrs = was.peers.cidrs;
     if (cidrs.length === 0 && (was.peers.ips.length === 0 || rule.peers.ips.length === 0)) return false;
-    const diff = sortedDiff(was.peers.ips, rule.peers.ips);
+    const diff = knownListDiff(was.peers.ips, rule.peers.ips) ?? sortedDiff(was.peers.ips, rule.peers.ips);
     if (!diff?.come.every((a) => familyOf(a) === 4)) return false;
     const cidrMatches = new Set(cidrs.map(addrMatch));
     const gone = new Set(diff.gone.map(addrMatch));
