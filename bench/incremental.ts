@@ -226,10 +226,11 @@ class Rig {
     this.enforcer.onWatchEvent({ type, object: obj } as never);
     const t1 = performance.now();
     // The enforcer's debounced flush, run here synchronously: an event that scheduled none costs
-    // no compile and no apply. A compile is due when `pending` is set (a debounce `timer` in older
-    // builds); the flush the runner plans finds nothing left to do.
-    const e = this.enforcer as unknown as { timer?: NodeJS.Timeout | undefined; pending?: boolean };
-    if (!e.timer && !e.pending) return { total: t1 - t0, engine: t1 - t0, compile: 0, union: 0, diff: 0, changed: 0 };
+    // no compile and no apply. A compile is due when the flush scheduler's `pending` is set (the
+    // enforcer's own `pending`, or a debounce `timer`, in older builds); the flush the runner plans
+    // finds nothing left to do.
+    const e = this.enforcer as unknown as { timer?: NodeJS.Timeout | undefined; pending?: boolean; flusher?: { pending?: boolean } };
+    if (!e.timer && !e.pending && !e.flusher?.pending) return { total: t1 - t0, engine: t1 - t0, compile: 0, union: 0, diff: 0, changed: 0 };
     if (e.timer) {
       clearTimeout(e.timer);
       e.timer = undefined;
