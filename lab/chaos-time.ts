@@ -13,7 +13,7 @@
 import { readFileSync } from 'node:fs';
 import type { RestClient } from './restclient.js';
 import { resolveKind } from './kinds.js';
-import { TALK_ANNOTATION } from './kubelet.js';
+import { TALK_ANNOTATION } from './cluster/kubelet.js';
 import { sleep } from './net/exec.js';
 import { talkFile } from './net/sandbox.js';
 import type { TalkRecord } from './net/workload.js';

@@ -19,19 +19,19 @@ import {
   apiDataPath, apiSocketPath, apiTlsSocketPath, controlPath, hostKubeconfigPath, pkiDir, readControl, serviceAccountKeyPath, supervisorPidPath,
   type ControlInfo,
 } from './control.js';
-import { startEndpointSliceController, startScheduler, type Controller } from './controllers.js';
-import { kubeConfigFor } from './informers.js';
+import { startEndpointSliceController, startScheduler, type Controller } from './cluster/controllers.js';
+import { kubeConfigFor } from './cluster/informers.js';
 import { ensureLabPki } from './pki.js';
 import { resolveKind } from './kinds.js';
-import { startKubelet } from './kubelet.js';
-import { startDaemonSetController } from './dscontroller.js';
-import { startPodmanKubelet } from './podman-kubelet.js';
-import { startKubeProxy } from './kubeproxy.js';
+import { startKubelet } from './cluster/kubelet.js';
+import { startDaemonSetController } from './cluster/daemonset-controller.js';
+import { startPodmanKubelet } from './cluster/podman-kubelet.js';
+import { startKubeProxy } from './cluster/kube-proxy.js';
 import { sleep } from './net/exec.js';
 import { hasIPv4, hasIPv6, type IpFamily, nodeIP, nodeIPv6, nodeName, nodeNetns, nodeStateDir, podCidr, podCidr6, repoRoot, serviceCIDRs, stateDir } from './net/names.js';
 import { readLabInfo } from './net/lab.js';
 import { ApiError, RestClient } from './restclient.js';
-import { jsonLog } from './workqueue.js';
+import { jsonLog } from './cluster/workqueue.js';
 
 const NODE = resolveKind('nodes');
 export const API_PORT_IN_NODE = 6443;
