@@ -3,7 +3,7 @@
  * control plane a real cluster would have — the API server (TCP on 127.0.0.1 plus a unix socket in
  * the state dir), a 127.0.0.1:6443 forwarder in every node namespace, the Node objects, the
  * scheduler, the EndpointSlice and DaemonSet controllers, and per node a kubelet (workload Pods),
- * a podman kubelet (DaemonSet Pods, lab/podman-kubelet.ts) and a kube-proxy (and, with --sluice,
+ * a podman kubelet (DaemonSet Pods, lab/cluster/podman-kubelet.ts) and a kube-proxy (and, with --sluice,
  * sluice-agent). It writes control.json once all of that runs; SIGTERM stops it.
  *
  * usage: supervisor.js --name L --nodes N --primary ptp|eks [--sluice] --state-dir /run/sluice-lab/L/
