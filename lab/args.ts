@@ -71,7 +71,7 @@ function parser(argv: string[]) {
         .option('family', { type: 'string', choices: ['4', '6'], describe: 'address family of every probe without its own "family" (default: the destination\'s primary address)' })
         .option('o', { alias: 'output', type: 'string', choices: ['table', 'json'], default: 'table' }),
     )
-    // Listed for --help only: lab/cli.ts hands `verify` to lab/verify.ts before this parser runs.
+    // Listed for --help only: lab/cli.ts hands `verify` to lab/proof/verify-command.ts before this parser runs.
     .command('verify', 'apply scenario files step by step and compare real packets with sluicectl simulate (verify --help)')
     .command('demo', 'the README main job: a 2-node lab, the example workload and policies, two matrices', (y) =>
       y

@@ -9,8 +9,8 @@ import { apply, down, get, kubeconfig, label, patch, probe, remove, up } from '.
 const out = (text: string): void => void process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);
 
 async function main(argv: string[]): Promise<number> {
-  // `verify` (lab/verify.ts) has its own argument parser: real packets vs the simulator, same objects.
-  if (argv[0] === 'verify') return (await import('./verify.js')).main(argv.slice(1));
+  // `verify` (lab/proof/verify-command.ts) has its own argument parser: real packets vs the simulator, same objects.
+  if (argv[0] === 'verify') return (await import('./proof/verify-command.js')).main(argv.slice(1));
   const cmd = parseArgs(argv);
   switch (cmd.cmd) {
     case 'help':

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Raw Ethernet frames for hostile-Pod tests (lab/chaos.ts, test/lab/ipv6-datapath.test.ts), which
+"""Raw Ethernet frames for hostile-Pod tests (lab/chaos/forged-frames.ts, test/lab/ipv6-datapath.test.ts), which
 Node cannot send.
 
   forged-frames.py send IFACE JSON   sends the frames JSON describes out of IFACE, prints how many

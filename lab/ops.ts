@@ -11,8 +11,8 @@ import { formatMatrices, parseProbes } from '../daemon/policy/probes.js';
 import type { KubeObject, Probe, ProbeResult } from '../daemon/policy/types.js';
 import type { Primary } from './args.js';
 import { hostKubeconfigPath, readControl, requireRunningLab, supervisorLogPath, supervisorPid, isAlive, type ControlInfo } from './control.js';
-import { daemonSetProblems } from './daemonset.js';
-import { desiredEndpointSlices, diffSlices, isManagedSlice, SERVICE_NAME_LABEL } from './endpointslices.js';
+import { daemonSetProblems } from './cluster/daemonset.js';
+import { desiredEndpointSlices, diffSlices, isManagedSlice, SERVICE_NAME_LABEL } from './cluster/endpointslices.js';
 import { parseObjectRef, resolveKind } from './kinds.js';
 import { createLab, readLabInfo } from './net/lab.js';
 import { type IpFamily, nodeIP, nodeName, nodeNetns, netnsPath, podCidr, podNetns, repoRoot, stateDir } from './net/names.js';
@@ -24,8 +24,8 @@ import { formatObjects, table } from './output.js';
 import { defaultProbes, planProbes } from './probeplan.js';
 import { ApiError, RestClient } from './restclient.js';
 import { applyLabelArgs, mergeNodeLabels, objectRef, planApply, planDelete, servedPorts, type PlannedObject } from './scenario.js';
-import { servicePortRules } from './service-rules.js';
-import { clusterIPMatch, dnatTarget } from './net/kube-proxy.js';
+import { servicePortRules } from './cluster/service-rules.js';
+import { clusterIPMatch, dnatTarget } from './net/service-nat.js';
 
 export type Out = (text: string) => void;
 
@@ -167,7 +167,7 @@ export async function down(opts: { name: string; all: boolean }, out: Out): Prom
     await stopSupervisor(lab);
     // DaemonSet Pods' containers (podman) outlive the supervisor, like a kubelet's: removed here.
     // Loaded on demand, as demo in cli.ts: the podman kubelet's informers are heavy to load.
-    const containers = await (await import('./podman-kubelet.js')).removeLabContainers(lab);
+    const containers = await (await import('./cluster/podman-kubelet.js')).removeLabContainers(lab);
     if (containers.length) out(`lab "${lab}": removed ${containers.length} DaemonSet container(s)`);
     const report = await destroyLab(lab);
     out(`lab "${lab}" removed: ${report.netnsDeleted.length} namespace(s), ${report.killed.length} process(es), state dir ${report.stateDirRemoved ? 'removed' : 'absent'}`);

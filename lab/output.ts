@@ -1,7 +1,7 @@
 /** Table output for `sluice-lab get` and `up` (pure). */
 import type { KubeObject } from '../daemon/policy/types.js';
 import type { ResourceKind } from './kinds.js';
-import { readyText } from './podstatus.js';
+import { readyText } from './cluster/podstatus.js';
 
 const restarts = (status: Record<string, unknown> | undefined): number =>
   ((status?.containerStatuses ?? []) as { restartCount?: number }[]).reduce((n, c) => n + (c.restartCount ?? 0), 0);

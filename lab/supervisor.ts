@@ -3,7 +3,7 @@
  * control plane a real cluster would have — the API server (TCP on 127.0.0.1 plus a unix socket in
  * the state dir), a 127.0.0.1:6443 forwarder in every node namespace, the Node objects, the
  * scheduler, the EndpointSlice and DaemonSet controllers, and per node a kubelet (workload Pods),
- * a podman kubelet (DaemonSet Pods, lab/podman-kubelet.ts) and a kube-proxy (and, with --sluice,
+ * a podman kubelet (DaemonSet Pods, lab/cluster/podman-kubelet.ts) and a kube-proxy (and, with --sluice,
  * sluice-agent). It writes control.json once all of that runs; SIGTERM stops it.
  *
  * usage: supervisor.js --name L --nodes N --primary ptp|eks [--sluice] --state-dir /run/sluice-lab/L/
@@ -19,19 +19,19 @@ import {
   apiDataPath, apiSocketPath, apiTlsSocketPath, controlPath, hostKubeconfigPath, pkiDir, readControl, serviceAccountKeyPath, supervisorPidPath,
   type ControlInfo,
 } from './control.js';
-import { startEndpointSliceController, startScheduler, type Controller } from './controllers.js';
-import { kubeConfigFor } from './informers.js';
+import { startEndpointSliceController, startScheduler, type Controller } from './cluster/controllers.js';
+import { kubeConfigFor } from './cluster/informers.js';
 import { ensureLabPki } from './pki.js';
 import { resolveKind } from './kinds.js';
-import { startKubelet } from './kubelet.js';
-import { startDaemonSetController } from './dscontroller.js';
-import { startPodmanKubelet } from './podman-kubelet.js';
-import { startKubeProxy } from './kubeproxy.js';
+import { startKubelet } from './cluster/kubelet.js';
+import { startDaemonSetController } from './cluster/daemonset-controller.js';
+import { startPodmanKubelet } from './cluster/podman-kubelet.js';
+import { startKubeProxy } from './cluster/kube-proxy.js';
 import { sleep } from './net/exec.js';
 import { hasIPv4, hasIPv6, type IpFamily, nodeIP, nodeIPv6, nodeName, nodeNetns, nodeStateDir, podCidr, podCidr6, repoRoot, serviceCIDRs, stateDir } from './net/names.js';
 import { readLabInfo } from './net/lab.js';
 import { ApiError, RestClient } from './restclient.js';
-import { jsonLog } from './workqueue.js';
+import { jsonLog } from './cluster/workqueue.js';
 
 const NODE = resolveKind('nodes');
 export const API_PORT_IN_NODE = 6443;

@@ -121,7 +121,7 @@ function validateConflist(list: Conflist): void {
 
 /**
  * A plugin sees the node's filesystem, as on a real node: when a DaemonSet Pod on the node has a
- * hostPath /var/run/sluice (the agent's socket dir, lab/podspec.ts maps it to the node's private
+ * hostPath /var/run/sluice (the agent's socket dir, lab/cluster/podspec.ts maps it to the node's private
  * root), that directory is bind-mounted on /run/sluice in the mount namespace `ip netns exec`
  * makes for the plugin alone, so sluice-cni finds its node's agent at the default socket path.
  * Returns the command prefix that does it (none when the node has no such directory).

@@ -4,7 +4,7 @@ export * from './cni-config.js';
 export * from './cni-install.js';
 export * from './cni-runner.js';
 export * from './exec.js';
-export * from './kube-proxy.js';
+export * from './service-nat.js';
 export * from './lab.js';
 export * from './ovs.js';
 export * from './probe-runner.js';

@@ -157,7 +157,7 @@ export function modelDatapathSuite(lab: string, primary: 'ptp' | 'eks', opts: { 
   }
 
   if (primary === 'ptp') {
-    t.test('sluice-lab verify (lab/verify.ts): the same comparison from the command line', async (t) => {
+    t.test('sluice-lab verify (lab/proof/verify-command.ts): the same comparison from the command line', async (t) => {
       const dir = mkdtempSync(join(tmpdir(), 'md-verify-'));
       t.teardown(() => rmSync(dir, { recursive: true, force: true }));
       const probes = join(dir, 'probes.json');
@@ -167,7 +167,7 @@ export function modelDatapathSuite(lab: string, primary: 'ptp' | 'eks', opts: { 
         { from: 'y/a', to: 'x/a', port: 82, protocol: 'SCTP' },
         { from: 'ip:192.168.77.250', to: 'y/a', port: 80, protocol: 'TCP' },
       ]));
-      const script = join(repoRoot(), 'dist', 'lab', 'verify.js');
+      const script = join(repoRoot(), 'dist', 'lab', 'proof', 'verify-command.js');
       const r = await run(process.execPath, [script, ...n, '-f', MODEL, '-f', join(SCENARIOS, 'antrea.yaml'), '--probes', probes, '-o', 'json'], { allowFail: true, timeoutMs: 300_000 });
       const enforcing = Object.values(await policyFlowCounts(readControl(lab)!)).some((x) => x > 0);
       const steps = JSON.parse(r.stdout || '[]') as { step: string; probes: number; mismatches: unknown[] }[];

@@ -17,7 +17,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { agentLogPath, agentPidPath } from '../../lab/agent.js';
-import { TALK_ANNOTATION } from '../../lab/kubelet.js';
+import { TALK_ANNOTATION } from '../../lab/cluster/kubelet.js';
 import { nodeNetns, ovsDir, podNetns, repoRoot } from '../../lab/net/names.js';
 import { talkFile } from '../../lab/net/sandbox.js';
 import type { TalkRecord } from '../../lab/net/workload.js';

@@ -2,15 +2,15 @@ import t from 'tap';
 import type { KubeObject, ProbeResult } from '../../daemon/policy/types.js';
 import { agentConfig } from '../../lab/agent.js';
 import { matrixDifferences } from '../../lab/demo.js';
-import { runningStatus } from '../../lab/kubelet.js';
-import { renderServiceRules } from '../../lab/net/kube-proxy.js';
+import { runningStatus } from '../../lab/cluster/kubelet.js';
+import { renderServiceRules } from '../../lab/net/service-nat.js';
 import { podNetns } from '../../lab/net/names.js';
 import { formatObjects, table } from '../../lab/output.js';
 import { defaultProbes, planProbes, ProbePlanError } from '../../lab/probeplan.js';
 import { resolveKind } from '../../lab/kinds.js';
-import { servicePortRules } from '../../lab/service-rules.js';
+import { servicePortRules } from '../../lab/cluster/service-rules.js';
 import { nodeObject, nodeStatus, parseSupervisorArgs } from '../../lab/supervisor.js';
-import { Coalescer, KeyedQueue } from '../../lab/workqueue.js';
+import { Coalescer, KeyedQueue } from '../../lab/cluster/workqueue.js';
 
 const pod = (ns: string, name: string, ip: string | undefined, node: string, ports: [number, string][], extra: Record<string, unknown> = {}): KubeObject => ({
   apiVersion: 'v1',

@@ -6,8 +6,8 @@
 import t from 'tap';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import { startApiServer } from '../../lab/apiserver/server.js';
-import { startEndpointSliceController, startScheduler } from '../../lab/controllers.js';
-import { kubeConfigFor } from '../../lab/informers.js';
+import { startEndpointSliceController, startScheduler } from '../../lab/cluster/controllers.js';
+import { kubeConfigFor } from '../../lab/cluster/informers.js';
 import { resolveKind } from '../../lab/kinds.js';
 import { ApiError, RestClient } from '../../lab/restclient.js';
 import { nodeObject } from '../../lab/supervisor.js';

@@ -1,10 +1,10 @@
 import t from 'tap';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import { parseArgs, UsageError } from '../../lab/args.js';
-import { desiredEndpointSlices, diffSlices, resolvePorts } from '../../lab/endpointslices.js';
+import { desiredEndpointSlices, diffSlices, resolvePorts } from '../../lab/cluster/endpointslices.js';
 import { kindOfObject, parseObjectRef, resolveKind, resourcePath, UnknownKindError } from '../../lab/kinds.js';
 import { applyLabelArgs, normalizeForApply, planApply, planDelete, ScenarioError, servedPorts } from '../../lab/scenario.js';
-import { compareNodeNames, needsScheduling, NoFitError, RoundRobin } from '../../lab/scheduling.js';
+import { compareNodeNames, needsScheduling, NoFitError, RoundRobin } from '../../lab/cluster/scheduling.js';
 
 const pod = (ns: string, name: string, labels: Record<string, string>, extra: Partial<KubeObject> = {}): KubeObject => ({
   apiVersion: 'v1',

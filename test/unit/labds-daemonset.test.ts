@@ -1,13 +1,13 @@
-// lab/daemonset.ts: the lab DaemonSet controller's decisions (Pods per node, rolling update order,
-// status) and its refusals; lab/podstatus.ts: back-off, probe thresholds and the Pod status.
+// lab/cluster/daemonset.ts: the lab DaemonSet controller's decisions (Pods per node, rolling update order,
+// status) and its refusals; lab/cluster/podstatus.ts: back-off, probe thresholds and the Pod status.
 import { join } from 'node:path';
 import t from 'tap';
 import { loadManifests } from '../../daemon/manifests.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import {
   daemonSetPod, daemonSetProblems, eligibleNodes, isDaemonSetPod, isOwnedBy, maxUnavailable, planDaemonSet, REVISION_LABEL, templateHash,
-} from '../../lab/daemonset.js';
-import { httpProbe, ProbeCounter, podStatus, readyText, restartDelayMs, type ContainerView } from '../../lab/podstatus.js';
+} from '../../lab/cluster/daemonset.js';
+import { httpProbe, ProbeCounter, podStatus, readyText, restartDelayMs, type ContainerView } from '../../lab/cluster/podstatus.js';
 
 const root = join(import.meta.dirname, '..', '..');
 const sluiceDs = async (): Promise<KubeObject> => {

@@ -1,10 +1,10 @@
-// lab/podspec.ts: install/sluice.yaml's DaemonSet Pod translated into podman runs on a lab node,
+// lab/cluster/podspec.ts: install/sluice.yaml's DaemonSet Pod translated into podman runs on a lab node,
 // and the refusals for what the lab cannot honour.
 import { join } from 'node:path';
 import t from 'tap';
 import { loadManifests } from '../../daemon/manifests.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
-import { nodeHostPath, normalizeImage, planPodRun, PodSpecError, SERVICE_ACCOUNT_DIR, type NodeDirs, type PodInputs } from '../../lab/podspec.js';
+import { nodeHostPath, normalizeImage, planPodRun, PodSpecError, SERVICE_ACCOUNT_DIR, type NodeDirs, type PodInputs } from '../../lab/cluster/podspec.js';
 
 const root = join(import.meta.dirname, '..', '..');
 const dirs: NodeDirs = {

@@ -4,9 +4,9 @@
  * than 410, so every informer here restarts itself after a short pause until stopped.
  */
 import * as k8s from '@kubernetes/client-node';
-import type { KubeObject } from '../daemon/policy/types.js';
-import { resourcePath, type ResourceKind } from './kinds.js';
-import type { RestClient } from './restclient.js';
+import type { KubeObject } from '../../daemon/policy/types.js';
+import { resourcePath, type ResourceKind } from '../kinds.js';
+import type { RestClient } from '../restclient.js';
 
 export interface LabInformer {
   readonly kind: ResourceKind;

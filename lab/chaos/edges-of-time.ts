@@ -1,5 +1,5 @@
 /**
- * The chaos suite's scenarios at the edges of time (lab/chaos.ts runs them among the others):
+ * The chaos suite's two scenarios at the edges of time:
  *  - new Pods talking from their first moment (the lab's talk-on-start workloads) to Pods on the
  *    other node: not one datagram of a Pod that a Drop names may be answered, and every Pod that
  *    a policy admits must have its very first datagram answered (no startup blackout); the
@@ -11,14 +11,16 @@
  * and their allowed connection are not touched by these policies.
  */
 import { readFileSync } from 'node:fs';
-import type { RestClient } from './restclient.js';
-import { resolveKind } from './kinds.js';
-import { TALK_ANNOTATION } from './kubelet.js';
-import { sleep } from './net/exec.js';
-import { talkFile } from './net/sandbox.js';
-import type { TalkRecord } from './net/workload.js';
+import { TALK_ANNOTATION } from '../cluster/kubelet.js';
+import { resolveKind } from '../kinds.js';
+import { sleep } from '../net/exec.js';
+import { talkFile } from '../net/sandbox.js';
+import type { TalkRecord } from '../net/workload.js';
+import { clientFor } from '../ops.js';
+import type { RestClient } from '../restclient.js';
+import type { ChaosRun } from './harness.js';
 
-export interface TimeScenarioContext {
+interface TimeScenarioContext {
   lab: string;
   rest: RestClient;
   nodes: string[];
@@ -106,7 +108,7 @@ async function talker(c: TimeScenarioContext, ns: string, name: string, node: st
 }
 
 /** One round of new Pods: `count` in z towards y/chaos-drop-z, `count` in x towards y/chaos-only-x. Returns sandbox → first answer per admitted Pod. */
-export async function newPodsRound(c: TimeScenarioContext, round: number, count: number): Promise<number[]> {
+async function newPodsRound(c: TimeScenarioContext, round: number, count: number): Promise<number[]> {
   const { dropZ, onlyX } = await servers(c);
   const podKind = resolveKind('pods');
   await c.rest.apply(resolveKind('acnp'), DROP_Z_TO_YA as never);
@@ -135,7 +137,7 @@ export async function newPodsRound(c: TimeScenarioContext, round: number, count:
 }
 
 /** One quarantine of y/chaos-drop-z from z while a z Pod's flow to it runs; returns the API change → its last answered datagram. */
-export async function quarantineRound(c: TimeScenarioContext, round: number): Promise<number> {
+async function quarantineRound(c: TimeScenarioContext, round: number): Promise<number> {
   const { dropZ } = await servers(c);
   const name = `chaos-q-${round}`;
   await talker(c, 'z', name, otherNode(c, dropZ.node), dropZ.ip, 5, 8000);
@@ -151,4 +153,21 @@ export async function quarantineRound(c: TimeScenarioContext, round: number): Pr
     await c.rest.delete(resolveKind('pods'), name, 'z').catch(() => undefined);
     await c.rest.delete(resolveKind('acnp'), DROP_Z_TO_YA.metadata.name).catch(() => undefined);
   }
+}
+
+/** New Pods' first packets, then connections a change denies; the two share their servers and a round counter for Pod names. */
+export async function edgesOfTime(run: ChaosRun): Promise<void> {
+  let timeRound = 0;
+  const timeCtx: TimeScenarioContext = {
+    lab: run.lab,
+    rest: clientFor(run.info),
+    nodes: run.info.nodes,
+    broke: (what) => {
+      run.broken++;
+      console.error(`edges of time: ${what}`);
+    },
+  };
+  const newPods = run.quick ? 5 : 10;
+  await run.scenario(`new Pods: ${newPods} of z (dropped) and ${newPods} of x (admitted only) talking from their first moment, per round`, run.quick ? 1 : 3, () => newPodsRound(timeCtx, timeRound++, newPods));
+  await run.scenario('quarantine from z while a z flow runs (recovery: change → last datagram)', run.quick ? 2 : 5, () => quarantineRound(timeCtx, timeRound++));
 }

@@ -1,10 +1,10 @@
 /**
  * What kube-proxy programs, computed from Services and EndpointSlices (pure): one rule set per
  * ClusterIP Service port with the ready endpoints of that port. The lab's iptables rendering
- * (lab/net/kube-proxy.ts) turns these into nat rules.
+ * (lab/net/service-nat.ts) turns these into nat rules.
  */
-import type { KubeObject } from '../daemon/policy/types.js';
-import type { ServicePortRule } from './net/kube-proxy.js';
+import type { KubeObject } from '../../daemon/policy/types.js';
+import type { ServicePortRule } from '../net/service-nat.js';
 import { SERVICE_NAME_LABEL } from './endpointslices.js';
 
 interface SliceEndpoint {

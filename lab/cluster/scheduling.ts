@@ -2,7 +2,7 @@
  * The lab scheduler's decision (pure): Pods without spec.nodeName are spread round-robin over the
  * lab nodes, in node order, honouring a Pod's spec.nodeSelector.
  */
-import type { KubeObject } from '../daemon/policy/types.js';
+import type { KubeObject } from '../../daemon/policy/types.js';
 import { isTerminating, selectorMatches } from './endpointslices.js';
 
 export const needsScheduling = (pod: KubeObject): boolean =>

@@ -11,8 +11,8 @@
  * the field: a Pod never runs with part of its spec silently dropped.
  */
 import { join, posix } from 'node:path';
-import type { KubeObject } from '../daemon/policy/types.js';
-import { SERVICE_ACCOUNT_DIR } from '../daemon/kube/access.js';
+import type { KubeObject } from '../../daemon/policy/types.js';
+import { SERVICE_ACCOUNT_DIR } from '../../daemon/kube/access.js';
 
 export class PodSpecError extends Error {
   override name = 'PodSpecError';

@@ -1,19 +1,19 @@
 /**
- * The lab's DaemonSet controller (adapter around lab/daemonset.ts): watches DaemonSets, Nodes and
+ * The lab's DaemonSet controller (adapter around lab/cluster/daemonset.ts): watches DaemonSets, Nodes and
  * Pods, creates and deletes the DaemonSet's Pods as planDaemonSet says and writes its status. Pods
  * whose DaemonSet is gone are deleted (the garbage collector's part). A DaemonSet the lab cannot
  * honour gets no Pods; the reason is logged and recorded as an Event on it.
  */
 import { randomBytes } from 'node:crypto';
 import type * as k8s from '@kubernetes/client-node';
-import type { KubeObject } from '../daemon/policy/types.js';
+import type { KubeObject } from '../../daemon/policy/types.js';
 import type { Controller } from './controllers.js';
 import { controllingDaemonSet, daemonSetPod, daemonSetProblems, isOwnedBy, planDaemonSet } from './daemonset.js';
 import { isTerminating } from './endpointslices.js';
 import { startInformer } from './informers.js';
-import { resolveKind } from './kinds.js';
-import { deepEqual } from './apiserver/patch.js';
-import { ApiError, type RestClient } from './restclient.js';
+import { resolveKind } from '../kinds.js';
+import { deepEqual } from '../apiserver/patch.js';
+import { ApiError, type RestClient } from '../restclient.js';
 import { KeyedQueue, type Log } from './workqueue.js';
 
 const DS = resolveKind('daemonsets');

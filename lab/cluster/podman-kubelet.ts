@@ -1,33 +1,33 @@
 /**
  * The lab kubelet for DaemonSet Pods: on one lab node it runs every Pod a DaemonSet placed there
- * with podman, as a kubelet runs it with a container runtime. lab/podspec.ts turns the Pod into
+ * with podman, as a kubelet runs it with a container runtime. lab/cluster/podspec.ts turns the Pod into
  * podman runs (or refuses it, naming the field); this module carries them out: init containers one
  * after the other until each exits 0, then the containers; restartPolicy Always with CrashLoopBackOff
- * (lab/podstatus.ts); httpGet readiness and liveness probes sent inside the node's network
+ * (lab/cluster/podstatus.ts); httpGet readiness and liveness probes sent inside the node's network
  * namespace; the Pod's status written through the status subresource. A deleted Pod's containers
  * are stopped (SIGTERM, then SIGKILL after the grace period) before the node's next Pod starts, so
  * a rolling update never runs two agents on one node.
  *
- * The workload kubelet (lab/kubelet.ts) leaves these Pods alone.
+ * The workload kubelet (lab/cluster/kubelet.ts) leaves these Pods alone.
  */
 import { spawn } from 'node:child_process';
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type * as k8s from '@kubernetes/client-node';
-import type { KubeObject } from '../daemon/policy/types.js';
-import { serviceAccountToken } from './apiserver/satoken.js';
+import type { KubeObject } from '../../daemon/policy/types.js';
+import { serviceAccountToken } from '../apiserver/satoken.js';
 import type { Controller } from './controllers.js';
 import { isDaemonSetPod } from './daemonset.js';
 import { isTerminating } from './endpointslices.js';
 import { startInformer } from './informers.js';
-import { resolveKind } from './kinds.js';
-import { run, sleep } from './net/exec.js';
-import { cniBinDir, cniCacheDir, cniConfDir, netnsPath, nodeIP, nodeNetns, nodeStateDir, ovsDir, repoRoot } from './net/names.js';
+import { resolveKind } from '../kinds.js';
+import { run, sleep } from '../net/exec.js';
+import { cniBinDir, cniCacheDir, cniConfDir, netnsPath, nodeIP, nodeNetns, nodeStateDir, ovsDir, repoRoot } from '../net/names.js';
 import { planPodRun, PodInputMissing, PodSpecError, type ContainerRun, type NodeDirs, type PodRunPlan } from './podspec.js';
 import {
   BACKOFF_RESET_MS, httpProbe, ProbeCounter, podStatus, restartDelayMs, type ContainerView, type HttpProbe, type PodView,
 } from './podstatus.js';
-import { ApiError, type RestClient } from './restclient.js';
+import { ApiError, type RestClient } from '../restclient.js';
 import { Coalescer, type Log } from './workqueue.js';
 
 const POD = resolveKind('pods');

@@ -1,7 +1,7 @@
 import t from 'tap';
 import {
   type ServicePortRule, chainHash, parseNatState, renderNatRestore, renderServiceRules, sepChain, svcChain,
-} from '../../lab/net/kube-proxy.js';
+} from '../../lab/net/service-nat.js';
 
 const web: ServicePortRule = {
   namespace: 'x', name: 'web', portName: 'http', clusterIP: '10.96.0.10', port: 80, protocol: 'TCP',

@@ -4,10 +4,10 @@
  */
 import type * as k8s from '@kubernetes/client-node';
 import { startInformer } from './informers.js';
-import { resolveKind } from './kinds.js';
-import { applyServiceRules } from './net/kube-proxy.js';
-import { nodeNetns } from './net/names.js';
-import type { RestClient } from './restclient.js';
+import { resolveKind } from '../kinds.js';
+import { applyServiceRules } from '../net/service-nat.js';
+import { nodeNetns } from '../net/names.js';
+import type { RestClient } from '../restclient.js';
 import { servicePortRules } from './service-rules.js';
 import { Coalescer, type Log } from './workqueue.js';
 import type { Controller } from './controllers.js';

@@ -6,15 +6,15 @@
  * Pods no longer exist (a restart after deletes happened while it was down).
  */
 import type * as k8s from '@kubernetes/client-node';
-import type { KubeObject } from '../daemon/policy/types.js';
+import type { KubeObject } from '../../daemon/policy/types.js';
 import { isDaemonSetPod } from './daemonset.js';
 import { isTerminating } from './endpointslices.js';
 import { startInformer } from './informers.js';
-import { resolveKind } from './kinds.js';
-import { nodeIP } from './net/names.js';
-import { createPodSandbox, deletePodSandbox, listPodSandboxes, readPodSandbox, type PodSandbox } from './net/sandbox.js';
-import type { RestClient } from './restclient.js';
-import { servedPorts } from './scenario.js';
+import { resolveKind } from '../kinds.js';
+import { nodeIP } from '../net/names.js';
+import { createPodSandbox, deletePodSandbox, listPodSandboxes, readPodSandbox, type PodSandbox } from '../net/sandbox.js';
+import type { RestClient } from '../restclient.js';
+import { servedPorts } from '../scenario.js';
 import type { Controller } from './controllers.js';
 import { KeyedQueue, type Log } from './workqueue.js';
 
@@ -63,7 +63,7 @@ export function startKubelet(lab: string, node: string, kc: k8s.KubeConfig, rest
     async (key) => {
       const [ns, name] = key.split('/') as [string, string];
       const pod = pods.get(name, ns);
-      // A DaemonSet's Pods run with podman (lab/podman-kubelet.ts), not as workload sandboxes.
+      // A DaemonSet's Pods run with podman (lab/cluster/podman-kubelet.ts), not as workload sandboxes.
       if (pod && isDaemonSetPod(pod)) return;
       if (!pod || isTerminating(pod) || pod.spec?.nodeName !== node) {
         const sandbox = readPodSandbox(lab, ns, name);

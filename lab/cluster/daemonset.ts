@@ -2,13 +2,13 @@
  * The lab's DaemonSet controller decisions (pure): which nodes should run a Pod of a DaemonSet,
  * which Pods to create and delete, in which order a changed template rolls across the nodes
  * (RollingUpdate with maxUnavailable, or OnDelete), and the DaemonSet's status. The adapter
- * (lab/dscontroller.ts) watches DaemonSets, Nodes and Pods and carries these decisions out.
+ * (lab/cluster/daemonset-controller.ts) watches DaemonSets, Nodes and Pods and carries these decisions out.
  *
  * A Pod belongs to a DaemonSet through its controller ownerReference (the DaemonSet's uid); its
  * template revision is the `controller-revision-hash` label, a hash of the Pod template.
  */
 import { createHash } from 'node:crypto';
-import type { KubeObject } from '../daemon/policy/types.js';
+import type { KubeObject } from '../../daemon/policy/types.js';
 import { podSpecProblems } from './podspec.js';
 
 export const REVISION_LABEL = 'controller-revision-hash';

@@ -4,18 +4,18 @@
  * applies the scenario to a running lab step by step, probes with real packets (SCTP by
  * ofproto/trace), runs `sluicectl simulate` on the same objects and probes, and prints the
  * differences per step. Exit status 0 when the lab agrees with the simulator everywhere, 1 when
- * it does not, 2 for unusable input. Also runnable alone: node dist/lab/verify.js ...
+ * it does not, 2 for unusable input. Also runnable alone: node dist/lab/proof/verify-command.js ...
  */
 import { readFile } from 'node:fs/promises';
 import { pathToFileURL } from 'node:url';
 import yargs from 'yargs';
-import { loadManifests } from '../daemon/manifests.js';
-import { parseProbes } from '../daemon/policy/probes.js';
-import { requireRunningLab } from './control.js';
-import { DEFAULT_LAB } from './net/names.js';
-import { mismatchTable } from './proof/compare.js';
-import { SCTP_NOTE } from './proof/probe.js';
-import { verifyScenario, type StepReport } from './proof/verify.js';
+import { loadManifests } from '../../daemon/manifests.js';
+import { parseProbes } from '../../daemon/policy/probes.js';
+import { requireRunningLab } from '../control.js';
+import { DEFAULT_LAB } from '../net/names.js';
+import { mismatchTable } from './compare.js';
+import { SCTP_NOTE } from './probe.js';
+import { verifyScenario, type StepReport } from './verify.js';
 
 export async function main(argv: string[], out = (s: string) => void process.stdout.write(`${s}\n`)): Promise<number> {
   const parser = yargs(argv)

@@ -1,15 +1,15 @@
 /**
  * The lab's cluster-wide controllers, each a thin adapter around a pure decision:
- * - scheduler: Pods without spec.nodeName -> RoundRobin (lab/scheduling.ts) -> spec.nodeName
- * - EndpointSlice controller: Services + Pods -> desiredEndpointSlices/diffSlices (lab/endpointslices.ts)
+ * - scheduler: Pods without spec.nodeName -> RoundRobin (lab/cluster/scheduling.ts) -> spec.nodeName
+ * - EndpointSlice controller: Services + Pods -> desiredEndpointSlices/diffSlices (lab/cluster/endpointslices.ts)
  * They watch through informers and write through the REST client, like real controllers.
  */
 import type * as k8s from '@kubernetes/client-node';
-import type { KubeObject } from '../daemon/policy/types.js';
+import type { KubeObject } from '../../daemon/policy/types.js';
 import { desiredEndpointSlices, diffSlices, isManagedSlice, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL } from './endpointslices.js';
 import { startInformer, type LabInformer } from './informers.js';
-import { resolveKind } from './kinds.js';
-import { ApiError, type RestClient } from './restclient.js';
+import { resolveKind } from '../kinds.js';
+import { ApiError, type RestClient } from '../restclient.js';
 import { NoFitError, RoundRobin, needsScheduling } from './scheduling.js';
 import { KeyedQueue, type Log } from './workqueue.js';
 

@@ -3,9 +3,9 @@
  * Service with a selector should have given the Pods, and the diff against what exists.
  */
 import { createHash } from 'node:crypto';
-import { parseIp } from '../daemon/policy/cidr.js';
-import { labelValue } from '../daemon/policy/labels.js';
-import type { KubeObject } from '../daemon/policy/types.js';
+import { parseIp } from '../../daemon/policy/cidr.js';
+import { labelValue } from '../../daemon/policy/labels.js';
+import type { KubeObject } from '../../daemon/policy/types.js';
 
 export const SERVICE_NAME_LABEL = 'kubernetes.io/service-name';
 export const MANAGED_BY_LABEL = 'endpointslice.kubernetes.io/managed-by';
