@@ -36,6 +36,7 @@ import { FlushScheduler } from './flush-scheduler.js';
 import { PolicyIntake } from './intake.js';
 import { PacketInDispatch } from './packet-in.js';
 import { PolicyFlowWriter } from './policy-flow-writer.js';
+import { KeptVersions } from './kept-versions.js';
 import { Realization } from './realization.js';
 import { type EnforcementParts, enforcementMetrics, type EnforcerStatus, enforcerStatus } from './status.js';
 import { type TraceIo, type TraceReport, type TraceRequest, traceRules, traceTarget, Tracer } from './traceflow.js';
@@ -85,6 +86,8 @@ export class Enforcer {
   private readonly egressSources: LocalEgressSources;
   private readonly flusher: FlushScheduler;
   private readonly writer: PolicyFlowWriter;
+  /** The last valid versions of objects invalid now, kept across a restart. */
+  private readonly kept: KeptVersions;
   private readonly packetIn: PacketInDispatch;
   private readonly realization: Realization;
   private watch?: ClusterWatch;
@@ -105,6 +108,7 @@ export class Enforcer {
     this.engine = engine;
     this.clock = opts.clock ?? realClock;
     this.stats = new RuleStatsKeeper(this.policyFlows, { stateDir: opts.stateDir, log });
+    this.kept = new KeptVersions(opts.stateDir && join(opts.stateDir, 'kept-policies.json'), log);
     this.egressSources = new LocalEgressSources(engine);
     this.writer = new PolicyFlowWriter({
       policy: () => this.policyFlows.flows(),
@@ -118,7 +122,9 @@ export class Enforcer {
       clock: this.clock,
       minIntervalMs: opts.debounceMs ?? 20,
       log,
-      compile: (dirty) => this.writer.compiled(this.policyFlows.sync(this.egressSources.input(), dirty)),
+      compile: (dirty) => {
+        this.writer.compiled(this.policyFlows.sync(this.egressSources.input(), dirty));
+      },
       flowCount: () => this.policyFlows.size,
       deliveredResourceVersion: () => this.watch?.deliveredResourceVersion(),
       committed: () => {
@@ -132,10 +138,15 @@ export class Enforcer {
       engine,
       nodeName: opts.nodeName,
       log,
-      changed: (cs) => this.flusher.changed(cs),
+      changed: (cs) => {
+        this.flusher.changed(cs);
+        // An invalid update may change no rule (its last valid version stays): written here, not at the compile.
+        if (engine.keptVersionsChanged) this.kept.save(engine.keptVersions());
+      },
       changes: () => this.flusher.changes,
       podsChanged: () => this.realization.poke(),
       serviceCidrsChanged: () => this.onServiceCidrs?.(),
+      seedFor: (o) => this.kept.seedFor(o),
     });
     this.packetIn = new PacketInDispatch({
       engine,

@@ -29,6 +29,8 @@ export interface IntakeOptions {
   podsChanged(): void;
   /** After each ServiceCIDR event. */
   serviceCidrsChanged(): void;
+  /** The last valid version to feed before an object first seen (kept-versions.ts). */
+  seedFor?(obj: KubeObject): KubeObject | undefined;
 }
 
 /** `obj` with exactly these addresses in its status (no published ones left to fall back on). */
@@ -181,6 +183,8 @@ export class PolicyIntake {
   }
 
   private feed(obj: KubeObject, type: 'upsert' | 'remove'): void {
+    const seed = type === 'upsert' && !isCoreKind(obj, 'Pod') ? this.opts.seedFor?.(obj) : undefined;
+    if (seed) this.opts.changed(this.engine.upsert(seed));
     const cs =
       type === 'upsert'
         ? this.engine.upsert(obj)

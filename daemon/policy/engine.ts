@@ -57,6 +57,8 @@ interface PolicyEntry {
    * agent that dropped the rules instead would turn a typo in a Drop into an allow.
    */
   enforced: NormalizeResult;
+  /** The object `enforced` was made from (obj itself while it is valid). */
+  enforcedObj: KubeObject;
   /** Set while a Tier cannot be used (its priority is taken by an earlier Tier). */
   tierErrors?: ValidationError[];
   /** Fields the kind's schema does not have (the object is still used, as the API server would prune them). */
@@ -226,7 +228,7 @@ export class PolicyEngine {
       } else {
         const key = policyKey(group, ref);
         const stored = storedForm(obj, group);
-        this.setPolicy(key, { key, obj: stored.obj, group, normalize: entry.normalize, result: emptyResult(), enforced: emptyResult(), warnings: [...unknownFieldWarnings(obj, group), ...stored.warnings] });
+        this.setPolicy(key, { key, obj: stored.obj, group, normalize: entry.normalize, result: emptyResult(), enforced: emptyResult(), enforcedObj: stored.obj, warnings: [...unknownFieldWarnings(obj, group), ...stored.warnings] });
       }
     }
     return this.finish();
@@ -296,6 +298,24 @@ export class PolicyEngine {
       return { apiVersion, kind, ...(metadata.namespace ? { namespace: metadata.namespace } : {}), name: metadata.name, ...(metadata.uid ? { uid: metadata.uid } : {}) };
     }
     return undefined;
+  }
+
+  /** Counts changes of the kept versions; keptVersions() marks them seen. */
+  private keptGeneration = 0;
+  private keptSeen = 0;
+
+  /** Whether the kept versions changed since keptVersions() was last read. */
+  get keptVersionsChanged(): boolean {
+    return this.keptGeneration !== this.keptSeen;
+  }
+
+  /**
+   * The last valid versions kept in force for objects that are invalid now (PolicyEntry.enforced),
+   * as they were received: what an agent persists so that a restart keeps them too.
+   */
+  keptVersions(): KubeObject[] {
+    this.keptSeen = this.keptGeneration;
+    return [...this.policies.values()].filter((e) => e.enforced !== e.result).map((e) => e.enforcedObj);
   }
 
   /** Current invalid objects and why, sorted by object. */
@@ -488,6 +508,7 @@ export class PolicyEngine {
       this.policies.set(key, entry);
     } else {
       this.policies.delete(key);
+      if (before && before.enforced !== before.result) this.keptGeneration++;
     }
     this.applyPolicyResult(key, oldResult, entry?.enforced);
     // The Tier table is a function of the objects that define Tiers alone: an object that defines
@@ -508,9 +529,13 @@ export class PolicyEngine {
   /** Normalizes `entry` and sets what it enforces: its own result, else `before`'s (its previous version). */
   private judge(entry: PolicyEntry, before: PolicyEntry | undefined): void {
     const previous = before?.enforced;
+    const wasKept = before !== undefined && before.enforced !== before.result;
     entry.result = this.runNormalizer(entry);
-    entry.enforced = entry.result.errors.length === 0 || !previous || previous.errors.length > 0 ? entry.result : previous;
+    const keep = entry.result.errors.length > 0 && previous !== undefined && previous.errors.length === 0;
+    entry.enforced = keep ? previous : entry.result;
+    entry.enforcedObj = keep ? before!.enforcedObj : entry.obj;
     const kept = entry.enforced !== entry.result;
+    if (kept || wasKept) this.keptGeneration++;
     for (const e of entry.result.errors) this.log?.(kept ? { ...e, message: `${e.message}; ${KEPT_NOTE}` } : e);
   }
 
