@@ -14,6 +14,32 @@ import { AGENT_ENV, AGENT_NODE_FLAGS } from '../daemon/node-flags.js';
 
 export const agentConfigPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.yaml');
 export const agentLogPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.log');
+
+/** A new Pod's CNI ADD as its node's agent logged it: how long it asked the Pod's span, the nodes it guarded the Pod from, and when the last guard was lifted. */
+export interface NewPodAdmission { ms: number; guarded: string[]; liftedAt?: number }
+
+/** Every new Pod's ADD in the log of `node`'s agent, by namespace/name (the last ADD of each). */
+export function newPodAdmissions(lab: string, node: string): Map<string, NewPodAdmission> {
+  const out = new Map<string, NewPodAdmission>();
+  let text = '';
+  try {
+    text = readFileSync(agentLogPath(lab, node), 'utf8');
+  } catch {
+    return out;
+  }
+  for (const l of text.split('\n')) {
+    if (!l.includes('"new Pod: ')) continue;
+    try {
+      const o = JSON.parse(l) as { msg?: string; pod?: string; ms?: number; guarded?: string[]; time?: number };
+      if (o.msg === 'new Pod: span asked' && o.pod && typeof o.ms === 'number') out.set(o.pod, { ms: o.ms, guarded: o.guarded ?? [] });
+      const added = o.pod ? out.get(o.pod) : undefined;
+      if (o.msg === 'new Pod: guard lifted for a node' && added && typeof o.time === 'number') added.liftedAt = o.time;
+    } catch {
+      // not a log record
+    }
+  }
+  return out;
+}
 export const agentPidPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.pid');
 export const agentAuditLogPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'np.log');
 export const nodeKubeconfigPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'kubeconfig');

@@ -332,6 +332,19 @@ function sameMember(a: GroupMember | undefined, b: GroupMember | undefined): boo
   return true;
 }
 
+/** Adds `id` under each of `keys` in a key -> ids index, or removes it (an emptied key goes). */
+function fileUnder(index: Map<string, Set<string>>, keys: readonly string[], id: string, add: boolean): void {
+  for (const k of new Set(keys)) {
+    let ids = index.get(k);
+    if (add) {
+      if (!ids) index.set(k, (ids = new Set()));
+      ids.add(id);
+    } else if (ids?.delete(id) && ids.size === 0) {
+      index.delete(k);
+    }
+  }
+}
+
 export class InternalModel {
   private readonly groups = { address: new Map<string, GroupRecord>(), appliedTo: new Map<string, GroupRecord>() };
   /** Namespace → ids of groups confined to it; other groups are in `unscoped`. */
@@ -505,16 +518,7 @@ export class InternalModel {
   }
 
   private indexRule(r: ComputedRule, add: boolean): void {
-    for (const g of new Set([...r.appliedToGroups, ...r.addressGroups])) {
-      let ids = this.rulesByGroup.get(g);
-      if (add) {
-        if (!ids) this.rulesByGroup.set(g, (ids = new Set()));
-        ids.add(r.id);
-      } else if (ids) {
-        ids.delete(r.id);
-        if (ids.size === 0) this.rulesByGroup.delete(g);
-      }
-    }
+    fileUnder(this.rulesByGroup, [...r.appliedToGroups, ...r.addressGroups], r.id, add);
     if (add) this.checkLocality(r);
     else if (this.localRules.has(r.id)) this.setLocality(r, false);
   }
@@ -529,16 +533,7 @@ export class InternalModel {
     this.localityChanged.add(r.id);
     if (local) this.localRules.add(r.id);
     else this.localRules.delete(r.id);
-    for (const g of new Set([...r.appliedToGroups, ...r.addressGroups])) {
-      let ids = this.localRulesByGroup.get(g);
-      if (local) {
-        if (!ids) this.localRulesByGroup.set(g, (ids = new Set()));
-        ids.add(r.id);
-      } else if (ids) {
-        ids.delete(r.id);
-        if (ids.size === 0) this.localRulesByGroup.delete(g);
-      }
-    }
+    fileUnder(this.localRulesByGroup, [...r.appliedToGroups, ...r.addressGroups], r.id, local);
   }
 
   /** AppliedToGroup `g` got its first local member or lost its last: the rules naming it may change locality. */
@@ -659,18 +654,11 @@ export class InternalModel {
     }
     for (const i of old) {
       this.isolationById.delete(i.id);
-      for (const g of i.appliedToGroups) {
-        const ids = this.isolationsByGroup.get(g);
-        if (ids?.delete(i.id) && ids.size === 0) this.isolationsByGroup.delete(g);
-      }
+      fileUnder(this.isolationsByGroup, i.appliedToGroups, i.id, false);
     }
     for (const i of fresh) {
       this.isolationById.set(i.id, i);
-      for (const g of i.appliedToGroups) {
-        let ids = this.isolationsByGroup.get(g);
-        if (!ids) this.isolationsByGroup.set(g, (ids = new Set()));
-        ids.add(i.id);
-      }
+      fileUnder(this.isolationsByGroup, i.appliedToGroups, i.id, true);
     }
     if (old.length + fresh.length > 0) this.sortedIsolations = undefined;
     if (fresh.length > 0) this.policyIsolations.set(policyKey, fresh);

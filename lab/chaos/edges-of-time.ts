@@ -11,7 +11,7 @@
  * and their allowed connection are not touched by these policies.
  */
 import { readFileSync } from 'node:fs';
-import { agentLogPath } from '../agent.js';
+import { newPodAdmissions } from '../agent.js';
 import { TALK_ANNOTATION } from '../cluster/kubelet.js';
 import { resolveKind } from '../kinds.js';
 import { sleep } from '../net/exec.js';
@@ -98,25 +98,6 @@ async function servers(c: TimeScenarioContext): Promise<{ dropZ: Server; onlyX: 
 
 const otherNode = (c: TimeScenarioContext, node: string) => c.nodes.find((n) => n !== node) ?? node;
 
-/** Whether the agent on `node` started Pod `ref` guarded from some node (its log of the ADD says so). */
-function guardedAtAdd(lab: string, node: string, ref: string): boolean {
-  let text = '';
-  try {
-    text = readFileSync(agentLogPath(lab, node), 'utf8');
-  } catch {
-    return false;
-  }
-  return text.split('\n').some((l) => {
-    if (!l.includes('"new Pod: span asked"') || !l.includes(`"${ref}"`)) return false;
-    try {
-      const o = JSON.parse(l) as { pod?: string; guarded?: string[] };
-      return o.pod === ref && (o.guarded?.length ?? 0) > 0;
-    } catch {
-      return false;
-    }
-  });
-}
-
 /** A Pod on `node` that sends a UDP datagram to ip:80 every `everyMs` for `forMs` from its first moment. */
 async function talker(c: TimeScenarioContext, ns: string, name: string, node: string, ip: string, everyMs: number, forMs: number): Promise<void> {
   await c.rest.apply(resolveKind('pods'), {
@@ -142,12 +123,15 @@ async function newPodsRound(c: TimeScenarioContext, round: number, count: number
       const r = await waitTalk(c.lab, 'z', name, (t) => t.done);
       if (r.replies > 0) c.broke(`new Pod z/${name}: ${r.replies} of its ${r.sent} datagrams reached y/chaos-drop-z, which drops z`);
     }
+    const records = new Map<string, TalkRecord>();
+    for (const name of x) records.set(name, await waitTalk(c.lab, 'x', name, (t) => t.done));
+    // Every x Pod has talked, so every ADD is in the log.
+    const admissions = newPodAdmissions(c.lab, otherNode(c, onlyX.node));
     const ms: number[] = [];
-    for (const name of x) {
-      const r = await waitTalk(c.lab, 'x', name, (t) => t.done);
+    for (const [name, r] of records) {
       // A node that did not confirm within the ADD's wait (a loaded machine) has the Pod start
       // guarded from its Pods: its first datagrams are dropped on purpose, and that is no blackout.
-      if (guardedAtAdd(c.lab, otherNode(c, onlyX.node), `x/${name}`)) continue;
+      if ((admissions.get(`x/${name}`)?.guarded.length ?? 0) > 0) continue;
       if (r.firstAnsweredSeq !== 0) c.broke(`new Pod x/${name}: its first datagram to y/chaos-only-x (which admits x) was not answered (first answered: ${r.firstAnsweredSeq ?? 'none'})`);
       if (r.firstReply !== undefined) ms.push(r.firstReply - r.since);
     }

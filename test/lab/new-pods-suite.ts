@@ -16,7 +16,7 @@ import t from 'tap';
 import { spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { agentLogPath, agentPidPath } from '../../lab/agent.js';
+import { agentPidPath, newPodAdmissions } from '../../lab/agent.js';
 import { TALK_ANNOTATION } from '../../lab/cluster/kubelet.js';
 import { nodeNetns, ovsDir, podNetns, repoRoot } from '../../lab/net/names.js';
 import { talkFile } from '../../lab/net/sandbox.js';
@@ -118,25 +118,10 @@ export function newPodsSuite(lab: string, primary: 'ptp' | 'eks', ipFamily: 'ipv
       t.comment(`new z Pods: ${COUNT}, datagrams sent ${sent}, reached y/deny-z ${arrived}`);
     });
 
-    /** What node-1's agent logged for each new Pod's ADD: how long it asked its span, and the nodes it guarded the Pod from. */
-    const addOutcomes = (): Map<string, { ms: number; guarded: string[]; liftedAt?: number }> => {
-      const out = new Map<string, { ms: number; guarded: string[]; liftedAt?: number }>();
-      for (const l of readText(agentLogPath(lab, 'node-1')).split('\n')) {
-        try {
-          const o = JSON.parse(l) as { msg?: string; pod?: string; ms?: number; guarded?: string[]; time?: number };
-          if (o.msg === 'new Pod: span asked' && o.pod && typeof o.ms === 'number') out.set(o.pod, { ms: o.ms, guarded: o.guarded ?? [] });
-          const added = o.pod ? out.get(o.pod) : undefined;
-          if (o.msg === 'new Pod: guard lifted for a node' && added && typeof o.time === 'number') added.liftedAt = o.time;
-        } catch {
-          // not a log record
-        }
-      }
-      return out;
-    };
-
     t.test(`${COUNT} new Pods of x: answered from their first datagrams by the Pod that admits only x`, async (t) => {
       const talkers = await createTalkers('x', 'nx', COUNT, (i) => ({ ip: servers.onlyX[familyOf(i)], port: 80 }), 5, 1500);
-      const outcomes = addOutcomes();
+      // What node-1's agent logged for each new Pod's ADD: how long it asked node-2, whether it guarded the Pod.
+      const outcomes = newPodAdmissions(lab, 'node-1');
       const fromSandbox: number[] = [];
       const add: number[] = [];
       const fromAdd: number[] = [];
