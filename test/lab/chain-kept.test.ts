@@ -121,8 +121,11 @@ withEnforcingLab(LAB, 'chain-kept-', (dir) => {
       process.kill(pid, 'SIGCONT');
     }
     await chainedAgain(conflist);
+    // The adoption counts a Pod once its attach returned, which includes asking the nodes of its span
+    // (up to 2 s): the Pod can be listed as attached a moment before it is counted.
     let status = await agentStatus(LAB, NODE);
-    for (let i = 0; i < 150 && !(status.pods as { podName: string }[]).some((p) => p.podName === 'late'); i++) {
+    const lateAdopted = () => (status.pods as { podName: string }[]).some((p) => p.podName === 'late') && (status.adoption as { adopted: number }).adopted > adoption.adopted;
+    for (let i = 0; i < 150 && !lateAdopted(); i++) {
       await sleep(100);
       status = await agentStatus(LAB, NODE);
     }
