@@ -1,0 +1,108 @@
+/**
+ * The objects of the `controlplane.sluice.io` API: what the controller computes once for the
+ * whole cluster and serves to each agent, reduced to that agent's Node (its span). They follow the
+ * seed's internal objects (Antrea's controlplane API):
+ *
+ * - NetworkPolicy: one source policy's computed rules and isolations, with the AppliedToGroups and
+ *   AddressGroups they name. Sent to the Nodes where one of its AppliedToGroups has a member.
+ * - AppliedToGroup: the targets of one appliedTo term. A Node receives only its own members, and
+ *   only the groups with a member on it.
+ * - AddressGroup: the members of one peer term (every member, cluster-wide: they are the addresses
+ *   a rule matches), sent to the Nodes of the policies naming it; a membership change is sent as a
+ *   patch of the members that came, changed or went, not as the whole group.
+ *
+ * Every object is plain JSON: it is what the watch stream carries.
+ */
+import type { ComputedIsolation, ComputedRule } from '../policy/internal.js';
+import type { GroupMember } from '../policy/types.js';
+
+export const CONTROLPLANE_GROUP = 'controlplane.sluice.io';
+export const CONTROLPLANE_VERSION = 'v1beta1';
+export const CONTROLPLANE_API_VERSION = `${CONTROLPLANE_GROUP}/${CONTROLPLANE_VERSION}`;
+
+export type ControlPlaneKind = 'NetworkPolicy' | 'AppliedToGroup' | 'AddressGroup';
+
+/** The resource (plural) of each kind, as in the API's paths. */
+export const CONTROLPLANE_RESOURCES: Record<ControlPlaneKind, string> = {
+  NetworkPolicy: 'networkpolicies',
+  AppliedToGroup: 'appliedtogroups',
+  AddressGroup: 'addressgroups',
+};
+
+export interface ControlPlaneMeta {
+  name: string;
+  /** Set on objects the API returns (the store's version when the object last changed). */
+  resourceVersion?: string;
+}
+
+/** Where a toServices peer's traffic goes after DNAT: the endpoints of one ClusterIP/protocol/port. */
+export interface ServiceBackendEntry {
+  clusterIP: string;
+  protocol: string;
+  port: number;
+  backends: { ip: string; port: number }[];
+}
+
+export interface ControlPlaneNetworkPolicy {
+  apiVersion: typeof CONTROLPLANE_API_VERSION;
+  kind: 'NetworkPolicy';
+  /** The name is the source policy's key ("<kind>/<namespace>/<name>"), made URL-safe by the store. */
+  metadata: ControlPlaneMeta;
+  /** The source policy's key, "<kind>/<namespace>/<name>" (namespace empty for cluster-scoped kinds). */
+  sourceKey: string;
+  /** Its computed rules, sorted by id. */
+  rules: ComputedRule[];
+  /** Its Kubernetes NetworkPolicy isolations, sorted by id. */
+  isolations: ComputedIsolation[];
+}
+
+export interface ControlPlaneAppliedToGroup {
+  apiVersion: typeof CONTROLPLANE_API_VERSION;
+  kind: 'AppliedToGroup';
+  metadata: ControlPlaneMeta;
+  /** The members on the receiving Node, sorted by ref. */
+  members: GroupMember[];
+}
+
+export interface ControlPlaneAddressGroup {
+  apiVersion: typeof CONTROLPLANE_API_VERSION;
+  kind: 'AddressGroup';
+  metadata: ControlPlaneMeta;
+  /** Every member, sorted by ref. */
+  members: GroupMember[];
+  /** Non-overlapping CIDRs a Group/ClusterGroup contributes through ipBlock members. */
+  ipBlocks: string[];
+  /** Set on the groups of egress rules with named ports (see policy/internal.ts AddressGroup.namedPorts). */
+  namedPorts?: { protocol: string; name: string }[];
+  /** For groups with Service members (toServices peers): where each ClusterIP/port sends its traffic. */
+  serviceBackends?: ServiceBackendEntry[];
+}
+
+/** A membership change of one AddressGroup: the members that came or changed, the refs of those that went. */
+export interface ControlPlaneAddressGroupPatch {
+  apiVersion: typeof CONTROLPLANE_API_VERSION;
+  kind: 'AddressGroupPatch';
+  metadata: ControlPlaneMeta;
+  /** Members added or changed (a member is keyed by `${kind}:${ref}`). */
+  upserted: GroupMember[];
+  /** Keys (`${kind}:${ref}`) of the members that went. */
+  removed: string[];
+}
+
+export type ControlPlaneObject = ControlPlaneNetworkPolicy | ControlPlaneAppliedToGroup | ControlPlaneAddressGroup;
+
+/**
+ * One event of a Node's view, as the watch stream carries it. A `MODIFIED` event of an
+ * AddressGroup carries either the whole group or an AddressGroupPatch; `BOOKMARK` carries only
+ * a resourceVersion.
+ */
+export type ControlPlaneEvent =
+  | { type: 'ADDED' | 'MODIFIED'; object: ControlPlaneObject }
+  | { type: 'MODIFIED'; object: ControlPlaneAddressGroupPatch }
+  | { type: 'DELETED'; object: { apiVersion: typeof CONTROLPLANE_API_VERSION; kind: ControlPlaneKind; metadata: ControlPlaneMeta } }
+  | { type: 'BOOKMARK'; object: { apiVersion: typeof CONTROLPLANE_API_VERSION; kind: ControlPlaneKind; metadata: ControlPlaneMeta } };
+
+/** The key a group member is filed under in a group (and named by in a patch's `removed`). */
+export function memberKey(m: Pick<GroupMember, 'kind' | 'ref'>): string {
+  return `${m.kind}:${m.ref}`;
+}
