@@ -371,6 +371,11 @@ export class PolicyEngine {
   /** See InternalModel.podSpan: node → addresses of its Pods whose rules name Pod `namespace/name` as a peer. */
   podSpan(namespace: string, name: string): Map<string, string[]> { return this.model.podSpan(`${namespace}/${name}`); }
   appliedToGroups(): AppliedToGroup[] { return this.model.appliedToGroups(); }
+  /** One internal object by id (what a ChangeSet names), undefined when it is gone. */
+  addressGroup(id: string): AddressGroup | undefined { return this.model.addressGroup(id); }
+  appliedToGroup(id: string): AppliedToGroup | undefined { return this.model.appliedToGroup(id); }
+  internalRule(id: string): ComputedRule | undefined { return this.model.rule(id); }
+  internalIsolation(id: string): ComputedIsolation | undefined { return this.model.isolation(id); }
   internalRules(): ComputedRule[] { return this.model.rules(); }
   /** The ids of the computed rules naming any of these groups, from an index kept with the rules. */
   rulesNamingGroups(groupIds: Iterable<string>): Set<string> { return this.model.rulesNamingGroups(groupIds); }

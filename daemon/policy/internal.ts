@@ -606,6 +606,28 @@ export class InternalModel {
     return [...this.groups.appliedTo.values()].sort(byId).map((g) => this.toAppliedToGroup(g));
   }
 
+  /** One AddressGroup by id (O(its members)), undefined when no rule names it any more. */
+  addressGroup(id: string): AddressGroup | undefined {
+    const g = this.groups.address.get(id);
+    return g && this.toAddressGroup(g);
+  }
+
+  /** One AppliedToGroup by id (O(its members)), undefined when nothing applies to it any more. */
+  appliedToGroup(id: string): AppliedToGroup | undefined {
+    const g = this.groups.appliedTo.get(id);
+    return g && this.toAppliedToGroup(g);
+  }
+
+  /** One computed rule by id. */
+  rule(id: string): ComputedRule | undefined {
+    return this.computed.get(id);
+  }
+
+  /** One isolation by id. */
+  isolation(id: string): ComputedIsolation | undefined {
+    return this.isolationById.get(id);
+  }
+
   rules(): ComputedRule[] {
     return [...this.sortedRuleList()];
   }

@@ -1,0 +1,285 @@
+/**
+ * The controller's policy computation: one policy engine for the whole cluster (no Node of its
+ * own), and, from each ChangeSet it returns, the objects every Node's view gains, changes or
+ * loses (types in controlplane/types.ts):
+ *
+ * - each AppliedToGroup is split by Node: a Node receives the group with its own members only,
+ *   and only while it has one;
+ * - a NetworkPolicy's span is the Nodes of its AppliedToGroups' members; the policy goes to them;
+ * - an AddressGroup's span is the union of the spans of the policies naming it; a change of its
+ *   members goes to them as a patch.
+ *
+ * The work per ChangeSet is proportional to what it names (the changed groups and policies and
+ * the Nodes whose view changes), not to the cluster: the indices below map groups to policies and
+ * count, per AddressGroup and Node, the policies that need it there.
+ */
+import { CONTROLPLANE_API_VERSION, memberKey } from '../controlplane/types.js';
+import type {
+  ControlPlaneAddressGroup, ControlPlaneAddressGroupPatch, ControlPlaneAppliedToGroup, ControlPlaneKind, ControlPlaneNetworkPolicy, ControlPlaneObject, ServiceBackendEntry,
+} from '../controlplane/types.js';
+import { serviceBackends } from '../policy/endpoints.js';
+import type { ChangeSet, ComputedIsolation, ComputedRule, PolicyEngine } from '../policy/engine.js';
+import { canonicalJson } from '../policy/order.js';
+import type { GroupMember, RuleRef } from '../policy/types.js';
+
+/** Where the per-Node views go (the controller's store, or a test's recorder). */
+export interface NodeViewSink {
+  /**
+   * The object as `node` now sees it (undefined: gone from its view). `patch` is given for an
+   * AddressGroup whose members changed, for the Nodes that already hold it.
+   */
+  set(node: string, kind: ControlPlaneKind, name: string, object: ControlPlaneObject | undefined, patch?: ControlPlaneAddressGroupPatch): void;
+}
+
+/** The Nodes a group member is on, as an agent's engine tells its local members (InternalModel.isLocal). */
+export function memberNodes(m: GroupMember): string[] {
+  const out: string[] = [];
+  if (m.nodeName !== undefined) out.push(m.nodeName);
+  if (m.kind === 'node' && m.ref !== m.nodeName) out.push(m.ref);
+  return out;
+}
+
+/** The key of the source policy a computed rule or isolation came from. */
+export function policyKeyOf(ref: RuleRef): string {
+  return `${ref.kind}/${ref.namespace ?? ''}/${ref.name}`;
+}
+
+interface PolicyState {
+  key: string;
+  object: ControlPlaneNetworkPolicy;
+  ruleIds: Set<string>;
+  isolationIds: Set<string>;
+  appliedToGroups: Set<string>;
+  addressGroups: Set<string>;
+  span: Set<string>;
+}
+
+const EMPTY: ReadonlySet<string> = new Set();
+
+export class ClusterComputation {
+  private readonly policies = new Map<string, PolicyState>();
+  /** Computed rule / isolation id → the key of the policy holding it. */
+  private readonly ruleOwner = new Map<string, string>();
+  private readonly isolationOwner = new Map<string, string>();
+  /** AppliedToGroup id → Node → the group as that Node receives it. */
+  private readonly appliedTo = new Map<string, Map<string, ControlPlaneAppliedToGroup>>();
+  private readonly policiesByAppliedTo = new Map<string, Set<string>>();
+  private readonly policiesByAddress = new Map<string, Set<string>>();
+  private readonly addressGroups = new Map<string, ControlPlaneAddressGroup>();
+  /** AddressGroup id → Node → how many policies spanning that Node name the group. */
+  private readonly addressSpan = new Map<string, Map<string, number>>();
+
+  constructor(
+    private readonly engine: PolicyEngine,
+    private readonly sink: NodeViewSink,
+  ) {}
+
+  /** Brings every Node's view up to date with one ChangeSet of the engine. */
+  apply(cs: ChangeSet): void {
+    const respan = new Set<string>();
+    // AddressGroup changes first: a Node that gains a policy below gets the groups' current content.
+    const changedAddress = new Map<string, ControlPlaneAddressGroupPatch | undefined>();
+    for (const id of new Set([...cs.addressGroups.added, ...cs.addressGroups.updated, ...cs.addressGroups.removed, ...cs.serviceEndpoints])) {
+      changedAddress.set(id, this.recomputeAddressGroup(id));
+    }
+    for (const id of [...cs.appliedToGroups.added, ...cs.appliedToGroups.updated, ...cs.appliedToGroups.removed]) {
+      if (this.splitAppliedToGroup(id)) for (const key of this.policiesByAppliedTo.get(id) ?? EMPTY) respan.add(key);
+    }
+    const changedPolicies = new Set<string>();
+    const own = (owners: Map<string, string>, id: string, item: ComputedRule | ComputedIsolation | undefined, field: 'ruleIds' | 'isolationIds') => {
+      const was = owners.get(id);
+      const now = item ? policyKeyOf(item.ref) : undefined;
+      if (was !== undefined) {
+        changedPolicies.add(was);
+        if (was !== now) this.policies.get(was)?.[field].delete(id);
+      }
+      if (now !== undefined) {
+        changedPolicies.add(now);
+        owners.set(id, now);
+        this.policyState(now)[field].add(id);
+      } else owners.delete(id);
+    };
+    for (const id of [...cs.rules.added, ...cs.rules.updated, ...cs.rules.removed]) own(this.ruleOwner, id, this.engine.internalRule(id), 'ruleIds');
+    for (const id of [...cs.isolations.added, ...cs.isolations.updated, ...cs.isolations.removed]) {
+      own(this.isolationOwner, id, this.engine.internalIsolation(id), 'isolationIds');
+    }
+    for (const key of changedPolicies) this.rebuildPolicy(key);
+    for (const key of new Set([...respan, ...changedPolicies])) this.respanPolicy(key, changedPolicies.has(key));
+    // The members of a group a Node keeps go to it as a patch; Nodes that just gained the group got it whole.
+    for (const [id, patch] of changedAddress) {
+      const obj = this.addressGroups.get(id);
+      for (const node of this.addressSpan.get(id)?.keys() ?? []) this.sink.set(node, 'AddressGroup', id, obj, patch);
+    }
+  }
+
+  /** The Nodes a policy is sent to (for status and tests). */
+  policySpan(key: string): ReadonlySet<string> {
+    return this.policies.get(key)?.span ?? EMPTY;
+  }
+
+  /** The Nodes an AddressGroup is sent to. */
+  addressGroupSpan(id: string): string[] {
+    return [...(this.addressSpan.get(id)?.keys() ?? [])].sort();
+  }
+
+  /** Sizes for /status and benches. */
+  counts(): { policies: number; appliedToGroups: number; addressGroups: number } {
+    return { policies: this.policies.size, appliedToGroups: this.appliedTo.size, addressGroups: this.addressGroups.size };
+  }
+
+  private policyState(key: string): PolicyState {
+    let p = this.policies.get(key);
+    if (!p) {
+      p = {
+        key, ruleIds: new Set(), isolationIds: new Set(), appliedToGroups: new Set(), addressGroups: new Set(), span: new Set(),
+        object: { apiVersion: CONTROLPLANE_API_VERSION, kind: 'NetworkPolicy', metadata: { name: key }, sourceKey: key, rules: [], isolations: [] },
+      };
+      this.policies.set(key, p);
+    }
+    return p;
+  }
+
+  /** The policy's object and group references, from the engine's current rules and isolations. */
+  private rebuildPolicy(key: string): void {
+    const p = this.policies.get(key);
+    if (!p) return;
+    const rules = [...p.ruleIds].sort().map((id) => this.engine.internalRule(id)).filter((r): r is ComputedRule => r !== undefined);
+    const isolations = [...p.isolationIds].sort().map((id) => this.engine.internalIsolation(id)).filter((i): i is ComputedIsolation => i !== undefined);
+    p.object = { apiVersion: CONTROLPLANE_API_VERSION, kind: 'NetworkPolicy', metadata: { name: key }, sourceKey: key, rules, isolations };
+    const appliedTo = new Set([...rules.flatMap((r) => r.appliedToGroups), ...isolations.flatMap((i) => i.appliedToGroups)]);
+    const address = new Set(rules.flatMap((r) => r.addressGroups));
+    this.refile(this.policiesByAppliedTo, p.appliedToGroups, appliedTo, key);
+    // The AddressGroup counts follow the references here and the span in respanPolicy.
+    for (const id of p.addressGroups) if (!address.has(id)) this.countAddressSpan(id, p.span, -1);
+    for (const id of address) if (!p.addressGroups.has(id)) this.countAddressSpan(id, p.span, +1);
+    this.refile(this.policiesByAddress, p.addressGroups, address, key);
+    p.appliedToGroups = appliedTo;
+    p.addressGroups = address;
+  }
+
+  /**
+   * Sends the policy to the Nodes that joined its span (to every Node of it when `changed`) and
+   * its end to the Nodes that left it.
+   */
+  private respanPolicy(key: string, changed: boolean): void {
+    const p = this.policies.get(key);
+    if (!p) return;
+    const span = new Set<string>();
+    if (p.ruleIds.size + p.isolationIds.size > 0) for (const id of p.appliedToGroups) for (const node of this.appliedTo.get(id)?.keys() ?? []) span.add(node);
+    const gone = [...p.span].filter((n) => !span.has(n));
+    const came = [...span].filter((n) => !p.span.has(n));
+    for (const id of p.addressGroups) {
+      this.countAddressSpan(id, came, +1);
+    }
+    p.span = span;
+    for (const node of changed ? span : came) this.sink.set(node, 'NetworkPolicy', key, p.object);
+    for (const node of gone) this.sink.set(node, 'NetworkPolicy', key, undefined);
+    for (const id of p.addressGroups) this.countAddressSpan(id, gone, -1);
+    // Without rules or isolations it names no group any more (rebuildPolicy): nothing left to keep.
+    if (p.ruleIds.size + p.isolationIds.size === 0) this.policies.delete(key);
+  }
+
+  /** Adds `delta` to the count of (group, node) for each node; a count going 0↔1 adds or removes the group from that Node's view. */
+  private countAddressSpan(id: string, nodes: Iterable<string>, delta: 1 | -1): void {
+    let counts = this.addressSpan.get(id);
+    for (const node of nodes) {
+      if (!counts) this.addressSpan.set(id, (counts = new Map()));
+      const n = (counts.get(node) ?? 0) + delta;
+      if (n > 0) counts.set(node, n);
+      else counts.delete(node);
+      if (delta > 0 && n === 1) this.sink.set(node, 'AddressGroup', id, this.addressGroups.get(id) ?? this.emptyAddressGroup(id));
+      if (delta < 0 && n === 0) this.sink.set(node, 'AddressGroup', id, undefined);
+    }
+    if (counts && counts.size === 0) this.addressSpan.delete(id);
+  }
+
+  private emptyAddressGroup(id: string): ControlPlaneAddressGroup {
+    return { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: id }, members: [], ipBlocks: [] };
+  }
+
+  /** The group's object from the engine; returns the patch from the previous one when only members changed. */
+  private recomputeAddressGroup(id: string): ControlPlaneAddressGroupPatch | undefined {
+    const g = this.engine.addressGroup(id);
+    const old = this.addressGroups.get(id);
+    if (!g) {
+      this.addressGroups.delete(id);
+      return undefined;
+    }
+    const backends = this.backendsOf(g.members);
+    const obj: ControlPlaneAddressGroup = {
+      apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: id }, members: g.members, ipBlocks: g.ipBlocks,
+      ...(g.namedPorts ? { namedPorts: g.namedPorts } : {}), ...(backends.length > 0 ? { serviceBackends: backends } : {}),
+    };
+    this.addressGroups.set(id, obj);
+    if (!old || canonicalJson([old.ipBlocks, old.namedPorts, old.serviceBackends]) !== canonicalJson([obj.ipBlocks, obj.namedPorts, obj.serviceBackends])) return undefined;
+    const before = new Map(old.members.map((m) => [memberKey(m), m]));
+    const upserted: GroupMember[] = [];
+    for (const m of obj.members) {
+      const key = memberKey(m);
+      const was = before.get(key);
+      before.delete(key);
+      if (!was || canonicalJson(was) !== canonicalJson(m)) upserted.push(m);
+    }
+    return { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroupPatch', metadata: { name: id }, upserted, removed: [...before.keys()].sort() };
+  }
+
+  /** Where a toServices group's ClusterIPs and ports send their traffic (the compiler's post-DNAT flows). */
+  private backendsOf(members: GroupMember[]): ServiceBackendEntry[] {
+    const out: ServiceBackendEntry[] = [];
+    for (const m of members) {
+      if (m.kind !== 'service') continue;
+      for (const ip of m.ips) {
+        for (const p of m.ports) out.push({ clusterIP: ip, protocol: p.protocol, port: p.containerPort, backends: serviceBackends(this.engine.cluster, ip, p.protocol, p.containerPort) });
+      }
+    }
+    return out;
+  }
+
+  /** Splits the group by Node and sends each Node its part; returns whether its set of Nodes changed. */
+  private splitAppliedToGroup(id: string): boolean {
+    const g = this.engine.appliedToGroup(id);
+    const byNode = new Map<string, GroupMember[]>();
+    for (const m of g?.members ?? []) {
+      for (const node of memberNodes(m)) {
+        let list = byNode.get(node);
+        if (!list) byNode.set(node, (list = []));
+        list.push(m);
+      }
+    }
+    const prev = this.appliedTo.get(id) ?? new Map<string, ControlPlaneAppliedToGroup>();
+    const next = new Map<string, ControlPlaneAppliedToGroup>();
+    let nodesChanged = false;
+    for (const [node, members] of byNode) {
+      const was = prev.get(node);
+      if (!was) nodesChanged = true;
+      const obj: ControlPlaneAppliedToGroup = was && canonicalJson(was.members) === canonicalJson(members)
+        ? was
+        : { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AppliedToGroup', metadata: { name: id }, members };
+      next.set(node, obj);
+      if (obj !== was) this.sink.set(node, 'AppliedToGroup', id, obj);
+    }
+    for (const node of prev.keys()) {
+      if (next.has(node)) continue;
+      nodesChanged = true;
+      this.sink.set(node, 'AppliedToGroup', id, undefined);
+    }
+    if (next.size > 0) this.appliedTo.set(id, next);
+    else this.appliedTo.delete(id);
+    return nodesChanged;
+  }
+
+  private refile(index: Map<string, Set<string>>, was: ReadonlySet<string>, now: ReadonlySet<string>, key: string): void {
+    for (const id of was) {
+      if (now.has(id)) continue;
+      const s = index.get(id);
+      s?.delete(key);
+      if (s?.size === 0) index.delete(id);
+    }
+    for (const id of now) {
+      if (was.has(id)) continue;
+      let s = index.get(id);
+      if (!s) index.set(id, (s = new Set()));
+      s.add(key);
+    }
+  }
+}
