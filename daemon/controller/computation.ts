@@ -13,12 +13,14 @@
  * the Nodes whose view changes), not to the cluster: the indices below map groups to policies and
  * count, per AddressGroup and Node, the policies that need it there.
  */
+import { applyMemberChanges } from '../controlplane/members.js';
 import { CONTROLPLANE_API_VERSION, memberKey } from '../controlplane/types.js';
 import type {
   ControlPlaneAddressGroup, ControlPlaneAddressGroupPatch, ControlPlaneAppliedToGroup, ControlPlaneKind, ControlPlaneNetworkPolicy, ControlPlaneObject, ServiceBackendEntry,
 } from '../controlplane/types.js';
 import { serviceBackends } from '../policy/endpoints.js';
 import type { ChangeSet, ComputedIsolation, ComputedRule, PolicyEngine } from '../policy/engine.js';
+import type { MemberChange } from '../policy/internal.js';
 import { canonicalJson } from '../policy/order.js';
 import type { GroupMember, RuleRef } from '../policy/types.js';
 
@@ -69,6 +71,7 @@ export class ClusterComputation {
   /** AddressGroup id → Node → how many policies spanning that Node name the group. */
   private readonly addressSpan = new Map<string, Map<string, number>>();
 
+  /** `engine` has no Node of its own and tracks members (`new PolicyEngine({ trackMembers: true })`). */
   constructor(
     private readonly engine: PolicyEngine,
     private readonly sink: NodeViewSink,
@@ -80,10 +83,10 @@ export class ClusterComputation {
     // AddressGroup changes first: a Node that gains a policy below gets the groups' current content.
     const changedAddress = new Map<string, ControlPlaneAddressGroupPatch | undefined>();
     for (const id of new Set([...cs.addressGroups.added, ...cs.addressGroups.updated, ...cs.addressGroups.removed, ...cs.serviceEndpoints])) {
-      changedAddress.set(id, this.recomputeAddressGroup(id));
+      changedAddress.set(id, this.recomputeAddressGroup(id, cs));
     }
     for (const id of [...cs.appliedToGroups.added, ...cs.appliedToGroups.updated, ...cs.appliedToGroups.removed]) {
-      if (this.splitAppliedToGroup(id)) for (const key of this.policiesByAppliedTo.get(id) ?? EMPTY) respan.add(key);
+      if (this.splitAppliedToGroup(id, cs)) for (const key of this.policiesByAppliedTo.get(id) ?? EMPTY) respan.add(key);
     }
     const changedPolicies = new Set<string>();
     const own = (owners: Map<string, string>, id: string, item: ComputedRule | ComputedIsolation | undefined, field: 'ruleIds' | 'isolationIds') => {
@@ -197,30 +200,41 @@ export class ClusterComputation {
     return { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: id }, members: [], ipBlocks: [] };
   }
 
-  /** The group's object from the engine; returns the patch from the previous one when only members changed. */
-  private recomputeAddressGroup(id: string): ControlPlaneAddressGroupPatch | undefined {
-    const g = this.engine.addressGroup(id);
+  /**
+   * The group's object after the change; returns the patch from the previous one when only
+   * members changed. With the engine's member changes this costs O(changed members) plus one copy
+   * of the member list, not a comparison of the whole group.
+   */
+  private recomputeAddressGroup(id: string, cs: ChangeSet): ControlPlaneAddressGroupPatch | undefined {
     const old = this.addressGroups.get(id);
-    if (!g) {
+    const ipBlocks = this.engine.addressGroupIpBlocks(id);
+    if (!ipBlocks) {
       this.addressGroups.delete(id);
       return undefined;
     }
-    const backends = this.backendsOf(g.members);
+    const changes = cs.memberChanges?.get(id);
+    let members: GroupMember[];
+    let patch: ControlPlaneAddressGroupPatch | undefined;
+    if (old && changes) {
+      members = applyMemberChanges(old.members, changes);
+      const upserted = changes.filter((c) => c.after).map((c) => c.after!);
+      const removed = changes.filter((c) => !c.after).map((c) => c.key).sort();
+      patch = { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroupPatch', metadata: { name: id }, upserted, removed };
+    } else if (old && !cs.addressGroups.added.includes(id) && !cs.addressGroups.updated.includes(id)) {
+      members = old.members; // only its Service's endpoints moved
+    } else {
+      members = this.engine.addressGroup(id)!.members;
+    }
+    const namedPorts = old ? old.namedPorts : this.engine.addressGroup(id)?.namedPorts;
+    const backends = this.backendsOf(members);
     const obj: ControlPlaneAddressGroup = {
-      apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: id }, members: g.members, ipBlocks: g.ipBlocks,
-      ...(g.namedPorts ? { namedPorts: g.namedPorts } : {}), ...(backends.length > 0 ? { serviceBackends: backends } : {}),
+      apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: id }, members, ipBlocks,
+      ...(namedPorts ? { namedPorts } : {}), ...(backends.length > 0 ? { serviceBackends: backends } : {}),
     };
     this.addressGroups.set(id, obj);
-    if (!old || canonicalJson([old.ipBlocks, old.namedPorts, old.serviceBackends]) !== canonicalJson([obj.ipBlocks, obj.namedPorts, obj.serviceBackends])) return undefined;
-    const before = new Map(old.members.map((m) => [memberKey(m), m]));
-    const upserted: GroupMember[] = [];
-    for (const m of obj.members) {
-      const key = memberKey(m);
-      const was = before.get(key);
-      before.delete(key);
-      if (!was || canonicalJson(was) !== canonicalJson(m)) upserted.push(m);
-    }
-    return { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroupPatch', metadata: { name: id }, upserted, removed: [...before.keys()].sort() };
+    // Other than members changed (ipBlocks, Service backends): the group goes whole.
+    if (!old || canonicalJson([old.ipBlocks, old.serviceBackends]) !== canonicalJson([obj.ipBlocks, obj.serviceBackends])) return undefined;
+    return patch;
   }
 
   /** Where a toServices group's ClusterIPs and ports send their traffic (the compiler's post-DNAT flows). */
@@ -235,35 +249,69 @@ export class ClusterComputation {
     return out;
   }
 
-  /** Splits the group by Node and sends each Node its part; returns whether its set of Nodes changed. */
-  private splitAppliedToGroup(id: string): boolean {
-    const g = this.engine.appliedToGroup(id);
-    const byNode = new Map<string, GroupMember[]>();
-    for (const m of g?.members ?? []) {
-      for (const node of memberNodes(m)) {
-        let list = byNode.get(node);
-        if (!list) byNode.set(node, (list = []));
-        list.push(m);
+  /**
+   * Sends each Node whose part of the group changed its new part; returns whether the group's set
+   * of Nodes changed. With the engine's member changes only the Nodes of those members are looked at.
+   */
+  private splitAppliedToGroup(id: string, cs: ChangeSet): boolean {
+    const prev = this.appliedTo.get(id) ?? new Map<string, ControlPlaneAppliedToGroup>();
+    const changes = cs.memberChanges?.get(id);
+    const removed = cs.appliedToGroups.removed.includes(id);
+    /** Node → the member changes of its part. */
+    const byNode = new Map<string, MemberChange[]>();
+    const file = (node: string, c: MemberChange) => {
+      let list = byNode.get(node);
+      if (!list) byNode.set(node, (list = []));
+      list.push(c);
+    };
+    if (changes && !removed) {
+      for (const c of changes) {
+        const before = c.before ? memberNodes(c.before) : [];
+        const after = c.after ? memberNodes(c.after) : [];
+        for (const node of before) if (!after.includes(node)) file(node, { key: c.key, before: c.before });
+        for (const node of after) file(node, c);
+      }
+    } else {
+      // Without member changes (or for a removed group): every Node's part from scratch.
+      const members = removed ? [] : (this.engine.appliedToGroup(id)?.members ?? []);
+      const fresh = new Map<string, GroupMember[]>();
+      for (const m of members) {
+        for (const node of memberNodes(m)) {
+          let list = fresh.get(node);
+          if (!list) fresh.set(node, (list = []));
+          list.push(m);
+        }
+      }
+      for (const node of new Set([...prev.keys(), ...fresh.keys()])) {
+        const was = new Map((prev.get(node)?.members ?? []).map((m) => [memberKey(m), m]));
+        const list: MemberChange[] = [];
+        for (const m of fresh.get(node) ?? []) {
+          const key = memberKey(m);
+          const before = was.get(key);
+          was.delete(key);
+          if (!before || canonicalJson(before) !== canonicalJson(m)) list.push({ key, before, after: m });
+        }
+        for (const [key, before] of was) list.push({ key, before });
+        if (list.length > 0) byNode.set(node, list);
       }
     }
-    const prev = this.appliedTo.get(id) ?? new Map<string, ControlPlaneAppliedToGroup>();
-    const next = new Map<string, ControlPlaneAppliedToGroup>();
     let nodesChanged = false;
-    for (const [node, members] of byNode) {
+    for (const [node, list] of byNode) {
       const was = prev.get(node);
+      const members = applyMemberChanges(was?.members ?? [], list);
+      if (members.length === 0) {
+        if (!was) continue;
+        prev.delete(node);
+        nodesChanged = true;
+        this.sink.set(node, 'AppliedToGroup', id, undefined);
+        continue;
+      }
       if (!was) nodesChanged = true;
-      const obj: ControlPlaneAppliedToGroup = was && canonicalJson(was.members) === canonicalJson(members)
-        ? was
-        : { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AppliedToGroup', metadata: { name: id }, members };
-      next.set(node, obj);
-      if (obj !== was) this.sink.set(node, 'AppliedToGroup', id, obj);
+      const obj: ControlPlaneAppliedToGroup = { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AppliedToGroup', metadata: { name: id }, members };
+      prev.set(node, obj);
+      this.sink.set(node, 'AppliedToGroup', id, obj);
     }
-    for (const node of prev.keys()) {
-      if (next.has(node)) continue;
-      nodesChanged = true;
-      this.sink.set(node, 'AppliedToGroup', id, undefined);
-    }
-    if (next.size > 0) this.appliedTo.set(id, next);
+    if (prev.size > 0) this.appliedTo.set(id, prev);
     else this.appliedTo.delete(id);
     return nodesChanged;
   }

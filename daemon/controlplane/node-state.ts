@@ -10,6 +10,7 @@
  * AddressGroup the controller removed is kept while an enforced policy still names it. An
  * AppliedToGroup that is absent has no member on this Node (the controller sends none then).
  */
+import { applyMemberChanges } from './members.js';
 import { memberKey } from './types.js';
 import type { ControlPlaneAddressGroup, ControlPlaneAddressGroupPatch, ControlPlaneEvent, ControlPlaneKind, ControlPlaneNetworkPolicy, ControlPlaneObject } from './types.js';
 import type { ChangeSet, ComputedIsolation, IdDelta, NodeIsolation } from '../policy/internal.js';
@@ -19,7 +20,6 @@ import type { ComputedRule, GroupMember, InternalRule } from '../policy/types.js
 
 interface AddressEntry {
   object: ControlPlaneAddressGroup;
-  members: Map<string, GroupMember>;
   /** Removed by the controller, kept while an enforced policy names it. */
   removed: boolean;
   /** The members' addresses but Services' (sorted, unique), built when first read. */
@@ -84,7 +84,7 @@ export class NodePolicyState {
       this.appliedTo.set(name, o.members);
       this.changedGroups.appliedTo.add(name);
     } else {
-      this.address.set(name, { object: o, members: new Map(o.members.map((m) => [memberKey(m), m])), removed: false });
+      this.address.set(name, { object: o, removed: false });
       this.changedGroups.address.add(name);
     }
   }
@@ -93,10 +93,8 @@ export class NodePolicyState {
     const entry = this.address.get(p.metadata.name);
     // A patch for a group not held cannot be applied: the stream is out of step, which a relist repairs.
     if (!entry || entry.removed) throw new Error(`controlplane: a patch of AddressGroup ${p.metadata.name}, which this Node does not hold`);
-    for (const key of p.removed) entry.members.delete(key);
-    for (const m of p.upserted) entry.members.set(memberKey(m), m);
-    const members = [...entry.members.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, m]) => m);
-    entry.object = { ...entry.object, members };
+    const changes = [...p.removed.map((key) => ({ key })), ...p.upserted.map((m) => ({ key: memberKey(m), after: m }))];
+    entry.object = { ...entry.object, members: applyMemberChanges(entry.object.members, changes) };
     entry.ips = undefined;
     this.changedGroups.address.add(p.metadata.name);
   }

@@ -164,6 +164,8 @@ export class PolicyEngine {
     nodeName?: string; log?: (e: ValidationError) => void; normalizers?: NormalizerEntry[];
     /** Source ports of probes that name none (default: Linux's 32768-60999). */
     ephemeralPorts?: PortRange;
+    /** ChangeSets carry each changed group's member changes (the controller's patches). */
+    trackMembers?: boolean;
   } = {}) {
     if (opts.nodeName !== undefined) this.nodeName = opts.nodeName;
     if (opts.log) this.log = opts.log;
@@ -176,7 +178,7 @@ export class PolicyEngine {
       serviceEndpointKeys: (namespace, name) => this.serviceEndpointKeys(namespace, name),
       fqdnMatches: (pattern, ip) => this.fqdnIps(pattern).has(ip),
     };
-    this.model = new InternalModel(this.env, this.nodeName, (pattern) => this.fqdnMembers(pattern), this.endpoints);
+    this.model = new InternalModel(this.env, this.nodeName, (pattern) => this.fqdnMembers(pattern), this.endpoints, opts.trackMembers ?? false);
     this.evaluator = new Evaluator(this.cluster, this.env, (key) => this.model.appliedToGroupIdsOf(key), () => {
       const rules: InternalRule[] = [];
       const isolations: Isolation[] = [];
@@ -374,6 +376,7 @@ export class PolicyEngine {
   /** One internal object by id (what a ChangeSet names), undefined when it is gone. */
   addressGroup(id: string): AddressGroup | undefined { return this.model.addressGroup(id); }
   appliedToGroup(id: string): AppliedToGroup | undefined { return this.model.appliedToGroup(id); }
+  addressGroupIpBlocks(id: string): string[] | undefined { return this.model.addressGroupIpBlocks(id); }
   internalRule(id: string): ComputedRule | undefined { return this.model.rule(id); }
   internalIsolation(id: string): ComputedIsolation | undefined { return this.model.isolation(id); }
   internalRules(): ComputedRule[] { return this.model.rules(); }

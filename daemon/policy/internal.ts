@@ -73,6 +73,19 @@ export interface ChangeSet {
    * ClusterIPs) may be unchanged, but the post-DNAT flows of the rules naming it are not. Sorted.
    */
   serviceEndpoints: string[];
+  /**
+   * Set only by an engine asked to track members (the controller's): per group added or updated,
+   * its members that came, changed or went, with their values before and after. The controller
+   * sends these as patches without comparing whole groups.
+   */
+  memberChanges?: Map<string, MemberChange[]>;
+}
+
+/** One member of a group that came (no `before`), went (no `after`) or changed. */
+export interface MemberChange {
+  key: string;
+  before?: GroupMember | undefined;
+  after?: GroupMember | undefined;
 }
 
 /** A Kubernetes NetworkPolicy isolation, with its targets as AppliedToGroups. */
@@ -429,12 +442,16 @@ export class InternalModel {
   /** The AddressGroup of each Service a toServices peer names ("ns/name" -> group id). */
   private readonly serviceGroups = new Map<string, string>();
 
-  /** `endpoints` follows the Services of toServices peers (given, the ChangeSet reports their endpoint changes). */
+  /**
+   * `endpoints` follows the Services of toServices peers (given, the ChangeSet reports their
+   * endpoint changes); `trackMembers` adds each changed group's member changes to the ChangeSet.
+   */
   constructor(
     private readonly env: MatchEnv,
     private readonly nodeName: string | undefined,
     private readonly fqdnMembers: (pattern: string) => { name: string; ips: string[] }[] = () => [],
     private readonly endpoints?: ServiceEndpointTracker,
+    private readonly trackMembers = false,
   ) {}
 
   // ---------------------------------------------------------------------------------------
@@ -482,6 +499,7 @@ export class InternalModel {
       isolations: delta(t.isolations, (id) => this.isolationJson(id), (a, b) => a === b),
       serviceEndpoints: serviceEndpoints.sort(),
     };
+    if (this.trackMembers) cs.memberChanges = this.memberChangesOf(t, cs);
     if (cs.rules.added.length + cs.rules.updated.length + cs.rules.removed.length + cs.addressGroups.updated.length +
         cs.addressGroups.added.length + cs.addressGroups.removed.length + cs.appliedToGroups.added.length +
         cs.appliedToGroups.updated.length + cs.appliedToGroups.removed.length + cs.isolations.added.length +
@@ -491,6 +509,36 @@ export class InternalModel {
       this.forgetNodeRules(cs);
     }
     return cs;
+  }
+
+  /** The member changes of the groups a ChangeSet names as added or updated: O(changed members) when the members map was kept. */
+  private memberChangesOf(t: NonNullable<InternalModel['touched']>, cs: ChangeSet): Map<string, MemberChange[]> {
+    const out = new Map<string, MemberChange[]>();
+    for (const kind of ['address', 'appliedTo'] as const) {
+      const d = kind === 'address' ? cs.addressGroups : cs.appliedToGroups;
+      for (const id of [...d.added, ...d.updated]) {
+        const now = this.groups[kind].get(id)!;
+        const was = t[kind].get(id);
+        const changes: MemberChange[] = [];
+        if (!was) {
+          for (const [key, m] of now.members) changes.push({ key, after: m });
+        } else if (was.members === now.members) {
+          for (const [key, before] of was.changed) {
+            const after = now.members.get(key);
+            if (!sameMember(before, after)) changes.push({ key, before, after });
+          }
+        } else {
+          const old = membersBefore(was);
+          for (const [key, after] of now.members) {
+            const before = old.get(key);
+            if (!sameMember(before, after)) changes.push({ key, before, after });
+          }
+          for (const [key, before] of old) if (!now.members.has(key)) changes.push({ key, before });
+        }
+        out.set(id, changes);
+      }
+    }
+    return out;
   }
 
   /** Drops the kept node rules a ChangeSet may have changed (and rules() when the rule set changed). */
@@ -610,6 +658,11 @@ export class InternalModel {
   addressGroup(id: string): AddressGroup | undefined {
     const g = this.groups.address.get(id);
     return g && this.toAddressGroup(g);
+  }
+
+  /** An AddressGroup's ipBlock CIDRs (they change with Group definitions, not with members). */
+  addressGroupIpBlocks(id: string): string[] | undefined {
+    return this.groups.address.get(id)?.ipBlocks;
   }
 
   /** One AppliedToGroup by id (O(its members)), undefined when nothing applies to it any more. */

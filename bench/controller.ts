@@ -1,0 +1,165 @@
+/**
+ * Controller bench (prints figures, asserts nothing), offline and in-process: what one cluster
+ * event costs when the policy computation runs once, in the controller, instead of in every agent.
+ *
+ * The cluster of bench/cluster-model.ts (every policy kind) at each size of `--pods`, 30 Pods per
+ * Node (5 000 Nodes at 150 000 Pods) and max(2 000, Pods/30) policies. The controller's engine (no
+ * Node of its own) and ClusterComputation load it; a sink plays the store, counting per Node the
+ * objects sent and their JSON bytes. Then, per event kind, REPS events:
+ *
+ * - remote Pod relabel: ns-7/pod-3 moves between label sets (other groups);
+ * - Pod label no policy reads (a new pod-template-hash);
+ * - new Pod (a Pod created, then deleted at the next rep);
+ * - NetworkPolicy edit (one policy's peer selector changes back and forth).
+ *
+ * Printed per event: the controller's time (engine + computation, p50/p90), the Nodes that got an
+ * update and the bytes sent to all of them; then one agent's cost of taking its share
+ * (NodePolicyState: events, commit, node rule set) for the Node that got the most. Standalone
+ * mode pays the engine part on every Node instead: `bench/incremental.ts --pods` prints that.
+ *
+ * usage: node dist/bench/controller.js [--pods 10000,50000,150000] [--reps 30]
+ */
+import { loadavg } from 'node:os';
+import { ClusterComputation, type NodeViewSink } from '../daemon/controller/computation.js';
+import { NodePolicyState } from '../daemon/controlplane/node-state.js';
+import type { ControlPlaneAddressGroupPatch, ControlPlaneEvent, ControlPlaneKind, ControlPlaneObject } from '../daemon/controlplane/types.js';
+import { PolicyEngine } from '../daemon/policy/engine.js';
+import { canonicalJson } from '../daemon/policy/order.js';
+import type { KubeObject } from '../daemon/policy/types.js';
+import { clusterModel, podContainers, podLabels } from './cluster-model.js';
+
+const arg = (name: string): string | undefined => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? process.argv[i + 1] : undefined;
+};
+const SIZES = (arg('pods') ?? '10000,50000,150000').split(',').filter(Boolean).map(Number);
+const REPS = Number(arg('reps') ?? 30);
+const PODS_PER_NS = 20;
+const PODS_PER_NODE = 30;
+
+/** The store's per-Node semantics (what each Node holds), counting what goes out. */
+class CountingSink implements NodeViewSink {
+  readonly views = new Map<string, Map<string, ControlPlaneObject>>();
+  events = new Map<string, ControlPlaneEvent[]>();
+
+  set(node: string, kind: ControlPlaneKind, name: string, object: ControlPlaneObject | undefined, patch?: ControlPlaneAddressGroupPatch): void {
+    let view = this.views.get(node);
+    if (!view) this.views.set(node, (view = new Map()));
+    const key = `${kind}/${name}`;
+    const had = view.get(key);
+    let e: ControlPlaneEvent | undefined;
+    if (object === undefined) {
+      if (had) {
+        view.delete(key);
+        e = { type: 'DELETED', object: { apiVersion: had.apiVersion, kind, metadata: { name } } };
+      }
+    } else {
+      view.set(key, object);
+      if (had !== object) e = had ? ({ type: 'MODIFIED', object: patch ?? object } as ControlPlaneEvent) : { type: 'ADDED', object };
+    }
+    if (!e) return;
+    let list = this.events.get(node);
+    if (!list) this.events.set(node, (list = []));
+    list.push(e);
+  }
+
+  /** The events since the last take, and their JSON size (each object serialized once, as a watch cache would). */
+  take(): { nodes: number; bytes: number; events: Map<string, ControlPlaneEvent[]> } {
+    const size = new WeakMap<object, number>();
+    let bytes = 0;
+    for (const list of this.events.values()) {
+      for (const e of list) {
+        let n = size.get(e.object);
+        if (n === undefined) size.set(e.object, (n = JSON.stringify(e.object).length));
+        bytes += n + 24;
+      }
+    }
+    const out = { nodes: this.events.size, bytes, events: this.events };
+    this.events = new Map();
+    return out;
+  }
+}
+
+const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))]!;
+const ms = (x: number) => `${x.toFixed(x < 1 ? 3 : 2)} ms`;
+const mib = () => `${Math.round(process.memoryUsage().rss / 2 ** 20)} MiB`;
+
+function podObject(ns: number, j: number, nodes: number, labels: Record<string, string>, name = `pod-${j}`, k = ns * PODS_PER_NS + j): KubeObject {
+  const ip = `10.${16 + (k >> 16)}.${(k >> 8) & 255}.${k & 255}`;
+  return {
+    apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: `ns-${ns}`, labels },
+    spec: { nodeName: `node-${k % nodes}`, containers: podContainers(j) },
+    status: { phase: 'Running', podIP: ip, podIPs: [{ ip }] },
+  };
+}
+
+async function runSize(pods: number): Promise<void> {
+  const namespaces = Math.round(pods / PODS_PER_NS);
+  const nodes = Math.max(1, Math.round(pods / PODS_PER_NODE));
+  const policies = Math.max(2000, Math.round(pods / 30));
+  const model = clusterModel({ namespaces, podsPerNamespace: PODS_PER_NS, nodes, policies });
+  const engine = new PolicyEngine({ trackMembers: true });
+  const sink = new CountingSink();
+  const computation = new ClusterComputation(engine, sink);
+  const t0 = performance.now();
+  for (const o of [...model.cluster, ...model.policies]) computation.apply(engine.upsert(o));
+  const load = performance.now() - t0;
+  const initial = sink.take();
+  const perNode = [...sink.views.values()].map((v) => v.size);
+  console.log(`\n== ${pods} Pods, ${nodes} Nodes, ${policies} policies (load ${loadavg()[0]!.toFixed(1)})`);
+  console.log(`controller: loaded in ${(load / 1000).toFixed(1)} s, RSS ${mib()}; ${JSON.stringify(computation.counts())}`);
+  console.log(`initial views: ${initial.nodes} Nodes, ${(initial.bytes / 2 ** 20).toFixed(1)} MiB sent in all, objects per Node p50 ${pct(perNode, 0.5)} max ${Math.max(...perNode)}`);
+
+  // One agent rebuilt from its initial view, to time taking its share of each event.
+  const agentNode = 'node-143';
+  const agent = new NodePolicyState(agentNode);
+  for (const kind of ['NetworkPolicy', 'AppliedToGroup', 'AddressGroup'] as ControlPlaneKind[]) {
+    agent.sync(kind, [...(sink.views.get(agentNode) ?? new Map()).entries()].filter(([k]) => k.startsWith(`${kind}/`)).map(([, o]) => o));
+  }
+  agent.commit();
+  agent.nodeRuleSet();
+
+  const np = model.policies.find((p) => p.kind === 'NetworkPolicy' && canonicalJson(p.spec).includes('namespaceSelector'))!;
+  const events: { name: string; run: (i: number) => void }[] = [
+    { name: 'remote Pod relabel (ns-7/pod-3)', run: (i) => computation.apply(engine.upsert(podObject(7, 3, nodes, i % 2 ? podLabels(3) : { app: 'app-1', tier: 'fe' }))) },
+    { name: 'Pod label no policy reads', run: (i) => computation.apply(engine.upsert(podObject(7, 3, nodes, { ...podLabels(3), 'pod-template-hash': `h${i}` }))) },
+    {
+      name: 'new Pod / its deletion', run: (i) => {
+        const p = podObject(9, 4, nodes, podLabels(4), 'new-pod', pods + 7);
+        computation.apply(i % 2 ? engine.remove({ apiVersion: 'v1', kind: 'Pod', namespace: 'ns-9', name: 'new-pod' }) : engine.upsert(p));
+      },
+    },
+    {
+      name: `NetworkPolicy edit (${np.metadata.namespace}/${np.metadata.name})`, run: (i) => {
+        const spec = JSON.parse(JSON.stringify(np.spec).replaceAll('"team":"t', i % 2 ? '"team":"t' : '"team":"u')) as Record<string, unknown>;
+        computation.apply(engine.upsert({ ...np, spec }));
+      },
+    },
+  ];
+  for (const e of events) {
+    const times: number[] = [];
+    const fanout: number[] = [];
+    const bytes: number[] = [];
+    const agentTimes: number[] = [];
+    let agentEvents = 0;
+    for (let i = 0; i < REPS; i++) {
+      const s = performance.now();
+      e.run(i);
+      times.push(performance.now() - s);
+      const out = sink.take();
+      fanout.push(out.nodes);
+      bytes.push(out.bytes);
+      const mine = out.events.get(agentNode) ?? [];
+      agentEvents += mine.length;
+      const a = performance.now();
+      for (const ev of mine) agent.event(ev);
+      agent.commit();
+      agent.nodeRuleSet();
+      agentTimes.push(performance.now() - a);
+    }
+    console.log(`${e.name}: controller p50 ${ms(pct(times, 0.5))} p90 ${ms(pct(times, 0.9))}; Nodes updated p50 ${pct(fanout, 0.5)} max ${Math.max(...fanout)}; bytes sent p50 ${pct(bytes, 0.5)}; ${agentNode}: ${agentEvents} events, p50 ${ms(pct(agentTimes, 0.5))}`);
+  }
+  console.log(`RSS after events ${mib()}`);
+}
+
+for (const size of SIZES) await runSize(size);
