@@ -7,10 +7,11 @@
  * Node of its own) and ClusterComputation load it; a sink plays the store, counting per Node the
  * objects sent and their JSON bytes. Then, per event kind, REPS events:
  *
- * - remote Pod relabel: ns-7/pod-3 moves between label sets (other groups);
+ * - remote Pod relabel: ns-7/pod-3 between tier=fe and tier=be (out of the cluster-wide
+ *   AddressGroup of tier=fe Pods that AdminNetworkPolicies name, into others);
  * - Pod label no policy reads (a new pod-template-hash);
  * - new Pod (a Pod created, then deleted at the next rep);
- * - NetworkPolicy edit (one policy's peer selector changes back and forth).
+ * - NetworkPolicy edit (one policy's podSelector changes back and forth).
  *
  * Printed per event: the controller's time (engine + computation, p50/p90), the Nodes that got an
  * update and the bytes sent to all of them; then one agent's cost of taking its share
@@ -24,7 +25,6 @@ import { ClusterComputation, type NodeViewSink } from '../daemon/controller/comp
 import { NodePolicyState } from '../daemon/controlplane/node-state.js';
 import type { ControlPlaneAddressGroupPatch, ControlPlaneEvent, ControlPlaneKind, ControlPlaneObject } from '../daemon/controlplane/types.js';
 import { PolicyEngine } from '../daemon/policy/engine.js';
-import { canonicalJson } from '../daemon/policy/order.js';
 import type { KubeObject } from '../daemon/policy/types.js';
 import { clusterModel, podContainers, podLabels } from './cluster-model.js';
 
@@ -119,9 +119,10 @@ async function runSize(pods: number): Promise<void> {
   agent.commit();
   agent.nodeRuleSet();
 
-  const np = model.policies.find((p) => p.kind === 'NetworkPolicy' && canonicalJson(p.spec).includes('namespaceSelector'))!;
+  const np = model.policies.find((p) => p.kind === 'NetworkPolicy')!;
+  const npSpec = np.spec as Record<string, unknown>;
   const events: { name: string; run: (i: number) => void }[] = [
-    { name: 'remote Pod relabel (ns-7/pod-3)', run: (i) => computation.apply(engine.upsert(podObject(7, 3, nodes, i % 2 ? podLabels(3) : { app: 'app-1', tier: 'fe' }))) },
+    { name: 'remote Pod relabel (ns-7/pod-3, tier fe <-> be)', run: (i) => computation.apply(engine.upsert(podObject(7, 3, nodes, i % 2 ? podLabels(3) : { app: 'app-3', tier: 'be' }))) },
     { name: 'Pod label no policy reads', run: (i) => computation.apply(engine.upsert(podObject(7, 3, nodes, { ...podLabels(3), 'pod-template-hash': `h${i}` }))) },
     {
       name: 'new Pod / its deletion', run: (i) => {
@@ -130,9 +131,8 @@ async function runSize(pods: number): Promise<void> {
       },
     },
     {
-      name: `NetworkPolicy edit (${np.metadata.namespace}/${np.metadata.name})`, run: (i) => {
-        const spec = JSON.parse(JSON.stringify(np.spec).replaceAll('"team":"t', i % 2 ? '"team":"t' : '"team":"u')) as Record<string, unknown>;
-        computation.apply(engine.upsert({ ...np, spec }));
+      name: `NetworkPolicy edit (${np.metadata.namespace}/${np.metadata.name}: its podSelector)`, run: (i) => {
+        computation.apply(engine.upsert({ ...np, spec: i % 2 ? npSpec : { ...npSpec, podSelector: { matchLabels: { tier: 'fe' } } } }));
       },
     },
   ];

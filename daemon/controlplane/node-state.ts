@@ -10,20 +10,23 @@
  * AddressGroup the controller removed is kept while an enforced policy still names it. An
  * AppliedToGroup that is absent has no member on this Node (the controller sends none then).
  */
-import { applyMemberChanges } from './members.js';
+import { applyMemberChanges, type MemberChange } from './members.js';
 import { memberKey } from './types.js';
 import type { ControlPlaneAddressGroup, ControlPlaneAddressGroupPatch, ControlPlaneEvent, ControlPlaneKind, ControlPlaneNetworkPolicy, ControlPlaneObject } from './types.js';
 import type { ChangeSet, ComputedIsolation, IdDelta, NodeIsolation } from '../policy/internal.js';
 import { nodeRulesOf, type NodeRule, type NodeRuleGroups, type NodeTarget } from '../policy/noderules.js';
 import { canonicalJson, compareRules } from '../policy/order.js';
+import { PeerIps } from '../policy/peer-ips.js';
 import type { ComputedRule, GroupMember, InternalRule } from '../policy/types.js';
 
 interface AddressEntry {
   object: ControlPlaneAddressGroup;
+  /** The members by key (what a patch names). */
+  members: Map<string, GroupMember>;
   /** Removed by the controller, kept while an enforced policy names it. */
   removed: boolean;
-  /** The members' addresses but Services' (sorted, unique), built when first read. */
-  ips?: string[] | undefined;
+  /** The members' addresses as node rules read them, built when first read and then kept through patches. */
+  peerIps?: PeerIps | undefined;
 }
 
 const EMPTY_MEMBERS: GroupMember[] = [];
@@ -84,7 +87,7 @@ export class NodePolicyState {
       this.appliedTo.set(name, o.members);
       this.changedGroups.appliedTo.add(name);
     } else {
-      this.address.set(name, { object: o, removed: false });
+      this.address.set(name, { object: o, members: new Map(o.members.map((m) => [memberKey(m), m])), removed: false });
       this.changedGroups.address.add(name);
     }
   }
@@ -93,9 +96,13 @@ export class NodePolicyState {
     const entry = this.address.get(p.metadata.name);
     // A patch for a group not held cannot be applied: the stream is out of step, which a relist repairs.
     if (!entry || entry.removed) throw new Error(`controlplane: a patch of AddressGroup ${p.metadata.name}, which this Node does not hold`);
-    const changes = [...p.removed.map((key) => ({ key })), ...p.upserted.map((m) => ({ key: memberKey(m), after: m }))];
+    const changes: MemberChange[] = [...p.removed.map((key) => ({ key })), ...p.upserted.map((m) => ({ key: memberKey(m), after: m }))];
+    for (const c of changes) {
+      entry.peerIps?.update(c.key, entry.members.get(c.key), c.after);
+      if (c.after) entry.members.set(c.key, c.after);
+      else entry.members.delete(c.key);
+    }
     entry.object = { ...entry.object, members: applyMemberChanges(entry.object.members, changes) };
-    entry.ips = undefined;
     this.changedGroups.address.add(p.metadata.name);
   }
 
@@ -221,9 +228,9 @@ export class NodePolicyState {
       addressGroup: (id) => {
         const entry = this.address.get(id);
         if (!entry) return { members: () => [], ips: [], services: [], ipBlocks: [], namedPorts: false };
-        entry.ips ??= uniqueSortedIps(entry.object.members);
+        entry.peerIps ??= new PeerIps(entry.members);
         return {
-          members: () => entry.object.members, ips: entry.ips, services: entry.object.members.filter((m) => m.kind === 'service'),
+          members: () => entry.object.members, ips: entry.peerIps.sorted, services: [...entry.peerIps.services.values()],
           ipBlocks: entry.object.ipBlocks, namedPorts: entry.object.namedPorts !== undefined,
         };
       },
@@ -269,10 +276,4 @@ export class NodePolicyState {
   counts(): { policies: number; enforced: number; waiting: string[]; appliedToGroups: number; addressGroups: number } {
     return { policies: this.received.size, enforced: this.enforced.size, waiting: [...this.waiting].sort(), appliedToGroups: this.appliedTo.size, addressGroups: this.address.size };
   }
-}
-
-function uniqueSortedIps(members: readonly GroupMember[]): string[] {
-  const ips = new Set<string>();
-  for (const m of members) if (m.kind !== 'service') for (const ip of m.ips) ips.add(ip);
-  return [...ips].sort();
 }
