@@ -212,7 +212,10 @@ export class ClusterComputation {
       this.addressGroups.delete(id);
       return undefined;
     }
-    const changes = cs.memberChanges?.get(id);
+    const namedPorts = old ? old.namedPorts : this.engine.addressGroup(id)?.namedPorts;
+    const wire = (m: GroupMember) => wireMember(m, namedPorts !== undefined);
+    const changes = cs.memberChanges?.get(id)?.map((c) => ({ key: c.key, before: c.before && wire(c.before), after: c.after && wire(c.after) }))
+      .filter((c) => !c.before || !c.after || canonicalJson(c.before) !== canonicalJson(c.after));
     let members: GroupMember[];
     let patch: ControlPlaneAddressGroupPatch | undefined;
     if (old && changes) {
@@ -223,9 +226,8 @@ export class ClusterComputation {
     } else if (old && !cs.addressGroups.added.includes(id) && !cs.addressGroups.updated.includes(id)) {
       members = old.members; // only its Service's endpoints moved
     } else {
-      members = this.engine.addressGroup(id)!.members;
+      members = this.engine.addressGroup(id)!.members.map(wire);
     }
-    const namedPorts = old ? old.namedPorts : this.engine.addressGroup(id)?.namedPorts;
     const backends = this.backendsOf(members);
     const obj: ControlPlaneAddressGroup = {
       apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: id }, members, ipBlocks,
@@ -330,4 +332,15 @@ export class ClusterComputation {
       s.add(key);
     }
   }
+}
+
+/**
+ * A peer group's member as Nodes need it: its addresses. The Node a Pod runs on and its container
+ * ports matter only where named ports resolve on the peers (named-port groups) and for Services
+ * (their ports), so other members go without them: a group of every Pod of a label is sent to
+ * many Nodes.
+ */
+export function wireMember(m: GroupMember, namedPorts: boolean): GroupMember {
+  if (namedPorts || m.kind === 'service') return m;
+  return { kind: m.kind, ref: m.ref, ips: m.ips, ports: [] };
 }
