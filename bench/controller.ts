@@ -15,8 +15,11 @@
  *
  * Printed per event: the controller's time (engine + computation, p50/p90), the Nodes that got an
  * update and the bytes sent to all of them; then one agent's cost of taking its share
- * (NodePolicyState: events, commit, node rule set) for the Node that got the most. Standalone
- * mode pays the engine part on every Node instead: `bench/incremental.ts --pods` prints that.
+ * (NodePolicyState: events, commit, node rule set) beside the same Node's standalone engine (fed
+ * the whole cluster, as every agent is in standalone mode) taking the same event. The cluster's CPU
+ * per event: standalone = Nodes x the standalone engine's time; controller mode = the controller's
+ * time + Nodes updated x the agent's time (node-143's taken as typical). Neither includes the flow
+ * compile, which is the same in both modes.
  *
  * usage: node dist/bench/controller.js [--pods 10000,50000,150000] [--reps 30]
  */
@@ -110,6 +113,12 @@ async function runSize(pods: number): Promise<void> {
   console.log(`controller: loaded in ${(load / 1000).toFixed(1)} s, RSS ${mib()}; ${JSON.stringify(computation.counts())}`);
   console.log(`initial views: ${initial.nodes} Nodes, ${(initial.bytes / 2 ** 20).toFixed(1)} MiB sent in all, objects per Node p50 ${pct(perNode, 0.5)} max ${Math.max(...perNode)}`);
 
+  // The same Node in standalone mode: its own engine fed the whole cluster, as every agent is today.
+  const standalone = new PolicyEngine({ nodeName: 'node-143' });
+  for (const o of [...model.cluster, ...model.policies]) standalone.upsert(o);
+  standalone.nodeRuleSet();
+  standalone.nodeIsolations();
+
   // One agent rebuilt from its initial view, to time taking its share of each event.
   const agentNode = 'node-143';
   const agent = new NodePolicyState(agentNode);
@@ -121,18 +130,34 @@ async function runSize(pods: number): Promise<void> {
 
   const np = model.policies.find((p) => p.kind === 'NetworkPolicy')!;
   const npSpec = np.spec as Record<string, unknown>;
-  const events: { name: string; run: (i: number) => void }[] = [
-    { name: 'remote Pod relabel (ns-7/pod-3, tier fe <-> be)', run: (i) => computation.apply(engine.upsert(podObject(7, 3, nodes, i % 2 ? podLabels(3) : { app: 'app-3', tier: 'be' }))) },
-    { name: 'Pod label no policy reads', run: (i) => computation.apply(engine.upsert(podObject(7, 3, nodes, { ...podLabels(3), 'pod-template-hash': `h${i}` }))) },
+  /** Feeds an object to the controller (and, as the same event, to the standalone engine when `alone` is given). */
+  const both = (o: KubeObject, alone: number[]) => {
+    computation.apply(engine.upsert(o));
+    const s = performance.now();
+    standalone.upsert(o);
+    standalone.nodeRuleSet();
+    standalone.nodeIsolations();
+    alone.push(performance.now() - s);
+  };
+  const drop = (ref: { apiVersion: string; kind: string; namespace: string; name: string }, alone: number[]) => {
+    computation.apply(engine.remove(ref));
+    const s = performance.now();
+    standalone.remove(ref);
+    standalone.nodeRuleSet();
+    alone.push(performance.now() - s);
+  };
+  const events: { name: string; run: (i: number, alone: number[]) => void }[] = [
+    { name: 'remote Pod relabel (ns-7/pod-3, tier fe <-> be)', run: (i, alone) => both(podObject(7, 3, nodes, i % 2 ? podLabels(3) : { app: 'app-3', tier: 'be' }), alone) },
+    { name: 'Pod label no policy reads', run: (i, alone) => both(podObject(7, 3, nodes, { ...podLabels(3), 'pod-template-hash': `h${i}` }), alone) },
     {
-      name: 'new Pod / its deletion', run: (i) => {
-        const p = podObject(9, 4, nodes, podLabels(4), 'new-pod', pods + 7);
-        computation.apply(i % 2 ? engine.remove({ apiVersion: 'v1', kind: 'Pod', namespace: 'ns-9', name: 'new-pod' }) : engine.upsert(p));
+      name: 'new Pod / its deletion', run: (i, alone) => {
+        if (i % 2) drop({ apiVersion: 'v1', kind: 'Pod', namespace: 'ns-9', name: 'new-pod' }, alone);
+        else both(podObject(9, 4, nodes, podLabels(4), 'new-pod', pods + 7), alone);
       },
     },
     {
-      name: `NetworkPolicy edit (${np.metadata.namespace}/${np.metadata.name}: its podSelector)`, run: (i) => {
-        computation.apply(engine.upsert({ ...np, spec: i % 2 ? npSpec : { ...npSpec, podSelector: { matchLabels: { tier: 'fe' } } } }));
+      name: `NetworkPolicy edit (${np.metadata.namespace}/${np.metadata.name}: its podSelector)`, run: (i, alone) => {
+        both({ ...np, spec: i % 2 ? npSpec : { ...npSpec, podSelector: { matchLabels: { tier: 'fe' } } } }, alone);
       },
     },
   ];
@@ -141,11 +166,12 @@ async function runSize(pods: number): Promise<void> {
     const fanout: number[] = [];
     const bytes: number[] = [];
     const agentTimes: number[] = [];
+    const alone: number[] = [];
     let agentEvents = 0;
     for (let i = 0; i < REPS; i++) {
       const s = performance.now();
-      e.run(i);
-      times.push(performance.now() - s);
+      e.run(i, alone);
+      times.push(performance.now() - s - (alone.at(-1) ?? 0));
       const out = sink.take();
       fanout.push(out.nodes);
       bytes.push(out.bytes);
@@ -157,7 +183,11 @@ async function runSize(pods: number): Promise<void> {
       agent.nodeRuleSet();
       agentTimes.push(performance.now() - a);
     }
-    console.log(`${e.name}: controller p50 ${ms(pct(times, 0.5))} p90 ${ms(pct(times, 0.9))}; Nodes updated p50 ${pct(fanout, 0.5)} max ${Math.max(...fanout)}; bytes sent p50 ${pct(bytes, 0.5)}; ${agentNode}: ${agentEvents} events, p50 ${ms(pct(agentTimes, 0.5))}`);
+    const clusterStandalone = pct(alone, 0.5) * nodes;
+    const clusterController = pct(times, 0.5) + pct(fanout, 0.5) * pct(agentTimes, 0.5);
+    console.log(`${e.name}: controller p50 ${ms(pct(times, 0.5))} p90 ${ms(pct(times, 0.9))}; Nodes updated p50 ${pct(fanout, 0.5)} max ${Math.max(...fanout)}; bytes sent p50 ${pct(bytes, 0.5)}; ` +
+      `${agentNode}: ${agentEvents} events, p50 ${ms(pct(agentTimes, 0.5))} (standalone engine p50 ${ms(pct(alone, 0.5))}); ` +
+      `cluster CPU per event: standalone ${ms(clusterStandalone)}, controller mode ~${ms(clusterController)} (${(clusterStandalone / Math.max(clusterController, 1e-6)).toFixed(1)}x)`);
   }
   console.log(`RSS after events ${mib()}`);
 }

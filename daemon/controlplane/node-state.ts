@@ -10,7 +10,7 @@
  * AddressGroup the controller removed is kept while an enforced policy still names it. An
  * AppliedToGroup that is absent has no member on this Node (the controller sends none then).
  */
-import { applyMemberChanges, type MemberChange } from './members.js';
+import type { MemberChange } from './members.js';
 import { memberKey } from './types.js';
 import type { ControlPlaneAddressGroup, ControlPlaneAddressGroupPatch, ControlPlaneEvent, ControlPlaneKind, ControlPlaneNetworkPolicy, ControlPlaneObject } from './types.js';
 import type { ChangeSet, ComputedIsolation, IdDelta, NodeIsolation } from '../policy/internal.js';
@@ -20,6 +20,7 @@ import { PeerIps } from '../policy/peer-ips.js';
 import type { ComputedRule, GroupMember, InternalRule } from '../policy/types.js';
 
 interface AddressEntry {
+  /** The group as received; its `members` are stale after a patch (`members` below holds them). */
   object: ControlPlaneAddressGroup;
   /** The members by key (what a patch names). */
   members: Map<string, GroupMember>;
@@ -27,6 +28,8 @@ interface AddressEntry {
   removed: boolean;
   /** The members' addresses as node rules read them, built when first read and then kept through patches. */
   peerIps?: PeerIps | undefined;
+  /** The members as a list, built when a named-port rule reads them. */
+  list?: GroupMember[] | undefined;
 }
 
 const EMPTY_MEMBERS: GroupMember[] = [];
@@ -102,7 +105,7 @@ export class NodePolicyState {
       if (c.after) entry.members.set(c.key, c.after);
       else entry.members.delete(c.key);
     }
-    entry.object = { ...entry.object, members: applyMemberChanges(entry.object.members, changes) };
+    entry.list = undefined;
     this.changedGroups.address.add(p.metadata.name);
   }
 
@@ -230,7 +233,7 @@ export class NodePolicyState {
         if (!entry) return { members: () => [], ips: [], services: [], ipBlocks: [], namedPorts: false };
         entry.peerIps ??= new PeerIps(entry.members);
         return {
-          members: () => entry.object.members, ips: entry.peerIps.sorted, services: [...entry.peerIps.services.values()],
+          members: () => (entry.list ??= [...entry.members.values()]), ips: entry.peerIps.sorted, services: [...entry.peerIps.services.values()],
           ipBlocks: entry.object.ipBlocks, namedPorts: entry.object.namedPorts !== undefined,
         };
       },
