@@ -1,0 +1,345 @@
+/**
+ * The controller's HTTP(S) API: `controlplane.sluice.io/v1beta1` served the way a Kubernetes
+ * aggregated API server serves its group, so agents, the aggregation layer and kubectl all speak
+ * the ordinary protocol to it:
+ *
+ * - discovery: `/apis`, `/apis/controlplane.sluice.io`, `/apis/controlplane.sluice.io/v1beta1`;
+ * - `GET …/v1beta1/{networkpolicies,appliedtogroups,addressgroups}?fieldSelector=nodeName=<node>`:
+ *   that Node's view as a List; with `watch=1`, newline-delimited JSON watch events (resumable from
+ *   `resourceVersion`, BOOKMARKs with `allowWatchBookmarks`, an ERROR event carrying a 410 Expired
+ *   Status when the version is too old, `timeoutSeconds`);
+ * - `GET …/<resource>/<name>?fieldSelector=nodeName=<node>`: one object of that view;
+ * - `/healthz`, `/livez` (open), `/readyz` (open; 503 while not ready or not the leader).
+ *
+ * Every view is per Node, so the nodeName field selector is required. Who may read which view is
+ * decided here from the caller's identity (`authenticate`): an agent's identity names its Node and
+ * reads only that Node's view; an identity without a Node (an administrator through the
+ * aggregation layer) reads every view only if `readAll` says so. Errors are Kubernetes Status objects.
+ */
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
+import { type Clock, every, realClock, type TimerHandle } from '../clock.js';
+import {
+  CONTROLPLANE_API_VERSION,
+  CONTROLPLANE_GROUP,
+  CONTROLPLANE_RESOURCES,
+  CONTROLPLANE_VERSION,
+  type ControlPlaneEvent,
+  type ControlPlaneKind,
+} from '../controlplane/types.js';
+import { CONTROLPLANE_KINDS, type ControlPlaneStore, GoneError } from './store.js';
+
+/** Who is asking: the authenticated user and, for an agent, the Node it runs on. */
+export interface ControlPlaneIdentity {
+  user: string;
+  nodeName?: string | undefined;
+}
+
+export type ControlPlaneReadiness = { ready: true } | { ready: false; reason: string };
+
+export interface ControlPlaneApiOptions {
+  store: ControlPlaneStore;
+  /** The caller's identity, undefined when it has none (401). A rejection answers 503: authentication is unavailable, not refused. */
+  authenticate(req: IncomingMessage): Promise<ControlPlaneIdentity | undefined>;
+  /** Whether a user without a Node may read every Node's view. */
+  readAll(user: string): boolean;
+  /** Whether the views may be served (leader and computed); default always ready. */
+  readiness?: () => ControlPlaneReadiness;
+  /** Period of BOOKMARK events on watches that allow them (default 60 000 ms). */
+  bookmarkIntervalMs?: number;
+  /** Bytes a watch may have waiting for a slow client before it is cut (default 16 MiB): the client resumes or lists again. */
+  maxBufferedBytes?: number;
+  clock?: Clock;
+  log?: Logger;
+}
+
+/** A Kubernetes `Status` failure object. */
+export interface KubeStatus {
+  kind: 'Status';
+  apiVersion: 'v1';
+  metadata: Record<string, never>;
+  status: 'Failure';
+  message: string;
+  reason: string;
+  code: number;
+  details?: { name?: string; group?: string; kind?: string };
+}
+
+export function statusObject(code: number, reason: string, message: string, details?: KubeStatus['details']): KubeStatus {
+  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code, ...(details ? { details } : {}) };
+}
+
+/** A failure to answer with a Status. */
+class ApiError extends Error {
+  constructor(
+    readonly code: number,
+    readonly reason: string,
+    message: string,
+    readonly details?: KubeStatus['details'],
+  ) {
+    super(message);
+  }
+  status(): KubeStatus {
+    return statusObject(this.code, this.reason, this.message, this.details);
+  }
+}
+
+const KIND_OF_RESOURCE = new Map<string, ControlPlaneKind>(CONTROLPLANE_KINDS.map((k) => [CONTROLPLANE_RESOURCES[k], k]));
+const GROUP_VERSION = { groupVersion: CONTROLPLANE_API_VERSION, version: CONTROLPLANE_VERSION };
+const API_GROUP = { name: CONTROLPLANE_GROUP, versions: [GROUP_VERSION], preferredVersion: GROUP_VERSION };
+
+function sendJson(res: ServerResponse, code: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(code, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text), 'Cache-Control': 'no-cache, private' });
+  res.end(text);
+}
+
+/**
+ * The Node a request is for, from its field selector: exactly `nodeName=<node>` (or `==`);
+ * anything else is a 400 naming what is wrong.
+ */
+export function nodeFromFieldSelector(selector: string | null): string {
+  if (selector === null || selector.trim() === '') throw new ApiError(400, 'BadRequest', 'fieldSelector nodeName=<node> is required: every Node has its own view');
+  let node: string | undefined;
+  for (const term of selector.split(',')) {
+    const m = /^\s*([A-Za-z.]+)\s*(==|=|!=)\s*(.*?)\s*$/.exec(term);
+    if (!m) throw new ApiError(400, 'BadRequest', `fieldSelector term "${term}" is not <field>=<value>`);
+    const [, field, op, value] = m;
+    if (field !== 'nodeName') throw new ApiError(400, 'BadRequest', `fieldSelector field "${field}" is not supported: only nodeName=<node>`);
+    if (op === '!=') throw new ApiError(400, 'BadRequest', 'fieldSelector nodeName!= is not supported: only nodeName=<node>');
+    if (value === '') throw new ApiError(400, 'BadRequest', 'fieldSelector nodeName= names no Node');
+    if (node !== undefined && node !== value) throw new ApiError(400, 'BadRequest', `fieldSelector names two Nodes, "${node}" and "${value}"`);
+    node = value;
+  }
+  return node!;
+}
+
+interface OpenWatch {
+  /** Ends the stream cleanly (server close, leadership lost). */
+  end(): void;
+}
+
+/** The request handler; `startControlPlaneApiServer` puts it behind a listening server. */
+export class ControlPlaneApi {
+  private readonly clock: Clock;
+  private readonly bookmarkMs: number;
+  private readonly maxBuffered: number;
+  private readonly watches = new Set<OpenWatch>();
+
+  constructor(private readonly opts: ControlPlaneApiOptions) {
+    this.clock = opts.clock ?? realClock;
+    this.bookmarkMs = opts.bookmarkIntervalMs ?? 60_000;
+    this.maxBuffered = opts.maxBufferedBytes ?? 16 * 1024 * 1024;
+    if (!(this.bookmarkMs > 0)) throw new Error(`bookmarkIntervalMs ${this.bookmarkMs} is not positive`);
+  }
+
+  /** The node:http request listener. */
+  readonly handle = (req: IncomingMessage, res: ServerResponse): void => {
+    this.serve(req, res).catch((err: unknown) => {
+      const e = err instanceof ApiError ? err : new ApiError(500, 'InternalError', `${req.method} ${req.url}: ${(err as Error).message}`);
+      if (e.code >= 500) this.opts.log?.warn({ url: req.url, err: e.message }, 'control plane API: request failed');
+      if (!res.headersSent) sendJson(res, e.code, e.status());
+      else res.destroy();
+    });
+  };
+
+  /** The watches being served now. */
+  openWatches(): number {
+    return this.watches.size;
+  }
+
+  /** Ends every watch cleanly: on shutdown, or when this controller stops being the leader. */
+  endWatches(): void {
+    for (const w of [...this.watches]) w.end();
+  }
+
+  private readiness(): ControlPlaneReadiness {
+    return this.opts.readiness?.() ?? { ready: true };
+  }
+
+  private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://controller');
+    const path = url.pathname.length > 1 ? url.pathname.replace(/\/+$/, '') : url.pathname;
+    if (req.method !== 'GET') throw new ApiError(405, 'MethodNotAllowed', `${req.method} is not allowed: the control plane API is read-only (GET)`);
+    if (path === '/healthz' || path === '/livez') {
+      res.writeHead(200, { 'Content-Type': 'text/plain' });
+      res.end('ok');
+      return;
+    }
+    if (path === '/readyz') {
+      const r = this.readiness();
+      res.writeHead(r.ready ? 200 : 503, { 'Content-Type': 'text/plain' });
+      res.end(r.ready ? 'ok' : `not ready: ${r.reason}`);
+      return;
+    }
+    let identity: ControlPlaneIdentity | undefined;
+    try {
+      identity = await this.opts.authenticate(req);
+    } catch (err) {
+      throw new ApiError(503, 'ServiceUnavailable', `authentication is unavailable: ${(err as Error).message}`);
+    }
+    if (!identity) throw new ApiError(401, 'Unauthorized', 'Unauthorized: no valid credentials');
+
+    const seg = path.split('/').filter((s) => s !== '');
+    const notFound = () => new ApiError(404, 'NotFound', `the server could not find the requested resource (${path})`);
+    if (seg[0] !== 'apis') throw notFound();
+    if (seg.length === 1) return sendJson(res, 200, { kind: 'APIGroupList', apiVersion: 'v1', groups: [API_GROUP] });
+    if (seg[1] !== CONTROLPLANE_GROUP) throw notFound();
+    if (seg.length === 2) return sendJson(res, 200, { kind: 'APIGroup', apiVersion: 'v1', ...API_GROUP });
+    if (seg[2] !== CONTROLPLANE_VERSION) throw notFound();
+    if (seg.length === 3) return sendJson(res, 200, resourceList());
+    const kind = KIND_OF_RESOURCE.get(seg[3]!);
+    if (!kind || seg.length > 5) throw notFound();
+    const name = seg[4];
+
+    const ready = this.readiness();
+    if (!ready.ready) throw new ApiError(503, 'ServiceUnavailable', `the control plane views are not served now: ${ready.reason}`);
+    const q = url.searchParams;
+    const node = nodeFromFieldSelector(q.get('fieldSelector'));
+    if (q.get('labelSelector')) throw new ApiError(400, 'BadRequest', 'labelSelector is not supported: the control plane objects carry no labels');
+    this.authorize(identity, node, seg[3]!);
+    const watch = q.get('watch') === '1' || q.get('watch') === 'true';
+
+    if (name !== undefined) {
+      if (watch) throw new ApiError(400, 'BadRequest', `watch of one ${kind} is not supported: watch the list (${seg[3]}) instead`);
+      const obj = this.opts.store.get(node, kind, name);
+      if (!obj) throw new ApiError(404, 'NotFound', `${seg[3]}.${CONTROLPLANE_GROUP} "${name}" not found in Node ${node}'s view`, { name, group: CONTROLPLANE_GROUP, kind: seg[3]! });
+      return sendJson(res, 200, obj);
+    }
+    if (watch) return this.serveWatch(req, res, node, kind, q);
+    const list = this.opts.store.list(node, kind);
+    sendJson(res, 200, { kind: `${kind}List`, apiVersion: CONTROLPLANE_API_VERSION, metadata: { resourceVersion: list.resourceVersion }, items: list.items });
+  }
+
+  private authorize(id: ControlPlaneIdentity, node: string, resource: string): void {
+    if (id.nodeName !== undefined) {
+      if (id.nodeName !== node) {
+        throw new ApiError(403, 'Forbidden', `user "${id.user}" is the agent of Node ${id.nodeName}: it may read only Node ${id.nodeName}'s view, not Node ${node}'s`, { group: CONTROLPLANE_GROUP, kind: resource });
+      }
+      return;
+    }
+    if (!this.opts.readAll(id.user)) throw new ApiError(403, 'Forbidden', `user "${id.user}" may not read Node ${node}'s view: it is no Node's agent and not allowed to read every view`, { group: CONTROLPLANE_GROUP, kind: resource });
+  }
+
+  private serveWatch(req: IncomingMessage, res: ServerResponse, node: string, kind: ControlPlaneKind, q: URLSearchParams): void {
+    const timeout = q.get('timeoutSeconds');
+    if (timeout !== null && !/^[0-9]+$/.test(timeout)) throw new ApiError(400, 'BadRequest', `timeoutSeconds "${timeout}" is not a non-negative integer`);
+    const from = q.get('resourceVersion') ?? '';
+    if (from !== '' && !/^[0-9]+$/.test(from)) throw new ApiError(400, 'BadRequest', `resourceVersion "${from}" is not a valid resource version (a decimal integer)`);
+    const bookmarks = q.get('allowWatchBookmarks') === 'true' || q.get('allowWatchBookmarks') === '1';
+
+    res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private' });
+    res.flushHeaders();
+    req.socket.setKeepAlive(true, 30_000);
+    const write = (e: ControlPlaneEvent | { type: 'ERROR'; object: KubeStatus }) => {
+      if (res.destroyed || res.writableEnded) return;
+      res.write(`${JSON.stringify(e)}\n`);
+      // A client that does not read would make the controller hold every event for it.
+      if (res.writableLength > this.maxBuffered) {
+        this.opts.log?.warn({ node, kind, buffered: res.writableLength }, 'control plane API: watch cut, its client does not keep up');
+        res.destroy();
+      }
+    };
+    const bookmark = () =>
+      write({ type: 'BOOKMARK', object: { apiVersion: CONTROLPLANE_API_VERSION, kind, metadata: { name: '', resourceVersion: this.opts.store.resourceVersion() } } });
+
+    let stopBookmarks = () => {};
+    let timer: TimerHandle | undefined;
+    let watcher: { stop(): void } | undefined;
+    const cleanup = () => {
+      watcher?.stop();
+      stopBookmarks();
+      this.clock.clearTimeout(timer);
+      this.watches.delete(entry);
+    };
+    const entry: OpenWatch = {
+      end: () => {
+        cleanup();
+        if (!res.writableEnded && !res.destroyed) res.end();
+      },
+    };
+    res.on('close', cleanup);
+    try {
+      watcher = this.opts.store.watch(node, kind, from, write, (err) => {
+        if (err) this.opts.log?.warn({ node, kind, err: err.message }, 'control plane API: watch ended by an error');
+        entry.end();
+      });
+    } catch (err) {
+      if (!(err instanceof GoneError)) throw err;
+      write({ type: 'ERROR', object: statusObject(410, 'Expired', err.message) });
+      entry.end();
+      return;
+    }
+    if (res.writableEnded || res.destroyed) {
+      cleanup();
+      return;
+    }
+    this.watches.add(entry);
+    if (bookmarks) stopBookmarks = every(this.clock, this.bookmarkMs, bookmark);
+    if (timeout !== null) timer = this.clock.setTimeout(entry.end, Number(timeout) * 1000);
+  }
+}
+
+function resourceList() {
+  return {
+    kind: 'APIResourceList',
+    apiVersion: 'v1',
+    groupVersion: CONTROLPLANE_API_VERSION,
+    resources: CONTROLPLANE_KINDS.map((kind) => ({
+      name: CONTROLPLANE_RESOURCES[kind],
+      singularName: kind.toLowerCase(),
+      namespaced: false,
+      kind,
+      verbs: ['get', 'list', 'watch'],
+    })),
+  };
+}
+
+export interface ControlPlaneServerOptions extends ControlPlaneApiOptions {
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** Default 0: a free port. */
+  port?: number;
+  /** Serve HTTPS with this PEM key and certificate (plain HTTP without). */
+  tls?: { key: string | Buffer; cert: string | Buffer };
+}
+
+export interface ControlPlaneApiServer {
+  url: string;
+  port: number;
+  api: ControlPlaneApi;
+  /** Ends every watch cleanly, then stops listening. */
+  close(): Promise<void>;
+}
+
+/** Listens and serves the control plane API until `close`. */
+export async function startControlPlaneApiServer(opts: ControlPlaneServerOptions): Promise<ControlPlaneApiServer> {
+  const api = new ControlPlaneApi(opts);
+  const server = opts.tls ? https.createServer({ key: opts.tls.key, cert: opts.tls.cert }, api.handle) : http.createServer(api.handle);
+  const host = opts.host ?? '127.0.0.1';
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (err) => reject(new Error(`control plane API cannot listen on ${host}:${opts.port ?? 0}: ${err.message}`)));
+    server.listen(opts.port ?? 0, host, () => resolve());
+  });
+  const port = (server.address() as AddressInfo).port;
+  const hostInUrl = host.includes(':') ? `[${host}]` : host;
+  let closing: Promise<void> | undefined;
+  return {
+    url: `${opts.tls ? 'https' : 'http'}://${hostInUrl}:${port}`,
+    port,
+    api,
+    close: () =>
+      (closing ??= new Promise<void>((resolve) => {
+        api.endWatches();
+        // Ended watches flush their last chunk; connections still open after a grace are cut.
+        const force = setTimeout(() => server.closeAllConnections(), 500);
+        server.close(() => {
+          clearTimeout(force);
+          resolve();
+        });
+        server.closeIdleConnections();
+      })),
+  };
+}

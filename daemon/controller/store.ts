@@ -1,0 +1,375 @@
+/**
+ * The controller's served state: for every Node, the `controlplane.sluice.io` objects that Node
+ * sees (its span), with one resourceVersion counter for the whole store and a bounded event log
+ * per Node so an agent's watch resumes where it stopped. The computation (computation.ts) says
+ * what each Node sees now with `set`; this store turns that into list results and watch events.
+ *
+ * Objects given to `set` are shared by every Node that sees them and are never copied or mutated:
+ * a view holds references, and the name and resourceVersion are added to a shallow copy only when
+ * an object is served.
+ *
+ * Names on the wire (`controlPlaneName`): AppliedToGroup and AddressGroup ids ("atg-…", "ag-…")
+ * are used as they are; a NetworkPolicy's source key "<Kind>/<namespace>/<name>" becomes
+ * "<kind lowercased>.<namespace>.<name>" (namespace empty for cluster-scoped kinds, e.g.
+ * "clusternetworkpolicy..deny-all"). Kinds and namespaces hold no dot, so the first two dots
+ * split the name back unambiguously.
+ */
+import {
+  CONTROLPLANE_API_VERSION,
+  type ControlPlaneAddressGroupPatch,
+  type ControlPlaneEvent,
+  type ControlPlaneKind,
+  type ControlPlaneObject,
+} from '../controlplane/types.js';
+
+export const CONTROLPLANE_KINDS: readonly ControlPlaneKind[] = ['NetworkPolicy', 'AppliedToGroup', 'AddressGroup'];
+
+/** A watch from a resourceVersion the Node's log no longer reaches (or never issued): the client must list again. */
+export class GoneError extends Error {
+  override readonly name = 'GoneError';
+  readonly code = 410;
+}
+
+const SOURCE_KEY = /^([A-Za-z][A-Za-z0-9]*)\/([a-z0-9-]*)\/([a-z0-9]([a-z0-9.-]*[a-z0-9])?)$/;
+const GROUP_ID = /^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/;
+
+/** The URL-safe `metadata.name` of `key` (a NetworkPolicy's source key, a group's id); see the file comment. */
+export function controlPlaneName(kind: ControlPlaneKind, key: string): string {
+  if (kind === 'NetworkPolicy') {
+    const m = SOURCE_KEY.exec(key);
+    if (!m) throw new Error(`NetworkPolicy key "${key}" is not "<Kind>/<namespace>/<name>" with a Kubernetes namespace and name`);
+    return `${m[1]!.toLowerCase()}.${m[2]}.${m[3]}`;
+  }
+  if (!GROUP_ID.test(key) || key.length > 253) throw new Error(`${kind} id "${key}" is not a lowercase DNS-style name`);
+  return key;
+}
+
+export interface ControlPlaneStoreOptions {
+  /** Events kept per Node for resuming watches; a watch from before them is Gone (default 1000). */
+  eventsPerNode?: number;
+  /**
+   * The store's resourceVersion before its first change. The default, the wall clock in
+   * microseconds, makes a restarted controller's versions start above the old one's (unless it
+   * issued more than a million a second), so a watch resuming across the restart is always
+   * recognized as from an older store and gets Gone instead of silently skipping events.
+   */
+  initialResourceVersion?: number;
+}
+
+/** An object of a Node's view and the version it last changed at. */
+interface Held {
+  object: ControlPlaneObject;
+  rv: number;
+}
+
+interface LogEntry {
+  rv: number;
+  kind: ControlPlaneKind;
+  name: string;
+  type: 'ADDED' | 'MODIFIED' | 'DELETED';
+  /** The object (ADDED, MODIFIED), the patch (MODIFIED of an AddressGroup), undefined (DELETED). */
+  object: ControlPlaneObject | ControlPlaneAddressGroupPatch | undefined;
+}
+
+interface Watcher {
+  kind: ControlPlaneKind;
+  /** The last version delivered: a log entry is delivered once even if a batch flush also carries it. */
+  lastRv: number;
+  onEvent: (e: ControlPlaneEvent) => void;
+  onClose: ((err?: Error) => void) | undefined;
+  closed: boolean;
+}
+
+interface NodeView {
+  objects: Record<ControlPlaneKind, Map<string, Held>>;
+  /** The log from `head` on; entries before `head` are dropped and compacted away now and then. */
+  log: LogEntry[];
+  head: number;
+  /**
+   * Per kind, a watch from a version below this is Gone: events of that kind after it may have
+   * been dropped. Per kind, so a burst of one kind does not expire the watches of the others.
+   */
+  floor: Record<ControlPlaneKind, number>;
+  watchers: Set<Watcher>;
+}
+
+export interface ControlPlaneNodeStatus {
+  name: string;
+  objects: Record<ControlPlaneKind, number>;
+  watchers: number;
+  /** The oldest resourceVersion a watch of this Node (of any kind) can resume from. */
+  oldestResumable: string;
+}
+
+export interface ControlPlaneList {
+  resourceVersion: string;
+  items: ControlPlaneObject[];
+}
+
+export interface ControlPlaneWatch {
+  stop(): void;
+}
+
+export class ControlPlaneStore {
+  private readonly perNode: number;
+  private rv: number;
+  private readonly views = new Map<string, NodeView>();
+  /** Floor of Nodes without a view: raised when a view is forgotten, since its log goes with it. */
+  private unknownFloor: number;
+  private depth = 0;
+  private pending: { view: NodeView; entry: LogEntry }[] = [];
+  /** Equality results of this batch by (held, new) reference pair: one object is set on many Nodes. */
+  private equalCache = new WeakMap<object, { other: object; equal: boolean }>();
+
+  constructor(opts: ControlPlaneStoreOptions = {}) {
+    const n = opts.eventsPerNode ?? 1000;
+    if (!Number.isInteger(n) || n < 1) throw new Error(`eventsPerNode ${n} is not a positive integer`);
+    const initial = opts.initialResourceVersion ?? Date.now() * 1000;
+    if (!Number.isSafeInteger(initial) || initial < 0) throw new Error(`initialResourceVersion ${initial} is not a non-negative safe integer`);
+    this.perNode = n;
+    this.rv = initial;
+    this.unknownFloor = initial;
+  }
+
+  /** The current resourceVersion: every change up to it has been delivered to the watchers. */
+  resourceVersion(): string {
+    return String(this.rv);
+  }
+
+  /**
+   * What `node` now sees of `kind`/`key` (undefined: nothing). `key` is a NetworkPolicy's source
+   * key or a group's id. An AddressGroup change may come with its `patch` (what the MODIFIED event
+   * carries instead of the whole group); objects equal to what the Node holds make no event.
+   */
+  set(node: string, kind: ControlPlaneKind, key: string, object: ControlPlaneObject | undefined, patch?: ControlPlaneAddressGroupPatch): void {
+    if (typeof node !== 'string' || node === '') throw new Error('set: the Node name is empty');
+    if (!CONTROLPLANE_KINDS.includes(kind)) throw new Error(`set: unknown kind "${kind}"`);
+    if (object !== undefined && object.kind !== kind) throw new Error(`set: a ${object.kind} object given as ${kind} "${key}"`);
+    if (patch !== undefined && (kind !== 'AddressGroup' || patch.kind !== 'AddressGroupPatch')) throw new Error(`set: a patch given for ${kind} "${key}"; only AddressGroups take AddressGroupPatch`);
+    const name = controlPlaneName(kind, key);
+    let view = this.views.get(node);
+    const held = view?.objects[kind].get(name);
+    if (!held && object === undefined) return;
+    if (held && object !== undefined && this.equal(held.object, object)) return;
+    if (!view) this.views.set(node, (view = this.newView()));
+    this.batch(() => {
+      const rv = ++this.rv;
+      let entry: LogEntry;
+      if (object === undefined) {
+        view.objects[kind].delete(name);
+        entry = { rv, kind, name, type: 'DELETED', object: undefined };
+      } else {
+        view.objects[kind].set(name, { object, rv });
+        entry = held ? { rv, kind, name, type: 'MODIFIED', object: patch ?? object } : { rv, kind, name, type: 'ADDED', object };
+      }
+      this.append(view, entry);
+      this.pending.push({ view, entry });
+    });
+  }
+
+  /**
+   * Runs `fn` (its `set` calls) as one batch: each event still gets its own resourceVersion, but
+   * watchers hear of them once, at the end (even if `fn` throws: what it set stays set).
+   */
+  batch<T>(fn: () => T): T {
+    this.depth++;
+    try {
+      return fn();
+    } finally {
+      if (--this.depth === 0) this.flush();
+    }
+  }
+
+  /** `node`'s objects of `kind`, sorted by name, and the version they are current at. */
+  list(node: string, kind: ControlPlaneKind): ControlPlaneList {
+    const held = this.views.get(node)?.objects[kind];
+    const names = held ? [...held.keys()].sort() : [];
+    return { resourceVersion: String(this.rv), items: names.map((n) => served(n, held!.get(n)!)) };
+  }
+
+  /** One object of `node`'s view by its wire name, or undefined. */
+  get(node: string, kind: ControlPlaneKind, name: string): ControlPlaneObject | undefined {
+    const held = this.views.get(node)?.objects[kind].get(name);
+    return held && served(name, held);
+  }
+
+  /**
+   * Watches `node`'s objects of `kind`: the events after `fromResourceVersion` (delivered before
+   * this returns), then every change. An empty version or "0" starts with the current objects as
+   * ADDED events. Throws GoneError when the Node's log no longer reaches back to the version or the
+   * version was never issued by this store (a future one, or one of a restarted controller's).
+   * `onClose` hears when the store ends the watch (`forgetNode`, or `onEvent` threw: the error).
+   */
+  watch(
+    node: string,
+    kind: ControlPlaneKind,
+    fromResourceVersion: string | undefined,
+    onEvent: (e: ControlPlaneEvent) => void,
+    onClose?: (err?: Error) => void,
+  ): ControlPlaneWatch {
+    if (!CONTROLPLANE_KINDS.includes(kind)) throw new Error(`watch: unknown kind "${kind}"`);
+    const view = this.views.get(node);
+    const watcher: Watcher = { kind, lastRv: this.rv, onEvent, onClose, closed: false };
+    const initial = fromResourceVersion === undefined || fromResourceVersion === '' || fromResourceVersion === '0';
+    let backlog: ControlPlaneEvent[];
+    if (initial) {
+      backlog = this.list(node, kind).items.map((object) => ({ type: 'ADDED', object }));
+    } else {
+      if (!/^[0-9]+$/.test(fromResourceVersion)) throw new Error(`resourceVersion "${fromResourceVersion}" is not a decimal integer`);
+      const from = Number(fromResourceVersion);
+      const floor = view ? view.floor[kind] : this.unknownFloor;
+      if (from > this.rv) throw new GoneError(`resourceVersion ${from} is newer than this store's ${this.rv} (a restarted controller): list again`);
+      if (from < floor) throw new GoneError(`too old resource version: ${from} (${floor})`);
+      backlog = [];
+      if (view) {
+        for (let i = firstAfter(view, from); i < view.log.length; i++) {
+          const e = view.log[i]!;
+          if (e.kind === kind) backlog.push(toEvent(e));
+        }
+      }
+    }
+    const v = view ?? this.newView();
+    if (!view) this.views.set(node, v);
+    v.watchers.add(watcher);
+    for (const e of backlog) if (!this.deliver(v, watcher, e)) break;
+    return { stop: () => this.close(v, watcher) };
+  }
+
+  /** Every Node with a view (or a watcher), for status. */
+  nodes(): ControlPlaneNodeStatus[] {
+    return [...this.views]
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([name, v]) => ({
+        name,
+        objects: { NetworkPolicy: v.objects.NetworkPolicy.size, AppliedToGroup: v.objects.AppliedToGroup.size, AddressGroup: v.objects.AddressGroup.size },
+        watchers: v.watchers.size,
+        oldestResumable: String(Math.max(...Object.values(v.floor))),
+      }));
+  }
+
+  /**
+   * Forgets a deleted Node: its view, log and watchers (closed). Its log goes, so every Node
+   * without a view must list again before resuming a watch (their floor rises to now).
+   */
+  forgetNode(node: string): void {
+    const view = this.views.get(node);
+    if (!view) return;
+    this.views.delete(node);
+    this.unknownFloor = this.rv;
+    for (const w of [...view.watchers]) this.close(view, w);
+  }
+
+  private newView(): NodeView {
+    return {
+      objects: { NetworkPolicy: new Map(), AppliedToGroup: new Map(), AddressGroup: new Map() },
+      log: [],
+      head: 0,
+      floor: { NetworkPolicy: this.unknownFloor, AppliedToGroup: this.unknownFloor, AddressGroup: this.unknownFloor },
+      watchers: new Set(),
+    };
+  }
+
+  private append(view: NodeView, entry: LogEntry): void {
+    view.log.push(entry);
+    if (view.log.length - view.head > this.perNode) {
+      const dropped = view.log[view.head]!;
+      view.floor[dropped.kind] = dropped.rv;
+      view.log[view.head++] = undefined as unknown as LogEntry;
+      // Compact once the dropped prefix is as long as the kept log: amortized O(1) per event.
+      if (view.head >= this.perNode) {
+        view.log = view.log.slice(view.head);
+        view.head = 0;
+      }
+    }
+  }
+
+  private flush(): void {
+    const pending = this.pending;
+    this.pending = [];
+    this.equalCache = new WeakMap();
+    for (const { view, entry } of pending) {
+      if (view.watchers.size === 0) continue;
+      const event = toEvent(entry);
+      for (const w of [...view.watchers]) if (w.kind === entry.kind && entry.rv > w.lastRv) this.deliver(view, w, event, entry.rv);
+    }
+  }
+
+  /** Hands `e` to `w`; a watcher whose callback throws is closed with that error. */
+  private deliver(view: NodeView, w: Watcher, e: ControlPlaneEvent, rv?: number): boolean {
+    if (w.closed) return false;
+    if (rv !== undefined) w.lastRv = rv;
+    try {
+      w.onEvent(e);
+      return true;
+    } catch (err) {
+      this.close(view, w, err instanceof Error ? err : new Error(String(err)));
+      return false;
+    }
+  }
+
+  private close(view: NodeView, w: Watcher, err?: Error): void {
+    if (w.closed) return;
+    w.closed = true;
+    view.watchers.delete(w);
+    w.onClose?.(err);
+  }
+
+  private equal(a: ControlPlaneObject, b: ControlPlaneObject): boolean {
+    if (a === b) return true;
+    const cached = this.depth > 0 ? this.equalCache.get(a) : undefined;
+    if (cached?.other === b) return cached.equal;
+    const equal = jsonEqual(a, b);
+    if (this.depth > 0) this.equalCache.set(a, { other: b, equal });
+    return equal;
+  }
+}
+
+/** The index of the first log entry after version `from` (binary search: versions increase). */
+function firstAfter(view: NodeView, from: number): number {
+  let lo = view.head;
+  let hi = view.log.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (view.log[mid]!.rv <= from) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+function served(name: string, held: Held): ControlPlaneObject {
+  return { ...held.object, metadata: { ...held.object.metadata, name, resourceVersion: String(held.rv) } };
+}
+
+function toEvent(e: LogEntry): ControlPlaneEvent {
+  const metadata = { name: e.name, resourceVersion: String(e.rv) };
+  if (e.type === 'DELETED') return { type: 'DELETED', object: { apiVersion: CONTROLPLANE_API_VERSION, kind: e.kind, metadata } };
+  const object = e.object!;
+  if (object.kind === 'AddressGroupPatch') return { type: 'MODIFIED', object: { ...object, metadata: { ...object.metadata, ...metadata } } };
+  return { type: e.type, object: { ...object, metadata: { ...object.metadata, ...metadata } } };
+}
+
+/**
+ * Equality of two values as JSON sees them (what canonical JSON texts would compare): key order
+ * does not matter and properties holding undefined count as absent.
+ */
+export function jsonEqual(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a)) {
+    const bb = b as unknown[];
+    if (a.length !== bb.length) return false;
+    for (let i = 0; i < a.length; i++) if (!jsonEqual(a[i] ?? null, bb[i] ?? null)) return false;
+    return true;
+  }
+  const ao = a as Record<string, unknown>;
+  const bo = b as Record<string, unknown>;
+  let count = 0;
+  for (const k in ao) {
+    if (!Object.hasOwn(ao, k) || ao[k] === undefined) continue;
+    count++;
+    if (!Object.hasOwn(bo, k) || !jsonEqual(ao[k], bo[k])) return false;
+  }
+  for (const k in bo) if (Object.hasOwn(bo, k) && bo[k] !== undefined) count--;
+  return count === 0;
+}

@@ -1,0 +1,366 @@
+/**
+ * The agent's side of the controller's API: for one Node and each kind of the
+ * `controlplane.sluice.io` API, list then watch from the listed resourceVersion, resume from the
+ * last version seen after a watch ends or breaks, and list again after 410 Gone (reporting the whole
+ * set again so the consumer can diff). Transport errors are retried with exponential backoff
+ * (100 ms doubling to 5 s) and never take anything from the consumer: it keeps the last state it
+ * was given and hears only that the controller is disconnected.
+ */
+import http, { type ClientRequest, type IncomingMessage } from 'node:http';
+import https from 'node:https';
+import type { Logger } from 'pino';
+import { type Clock, realClock, type TimerHandle } from '../clock.js';
+import {
+  CONTROLPLANE_API_VERSION,
+  CONTROLPLANE_RESOURCES,
+  type ControlPlaneEvent,
+  type ControlPlaneKind,
+  type ControlPlaneObject,
+} from './types.js';
+
+export type ControlPlaneConnection = 'connected' | 'disconnected';
+
+export interface ControlPlaneWatcherOptions {
+  /** The controller's base URL, e.g. "https://sluice-controller.kube-system.svc:443". */
+  server: string;
+  nodeName: string;
+  /** Bearer token, or a function read at every request (projected tokens rotate). */
+  token?: string | (() => string);
+  /** PEM CA bundle the controller's certificate must chain to (https only). */
+  ca?: string | Buffer;
+  /** The kinds to follow (default all three). */
+  kinds?: readonly ControlPlaneKind[];
+  /** After every (re)list: the whole set of `kind` the Node sees now. */
+  onSync(kind: ControlPlaneKind, items: ControlPlaneObject[]): void;
+  /** Each watch event (ADDED, MODIFIED with an object or an AddressGroupPatch, DELETED); bookmarks are kept here. */
+  onEvent(kind: ControlPlaneKind, event: ControlPlaneEvent): void;
+  /** Connected: every kind is listed and watched. Disconnected: one is not (the reason says why); the consumer keeps its state. */
+  onState?(state: ControlPlaneConnection, reason: string): void;
+  clock?: Clock;
+  /** First retry delay (default 100 ms), doubled per failure up to `maxBackoffMs` (default 5000 ms). */
+  initialBackoffMs?: number;
+  maxBackoffMs?: number;
+  /** Asked of the server on each watch (default: none, the watch lasts until it breaks). */
+  watchTimeoutSeconds?: number;
+  /** A watch that hears nothing this long, not even a bookmark, is deemed dead and reopened (default 180 000 ms). */
+  idleTimeoutMs?: number;
+  /** A list not answered this long fails (default 30 000 ms). */
+  requestTimeoutMs?: number;
+  log?: Logger;
+}
+
+/** A failed request: the transport's error or the server's Status, with its HTTP code when there is one. */
+class RequestError extends Error {
+  constructor(
+    message: string,
+    readonly code?: number,
+  ) {
+    super(message);
+  }
+}
+
+interface KindLoop {
+  kind: ControlPlaneKind;
+  /** The version to resume from; undefined: list first. */
+  rv: string | undefined;
+  /** Listed and watching since the last failure. */
+  ok: boolean;
+  reason: string;
+  request: ClientRequest | undefined;
+  /** Wakes a backoff sleep early (stop). */
+  wake: (() => void) | undefined;
+}
+
+const MIN_HEALTHY_WATCH_MS = 1000;
+
+export class ControlPlaneWatcher {
+  private readonly clock: Clock;
+  private readonly loops: KindLoop[];
+  private readonly base: URL;
+  private stopped = false;
+  private running: Promise<void>[] = [];
+  private reported: { state: ControlPlaneConnection; reason: string } | undefined;
+
+  constructor(private readonly opts: ControlPlaneWatcherOptions) {
+    this.clock = opts.clock ?? realClock;
+    if (!opts.nodeName) throw new Error('control plane watcher: nodeName is empty');
+    try {
+      this.base = new URL(opts.server);
+    } catch {
+      throw new Error(`control plane watcher: server "${opts.server}" is not a URL`);
+    }
+    if (this.base.protocol !== 'http:' && this.base.protocol !== 'https:') throw new Error(`control plane watcher: server "${opts.server}" is neither http nor https`);
+    this.loops = (opts.kinds ?? ['NetworkPolicy', 'AppliedToGroup', 'AddressGroup']).map((kind) => ({
+      kind,
+      rv: undefined,
+      ok: false,
+      reason: 'not listed yet',
+      request: undefined,
+      wake: undefined,
+    }));
+  }
+
+  /** Starts following every kind. */
+  start(): void {
+    if (this.running.length > 0 || this.stopped) throw new Error('control plane watcher: start() called twice');
+    this.running = this.loops.map((k) => this.run(k));
+  }
+
+  /** Stops: open requests are cut, pending retries cancelled; resolves once every loop has ended. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const k of this.loops) {
+      k.request?.destroy();
+      k.wake?.();
+    }
+    await Promise.all(this.running);
+  }
+
+  /** The last resourceVersion seen of each kind (undefined before its first list or after a 410). */
+  resourceVersions(): Partial<Record<ControlPlaneKind, string>> {
+    return Object.fromEntries(this.loops.filter((k) => k.rv !== undefined).map((k) => [k.kind, k.rv]));
+  }
+
+  /** The connection as last reported to onState. */
+  state(): { state: ControlPlaneConnection; reason: string } {
+    return this.reported ?? { state: 'disconnected', reason: 'not connected yet' };
+  }
+
+  private async run(k: KindLoop): Promise<void> {
+    let failures = 0;
+    const backoff = async () => {
+      const initial = this.opts.initialBackoffMs ?? 100;
+      const max = this.opts.maxBackoffMs ?? 5000;
+      await this.sleep(k, Math.min(max, initial * 2 ** Math.min(failures++, 30)));
+    };
+    while (!this.stopped) {
+      try {
+        let listedNow = false;
+        if (k.rv === undefined) {
+          const list = await this.list(k);
+          k.rv = list.resourceVersion;
+          listedNow = true;
+          failures = 0;
+          this.opts.onSync(k.kind, list.items);
+        }
+        const started = this.clock.now();
+        const outcome = await this.watch(k);
+        if (outcome.gone) {
+          this.opts.log?.info({ kind: k.kind, rv: k.rv }, 'control plane watch: resourceVersion expired, listing again');
+          k.rv = undefined;
+          // A server answering Gone to the version it just listed would make a tight loop.
+          if (listedNow) await backoff();
+          continue;
+        }
+        if (outcome.events > 0 || this.clock.now() - started >= MIN_HEALTHY_WATCH_MS) failures = 0;
+        else await backoff();
+      } catch (err) {
+        if (this.stopped) break;
+        this.failed(k, (err as Error).message);
+        await backoff();
+      }
+    }
+  }
+
+  private sleep(k: KindLoop, ms: number): Promise<void> {
+    if (this.stopped) return Promise.resolve();
+    return new Promise((resolve) => {
+      let handle: TimerHandle | undefined;
+      k.wake = () => {
+        this.clock.clearTimeout(handle);
+        k.wake = undefined;
+        resolve();
+      };
+      handle = this.clock.setTimeout(() => k.wake?.(), ms);
+    });
+  }
+
+  private connected(k: KindLoop): void {
+    k.ok = true;
+    k.reason = '';
+    if (this.loops.every((l) => l.ok)) this.report('connected', `listing and watching ${this.loops.map((l) => CONTROLPLANE_RESOURCES[l.kind]).join(', ')}`);
+  }
+
+  private failed(k: KindLoop, reason: string): void {
+    k.ok = false;
+    // Said once per reason: a controller that stays away would otherwise log every retry.
+    if (k.reason !== reason) this.opts.log?.warn({ kind: k.kind, err: reason }, 'control plane: request failed, keeping the last state and retrying');
+    k.reason = reason;
+    if (this.reported?.state !== 'disconnected') this.report('disconnected', `${CONTROLPLANE_RESOURCES[k.kind]}: ${reason}`);
+  }
+
+  private report(state: ControlPlaneConnection, reason: string): void {
+    if (this.reported?.state === state) return;
+    this.reported = { state, reason };
+    this.opts.onState?.(state, reason);
+  }
+
+  private url(k: KindLoop, extra: Record<string, string>): URL {
+    const u = new URL(`${this.base.pathname.replace(/\/+$/, '')}/apis/${CONTROLPLANE_API_VERSION}/${CONTROLPLANE_RESOURCES[k.kind]}`, this.base);
+    u.searchParams.set('fieldSelector', `nodeName=${this.opts.nodeName}`);
+    for (const [key, v] of Object.entries(extra)) u.searchParams.set(key, v);
+    return u;
+  }
+
+  /** Sends a GET; resolves with the response once its headers are in. */
+  private get(k: KindLoop, url: URL): Promise<IncomingMessage> {
+    const token = typeof this.opts.token === 'function' ? this.opts.token() : this.opts.token;
+    const headers: Record<string, string> = { Accept: 'application/json' };
+    if (token) headers.Authorization = `Bearer ${token}`;
+    return new Promise((resolve, reject) => {
+      const req =
+        url.protocol === 'https:'
+          ? https.request(url, { method: 'GET', headers, ...(this.opts.ca !== undefined ? { ca: this.opts.ca } : {}) })
+          : http.request(url, { method: 'GET', headers });
+      k.request = req;
+      req.on('response', resolve);
+      req.on('error', (err) => reject(new RequestError(`${url.host}: ${err.message}`)));
+      req.end();
+    });
+  }
+
+  private async list(k: KindLoop): Promise<{ resourceVersion: string; items: ControlPlaneObject[] }> {
+    const url = this.url(k, {});
+    const timeoutMs = this.opts.requestTimeoutMs ?? 30_000;
+    const timer = this.clock.setTimeout(() => k.request?.destroy(new Error(`no answer in ${timeoutMs} ms`)), timeoutMs);
+    try {
+      const res = await this.get(k, url);
+      const body = await readBody(res);
+      if (res.statusCode !== 200) throw statusError(res.statusCode, body);
+      const list = parseJson(body, 'list') as { kind?: unknown; metadata?: { resourceVersion?: unknown }; items?: unknown };
+      const rv = list.metadata?.resourceVersion;
+      if (list.kind !== `${k.kind}List` || typeof rv !== 'string' || !/^[0-9]+$/.test(rv) || !Array.isArray(list.items)) {
+        throw new RequestError(`list of ${CONTROLPLANE_RESOURCES[k.kind]}: not a ${k.kind}List with a resourceVersion and items`);
+      }
+      return { resourceVersion: rv, items: list.items as ControlPlaneObject[] };
+    } finally {
+      this.clock.clearTimeout(timer);
+      k.request = undefined;
+    }
+  }
+
+  /**
+   * One watch from `k.rv`: events handed to the consumer as they come. Resolves when the server
+   * ends it (`gone` when it said 410), rejects on transport errors, other ERROR events, bad
+   * lines and silence longer than the idle timeout.
+   */
+  private async watch(k: KindLoop): Promise<{ gone: boolean; events: number }> {
+    const params: Record<string, string> = { watch: '1', resourceVersion: k.rv!, allowWatchBookmarks: 'true' };
+    if (this.opts.watchTimeoutSeconds !== undefined) params.timeoutSeconds = String(this.opts.watchTimeoutSeconds);
+    const url = this.url(k, params);
+    const idleMs = this.opts.idleTimeoutMs ?? 180_000;
+    let idle: TimerHandle | undefined;
+    // Until the stream is read, silence cuts the request; then it fails the stream with its reason.
+    let silent = (err: Error): void => {
+      k.request?.destroy(err);
+    };
+    const arm = () => {
+      this.clock.clearTimeout(idle);
+      idle = this.clock.setTimeout(() => silent(new RequestError(`watch of ${CONTROLPLANE_RESOURCES[k.kind]}: no event nor bookmark in ${idleMs} ms`)), idleMs);
+    };
+    arm();
+    try {
+      const res = await this.get(k, url);
+      if (res.statusCode === 410) {
+        await readBody(res);
+        return { gone: true, events: 0 };
+      }
+      if (res.statusCode !== 200) throw statusError(res.statusCode, await readBody(res));
+      this.connected(k);
+      return await new Promise((resolve, reject) => {
+        let events = 0;
+        let buffered = '';
+        let done = false;
+        const finish = (err: Error | undefined, gone = false) => {
+          if (done) return;
+          done = true;
+          if (err) {
+            res.destroy();
+            reject(err);
+          } else resolve({ gone, events });
+        };
+        silent = (err) => finish(err);
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          if (done) return;
+          arm();
+          buffered += chunk;
+          let nl: number;
+          while (!done && (nl = buffered.indexOf('\n')) >= 0) {
+            const line = buffered.slice(0, nl).trim();
+            buffered = buffered.slice(nl + 1);
+            if (line === '') continue;
+            try {
+              const e = parseEvent(line);
+              if (e.type === 'ERROR') {
+                const status = e.object as { code?: unknown; message?: unknown };
+                if (status.code === 410) finish(undefined, true);
+                else finish(new RequestError(`watch of ${CONTROLPLANE_RESOURCES[k.kind]}: ${String(status.message ?? 'ERROR event')}`, Number(status.code) || undefined));
+                return;
+              }
+              k.rv = e.object.metadata.resourceVersion;
+              if (e.type !== 'BOOKMARK') {
+                events++;
+                this.opts.onEvent(k.kind, e);
+              }
+            } catch (err) {
+              finish(err as Error);
+            }
+          }
+        });
+        res.on('end', () => finish(buffered.trim() === '' ? undefined : new RequestError(`watch of ${CONTROLPLANE_RESOURCES[k.kind]}: the stream ended inside an event`)));
+        res.on('error', (err) => finish(new RequestError(`watch of ${CONTROLPLANE_RESOURCES[k.kind]}: ${err.message}`)));
+        res.on('close', () => finish(res.complete ? undefined : new RequestError(`watch of ${CONTROLPLANE_RESOURCES[k.kind]}: the connection closed`)));
+      });
+    } finally {
+      this.clock.clearTimeout(idle);
+      k.request = undefined;
+    }
+  }
+}
+
+function readBody(res: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let body = '';
+    res.setEncoding('utf8');
+    res.on('data', (c: string) => (body += c));
+    res.on('end', () => resolve(body));
+    res.on('error', reject);
+    res.on('close', () => {
+      if (!res.complete) reject(new RequestError('the connection closed inside the answer'));
+    });
+  });
+}
+
+function parseJson(text: string, what: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new RequestError(`${what}: the answer is not JSON: ${text.slice(0, 200)}`);
+  }
+}
+
+/** The error an HTTP failure answers: the Status message when the body is one. */
+function statusError(code: number | undefined, body: string): RequestError {
+  let message = body.slice(0, 300).trim();
+  try {
+    const s = JSON.parse(body) as { kind?: unknown; message?: unknown };
+    if (s.kind === 'Status' && typeof s.message === 'string') message = s.message;
+  } catch {
+    // Not a Status: the text itself says what went wrong.
+  }
+  return new RequestError(`HTTP ${code}: ${message}`, code);
+}
+
+type WireEvent = ControlPlaneEvent | { type: 'ERROR'; object: unknown };
+
+/** One line of the watch stream, checked enough that a garbled line fails here and not in the consumer. */
+function parseEvent(line: string): WireEvent {
+  const e = parseJson(line, 'watch event') as { type?: unknown; object?: { apiVersion?: unknown; metadata?: { resourceVersion?: unknown } } };
+  if (e.type === 'ERROR' && typeof e.object === 'object' && e.object !== null) return e as WireEvent;
+  if (e.type !== 'ADDED' && e.type !== 'MODIFIED' && e.type !== 'DELETED' && e.type !== 'BOOKMARK') throw new RequestError(`watch event type ${JSON.stringify(e.type)} is unknown`);
+  const rv = e.object?.metadata?.resourceVersion;
+  if (typeof rv !== 'string' || !/^[0-9]+$/.test(rv)) throw new RequestError(`watch ${e.type} event without a resourceVersion`);
+  if (e.type !== 'BOOKMARK' && e.object?.apiVersion !== CONTROLPLANE_API_VERSION) throw new RequestError(`watch ${e.type} event of apiVersion ${JSON.stringify(e.object?.apiVersion)}`);
+  return e as WireEvent;
+}

@@ -1,0 +1,238 @@
+// daemon/controller/store.ts: per-Node views, their events and resourceVersions, batches, the
+// bounded log and 410 Gone, wire names, and objects shared by many Nodes never touched.
+import t from 'tap';
+import { ControlPlaneStore, controlPlaneName, GoneError, jsonEqual } from '../../daemon/controller/store.js';
+import {
+  CONTROLPLANE_API_VERSION,
+  type ControlPlaneAddressGroup,
+  type ControlPlaneAddressGroupPatch,
+  type ControlPlaneAppliedToGroup,
+  type ControlPlaneEvent,
+  type ControlPlaneNetworkPolicy,
+} from '../../daemon/controlplane/types.js';
+import type { GroupMember } from '../../daemon/policy/types.js';
+
+const pod = (ref: string, ip: string, nodeName = 'n1'): GroupMember => ({ kind: 'pod', ref, nodeName, ips: [ip], ports: [] });
+const ag = (id: string, members: GroupMember[]): ControlPlaneAddressGroup => ({ apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: id }, members, ipBlocks: [] });
+const atg = (id: string, members: GroupMember[]): ControlPlaneAppliedToGroup => ({ apiVersion: CONTROLPLANE_API_VERSION, kind: 'AppliedToGroup', metadata: { name: id }, members });
+const np = (key: string): ControlPlaneNetworkPolicy => ({ apiVersion: CONTROLPLANE_API_VERSION, kind: 'NetworkPolicy', metadata: { name: key }, sourceKey: key, rules: [], isolations: [] });
+const patchOf = (id: string, upserted: GroupMember[], removed: string[]): ControlPlaneAddressGroupPatch => ({ apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroupPatch', metadata: { name: id }, upserted, removed });
+
+/** Freezes an object and everything in it: a mutation throws in strict mode. */
+function deepFreeze<T>(o: T): T {
+  if (typeof o === 'object' && o !== null && !Object.isFrozen(o)) {
+    Object.freeze(o);
+    for (const v of Object.values(o)) deepFreeze(v);
+  }
+  return o;
+}
+
+/** Records a watch's events as "TYPE name@rv". */
+function recorder() {
+  const events: ControlPlaneEvent[] = [];
+  const log = () => events.map((e) => `${e.type} ${e.object.metadata.name}@${e.object.metadata.resourceVersion}`);
+  return { events, log, on: (e: ControlPlaneEvent) => events.push(e) };
+}
+
+t.test('events per Node: ADDED, MODIFIED, DELETED; other Nodes see nothing', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 100 });
+  t.equal(s.resourceVersion(), '100');
+  const a = recorder();
+  const b = recorder();
+  s.watch('n1', 'AddressGroup', '100', a.on);
+  s.watch('n2', 'AddressGroup', '100', b.on);
+  const g1 = ag('ag-1', [pod('x/a', '10.0.0.1')]);
+  s.set('n1', 'AddressGroup', 'ag-1', g1);
+  s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.2')]));
+  s.set('n1', 'AddressGroup', 'ag-1', undefined);
+  s.set('n1', 'AddressGroup', 'ag-1', undefined);
+  t.same(a.log(), ['ADDED ag-1@101', 'MODIFIED ag-1@102', 'DELETED ag-1@103'], 'one version per event, deleting the absent is nothing');
+  t.same(b.log(), [], 'n2 sees none of n1');
+  t.same(a.events[1]!.object, { ...ag('ag-1', [pod('x/a', '10.0.0.2')]), metadata: { name: 'ag-1', resourceVersion: '102' } }, 'MODIFIED carries the whole object with its version');
+  t.same(a.events[2]!.object, { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: 'ag-1', resourceVersion: '103' } }, 'DELETED carries the name only');
+  const other = recorder();
+  s.watch('n1', 'NetworkPolicy', '100', other.on);
+  t.same(other.log(), [], 'a watch of another kind hears none of them');
+});
+
+t.test('no event when the Node already holds the same or an equal object', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 0 });
+  const r = recorder();
+  s.watch('n1', 'AppliedToGroup', '0', r.on);
+  const g = atg('atg-1', [pod('x/a', '10.0.0.1')]);
+  s.set('n1', 'AppliedToGroup', 'atg-1', g);
+  s.set('n1', 'AppliedToGroup', 'atg-1', g);
+  // The same content with its keys in another order and an undefined property: equal as JSON.
+  const reordered = { members: [{ ips: ['10.0.0.1'], ports: [], ref: 'x/a', kind: 'pod', nodeName: 'n1', extra: undefined }], metadata: { name: 'atg-1' }, kind: 'AppliedToGroup', apiVersion: CONTROLPLANE_API_VERSION } as unknown as ControlPlaneAppliedToGroup;
+  s.set('n1', 'AppliedToGroup', 'atg-1', reordered);
+  t.same(r.log(), ['ADDED atg-1@1']);
+  t.equal(s.resourceVersion(), '1', 'no version spent either');
+  t.ok(jsonEqual({ a: [1, { b: 2 }] }, { a: [1, { b: 2, c: undefined }] }));
+  t.notOk(jsonEqual({ a: [1, 2] }, { a: [2, 1] }), 'array order matters');
+  t.notOk(jsonEqual({ a: 1 }, { a: 1, b: null }), 'null is a value');
+});
+
+t.test('an AddressGroup change with a patch: the event carries the patch, list the whole group', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 0 });
+  const r = recorder();
+  s.watch('n1', 'AddressGroup', '0', r.on);
+  s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.1')]), patchOf('ag-1', [pod('x/a', '10.0.0.1')], []));
+  const after = ag('ag-1', [pod('x/a', '10.0.0.1'), pod('x/b', '10.0.0.2')]);
+  s.set('n1', 'AddressGroup', 'ag-1', after, patchOf('ag-1', [pod('x/b', '10.0.0.2')], []));
+  t.same(r.log(), ['ADDED ag-1@1', 'MODIFIED ag-1@2']);
+  t.equal(r.events[0]!.object.kind, 'AddressGroup', 'an ADDED group is whole even when a patch is given');
+  t.same(r.events[1]!.object, { ...patchOf('ag-1', [pod('x/b', '10.0.0.2')], []), metadata: { name: 'ag-1', resourceVersion: '2' } });
+  t.same(s.list('n1', 'AddressGroup').items, [{ ...after, metadata: { name: 'ag-1', resourceVersion: '2' } }]);
+  t.throws(() => s.set('n1', 'AppliedToGroup', 'atg-1', atg('atg-1', []), patchOf('atg-1', [], [])), /only AddressGroups take AddressGroupPatch/);
+  t.throws(() => s.set('n1', 'AddressGroup', 'ag-2', atg('ag-2', []) as never), /a AppliedToGroup object given as AddressGroup "ag-2"/);
+  t.throws(() => s.set('', 'AddressGroup', 'ag-2', undefined), /Node name is empty/);
+});
+
+t.test('the log is bounded per Node: older versions, future ones and a restarted store\'s are Gone', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 10, eventsPerNode: 3 });
+  for (let i = 1; i <= 5; i++) s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', `10.0.0.${i}`)]));
+  t.equal(s.resourceVersion(), '15');
+  // Kept: 13, 14, 15; dropped 11, 12: a watch from 12 still has every later event.
+  const r = recorder();
+  s.watch('n1', 'AddressGroup', '12', r.on);
+  t.same(r.log(), ['MODIFIED ag-1@13', 'MODIFIED ag-1@14', 'MODIFIED ag-1@15']);
+  t.throws(() => s.watch('n1', 'AddressGroup', '11', () => {}), GoneError);
+  t.throws(() => s.watch('n1', 'AddressGroup', '11', () => {}), /too old resource version: 11 \(12\)/);
+  t.throws(() => s.watch('n1', 'AddressGroup', '16', () => {}), /newer than this store's 15/);
+  t.throws(() => s.watch('n2', 'AddressGroup', '9', () => {}), GoneError, 'before the store began, even on a Node with no view');
+  t.throws(() => s.watch('n1', 'AddressGroup', 'x1', () => {}), /not a decimal integer/);
+  // Another Node's log is its own: n2 can still resume from the start.
+  const r2 = recorder();
+  s.watch('n2', 'AddressGroup', '10', r2.on);
+  s.set('n2', 'AddressGroup', 'ag-1', ag('ag-1', []));
+  t.same(r2.log(), ['ADDED ag-1@16']);
+  t.same(r.log().at(-1), 'MODIFIED ag-1@15', 'n1\'s watch hears nothing of n2');
+  // Many more events: the log stays resumable over its last 3 and compacts.
+  for (let i = 0; i < 20; i++) s.set('n1', 'AddressGroup', `ag-${i % 2}`, ag(`ag-${i % 2}`, [pod('x/a', `10.1.0.${i}`)]));
+  const rv = Number(s.resourceVersion());
+  const tail = recorder();
+  s.watch('n1', 'AddressGroup', String(rv - 3), tail.on);
+  t.equal(tail.events.length, 3);
+  t.throws(() => s.watch('n1', 'AddressGroup', String(rv - 4), () => {}), GoneError);
+  t.equal(s.nodes().find((n) => n.name === 'n1')!.oldestResumable, String(rv - 3));
+  // The floor is per kind: the burst of AddressGroups expired no NetworkPolicy watch.
+  t.doesNotThrow(() => s.watch('n1', 'NetworkPolicy', '10', () => {}));
+});
+
+t.test('a batch: one version per event, watchers told at the end, list after it', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 0 });
+  const r = recorder();
+  s.watch('n1', 'NetworkPolicy', '0', r.on);
+  const p1 = np('NetworkPolicy/x/allow');
+  const p2 = np('ClusterNetworkPolicy//deny');
+  let seenInside = -1;
+  const result = s.batch(() => {
+    s.set('n1', 'NetworkPolicy', p1.sourceKey, p1);
+    s.set('n1', 'NetworkPolicy', p2.sourceKey, p2);
+    s.set('n2', 'NetworkPolicy', p1.sourceKey, p1);
+    seenInside = r.events.length;
+    return 'done';
+  });
+  t.equal(result, 'done');
+  t.equal(seenInside, 0, 'nothing delivered inside the batch');
+  t.same(r.log(), ['ADDED networkpolicy.x.allow@1', 'ADDED clusternetworkpolicy..deny@2']);
+  const list = s.list('n1', 'NetworkPolicy');
+  t.equal(list.resourceVersion, '3');
+  t.same(list.items.map((i) => `${i.metadata.name}@${i.metadata.resourceVersion}`), ['clusternetworkpolicy..deny@2', 'networkpolicy.x.allow@1'], 'sorted by name');
+  t.equal(s.get('n2', 'NetworkPolicy', 'networkpolicy.x.allow')?.metadata.resourceVersion, '3');
+  t.equal(s.get('n2', 'NetworkPolicy', 'clusternetworkpolicy..deny'), undefined);
+  // A batch that throws keeps what it set and still tells the watchers.
+  t.throws(() =>
+    s.batch(() => {
+      s.set('n1', 'NetworkPolicy', p1.sourceKey, undefined);
+      throw new Error('boom');
+    }),
+  );
+  t.same(r.log().at(-1), 'DELETED networkpolicy.x.allow@4');
+  // A watch opened inside a batch gets the pending events once.
+  const late = recorder();
+  s.batch(() => {
+    s.set('n1', 'NetworkPolicy', p1.sourceKey, p1);
+    s.watch('n1', 'NetworkPolicy', '4', late.on);
+  });
+  t.same(late.log(), ['ADDED networkpolicy.x.allow@5']);
+});
+
+t.test('a watch from "" or "0" starts with the current objects as ADDED', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 0 });
+  s.set('n1', 'AddressGroup', 'ag-2', ag('ag-2', []));
+  s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', []));
+  const r = recorder();
+  s.watch('n1', 'AddressGroup', '', r.on);
+  s.set('n1', 'AddressGroup', 'ag-1', undefined);
+  t.same(r.log(), ['ADDED ag-1@2', 'ADDED ag-2@1', 'DELETED ag-1@3']);
+});
+
+t.test('objects shared by many Nodes are never mutated; views hold them by reference', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 0 });
+  const g = deepFreeze(ag('ag-1', [pod('x/a', '10.0.0.1')]));
+  const p = deepFreeze(patchOf('ag-1', [pod('x/b', '10.0.0.2')], []));
+  const g2 = deepFreeze(ag('ag-1', [pod('x/a', '10.0.0.1'), pod('x/b', '10.0.0.2')]));
+  const r = recorder();
+  s.watch('n1', 'AddressGroup', '0', r.on);
+  s.batch(() => {
+    for (const n of ['n1', 'n2', 'n3']) s.set(n, 'AddressGroup', 'ag-1', g);
+  });
+  s.batch(() => {
+    for (const n of ['n1', 'n2', 'n3']) s.set(n, 'AddressGroup', 'ag-1', g2, p);
+  });
+  t.same(g.metadata, { name: 'ag-1' }, 'no resourceVersion written into the shared object');
+  t.same(p.metadata, { name: 'ag-1' });
+  const items = ['n1', 'n2', 'n3'].map((n) => s.list(n, 'AddressGroup').items[0]!);
+  t.same(items.map((i) => i.metadata.resourceVersion), ['4', '5', '6']);
+  t.not(items[0], g2, 'served objects are copies...');
+  t.equal((items[0] as ControlPlaneAddressGroup).members, g2.members, '...sharing the members by reference');
+  t.same(r.log(), ['ADDED ag-1@1', 'MODIFIED ag-1@4']);
+});
+
+t.test('wire names: NetworkPolicy source keys made URL-safe, group ids as they are', async (t) => {
+  t.equal(controlPlaneName('NetworkPolicy', 'NetworkPolicy/default/allow-web.v2'), 'networkpolicy.default.allow-web.v2');
+  t.equal(controlPlaneName('NetworkPolicy', 'AntreaClusterNetworkPolicy//deny'), 'antreaclusternetworkpolicy..deny');
+  t.equal(controlPlaneName('AddressGroup', 'ag-0f3a'), 'ag-0f3a');
+  t.throws(() => controlPlaneName('NetworkPolicy', 'default/allow'), /NetworkPolicy key "default\/allow" is not "<Kind>\/<namespace>\/<name>"/);
+  t.throws(() => controlPlaneName('NetworkPolicy', 'NetworkPolicy/a/b/c'), /not "<Kind>/);
+  t.throws(() => controlPlaneName('AppliedToGroup', 'ATG/1'), /AppliedToGroup id "ATG\/1" is not a lowercase DNS-style name/);
+  t.throws(() => new ControlPlaneStore({ eventsPerNode: 0 }), /eventsPerNode 0/);
+  const s = new ControlPlaneStore();
+  t.ok(Number(s.resourceVersion()) >= (Date.now() - 60_000) * 1000, 'the default first version is the wall clock in µs (above a restarted store\'s)');
+});
+
+t.test('a watcher that throws is closed with its error; the others go on', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 0 });
+  let closedWith: Error | undefined;
+  s.watch('n1', 'AddressGroup', '0', () => {
+    throw new Error('consumer broke');
+  }, (err) => (closedWith = err));
+  const r = recorder();
+  s.watch('n1', 'AddressGroup', '0', r.on);
+  s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', []));
+  s.set('n1', 'AddressGroup', 'ag-2', ag('ag-2', []));
+  t.equal(closedWith?.message, 'consumer broke');
+  t.same(r.log(), ['ADDED ag-1@1', 'ADDED ag-2@2']);
+  t.equal(s.nodes()[0]!.watchers, 1);
+  const w = s.watch('n1', 'AddressGroup', '2', r.on);
+  w.stop();
+  w.stop();
+  t.equal(s.nodes()[0]!.watchers, 1, 'stop is idempotent');
+});
+
+t.test('forgetNode closes its watches; views without a log must list again', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 0 });
+  s.set('gone', 'AddressGroup', 'ag-1', ag('ag-1', []));
+  s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', []));
+  let closed = false;
+  s.watch('gone', 'AddressGroup', '1', () => {}, () => (closed = true));
+  s.forgetNode('gone');
+  t.ok(closed);
+  t.same(s.nodes().map((n) => n.name), ['n1']);
+  t.same(s.list('gone', 'AddressGroup').items, []);
+  t.throws(() => s.watch('gone', 'AddressGroup', '1', () => {}), GoneError, 'its old version is Gone: a DELETED may be lost');
+  t.throws(() => s.watch('new', 'AddressGroup', '1', () => {}), GoneError);
+  t.doesNotThrow(() => s.watch('n1', 'AddressGroup', '1', () => {}), 'a Node with a view keeps its log');
+  t.same(s.nodes().find((n) => n.name === 'n1')?.objects, { NetworkPolicy: 0, AppliedToGroup: 0, AddressGroup: 1 });
+});
