@@ -158,7 +158,8 @@ export class LeaderElector {
   /**
    * Stops for good. A leader first calls onStoppedLeading (the work stops before anyone else can
    * take over), then releases the lease so a standby takes it at its next retry. A failed release
-   * is logged: the lease then simply expires.
+   * is logged: the lease then simply expires. It first waits for an attempt under way, which the
+   * lock's request timeout bounds (KubeLeaseLock's: 5 s).
    */
   async stop(): Promise<void> {
     if (this.state === 'stopped') return;

@@ -61,8 +61,12 @@ class FakeLock implements LeaseLock {
     private readonly who: string,
   ) {}
 
+  /** While set, every call hangs (an API server that accepted the connection and never answers). */
+  hang = false;
+
   private async check(): Promise<void> {
     this.calls++;
+    if (this.hang) await new Promise<never>(() => {});
     await Promise.resolve();
     if (this.failWith) throw this.failWith();
   }
@@ -237,6 +241,17 @@ t.test('a leader that cannot renew within the renew deadline steps down before a
   t.equal(a.events.at(-1), 'leader=b');
   await a.elector.stop();
   await b.elector.stop();
+});
+
+t.test('a renewal that never answers does not keep a leader leading past the renew deadline', async (t) => {
+  const store = new FakeLeaseStore(() => a.clock.now());
+  const a = replica(store, 'a');
+  a.elector.start();
+  await a.clock.advance(4_000);
+  a.lock.hang = true;
+  await a.clock.advance(12_000);
+  t.notOk(a.elector.isLeader);
+  t.same(a.events, ['leader=a', 'started@0', 'stopped@16000'], 'stepped down at the deadline of the round that started at 6 s');
 });
 
 t.test('a graceful stop releases the lease: the standby takes over at its next retry', async (t) => {
