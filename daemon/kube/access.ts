@@ -185,6 +185,11 @@ export class KubeAccess {
     return this.requestJson('POST', path, body, timeoutMs);
   }
 
+  /** PUT of a whole object (an update; its metadata.resourceVersion makes it conditional); the stored object. */
+  putJson(path: string, body: unknown, timeoutMs = 30_000): Promise<unknown> {
+    return this.requestJson('PUT', path, body, timeoutMs);
+  }
+
   /** PATCH with a JSON body of the given patch type (merge, strategic merge); the patched object. */
   patchJson(path: string, body: unknown, contentType: 'application/merge-patch+json' | 'application/strategic-merge-patch+json', timeoutMs = 30_000): Promise<unknown> {
     return this.requestJson('PATCH', path, body, timeoutMs, contentType);

@@ -34,6 +34,13 @@ const invalid = (rt: ResourceType, name: string, field: string, message: string)
   });
 const badRequest = (message: string) => new ApiError(400, 'BadRequest', message);
 
+/**
+ * Kinds whose PUT must name the resourceVersion it replaces (their strategy refuses unconditional
+ * updates, as Kubernetes' Lease strategy does): two leader-election candidates writing blind would
+ * both believe they hold the lock.
+ */
+const conditionalUpdateOnly = new Set(['coordination.k8s.io/leases']);
+
 /** A CustomResourceDefinition is checked on create and on update alike. */
 function assertValidCrd(rt: ResourceType, crd: KObject): void {
   const problem = crdProblem(crd);
@@ -261,6 +268,9 @@ export class Registry {
       throw badRequest(`the name of the object (${String(obj.metadata.name)}) does not match the name on the URL (${name})`);
     }
     const rv = obj.metadata.resourceVersion;
+    if ((rv === undefined || rv === '') && conditionalUpdateOnly.has(rt.storageKey)) {
+      throw invalid(rt, name, 'metadata.resourceVersion', 'Invalid value: 0x0: must be specified for an update');
+    }
     if (rv !== undefined && rv !== '' && rv !== existing.metadata.resourceVersion) {
       throw new ApiError(409, 'Conflict',
         `Operation cannot be fulfilled on ${qualified(rt)} "${name}": the object has been modified; please apply your changes to the latest version and try again`,

@@ -53,6 +53,8 @@ export const builtinTypes: readonly ResourceType[] = [
   builtin('apps', 'v1', 'daemonsets', 'DaemonSet', true, true, ['ds']),
   builtin('apps', 'v1', 'controllerrevisions', 'ControllerRevision', true, false),
   builtin('scheduling.k8s.io', 'v1', 'priorityclasses', 'PriorityClass', false, false, ['pc']),
+  // What leader election locks on (the sluice-controller's replicas, kube-controller-manager's).
+  builtin('coordination.k8s.io', 'v1', 'leases', 'Lease', true, false),
 ];
 
 export const crdStorageKey = 'apiextensions.k8s.io/customresourcedefinitions';

@@ -58,6 +58,22 @@ export interface ApiServer {
 }
 
 const maxBodyBytes = 8 * 1024 * 1024;
+
+/** Who a bearer token is, as a TokenReview's status.user reports it. */
+export interface ReviewedUser {
+  username: string;
+  uid?: string;
+  groups: string[];
+  extra?: Record<string, string[]>;
+}
+
+/** The user the admin token (ApiServerOptions.token) stands for. */
+export const ADMIN_USER = 'sluice-lab-admin';
+/** The audience of every token the lab accepts: the API server's own, as kube-apiserver's default. */
+export const API_AUDIENCE = 'https://kubernetes.default.svc.cluster.local';
+const TOKENREVIEW_PATH = '/apis/authentication.k8s.io/v1/tokenreviews';
+/** Create-only resources served besides the stored ones (listed in discovery, not in the store). */
+const virtualResources = [{ group: 'authentication.k8s.io', version: 'v1', name: 'tokenreviews', kind: 'TokenReview', verbs: ['create'] }];
 const openPaths = new Set(['/healthz', '/readyz', '/livez', '/version']);
 
 interface Route {
@@ -197,10 +213,60 @@ export class ApiServerImpl {
   private authorized(req: http.IncomingMessage, path: string): boolean {
     if (!this.opts.token || openPaths.has(path)) return true;
     const auth = req.headers.authorization ?? '';
-    if (auth === `Bearer ${this.opts.token}`) return true;
     // RBAC is not enforced: a valid ServiceAccount token may do what the admin token may.
-    const sa = this.opts.serviceAccountKey && auth.startsWith('Bearer ') ? verifyServiceAccountToken(this.opts.serviceAccountKey, auth.slice(7)) : undefined;
-    return sa !== undefined && this.store.get('/serviceaccounts', `${sa.namespace}/${sa.name}`) !== undefined;
+    return auth.startsWith('Bearer ') && this.reviewToken(auth.slice(7)) !== undefined;
+  }
+
+  /**
+   * The user a bearer token authenticates as, or undefined. A ServiceAccount token holds while its
+   * ServiceAccount exists. A Pod-bound one is not also tied to its Pod object, as Kubernetes' is:
+   * the lab deletes a Pod at once, without graceful deletion, so its containers are still stopping
+   * (and their agent still calling the API) after the object is gone.
+   */
+  reviewToken(token: string): ReviewedUser | undefined {
+    if (!token) return undefined;
+    if (this.opts.token && token === this.opts.token) return { username: ADMIN_USER, groups: ['system:masters', 'system:authenticated'] };
+    const claims = this.opts.serviceAccountKey ? verifyServiceAccountToken(this.opts.serviceAccountKey, token) : undefined;
+    if (!claims) return undefined;
+    const sa = this.store.get('/serviceaccounts', `${claims.namespace}/${claims.name}`);
+    if (!sa) return undefined;
+    const extra: Record<string, string[]> = {};
+    if (claims.podName !== undefined) {
+      extra['authentication.kubernetes.io/pod-name'] = [claims.podName];
+      if (claims.podUid !== undefined) extra['authentication.kubernetes.io/pod-uid'] = [claims.podUid];
+      extra['authentication.kubernetes.io/node-name'] = [claims.nodeName!];
+    }
+    return {
+      username: `system:serviceaccount:${claims.namespace}:${claims.name}`,
+      ...(sa.metadata.uid ? { uid: sa.metadata.uid } : {}),
+      groups: ['system:serviceaccounts', `system:serviceaccounts:${claims.namespace}`, 'system:authenticated'],
+      ...(Object.keys(extra).length ? { extra } : {}),
+    };
+  }
+
+  /**
+   * POST tokenreviews: whether spec.token authenticates, and as whom. Like kube-apiserver, an
+   * unknown token is a 201 with authenticated false, and a request without a token is 400.
+   */
+  private async tokenReview(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    if (req.method !== 'POST') throw new ApiError(405, 'MethodNotAllowed', `${req.method} is not allowed on ${TOKENREVIEW_PATH}: tokenreviews are only created`);
+    const body = parseBody(req, await readBody(req)) as { apiVersion?: unknown; kind?: unknown; spec?: { token?: unknown; audiences?: unknown } } | undefined;
+    if (!body || typeof body !== 'object' || Array.isArray(body)) throw new ApiError(400, 'BadRequest', 'the request body must be a JSON object (a TokenReview)');
+    if (body.kind !== undefined && body.kind !== 'TokenReview') throw new ApiError(400, 'BadRequest', `kind "${String(body.kind)}" is not TokenReview`);
+    if (body.apiVersion !== undefined && body.apiVersion !== 'authentication.k8s.io/v1') throw new ApiError(400, 'BadRequest', `apiVersion "${String(body.apiVersion)}" must be authentication.k8s.io/v1 on this path`);
+    const spec = body.spec ?? {};
+    if (typeof spec.token !== 'string' || spec.token === '') throw new ApiError(400, 'BadRequest', 'token is required for TokenReview in authentication');
+    const audiences = spec.audiences;
+    if (audiences !== undefined && (!Array.isArray(audiences) || audiences.some((a) => typeof a !== 'string'))) {
+      throw new ApiError(400, 'BadRequest', 'spec.audiences must be a list of strings');
+    }
+    const wanted = (audiences as string[] | undefined) ?? [API_AUDIENCE];
+    const user = this.reviewToken(spec.token);
+    let status: Record<string, unknown>;
+    if (!user) status = { authenticated: false, user: {}, error: 'invalid bearer token' };
+    else if (!wanted.includes(API_AUDIENCE)) status = { authenticated: false, user: {}, error: `token audiences ["${API_AUDIENCE}"] is invalid for the target audiences ${JSON.stringify(wanted)}` };
+    else status = { authenticated: true, user, audiences: [API_AUDIENCE] };
+    sendJson(res, 201, { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', metadata: { creationTimestamp: null }, spec: { token: spec.token, ...(audiences ? { audiences } : {}) }, status });
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
@@ -216,6 +282,10 @@ export class ApiServerImpl {
     }
     if (path === '/version') {
       sendJson(res, 200, { major: '1', minor: '31', gitVersion: 'v1.31.0-sluice-lab', platform: `${process.platform}/${process.arch}` });
+      return;
+    }
+    if (path === TOKENREVIEW_PATH) {
+      await this.tokenReview(req, res);
       return;
     }
     const segments = path.split('/').filter(Boolean).map(decodeURIComponent);
@@ -290,16 +360,20 @@ export class ApiServerImpl {
   /** /api, /api/v1, /apis, /apis/<group>, /apis/<group>/<version>; undefined for other paths. */
   private discovery(seg: string[]): unknown {
     const groups = this.registry.groupVersions();
+    for (const v of virtualResources) if (!groups.get(v.group)?.includes(v.version)) groups.set(v.group, [...(groups.get(v.group) ?? []), v.version]);
     const resourceList = (group: string, version: string) => {
       const types = this.registry.servedTypes().filter((t) => t.group === group && t.version === version);
-      if (types.length === 0) return undefined;
-      const resources = types.flatMap((t) => {
+      const virtual = virtualResources.filter((v) => v.group === group && v.version === version)
+        .map((v) => ({ name: v.name, singularName: '', namespaced: false, kind: v.kind, verbs: v.verbs }));
+      if (types.length === 0 && virtual.length === 0) return undefined;
+      const stored = types.flatMap((t) => {
         const main = { name: t.plural, singularName: t.singular, namespaced: t.namespaced, kind: t.kind,
           verbs: ['create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch'],
           ...(t.shortNames.length ? { shortNames: t.shortNames } : {}) };
         const status = { name: `${t.plural}/status`, singularName: '', namespaced: t.namespaced, kind: t.kind, verbs: ['get', 'patch', 'update'] };
         return t.statusSubresource ? [main, status] : [main];
       });
+      const resources = [...stored, ...virtual];
       return { kind: 'APIResourceList', apiVersion: 'v1', groupVersion: group ? `${group}/${version}` : version, resources };
     };
     const apiGroup = (name: string, versions: string[]) => {

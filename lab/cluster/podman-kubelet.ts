@@ -346,7 +346,9 @@ export function startPodmanKubelet(lab: string, node: string, kc: k8s.KubeConfig
       try {
         plan = planPodRun(pod, nodeDirs(lab, node, uid), {
           configMaps: (ns, name) => configMaps.get(name, ns)?.data as Record<string, string> | undefined,
-          serviceAccountToken: (ns, name) => serviceAccountToken(opts.serviceAccountKey, ns, name),
+          // Bound to this Pod and Node, as a kubelet's projected token is: the API server reports both
+          // in a TokenReview (how the sluice-controller knows which Node an agent serves).
+          serviceAccountToken: (ns, name) => serviceAccountToken(opts.serviceAccountKey, ns, name, { podName: String(pod.metadata.name), podUid: uid, nodeName: node }),
           caCert: opts.caCert,
         });
       } catch (err) {
