@@ -152,18 +152,6 @@ export function parseTokenReview(answer: unknown): AgentIdentity | undefined {
   return { user: user.username, nodeName: node[0] };
 }
 
-/**
- * Whether a caller may read the span of `node`: a caller whose token is bound to a Node reads only
- * that Node's; one without a binding only when its user is in `allowedUsers` (an operator's tool,
- * or agents on clusters whose tokens name no Node, then able to read any Node's span).
- */
-export function agentMayRead(identity: AgentIdentity, node: string, allowedUsers: Iterable<string> = []): boolean {
-  if (!node) return false;
-  if (identity.nodeName !== undefined) return identity.nodeName === node;
-  for (const u of allowedUsers) if (u === identity.user) return true;
-  return false;
-}
-
 function isRecord(v: unknown): v is Record<string, unknown> {
   return v !== null && typeof v === 'object' && !Array.isArray(v);
 }

@@ -12,11 +12,40 @@ import { agentConfigPath, agentLogPath, agentPidPath, startAgent } from '../../l
 import { nodeNetns } from '../../lab/net/names.js';
 import type { PolicyReport } from '../../daemon/enforcement/policy-report.js';
 import { cli, cliJson, skipReason, type ListJson } from './labcli-helpers.js';
+import net from 'node:net';
+import { request } from 'node:https';
+import { ControlPlaneWatcher } from '../../daemon/controlplane/client.js';
+import { NodePolicyState } from '../../daemon/controlplane/node-state.js';
+import { buildPolicyReport } from '../../daemon/enforcement/policy-report.js';
+import { KubeAccess } from '../../daemon/kube/access.js';
+import { serviceAccountToken } from '../../lab/apiserver/satoken.js';
+import { hostKubeconfigPath, serviceAccountKeyPath } from '../../lab/control.js';
+import { CONTROLLER_NAMESPACE, type LabController, startController } from '../../lab/controller.js';
 import { labCli, POLICIES, run, SLUICECTL, tempDir, WORKLOAD, writeTempFile } from './enforce-helpers.js';
 
 const LAB = 'np';
 const NODES = ['node-1', 'node-2'];
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A port nothing listens on now. */
+const freePort = () => new Promise<number>((resolve) => {
+  const s = net.createServer().listen(0, '127.0.0.1', () => {
+    const { port } = s.address() as net.AddressInfo;
+    s.close(() => resolve(port));
+  });
+});
+
+/** GET over HTTPS on 127.0.0.1 (verified with `ca` when given). */
+const httpsGet = (port: number, path: string, ca?: string, token?: string) => new Promise<{ code: number; body: string }>((resolve) => {
+  const req = request({ host: '127.0.0.1', port, path, ...(ca ? { ca, servername: 'sluice-controller.sluice-system.svc' } : { rejectUnauthorized: false }), headers: token ? { authorization: `Bearer ${token}` } : {}, timeout: 5000 }, (res) => {
+    let body = '';
+    res.on('data', (d) => (body += d));
+    res.on('end', () => resolve({ code: res.statusCode ?? 0, body }));
+  });
+  req.on('error', (err) => resolve({ code: 0, body: err.message }));
+  req.on('timeout', () => req.destroy(new Error('timeout')));
+  req.end();
+});
 
 const BAD_TIER = `apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
@@ -193,4 +222,102 @@ if (reason) {
     t.match(whatif.out, /^x\/a -> y\/a 80\/TCP: allow -> drop$/m, 'and names connections the change would drop');
     t.equal(k('get', 'networkpolicy', 'deny-y', '-n', 'y').code, 1, 'whatif wrote nothing to the cluster');
   });
+
+  // sluice-controller: two replicas on the host against this lab's API server, as the Deployment's
+  // replicas behind their Service (a TCP forwarder to whichever is ready plays the Service). Each
+  // Node's view from the leader, rebuilt as an agent rebuilds it, gives the policies the Node's own
+  // agent enforces; a Node-bound token reads only its Node; the standby takes over when the leader
+  // dies and the watch resumes there.
+  t.test('sluice-controller: each Node\'s span gives its agent\'s policies; a standby takes over', async (t) => {
+    const controllers: LabController[] = [];
+    t.teardown(() => {
+      for (const c of controllers) {
+        try {
+          process.kill(c.pid, 'SIGKILL');
+        } catch {
+          // gone
+        }
+      }
+    });
+    await labCli(LAB, ['apply', '-f', writeTempFile(dir, 'controller-ns.yaml', `apiVersion: v1\nkind: Namespace\nmetadata: {name: ${CONTROLLER_NAMESPACE}}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: sluice-agent, namespace: ${CONTROLLER_NAMESPACE}}\n`)]);
+    const ports = [await freePort(), await freePort()];
+    controllers.push(await startController(LAB, 'controller-a', ports[0]!), await startController(LAB, 'controller-b', ports[1]!));
+    const ready = async (c: LabController) => (await httpsGet(c.port, '/readyz')).code === 200;
+    let leader: LabController | undefined;
+    for (const deadline = Date.now() + 60_000; !leader && Date.now() < deadline; await sleep(200)) {
+      for (const c of controllers) if (await ready(c)) leader = c;
+    }
+    if (!leader) return t.fail('no replica became ready within 60 s');
+    const standby = controllers.find((c) => c !== leader)!;
+    t.equal((await httpsGet(standby.port, '/readyz')).code, 503, `${standby.identity} stands by while ${leader.identity} leads`);
+
+    const access = KubeAccess.load(hostKubeconfigPath(LAB));
+    const caCert = ((await access.getJson(`/api/v1/namespaces/${CONTROLLER_NAMESPACE}/configmaps/sluice-ca`)) as { data: Record<string, string> }).data['ca.crt']!;
+    const saKey = readFileSync(serviceAccountKeyPath(LAB), 'utf8').trim();
+    const tokenFor = (node: string) => serviceAccountToken(saKey, CONTROLLER_NAMESPACE, 'sluice-agent', { podName: `sluice-agent-${node}`, nodeName: node });
+
+    // The Service: connections go to the replica that is ready.
+    let target = leader;
+    const service = net.createServer((conn) => {
+      const up = net.connect(target.port, '127.0.0.1');
+      conn.pipe(up).pipe(conn);
+      const end = () => { conn.destroy(); up.destroy(); };
+      conn.on('error', end);
+      up.on('error', end);
+    });
+    await new Promise<void>((resolve) => service.listen(0, '127.0.0.1', resolve));
+    t.teardown(() => service.close());
+    const servicePort = (service.address() as net.AddressInfo).port;
+
+    const other = await httpsGet(leader.port, '/apis/controlplane.sluice.io/v1beta1/addressgroups?fieldSelector=nodeName=node-2', caCert, tokenFor('node-1'));
+    t.equal(other.code, 403, `a token bound to node-1 may not read node-2's view (${other.body.slice(0, 120)})`);
+
+    const agents = NODES.map((node) => {
+      const state = new NodePolicyState(node);
+      const states: string[] = [];
+      const watcher = new ControlPlaneWatcher({
+        server: `https://127.0.0.1:${servicePort}`, nodeName: node, token: tokenFor(node), ca: caCert,
+        onSync: (kind, items) => state.sync(kind, items),
+        onEvent: (_kind, e) => state.event(e),
+        onState: (s, reason) => states.push(`${s}: ${reason}`),
+      });
+      watcher.start();
+      return { node, state, watcher, states };
+    });
+    t.teardown(() => Promise.all(agents.map((a) => a.watcher.stop())));
+    /** Waits until the policies rebuilt from the controller's view of `node` are those its agent reports. */
+    const sameAsAgents = async (what: string) => {
+      for (const a of agents) {
+        let last = '';
+        let equal = false;
+        for (const deadline = Date.now() + 30_000; !equal && Date.now() < deadline; await sleep(300)) {
+          a.state.commit();
+          const r = await nodePolicies(a.node, ['--json']);
+          if (r.code !== 0) continue;
+          const agent = (JSON.parse(r.stdout) as PolicyReport).policies;
+          const fromController = buildPolicyReport({ node: a.node, synced: true, rules: a.state.nodeRuleSet(), isolations: a.state.nodeIsolations(), errors: [], localPods: [] }).policies;
+          equal = JSON.stringify(agent) === JSON.stringify(fromController) && agent.length > 0;
+          last = `agent ${JSON.stringify(agent.map((p) => p.name))}, controller ${JSON.stringify(fromController.map((p) => p.name))}`;
+        }
+        t.ok(equal, `${a.node} ${what}: the controller's span gives the policies its agent enforces (${last})`);
+      }
+    };
+    await sameAsAgents('at first');
+    const extra = writeTempFile(dir, 'controller-extra.yaml', 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: y-a-from-x, namespace: "y"}\nspec:\n  podSelector: {matchLabels: {pod: a}}\n  ingress: [{from: [{namespaceSelector: {matchLabels: {ns: x}}}], ports: [{port: 80}]}]\n');
+    await labCli(LAB, ['apply', '-f', extra]);
+    await sameAsAgents('after a policy change');
+
+    // The leader dies (no release): the standby takes over; the watches resume on it.
+    const died = Date.now();
+    process.kill(leader.pid, 'SIGKILL');
+    target = standby;
+    let tookOver = false;
+    for (const deadline = Date.now() + 40_000; !tookOver && Date.now() < deadline; await sleep(200)) tookOver = await ready(standby);
+    t.ok(tookOver, `${standby.identity} took over`);
+    t.comment(`takeover ${((Date.now() - died) / 1000).toFixed(1)} s after the leader's death (lease 11 s, retry 2 s)`);
+    await labCli(LAB, ['delete', '-f', extra]);
+    await sameAsAgents('after the takeover and another change');
+    for (const a of agents) t.ok(a.states.some((s) => s.startsWith('disconnected')) && a.watcher.state().state === 'connected', `${a.node}: the watch was cut and resumed (${a.states.join('; ')})`);
+  });
+
 }

@@ -2,10 +2,11 @@
  * daemon/controller/auth.ts: the bearer token of a request reviewed with a TokenReview (against a
  * fake API here; against the lab API server in apiserver-leases-tokenreview.test.ts), the Node a
  * bound token names, the cache of positive answers (keyed by a hash, TTL on an injected clock),
- * API failures as errors rather than verdicts, and agentMayRead.
+ * API failures as errors rather than verdicts (who may read which Node's view is the API
+ * server's: test/unit/controlplane-api.test.ts).
  */
 import t from 'tap';
-import { AuthUnavailableError, agentMayRead, bearerToken, parseTokenReview, TokenReviewAuthenticator } from '../../daemon/controller/auth.js';
+import { AuthUnavailableError, bearerToken, parseTokenReview, TokenReviewAuthenticator } from '../../daemon/controller/auth.js';
 import { KubeApiError } from '../../daemon/kube/access.js';
 
 const NODE = 'authentication.kubernetes.io/node-name';
@@ -145,15 +146,3 @@ t.test('API failures are errors naming the cause, never a verdict, and are not c
   t.same(await auth.authenticateRequest(req('Bearer tok')), { user: 'system:serviceaccount:kube-system:sluice-agent', nodeName: 'node-1' });
 });
 
-t.test('agentMayRead: a Node-bound caller reads only its Node; others only when allowed', async (t) => {
-  const agent = { user: 'system:serviceaccount:kube-system:sluice-agent', nodeName: 'node-1' };
-  t.ok(agentMayRead(agent, 'node-1'));
-  t.notOk(agentMayRead(agent, 'node-2'));
-  t.notOk(agentMayRead(agent, 'node-2', [agent.user]), 'a Node binding is not widened by the allow-list');
-  t.notOk(agentMayRead(agent, ''), 'no Node named: nothing');
-  const admin = { user: 'sluicectl' };
-  t.notOk(agentMayRead(admin, 'node-1'), 'unbound and not allowed');
-  t.ok(agentMayRead(admin, 'node-1', ['sluicectl']));
-  t.ok(agentMayRead(admin, 'node-2', new Set(['sluicectl'])));
-  t.notOk(agentMayRead(admin, '', ['sluicectl']));
-});
