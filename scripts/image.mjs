@@ -174,9 +174,10 @@ function build() {
     for (const f of CNI_BINARIES) copyFileSync(join(ROOT, f), join(bin, basename(f)));
     writeFileSync(join(bin, 'sluice-agent'), wrapper('dist/daemon/main.js', agentNodeFlags, agentEnv));
     writeFileSync(join(bin, 'sluicectl'), wrapper('dist/daemon/sluicectl.js'));
+    writeFileSync(join(bin, 'sluice-controller'), wrapper('dist/daemon/controller/main.js'));
     // kubectl finds plugins by name on PATH: `kubectl sluice whatif ...` runs sluicectl.
     writeFileSync(join(bin, 'kubectl-sluice'), wrapper('dist/daemon/sluicectl.js'));
-    for (const f of ['node', ...CNI_BINARIES.map((b) => basename(b)), 'sluice-agent', 'sluicectl', 'kubectl-sluice']) chmodSync(join(bin, f), 0o755);
+    for (const f of ['node', ...CNI_BINARIES.map((b) => basename(b)), 'sluice-agent', 'sluice-controller', 'sluicectl', 'kubectl-sluice']) chmodSync(join(bin, f), 0o755);
     writeFileSync(join(stage, 'Containerfile'), [
       `FROM ${base.tag}`,
       'COPY root/ /',

@@ -9,7 +9,8 @@
  *   `resourceVersion`, BOOKMARKs with `allowWatchBookmarks`, an ERROR event carrying a 410 Expired
  *   Status when the version is too old, `timeoutSeconds`);
  * - `GET …/<resource>/<name>?fieldSelector=nodeName=<node>`: one object of that view;
- * - `/healthz`, `/livez` (open), `/readyz` (open; 503 while not ready or not the leader).
+ * - `/healthz`, `/livez` (open), `/readyz` (open; 503 until the views are computed). A replica
+ *   that is ready but does not serve (a standby) answers the API with 503 and says who serves.
  *
  * Every view is per Node, so the nodeName field selector is required. Who may read which view is
  * decided here from the caller's identity (`authenticate`): an agent's identity names its Node and
@@ -45,8 +46,10 @@ export interface ControlPlaneApiOptions {
   authenticate(req: IncomingMessage): Promise<ControlPlaneIdentity | undefined>;
   /** Whether a user without a Node may read every Node's view. */
   readAll(user: string): boolean;
-  /** Whether the views may be served (leader and computed); default always ready. */
+  /** Whether this replica is ready (its views computed): /readyz. Default always. */
   readiness?: () => ControlPlaneReadiness;
+  /** Whether it serves the views now (ready and the leader); default: when ready. */
+  serving?: () => ControlPlaneReadiness;
   /** Period of BOOKMARK events on watches that allow them (default 60 000 ms). */
   bookmarkIntervalMs?: number;
   /** Bytes a watch may have waiting for a slow client before it is cut (default 16 MiB): the client resumes or lists again. */
@@ -194,7 +197,7 @@ export class ControlPlaneApi {
     if (!kind || seg.length > 5) throw notFound();
     const name = seg[4];
 
-    const ready = this.readiness();
+    const ready = this.opts.serving?.() ?? this.readiness();
     if (!ready.ready) throw new ApiError(503, 'ServiceUnavailable', `the control plane views are not served now: ${ready.reason}`);
     const q = url.searchParams;
     const node = nodeFromFieldSelector(q.get('fieldSelector'));

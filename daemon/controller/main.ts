@@ -4,15 +4,14 @@
  * its Node's span (`controlplane.sluice.io/v1beta1`, over HTTPS with its own CA).
  *
  * Every replica watches the cluster and keeps every Node's view up to date, so a standby that
- * takes over serves at once; only the leader (a coordination.k8s.io Lease) answers /readyz and the
- * API, so the Service sends the agents to it. A replica that loses the lease ends its watches (the
- * agents reconnect to the new leader and resume or relist) and keeps computing.
+ * takes over serves at once, and is Ready once its views are computed. Only the leader (a
+ * coordination.k8s.io Lease) serves the views, and its Pod carries the label the Service selects
+ * on (leader-pod.ts). A replica that loses the Lease ends its watches (the agents reconnect to the
+ * new leader and resume or relist) and keeps computing.
  *
  * Exits 2 on bad flags, 1 when start-up fails (no API server, no certificate).
  */
-import { hostname } from 'node:os';
 import { pino } from 'pino';
-import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { ClusterWatch } from '../enforcement/watch/clusterwatch.js';
 import { KubeAccess } from '../kube/access.js';
@@ -20,50 +19,31 @@ import { startControlPlaneApiServer } from './apiserver.js';
 import { TokenReviewAuthenticator } from './auth.js';
 import { PolicyController } from './controller.js';
 import { KubeLeaseLock, LeaderElector } from './leader.js';
+import { labelLeaderPod } from './leader-pod.js';
+import { type ControllerFlags, LEASE_NAME, parseControllerFlags } from './flags.js';
 import { ControlPlaneStore } from './store.js';
 import { ensureSharedCertificate, publishCa } from './tls-secret.js';
 
-export const DEFAULT_CONTROLLER_PORT = 10351;
-export const LEASE_NAME = 'sluice-controller';
-
-function parseListen(text: string): { host: string; port: number } {
-  const i = text.lastIndexOf(':');
-  const port = Number(text.slice(i + 1));
-  if (i <= 0 || !Number.isInteger(port) || port <= 0 || port > 65535) throw new Error(`--listen ${text}: expected HOST:PORT`);
-  return { host: text.slice(0, i).replace(/^\[|\]$/g, ''), port };
-}
-
 async function main(): Promise<number> {
-  const argv = yargs(hideBin(process.argv))
-    .scriptName('sluice-controller')
-    .usage('$0 [options]\n\nThe sluice controller: one policy computation for the cluster, each agent served its Node\'s span.')
-    .option('kubeconfig', { type: 'string', describe: 'kubeconfig file (default: the in-cluster ServiceAccount)' })
-    .option('listen', { type: 'string', default: `0.0.0.0:${DEFAULT_CONTROLLER_PORT}`, describe: 'HOST:PORT of the HTTPS API' })
-    .option('namespace', { type: 'string', default: process.env.POD_NAMESPACE ?? 'sluice-system', describe: 'where the Lease, the certificate Secret and the CA ConfigMap are' })
-    .option('identity', { type: 'string', default: process.env.POD_NAME ?? hostname(), describe: 'this replica\'s name in the Lease' })
-    .option('certificate-ips', { type: 'string', default: '', describe: 'comma-separated IP addresses the serving certificate also names' })
-    .option('read-all-users', { type: 'string', default: '', describe: 'comma-separated users (no Node of their own) allowed to read every Node\'s view' })
-    .option('log-level', { type: 'string', default: 'info' })
-    .strict()
-    .help()
-    .parseSync();
-  let listen: { host: string; port: number };
+  let argv: ControllerFlags | undefined;
   try {
-    listen = parseListen(argv.listen);
+    argv = parseControllerFlags(hideBin(process.argv));
   } catch (err) {
     console.error(`sluice-controller: ${(err as Error).message}`);
     return 2;
   }
-  const log = pino({ level: argv['log-level'], base: { component: 'sluice-controller', identity: argv.identity } });
+  if (!argv) return 0;
+  const listen = argv.listen;
+  const log = pino({ level: argv.logLevel, base: { component: 'sluice-controller', identity: argv.identity } });
   const ns = argv.namespace;
   const access = argv.kubeconfig ? KubeAccess.load(argv.kubeconfig) : KubeAccess.inCluster();
-  const readAll = new Set(argv['read-all-users'].split(',').map((s) => s.trim()).filter(Boolean));
+  const readAll = new Set(argv.readAllUsers);
 
   // The certificate first: without it nothing can be served. The API server may be starting too.
   let cert: Awaited<ReturnType<typeof ensureSharedCertificate>>['cert'] | undefined;
   for (let attempt = 1; !cert; attempt++) {
     try {
-      const r = await ensureSharedCertificate(access, ns, new Date(), argv['certificate-ips'].split(',').map((s) => s.trim()).filter(Boolean));
+      const r = await ensureSharedCertificate(access, ns, new Date(), argv.certificateIps);
       cert = r.cert;
       log.info({ made: r.made, notAfter: cert.notAfter }, r.made ? 'certificate: made and stored in the shared Secret' : 'certificate: read from the shared Secret');
     } catch (err) {
@@ -80,14 +60,27 @@ async function main(): Promise<number> {
   const controller = new PolicyController({ log, sink: store });
   let leading = false;
   let watch: ClusterWatch | undefined;
+  let elector: LeaderElector | undefined;
+  // In a Pod, the Service sends agents to the Pod labelled as the leader's (leader-pod.ts).
+  const podName = process.env.POD_NAME;
+  const label = (on: boolean) => {
+    if (!podName) return;
+    labelLeaderPod(access, ns, podName, on).then(
+      () => log.info({ pod: podName, leader: on }, on ? 'leader: this Pod receives the agents' : 'leader: this Pod no longer receives the agents'),
+      (err) => log.warn({ err: (err as Error).message }, 'leader: could not move the leader label; retried at the next change of leadership'),
+    );
+  };
+  // A restarted container of a former leader: its Pod may still carry the label.
+  label(false);
   const auth = new TokenReviewAuthenticator({ api: access });
   const server = await startControlPlaneApiServer({
     store, host: listen.host, port: listen.port, tls: { key: cert.key, cert: cert.cert }, log,
     authenticate: (req) => auth.authenticateRequest(req),
     readAll: (user) => readAll.has(user),
-    readiness: () => {
+    readiness: () => (watch?.isSynced() ? { ready: true } : { ready: false, reason: `the cluster's initial lists are not all in (${watch?.pending().join(', ') ?? 'informers starting'})` }),
+    serving: () => {
       if (!watch?.isSynced()) return { ready: false, reason: `the cluster's initial lists are not all in (${watch?.pending().join(', ') ?? 'informers starting'})` };
-      if (!leading) return { ready: false, reason: 'a standby replica (another holds the Lease)' };
+      if (!leading) return { ready: false, reason: `a standby replica (${elector?.leader ? `${elector.leader} leads` : 'no leader yet'})` };
       return { ready: true };
     },
   });
@@ -100,7 +93,7 @@ async function main(): Promise<number> {
   });
   void watch.waitSynced().then(() => log.info(controller.status(), 'cluster listed: every Node\'s view is computed'));
 
-  const elector = new LeaderElector({
+  elector = new LeaderElector({
     lock: new KubeLeaseLock(access, ns, LEASE_NAME),
     identity: argv.identity,
     // A standby takes over at most lease + 2 retry periods after the leader's last renewal
@@ -112,6 +105,7 @@ async function main(): Promise<number> {
     onStartedLeading: () => {
       leading = true;
       log.info('leader: serving the controlplane API');
+      label(true);
       publishCa(access, ns, cert!.caCert).then(
         ({ apiService }) => log.info({ apiService }, 'CA published'),
         (err) => log.warn({ err: (err as Error).message }, 'CA not published; retried at the next leadership'),
@@ -121,6 +115,7 @@ async function main(): Promise<number> {
       leading = false;
       // The agents go to the new leader, resuming where they were (or relisting).
       server.api.endWatches();
+      label(false);
       log.warn('leader: lost the Lease; standing by');
     },
     onNewLeader: (id) => log.info({ leader: id }, 'leader: observed'),

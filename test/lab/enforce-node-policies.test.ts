@@ -242,21 +242,24 @@ if (reason) {
     await labCli(LAB, ['apply', '-f', writeTempFile(dir, 'controller-ns.yaml', `apiVersion: v1\nkind: Namespace\nmetadata: {name: ${CONTROLLER_NAMESPACE}}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: sluice-agent, namespace: ${CONTROLLER_NAMESPACE}}\n`)]);
     const ports = [await freePort(), await freePort()];
     controllers.push(await startController(LAB, 'controller-a', ports[0]!), await startController(LAB, 'controller-b', ports[1]!));
-    const ready = async (c: LabController) => (await httpsGet(c.port, '/readyz')).code === 200;
+    const saKey = readFileSync(serviceAccountKeyPath(LAB), 'utf8').trim();
+    const tokenFor = (node: string) => serviceAccountToken(saKey, CONTROLLER_NAMESPACE, 'sluice-agent', { podName: `sluice-agent-${node}`, nodeName: node });
+    const view = (c: LabController) => httpsGet(c.port, '/apis/controlplane.sluice.io/v1beta1/networkpolicies?fieldSelector=nodeName=node-1', undefined, tokenFor('node-1'));
+    const serves = async (c: LabController) => (await view(c)).code === 200;
     let leader: LabController | undefined;
     for (const deadline = Date.now() + 60_000; !leader && Date.now() < deadline; await sleep(200)) {
-      for (const c of controllers) if (await ready(c)) leader = c;
+      for (const c of controllers) if (await serves(c)) leader = c;
     }
-    if (!leader) return t.fail('no replica became ready within 60 s');
+    if (!leader) return t.fail('no replica served the views within 60 s');
     const standby = controllers.find((c) => c !== leader)!;
-    t.equal((await httpsGet(standby.port, '/readyz')).code, 503, `${standby.identity} stands by while ${leader.identity} leads`);
+    t.equal((await httpsGet(standby.port, '/readyz')).code, 200, `${standby.identity} is ready (its views computed)`);
+    const refused = await view(standby);
+    t.ok(refused.code === 503 && refused.body.includes(`${leader.identity} leads`), `but serves no view while ${leader.identity} leads (${refused.body.slice(0, 160)})`);
 
     const access = KubeAccess.load(hostKubeconfigPath(LAB));
     const caCert = ((await access.getJson(`/api/v1/namespaces/${CONTROLLER_NAMESPACE}/configmaps/sluice-ca`)) as { data: Record<string, string> }).data['ca.crt']!;
-    const saKey = readFileSync(serviceAccountKeyPath(LAB), 'utf8').trim();
-    const tokenFor = (node: string) => serviceAccountToken(saKey, CONTROLLER_NAMESPACE, 'sluice-agent', { podName: `sluice-agent-${node}`, nodeName: node });
 
-    // The Service: connections go to the replica that is ready.
+    // The Service: connections go to the replica that serves.
     let target = leader;
     const service = net.createServer((conn) => {
       const up = net.connect(target.port, '127.0.0.1');
@@ -312,7 +315,7 @@ if (reason) {
     process.kill(leader.pid, 'SIGKILL');
     target = standby;
     let tookOver = false;
-    for (const deadline = Date.now() + 40_000; !tookOver && Date.now() < deadline; await sleep(200)) tookOver = await ready(standby);
+    for (const deadline = Date.now() + 40_000; !tookOver && Date.now() < deadline; await sleep(200)) tookOver = await serves(standby);
     t.ok(tookOver, `${standby.identity} took over`);
     t.comment(`takeover ${((Date.now() - died) / 1000).toFixed(1)} s after the leader's death (lease 11 s, retry 2 s)`);
     await labCli(LAB, ['delete', '-f', extra]);

@@ -56,6 +56,7 @@ if (why) {
     const inImage = (script: string) => podman(['run', '--rm', '--network', 'none', first.image, 'sh', '-c', script]);
     const checks: [string, RegExp][] = [
       ['sluice-agent --help', /The sluice node agent/],
+      ['sluice-controller --help', /The sluice controller/],
       ['sluicectl --help', /sluicectl/],
       ['kubectl-sluice whatif --help', /what a policy change would do to the live cluster/],
       ['CNI_COMMAND=VERSION sluice-cni </dev/null', /"supportedVersions"/],

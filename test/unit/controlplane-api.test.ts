@@ -47,7 +47,7 @@ type Teardown = { teardown(fn: () => unknown): void };
 async function serve(
   t: Teardown,
   store: ControlPlaneStore,
-  extra: { clock?: Clock; readiness?: () => ControlPlaneReadiness; port?: number; bookmarkIntervalMs?: number } = {},
+  extra: { clock?: Clock; readiness?: () => ControlPlaneReadiness; serving?: () => ControlPlaneReadiness; port?: number; bookmarkIntervalMs?: number } = {},
 ): Promise<ControlPlaneApiServer> {
   const server = await startControlPlaneApiServer({ store, authenticate, readAll: (u) => u === 'admin', ...extra });
   t.teardown(() => server.close());
@@ -138,6 +138,14 @@ t.test('discovery and health', async (t) => {
   t.equal(list.status, 503);
   t.match(list.body, { kind: 'Status', code: 503, reason: 'ServiceUnavailable', message: 'the control plane views are not served now: not the leader' });
   t.equal((await get(server, BASE, 'tok-n1')).status, 200, 'discovery is served even when not ready');
+});
+
+t.test('a standby is ready (its views computed) but serves no view, and says who does', async (t) => {
+  const server = await serve(t, new ControlPlaneStore(), { readiness: () => ({ ready: true }), serving: () => ({ ready: false, reason: 'a standby replica (controller-a leads)' }) });
+  t.same(await get(server, '/readyz'), { status: 200, body: 'ok' }, 'ready: a rollout does not wait on the standby');
+  const list = await get(server, `${BASE}/addressgroups?fieldSelector=nodeName=n1`, 'tok-n1');
+  t.equal(list.status, 503);
+  t.match(list.body, { kind: 'Status', code: 503, message: 'the control plane views are not served now: a standby replica (controller-a leads)' });
 });
 
 t.test('list and get: each Node its own view, objects with their versions', async (t) => {

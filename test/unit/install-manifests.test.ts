@@ -15,6 +15,10 @@ import { cniCommand } from '../../daemon/ctl/cni.js';
 import { DEFAULT_SOCKET_PATH } from '../../cni/protocol.js';
 import { crdsYaml, sluiceCrds } from '../../install/crds.js';
 import { crdProblem, seedCrds } from '../../lab/apiserver/resources.js';
+import { parseControllerFlags } from '../../daemon/controller/flags.js';
+import { LEADER_LABEL } from '../../daemon/controller/leader-pod.js';
+import { APISERVICE, CONTROLLER_SERVICE } from '../../daemon/controller/tls-secret.js';
+import { CONTROLPLANE_GROUP, CONTROLPLANE_VERSION } from '../../daemon/controlplane/types.js';
 
 const installDir = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'install');
 
@@ -352,14 +356,58 @@ function cleanupProcedureProblems(uninstallText: string, docs: Doc[]): string[] 
   return out;
 }
 
+/**
+ * install/controller.yaml against the controller's code: read-only RBAC on every watched resource
+ * plus exactly the writes it makes, its command parsed by its real flags, probes and Service on
+ * the port it listens on, the Service selecting the leader's label, the APIService naming that
+ * Service and the served group, all in the agent's namespace.
+ */
+function controllerProblems(docs: Doc[], agentNs: string): string[] {
+  const out: string[] = [];
+  for (const d of docs) if (!['ClusterRole', 'ClusterRoleBinding', 'APIService'].includes(d.kind) && d.metadata.namespace !== agentNs) out.push(`${d.kind} ${d.metadata.name} is not in ${agentNs}`);
+  const role = find(docs, 'ClusterRole', 'sluice-controller') as Doc & { rules: (Rule & { resourceNames?: string[] })[] };
+  for (const r of WATCHED_RESOURCES) {
+    if (!role.rules.some((rule) => rule.apiGroups.includes(r.group) && rule.resources.includes(r.plural) && READ_VERBS.every((v) => rule.verbs.includes(v)))) out.push(`ClusterRole grants no get/list/watch on ${r.plural}`);
+  }
+  const writes = role.rules.flatMap((rule) => rule.verbs.filter((v) => !READ_VERBS.includes(v)).map((v) => `${v} ${rule.resources.join(',')}${rule.resourceNames ? `/${rule.resourceNames.join(',')}` : ''}`)).sort();
+  if (JSON.stringify(writes) !== JSON.stringify(['create tokenreviews', `patch apiservices/${APISERVICE}`])) out.push(`ClusterRole writes: ${writes.join('; ')}`);
+  const deploy = find(docs, 'Deployment', 'sluice-controller') as Doc & { spec: { replicas: number; template: { metadata: { labels: Record<string, string> }; spec: PodSpec } } };
+  const spec = deploy.spec.template.spec;
+  if (deploy.spec.replicas < 2) out.push(`Deployment runs ${deploy.spec.replicas} replica(s): a standby is needed for a takeover`);
+  if (!docs.some((d) => d.kind === 'ServiceAccount' && d.metadata.name === spec.serviceAccountName)) out.push(`serviceAccountName ${spec.serviceAccountName} is not defined`);
+  const c = spec.containers[0]!;
+  const [bin, ...args] = c.command ?? [];
+  if (bin !== 'sluice-controller') out.push(`the container runs ${bin}, not sluice-controller`);
+  let port = 0;
+  try {
+    const flags = parseControllerFlags(args, { POD_NAME: 'p', POD_NAMESPACE: agentNs });
+    port = flags?.listen.port ?? 0;
+  } catch (err) {
+    out.push(`sluice-controller rejects its command: ${(err as Error).message}`);
+  }
+  for (const name of ['POD_NAME', 'POD_NAMESPACE']) if (!c.env?.some((e) => e.name === name && e.valueFrom?.fieldRef)) out.push(`env ${name} is not set from the Pod`);
+  for (const [what, probe] of [['readiness', c.readinessProbe], ['liveness', c.livenessProbe]] as const) {
+    if (probe?.httpGet?.port !== port) out.push(`${what} probe on port ${probe?.httpGet?.port}, the controller listens on ${port}`);
+  }
+  const svc = find(docs, 'Service', CONTROLLER_SERVICE) as Doc & { spec: { selector: Record<string, string>; ports: { port: number; targetPort: number }[] } };
+  if (svc.spec.selector[LEADER_LABEL] !== 'true') out.push(`the Service does not select the leader's label ${LEADER_LABEL}`);
+  for (const [k, v] of Object.entries(svc.spec.selector)) if (k !== LEADER_LABEL && deploy.spec.template.metadata.labels[k] !== v) out.push(`the Service selects ${k}=${v}, which the Pods do not carry`);
+  if (!svc.spec.ports.some((p) => p.targetPort === port)) out.push(`the Service targets ${svc.spec.ports.map((p) => p.targetPort).join(',')}, the controller listens on ${port}`);
+  const api = find(docs, 'APIService', APISERVICE) as Doc & { spec: { group: string; version: string; service: { name: string; namespace: string; port: number } } };
+  if (api.spec.group !== CONTROLPLANE_GROUP || api.spec.version !== CONTROLPLANE_VERSION) out.push(`the APIService registers ${api.spec.group}/${api.spec.version}`);
+  if (api.spec.service.name !== svc.metadata.name || api.spec.service.namespace !== agentNs || !svc.spec.ports.some((p) => p.port === api.spec.service.port)) out.push('the APIService does not point at the Service');
+  return out;
+}
+
 // ---- the manifests as they are ----
 const sluice = loadDocs('sluice.yaml');
 const uninstall = loadDocs('uninstall.yaml');
 const crds = loadDocs('crds.yaml');
+const controller = loadDocs('controller.yaml');
 
 t.test('every install/*.yaml document loads and has apiVersion, kind and a name', async (t) => {
   const files = readdirSync(installDir).filter((f) => f.endsWith('.yaml')).sort();
-  t.same(files, ['crds.yaml', 'sluice.yaml', 'uninstall.yaml'], 'the install files this test knows');
+  t.same(files, ['controller.yaml', 'crds.yaml', 'sluice.yaml', 'uninstall.yaml'], 'the install files this test knows');
   for (const f of files) {
     for (const d of loadDocs(f)) t.ok(d.apiVersion && d.kind && d.metadata?.name, `${f}: ${d.kind} ${d.metadata?.name}`);
   }
@@ -373,6 +421,22 @@ t.test('sluice.yaml is correct', async (t) => {
   t.same(resourceProblems(sluice), [], 'agent and ovs: cpu/memory requests, no limits');
   t.same(ovsProblems(sluice), [], 'ovs: a foreground process that stops OVS on SIGTERM, keeping bridges');
   t.same(await cniCommandProblems(agentDs(sluice), 'install-cni', 'install', sluice), [], 'install-cni: valid sluicectl cni install');
+});
+
+t.test('controller.yaml is correct', async (t) => {
+  const ns = find(sluice, 'Namespace').metadata.name;
+  t.same(controllerProblems(controller, ns), [], 'RBAC, command, probes, Service and APIService line up with the code');
+  const broken: [string, (d: Doc[]) => void, RegExp][] = [
+    ['a bad --listen', (d) => { (find(d, 'Deployment') as unknown as { spec: { template: { spec: PodSpec } } }).spec.template.spec.containers[0]!.command = ['sluice-controller', '--listen', '10351']; }, /rejects its command/],
+    ['the Service on another port', (d) => { (find(d, 'Service') as unknown as { spec: { ports: { targetPort: number }[] } }).spec.ports[0]!.targetPort = 9999; }, /the Service targets 9999/],
+    ['the Service not selecting the leader', (d) => { delete (find(d, 'Service') as unknown as { spec: { selector: Record<string, string> } }).spec.selector[LEADER_LABEL]; }, /leader's label/],
+    ['a write on pods cluster-wide', (d) => { (find(d, 'ClusterRole') as unknown as { rules: Rule[] }).rules.push({ apiGroups: [''], resources: ['pods'], verbs: ['delete'] }); }, /ClusterRole writes: .*delete pods/],
+  ];
+  for (const [name, breakIt, expected] of broken) {
+    const docs = clone(controller);
+    breakIt(docs);
+    t.match(controllerProblems(docs, ns).join('\n'), expected, `fails on ${name}`);
+  }
 });
 
 t.test('uninstall.yaml is correct', async (t) => {
