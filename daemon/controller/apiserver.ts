@@ -36,6 +36,8 @@ import { CONTROLPLANE_KINDS, type ControlPlaneStore, GoneError } from './store.j
 export interface ControlPlaneIdentity {
   user: string;
   nodeName?: string | undefined;
+  /** The user's groups, when the authentication tells them (the aggregation layer's requests do). */
+  groups?: string[] | undefined;
 }
 
 export type ControlPlaneReadiness = { ready: true } | { ready: false; reason: string };
@@ -44,8 +46,8 @@ export interface ControlPlaneApiOptions {
   store: ControlPlaneStore;
   /** The caller's identity, undefined when it has none (401). A rejection answers 503: authentication is unavailable, not refused. */
   authenticate(req: IncomingMessage): Promise<ControlPlaneIdentity | undefined>;
-  /** Whether a user without a Node may read every Node's view. */
-  readAll(user: string): boolean;
+  /** Whether a user without a Node may read every Node's view (`resource`: the resource asked for). A rejection answers 503. */
+  readAll(user: string, identity: ControlPlaneIdentity, resource: string): boolean | Promise<boolean>;
   /** Whether this replica is ready (its views computed): /readyz. Default always. */
   readiness?: () => ControlPlaneReadiness;
   /** Whether it serves the views now (ready and the leader); default: when ready. */
@@ -202,7 +204,7 @@ export class ControlPlaneApi {
     const q = url.searchParams;
     const node = nodeFromFieldSelector(q.get('fieldSelector'));
     if (q.get('labelSelector')) throw new ApiError(400, 'BadRequest', 'labelSelector is not supported: the control plane objects carry no labels');
-    this.authorize(identity, node, seg[3]!);
+    await this.authorize(identity, node, seg[3]!);
     const watch = q.get('watch') === '1' || q.get('watch') === 'true';
 
     if (name !== undefined) {
@@ -216,14 +218,20 @@ export class ControlPlaneApi {
     sendJson(res, 200, { kind: `${kind}List`, apiVersion: CONTROLPLANE_API_VERSION, metadata: { resourceVersion: list.resourceVersion }, items: list.items });
   }
 
-  private authorize(id: ControlPlaneIdentity, node: string, resource: string): void {
+  private async authorize(id: ControlPlaneIdentity, node: string, resource: string): Promise<void> {
     if (id.nodeName !== undefined) {
       if (id.nodeName !== node) {
         throw new ApiError(403, 'Forbidden', `user "${id.user}" is the agent of Node ${id.nodeName}: it may read only Node ${id.nodeName}'s view, not Node ${node}'s`, { group: CONTROLPLANE_GROUP, kind: resource });
       }
       return;
     }
-    if (!this.opts.readAll(id.user)) throw new ApiError(403, 'Forbidden', `user "${id.user}" may not read Node ${node}'s view: it is no Node's agent and not allowed to read every view`, { group: CONTROLPLANE_GROUP, kind: resource });
+    let allowed: boolean;
+    try {
+      allowed = await this.opts.readAll(id.user, id, resource);
+    } catch (err) {
+      throw new ApiError(503, 'ServiceUnavailable', `authorization is unavailable: ${(err as Error).message}`);
+    }
+    if (!allowed) throw new ApiError(403, 'Forbidden', `user "${id.user}" may not read Node ${node}'s view: it is no Node's agent and not allowed to read every view`, { group: CONTROLPLANE_GROUP, kind: resource });
   }
 
   private serveWatch(req: IncomingMessage, res: ServerResponse, node: string, kind: ControlPlaneKind, q: URLSearchParams): void {
@@ -306,7 +314,11 @@ export interface ControlPlaneServerOptions extends ControlPlaneApiOptions {
   /** Default 0: a free port. */
   port?: number;
   /** Serve HTTPS with this PEM key and certificate (plain HTTP without). */
-  tls?: { key: string | Buffer; cert: string | Buffer };
+  /**
+   * HTTPS. `clientCa`: client certificates are asked for and verified against it (the aggregation
+   * layer's front-proxy certificate); a client without one still connects (agents send tokens).
+   */
+  tls?: { key: string | Buffer; cert: string | Buffer; clientCa?: string | Buffer | undefined };
 }
 
 export interface ControlPlaneApiServer {
@@ -320,7 +332,9 @@ export interface ControlPlaneApiServer {
 /** Listens and serves the control plane API until `close`. */
 export async function startControlPlaneApiServer(opts: ControlPlaneServerOptions): Promise<ControlPlaneApiServer> {
   const api = new ControlPlaneApi(opts);
-  const server = opts.tls ? https.createServer({ key: opts.tls.key, cert: opts.tls.cert }, api.handle) : http.createServer(api.handle);
+  const server = opts.tls
+    ? https.createServer({ key: opts.tls.key, cert: opts.tls.cert, ...(opts.tls.clientCa ? { ca: opts.tls.clientCa, requestCert: true, rejectUnauthorized: false } : {}) }, api.handle)
+    : http.createServer(api.handle);
   const host = opts.host ?? '127.0.0.1';
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err) => reject(new Error(`control plane API cannot listen on ${host}:${opts.port ?? 0}: ${err.message}`)));

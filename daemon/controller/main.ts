@@ -16,6 +16,7 @@ import { hideBin } from 'yargs/helpers';
 import { ClusterWatch } from '../enforcement/watch/clusterwatch.js';
 import { KubeAccess } from '../kube/access.js';
 import { startControlPlaneApiServer } from './apiserver.js';
+import { loadRequestHeaderConfig, proxiedIdentity, type RequestHeaderConfig, SubjectAccessReviewer } from './aggregation.js';
 import { TokenReviewAuthenticator } from './auth.js';
 import { PolicyController } from './controller.js';
 import { KubeLeaseLock, LeaderElector } from './leader.js';
@@ -73,10 +74,20 @@ async function main(): Promise<number> {
   // A restarted container of a former leader: its Pod may still carry the label.
   label(false);
   const auth = new TokenReviewAuthenticator({ api: access });
+  const sar = new SubjectAccessReviewer(access);
+  // Requests the aggregation layer proxies carry the user in headers, trusted on its client certificate only.
+  let requestHeader: RequestHeaderConfig | undefined;
+  try {
+    requestHeader = await loadRequestHeaderConfig(access);
+    log.info({ aggregation: requestHeader !== undefined }, requestHeader ? 'aggregation layer: its front-proxy certificate is trusted for X-Remote-User' : 'aggregation layer: none published (kube-system/extension-apiserver-authentication); tokens only');
+  } catch (err) {
+    log.warn({ err: (err as Error).message }, 'aggregation layer: settings unreadable; tokens only');
+  }
   const server = await startControlPlaneApiServer({
-    store, host: listen.host, port: listen.port, tls: { key: cert.key, cert: cert.cert }, log,
-    authenticate: (req) => auth.authenticateRequest(req),
-    readAll: (user) => readAll.has(user),
+    store, host: listen.host, port: listen.port, tls: { key: cert.key, cert: cert.cert, clientCa: requestHeader?.clientCa }, log,
+    authenticate: async (req) => (requestHeader && proxiedIdentity(req, requestHeader)) || auth.authenticateRequest(req),
+    // Users with no Node of their own: the allow-list, else RBAC through a SubjectAccessReview.
+    readAll: (user, id, resource) => readAll.has(user) || sar.mayList(id, resource),
     readiness: () => (watch?.isSynced() ? { ready: true } : { ready: false, reason: `the cluster's initial lists are not all in (${watch?.pending().join(', ') ?? 'informers starting'})` }),
     serving: () => {
       if (!watch?.isSynced()) return { ready: false, reason: `the cluster's initial lists are not all in (${watch?.pending().join(', ') ?? 'informers starting'})` };

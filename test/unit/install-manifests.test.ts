@@ -364,13 +364,18 @@ function cleanupProcedureProblems(uninstallText: string, docs: Doc[]): string[] 
  */
 function controllerProblems(docs: Doc[], agentNs: string): string[] {
   const out: string[] = [];
-  for (const d of docs) if (!['ClusterRole', 'ClusterRoleBinding', 'APIService'].includes(d.kind) && d.metadata.namespace !== agentNs) out.push(`${d.kind} ${d.metadata.name} is not in ${agentNs}`);
+  for (const d of docs) {
+    // The one document elsewhere: the binding to read the aggregation layer's settings in kube-system.
+    const authReader = d.kind === 'RoleBinding' && d.metadata.namespace === 'kube-system' && (d as Doc & { roleRef: { name: string } }).roleRef.name === 'extension-apiserver-authentication-reader';
+    if (!['ClusterRole', 'ClusterRoleBinding', 'APIService'].includes(d.kind) && !authReader && d.metadata.namespace !== agentNs) out.push(`${d.kind} ${d.metadata.name} is not in ${agentNs}`);
+  }
+  if (!docs.some((d) => d.kind === 'RoleBinding' && d.metadata.namespace === 'kube-system')) out.push('no binding to read kube-system/extension-apiserver-authentication (the aggregation layer\'s front-proxy CA)');
   const role = find(docs, 'ClusterRole', 'sluice-controller') as Doc & { rules: (Rule & { resourceNames?: string[] })[] };
   for (const r of WATCHED_RESOURCES) {
     if (!role.rules.some((rule) => rule.apiGroups.includes(r.group) && rule.resources.includes(r.plural) && READ_VERBS.every((v) => rule.verbs.includes(v)))) out.push(`ClusterRole grants no get/list/watch on ${r.plural}`);
   }
   const writes = role.rules.flatMap((rule) => rule.verbs.filter((v) => !READ_VERBS.includes(v)).map((v) => `${v} ${rule.resources.join(',')}${rule.resourceNames ? `/${rule.resourceNames.join(',')}` : ''}`)).sort();
-  if (JSON.stringify(writes) !== JSON.stringify(['create tokenreviews', `patch apiservices/${APISERVICE}`])) out.push(`ClusterRole writes: ${writes.join('; ')}`);
+  if (JSON.stringify(writes) !== JSON.stringify(['create subjectaccessreviews', 'create tokenreviews', `patch apiservices/${APISERVICE}`])) out.push(`ClusterRole writes: ${writes.join('; ')}`);
   const deploy = find(docs, 'Deployment', 'sluice-controller') as Doc & { spec: { replicas: number; template: { metadata: { labels: Record<string, string> }; spec: PodSpec } } };
   const spec = deploy.spec.template.spec;
   if (deploy.spec.replicas < 2) out.push(`Deployment runs ${deploy.spec.replicas} replica(s): a standby is needed for a takeover`);
