@@ -2,8 +2,8 @@
  * Controller mode and standalone mode give a Node the same rules and the same flows.
  *
  * Random clusters and random event walks (Pods coming, going, relabelled and moving; Namespaces
- * relabelled; NetworkPolicies, relative, group, serviceRef and toServices policies; Services and
- * EndpointSlices) are fed to one controller engine, whose ClusterComputation sends each Node the
+ * and Nodes relabelled; NetworkPolicies, relative, group, serviceRef and toServices policies,
+ * rules applied to Nodes or naming them as peers; Services and EndpointSlices) are fed to one controller engine, whose ClusterComputation sends each Node the
  * events of its view; each Node's NodePolicyState receives them with the three kinds' streams
  * interleaved at random (each in its order), as separate watches deliver them. After every step,
  * for every Node: the node rule set, the isolations and the compiled flows (compiled incrementally
@@ -79,6 +79,7 @@ function stateInput(s: NodePolicyState): PolicyFlowInput {
 
 const cookies = (flows: PolicyFlows) => flows.flows().map((f) => f.cookie).sort().join('\n');
 
+let nodeTargetSteps = 0;
 for (let seed = 1; seed <= 10; seed++) {
   t.test(`controller mode equals standalone on every Node, seed ${seed}`, async (t) => {
     const r = rng(500 + seed);
@@ -118,6 +119,8 @@ for (let seed = 1; seed <= 10; seed++) {
     };
 
     for (const ns of NAMESPACES) apply(namespace(ns, { team: r.pick(['red', 'blue']) }));
+    const nodeObject = (name: string, i: number): KubeObject => ({ apiVersion: 'v1', kind: 'Node', metadata: { name, labels: { zone: r.pick(['a', 'b']) } }, status: { addresses: [{ type: 'InternalIP', address: `172.18.0.${i + 1}` }] } });
+    NODES.forEach((n, i) => apply(nodeObject(n, i)));
     const ipIndex = new Map<string, number>();
     NAMESPACES.forEach((ns, i) => NAMES.forEach((n, j) => ipIndex.set(`${ns}/${n}`, i * NAMES.length + j)));
     for (const ns of NAMESPACES) for (const n of NAMES.slice(0, 3)) apply(podObject(r, ns, n, ipIndex.get(`${ns}/${n}`)!, NODES));
@@ -171,6 +174,18 @@ for (let seed = 1; seed <= 10; seed++) {
         label = `endpointslice edit ${slice.metadata.name}`;
         if (r.next() < 0.25) drop(slice);
         else apply(slice);
+      } else if (op === 9 && r.next() < 0.4) {
+        // Host traffic: rules applied to Nodes (Antrea nodeSelector appliedTo), or naming Nodes as peers.
+        const name = `node-pol-${r.int(2)}`;
+        label = `node policy ${name}`;
+        const nodes = { kind: 'nodes' as const, selector: { matchLabels: { zone: r.pick(['a', 'b']) } } };
+        apply(rulesObject(name, { rules: [rule(r.next() < 0.5
+          ? { direction: r.pick(['Ingress', 'Egress'] as const), action: r.pick(['Allow', 'Drop'] as const), appliedTo: [nodes], peers: [podsIn(r.pick(NAMESPACES))] }
+          : { direction: 'Egress', action: r.pick(['Allow', 'Drop'] as const), appliedTo: [podsIn(r.pick(NAMESPACES))], peers: [nodes] }, {}, name)] }));
+      } else if (op === 9 && r.next() < 0.3) {
+        const n = r.pick(NODES);
+        label = `node relabel ${n}`;
+        apply(nodeObject(n, NODES.indexOf(n)));
       } else if (op === 9) {
         const name = `grp-${r.int(3)}`;
         label = `group policy ${name}`;
@@ -193,6 +208,7 @@ for (let seed = 1; seed <= 10; seed++) {
         const e = standalone.get(node)!;
         const want = withoutOrder(e.nodeRuleSet());
         if (want.length > 0) withRules++;
+        if (want.some((n) => n.targets.some((x) => x.kind === 'node'))) nodeTargetSteps++;
         if (canonicalJson(withoutOrder(a.state.nodeRuleSet())) !== canonicalJson(want)) {
           mismatches++;
           t.same(withoutOrder(a.state.nodeRuleSet()), want, `step ${step} (${label}) ${node}: node rules as standalone`);
@@ -231,3 +247,7 @@ for (let seed = 1; seed <= 10; seed++) {
     else t.equal(recorder.patches, 0, 'without member changes, groups went whole');
   });
 }
+
+t.test('the walks applied rules to Nodes too', async (t) => {
+  t.ok(nodeTargetSteps > 0, `${nodeTargetSteps} node-steps enforced a rule on the Node itself`);
+});
