@@ -2,6 +2,7 @@
 // @kubernetes/client-node (as sluicectl and the lab do), and record informer events.
 import * as k8s from '@kubernetes/client-node';
 import { startApiServer, type ApiServer, type ApiServerOptions } from '../../lab/apiserver/server.js';
+import { KubeAccess } from '../../daemon/kube/access.js';
 
 export const token = 'test-token';
 
@@ -152,4 +153,12 @@ export async function rawWatch(url: string, path: string, count: number, withTok
     controller.abort();
   }
   return { status: 200, lines };
+}
+
+/** The agent's own API access (daemon/kube) to the lab API server, with the test token. */
+export function labAccess(lab: Pick<Lab, 'server'>): KubeAccess {
+  return KubeAccess.fromKubeconfigObject({
+    clusters: [{ name: 'lab', cluster: { server: lab.server.url } }], users: [{ name: 'u', user: { token } }],
+    contexts: [{ name: 'lab', context: { cluster: 'lab', user: 'u' } }], 'current-context': 'lab',
+  }, '/');
 }

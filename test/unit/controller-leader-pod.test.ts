@@ -5,15 +5,11 @@
  */
 import t from 'tap';
 import { LEADER_LABEL, labelLeaderPod } from '../../daemon/controller/leader-pod.js';
-import { KubeAccess } from '../../daemon/kube/access.js';
-import { startLab, token } from './apiserver-helpers.js';
+import { labAccess, startLab } from './apiserver-helpers.js';
 
 t.test('the label follows the leader', async (t) => {
   const lab = await startLab(t);
-  const io = KubeAccess.fromKubeconfigObject({
-    clusters: [{ name: 'lab', cluster: { server: lab.server.url } }], users: [{ name: 'u', user: { token } }],
-    contexts: [{ name: 'lab', context: { cluster: 'lab', user: 'u' } }], 'current-context': 'lab',
-  }, '/');
+  const io = labAccess(lab);
   await lab.core.createNamespace({ body: { metadata: { name: 'sluice-system' } } });
   for (const name of ['controller-a', 'controller-b']) {
     await lab.core.createNamespacedPod({ namespace: 'sluice-system', body: { metadata: { name, labels: { app: 'sluice-controller' } }, spec: { containers: [{ name: 'c', image: 'sluice:0.1.0' }] } } });

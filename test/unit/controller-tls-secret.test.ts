@@ -7,15 +7,11 @@
 import { X509Certificate } from 'node:crypto';
 import t from 'tap';
 import { CA_CONFIGMAP, ensureSharedCertificate, publishCa, TLS_SECRET } from '../../daemon/controller/tls-secret.js';
-import { KubeAccess } from '../../daemon/kube/access.js';
-import { startLab, token } from './apiserver-helpers.js';
+import { labAccess, startLab } from './apiserver-helpers.js';
 
 t.test('two replicas share one set; renewal 30 days before the end; the CA is published', async (t) => {
   const lab = await startLab(t);
-  const io = KubeAccess.fromKubeconfigObject({
-    clusters: [{ name: 'lab', cluster: { server: lab.server.url } }], users: [{ name: 'u', user: { token } }],
-    contexts: [{ name: 'lab', context: { cluster: 'lab', user: 'u' } }], 'current-context': 'lab',
-  }, '/');
+  const io = labAccess(lab);
   await lab.core.createNamespace({ body: { metadata: { name: 'kube-system' } } }).catch(() => undefined);
   const now = new Date();
   const [a, b] = await Promise.all([ensureSharedCertificate(io, 'kube-system', now, ['127.0.0.1']), ensureSharedCertificate(io, 'kube-system', now, ['127.0.0.1'])]);

@@ -15,6 +15,7 @@ import { type ControlPlaneConnection, ControlPlaneWatcher } from '../../daemon/c
 import {
   CONTROLPLANE_API_VERSION,
   type ControlPlaneAddressGroup,
+  type ControlPlaneAddressGroupPatch,
   type ControlPlaneEvent,
   type ControlPlaneKind,
   type ControlPlaneNetworkPolicy,
@@ -27,6 +28,7 @@ import { ManualClock } from './manual-clock.js';
 const BASE = `/apis/${CONTROLPLANE_API_VERSION}`;
 const pod = (ref: string, ip: string): GroupMember => ({ kind: 'pod', ref, nodeName: 'n1', ips: [ip], ports: [] });
 const ag = (id: string, members: GroupMember[]): ControlPlaneAddressGroup => ({ apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: id }, members, ipBlocks: [] });
+const agPatch = (id: string, upserted: GroupMember[], removed: string[] = []): ControlPlaneAddressGroupPatch => ({ apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroupPatch', metadata: { name: id }, upserted, removed });
 const np = (key: string): ControlPlaneNetworkPolicy => ({ apiVersion: CONTROLPLANE_API_VERSION, kind: 'NetworkPolicy', metadata: { name: key }, sourceKey: key, rules: [], isolations: [] });
 
 /** Tokens of the tests: two agents, an administrator allowed to read every view, a user who is not. */
@@ -221,13 +223,7 @@ t.test('watch: events from a listed version, resume, other Nodes filtered, patch
   const w = openWatch(server, `${BASE}/addressgroups?fieldSelector=nodeName=n1&watch=1&resourceVersion=${rv}`);
   await until(() => w.state.status === 200, 'the watch opened');
   store.set('n2', 'AddressGroup', 'ag-9', ag('ag-9', []));
-  store.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.1'), pod('x/b', '10.0.0.2')]), {
-    apiVersion: CONTROLPLANE_API_VERSION,
-    kind: 'AddressGroupPatch',
-    metadata: { name: 'ag-1' },
-    upserted: [pod('x/b', '10.0.0.2')],
-    removed: [],
-  });
+  store.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.1'), pod('x/b', '10.0.0.2')]), agPatch('ag-1', [pod('x/b', '10.0.0.2')]));
   store.set('n1', 'AddressGroup', 'ag-2', ag('ag-2', []));
   await until(() => w.events.length === 2, '2 events');
   t.same(w.log(), ['MODIFIED ag-1@3', 'ADDED ag-2@4'], 'n2\'s change is not in n1\'s stream');
@@ -320,13 +316,7 @@ t.test('the agent\'s watcher: list, watch, patches; across a server restart it k
   t.same(c.states, ['connected: listing and watching networkpolicies, appliedtogroups, addressgroups']);
   t.same([...c.calls].sort(), ['sync AddressGroup ag-1', 'sync AppliedToGroup ', 'sync NetworkPolicy networkpolicy.x.allow']);
   c.calls.length = 0;
-  store.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.1'), pod('x/b', '10.0.0.2')]), {
-    apiVersion: CONTROLPLANE_API_VERSION,
-    kind: 'AddressGroupPatch',
-    metadata: { name: 'ag-1' },
-    upserted: [pod('x/b', '10.0.0.2')],
-    removed: [],
-  });
+  store.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.1'), pod('x/b', '10.0.0.2')]), agPatch('ag-1', [pod('x/b', '10.0.0.2')]));
   store.set('n2', 'AddressGroup', 'ag-2', ag('ag-2', []));
   await until(() => c.calls.length === 1, 'the patch');
   t.same(c.calls, ['MODIFIED AddressGroup ag-1']);

@@ -70,7 +70,7 @@ class Recorder implements NodeViewSink {
   }
 }
 
-const withoutOrder = (rules: readonly { order: number }[]) => rules.map(({ order: _order, ...rest }) => rest);
+const withoutOrder = <T extends { order: number }>(rules: readonly T[]): Omit<T, 'order'>[] => rules.map(({ order: _order, ...rest }) => rest);
 
 /** The flow compiler's input read from a NodePolicyState. */
 function stateInput(s: NodePolicyState): PolicyFlowInput {
