@@ -21,7 +21,7 @@ import {
 } from './control.js';
 import { startEndpointSliceController, startScheduler, type Controller } from './cluster/controllers.js';
 import { kubeConfigFor } from './cluster/informers.js';
-import { ensureLabPki } from './pki.js';
+import { ensureFrontProxyPki, ensureLabPki } from './pki.js';
 import { resolveKind } from './kinds.js';
 import { startKubelet } from './cluster/kubelet.js';
 import { startDaemonSetController } from './cluster/daemonset-controller.js';
@@ -154,11 +154,14 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   const family = readLabInfo(lab)?.ipFamily ?? 'ipv4';
   const token = readControl(lab)?.token ?? randomBytes(16).toString('hex');
   const pki = ensureLabPki(pkiDir(lab));
+  // The aggregation layer's identity towards extension API servers (sluice-controller).
+  const frontProxy = ensureFrontProxyPki(pkiDir(lab));
   const saKey = serviceAccountKey(lab);
   const api = await startApiServer({
     host: '127.0.0.1', port: 0, unixSocket: apiSocketPath(lab), token, dataFile: apiDataPath(lab), installCRDs: true,
     tls: { cert: pki.cert, key: pki.key, unixSocket: apiTlsSocketPath(lab) }, serviceAccountKey: saKey,
     serviceCIDR: serviceCIDRs(family).join(','), bookmarkOnChange: true,
+    frontProxy: { caCert: frontProxy.caCert, clientCert: frontProxy.clientCert, clientKey: frontProxy.clientKey },
   });
   log('info', 'API server listening', { url: api.url, unix: apiSocketPath(lab) });
   // The host's kubeconfig is what a user's kubectl reads: HTTPS, verified with the lab's CA.

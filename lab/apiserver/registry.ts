@@ -7,6 +7,7 @@ import { applyPatch, deepEqual, PatchError } from './patch.js';
 import {
   builtinTypes, compareKubeVersions, crdProblem, crdStorageKey, seedCrds, typesFromCrd, type ResourceType,
 } from './resources.js';
+import { APISERVICE_STORAGE_KEY, apiServiceProblem, defaultApiService } from './apiservice.js';
 import { parseFieldSelector, parseLabelSelector, SelectorError } from './selectors.js';
 import { objectKey, type KObject, type ObjectMeta, type ObjectStore } from './store.js';
 
@@ -40,6 +41,13 @@ const badRequest = (message: string) => new ApiError(400, 'BadRequest', message)
  * both believe they hold the lock.
  */
 const conditionalUpdateOnly = new Set(['coordination.k8s.io/leases']);
+
+/** An APIService is defaulted and checked on create and on update alike. */
+function assertValidApiService(rt: ResourceType, obj: KObject): void {
+  defaultApiService(obj);
+  const problem = apiServiceProblem(obj);
+  if (problem) throw invalid(rt, obj.metadata.name!, problem.field, problem.message);
+}
 
 /** A CustomResourceDefinition is checked on create and on update alike. */
 function assertValidCrd(rt: ResourceType, crd: KObject): void {
@@ -385,6 +393,10 @@ export class Registry {
         };
         return;
       }
+      case APISERVICE_STORAGE_KEY:
+        assertValidApiService(rt, obj);
+        delete obj.status; // the aggregator's availability check writes it
+        return;
       default:
         if (rt.statusSubresource && rt.group !== '') delete obj.status;
     }
@@ -401,6 +413,9 @@ export class Registry {
         return;
       case crdStorageKey:
         assertValidCrd(rt, next);
+        return;
+      case APISERVICE_STORAGE_KEY:
+        assertValidApiService(rt, next);
     }
   }
 

@@ -55,6 +55,8 @@ export const builtinTypes: readonly ResourceType[] = [
   builtin('scheduling.k8s.io', 'v1', 'priorityclasses', 'PriorityClass', false, false, ['pc']),
   // What leader election locks on (the sluice-controller's replicas, kube-controller-manager's).
   builtin('coordination.k8s.io', 'v1', 'leases', 'Lease', true, false),
+  // Where extension API servers register their groups (the aggregation layer, aggregator.ts).
+  builtin('apiregistration.k8s.io', 'v1', 'apiservices', 'APIService', false, true),
 ];
 
 export const crdStorageKey = 'apiextensions.k8s.io/customresourcedefinitions';

@@ -1,11 +1,14 @@
 // HTTP front end of the lab's Kubernetes API server: routing of /api and /apis paths,
-// discovery documents, bearer-token check, and list/watch streaming (newline-delimited JSON
-// events, resumable from a resourceVersion, 410 Gone when history no longer reaches back).
+// discovery documents, bearer-token check, list/watch streaming (newline-delimited JSON
+// events, resumable from a resourceVersion, 410 Gone when history no longer reaches back), and
+// the aggregation layer's proxy to extension API servers (aggregator.ts).
 import { existsSync, unlinkSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { dumpYaml, parseYaml } from '../../daemon/kube-yaml.js';
+import { Aggregator, checkFrontProxyMaterial } from './aggregator.js';
+import type { FrontProxyMaterial } from './apiservice.js';
 import { patchContentTypes } from './patch.js';
 import { openApiDocument, openApiIndex } from './openapi.js';
 import { ApiError, Registry, type Selection } from './registry.js';
@@ -44,6 +47,13 @@ export interface ApiServerOptions {
   tls?: { cert: string; key: string; unixSocket?: string };
   /** Also accept ServiceAccount tokens signed with this key (satoken.ts) while the ServiceAccount exists. */
   serviceAccountKey?: string;
+  /**
+   * The aggregation layer's front-proxy CA and client certificate (CN front-proxy-client, PEM):
+   * presented to extension API servers on every proxied request, and the CA published in ConfigMap
+   * kube-system/extension-apiserver-authentication so that they trust its X-Remote-* headers.
+   * Without it requests are still proxied, but with no client certificate nothing vouches for them.
+   */
+  frontProxy?: FrontProxyMaterial;
 }
 
 export interface ApiServer {
@@ -66,6 +76,9 @@ export interface ReviewedUser {
   groups: string[];
   extra?: Record<string, string[]>;
 }
+
+/** Whom the lab vouches for to an extension API server when it runs without a token and the caller sent none. */
+const ANONYMOUS: ReviewedUser = { username: 'system:anonymous', groups: ['system:unauthenticated'] };
 
 /** The user the admin token (ApiServerOptions.token) stands for. */
 export const ADMIN_USER = 'sluice-lab-admin';
@@ -123,14 +136,18 @@ function parseBody(req: http.IncomingMessage, text: string): unknown {
 export class ApiServerImpl {
   readonly store: ObjectStore;
   readonly registry: Registry;
+  readonly aggregator: Aggregator;
   private readonly watches = new Set<OpenWatch>();
   private readonly servers: (http.Server | https.Server)[] = [];
   private readonly bookmarkIntervalMs: number;
 
   constructor(private readonly opts: ApiServerOptions) {
+    if (opts.frontProxy) checkFrontProxyMaterial(opts.frontProxy);
     this.store = new ObjectStore(opts.historyLimit ?? 1000, opts.dataFile);
     this.registry = new Registry(this.store, opts.serviceCIDR ?? '10.96.0.0/16');
     this.registry.seed(opts.installCRDs ?? true);
+    this.aggregator = new Aggregator(this.store, this.registry, opts.frontProxy);
+    this.aggregator.publishAuthentication();
     this.bookmarkIntervalMs = opts.bookmarkIntervalMs ?? 10_000;
   }
 
@@ -191,11 +208,13 @@ export class ApiServerImpl {
       compact: (includingPresent?: boolean) => this.store.compact(includingPresent),
       dropWatches: () => {
         for (const w of [...this.watches]) w.res.socket?.destroy();
+        this.aggregator.dropStreams();
       },
     };
   }
 
   private async close(): Promise<void> {
+    this.aggregator.close();
     for (const w of [...this.watches]) w.end();
     // Let ended watch streams flush their last chunk before cutting what is left.
     await Promise.all(this.servers.map((s) => new Promise<void>((resolve) => {
@@ -215,6 +234,13 @@ export class ApiServerImpl {
     const auth = req.headers.authorization ?? '';
     // RBAC is not enforced: a valid ServiceAccount token may do what the admin token may.
     return auth.startsWith('Bearer ') && this.reviewToken(auth.slice(7)) !== undefined;
+  }
+
+  /** Who the caller of an authorized request is (the anonymous user on a lab without a token). */
+  private caller(req: http.IncomingMessage): ReviewedUser | undefined {
+    const auth = req.headers.authorization ?? '';
+    const user = auth.startsWith('Bearer ') ? this.reviewToken(auth.slice(7)) : undefined;
+    return user ?? (this.opts.token ? undefined : ANONYMOUS);
   }
 
   /**
@@ -289,6 +315,15 @@ export class ApiServerImpl {
       return;
     }
     const segments = path.split('/').filter(Boolean).map(decodeURIComponent);
+    // /apis/<group>/<version>[/...] of a group-version an extension API server serves: proxied,
+    // its discovery document included (the lab serves /apis and /apis/<group> itself).
+    const aggregated = segments[0] === 'apis' && segments.length >= 3 ? this.aggregator.target(segments[1]!, segments[2]!) : undefined;
+    if (aggregated) {
+      const user = this.caller(req);
+      if (!user) throw new ApiError(401, 'Unauthorized', 'Unauthorized');
+      await this.aggregator.proxy(req, res, aggregated, user);
+      return;
+    }
     if (segments[0] === 'openapi' && segments[1] === 'v3') {
       if (method !== 'GET') throw new ApiError(405, 'MethodNotAllowed', `${method} is not allowed on ${path}`);
       const types = this.registry.servedTypes();
@@ -360,6 +395,7 @@ export class ApiServerImpl {
   /** /api, /api/v1, /apis, /apis/<group>, /apis/<group>/<version>; undefined for other paths. */
   private discovery(seg: string[]): unknown {
     const groups = this.registry.groupVersions();
+    for (const [g, versions] of this.aggregator.groups()) groups.set(g, [...(groups.get(g) ?? []), ...versions.filter((v) => !groups.get(g)?.includes(v))]);
     for (const v of virtualResources) if (!groups.get(v.group)?.includes(v.version)) groups.set(v.group, [...(groups.get(v.group) ?? []), v.version]);
     const resourceList = (group: string, version: string) => {
       const types = this.registry.servedTypes().filter((t) => t.group === group && t.version === version);
