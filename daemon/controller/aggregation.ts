@@ -17,6 +17,7 @@ import { type Clock, realClock } from '../clock.js';
 import { CONTROLPLANE_GROUP } from '../controlplane/types.js';
 import { KubeApiError, type KubeAccess } from '../kube/access.js';
 import type { ControlPlaneIdentity } from './apiserver.js';
+import { NODE_NAME_EXTRA } from './auth.js';
 
 export const AUTHENTICATION_CONFIGMAP = '/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication';
 
@@ -27,6 +28,8 @@ export interface RequestHeaderConfig {
   allowedNames: string[];
   usernameHeaders: string[];
   groupHeaders: string[];
+  /** Prefixes of the user's extra headers (X-Remote-Extra-<key>, the key percent-encoded). */
+  extraPrefixes: string[];
 }
 
 const jsonList = (text: string | undefined): string[] => {
@@ -57,6 +60,7 @@ export async function loadRequestHeaderConfig(io: Pick<KubeAccess, 'getJson'>): 
       allowedNames: jsonList(d['requestheader-allowed-names']),
       usernameHeaders: jsonList(d['requestheader-username-headers']),
       groupHeaders: jsonList(d['requestheader-group-headers']),
+      extraPrefixes: jsonList(d['requestheader-extra-headers-prefix']),
     };
   } catch (err) {
     throw new Error(`kube-system/extension-apiserver-authentication: ${(err as Error).message}`);
@@ -80,7 +84,9 @@ export function proxiedIdentity(req: IncomingMessage, cfg: RequestHeaderConfig):
   const user = cfg.usernameHeaders.flatMap(header).find((u) => u !== '');
   if (!user) return undefined;
   const groups = cfg.groupHeaders.flatMap(header).flatMap((g) => g.split(',')).map((g) => g.trim()).filter(Boolean);
-  return { user, groups };
+  // An agent's Pod-bound token keeps its Node through the proxy: it still reads only that Node's view.
+  const nodeName = cfg.extraPrefixes.flatMap((prefix) => header(`${prefix}${encodeURIComponent(NODE_NAME_EXTRA)}`)).find((n) => n !== '');
+  return { user, groups, ...(nodeName ? { nodeName } : {}) };
 }
 
 /** RBAC's answer, through the API server, to "may this user list this resource of controlplane.sluice.io". */

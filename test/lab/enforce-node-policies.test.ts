@@ -239,9 +239,19 @@ if (reason) {
         }
       }
     });
-    await labCli(LAB, ['apply', '-f', writeTempFile(dir, 'controller-ns.yaml', `apiVersion: v1\nkind: Namespace\nmetadata: {name: ${CONTROLLER_NAMESPACE}}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: sluice-agent, namespace: ${CONTROLLER_NAMESPACE}}\n`)]);
+    // The namespace, the agents' ServiceAccount, and the controller's API registered with the API
+    // server's aggregation layer: APIService -> Service -> Endpoints (written below: the lab's
+    // stand-in for the Service selecting the leader's Pod). The controllers fill in its caBundle.
+    await labCli(LAB, ['apply', '-f', writeTempFile(dir, 'controller-ns.yaml', [
+      `apiVersion: v1\nkind: Namespace\nmetadata: {name: ${CONTROLLER_NAMESPACE}}`,
+      `apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: sluice-agent, namespace: ${CONTROLLER_NAMESPACE}}`,
+      `apiVersion: v1\nkind: Service\nmetadata: {name: sluice-controller, namespace: ${CONTROLLER_NAMESPACE}}\nspec: {ports: [{port: 443}]}`,
+      `apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: v1beta1.controlplane.sluice.io}\nspec: {group: controlplane.sluice.io, version: v1beta1, service: {name: sluice-controller, namespace: ${CONTROLLER_NAMESPACE}, port: 443}, groupPriorityMinimum: 1000, versionPriority: 100}`,
+    ].join('\n---\n'))]);
     const ports = [await freePort(), await freePort()];
-    controllers.push(await startController(LAB, 'controller-a', ports[0]!), await startController(LAB, 'controller-b', ports[1]!));
+    // The lab enforces no RBAC (no SubjectAccessReview): its admin is allowed by name.
+    const flags = ['--read-all-users', 'sluice-lab-admin'];
+    controllers.push(await startController(LAB, 'controller-a', ports[0]!, flags), await startController(LAB, 'controller-b', ports[1]!, flags));
     const saKey = readFileSync(serviceAccountKeyPath(LAB), 'utf8').trim();
     const tokenFor = (node: string) => serviceAccountToken(saKey, CONTROLLER_NAMESPACE, 'sluice-agent', { podName: `sluice-agent-${node}`, nodeName: node });
     const view = (c: LabController) => httpsGet(c.port, '/apis/controlplane.sluice.io/v1beta1/networkpolicies?fieldSelector=nodeName=node-1', undefined, tokenFor('node-1'));
@@ -258,6 +268,32 @@ if (reason) {
 
     const access = KubeAccess.load(hostKubeconfigPath(LAB));
     const caCert = ((await access.getJson(`/api/v1/namespaces/${CONTROLLER_NAMESPACE}/configmaps/sluice-ca`)) as { data: Record<string, string> }).data['ca.crt']!;
+    const endpoints = (c: LabController) => labCli(LAB, ['apply', '-f', writeTempFile(dir, 'controller-endpoints.yaml',
+      `apiVersion: v1\nkind: Endpoints\nmetadata: {name: sluice-controller, namespace: ${CONTROLLER_NAMESPACE}}\nsubsets: [{addresses: [{ip: 127.0.0.1}], ports: [{port: ${c.port}}]}]\n`)]);
+    await endpoints(leader);
+    /** One Node's AddressGroups as the API server's aggregation layer returns them to its admin (kubectl's path). */
+    const aggregated = async (node: string) => {
+      let last = '';
+      for (const deadline = Date.now() + 30_000; Date.now() < deadline; await sleep(300)) {
+        try {
+          const list = (await access.getJson(`/apis/controlplane.sluice.io/v1beta1/addressgroups?fieldSelector=nodeName=${node}`)) as { kind: string; items: { metadata: { name: string } }[] };
+          return list;
+        } catch (err) {
+          last = (err as Error).message;
+        }
+      }
+      throw new Error(`no answer through the aggregation layer within 30 s: ${last}`);
+    };
+    const direct = JSON.parse((await httpsGet(leader.port, '/apis/controlplane.sluice.io/v1beta1/addressgroups?fieldSelector=nodeName=node-1', caCert, tokenFor('node-1'))).body) as { items: { metadata: { name: string } }[] };
+    const proxied = await aggregated('node-1');
+    t.equal(proxied.kind, 'AddressGroupList', 'the aggregation layer serves the group (its CA published by the leader)');
+    t.same(proxied.items.map((i) => i.metadata.name).sort(), direct.items.map((i) => i.metadata.name).sort(), 'the same view as the agent of node-1 gets');
+    if (noKubectl) t.comment(`kubectl get addressgroups.controlplane.sluice.io not run: ${noKubectl}`);
+    else {
+      const kubeconfig = (await cli(['kubeconfig', '--name', LAB])).stdout.trim();
+      const k = spawnSync('kubectl', ['get', 'addressgroups.controlplane.sluice.io', '--field-selector', 'nodeName=node-1', '-o', 'name'], { encoding: 'utf8', env: { ...process.env, KUBECONFIG: kubeconfig }, timeout: 60_000 });
+      t.same(k.stdout.trim().split('\n').filter(Boolean).sort(), direct.items.map((i) => `addressgroup.controlplane.sluice.io/${i.metadata.name}`).sort(), `a real kubectl lists node-1's AddressGroups through the API server (${k.stderr.trim().split('\n').pop() ?? ''})`);
+    }
 
     // The Service: connections go to the replica that serves.
     let target = leader;
@@ -314,12 +350,14 @@ if (reason) {
     const died = Date.now();
     process.kill(leader.pid, 'SIGKILL');
     target = standby;
+    await endpoints(standby);
     let tookOver = false;
     for (const deadline = Date.now() + 40_000; !tookOver && Date.now() < deadline; await sleep(200)) tookOver = await serves(standby);
     t.ok(tookOver, `${standby.identity} took over`);
     t.comment(`takeover ${((Date.now() - died) / 1000).toFixed(1)} s after the leader's death (lease 11 s, retry 2 s)`);
     await labCli(LAB, ['delete', '-f', extra]);
     await sameAsAgents('after the takeover and another change');
+    t.equal((await aggregated('node-2')).kind, 'AddressGroupList', 'the aggregation layer reaches the new leader');
     for (const a of agents) t.ok(a.states.some((s) => s.startsWith('disconnected')) && a.watcher.state().state === 'connected', `${a.node}: the watch was cut and resumed (${a.states.join('; ')})`);
   });
 

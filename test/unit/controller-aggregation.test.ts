@@ -37,7 +37,7 @@ t.test('X-Remote-User is trusted on a verified front-proxy certificate only', as
   const front = await clientPki(['front-proxy-client', 'intruder']);
   const other = await clientPki(['front-proxy-client']);
   const serving = await makeServingCertificate({ dnsNames: ['sluice-controller.sluice-system.svc'], ips: ['127.0.0.1'], now: new Date() });
-  const cfg: RequestHeaderConfig = { clientCa: front.ca, allowedNames: ['front-proxy-client'], usernameHeaders: ['X-Remote-User'], groupHeaders: ['X-Remote-Group'] };
+  const cfg: RequestHeaderConfig = { clientCa: front.ca, allowedNames: ['front-proxy-client'], usernameHeaders: ['X-Remote-User'], groupHeaders: ['X-Remote-Group'], extraPrefixes: ['X-Remote-Extra-'] };
   const server = await startControlPlaneApiServer({
     store: new ControlPlaneStore(), host: '127.0.0.1', port: 0, tls: { key: serving.key, cert: serving.cert, clientCa: front.ca },
     authenticate: async (req) => proxiedIdentity(req, cfg),
@@ -59,6 +59,9 @@ t.test('X-Remote-User is trusted on a verified front-proxy certificate only', as
   t.equal(await get(front.clients.intruder, admin), 401, 'a certificate of the CA with a name not allowed');
   t.equal(await get(other.clients['front-proxy-client'], admin), 401, 'a certificate of another CA');
   t.equal(await get(front.clients['front-proxy-client'], { 'X-Remote-Group': 'system:masters' }), 401, 'no user header');
+  const agent = { 'X-Remote-User': 'system:serviceaccount:sluice-system:sluice-agent', 'X-Remote-Group': 'system:masters' };
+  t.equal(await get(front.clients['front-proxy-client'], { ...agent, 'X-Remote-Extra-authentication.kubernetes.io%2Fnode-name': 'node-1' }), 200, 'an agent through the proxy reads its Node');
+  t.equal(await get(front.clients['front-proxy-client'], { ...agent, 'X-Remote-Extra-authentication.kubernetes.io%2Fnode-name': 'node-2' }), 403, 'and not another Node, whatever its groups');
 });
 
 t.test('the requestheader settings as the cluster publishes them', async (t) => {
@@ -66,7 +69,7 @@ t.test('the requestheader settings as the cluster publishes them', async (t) => 
   t.same(await loadRequestHeaderConfig(cm({
     'requestheader-client-ca-file': 'PEM', 'requestheader-allowed-names': '["front-proxy-client"]',
     'requestheader-username-headers': '["X-Remote-User"]', 'requestheader-group-headers': '["X-Remote-Group"]', 'requestheader-extra-headers-prefix': '["X-Remote-Extra-"]',
-  })), { clientCa: 'PEM', allowedNames: ['front-proxy-client'], usernameHeaders: ['X-Remote-User'], groupHeaders: ['X-Remote-Group'] });
+  })), { clientCa: 'PEM', allowedNames: ['front-proxy-client'], usernameHeaders: ['X-Remote-User'], groupHeaders: ['X-Remote-Group'], extraPrefixes: ['X-Remote-Extra-'] });
   t.equal(await loadRequestHeaderConfig(cm({})), undefined, 'no front-proxy CA: tokens only');
   t.equal(await loadRequestHeaderConfig({ getJson: async () => { throw new KubeApiError('not found', 404); } }), undefined, 'no ConfigMap: tokens only');
   await t.rejects(loadRequestHeaderConfig(cm({ 'requestheader-client-ca-file': 'PEM', 'requestheader-allowed-names': 'front-proxy-client' })), /extension-apiserver-authentication/, 'a malformed list names the ConfigMap');
