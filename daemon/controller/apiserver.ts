@@ -9,6 +9,7 @@
  *   `resourceVersion`, BOOKMARKs with `allowWatchBookmarks`, an ERROR event carrying a 410 Expired
  *   Status when the version is too old, `timeoutSeconds`);
  * - `GET …/<resource>/<name>?fieldSelector=nodeName=<node>`: one object of that view;
+ * - `/status` (authenticated): the replica's leadership, computation and watches;
  * - `/healthz`, `/livez` (open), `/readyz` (open; 503 until the views are computed). A replica
  *   that is ready but does not serve (a standby) answers the API with 503 and says who serves.
  *
@@ -52,6 +53,8 @@ export interface ControlPlaneApiOptions {
   readiness?: () => ControlPlaneReadiness;
   /** Whether it serves the views now (ready and the leader); default: when ready. */
   serving?: () => ControlPlaneReadiness;
+  /** The body of GET /status (authenticated callers), completed with the open watches and the Nodes with a view. */
+  status?: () => unknown;
   /** Period of BOOKMARK events on watches that allow them (default 60 000 ms). */
   bookmarkIntervalMs?: number;
   /** Bytes a watch may have waiting for a slow client before it is cut (default 16 MiB): the client resumes or lists again. */
@@ -186,6 +189,8 @@ export class ControlPlaneApi {
       throw new ApiError(503, 'ServiceUnavailable', `authentication is unavailable: ${(err as Error).message}`);
     }
     if (!identity) throw new ApiError(401, 'Unauthorized', 'Unauthorized: no valid credentials');
+    // What the replica is doing (leadership, views, watches): for any authenticated caller.
+    if (path === '/status' && this.opts.status) return sendJson(res, 200, { ...(this.opts.status() as object), watches: this.watches.size, nodes: this.opts.store.nodes().length });
 
     const seg = path.split('/').filter((s) => s !== '');
     const notFound = () => new ApiError(404, 'NotFound', `the server could not find the requested resource (${path})`);

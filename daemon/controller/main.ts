@@ -88,6 +88,10 @@ async function main(): Promise<number> {
     authenticate: async (req) => (requestHeader && proxiedIdentity(req, requestHeader)) || auth.authenticateRequest(req),
     // Users with no Node of their own: the allow-list, else RBAC through a SubjectAccessReview.
     readAll: (user, id, resource) => readAll.has(user) || sar.mayList(id, resource),
+    status: () => ({
+      identity: argv.identity, leading, leader: elector?.leader ?? '', synced: watch?.isSynced() ?? false, pending: watch?.pending() ?? [],
+      certificateNotAfter: cert!.notAfter, aggregation: requestHeader !== undefined, ...controller.status(),
+    }),
     readiness: () => (watch?.isSynced() ? { ready: true } : { ready: false, reason: `the cluster's initial lists are not all in (${watch?.pending().join(', ') ?? 'informers starting'})` }),
     serving: () => {
       if (!watch?.isSynced()) return { ready: false, reason: `the cluster's initial lists are not all in (${watch?.pending().join(', ') ?? 'informers starting'})` };

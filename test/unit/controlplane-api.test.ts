@@ -142,6 +142,15 @@ t.test('discovery and health', async (t) => {
   t.equal((await get(server, BASE, 'tok-n1')).status, 200, 'discovery is served even when not ready');
 });
 
+t.test('/status: for authenticated callers, with the open watches and the Nodes with a view', async (t) => {
+  const store = new ControlPlaneStore();
+  store.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', []));
+  const server = await startControlPlaneApiServer({ store, authenticate, readAll: () => false, status: () => ({ leading: true }) });
+  t.teardown(() => server.close());
+  t.equal((await get(server, '/status')).status, 401, 'not without credentials');
+  t.same((await get(server, '/status', 'tok-n1')).body, { leading: true, watches: 0, nodes: 1 });
+});
+
 t.test('a standby is ready (its views computed) but serves no view, and says who does', async (t) => {
   const server = await serve(t, new ControlPlaneStore(), { readiness: () => ({ ready: true }), serving: () => ({ ready: false, reason: 'a standby replica (controller-a leads)' }) });
   t.same(await get(server, '/readyz'), { status: 200, body: 'ok' }, 'ready: a rollout does not wait on the standby');
@@ -272,6 +281,7 @@ t.test('a watch from a version too old gets an ERROR event with a 410 Expired St
   const future = openWatch(server, `${BASE}/addressgroups?fieldSelector=nodeName=n1&watch=1&resourceVersion=99`);
   await until(() => future.state.ended, 'the stream ends');
   t.match(future.events[0], { type: 'ERROR', object: { code: 410, reason: 'Expired', message: /newer than this store's 4/ } });
+  await until(() => server.api.openWatches() === 0, 'the server ends the expired watches');
   t.equal(server.api.openWatches(), 0);
 });
 
@@ -349,6 +359,8 @@ t.test('the agent\'s watcher: list, watch, patches; across a server restart it k
   t.same((c.view.get('AddressGroup/ag-1') as ControlPlaneAddressGroup).members[0]!.ips, ['10.0.0.7']);
   await until(() => c.states.length === 5, 'connected');
   await watcher.stop();
+  // The server learns of the closed connections when their sockets close, a moment later.
+  await until(() => server.api.openWatches() === 0, 'the server sees the watches closed');
   t.equal(server.api.openWatches(), 0, 'stop closes its watches');
 });
 
