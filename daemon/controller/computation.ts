@@ -115,16 +115,6 @@ export class ClusterComputation {
     }
   }
 
-  /** The Nodes a policy is sent to (for status and tests). */
-  policySpan(key: string): ReadonlySet<string> {
-    return this.policies.get(key)?.span ?? EMPTY;
-  }
-
-  /** The Nodes an AddressGroup is sent to. */
-  addressGroupSpan(id: string): string[] {
-    return [...(this.addressSpan.get(id)?.keys() ?? [])].sort();
-  }
-
   /** Sizes for /status and benches. */
   counts(): { policies: number; appliedToGroups: number; addressGroups: number } {
     return { policies: this.policies.size, appliedToGroups: this.appliedTo.size, addressGroups: this.addressGroups.size };
