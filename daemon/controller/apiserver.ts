@@ -330,6 +330,8 @@ export interface ControlPlaneApiServer {
   url: string;
   port: number;
   api: ControlPlaneApi;
+  /** Serves a renewed certificate to new connections (HTTPS only; open ones keep theirs). */
+  setCertificate(tls: { key: string | Buffer; cert: string | Buffer }): void;
   /** Ends every watch cleanly, then stops listening. */
   close(): Promise<void>;
 }
@@ -352,6 +354,10 @@ export async function startControlPlaneApiServer(opts: ControlPlaneServerOptions
     url: `${opts.tls ? 'https' : 'http'}://${hostInUrl}:${port}`,
     port,
     api,
+    setCertificate: (tls) => {
+      if (!(server instanceof https.Server)) throw new Error('the control plane API is served without TLS: no certificate to renew');
+      server.setSecureContext({ key: tls.key, cert: tls.cert, ...(opts.tls?.clientCa ? { ca: opts.tls.clientCa } : {}) });
+    },
     close: () =>
       (closing ??= new Promise<void>((resolve) => {
         api.endWatches();

@@ -1,8 +1,9 @@
 /**
- * The controller's TLS material: a self-signed CA and a serving certificate it signs for the
- * controller Service's names, as the seed's controller makes its own (no cert-manager needed).
- * The CA is what the APIService's caBundle and the agents trust; the replicas share one set, kept
- * in a Secret (tls-secret.ts), so a takeover changes no certificate an agent checks.
+ * The controller's TLS material: a self-signed CA (10 years) and serving certificates it signs
+ * (1 year) for the controller Service's names, as the seed's controller makes its own (no
+ * cert-manager needed). The CA is what the APIService's caBundle and the agents trust; it stays
+ * when a serving certificate is renewed, so a renewal changes nothing anyone trusts. The replicas
+ * share one set, kept in a Secret (tls-secret.ts), so a takeover changes no certificate either.
  *
  * X.509 is built with @peculiar/x509 (node:crypto signs but cannot build certificates; the lab
  * uses the openssl CLI, which the image does not carry). ECDSA P-256 keys.
@@ -39,40 +40,64 @@ function pem(label: string, der: ArrayBuffer): string {
   return `-----BEGIN ${label}-----\n${b64}\n-----END ${label}-----\n`;
 }
 
-/** A new CA and a serving certificate for `dnsNames` and `ips`, valid `days` from `now`. */
-export async function makeServingCertificate(opts: { dnsNames: string[]; ips?: string[]; now: Date; days?: number }): Promise<ServingCertificate> {
-  if (opts.dnsNames.length + (opts.ips?.length ?? 0) === 0) throw new Error('a serving certificate needs at least one DNS name or IP address');
-  const days = opts.days ?? 365;
-  const notBefore = new Date(opts.now.getTime() - 5 * 60_000); // clocks of other hosts may run behind
-  const notAfter = new Date(opts.now.getTime() + days * 86_400_000);
-  const caKeys = (await webcrypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify'])) as KeyPair;
+/** The controller's CA: what agents and the APIService trust, kept across serving certificates. */
+export interface ControllerCa {
+  caCert: string;
+  /** PEM of its PKCS#8 private key (kept in the Secret only). */
+  caKey: string;
+  notAfter: string;
+}
+
+/** A new CA, valid `days` (default 10 years) from `now`. */
+export async function makeCa(now: Date, days = 3650): Promise<ControllerCa> {
+  const notAfter = new Date(now.getTime() + days * 86_400_000);
+  const keys = (await webcrypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify'])) as KeyPair;
   const ca = await x509.X509CertificateGenerator.createSelfSigned({
-    serialNumber: serial(), name: 'CN=sluice-controller-ca', notBefore, notAfter, keys: caKeys, signingAlgorithm: ALGORITHM,
+    serialNumber: serial(), name: 'CN=sluice-controller-ca', notBefore: new Date(now.getTime() - 5 * 60_000), notAfter, keys, signingAlgorithm: ALGORITHM,
     extensions: [
       new x509.BasicConstraintsExtension(true, 0, true),
       new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
-      await x509.SubjectKeyIdentifierExtension.create(caKeys.publicKey),
+      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
     ],
   });
+  return { caCert: `${ca.toString('pem')}\n`, caKey: pem('PRIVATE KEY', await webcrypto.subtle.exportKey('pkcs8', keys.privateKey)), notAfter: notAfter.toISOString() };
+}
+
+/**
+ * A serving certificate for `dnsNames` and `ips` signed by `ca`, valid `days` (default 1 year)
+ * from `now`, never past the CA's own end.
+ */
+export async function issueServingCertificate(ca: ControllerCa, opts: { dnsNames: string[]; ips?: string[]; now: Date; days?: number }): Promise<ServingCertificate> {
+  if (opts.dnsNames.length + (opts.ips?.length ?? 0) === 0) throw new Error('a serving certificate needs at least one DNS name or IP address');
+  const caCert = new x509.X509Certificate(ca.caCert);
+  const der = Buffer.from(ca.caKey.replace(/-----[^-]+-----/g, '').replace(/\s+/g, ''), 'base64');
+  const caKey = await webcrypto.subtle.importKey('pkcs8', der, ALGORITHM, false, ['sign']);
+  const notBefore = new Date(opts.now.getTime() - 5 * 60_000); // clocks of other hosts may run behind
+  const notAfter = new Date(Math.min(opts.now.getTime() + (opts.days ?? 365) * 86_400_000, Date.parse(ca.notAfter)));
   const keys = (await webcrypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify'])) as KeyPair;
   const names = [...opts.dnsNames.map((value) => ({ type: 'dns' as const, value })), ...(opts.ips ?? []).map((value) => ({ type: 'ip' as const, value }))];
   const cert = await x509.X509CertificateGenerator.create({
-    serialNumber: serial(), subject: `CN=${opts.dnsNames[0] ?? opts.ips![0]}`, issuer: ca.subject, notBefore, notAfter,
-    publicKey: keys.publicKey, signingKey: caKeys.privateKey, signingAlgorithm: ALGORITHM,
+    serialNumber: serial(), subject: `CN=${opts.dnsNames[0] ?? opts.ips![0]}`, issuer: caCert.subject, notBefore, notAfter,
+    publicKey: keys.publicKey, signingKey: caKey, signingAlgorithm: ALGORITHM,
     extensions: [
       new x509.BasicConstraintsExtension(false, undefined, true),
       new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment, true),
       new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
       new x509.SubjectAlternativeNameExtension(names),
-      await x509.AuthorityKeyIdentifierExtension.create(ca, false),
+      await x509.AuthorityKeyIdentifierExtension.create(caCert, false),
     ],
   });
   return {
-    caCert: ca.toString('pem') + '\n',
-    cert: cert.toString('pem') + '\n',
+    caCert: ca.caCert,
+    cert: `${cert.toString('pem')}\n`,
     key: pem('PRIVATE KEY', await webcrypto.subtle.exportKey('pkcs8', keys.privateKey)),
     notAfter: notAfter.toISOString(),
   };
+}
+
+/** A new CA and a serving certificate it signs (tests, and a first start). */
+export async function makeServingCertificate(opts: { dnsNames: string[]; ips?: string[]; now: Date; days?: number }): Promise<ServingCertificate> {
+  return issueServingCertificate(await makeCa(opts.now), opts);
 }
 
 /** Whether a certificate set should be replaced: expired, or expiring within `renewBeforeDays`. */

@@ -137,6 +137,22 @@ async function main(): Promise<number> {
   });
   elector.start();
 
+  // The serving certificate is issued again 30 days before its end by whichever replica sees it
+  // due first (the same CA); every replica serves the Secret's current one.
+  const renewal = setInterval(() => {
+    ensureSharedCertificate(access, ns, new Date(), argv.certificateIps).then(
+      (r) => {
+        if (r.cert.cert === cert!.cert) return;
+        cert = r.cert;
+        server.setCertificate({ key: cert.key, cert: cert.cert });
+        log.info({ made: r.made, newCa: r.newCa, notAfter: cert.notAfter }, 'certificate: serving the renewed one');
+        if (r.newCa && leading) void publishCa(access, ns, cert.caCert).catch((err) => log.warn({ err: (err as Error).message }, 'CA not published'));
+      },
+      (err) => log.warn({ err: (err as Error).message }, 'certificate: renewal check failed; retried in 12 h'),
+    );
+  }, 12 * 3600_000);
+  renewal.unref();
+
   await new Promise<void>((resolve) => {
     const stop = (sig: string) => {
       log.info({ signal: sig }, 'stopping: releasing the Lease');
@@ -145,6 +161,7 @@ async function main(): Promise<number> {
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
   });
+  clearInterval(renewal);
   await elector.stop();
   server.api.endWatches();
   await server.close();

@@ -6,7 +6,9 @@ import { X509Certificate } from 'node:crypto';
 import { request, createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import t from 'tap';
-import { makeServingCertificate, needsRenewal, serviceNames } from '../../daemon/controller/certificate.js';
+import { startControlPlaneApiServer } from '../../daemon/controller/apiserver.js';
+import { issueServingCertificate, makeCa, makeServingCertificate, needsRenewal, serviceNames } from '../../daemon/controller/certificate.js';
+import { ControlPlaneStore } from '../../daemon/controller/store.js';
 
 const names = serviceNames('sluice-controller', 'kube-system');
 
@@ -49,4 +51,31 @@ t.test('renewal is due 30 days before the end', async (t) => {
   t.notOk(needsRenewal({ notAfter: '2027-11-28T00:00:00Z' }, now));
   t.ok(needsRenewal({ notAfter: '2026-12-20T00:00:00Z' }, now));
   t.ok(needsRenewal({ notAfter: 'garbage' }, now), 'an unreadable date is renewed');
+});
+
+t.test('a serving certificate issued again by the same CA; the server serves a renewed one to new connections', async (t) => {
+  const now = new Date();
+  const ca = await makeCa(now);
+  const first = await issueServingCertificate(ca, { dnsNames: names, ips: ['127.0.0.1'], now });
+  const again = await issueServingCertificate(ca, { dnsNames: names, ips: ['127.0.0.1'], now });
+  t.equal(again.caCert, first.caCert);
+  t.ok(new X509Certificate(again.cert).checkIssued(new X509Certificate(ca.caCert)), 'signed by the kept CA');
+  const late = await issueServingCertificate({ ...ca, notAfter: new Date(now.getTime() + 86_400_000).toISOString() }, { dnsNames: names, now });
+  t.ok(Date.parse(late.notAfter) <= now.getTime() + 86_400_000, 'never valid past its CA');
+
+  const other = await makeServingCertificate({ dnsNames: names, ips: ['127.0.0.1'], now });
+  const server = await startControlPlaneApiServer({ store: new ControlPlaneStore(), host: '127.0.0.1', port: 0, tls: { key: first.key, cert: first.cert }, authenticate: async () => undefined, readAll: () => false });
+  t.teardown(() => server.close());
+  const healthz = (caCert: string) => new Promise<number>((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port: server.port, path: '/healthz', ca: caCert, agent: false }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+  t.equal(await healthz(ca.caCert), 200);
+  server.setCertificate({ key: other.key, cert: other.cert });
+  t.equal(await healthz(other.caCert), 200, 'a new connection gets the new certificate');
+  await t.rejects(healthz(ca.caCert), /self.signed|unable to verify|certificate/i, 'and no longer the old one');
 });

@@ -26,12 +26,20 @@ t.test('two replicas share one set; renewal 30 days before the end; the CA is pu
   const late = new Date(Date.parse(a.cert.notAfter) - 10 * 86_400_000);
   const [r1, r2] = await Promise.all([ensureSharedCertificate(io, 'kube-system', late), ensureSharedCertificate(io, 'kube-system', late)]);
   t.equal(r1.cert.cert, r2.cert.cert, 'renewed once for both');
-  t.not(r1.cert.cert, a.cert.cert, 'a new set 10 days before the end');
+  t.not(r1.cert.cert, a.cert.cert, 'a new serving certificate 10 days before the end');
+  t.equal(r1.cert.caCert, a.cert.caCert, 'issued by the same CA: nothing anyone trusts changes');
+  t.ok(new X509Certificate(r1.cert.cert).checkIssued(new X509Certificate(a.cert.caCert)), 'and signed by it');
+  t.notOk(r1.newCa || r2.newCa, 'no new CA');
+  // A CA itself near its end (10 years on) is replaced with the serving certificate.
+  const decade = new Date(now.getTime() + 3640 * 86_400_000);
+  const r3 = await ensureSharedCertificate(io, 'kube-system', decade);
+  t.ok(r3.made && r3.newCa, 'a new CA when the CA is due');
+  t.not(r3.cert.caCert, a.cert.caCert);
 
   t.same(await publishCa(io, 'kube-system', r1.cert.caCert), { apiService: false }, 'no APIService installed: the ConfigMap only');
   const cm = await lab.core.readNamespacedConfigMap({ name: CA_CONFIGMAP, namespace: 'kube-system' });
   t.equal(cm.data?.['ca.crt'], r1.cert.caCert, 'the agents read the CA from the ConfigMap');
-  await publishCa(io, 'kube-system', a.cert.caCert);
+  await publishCa(io, 'kube-system', r3.cert.caCert);
   const cm2 = await lab.core.readNamespacedConfigMap({ name: CA_CONFIGMAP, namespace: 'kube-system' });
-  t.equal(cm2.data?.['ca.crt'], a.cert.caCert, 'and follow a new one');
+  t.equal(cm2.data?.['ca.crt'], r3.cert.caCert, 'and follow a new one');
 });
