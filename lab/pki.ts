@@ -18,28 +18,39 @@ export interface LabPki {
 /** Subject alternative names of the API server certificate. */
 export const API_SERVER_SANS = ['IP:127.0.0.1', 'DNS:localhost', 'DNS:kubernetes', 'DNS:kubernetes.default', 'DNS:kubernetes.default.svc', 'DNS:kubernetes.default.svc.cluster.local'];
 
+/**
+ * Makes, once, a self-signed CA `<ca>.crt/.key` and a certificate `<leaf>.crt/.key` it signs, in
+ * `dir`, with openssl; `ext` is the leaf's extension file (its SANs and key usages).
+ */
+function ensureCaAndLeaf(dir: string, what: string, ca: { name: string; cn: string }, leaf: { name: string; cn: string; ext: string }): void {
+  const p = (f: string) => join(dir, f);
+  if ([p(`${ca.name}.crt`), p(`${leaf.name}.crt`), p(`${leaf.name}.key`)].every(existsSync)) return;
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const openssl = (...args: string[]) => {
+    try {
+      execFileSync('openssl', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    } catch (err) {
+      const stderr = String((err as { stderr?: Buffer }).stderr ?? '').trim();
+      throw new Error(`openssl ${args[0]} failed making the lab's ${what} in ${dir}: ${stderr || (err as Error).message}`);
+    }
+  };
+  openssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '3650',
+    '-subj', `/CN=${ca.cn}`, '-keyout', p(`${ca.name}.key`), '-out', p(`${ca.name}.crt`),
+    '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+  openssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', `/CN=${leaf.cn}`,
+    '-keyout', p(`${leaf.name}.key`), '-out', p(`${leaf.name}.csr`));
+  writeFileSync(p(`${leaf.name}.ext`), leaf.ext);
+  openssl('x509', '-req', '-in', p(`${leaf.name}.csr`), '-CA', p(`${ca.name}.crt`), '-CAkey', p(`${ca.name}.key`), '-CAcreateserial', '-days', '3650',
+    '-extfile', p(`${leaf.name}.ext`), '-out', p(`${leaf.name}.crt`));
+  for (const f of [`${leaf.name}.csr`, `${leaf.name}.ext`, `${ca.name}.srl`]) rmSync(p(f), { force: true });
+}
+
 export function ensureLabPki(dir: string): LabPki {
   const p = (f: string) => join(dir, f);
-  if (![p('ca.crt'), p('apiserver.crt'), p('apiserver.key')].every(existsSync)) {
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
-    const openssl = (...args: string[]) => {
-      try {
-        execFileSync('openssl', args, { stdio: ['ignore', 'ignore', 'pipe'] });
-      } catch (err) {
-        const stderr = String((err as { stderr?: Buffer }).stderr ?? '').trim();
-        throw new Error(`openssl ${args[0]} failed making the lab's API certificates in ${dir}: ${stderr || (err as Error).message}`);
-      }
-    };
-    openssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '3650',
-      '-subj', '/CN=sluice-lab-ca', '-keyout', p('ca.key'), '-out', p('ca.crt'),
-      '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
-    openssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', '/CN=kube-apiserver',
-      '-keyout', p('apiserver.key'), '-out', p('apiserver.csr'));
-    writeFileSync(p('apiserver.ext'), `subjectAltName=${API_SERVER_SANS.join(',')}\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n`);
-    openssl('x509', '-req', '-in', p('apiserver.csr'), '-CA', p('ca.crt'), '-CAkey', p('ca.key'), '-CAcreateserial', '-days', '3650',
-      '-extfile', p('apiserver.ext'), '-out', p('apiserver.crt'));
-    for (const f of ['apiserver.csr', 'apiserver.ext', 'ca.srl']) rmSync(p(f), { force: true });
-  }
+  ensureCaAndLeaf(dir, 'API certificates', { name: 'ca', cn: 'sluice-lab-ca' }, {
+    name: 'apiserver', cn: 'kube-apiserver',
+    ext: `subjectAltName=${API_SERVER_SANS.join(',')}\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n`,
+  });
   return { caCert: readFileSync(p('ca.crt'), 'utf8'), cert: readFileSync(p('apiserver.crt'), 'utf8'), key: readFileSync(p('apiserver.key'), 'utf8'), caCertPath: p('ca.crt') };
 }
 
@@ -57,26 +68,9 @@ export interface FrontProxyPki {
  */
 export function ensureFrontProxyPki(dir: string): FrontProxyPki {
   const p = (f: string) => join(dir, f);
-  if (![p('front-proxy-ca.crt'), p('front-proxy-client.crt'), p('front-proxy-client.key')].every(existsSync)) {
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
-    const openssl = (...args: string[]) => {
-      try {
-        execFileSync('openssl', args, { stdio: ['ignore', 'ignore', 'pipe'] });
-      } catch (err) {
-        const stderr = String((err as { stderr?: Buffer }).stderr ?? '').trim();
-        throw new Error(`openssl ${args[0]} failed making the lab's front-proxy certificates in ${dir}: ${stderr || (err as Error).message}`);
-      }
-    };
-    openssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '3650',
-      '-subj', '/CN=sluice-lab-front-proxy-ca', '-keyout', p('front-proxy-ca.key'), '-out', p('front-proxy-ca.crt'),
-      '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
-    openssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', '/CN=front-proxy-client',
-      '-keyout', p('front-proxy-client.key'), '-out', p('front-proxy-client.csr'));
-    writeFileSync(p('front-proxy-client.ext'), 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n');
-    openssl('x509', '-req', '-in', p('front-proxy-client.csr'), '-CA', p('front-proxy-ca.crt'), '-CAkey', p('front-proxy-ca.key'), '-CAcreateserial',
-      '-days', '3650', '-extfile', p('front-proxy-client.ext'), '-out', p('front-proxy-client.crt'));
-    for (const f of ['front-proxy-client.csr', 'front-proxy-client.ext', 'front-proxy-ca.srl']) rmSync(p(f), { force: true });
-  }
+  ensureCaAndLeaf(dir, 'front-proxy certificates', { name: 'front-proxy-ca', cn: 'sluice-lab-front-proxy-ca' }, {
+    name: 'front-proxy-client', cn: 'front-proxy-client', ext: 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n',
+  });
   return {
     caCert: readFileSync(p('front-proxy-ca.crt'), 'utf8'), clientCert: readFileSync(p('front-proxy-client.crt'), 'utf8'),
     clientKey: readFileSync(p('front-proxy-client.key'), 'utf8'), caCertPath: p('front-proxy-ca.crt'),
