@@ -20,7 +20,7 @@ import type {
 } from '../controlplane/types.js';
 import { serviceBackends } from '../policy/endpoints.js';
 import type { ChangeSet, ComputedIsolation, ComputedRule, PolicyEngine } from '../policy/engine.js';
-import type { MemberChange } from '../policy/internal.js';
+import { fileUnder, type MemberChange } from '../policy/internal.js';
 import { canonicalJson } from '../policy/order.js';
 import type { GroupMember, RuleRef } from '../policy/types.js';
 
@@ -57,6 +57,12 @@ interface PolicyState {
 }
 
 const EMPTY: ReadonlySet<string> = new Set();
+
+/** Moves `key` in a group -> keys index from the groups in `was` to those in `now`. */
+function refile(index: Map<string, Set<string>>, was: ReadonlySet<string>, now: ReadonlySet<string>, key: string): void {
+  fileUnder(index, [...was].filter((id) => !now.has(id)), key, false);
+  fileUnder(index, [...now].filter((id) => !was.has(id)), key, true);
+}
 
 export class ClusterComputation {
   private readonly policies = new Map<string, PolicyState>();
@@ -141,11 +147,11 @@ export class ClusterComputation {
     p.object = { apiVersion: CONTROLPLANE_API_VERSION, kind: 'NetworkPolicy', metadata: { name: key }, sourceKey: key, rules, isolations };
     const appliedTo = new Set([...rules.flatMap((r) => r.appliedToGroups), ...isolations.flatMap((i) => i.appliedToGroups)]);
     const address = new Set(rules.flatMap((r) => r.addressGroups));
-    this.refile(this.policiesByAppliedTo, p.appliedToGroups, appliedTo, key);
+    refile(this.policiesByAppliedTo, p.appliedToGroups, appliedTo, key);
     // The AddressGroup counts follow the references here and the span in respanPolicy.
     for (const id of p.addressGroups) if (!address.has(id)) this.countAddressSpan(id, p.span, -1);
     for (const id of address) if (!p.addressGroups.has(id)) this.countAddressSpan(id, p.span, +1);
-    this.refile(this.policiesByAddress, p.addressGroups, address, key);
+    refile(this.policiesByAddress, p.addressGroups, address, key);
     p.appliedToGroups = appliedTo;
     p.addressGroups = address;
   }
@@ -202,7 +208,9 @@ export class ClusterComputation {
       this.addressGroups.delete(id);
       return undefined;
     }
-    const namedPorts = old ? old.namedPorts : this.engine.addressGroup(id)?.namedPorts;
+    // A group new to the controller is read whole once (its members and named ports).
+    const whole = old ? undefined : this.engine.addressGroup(id);
+    const namedPorts = old ? old.namedPorts : whole?.namedPorts;
     const wire = (m: GroupMember) => wireMember(m, namedPorts !== undefined);
     const changes = cs.memberChanges?.get(id)?.map((c) => ({ key: c.key, before: c.before && wire(c.before), after: c.after && wire(c.after) }))
       .filter((c) => !c.before || !c.after || canonicalJson(c.before) !== canonicalJson(c.after));
@@ -216,7 +224,7 @@ export class ClusterComputation {
     } else if (old && !cs.addressGroups.added.includes(id) && !cs.addressGroups.updated.includes(id)) {
       members = old.members; // only its Service's endpoints moved
     } else {
-      members = this.engine.addressGroup(id)!.members.map(wire);
+      members = (whole ?? this.engine.addressGroup(id)!).members.map(wire);
     }
     const backends = this.backendsOf(members);
     const obj: ControlPlaneAddressGroup = {
@@ -308,20 +316,6 @@ export class ClusterComputation {
     return nodesChanged;
   }
 
-  private refile(index: Map<string, Set<string>>, was: ReadonlySet<string>, now: ReadonlySet<string>, key: string): void {
-    for (const id of was) {
-      if (now.has(id)) continue;
-      const s = index.get(id);
-      s?.delete(key);
-      if (s?.size === 0) index.delete(id);
-    }
-    for (const id of now) {
-      if (was.has(id)) continue;
-      let s = index.get(id);
-      if (!s) index.set(id, (s = new Set()));
-      s.add(key);
-    }
-  }
 }
 
 /**

@@ -13,7 +13,7 @@
 import type { MemberChange } from './members.js';
 import { memberKey } from './types.js';
 import type { ControlPlaneAddressGroup, ControlPlaneAddressGroupPatch, ControlPlaneEvent, ControlPlaneKind, ControlPlaneNetworkPolicy, ControlPlaneObject } from './types.js';
-import type { ChangeSet, ComputedIsolation, IdDelta, NodeIsolation } from '../policy/internal.js';
+import { type ChangeSet, type ComputedIsolation, fileUnder, type IdDelta, type NodeIsolation } from '../policy/internal.js';
 import { nodeRulesOf, type NodeRule, type NodeRuleGroups, type NodeTarget } from '../policy/noderules.js';
 import { canonicalJson, compareRules } from '../policy/order.js';
 import { PeerIps } from '../policy/peer-ips.js';
@@ -174,7 +174,7 @@ export class NodePolicyState {
     cs.addressGroups.updated.push(...this.changedGroups.address);
     cs.appliedToGroups.updated.push(...this.changedGroups.appliedTo);
     for (const id of [...cs.rules.added, ...cs.rules.updated, ...cs.rules.removed]) this.nodeRuleParts.delete(id);
-    for (const id of this.rulesNaming([...this.changedGroups.address, ...this.changedGroups.appliedTo])) this.nodeRuleParts.delete(id);
+    for (const id of this.rulesNamingGroups([...this.changedGroups.address, ...this.changedGroups.appliedTo])) this.nodeRuleParts.delete(id);
     const anything = cs.rules.added.length + cs.rules.updated.length + cs.rules.removed.length + cs.isolations.added.length + cs.isolations.updated.length +
       cs.isolations.removed.length + cs.addressGroups.updated.length + cs.appliedToGroups.updated.length > 0;
     if (anything) {
@@ -190,32 +190,20 @@ export class NodePolicyState {
   private forget<T extends { id: string }>(before: Map<string, string | null>, byId: Map<string, T>, index: Map<string, Set<string>>, item: T, groups: string[]): void {
     if (!before.has(item.id)) before.set(item.id, byId.has(item.id) ? canonicalJson(byId.get(item.id)) : null);
     byId.delete(item.id);
-    for (const g of groups) {
-      const s = index.get(g);
-      s?.delete(item.id);
-      if (s?.size === 0) index.delete(g);
-    }
+    fileUnder(index, groups, item.id, false);
   }
 
   private learn<T extends { id: string }>(before: Map<string, string | null>, byId: Map<string, T>, index: Map<string, Set<string>>, item: T, groups: string[]): void {
     if (!before.has(item.id)) before.set(item.id, byId.has(item.id) ? canonicalJson(byId.get(item.id)) : null);
     byId.set(item.id, item);
-    for (const g of groups) {
-      let s = index.get(g);
-      if (!s) index.set(g, (s = new Set()));
-      s.add(item.id);
-    }
-  }
-
-  private rulesNaming(groupIds: Iterable<string>): Set<string> {
-    const out = new Set<string>();
-    for (const g of groupIds) for (const id of this.rulesByGroup.get(g) ?? []) out.add(id);
-    return out;
+    fileUnder(index, groups, item.id, true);
   }
 
   /** The ids of the enforced rules naming any of these groups (the compiler's RulesByGroup). */
   rulesNamingGroups(groupIds: Iterable<string>): Set<string> {
-    return this.rulesNaming(groupIds);
+    const out = new Set<string>();
+    for (const g of groupIds) for (const id of this.rulesByGroup.get(g) ?? []) out.add(id);
+    return out;
   }
 
   private isLocal(m: GroupMember): boolean {

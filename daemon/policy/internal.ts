@@ -268,7 +268,7 @@ function sameMember(a: GroupMember | undefined, b: GroupMember | undefined): boo
 }
 
 /** Adds `id` under each of `keys` in a key -> ids index, or removes it (an emptied key goes). */
-function fileUnder(index: Map<string, Set<string>>, keys: readonly string[], id: string, add: boolean): void {
+export function fileUnder(index: Map<string, Set<string>>, keys: readonly string[], id: string, add: boolean): void {
   for (const k of new Set(keys)) {
     let ids = index.get(k);
     if (add) {
