@@ -8,7 +8,7 @@
  * holds no PolicyEngine, judges its open connections with (the conntrack sweep).
  *
  * ```ts
- * const v = new NodeVerdicts(rules, isolations, { serviceEndpoints, nodeIPs });   // once per rule-set version
+ * const v = new NodeVerdicts(rules, isolations, { serviceEndpoints, nodeIPs });   // anew when rules or isolations change
  * v.judge({ src: '10.1.0.5', dst: '10.1.1.7', protocol: 'TCP', port: 80, sourcePort: 40000 });
  * v.judgeService({ src: '10.1.0.5', dst: '10.96.0.10', protocol: 'UDP', port: 53, sourcePort: 40001 }); // dst = a ClusterIP
  * // -> [{ direction: 'Egress', target: 'ns/client', verdict: 'drop', decidedBy: { kind: 'rule', ... }, passed: [] }, ...]
@@ -19,8 +19,9 @@
  *  - stage 0 (Antrea tiers but baseline, AdminNetworkPolicy, CNP Admin) in (stage, tier, policy,
  *    rule, tieBreak, node-rule id) order — the order allocatePriorities gives the flows; the first
  *    match decides; a Pass goes on to stage 1;
- *  - stage 1, Kubernetes NetworkPolicy: a matching rule allows (they are all Allow; should a
- *    stage-1 rule of another action ever exist, it decides with its own action, never allowing);
+ *  - stage 1, Kubernetes NetworkPolicy: a matching rule allows (they are all Allow, which is why
+ *    the flows can give them one priority; a stage-1 rule of another action, which no kind makes,
+ *    would decide here in order with its own action);
  *  - the Kubernetes isolation of the target in that direction drops (the first isolating policy by
  *    kind/namespace/name is named, as the evaluator names it);
  *  - stage 2 (baseline tier, BaselineAdminNetworkPolicy, CNP Baseline), first match decides; a Pass
@@ -50,15 +51,32 @@
  *
  * What this cannot know without the cluster: the other node's side, and, for a connection to a
  * ClusterIP, which endpoint kube-proxy chose — judgeService() judges each endpoint the resolver
- * gives and says whether they disagree (judge.ts keeps such connections).
+ * gives and says whether they disagree (judge.ts keeps such connections). The resolver is asked at
+ * judging time, so endpoint moves need no rebuild.
+ *
+ * Tests: test/unit/policy-node-verdict.test.ts (random clusters of every policy kind, against the
+ * evaluator's explain(); precedence mutations must be caught) and
+ * test/unit/policy-node-verdict-flows.test.ts (against the compiled flows, run through an OpenFlow
+ * interpreter of the policy tables; with a reproducer of the pre-DNAT toServices difference).
  */
 import { canonicalIp, cidrContainsIp, formatIp, parseCidr, parseIp, type ParsedCidr } from './cidr.js';
 import type { NodeIsolation, NodeRule } from './internal.js';
 import { comparePriority } from './order.js';
-import type { Action, DecidedBy, Direction, PortMatch, RuleRef, Verdict } from './types.js';
+import type { Action, DecidedBy, Direction, PolicyKind, PortMatch, RuleRef, Verdict } from './types.js';
 
 export class NodeVerdictError extends Error {
   override name = 'NodeVerdictError';
+}
+
+/**
+ * An isolation as the engine (NodeIsolation) or the flow compiler's input gives it: only its
+ * direction, policy and local targets are read.
+ */
+export interface IsolationInput {
+  id?: string;
+  direction: Direction;
+  ref: { kind: PolicyKind; namespace?: string | undefined; name: string };
+  targets: NodeIsolation['targets'];
 }
 
 /** A connection by its first packet's tuple, as the bridge sees it. */
@@ -94,7 +112,7 @@ export interface NodeVerdictOptions {
 /** What decided a side: a node rule, a Kubernetes isolation, or nothing (the default allow). */
 export type NodeDecider =
   | { kind: 'rule'; id: string; ruleId: string; ref: RuleRef; action: Action; stage: 0 | 1 | 2 }
-  | { kind: 'isolation'; id: string; ref: RuleRef }
+  | { kind: 'isolation'; id?: string; ref: IsolationInput['ref'] }
   | { kind: 'default' };
 
 /** One side this node enforces. */
@@ -126,7 +144,7 @@ export function decidedByOf(side: Pick<NodeSideVerdict, 'direction' | 'decidedBy
 }
 
 /** One-shot form of NodeVerdicts#judge (builds the index each call: prefer the class for many connections). */
-export function nodeVerdict(rules: readonly NodeRule[], isolations: readonly NodeIsolation[], conn: NodeConnection, opts: NodeVerdictOptions = {}): NodeSideVerdict[] {
+export function nodeVerdict(rules: readonly NodeRule[], isolations: readonly IsolationInput[], conn: NodeConnection, opts: NodeVerdictOptions = {}): NodeSideVerdict[] {
   return new NodeVerdicts(rules, isolations, opts).judge(conn);
 }
 
@@ -167,7 +185,7 @@ interface TargetIndex {
 const isPodTarget = (x: NodeRule['targets'][number]): boolean => (x.kind ?? (x.ref.includes('/') ? 'pod' : 'node')) === 'pod';
 const canon = (ip: string): string => canonicalIp(ip) ?? ip;
 const verdictOf = (a: Action): Verdict => (a === 'Allow' ? 'allow' : a === 'Reject' ? 'reject' : 'drop');
-const isolationKey = (i: NodeIsolation): string => `${i.ref.kind}/${i.ref.namespace ?? ''}/${i.ref.name}/${i.direction}`;
+const isolationKey = (i: IsolationInput): string => `${i.ref.kind}/${i.ref.namespace ?? ''}/${i.ref.name}/${i.direction}`;
 
 /** Peer address lists are shared between rules (the engine hands one array per address group): one Set each. */
 const IP_SETS = new WeakMap<readonly string[], ReadonlySet<string>>();
@@ -183,7 +201,7 @@ export class NodeVerdicts {
   private readonly nodeIPs: ReadonlySet<string>;
   private readonly resolve: ServiceBackendResolver | undefined;
 
-  constructor(rules: readonly NodeRule[], isolations: readonly NodeIsolation[], opts: NodeVerdictOptions = {}) {
+  constructor(rules: readonly NodeRule[], isolations: readonly IsolationInput[], opts: NodeVerdictOptions = {}) {
     this.resolve = opts.serviceEndpoints;
     this.nodeIPs = new Set((opts.nodeIPs ?? []).map(canon));
     const index = (ref: string, ip: string): TargetIndex => {
@@ -220,7 +238,7 @@ export class NodeVerdicts {
         if (!isPodTarget(t)) continue;
         for (const ip of t.ips) {
           const entry = index(t.ref, ip);
-          entry.isolation[iso.direction] ??= { kind: 'isolation', id: iso.id, ref: iso.ref };
+          entry.isolation[iso.direction] ??= { kind: 'isolation', ...(iso.id !== undefined ? { id: iso.id } : {}), ref: iso.ref };
         }
       }
     }
