@@ -61,6 +61,7 @@
  */
 import { canonicalIp, cidrContainsIp, formatIp, parseCidr, parseIp, type ParsedCidr } from './cidr.js';
 import type { NodeIsolation, NodeRule } from './internal.js';
+import type { SideDecision } from './evaluator.js';
 import { comparePriority } from './order.js';
 import type { Action, DecidedBy, Direction, PolicyKind, PortMatch, RuleRef, Verdict } from './types.js';
 
@@ -141,6 +142,11 @@ export function decidedByOf(side: Pick<NodeSideVerdict, 'direction' | 'decidedBy
   const ns = d.ref.namespace ? { namespace: d.ref.namespace } : {};
   if (d.kind === 'isolation') return { kind: 'K8sNetworkPolicyIsolation', ...ns, name: d.ref.name, direction: side.direction, action: 'IsolationDrop' };
   return { kind: d.ref.kind, ...ns, name: d.ref.name, rule: d.ref.rule, direction: side.direction, ...(d.ref.tier ? { tier: d.ref.tier } : {}), action: d.action };
+}
+
+/** A side in the evaluator's form (what judge.ts reads of `explain().sides`). */
+export function toSideDecision(side: NodeSideVerdict): SideDecision {
+  return { direction: side.direction, pod: side.target, verdict: side.verdict, decidedBy: decidedByOf(side) };
 }
 
 /** One-shot form of NodeVerdicts#judge (builds the index each call: prefer the class for many connections). */

@@ -13,7 +13,7 @@ import t from 'tap';
 import { serviceBackends } from '../../daemon/policy/endpoints.js';
 import type { NodeIsolation, NodeRule } from '../../daemon/policy/internal.js';
 import { canonicalJson } from '../../daemon/policy/order.js';
-import { decidedByOf, type NodeConnection, type NodeSideVerdict, NodeVerdictError, NodeVerdicts, nodeVerdict } from '../../daemon/policy/node-verdict.js';
+import { decidedByOf, type NodeConnection, type NodeSideVerdict, NodeVerdictError, NodeVerdicts, nodeVerdict, toSideDecision } from '../../daemon/policy/node-verdict.js';
 import type { Probe } from '../../daemon/policy/types.js';
 import { rng } from './policy-core-helpers.js';
 import { CLUSTER_IPS, EXTERNAL, engineFor, NODES, PORTS, randomCluster } from './policy-node-verdict-helpers.js';
@@ -57,7 +57,7 @@ function compareSides(theirs: { direction: string; pod: string; verdict: string;
       continue;
     }
     if (a!.pod !== b!.target) out.push(`${direction}: evaluator side of ${a!.pod}, here of ${b!.target}`);
-    const mineBy = decidedByOf(b!);
+    const mineBy = toSideDecision(b!).decidedBy;
     if (a!.verdict !== b!.verdict || canonicalJson(a!.decidedBy) !== canonicalJson(mineBy)) {
       out.push(`${direction}: evaluator ${a!.verdict} ${canonicalJson(a!.decidedBy)}, here ${b!.verdict} ${canonicalJson(mineBy)}`);
     }
@@ -231,6 +231,17 @@ t.test('hand-written cases', async (t) => {
     t.equal(nodeVerdict(rules, [], conn({ protocol: 'ICMP' }))[0]!.verdict, 'drop', 'echo request by default');
     t.equal(nodeVerdict(rules, [], conn({ protocol: 'ICMP', icmpType: 0 }))[0]!.verdict, 'allow', 'echo reply is another type');
     t.same(nodeVerdict(rules, [], conn({ dst: '10.0.0.1' })), [], 'loopback: no side');
+  });
+
+  await t.test('IPv6: addresses compared in canonical form, CIDRs of their own family', async (t) => {
+    const rules = [
+      base('v6', { action: 'Drop', targets: [{ kind: 'pod', ref: 'x/a', ips: ['10.0.0.1', 'fd00::1'] }], peers: { ips: [], cidrs: ['fd00:1::/64', '10.9.0.0/16'], services: [] } }),
+    ];
+    const v6 = (over: Partial<NodeConnection>) => conn({ src: 'FD00:0::1', dst: 'fd00:1::5', ...over });
+    t.equal(nodeVerdict(rules, [], v6({}))[0]!.verdict, 'drop');
+    t.equal(nodeVerdict(rules, [], v6({}))[0]!.target, 'x/a');
+    t.equal(nodeVerdict(rules, [], v6({ dst: 'fd00:2::5' }))[0]!.verdict, 'allow');
+    t.equal(nodeVerdict(rules, [], v6({ protocol: 'ICMP', icmpType: 128 }))[0]!.verdict, 'drop');
   });
 
   await t.test('host traffic is exempt from ingress rules', async (t) => {
