@@ -9,6 +9,10 @@
  *   `resourceVersion`, BOOKMARKs with `allowWatchBookmarks`, an ERROR event carrying a 410 Expired
  *   Status when the version is too old, `timeoutSeconds`);
  * - `GET …/<resource>/<name>?fieldSelector=nodeName=<node>`: one object of that view;
+ * - `GET /realization?pod=<ns>/<name>&ips=<a>,<b>&waitMs=<ms>` (authenticated, served by the
+ *   leader): a new Pod's realization question (a long poll) — `{"realized": true, "node", "nodes"}`
+ *   (the Nodes where the Pod matters, each with its address, its Pods the Pod's rules select and
+ *   its view's versions that hold the Pod) or `{"realized": false}` at the end of the wait;
  * - `/status` (authenticated): the replica's leadership, computation and watches;
  * - `/healthz`, `/livez` (open), `/readyz` (open; 503 until the views are computed). A replica
  *   that is ready but does not serve (a standby) answers the API with 503 and says who serves.
@@ -30,7 +34,9 @@ import {
   CONTROLPLANE_VERSION,
   type ControlPlaneEvent,
   type ControlPlaneKind,
+  type PodRealization,
 } from '../controlplane/types.js';
+import { parseQuestion, type PodQuestion } from '../enforcement/newpods/peers.js';
 import { CONTROLPLANE_KINDS, type ControlPlaneStore, GoneError } from './store.js';
 
 /** Who is asking: the authenticated user and, for an agent, the Node it runs on. */
@@ -55,6 +61,8 @@ export interface ControlPlaneApiOptions {
   serving?: () => ControlPlaneReadiness;
   /** The body of GET /status (authenticated callers), completed with the open watches and the Nodes with a view. */
   status?: () => unknown;
+  /** A new Pod's realization question (GET /realization): the answer once the controller holds the Pod, undefined after `waitMs`. */
+  realization?: (q: PodQuestion, waitMs: number) => Promise<PodRealization | undefined>;
   /** Period of BOOKMARK events on watches that allow them (default 60 000 ms). */
   bookmarkIntervalMs?: number;
   /** Bytes a watch may have waiting for a slow client before it is cut (default 16 MiB): the client resumes or lists again. */
@@ -191,6 +199,7 @@ export class ControlPlaneApi {
     if (!identity) throw new ApiError(401, 'Unauthorized', 'Unauthorized: no valid credentials');
     // What the replica is doing (leadership, views, watches): for any authenticated caller.
     if (path === '/status' && this.opts.status) return sendJson(res, 200, { ...(this.opts.status() as object), watches: this.watches.size, nodes: this.opts.store.nodes().length });
+    if (path === '/realization' && this.opts.realization) return this.serveRealization(res, url.searchParams, this.opts.realization);
 
     const seg = path.split('/').filter((s) => s !== '');
     const notFound = () => new ApiError(404, 'NotFound', `the server could not find the requested resource (${path})`);
@@ -221,6 +230,20 @@ export class ControlPlaneApi {
     if (watch) return this.serveWatch(req, res, node, kind, q);
     const list = this.opts.store.list(node, kind);
     sendJson(res, 200, { kind: `${kind}List`, apiVersion: CONTROLPLANE_API_VERSION, metadata: { resourceVersion: list.resourceVersion }, items: list.items });
+  }
+
+  private async serveRealization(res: ServerResponse, q: URLSearchParams, answer: NonNullable<ControlPlaneApiOptions['realization']>): Promise<void> {
+    const ready = this.opts.serving?.() ?? this.readiness();
+    if (!ready.ready) throw new ApiError(503, 'ServiceUnavailable', `realization questions are not answered now: ${ready.reason}`);
+    const parsed = parseQuestion(q);
+    if ('error' in parsed) throw new ApiError(400, 'BadRequest', parsed.error);
+    let out: PodRealization | undefined;
+    try {
+      out = await answer(parsed.question, parsed.waitMs);
+    } catch (err) {
+      throw new ApiError(503, 'ServiceUnavailable', (err as Error).message);
+    }
+    sendJson(res, 200, out ? { realized: true, ...out } : { realized: false });
   }
 
   private async authorize(id: ControlPlaneIdentity, node: string, resource: string): Promise<void> {

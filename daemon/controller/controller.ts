@@ -7,7 +7,12 @@
  * Feeding is synchronous per event, so each Node's view changes in the order the cluster did.
  */
 import type { Logger } from 'pino';
+import { type Clock, realClock } from '../clock.js';
+import type { ControlPlaneKind, PodRealization } from '../controlplane/types.js';
+import { ConditionWaiters } from '../enforcement/condition-waiters.js';
 import { PolicyIntake } from '../enforcement/intake.js';
+import type { PodQuestion } from '../enforcement/newpods/index.js';
+import { podKey } from '../policy/cluster.js';
 import type { WatchEvent } from '../enforcement/watch/clusterwatch.js';
 import { PolicyEngine } from '../policy/engine.js';
 import { ClusterComputation, type NodeViewSink } from './computation.js';
@@ -15,16 +20,24 @@ import { ClusterComputation, type NodeViewSink } from './computation.js';
 export interface PolicyControllerOptions {
   log: Pick<Logger, 'warn' | 'error'>;
   sink: NodeViewSink;
+  /** Per kind, the version of the last change of a Node's view (the store's lastChanges): a realization answer's versions. */
+  versions?: (node: string) => Record<ControlPlaneKind, string>;
+  clock?: Clock;
 }
+
+/** Realization questions waiting at once; more are refused (each is an open request of an agent's ADD). */
+const MAX_WAITING_QUESTIONS = 10_000;
 
 export class PolicyController {
   readonly engine: PolicyEngine;
   readonly computation: ClusterComputation;
   private readonly intake: PolicyIntake;
   private changeCount = 0;
+  private readonly waiters: ConditionWaiters;
 
-  constructor(opts: PolicyControllerOptions) {
+  constructor(private readonly opts: PolicyControllerOptions) {
     const { log } = opts;
+    this.waiters = new ConditionWaiters(opts.clock ?? realClock);
     this.engine = new PolicyEngine({
       trackMembers: true,
       log: (e) => log.warn({ kind: e.kind, namespace: e.namespace, name: e.name, field: e.field, err: e.message }, 'policy: invalid object ignored'),
@@ -48,6 +61,57 @@ export class PolicyController {
   /** One object event of the cluster's informers. */
   onWatchEvent(ev: WatchEvent): void {
     this.intake.onWatchEvent(ev);
+  }
+
+  /**
+   * Where a new Pod matters, once the engine holds it at every address of `q.ips` as their owner
+   * (undefined before): its own Node, the Nodes whose rules name it as a peer and those of a
+   * previous owner of a reused address, each with its address and the versions of its view now.
+   */
+  podRealization(q: PodQuestion): PodRealization | undefined {
+    const ref = podKey(q);
+    const { engine } = this;
+    for (const ip of q.ips) {
+      const p = engine.cluster.podByIp.get(ip);
+      if (!p || podKey(p) !== ref || this.intake.addressOwner(ip) !== ref) return undefined;
+    }
+    const pod = engine.cluster.pods.get(ref);
+    if (!pod?.nodeName) return undefined;
+    const nodes = new Map<string, Set<string>>([[pod.nodeName, new Set()]]);
+    const add = (span: Map<string, string[]>) => {
+      for (const [node, ips] of span) {
+        let s = nodes.get(node);
+        if (!s) nodes.set(node, (s = new Set()));
+        for (const ip of ips) s.add(ip);
+      }
+    };
+    add(engine.podSpan(q.namespace, q.name));
+    add(this.intake.previousSpans(ref, q.ips));
+    const versions = this.opts.versions ?? (() => ({ NetworkPolicy: '0', AppliedToGroup: '0', AddressGroup: '0' }));
+    return {
+      node: pod.nodeName,
+      nodes: [...nodes].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([name, ips]) => {
+        const address = engine.cluster.nodes.get(name)?.ips[0];
+        return { name, ...(address !== undefined ? { address } : {}), podIps: [...ips].sort(), versions: versions(name) };
+      }),
+    };
+  }
+
+  /** Resolves with podRealization(q) as soon as it is defined (checked at each poke), undefined after `waitMs`. */
+  async whenPodRealized(q: PodQuestion, waitMs: number): Promise<PodRealization | undefined> {
+    const now = this.podRealization(q);
+    if (now || waitMs <= 0) return now;
+    if (this.waiters.size >= MAX_WAITING_QUESTIONS) throw new Error(`${MAX_WAITING_QUESTIONS} realization questions are waiting already`);
+    return (await this.waiters.when(() => this.podRealization(q) !== undefined, waitMs)) ? this.podRealization(q) : undefined;
+  }
+
+  /** The cluster changed and the views are stored: waiting questions are checked again. */
+  poke(): void {
+    this.waiters.poke();
+  }
+
+  close(): void {
+    this.waiters.close();
   }
 
   /** Engine changes taken in so far. */

@@ -58,7 +58,7 @@ async function main(): Promise<number> {
   }
 
   const store = new ControlPlaneStore();
-  const controller = new PolicyController({ log, sink: store });
+  const controller = new PolicyController({ log, sink: store, versions: (node) => store.lastChanges(node) });
   let leading = false;
   let watch: ClusterWatch | undefined;
   let elector: LeaderElector | undefined;
@@ -88,6 +88,7 @@ async function main(): Promise<number> {
     authenticate: async (req) => (requestHeader && proxiedIdentity(req, requestHeader)) || auth.authenticateRequest(req),
     // Users with no Node of their own: the allow-list, else RBAC through a SubjectAccessReview.
     readAll: (user, id, resource) => readAll.has(user) || sar.mayList(id, resource),
+    realization: (q, waitMs) => controller.whenPodRealized(q, waitMs),
     status: () => ({
       identity: argv.identity, leading, leader: elector?.leader ?? '', synced: watch?.isSynced() ?? false, pending: watch?.pending() ?? [],
       certificateNotAfter: cert!.notAfter, aggregation: requestHeader !== undefined, ...controller.status(),
@@ -104,7 +105,11 @@ async function main(): Promise<number> {
   watch = await ClusterWatch.start({
     log,
     ...(argv.kubeconfig ? { kubeconfig: argv.kubeconfig } : {}),
-    onEvent: (ev) => store.batch(() => controller.onWatchEvent(ev)),
+    onEvent: (ev) => {
+      store.batch(() => controller.onWatchEvent(ev));
+      // After the batch: the views (and their versions) hold the change an answer names.
+      controller.poke();
+    },
   });
   void watch.waitSynced().then(() => log.info(controller.status(), 'cluster listed: every Node\'s view is computed'));
 
@@ -164,6 +169,8 @@ async function main(): Promise<number> {
   clearInterval(renewal);
   await elector.stop();
   server.api.endWatches();
+  // Waiting realization questions are answered no before the server waits for open requests.
+  controller.close();
   await server.close();
   await watch.stop();
   return 0;

@@ -16,13 +16,15 @@
  */
 import {
   CONTROLPLANE_API_VERSION,
+  CONTROLPLANE_KINDS,
   type ControlPlaneAddressGroupPatch,
   type ControlPlaneEvent,
   type ControlPlaneKind,
   type ControlPlaneObject,
+  VIEW_VERSIONS_ANNOTATION,
 } from '../controlplane/types.js';
 
-export const CONTROLPLANE_KINDS: readonly ControlPlaneKind[] = ['NetworkPolicy', 'AppliedToGroup', 'AddressGroup'];
+export { CONTROLPLANE_KINDS };
 
 /** A watch from a resourceVersion the Node's log no longer reaches (or never issued): the client must list again. */
 export class GoneError extends Error {
@@ -67,8 +69,10 @@ interface LogEntry {
   kind: ControlPlaneKind;
   name: string;
   type: 'ADDED' | 'MODIFIED' | 'DELETED';
-  /** The object (ADDED, MODIFIED), the patch (MODIFIED of an AddressGroup), undefined (DELETED). */
+  /** The object (ADDED, MODIFIED), the patch (MODIFIED of an AddressGroupPatch), undefined (DELETED). */
   object: ControlPlaneObject | ControlPlaneAddressGroupPatch | undefined;
+  /** The Node's view versions at the end of the batch that made it (VIEW_VERSIONS_ANNOTATION); set when the batch ends. */
+  viewVersions?: string;
 }
 
 interface Watcher {
@@ -91,6 +95,8 @@ interface NodeView {
    */
   floor: Record<ControlPlaneKind, number>;
   watchers: Set<Watcher>;
+  /** Per kind, the version of the view's last change of that kind (0: none yet). */
+  last: Record<ControlPlaneKind, number>;
 }
 
 export interface ControlPlaneNodeStatus {
@@ -162,6 +168,7 @@ export class ControlPlaneStore {
         view.objects[kind].set(name, { object, rv });
         entry = held ? { rv, kind, name, type: 'MODIFIED', object: patch ?? object } : { rv, kind, name, type: 'ADDED', object };
       }
+      view.last[kind] = rv;
       this.append(view, entry);
       this.pending.push({ view, entry });
     });
@@ -180,17 +187,34 @@ export class ControlPlaneStore {
     }
   }
 
-  /** `node`'s objects of `kind`, sorted by name, and the version they are current at. */
+  /**
+   * `node`'s objects of `kind`, sorted by name, and the version they are current at. Each carries
+   * the view's versions now: the other kinds' lists or watches must reach them too before an agent
+   * enforces this list (a consistent cut of the whole view).
+   */
   list(node: string, kind: ControlPlaneKind): ControlPlaneList {
-    const held = this.views.get(node)?.objects[kind];
+    const view = this.views.get(node);
+    const held = view?.objects[kind];
     const names = held ? [...held.keys()].sort() : [];
-    return { resourceVersion: String(this.rv), items: names.map((n) => served(n, held!.get(n)!)) };
+    const versions = viewVersionsText(view);
+    return { resourceVersion: String(this.rv), items: names.map((n) => served(n, held!.get(n)!, versions)) };
   }
 
   /** One object of `node`'s view by its wire name, or undefined. */
   get(node: string, kind: ControlPlaneKind, name: string): ControlPlaneObject | undefined {
-    const held = this.views.get(node)?.objects[kind].get(name);
-    return held && served(name, held);
+    const view = this.views.get(node);
+    const held = view?.objects[kind].get(name);
+    return held && served(name, held, viewVersionsText(view));
+  }
+
+  /**
+   * Per kind, the resourceVersion of the last change of `node`'s view (its view of that kind as of
+   * now is complete at that version; "0" when it never changed): what a new Pod's realization
+   * answer tells the agents to wait for.
+   */
+  lastChanges(node: string): Record<ControlPlaneKind, string> {
+    const last = this.views.get(node)?.last;
+    return { NetworkPolicy: String(last?.NetworkPolicy ?? 0), AppliedToGroup: String(last?.AppliedToGroup ?? 0), AddressGroup: String(last?.AddressGroup ?? 0) };
   }
 
   /**
@@ -266,6 +290,7 @@ export class ControlPlaneStore {
       head: 0,
       floor: { NetworkPolicy: this.unknownFloor, AppliedToGroup: this.unknownFloor, AddressGroup: this.unknownFloor },
       watchers: new Set(),
+      last: { NetworkPolicy: 0, AppliedToGroup: 0, AddressGroup: 0 },
     };
   }
 
@@ -287,6 +312,14 @@ export class ControlPlaneStore {
     const pending = this.pending;
     this.pending = [];
     this.equalCache = new WeakMap();
+    // Every event of the batch asks for the view as the batch left it: one change reaches a Node on
+    // up to three streams, and its agent enforces it only once it holds all of it.
+    const texts = new Map<NodeView, string>();
+    for (const { view, entry } of pending) {
+      let text = texts.get(view);
+      if (text === undefined) texts.set(view, (text = viewVersionsText(view)));
+      entry.viewVersions = text;
+    }
     for (const { view, entry } of pending) {
       if (view.watchers.size === 0) continue;
       const event = toEvent(entry);
@@ -336,12 +369,18 @@ function firstAfter(view: NodeView, from: number): number {
   return lo;
 }
 
-function served(name: string, held: Held): ControlPlaneObject {
-  return { ...held.object, metadata: { ...held.object.metadata, name, resourceVersion: String(held.rv) } };
+/** VIEW_VERSIONS_ANNOTATION's text for a view as it is now. */
+function viewVersionsText(view: NodeView | undefined): string {
+  const last = view?.last;
+  return `NetworkPolicy=${last?.NetworkPolicy ?? 0},AppliedToGroup=${last?.AppliedToGroup ?? 0},AddressGroup=${last?.AddressGroup ?? 0}`;
+}
+
+function served(name: string, held: Held, viewVersions: string): ControlPlaneObject {
+  return { ...held.object, metadata: { ...held.object.metadata, name, resourceVersion: String(held.rv), annotations: { [VIEW_VERSIONS_ANNOTATION]: viewVersions } } };
 }
 
 function toEvent(e: LogEntry): ControlPlaneEvent {
-  const metadata = { name: e.name, resourceVersion: String(e.rv) };
+  const metadata = { name: e.name, resourceVersion: String(e.rv), ...(e.viewVersions ? { annotations: { [VIEW_VERSIONS_ANNOTATION]: e.viewVersions } } : {}) };
   if (e.type === 'DELETED') return { type: 'DELETED', object: { apiVersion: CONTROLPLANE_API_VERSION, kind: e.kind, metadata } };
   const object = e.object!;
   if (object.kind === 'AddressGroupPatch') return { type: 'MODIFIED', object: { ...object, metadata: { ...object.metadata, ...metadata } } };

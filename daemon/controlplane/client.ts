@@ -16,6 +16,8 @@ import {
   type ControlPlaneEvent,
   type ControlPlaneKind,
   type ControlPlaneObject,
+  type PodRealization,
+  viewVersionsOf,
 } from './types.js';
 
 export type ControlPlaneConnection = 'connected' | 'disconnected';
@@ -204,19 +206,7 @@ export class ControlPlaneWatcher {
 
   /** Sends a GET; resolves with the response once its headers are in. */
   private get(k: KindLoop, url: URL): Promise<IncomingMessage> {
-    const token = typeof this.opts.token === 'function' ? this.opts.token() : this.opts.token;
-    const headers: Record<string, string> = { Accept: 'application/json' };
-    if (token) headers.Authorization = `Bearer ${token}`;
-    return new Promise((resolve, reject) => {
-      const req =
-        url.protocol === 'https:'
-          ? https.request(url, { method: 'GET', headers, ...(this.opts.ca !== undefined ? { ca: this.opts.ca } : {}) })
-          : http.request(url, { method: 'GET', headers });
-      k.request = req;
-      req.on('response', resolve);
-      req.on('error', (err) => reject(new RequestError(`${url.host}: ${err.message}`)));
-      req.end();
-    });
+    return sendGet(url, this.opts, (req) => (k.request = req));
   }
 
   private async list(k: KindLoop): Promise<{ resourceVersion: string; items: ControlPlaneObject[] }> {
@@ -301,7 +291,15 @@ export class ControlPlaneWatcher {
               k.rv = e.object.metadata.resourceVersion;
               if (e.type !== 'BOOKMARK') {
                 events++;
-                this.opts.onEvent(k.kind, e);
+                try {
+                  this.opts.onEvent(k.kind, e);
+                } catch (err) {
+                  // The consumer could not apply it (e.g. a patch of a group it does not hold): its
+                  // state is out of step with the stream, which only a whole list repairs.
+                  k.rv = undefined;
+                  finish(new RequestError(`watch of ${CONTROLPLANE_RESOURCES[k.kind]}: event not applied, listing again: ${(err as Error).message}`));
+                  return;
+                }
               }
             } catch (err) {
               finish(err as Error);
@@ -317,6 +315,66 @@ export class ControlPlaneWatcher {
       k.request = undefined;
     }
   }
+}
+
+/** The controller's address and the agent's credentials for it. */
+export interface ControllerAccess {
+  server: string;
+  token?: string | (() => string) | undefined;
+  ca?: string | Buffer | undefined;
+}
+
+/** A GET to the controller with the agent's credentials; resolves with the response once its headers are in. */
+function sendGet(url: URL, access: Omit<ControllerAccess, 'server'>, onRequest?: (req: ClientRequest) => void): Promise<IncomingMessage> {
+  const token = typeof access.token === 'function' ? access.token() : access.token;
+  const headers: Record<string, string> = { Accept: 'application/json' };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  return new Promise((resolve, reject) => {
+    const req =
+      url.protocol === 'https:'
+        ? https.request(url, { method: 'GET', headers, ...(access.ca !== undefined ? { ca: access.ca } : {}) })
+        : http.request(url, { method: 'GET', headers });
+    onRequest?.(req);
+    req.on('response', resolve);
+    req.on('error', (err) => reject(new RequestError(`${url.host}: ${err.message}`)));
+    req.end();
+  });
+}
+
+/**
+ * A new Pod's realization question, asked of the controller (its `/realization`, a long poll):
+ * which Nodes need Pod `q` at its addresses and at which versions of their views they hold it;
+ * undefined when the controller does not hold the Pod at those addresses within `waitMs`. Rejects
+ * with an error naming the controller when it cannot be asked or its answer is not one.
+ */
+export async function askController(access: ControllerAccess, q: { namespace: string; name: string; ips: readonly string[] }, waitMs: number): Promise<PodRealization | undefined> {
+  const url = new URL('/realization', access.server);
+  url.searchParams.set('pod', `${q.namespace}/${q.name}`);
+  url.searchParams.set('ips', q.ips.join(','));
+  url.searchParams.set('waitMs', String(Math.max(0, Math.round(waitMs))));
+  let req: ClientRequest | undefined;
+  const timer = setTimeout(() => req?.destroy(new Error(`no answer in ${waitMs + 5000} ms`)), waitMs + 5000);
+  try {
+    const res = await sendGet(url, access, (r) => (req = r));
+    const body = await readBody(res);
+    if (res.statusCode !== 200) throw statusError(res.statusCode, body);
+    const a = parseJson(body, 'realization') as { realized?: unknown; node?: unknown; nodes?: unknown };
+    if (a.realized === false) return undefined;
+    if (a.realized !== true || typeof a.node !== 'string' || !Array.isArray(a.nodes) || !a.nodes.every(isRealizationNode)) {
+      throw new RequestError('realization: not an answer ({"realized": true, "node", "nodes": [...]} or {"realized": false})');
+    }
+    return { node: a.node, nodes: a.nodes };
+  } catch (err) {
+    throw new Error(`controller ${access.server}: ${(err as Error).message}`);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function isRealizationNode(n: unknown): n is PodRealization['nodes'][number] {
+  const o = n as { name?: unknown; address?: unknown; podIps?: unknown; versions?: unknown };
+  return typeof o?.name === 'string' && (o.address === undefined || typeof o.address === 'string') && Array.isArray(o.podIps) && o.podIps.every((x) => typeof x === 'string') &&
+    typeof o.versions === 'object' && o.versions !== null && viewVersionsOf(o.versions as Record<string, string>) !== undefined;
 }
 
 function readBody(res: IncomingMessage): Promise<string> {

@@ -22,6 +22,47 @@ export const CONTROLPLANE_API_VERSION = `${CONTROLPLANE_GROUP}/${CONTROLPLANE_VE
 
 export type ControlPlaneKind = 'NetworkPolicy' | 'AppliedToGroup' | 'AddressGroup';
 
+export const CONTROLPLANE_KINDS: readonly ControlPlaneKind[] = ['NetworkPolicy', 'AppliedToGroup', 'AddressGroup'];
+
+/**
+ * Stamped by the controller on every object it serves and every watch event: the versions the
+ * receiving Node's whole view had, per kind, at the end of the controller change that produced it
+ * ("NetworkPolicy=<rv>,AppliedToGroup=<rv>,AddressGroup=<rv>"; each the resourceVersion of that
+ * kind's last change in the Node's view, 0 when none). One change reaches a Node on up to three
+ * streams; an agent that has received at least these versions of every kind holds the whole change
+ * and can enforce it without enforcing a policy apart from the groups it names.
+ */
+export const VIEW_VERSIONS_ANNOTATION = 'controlplane.sluice.io/view-versions';
+
+/** A Node's view versions, per kind. */
+export type ViewVersions = Record<ControlPlaneKind, bigint>;
+
+export function formatViewVersions(v: ViewVersions): string {
+  return CONTROLPLANE_KINDS.map((k) => `${k}=${v[k]}`).join(',');
+}
+
+/** Versions given as decimal strings per kind (the realization answer's form); undefined when one is missing or not a number. */
+export function viewVersionsOf(r: Partial<Record<string, string>>): ViewVersions | undefined {
+  const out: Partial<ViewVersions> = {};
+  for (const k of CONTROLPLANE_KINDS) {
+    const v = r[k];
+    if (v === undefined || !/^[0-9]{1,30}$/.test(v)) return undefined;
+    out[k] = BigInt(v);
+  }
+  return out as ViewVersions;
+}
+
+/** The versions of an annotation's text; undefined when it is not one. */
+export function parseViewVersions(text: string): ViewVersions | undefined {
+  const out: Partial<ViewVersions> = {};
+  for (const part of text.split(',')) {
+    const m = /^(NetworkPolicy|AppliedToGroup|AddressGroup)=([0-9]{1,30})$/.exec(part.trim());
+    if (!m) return undefined;
+    out[m[1] as ControlPlaneKind] = BigInt(m[2]!);
+  }
+  return CONTROLPLANE_KINDS.every((k) => out[k] !== undefined) ? (out as ViewVersions) : undefined;
+}
+
 /** The resource (plural) of each kind, as in the API's paths. */
 export const CONTROLPLANE_RESOURCES: Record<ControlPlaneKind, string> = {
   NetworkPolicy: 'networkpolicies',
@@ -33,6 +74,8 @@ export interface ControlPlaneMeta {
   name: string;
   /** Set on objects the API returns (the store's version when the object last changed). */
   resourceVersion?: string;
+  /** Set on objects the API returns: VIEW_VERSIONS_ANNOTATION. */
+  annotations?: Record<string, string>;
 }
 
 /** Where a toServices peer's traffic goes after DNAT: the endpoints of one ClusterIP/protocol/port. */
@@ -105,4 +148,16 @@ export type ControlPlaneEvent =
 /** The key a group member is filed under in a group (and named by in a patch's `removed`). */
 export function memberKey(m: Pick<GroupMember, 'kind' | 'ref'>): string {
   return `${m.kind}:${m.ref}`;
+}
+
+/**
+ * The controller's answer to a new Pod's realization question: the Nodes where the Pod matters —
+ * its own (its rules through its AppliedToGroups) and those whose rules name it as a peer (with
+ * the addresses of their Pods those rules select) — each with the versions of its view (as
+ * `ControlPlaneStore.lastChanges`) at which it holds the Pod.
+ */
+export interface PodRealization {
+  /** The Pod's own Node. */
+  node: string;
+  nodes: { name: string; address?: string; podIps: string[]; versions: Record<ControlPlaneKind, string> }[];
 }

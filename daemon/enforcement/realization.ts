@@ -8,6 +8,7 @@ import type { Clock } from '../clock.js';
 import type { PolicyEngine } from '../policy/engine.js';
 import { podKey } from '../policy/cluster.js';
 import { type PodQuestion, parseQuestion } from './newpods/index.js';
+import { ConditionWaiters } from './condition-waiters.js';
 
 export interface RealizationOptions {
   engine: PolicyEngine;
@@ -26,10 +27,11 @@ export interface RealizationOptions {
 
 export class Realization {
   /** Questions waiting for a yes. */
-  private readonly waiters = new Set<(closing?: boolean) => void>();
-  private closed = false;
+  private readonly waiters: ConditionWaiters;
 
-  constructor(private readonly opts: RealizationOptions) {}
+  constructor(private readonly opts: RealizationOptions) {
+    this.waiters = new ConditionWaiters(opts.clock);
+  }
 
   /**
    * Pod `q` is enforced on this bridge with every address of `q.ips` as its own: the engine holds
@@ -51,22 +53,7 @@ export class Realization {
 
   /** Resolves true as soon as podRealized(q), false after `waitMs` without it. */
   whenPodRealized(q: PodQuestion, waitMs: number): Promise<boolean> {
-    if (this.podRealized(q)) return Promise.resolve(true);
-    if (waitMs <= 0 || this.closed) return Promise.resolve(false);
-    const { clock } = this.opts;
-    return new Promise((resolve) => {
-      const done = (v: boolean) => {
-        this.waiters.delete(check);
-        clock.clearTimeout(timer);
-        resolve(v);
-      };
-      const check = (closing?: boolean) => {
-        if (closing) done(false);
-        else if (this.podRealized(q)) done(true);
-      };
-      const timer = clock.setTimeout(() => done(false), waitMs);
-      this.waiters.add(check);
-    });
+    return this.waiters.when(() => this.podRealized(q), waitMs);
   }
 
   /** GET /realized on the realization endpoint (newpods/peers.ts). */
@@ -78,12 +65,11 @@ export class Realization {
 
   /** Something a waiting question depends on changed: each is checked again. */
   poke(): void {
-    for (const check of [...this.waiters]) check();
+    this.waiters.poke();
   }
 
   /** Waiting questions are answered no. */
   close(): void {
-    this.closed = true;
-    for (const check of [...this.waiters]) check(true);
+    this.waiters.close();
   }
 }

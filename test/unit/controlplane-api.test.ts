@@ -9,9 +9,9 @@ import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import type { Clock, TimerHandle } from '../../daemon/clock.js';
-import { type ControlPlaneApiServer, type ControlPlaneIdentity, type ControlPlaneReadiness, startControlPlaneApiServer } from '../../daemon/controller/apiserver.js';
+import { type ControlPlaneApiOptions, type ControlPlaneApiServer, type ControlPlaneIdentity, type ControlPlaneReadiness, startControlPlaneApiServer } from '../../daemon/controller/apiserver.js';
 import { ControlPlaneStore } from '../../daemon/controller/store.js';
-import { type ControlPlaneConnection, ControlPlaneWatcher } from '../../daemon/controlplane/client.js';
+import { askController, type ControlPlaneConnection, ControlPlaneWatcher } from '../../daemon/controlplane/client.js';
 import {
   CONTROLPLANE_API_VERSION,
   type ControlPlaneAddressGroup,
@@ -20,12 +20,15 @@ import {
   type ControlPlaneKind,
   type ControlPlaneNetworkPolicy,
   type ControlPlaneObject,
+  VIEW_VERSIONS_ANNOTATION,
 } from '../../daemon/controlplane/types.js';
 import type { GroupMember } from '../../daemon/policy/types.js';
 import { ensureLabPki } from '../../lab/pki.js';
 import { ManualClock } from './manual-clock.js';
 
 const BASE = `/apis/${CONTROLPLANE_API_VERSION}`;
+/** The view-versions annotation of a Node's view at those versions. */
+const vv = (np: number, atg: number, ag: number) => ({ [VIEW_VERSIONS_ANNOTATION]: `NetworkPolicy=${np},AppliedToGroup=${atg},AddressGroup=${ag}` });
 const pod = (ref: string, ip: string): GroupMember => ({ kind: 'pod', ref, nodeName: 'n1', ips: [ip], ports: [] });
 const ag = (id: string, members: GroupMember[]): ControlPlaneAddressGroup => ({ apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: id }, members, ipBlocks: [] });
 const agPatch = (id: string, upserted: GroupMember[], removed: string[] = []): ControlPlaneAddressGroupPatch => ({ apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroupPatch', metadata: { name: id }, upserted, removed });
@@ -49,7 +52,7 @@ type Teardown = { teardown(fn: () => unknown): void };
 async function serve(
   t: Teardown,
   store: ControlPlaneStore,
-  extra: { clock?: Clock; readiness?: () => ControlPlaneReadiness; serving?: () => ControlPlaneReadiness; port?: number; bookmarkIntervalMs?: number } = {},
+  extra: { clock?: Clock; readiness?: () => ControlPlaneReadiness; serving?: () => ControlPlaneReadiness; port?: number; bookmarkIntervalMs?: number; realization?: NonNullable<ControlPlaneApiOptions['realization']> } = {},
 ): Promise<ControlPlaneApiServer> {
   const server = await startControlPlaneApiServer({ store, authenticate, readAll: (u) => u === 'admin', ...extra });
   t.teardown(() => server.close());
@@ -170,7 +173,7 @@ t.test('list and get: each Node its own view, objects with their versions', asyn
   });
   const l1 = await get(server, `${BASE}/addressgroups?fieldSelector=nodeName%3Dn1`, 'tok-n1');
   t.equal(l1.status, 200);
-  t.same(l1.body, { kind: 'AddressGroupList', apiVersion: CONTROLPLANE_API_VERSION, metadata: { resourceVersion: '3' }, items: [{ ...ag('ag-1', [pod('x/a', '10.0.0.1')]), metadata: { name: 'ag-1', resourceVersion: '2' } }] });
+  t.same(l1.body, { kind: 'AddressGroupList', apiVersion: CONTROLPLANE_API_VERSION, metadata: { resourceVersion: '3' }, items: [{ ...ag('ag-1', [pod('x/a', '10.0.0.1')]), metadata: { name: 'ag-1', resourceVersion: '2', annotations: vv(1, 0, 2) } }] });
   const l2 = await get(server, `${BASE}/addressgroups?fieldSelector=nodeName==n2`, 'tok-n2');
   t.same(l2.body.items.map((i: any) => i.metadata.name), ['ag-2']);
   const nps = await get(server, `${BASE}/networkpolicies?fieldSelector=nodeName=n1&limit=500`, 'tok-n1');
@@ -180,7 +183,7 @@ t.test('list and get: each Node its own view, objects with their versions', asyn
   t.same(empty.body.items, []);
   const one = await get(server, `${BASE}/networkpolicies/networkpolicy.x.allow?fieldSelector=nodeName=n1`, 'tok-n1');
   t.equal(one.status, 200);
-  t.same(one.body, { ...p, metadata: { name: 'networkpolicy.x.allow', resourceVersion: '1' } });
+  t.same(one.body, { ...p, metadata: { name: 'networkpolicy.x.allow', resourceVersion: '1', annotations: vv(1, 0, 2) } });
   const missing = await get(server, `${BASE}/addressgroups/ag-2?fieldSelector=nodeName=n1`, 'tok-n1');
   t.equal(missing.status, 404);
   t.same(missing.body, {
@@ -236,7 +239,7 @@ t.test('watch: events from a listed version, resume, other Nodes filtered, patch
   store.set('n1', 'AddressGroup', 'ag-2', ag('ag-2', []));
   await until(() => w.events.length === 2, '2 events');
   t.same(w.log(), ['MODIFIED ag-1@3', 'ADDED ag-2@4'], 'n2\'s change is not in n1\'s stream');
-  t.same(w.events[0]!.object, { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroupPatch', metadata: { name: 'ag-1', resourceVersion: '3' }, upserted: [pod('x/b', '10.0.0.2')], removed: [] });
+  t.same(w.events[0]!.object, { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroupPatch', metadata: { name: 'ag-1', resourceVersion: '3', annotations: vv(0, 0, 3) }, upserted: [pod('x/b', '10.0.0.2')], removed: [] });
   w.close();
   await until(() => server.api.openWatches() === 0, 'the server saw the client go');
   store.set('n1', 'AddressGroup', 'ag-2', undefined);
@@ -453,4 +456,25 @@ t.test('HTTPS: the watcher trusts the given CA and no other; an authenticator fa
   const r = await get(broken, `${BASE}/addressgroups?fieldSelector=nodeName=n1`, 'tok-n1');
   t.equal(r.status, 503);
   t.equal(r.body.message, 'authentication is unavailable: TokenReview: connection refused');
+});
+
+t.test('GET /realization: a new Pod\'s question, answered by the controller; askController reads it', async (t) => {
+  const store = new ControlPlaneStore({ initialResourceVersion: 0 });
+  const answer = { node: 'n1', nodes: [{ name: 'n1', podIps: [], versions: { NetworkPolicy: '0', AppliedToGroup: '1', AddressGroup: '0' } }, { name: 'n2', address: '10.0.0.2', podIps: ['10.2.0.5'], versions: { NetworkPolicy: '2', AppliedToGroup: '0', AddressGroup: '3' } }] };
+  let serving = true;
+  const server = await serve(t, store, {
+    serving: () => (serving ? { ready: true } : { ready: false, reason: 'a standby replica' }),
+    realization: async (q) => (q.name === 'known' ? answer : undefined),
+  });
+  t.match(await get(server, '/realization?pod=x/known&ips=10.1.0.5&waitMs=0'), { status: 401 }, 'authenticated');
+  t.match(await get(server, '/realization?pod=x&ips=10.1.0.5', 'tok-n1'), { status: 400, body: { message: /pod "x": use <namespace>\/<name>/ } }, 'a malformed question names what is wrong');
+  t.match(await get(server, '/realization?pod=x/known&ips=10.1.0.5', 'tok-n1'), { status: 200, body: { realized: true, ...answer } });
+  t.match(await get(server, '/realization?pod=x/other&ips=10.1.0.5&waitMs=10', 'tok-n1'), { status: 200, body: { realized: false } });
+  const access = { server: server.url, token: 'tok-n1' };
+  t.same(await askController(access, { namespace: 'x', name: 'known', ips: ['10.1.0.5'] }, 10), answer, 'askController: the answer');
+  t.equal(await askController(access, { namespace: 'x', name: 'other', ips: ['10.1.0.5'] }, 10), undefined, 'askController: not held within the wait');
+  serving = false;
+  t.match(await get(server, '/realization?pod=x/known&ips=10.1.0.5', 'tok-n1'), { status: 503, body: { message: /a standby replica/ } }, 'only the leader answers');
+  await t.rejects(askController(access, { namespace: 'x', name: 'known', ips: ['10.1.0.5'] }, 10), new RegExp(`controller ${server.url}: HTTP 503: .*a standby replica`));
+  await t.rejects(askController({ server: 'http://127.0.0.1:1' }, { namespace: 'x', name: 'known', ips: ['10.1.0.5'] }, 10), /controller http:\/\/127\.0\.0\.1:1: 127\.0\.0\.1:1: connect ECONNREFUSED/, 'an unreachable controller is named');
 });

@@ -9,6 +9,7 @@ import {
   type ControlPlaneAppliedToGroup,
   type ControlPlaneEvent,
   type ControlPlaneNetworkPolicy,
+  VIEW_VERSIONS_ANNOTATION,
 } from '../../daemon/controlplane/types.js';
 import type { GroupMember } from '../../daemon/policy/types.js';
 
@@ -26,6 +27,9 @@ function deepFreeze<T>(o: T): T {
   }
   return o;
 }
+
+/** The view-versions annotation of a Node's view at those versions. */
+const vv = (np: number, atg: number, ag: number) => ({ [VIEW_VERSIONS_ANNOTATION]: `NetworkPolicy=${np},AppliedToGroup=${atg},AddressGroup=${ag}` });
 
 /** Records a watch's events as "TYPE name@rv". */
 function recorder() {
@@ -48,11 +52,40 @@ t.test('events per Node: ADDED, MODIFIED, DELETED; other Nodes see nothing', asy
   s.set('n1', 'AddressGroup', 'ag-1', undefined);
   t.same(a.log(), ['ADDED ag-1@101', 'MODIFIED ag-1@102', 'DELETED ag-1@103'], 'one version per event, deleting the absent is nothing');
   t.same(b.log(), [], 'n2 sees none of n1');
-  t.same(a.events[1]!.object, { ...ag('ag-1', [pod('x/a', '10.0.0.2')]), metadata: { name: 'ag-1', resourceVersion: '102' } }, 'MODIFIED carries the whole object with its version');
-  t.same(a.events[2]!.object, { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: 'ag-1', resourceVersion: '103' } }, 'DELETED carries the name only');
+  t.same(a.events[1]!.object, { ...ag('ag-1', [pod('x/a', '10.0.0.2')]), metadata: { name: 'ag-1', resourceVersion: '102', annotations: vv(0, 0, 102) } }, 'MODIFIED carries the whole object with its version');
+  t.same(a.events[2]!.object, { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: 'ag-1', resourceVersion: '103', annotations: vv(0, 0, 103) } }, 'DELETED carries the name and the view\'s versions only');
   const other = recorder();
   s.watch('n1', 'NetworkPolicy', '100', other.on);
   t.same(other.log(), [], 'a watch of another kind hears none of them');
+});
+
+t.test('view versions: every event of one batch asks for the view as the batch left it, across kinds', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 0 });
+  const streams = { np: recorder(), atg: recorder(), ag: recorder() };
+  s.watch('n1', 'NetworkPolicy', '0', streams.np.on);
+  s.watch('n1', 'AppliedToGroup', '0', streams.atg.on);
+  s.watch('n1', 'AddressGroup', '0', streams.ag.on);
+  t.same(s.lastChanges('n1'), { NetworkPolicy: '0', AppliedToGroup: '0', AddressGroup: '0' }, 'no change yet');
+  // One controller change: a policy and the groups it names.
+  s.batch(() => {
+    s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.1')]));
+    s.set('n1', 'AppliedToGroup', 'atg-1', atg('atg-1', [pod('y/b', '10.0.0.2')]));
+    s.set('n1', 'NetworkPolicy', 'NetworkPolicy/y/allow', np('networkpolicy.y.allow'));
+  });
+  const all = [...streams.np.events, ...streams.atg.events, ...streams.ag.events].map((e) => e.object.metadata.annotations?.[VIEW_VERSIONS_ANNOTATION]);
+  t.same(all, ['NetworkPolicy=3,AppliedToGroup=2,AddressGroup=1', 'NetworkPolicy=3,AppliedToGroup=2,AddressGroup=1', 'NetworkPolicy=3,AppliedToGroup=2,AddressGroup=1'], 'the three streams\' events all ask for the whole change');
+  t.same(s.lastChanges('n1'), { NetworkPolicy: '3', AppliedToGroup: '2', AddressGroup: '1' }, 'lastChanges: per kind, the last change of the view');
+  t.same(s.lastChanges('n2'), { NetworkPolicy: '0', AppliedToGroup: '0', AddressGroup: '0' }, 'a Node without a view');
+  s.set('n2', 'AddressGroup', 'ag-1', ag('ag-1', []));
+  t.same(s.lastChanges('n1').AddressGroup, '1', 'another Node\'s change is not n1\'s');
+  t.same(s.list('n1', 'AddressGroup').items[0]!.metadata.annotations, vv(3, 2, 1), 'a list asks for the view as it is now');
+  // A resumed watch replays events with the versions their batch had.
+  const late = recorder();
+  s.watch('n1', 'AddressGroup', '0', late.on);
+  s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.9')]));
+  const resumed = recorder();
+  s.watch('n1', 'AddressGroup', '3', resumed.on);
+  t.same(resumed.events.map((e) => e.object.metadata.annotations), [vv(3, 2, 5)], 'replayed from the log with its own batch\'s versions');
 });
 
 t.test('no event when the Node already holds the same or an equal object', async (t) => {
@@ -81,8 +114,8 @@ t.test('an AddressGroup change with a patch: the event carries the patch, list t
   s.set('n1', 'AddressGroup', 'ag-1', after, patchOf('ag-1', [pod('x/b', '10.0.0.2')], []));
   t.same(r.log(), ['ADDED ag-1@1', 'MODIFIED ag-1@2']);
   t.equal(r.events[0]!.object.kind, 'AddressGroup', 'an ADDED group is whole even when a patch is given');
-  t.same(r.events[1]!.object, { ...patchOf('ag-1', [pod('x/b', '10.0.0.2')], []), metadata: { name: 'ag-1', resourceVersion: '2' } });
-  t.same(s.list('n1', 'AddressGroup').items, [{ ...after, metadata: { name: 'ag-1', resourceVersion: '2' } }]);
+  t.same(r.events[1]!.object, { ...patchOf('ag-1', [pod('x/b', '10.0.0.2')], []), metadata: { name: 'ag-1', resourceVersion: '2', annotations: vv(0, 0, 2) } });
+  t.same(s.list('n1', 'AddressGroup').items, [{ ...after, metadata: { name: 'ag-1', resourceVersion: '2', annotations: vv(0, 0, 2) } }]);
   t.throws(() => s.set('n1', 'AppliedToGroup', 'atg-1', atg('atg-1', []), patchOf('atg-1', [], [])), /only AddressGroups take AddressGroupPatch/);
   t.throws(() => s.set('n1', 'AddressGroup', 'ag-2', atg('ag-2', []) as never), /a AppliedToGroup object given as AddressGroup "ag-2"/);
   t.throws(() => s.set('', 'AddressGroup', 'ag-2', undefined), /Node name is empty/);

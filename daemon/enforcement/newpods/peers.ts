@@ -4,11 +4,16 @@
  * `realizationPort` on the Node's addresses). The answer may wait: the asker gives how long
  * (`waitMs`, a long poll), and the answer comes as soon as it is yes, or with no at the end.
  *
- *   GET /realized?pod=<ns>/<name>&ips=<a>,<b>&waitMs=<ms>  ->  200 {"realized": true|false}
+ *   GET /realized?pod=<ns>/<name>&ips=<a>,<b>&waitMs=<ms>[&versions=<view versions>]  ->  200 {"realized": true|false}
+ *
+ * `versions` (controller mode, VIEW_VERSIONS_ANNOTATION's form): the versions of the asked Node's
+ * view that hold the Pod, as the controller told the asker; that Node says yes once it enforces its
+ * view as of them.
  *   400 {"error": ...} names what is wrong with a question.
  */
 import http from 'node:http';
 import { canonicalIp } from '../../policy/cidr.js';
+import { formatViewVersions, parseViewVersions, type ViewVersions } from '../../controlplane/types.js';
 
 export interface PodQuestion {
   namespace: string;
@@ -21,7 +26,7 @@ export interface PodQuestion {
 export const MAX_WAIT_MS = 30_000;
 
 /** A question from its query, or the reason it is not one. */
-export function parseQuestion(q: URLSearchParams): { question: PodQuestion; waitMs: number } | { error: string } {
+export function parseQuestion(q: URLSearchParams): { question: PodQuestion; waitMs: number; versions?: ViewVersions } | { error: string } {
   const pod = q.get('pod') ?? '';
   const slash = pod.indexOf('/');
   if (slash <= 0 || slash === pod.length - 1 || pod.indexOf('/', slash + 1) >= 0) return { error: `pod "${pod}": use <namespace>/<name>` };
@@ -36,11 +41,17 @@ export function parseQuestion(q: URLSearchParams): { question: PodQuestion; wait
   const w = q.get('waitMs') ?? '0';
   const waitMs = Number(w);
   if (!/^\d+$/.test(w) || waitMs > MAX_WAIT_MS) return { error: `waitMs "${w}": use 0-${MAX_WAIT_MS}` };
-  return { question: { namespace: pod.slice(0, slash), name: pod.slice(slash + 1), ips }, waitMs };
+  const question = { namespace: pod.slice(0, slash), name: pod.slice(slash + 1), ips };
+  const v = q.get('versions');
+  if (v === null) return { question, waitMs };
+  const versions = parseViewVersions(v);
+  if (!versions) return { error: `versions "${v}": use NetworkPolicy=<rv>,AppliedToGroup=<rv>,AddressGroup=<rv>` };
+  return { question, waitMs, versions };
 }
 
-export function questionPath(p: PodQuestion, waitMs: number): string {
+export function questionPath(p: PodQuestion, waitMs: number, versions?: ViewVersions): string {
   const q = new URLSearchParams({ pod: `${p.namespace}/${p.name}`, ips: p.ips.join(','), waitMs: String(Math.max(0, Math.min(MAX_WAIT_MS, Math.round(waitMs)))) });
+  if (versions) q.set('versions', formatViewVersions(versions));
   return `/realized?${q}`;
 }
 
@@ -51,9 +62,9 @@ const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
  * agent listening, a timeout, a malformed answer) rejects with an error naming the peer: the
  * caller counts it as "not known there".
  */
-export function askPeer(address: string, port: number, p: PodQuestion, waitMs: number): Promise<boolean> {
+export function askPeer(address: string, port: number, p: PodQuestion, waitMs: number, versions?: ViewVersions): Promise<boolean> {
   const host = address.includes(':') ? `[${address}]` : address;
-  const url = `http://${host}:${port}${questionPath(p, waitMs)}`;
+  const url = `http://${host}:${port}${questionPath(p, waitMs, versions)}`;
   return new Promise((resolve, reject) => {
     const req = http.get(url, { agent, timeout: waitMs + 5000 }, (res) => {
       let body = '';
