@@ -41,6 +41,16 @@
  * realizationPort: 9378         # the agent answers other agents on the node's addresses here: is a new
  *                               # Pod enforced on this node yet (a new Pod's ADD asks the nodes where
  *                               # its address matters). The same on every node; 1-65535.
+ * policySource: standalone      # standalone | controller: where the policy state comes from. standalone:
+ *                               # this agent watches the whole cluster and computes every group itself
+ *                               # (small clusters). controller: sluice-controller computes them once and
+ *                               # serves this Node its span (daemon/enforcement/controller-mode); the agent
+ *                               # watches the API server only for the ServiceCIDRs and its own Pods' status.
+ * controllerServer: https://sluice-controller.sluice-system.svc:443   # controller mode: the controller's API
+ * controllerCAFile: /etc/sluice/controller-ca/ca.crt   # the CA its certificate chains to (https); the
+ *                               # controller publishes it in the ConfigMap sluice-system/sluice-ca
+ * controllerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token   # the agent's bearer token,
+ *                               # read at each request (projected tokens rotate); "" = none
  * ```
  */
 import { readFile } from 'node:fs/promises';
@@ -89,6 +99,12 @@ export interface AgentConfig {
   networkPolicyConnections: 'cut' | 'keep';
   /** Port of the realization endpoint other agents ask about new Pods (enforcement/newpods). */
   realizationPort: number;
+  /** Where the policy state comes from: the agent's own whole-cluster engine, or sluice-controller. */
+  policySource: 'standalone' | 'controller';
+  /** Controller mode: the controller's API, the CA its certificate chains to, the agent's token file ('' = none). */
+  controllerServer: string;
+  controllerCAFile?: string;
+  controllerTokenFile: string;
 }
 
 export const CONFIG_DEFAULTS = {
@@ -110,6 +126,9 @@ export const CONFIG_DEFAULTS = {
   packetInRate: 5000,
   networkPolicyConnections: 'cut',
   realizationPort: 9378,
+  policySource: 'standalone',
+  controllerServer: 'https://sluice-controller.sluice-system.svc:443',
+  controllerTokenFile: '/var/run/secrets/kubernetes.io/serviceaccount/token',
 } as const;
 
 export const DEFAULT_CONFIG_PATH = '/etc/sluice/agent.yaml';
@@ -123,7 +142,7 @@ const KEYS = [
   'nodeName', 'kubeconfig', 'bridge', 'datapath', 'iptablesBackend', 'gateway', 'serviceCIDRs', 'socketPath', 'ovsRunDir', 'stateDir',
   'healthAddress', 'metricsAddress', 'logLevel', 'nodeIP', 'nodeIPv6', 'resyncIntervalSeconds', 'flowCheckIntervalSeconds', 'rtTablesFile',
   'auditLogPath', 'enforcePolicies', 'cniConfDir', 'cniBinDir', 'cniCacheDir', 'packetInRate', 'networkPolicyConnections',
-  'realizationPort',
+  'realizationPort', 'policySource', 'controllerServer', 'controllerCAFile', 'controllerTokenFile',
 ] as const;
 /** Linux interface names: 1-15 bytes, no '/', whitespace or ':'. */
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
@@ -237,6 +256,20 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     if (a && a.port === realizationPort) bad('realizationPort', `port ${realizationPort} is ${field}'s port`);
   }
 
+  const policySource = str('policySource', CONFIG_DEFAULTS.policySource)!;
+  if (policySource !== 'standalone' && policySource !== 'controller') {
+    bad('policySource', `must be "standalone" (this agent computes the whole cluster) or "controller" (sluice-controller serves this Node its span), got "${policySource}"`);
+  }
+  const controllerServer = str('controllerServer', CONFIG_DEFAULTS.controllerServer)!;
+  let serverUrl: URL | undefined;
+  try {
+    serverUrl = new URL(controllerServer);
+  } catch {
+    bad('controllerServer', `"${controllerServer}" is not a URL (e.g. https://sluice-controller.sluice-system.svc:443)`);
+  }
+  if (serverUrl && serverUrl.protocol !== 'https:' && serverUrl.protocol !== 'http:') bad('controllerServer', `"${controllerServer}" is neither http nor https`);
+  const controllerTokenFile = raw.controllerTokenFile === '' ? '' : path('controllerTokenFile', CONFIG_DEFAULTS.controllerTokenFile)!;
+
   const bridge = ifname('bridge', CONFIG_DEFAULTS.bridge);
   const gateway = ifname('gateway', CONFIG_DEFAULTS.gateway);
   if (bridge === gateway) bad('gateway', `must differ from bridge "${bridge}"`);
@@ -269,6 +302,10 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     packetInRate: packetInRate as number,
     networkPolicyConnections: networkPolicyConnections as AgentConfig['networkPolicyConnections'],
     realizationPort: realizationPort as number,
+    policySource: policySource as AgentConfig['policySource'],
+    controllerServer,
+    ...(raw.controllerCAFile !== undefined && raw.controllerCAFile !== null ? { controllerCAFile: path('controllerCAFile')! } : {}),
+    controllerTokenFile,
   };
 }
 

@@ -20,9 +20,8 @@ import { realClock } from './clock.js';
 import { type AgentConfig, ConfigError, DEFAULT_CONFIG_PATH, loadConfig } from './config.js';
 import { explicitDatapathProblem, kernelOvs } from './ovs/datapath.js';
 import { chooseServiceCidrs } from './node/service-cidrs.js';
-import type { Enforcer } from './enforcement/enforcer.js';
 import type { KubeObject } from './policy/types.js';
-import { type EnforcementHooks, enforcementWanted, startEnforcement } from './enforcement/index.js';
+import { type EnforcementHooks, enforcementWanted, type PolicySide, startEnforcement } from './enforcement/index.js';
 import { ATTACH_STEPS, type AttachStep, PodAttacher } from './cni/attacher.js';
 import { cleanupNode, runningAgent } from './node/cleanup.js';
 import { OvsBridge } from './ovs/bridge.js';
@@ -233,6 +232,7 @@ async function startAgent(
     sink: () => node.api,
     ...(enforcement ? { policies: invalidPolicySource(enforcement) } : {}),
   });
+  enforcement?.watchControlPlane?.((state, reason) => events.controlPlane(state, reason));
   const adopter = new PodAdopter({
     nodeName: config.nodeName,
     cniCacheDir: config.cniCacheDir,
@@ -297,7 +297,7 @@ async function startAgent(
 }
 
 /** The cluster's ServiceCIDR objects (undefined: not served), once listed; says what it waits for. */
-async function waitServiceCidrs(enforcer: Enforcer, log: Logger): Promise<KubeObject[] | undefined> {
+async function waitServiceCidrs(enforcer: PolicySide, log: Logger): Promise<KubeObject[] | undefined> {
   const t0 = Date.now();
   const tick = setInterval(() => log.warn({ waitedMs: Date.now() - t0, pending: enforcer.clusterWatch?.pending() }, 'startup: waiting for the list of ServiceCIDRs (the Service ranges)'), 5000);
   try {

@@ -39,6 +39,8 @@ export interface EnforcementMetrics {
   auditLines: number;
   auditSuppressed: number;
   watch: WatchMetric[];
+  /** Controller mode: whether the controller's state is followed now, and received objects that could not be applied. */
+  controlPlane?: { connected: boolean; rejected: number };
 }
 
 /** Read at every scrape. */
@@ -191,6 +193,12 @@ export class AgentMetrics {
     this.gauge('sluice_watch_synced', 'Whether a watched API resource has been listed (1) or not yet (0); absent resources (CRD not installed) count as listed', ['resource'], perResource((w) => (w.synced ? 1 : 0)));
     this.gauge('sluice_watch_objects', 'Objects held by the informer of a watched API resource', ['resource'], perResource((w) => w.objects));
     this.counter('sluice_watch_relists_total', 'Full relists of a watched API resource after the first list (watch lost, 410 Gone)', ['resource'], perResource((w) => w.relists));
+    const cp = (read: (c: NonNullable<EnforcementMetrics['controlPlane']>) => number) => (): Samples => {
+      const c = enf()?.controlPlane;
+      return c ? [[{}, read(c)]] : [];
+    };
+    this.gauge('sluice_controlplane_connected', 'Controller mode: 1 while the controller\'s state is followed, 0 while it is unreachable (the last state received stays enforced)', [], cp((c) => (c.connected ? 1 : 0)));
+    this.counter('sluice_controlplane_rejected_objects_total', 'Controller mode: received objects that could not be applied (a relist repairs)', [], cp((c) => c.rejected));
     this.counter('sluice_watch_restarts_total', 'Informer restarts after an error (API unreachable, stream cut)', ['resource'], perResource((w) => w.restarts));
     this.counter('sluice_packet_ins_total', 'Packets the bridge sent to the agent, by reason (reject, log, dns, unclaimed, failed)', ['reason'], () =>
       Object.entries(enf()?.packetIns ?? {}).map(([reason, n]) => [{ reason }, n]),

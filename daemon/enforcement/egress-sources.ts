@@ -4,15 +4,15 @@
  * object: CNI ADD and DEL are the only ones who know it.
  */
 import type { PodAttachment } from '../node/attachment.js';
-import { EgressSourceView, egressRulesOf, type PolicyFlowInput, policyFlowInput } from '../flows/policy/index.js';
-import type { PolicyEngine } from '../policy/engine.js';
+import { EgressSourceView, egressRulesOf, type PolicyFlowInput } from '../flows/policy/index.js';
 
 export class LocalEgressSources {
   /** Pod ref ("namespace/name") -> its IPv4 egress addresses. */
   private readonly sources = new Map<string, string[]>();
   private readonly view = new EgressSourceView();
 
-  constructor(private readonly engine: PolicyEngine) {}
+  /** `base`: the compiler's input for the policy state (the engine's, or the controller's in controller mode). */
+  constructor(private readonly base: () => PolicyFlowInput) {}
 
   /**
    * Records (or forgets) the Pod's IPv4 egress address; returns the egress rules that target the
@@ -25,11 +25,11 @@ export class LocalEgressSources {
     if ((cur ?? []).join() === (want ?? []).join()) return undefined;
     if (want) this.sources.set(ref, want);
     else this.sources.delete(ref);
-    return egressRulesOf(this.engine.nodeRuleSet(), ref);
+    return egressRulesOf(this.base().rules, ref);
   }
 
-  /** The compiler's input: the engine's rules and isolations with the egress sources added. */
+  /** The compiler's input: the policy state's rules and isolations with the egress sources added. */
   input(): PolicyFlowInput {
-    return this.view.apply(policyFlowInput(this.engine), this.sources);
+    return this.view.apply(this.base(), this.sources);
   }
 }

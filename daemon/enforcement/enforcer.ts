@@ -16,7 +16,7 @@ import type { Flow } from '../flows/flow.js';
 import type { FlowStore } from '../flows/store.js';
 import type { OpenFlowController } from '../ovs/openflow/index.js';
 import type { PacketOut } from '../ovs/openflow/wire.js';
-import { PolicyFlows, type RuleStatistics } from '../flows/policy/index.js';
+import { PolicyFlows, policyFlowInput, type RuleStatistics } from '../flows/policy/index.js';
 import { RuleStatsKeeper } from './rulestats.js';
 import { PolicyEngine } from '../policy/engine.js';
 import type { KubeObject } from '../policy/types.js';
@@ -109,7 +109,7 @@ export class Enforcer {
     this.clock = opts.clock ?? realClock;
     this.stats = new RuleStatsKeeper(this.policyFlows, { stateDir: opts.stateDir, log });
     this.kept = new KeptVersions(opts.stateDir && join(opts.stateDir, 'kept-policies.json'), log);
-    this.egressSources = new LocalEgressSources(engine);
+    this.egressSources = new LocalEgressSources(() => policyFlowInput(engine));
     this.writer = new PolicyFlowWriter({
       policy: () => this.policyFlows.flows(),
       dnsIntercept: () => opts.dns?.interceptFlows(engine),
@@ -118,7 +118,7 @@ export class Enforcer {
       cutConnections: () => this.sweeper && cutConnectionFlows(this.sweeper.blocked()),
     });
     this.flusher = new FlushScheduler({
-      engine,
+      rules: engine,
       clock: this.clock,
       minIntervalMs: opts.debounceMs ?? 20,
       log,
@@ -420,8 +420,9 @@ export class Enforcer {
   // ------------------------------------------------------------------ what is shown
 
   private get parts(): EnforcementParts {
+    const { engine } = this;
     return {
-      engine: this.engine,
+      policy: { synced: this.watch?.isSynced() ?? false, rules: engine.nodeRuleSet().length, isolations: engine.nodeIsolations().length, errors: engine.errors().length },
       policyFlowCount: this.policyFlows.size,
       watch: this.watch,
       flusher: this.flusher,

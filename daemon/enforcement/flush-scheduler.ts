@@ -11,12 +11,13 @@
  */
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
-import { dirtyRuleIds } from '../flows/policy/index.js';
-import type { ChangeSet, PolicyEngine } from '../policy/engine.js';
+import { dirtyRuleIds, type RulesByGroup } from '../flows/policy/index.js';
+import type { ChangeSet } from '../policy/internal.js';
 import { BoundedFrequencyRunner } from './bounded-frequency-runner.js';
 
 export interface FlushSchedulerOptions {
-  engine: PolicyEngine;
+  /** The rules naming each group (the engine in standalone mode, the controller's state otherwise): a group change dirties them. */
+  rules: RulesByGroup;
   clock: Clock;
   /** Least time between the end of an apply and the next one (urgent flushes excepted). */
   minIntervalMs: number;
@@ -61,7 +62,7 @@ export class FlushScheduler {
       cs.serviceEndpoints.length > 0;
     if (!any) return;
     // While a full compile is due (start-up's initial lists), which rules changed does not matter.
-    this.markDirty(this.fullCompile ? [] : dirtyRuleIds(cs, this.opts.engine));
+    this.markDirty(this.fullCompile ? [] : dirtyRuleIds(cs, this.opts.rules));
   }
 
   /** Records that rules `ids` (and possibly more, unnamed) need a compile, and plans the flush. */

@@ -63,4 +63,6 @@ export interface EnforcementHooks {
   ruleStats?(dump: () => Promise<string>): Promise<RuleStatistics[]>;
   /** Packets each packet-in meter dropped, by what it limits (the bridge's meter statistics). */
   meterDrops?(): Promise<Record<string, number>>;
+  /** Controller mode: `listener` hears each change of the connection to the controller (the agent's Events). */
+  watchControlPlane?(listener: (state: 'connected' | 'disconnected', reason: string) => void): void;
 }

@@ -8,6 +8,12 @@ import { FqdnLearning } from './fqdn/index.js';
 import { Enforcer } from './enforcer.js';
 import type { EnforcementHooks } from './hooks.js';
 import { clusterIPsOutside } from '../node/service-cidrs.js';
+import { readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import type { KubeObject } from '../policy/types.js';
+import type { ClusterWatch } from './watch/clusterwatch.js';
+import { askController } from '../controlplane/client.js';
+import { ControllerModeEnforcer } from './controller-mode/enforcer.js';
 
 export { Enforcer, type DnsLearning, type DnsPuntHook, type EnforcerOptions, type EnforcerStatus } from './enforcer.js';
 export { PodView } from './podview.js';
@@ -23,12 +29,25 @@ export function enforcementWanted(cfg: AgentConfig, env: NodeJS.ProcessEnv = pro
   return api ? { on: true, why: cfg.kubeconfig ? `kubeconfig ${cfg.kubeconfig}` : 'in-cluster API server' } : { on: false, why: 'no API server configured (no kubeconfig, not in a cluster)' };
 }
 
-/** Starts the informers now (in parallel with the agent's start-up) and returns the agent hooks. */
+/** What start-up reads of the policy side, in either mode: the Service ranges it waits for, and closing. */
+export interface PolicySide {
+  serviceCidrObjects(): Promise<KubeObject[] | undefined>;
+  currentServiceCidrObjects(): KubeObject[] | undefined;
+  onServiceCidrs?: () => void;
+  readonly clusterWatch: Pick<ClusterWatch, 'pending'> | undefined;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the policy side now (in parallel with the agent's start-up) and returns the agent hooks:
+ * the whole-cluster engine (`policySource: standalone`), or following sluice-controller.
+ */
 export async function startEnforcement(
   cfg: AgentConfig,
   log: Logger,
   opts: { onRealized?: (seconds: number) => void; onConnectionsCut?: (count: number) => void } = {},
-): Promise<{ enforcer: Enforcer; hooks: EnforcementHooks }> {
+): Promise<{ enforcer: PolicySide; hooks: EnforcementHooks }> {
+  if (cfg.policySource === 'controller') return startControllerMode(cfg, log, opts);
   // FQDN peers follow what DNS tells local Pods (enforcement/fqdn).
   const dns = new FqdnLearning({ log: { debug: (o, m) => log.debug(o, m), warn: (o, m) => log.warn(o, m) } });
   const enforcer = new Enforcer({
@@ -74,4 +93,88 @@ export async function startEnforcement(
     meterDrops: () => enforcer.meterDrops(),
   };
   return { enforcer, hooks };
+}
+
+/** Controller mode (controller-mode/): the policy state from sluice-controller. */
+async function startControllerMode(
+  cfg: AgentConfig,
+  log: Logger,
+  opts: { onRealized?: (seconds: number) => void; onConnectionsCut?: (count: number) => void },
+): Promise<{ enforcer: PolicySide; hooks: EnforcementHooks }> {
+  const access = await controllerAccess(cfg);
+  const listeners: ((state: 'connected' | 'disconnected', reason: string) => void)[] = [];
+  const enforcer = new ControllerModeEnforcer({
+    nodeName: cfg.nodeName,
+    ...(cfg.kubeconfig ? { kubeconfig: cfg.kubeconfig } : {}),
+    ovsRunDir: cfg.ovsRunDir,
+    bridge: cfg.bridge,
+    auditLogPath: cfg.auditLogPath,
+    stateDir: cfg.stateDir,
+    log,
+    ...(opts.onRealized ? { onRealized: opts.onRealized } : {}),
+    ...(opts.onConnectionsCut ? { onConnectionsCut: opts.onConnectionsCut } : {}),
+    connections: { datapath: cfg.datapath, keepNetworkPolicy: cfg.networkPolicyConnections === 'keep' },
+    controller: access,
+    newPods: { realizationPort: cfg.realizationPort },
+    askController: (pod, waitMs) => askController(access, pod, waitMs),
+    serviceRanges: () => cfg.serviceCIDRs,
+    nodeIPs: () => [cfg.nodeIP, cfg.nodeIPv6].filter((a): a is string => a !== undefined),
+    onControlPlane: (state, reason) => {
+      for (const l of listeners) l(state, reason);
+    },
+  });
+  await enforcer.start();
+  const hooks: EnforcementHooks = {
+    writeFlows: (store) => enforcer.writeFlows(store),
+    prepare: async (node, localPods) => {
+      enforcer.localPodsAtStart(localPods);
+      await enforcer.waitSynced();
+      await enforcer.attach({
+        controller: node.openflow,
+        applyFlows: () => node.syncFlows(),
+        portMac: (ofport) => node.portMac(ofport),
+        ...(node.conntrack ? { conntrack: node.conntrack } : {}),
+      });
+    },
+    flowsConverged: () => enforcer.flowsConverged(),
+    podAttaching: (pod) => enforcer.podAttaching(pod),
+    podDetached: (pod) => enforcer.podDetached(pod),
+    podStarting: (pod) => enforcer.podStarting(pod),
+    realized: (query) => enforcer.realizedAnswer(query),
+    close: () => enforcer.close(),
+    status: () => enforcer.status(),
+    policyReport: () => enforcer.policyReport(),
+    traceflow: (req, io, port, gw) => enforcer.traceflow({ ...req, dstIp: enforcer.traceTarget(req.to, req.source.ip.includes(':') ? 6 : 4) }, io, port, gw),
+    metrics: () => enforcer.metrics(),
+    ruleStats: (dump) => enforcer.ruleStats(dump),
+    meterDrops: () => enforcer.meterDrops(),
+    watchControlPlane: (listener) => listeners.push(listener),
+  };
+  return { enforcer, hooks };
+}
+
+/** The controller's address and the agent's credentials for it, from the configuration; an unreadable file is named. */
+async function controllerAccess(cfg: AgentConfig): Promise<{ server: string; token?: () => string; ca?: string }> {
+  let ca: string | undefined;
+  if (cfg.controllerCAFile) {
+    try {
+      ca = await readFile(cfg.controllerCAFile, 'utf8');
+    } catch (err) {
+      throw new Error(`controllerCAFile ${cfg.controllerCAFile}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message} (the controller publishes its CA in the ConfigMap sluice-system/sluice-ca)`);
+    }
+  }
+  const tokenFile = cfg.controllerTokenFile;
+  if (tokenFile) {
+    try {
+      readFileSync(tokenFile, 'utf8');
+    } catch (err) {
+      throw new Error(`controllerTokenFile ${tokenFile}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
+  }
+  return {
+    server: cfg.controllerServer,
+    // Read at every request: projected ServiceAccount tokens rotate.
+    ...(tokenFile ? { token: () => readFileSync(tokenFile, 'utf8').trim() } : {}),
+    ...(ca !== undefined ? { ca } : {}),
+  };
 }

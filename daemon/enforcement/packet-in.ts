@@ -17,7 +17,8 @@ import { sendRejectReply } from './reject/index.js';
 import type { Tracer } from './traceflow.js';
 
 export interface PacketInOptions {
-  engine: PolicyEngine;
+  /** What DNS learning changes (absent: no learning, as in controller mode). */
+  engine?: PolicyEngine | undefined;
   tracer: Tracer;
   /** The rule behind a conjunction id (audit lines, reject decisions). */
   describe(conjId: number): RuleIdentity | undefined;
@@ -129,8 +130,9 @@ export class PacketInDispatch {
     this.punts.dns++;
     // FQDN learning (enforcement/fqdn): without it DNS punts are only counted.
     const { dns } = this.opts;
-    if (!dns) return;
-    const cs = await dns.hook(pin, punt, this.opts.engine);
+    const { engine } = this.opts;
+    if (!dns || !engine) return;
+    const cs = await dns.hook(pin, punt, engine);
     if (cs) this.opts.learned(cs);
   }
 }

@@ -4,7 +4,6 @@
  */
 import type { OpenFlowController } from '../ovs/openflow/controller.js';
 import type { EnforcementMetrics } from '../metrics.js';
-import type { PolicyEngine } from '../policy/engine.js';
 import type { ConnectionSweeper, SweeperStatus } from './conntrack/index.js';
 import type { DnsLearning } from './dns-learning.js';
 import type { FlushScheduler } from './flush-scheduler.js';
@@ -43,31 +42,67 @@ export interface EnforcerStatus {
   /** Connections cut because a change denied them (absent without a conntrack adapter). */
   connections?: SweeperStatus;
   /** New Pods admitted at CNI ADD, and those still guarded from nodes that have not confirmed them. */
-  newPods?: ReturnType<NewPodGate['status']>;
+  newPods?: ReturnType<NewPodGate['status']> | undefined;
+  /** Controller mode: where the policy state comes from and whether it is followed now. */
+  controlPlane?: ControlPlaneStatus | undefined;
+}
+
+/** Controller mode's part of the status: the controller, the connection, and what the Node holds. */
+export interface ControlPlaneStatus {
+  server: string;
+  connected: boolean;
+  /** Why not connected (absent when connected). */
+  reason?: string | undefined;
+  /** Since when the connection is in its current state (ISO time). */
+  since: string;
+  /** Every kind listed once: the first flows carry the controller's state. */
+  synced: boolean;
+  /** Why what was received is not enforced yet (absent when nothing waits). */
+  held?: string | undefined;
+  /** The last resourceVersion received per kind, and the versions of the last state enforced. */
+  received: Record<string, string>;
+  enforced: Record<string, string>;
+  policies: number;
+  enforcedPolicies: number;
+  /** Policies received whose AddressGroups have not all come yet (their previous version stays). */
+  waiting: string[];
+  appliedToGroups: number;
+  addressGroups: number;
+  /** Received objects that could not be applied (each costs only itself; a relist repairs). */
+  rejected: number;
+}
+
+/** What the status reads of the policy side's state, in either mode. */
+export interface PolicySummary {
+  synced: boolean;
+  rules: number;
+  isolations: number;
+  errors: number;
 }
 
 /** The parts whose figures are shown (those a configuration lacks are undefined). */
 export interface EnforcementParts {
-  engine: PolicyEngine;
+  policy: PolicySummary;
   policyFlowCount: number;
   watch?: ClusterWatch | undefined;
   flusher: FlushScheduler;
   packetIn: PacketInDispatch;
   dns?: DnsLearning | undefined;
   sweeper?: ConnectionSweeper | undefined;
-  newPods?: NewPodGate | undefined;
+  newPods?: { status(): ReturnType<NewPodGate['status']> } | undefined;
+  controlPlane?: ControlPlaneStatus | undefined;
 }
 
 export function enforcerStatus(p: EnforcementParts, resourceVersion: bigint | undefined): EnforcerStatus {
-  const { engine, flusher, packetIn } = p;
+  const { policy, flusher, packetIn } = p;
   const lastApplyMs = flusher.lastApply;
   const openflow = packetIn.openflow;
   return {
-    synced: p.watch?.isSynced() ?? false,
-    rules: engine.nodeRuleSet().length,
-    isolations: engine.nodeIsolations().length,
+    synced: policy.synced,
+    rules: policy.rules,
+    isolations: policy.isolations,
     policyFlows: p.policyFlowCount,
-    errors: engine.errors().length,
+    errors: policy.errors,
     applies: flusher.applyCount,
     changes: flusher.changes,
     committedChanges: flusher.committedChanges,
@@ -81,15 +116,16 @@ export function enforcerStatus(p: EnforcementParts, resourceVersion: bigint | un
     ...(p.dns ? { fqdn: p.dns.stats() } : {}),
     ...(p.sweeper ? { connections: p.sweeper.status() } : {}),
     ...(p.newPods ? { newPods: p.newPods.status() } : {}),
+    ...(p.controlPlane ? { controlPlane: p.controlPlane } : {}),
   };
 }
 
 export function enforcementMetrics(p: EnforcementParts): EnforcementMetrics {
-  const { engine, packetIn } = p;
+  const { policy, packetIn } = p;
   const of = packetIn.openflow?.stats();
   return {
-    rules: engine.nodeRuleSet().length,
-    invalidObjects: engine.errors().length,
+    rules: policy.rules,
+    invalidObjects: policy.errors,
     openflowConnected: of?.connected ?? false,
     openflowConnects: of?.connects ?? 0,
     packetIns: { ...packetIn.punts, unclaimed: packetIn.dispatched.unclaimed, failed: packetIn.dispatched.failed },
@@ -98,5 +134,6 @@ export function enforcementMetrics(p: EnforcementParts): EnforcementMetrics {
     auditLines: packetIn.auditLines,
     auditSuppressed: packetIn.auditSuppressed,
     watch: p.watch?.status().map(({ resource, synced, absent, objects, relists, restarts }) => ({ resource, synced, absent, objects, relists, restarts })) ?? [],
+    ...(p.controlPlane ? { controlPlane: { connected: p.controlPlane.connected, rejected: p.controlPlane.rejected } } : {}),
   };
 }

@@ -16,6 +16,11 @@ export interface GuardedPod {
   podIps: readonly string[];
   /** Addresses of the Pods it must not reach or be reached from yet. */
   peerIps: readonly string[];
+  /**
+   * Every new connection of the Pod, both ways, whatever the peer: its own policies are not known
+   * here yet (controller mode, the controller unreachable at its ADD).
+   */
+  all?: boolean;
 }
 
 export function newPodGuardFlows(guards: readonly GuardedPod[]): Flow[] {
@@ -25,6 +30,11 @@ export function newPodGuardFlows(guards: readonly GuardedPod[]): Flow[] {
     for (const own of g.podIps) {
       const v6 = ipFamily(own) === 6;
       const [proto, src, dst] = v6 ? ['ipv6', 'ipv6_src', 'ipv6_dst'] : ['ip', 'nw_src', 'nw_dst'];
+      if (g.all) {
+        add(withCookie({ table: 'AntreaPolicyEgressRule', priority: PRIORITY.newPodGuard, match: `ct_state=+new+trk,${proto},${src}=${own}`, actions: 'drop', category: FlowCategory.policy }));
+        add(withCookie({ table: 'AntreaPolicyIngressRule', priority: PRIORITY.newPodGuard, match: `ct_state=+new+trk,${proto},${dst}=${own}`, actions: 'drop', category: FlowCategory.policy }));
+        continue;
+      }
       for (const peer of g.peerIps) {
         if ((ipFamily(peer) === 6) !== v6) continue;
         const match = (from: string, to: string) => `ct_state=+new+trk,${proto},${src}=${from},${dst}=${to}`;

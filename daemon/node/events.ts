@@ -78,6 +78,8 @@ export class NodeEvents {
   private invalidReported: ReadonlySet<string> = new Set();
   /** "ns/name ip" of the Services reported outside the Service ranges while they are. */
   private outsideReported = new Set<string>();
+  /** The controller connection state last reported (controller mode). */
+  private controlPlaneReported: 'connected' | 'disconnected' | undefined;
 
   constructor(private readonly d: NodeEventsDeps) {}
 
@@ -100,6 +102,26 @@ export class NodeEvents {
     const e = err as { message?: string; details?: string };
     const msg = `sluice-agent on ${this.d.nodeName} could not attach the Pod's network (the runtime retries): ${e.message ?? String(err)}${e.details ? ` (${e.details})` : ''}. Check: sluicectl node status on the node, and the agent's log.`;
     void this.record({ namespace: pod.podNamespace, name: pod.podName }, 'Warning', 'SluiceAttachFailed', msg);
+  }
+
+  /**
+   * Controller mode: the agent stopped or resumed following sluice-controller. A Warning Event on
+   * the Node when it stops (the last state received stays enforced; changes made meanwhile are not),
+   * a Normal one when it follows again; once per change of state.
+   */
+  controlPlane(state: 'connected' | 'disconnected', reason: string): void {
+    if (state === this.controlPlaneReported || (state === 'connected' && this.controlPlaneReported === undefined)) {
+      this.controlPlaneReported = state;
+      return;
+    }
+    this.controlPlaneReported = state;
+    const name = this.d.nodeName;
+    if (state === 'disconnected') {
+      void this.record({ kind: 'Node', name }, 'Warning', 'SluiceControllerUnreachable',
+        `sluice-agent on ${name} cannot follow sluice-controller (${reason}): the policies it received last stay enforced; changes made meanwhile reach this node when the controller is back. Check: the controller's Pods and Service, and sluicectl node status.`);
+    } else {
+      void this.record({ kind: 'Node', name }, 'Normal', 'SluiceControllerReachable', `sluice-agent on ${name} follows sluice-controller again; its state is resynced.`);
+    }
   }
 
   /**

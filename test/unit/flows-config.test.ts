@@ -28,6 +28,9 @@ t.test('empty file gives the documented defaults', async (t) => {
     packetInRate: 5000,
     networkPolicyConnections: 'cut',
     realizationPort: 9378,
+    policySource: 'standalone',
+    controllerServer: 'https://sluice-controller.sluice-system.svc:443',
+    controllerTokenFile: '/var/run/secrets/kubernetes.io/serviceaccount/token',
   });
   t.notOk('cniConfDir' in c, 'absent cniConfDir = the chain is not kept');
   t.notOk('kubeconfig' in c, 'absent kubeconfig = in-cluster');
@@ -62,6 +65,9 @@ t.test('the lab contract', async (t) => {
   t.equal(c.resyncIntervalSeconds, 2.5);
   t.equal(parseConfig('packetInRate: 20', 'a', env).packetInRate, 20, 'packetInRate');
   t.equal(parseConfig('networkPolicyConnections: keep', 'a', env).networkPolicyConnections, 'keep', 'networkPolicyConnections');
+  t.match(parseConfig('policySource: controller\ncontrollerServer: https://10.0.0.9:443\ncontrollerCAFile: /etc/sluice/ca.crt\ncontrollerTokenFile: ""', 'a', env), {
+    policySource: 'controller', controllerServer: 'https://10.0.0.9:443', controllerCAFile: '/etc/sluice/ca.crt', controllerTokenFile: '',
+  }, 'controller mode settings');
   t.same(parseConfig('serviceCIDRs: 10.96.0.0/12', 'a', env).serviceCIDRs, ['10.96.0.0/12'], 'a single CIDR string is accepted');
 });
 
@@ -86,6 +92,10 @@ t.test('invalid settings name the file and the field', async (t) => {
     ['packetInRate: 2.5', /packetInRate: must be a whole number/],
     ['packetInRate: "100"', /packetInRate: must be a whole number .*got "100"/],
     ['packetInRate: 4294967295', /packetInRate: must be a whole number/],
+    ['policySource: central', /^x\.yaml: policySource: must be "standalone" .* or "controller" .*got "central"$/],
+    ['controllerServer: sluice-controller:10351', /controllerServer: "sluice-controller:10351" is neither http nor https/],
+    ['controllerServer: "not a url"', /controllerServer: "not a url" is not a URL/],
+    ['controllerCAFile: ca.crt', /controllerCAFile: must be an absolute path/],
     ['- a\n- b', /must be a YAML mapping/],
     ['a: [', /not valid YAML/],
   ];

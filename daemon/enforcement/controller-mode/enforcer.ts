@@ -1,0 +1,444 @@
+/**
+ * Policy enforcement in controller mode: the agent holds no PolicyEngine and watches no cluster
+ * object of others. sluice-controller computes the groups once for the whole cluster and serves
+ * this Node its span; the follower (follower.ts) turns those streams into the same node rule set
+ * and ChangeSets the engine gives in standalone mode, so from there on everything is shared with
+ * standalone enforcement: the flush scheduler, the flow compiler, the one flow writer, the
+ * packet-in loop, rule statistics, the conntrack sweep (judged from the node's own rules:
+ * policy/node-verdict.ts), new Pods' guards.
+ *
+ * From the API server the agent reads only the ServiceCIDRs (its Service ranges) and writes its
+ * own Pods' published addresses (the controller learns a new Pod's address from them).
+ *
+ * When the controller is unreachable the last state received stays enforced (nothing is ever
+ * flushed towards allow), /status, a metric and an Event say so, and the watcher resumes (or lists
+ * again and the relisted state is applied as one change) when it is back. New Pods started
+ * meanwhile are isolated until the controller confirms their state (new-pods.ts).
+ */
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { type Clock, realClock } from '../../clock.js';
+import { ControlPlaneWatcher, type ControlPlaneConnection, type ControlPlaneWatcherOptions } from '../../controlplane/client.js';
+import type { PodRealization, ViewVersions } from '../../controlplane/types.js';
+import { cutConnectionFlows } from '../../flows/cut-connections.js';
+import { newPodGuardFlows } from '../../flows/newpod-guard.js';
+import { PolicyFlows, type PolicyFlowInput, type RuleStatistics } from '../../flows/policy/index.js';
+import type { FlowStore } from '../../flows/store.js';
+import type { EnforcementMetrics } from '../../metrics.js';
+import type { PodAttachment } from '../../node/attachment.js';
+import type { OpenFlowController } from '../../ovs/openflow/index.js';
+import { cidrContainsIp, parseCidr, parseIp } from '../../policy/cidr.js';
+import { NodeVerdicts, toSideDecision } from '../../policy/node-verdict.js';
+import type { KubeObject, Probe } from '../../policy/types.js';
+import { ConditionWaiters } from '../condition-waiters.js';
+import { type ConnectionPolicy, ConnectionSweeper, type ConntrackIo } from '../conntrack/index.js';
+import { LocalEgressSources } from '../egress-sources.js';
+import { FlushScheduler } from '../flush-scheduler.js';
+import { askPeer, parseQuestion, PUBLICATION_PATCH_TYPE, publicationPatch, publicationPath, type PodQuestion } from '../newpods/index.js';
+import { PacketInDispatch } from '../packet-in.js';
+import { buildPolicyReport, type PolicyReport } from '../policy-report.js';
+import { PolicyFlowWriter } from '../policy-flow-writer.js';
+import { RuleStatsKeeper } from '../rulestats.js';
+import { type EnforcementParts, enforcementMetrics, type EnforcerStatus, enforcerStatus } from '../status.js';
+import { type TraceIo, type TraceReport, type TraceRequest, TraceError, traceRules, traceTarget, Tracer } from '../traceflow.js';
+import { ClusterWatch } from '../watch/clusterwatch.js';
+import { SERVICE_CIDR_RESOURCE } from '../watch/resources.js';
+import { ControlPlaneFollower } from './follower.js';
+import { ControlledPodAdmission } from './new-pods.js';
+
+export interface ControllerModeOptions {
+  nodeName: string;
+  kubeconfig?: string;
+  ovsRunDir: string;
+  bridge: string;
+  auditLogPath?: string;
+  log: Logger;
+  debounceMs?: number;
+  clock?: Clock;
+  onRealized?: (seconds: number) => void;
+  stateDir?: string;
+  connections?: { datapath: 'system' | 'netdev'; keepNetworkPolicy: boolean };
+  onConnectionsCut?: (count: number) => void;
+  /** The controller's API and how to authenticate to it. */
+  controller: { server: string; token?: string | (() => string); ca?: string | Buffer };
+  /** Tests: watcher tuning (backoff, timeouts). */
+  watcherTuning?: Partial<Pick<ControlPlaneWatcherOptions, 'initialBackoffMs' | 'maxBackoffMs' | 'idleTimeoutMs' | 'requestTimeoutMs'>>;
+  newPods?: { realizationPort: number; confirmWithinMs?: number };
+  /** The controller's answer to a new Pod's question (the controlplane client; tests inject one). */
+  askController?: (pod: PodQuestion, waitMs: number) => Promise<PodRealization | undefined>;
+  /** The Service ranges in use (connections to them are judged as Service connections). */
+  serviceRanges?: () => readonly string[];
+  /** This node's own addresses (host traffic is exempt from ingress rules). */
+  nodeIPs?: () => readonly string[];
+  /** The connection to the controller changed (the agent's Event). */
+  onControlPlane?: (state: ControlPlaneConnection, reason: string) => void;
+}
+
+export class ControllerModeEnforcer {
+  readonly policyFlows = new PolicyFlows();
+  readonly follower: ControlPlaneFollower;
+  private readonly clock: Clock;
+  private readonly tracer = new Tracer();
+  private readonly stats: RuleStatsKeeper;
+  private readonly egressSources: LocalEgressSources;
+  private readonly flusher: FlushScheduler;
+  private readonly writer: PolicyFlowWriter;
+  private readonly packetIn: PacketInDispatch;
+  private readonly watcher: ControlPlaneWatcher;
+  private readonly waiters: ConditionWaiters;
+  private readonly localPods = new Map<string, PodAttachment>();
+  private readonly serviceCidrs = new Map<string, KubeObject>();
+  readonly newPods?: ControlledPodAdmission;
+  private api?: ClusterWatch;
+  private sweeper?: ConnectionSweeper;
+  private verdicts?: { rules: unknown; isolations: unknown; v: NodeVerdicts };
+  private bridgeSynced = false;
+  private closed = false;
+  onServiceCidrs?: () => void;
+
+  constructor(private readonly opts: ControllerModeOptions) {
+    const { log } = opts;
+    this.clock = opts.clock ?? realClock;
+    this.waiters = new ConditionWaiters(this.clock);
+    this.stats = new RuleStatsKeeper(this.policyFlows, { stateDir: opts.stateDir, log });
+    this.follower = new ControlPlaneFollower({
+      nodeName: opts.nodeName,
+      clock: this.clock,
+      log,
+      changed: (cs) => this.flusher.changed(cs),
+      changes: () => this.flusher.changes,
+      committedChanges: () => this.flusher.committedChanges,
+      afterCommit: () => this.waiters.poke(),
+      onConnection: (state, reason) => {
+        if (state === 'connected') log.info('controller mode: following the controller');
+        else log.warn({ reason }, 'controller mode: the controller is not followed; the last state received stays enforced');
+        opts.onControlPlane?.(state, reason);
+      },
+    });
+    const state = this.follower.state;
+    const base = (): PolicyFlowInput => ({ rules: state.nodeRuleSet(), isolations: state.nodeIsolations(), serviceEndpoints: (ip, protocol, port) => state.serviceBackends(ip, protocol, port) });
+    this.egressSources = new LocalEgressSources(base);
+    this.writer = new PolicyFlowWriter({
+      policy: () => this.policyFlows.flows(),
+      dnsIntercept: () => undefined,
+      newPodGuards: () => this.newPods && newPodGuardFlows(this.newPods.guarded()),
+      cutConnections: () => this.sweeper && cutConnectionFlows(this.sweeper.blocked()),
+    });
+    this.flusher = new FlushScheduler({
+      rules: state,
+      clock: this.clock,
+      minIntervalMs: opts.debounceMs ?? 20,
+      log,
+      compile: (dirty) => this.writer.compiled(this.policyFlows.sync(this.egressSources.input(), dirty)),
+      flowCount: () => this.policyFlows.size,
+      deliveredResourceVersion: () => undefined,
+      committed: () => {
+        this.sweeper?.request();
+        this.waiters.poke();
+      },
+      onRealized: opts.onRealized,
+    });
+    this.packetIn = new PacketInDispatch({
+      tracer: this.tracer,
+      describe: (id) => this.policyFlows.describe(id),
+      learned: () => {},
+      auditLogPath: opts.auditLogPath,
+      log,
+    });
+    this.watcher = new ControlPlaneWatcher({
+      server: opts.controller.server,
+      nodeName: opts.nodeName,
+      ...(opts.controller.token !== undefined ? { token: opts.controller.token } : {}),
+      ...(opts.controller.ca !== undefined ? { ca: opts.controller.ca } : {}),
+      onSync: (kind, items) => this.follower.onSync(kind, items),
+      onEvent: (kind, e) => this.follower.onEvent(kind, e),
+      onState: (s, reason) => this.follower.onState(s, reason),
+      clock: this.clock,
+      log,
+      ...opts.watcherTuning,
+    });
+    this.follower.bind(this.watcher);
+    const np = opts.newPods;
+    const ask = opts.askController;
+    if (np && ask) {
+      const confirmWithinMs = np.confirmWithinMs ?? 2000;
+      this.newPods = new ControlledPodAdmission({
+        nodeName: opts.nodeName,
+        clock: this.clock,
+        log,
+        confirmWithinMs,
+        publish: (pod) => this.publishAddresses(pod, confirmWithinMs),
+        askController: ask,
+        whenLocalRealized: (v, waitMs) => this.whenRealized(v, waitMs),
+        askPeer: (address, pod, waitMs, versions) => askPeer(address, np.realizationPort, pod, waitMs, versions),
+        applyFlows: () => this.flusher.applyNow(),
+      });
+    }
+  }
+
+  // ------------------------------------------------------------------ inputs
+
+  /** Starts following the controller, and the API server's ServiceCIDRs (returns at once). */
+  async start(): Promise<void> {
+    this.watcher.start();
+    this.api = await ClusterWatch.start({
+      ...(this.opts.kubeconfig ? { kubeconfig: this.opts.kubeconfig } : {}),
+      log: this.opts.log,
+      resources: [SERVICE_CIDR_RESOURCE],
+      onEvent: (ev) => {
+        if (ev.type === 'upsert') this.serviceCidrs.set(ev.object.metadata.name, ev.object);
+        else this.serviceCidrs.delete(ev.object.metadata.name);
+        this.onServiceCidrs?.();
+      },
+    });
+  }
+
+  /** The ServiceCIDRs' informer (status, relists). */
+  get clusterWatch(): ClusterWatch | undefined {
+    return this.api;
+  }
+
+  async serviceCidrObjects(): Promise<KubeObject[] | undefined> {
+    if (!this.api) return undefined;
+    const { served } = await this.api.waitListed(SERVICE_CIDR_RESOURCE);
+    return served ? [...this.serviceCidrs.values()] : undefined;
+  }
+
+  currentServiceCidrObjects(): KubeObject[] | undefined {
+    const s = this.api?.status().find((x) => x.resource === SERVICE_CIDR_RESOURCE.path);
+    return s?.synced && !s.absent ? [...this.serviceCidrs.values()] : undefined;
+  }
+
+  /** Waits until the controller's state is in (connected, every kind listed, consistent), logging while it waits. */
+  async waitSynced(): Promise<void> {
+    const t0 = Date.now();
+    const tick = setInterval(() => this.opts.log.warn({ waitedMs: Date.now() - t0, controlPlane: this.follower.status(this.opts.controller.server) }, 'startup: waiting for the controller\'s state'), 5000);
+    try {
+      await this.follower.whenSynced();
+    } finally {
+      clearInterval(tick);
+    }
+    const compileStart = Date.now();
+    this.flusher.compileNow();
+    this.opts.log.info({ waitedMs: compileStart - t0, compileMs: Date.now() - compileStart, rules: this.follower.state.nodeRuleSet().length, policyFlows: this.policyFlows.size }, 'startup: the controller\'s state is in');
+  }
+
+  // ------------------------------------------------------------------ flows
+
+  writeFlows(store: FlowStore): void {
+    this.flusher.compileNow();
+    this.writer.write(store);
+  }
+
+  // ------------------------------------------------------------------ local Pods (CNI)
+
+  async podAttaching(pod: PodAttachment): Promise<void> {
+    if (!pod.podName) return;
+    this.localPods.set(`${pod.podNamespace}/${pod.podName}`, pod);
+    this.setEgressSource(pod, true);
+    this.flusher.compileNow();
+  }
+
+  async podStarting(pod: PodAttachment): Promise<void> {
+    if (!pod.podName || !this.newPods || pod.ips.length === 0) return;
+    const out = await this.newPods.admit({ namespace: pod.podNamespace, name: pod.podName, ips: pod.ips });
+    this.opts.log.info({ pod: `${pod.podNamespace}/${pod.podName}`, ...out }, 'new Pod: span asked');
+  }
+
+  localPodsAtStart(pods: PodAttachment[]): void {
+    for (const p of pods) {
+      if (!p.podName) continue;
+      this.localPods.set(`${p.podNamespace}/${p.podName}`, p);
+      this.setEgressSource(p, true);
+    }
+  }
+
+  podDetached(pod: PodAttachment): void {
+    if (!pod.podName) return;
+    this.localPods.delete(`${pod.podNamespace}/${pod.podName}`);
+    this.newPods?.forget(pod.podNamespace, pod.podName);
+    this.setEgressSource(pod, false);
+  }
+
+  private setEgressSource(pod: PodAttachment, attached: boolean): void {
+    const dirty = this.egressSources.set(pod, attached);
+    if (dirty) this.flusher.markDirty(dirty);
+  }
+
+  private async publishAddresses(pod: PodQuestion, timeoutMs: number): Promise<void> {
+    const access = this.api?.access;
+    if (!access) throw new Error('no API connection');
+    await access.patchJson(publicationPath(pod), publicationPatch(pod, new Date()), PUBLICATION_PATCH_TYPE, timeoutMs);
+  }
+
+  // ------------------------------------------------------------------ realization
+
+  /** This Node enforces its view as of `v` (a commit took it in and its flows are on the bridge). */
+  realized(v: ViewVersions): boolean {
+    return this.bridgeSynced && this.follower.realized(v);
+  }
+
+  whenRealized(v: ViewVersions, waitMs: number): Promise<boolean> {
+    return this.waiters.when(() => this.realized(v), waitMs);
+  }
+
+  /**
+   * GET /realized from another agent: answered from the versions the controller gave the asker. A
+   * question without them cannot be answered here (this agent holds no cluster view): no.
+   */
+  async realizedAnswer(query: URLSearchParams): Promise<{ code: number; body: unknown }> {
+    const parsed = parseQuestion(query);
+    if ('error' in parsed) return { code: 400, body: { error: parsed.error } };
+    if (!parsed.versions) return { code: 200, body: { realized: false, why: 'this agent follows the controller: ask with the versions the controller gave' } };
+    return { code: 200, body: { realized: await this.whenRealized(parsed.versions, parsed.waitMs) } };
+  }
+
+  // ------------------------------------------------------------------ bridge side
+
+  async attach(opts: { controller: OpenFlowController; applyFlows: () => Promise<unknown>; portMac: (ofport: number) => string | undefined; conntrack?: ConntrackIo; connectTimeoutMs?: number }): Promise<void> {
+    if (opts.conntrack) this.watchConnections(opts.conntrack);
+    await this.packetIn.start(opts.controller, opts.portMac, { connectTimeoutMs: opts.connectTimeoutMs, socket: `${this.opts.ovsRunDir}/${this.opts.bridge}.mgmt` });
+    this.flusher.bind(opts.applyFlows);
+  }
+
+  /** Tests without a bridge: changes are applied with `applyFlows`. */
+  bindFlows(applyFlows: () => Promise<unknown>): void {
+    this.flusher.bind(applyFlows);
+  }
+
+  /** The open connections the node's rules now deny are cut, judged from those rules alone. */
+  watchConnections(io: ConntrackIo): void {
+    const settings = this.opts.connections ?? { datapath: 'system', keepNetworkPolicy: false };
+    this.sweeper = new ConnectionSweeper({
+      io: { dump: () => io.dump(), flush: (tuple) => io.flush(tuple), block: () => this.flusher.applyNow().then(() => undefined) },
+      policy: this.connectionPolicy(),
+      datapath: settings.datapath,
+      keepNetworkPolicy: settings.keepNetworkPolicy,
+      stateFile: this.opts.stateDir && join(this.opts.stateDir, 'cut-connections.json'),
+      log: this.opts.log,
+      onSwept: ({ cut }) => {
+        if (cut) this.opts.onConnectionsCut?.(cut);
+      },
+    });
+  }
+
+  /** Judging from the node's rules (policy/node-verdict.ts): every side it reports is a local Pod's. */
+  private connectionPolicy(): ConnectionPolicy {
+    const state = this.follower.state;
+    const isServiceIp = (ip: string) => {
+      const addr = parseIp(ip);
+      return addr !== undefined && (this.opts.serviceRanges?.() ?? []).some((c) => {
+        const cidr = parseCidr(c);
+        return cidr !== undefined && cidrContainsIp(cidr, addr);
+      });
+    };
+    const verdicts = (): NodeVerdicts => {
+      const rules = state.nodeRuleSet();
+      const isolations = state.nodeIsolations();
+      if (this.verdicts?.rules !== rules || this.verdicts.isolations !== isolations) {
+        this.verdicts = {
+          rules, isolations,
+          v: new NodeVerdicts(rules, isolations, { serviceEndpoints: (ip, protocol, port) => state.serviceBackends(ip, protocol, port), nodeIPs: this.opts.nodeIPs?.() ?? [] }),
+        };
+      }
+      return this.verdicts.v;
+    };
+    return {
+      explain: (probe: Probe) => {
+        const src = probe.from.replace(/^ip:/, '');
+        const dst = probe.to.replace(/^ip:/, '');
+        const conn = { src, dst, protocol: probe.protocol, port: probe.port, ...(probe.sourcePort !== undefined ? { sourcePort: probe.sourcePort } : {}) };
+        if (isServiceIp(dst)) {
+          const s = verdicts().judgeService(conn);
+          const sides = s.sides.map(toSideDecision);
+          return { result: { ...probe, verdict: sides.some((x) => x.verdict !== 'allow') ? 'drop' : 'allow', ...(s.disagree ? { note: 'endpoints disagree' } : {}) }, sides };
+        }
+        const sides = verdicts().judge(conn).map(toSideDecision);
+        return { result: { ...probe, verdict: sides.some((x) => x.verdict !== 'allow') ? 'drop' : 'allow' }, sides };
+      },
+      isLocalPod: () => true,
+      isServiceIp,
+    };
+  }
+
+  flowsConverged(): void {
+    this.bridgeSynced = true;
+    this.sweeper?.request();
+    this.waiters.poke();
+  }
+
+  connectionsSettled(): Promise<void> {
+    return this.sweeper?.idle() ?? Promise.resolve();
+  }
+
+  // ------------------------------------------------------------------ what is shown
+
+  private get parts(): EnforcementParts {
+    const state = this.follower.state;
+    return {
+      policy: { synced: this.follower.synced, rules: state.nodeRuleSet().length, isolations: state.nodeIsolations().length, errors: 0 },
+      policyFlowCount: this.policyFlows.size,
+      watch: this.api,
+      flusher: this.flusher,
+      packetIn: this.packetIn,
+      sweeper: this.sweeper,
+      newPods: this.newPods,
+      controlPlane: this.follower.status(this.opts.controller.server),
+    };
+  }
+
+  status(): EnforcerStatus {
+    return enforcerStatus(this.parts, undefined);
+  }
+
+  metrics(): EnforcementMetrics {
+    return enforcementMetrics(this.parts);
+  }
+
+  ruleStats(dump: () => Promise<string>): Promise<RuleStatistics[]> {
+    return this.stats.ruleStats(dump);
+  }
+
+  meterDrops(): Promise<Record<string, number>> {
+    return this.packetIn.meterDrops();
+  }
+
+  traceflow(req: TraceRequest, io: Omit<TraceIo, 'packetOut'>, port: (ofport: number) => string, gatewayOfport: number): Promise<TraceReport> {
+    return this.tracer.trace(req, { ...io, packetOut: (po) => this.packetIn.packetOut(po) }, { rule: traceRules((id) => this.policyFlows.describe(id)), port, gatewayOfport });
+  }
+
+  /** A trace's destination: an address, or a Pod of this node (the agent holds no other Pod or Service). */
+  traceTarget(to: string, family: 4 | 6 = 4): string {
+    if (to.startsWith('ip:')) return traceTarget({ pods: new Map(), services: new Map() } as unknown as Parameters<typeof traceTarget>[0], to, family);
+    const local = this.localPods.get(to);
+    const ip = local?.ips.find((a) => a.includes(':') === (family === 6));
+    if (ip) return ip;
+    throw new TraceError(`destination "${to}": this agent follows the controller and knows only its own Pods; name another Pod or a Service by ip:ADDRESS`);
+  }
+
+  policyReport(): PolicyReport {
+    const state = this.follower.state;
+    return buildPolicyReport({
+      node: this.opts.nodeName,
+      synced: this.follower.synced,
+      rules: state.nodeRuleSet(),
+      isolations: state.nodeIsolations(),
+      errors: [],
+      localPods: [...this.localPods.keys()].sort(),
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.newPods?.close();
+    this.waiters.close();
+    this.follower.close();
+    this.flusher.close();
+    this.sweeper?.close();
+    await this.sweeper?.idle();
+    await this.watcher.stop();
+    await this.api?.stop();
+    this.packetIn.close();
+  }
+}

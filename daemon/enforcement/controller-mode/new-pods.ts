@@ -1,0 +1,236 @@
+/**
+ * A new Pod's first packets in controller mode. The agent holds no cluster view, so the controller
+ * says where the Pod matters; the question is asked once, of the controller, and the nodes it names
+ * are then asked whether they hold it:
+ *
+ * 1. publish the Pod's addresses (its status condition: the controller learns them from it);
+ * 2. ask the controller (`/realization`, a long poll) which Nodes need the Pod and at which
+ *    versions of their views they hold it — the Pod's own Node (its own policies, through its
+ *    AppliedToGroups) and the Nodes whose rules name it as a peer;
+ * 3. wait until this Node enforces its own view as of its versions (the Pod's own rules are on the
+ *    bridge), then ask the other Nodes the same with their versions (newpods/gate.ts: the nodes that
+ *    do not confirm in time are guarded from, their span Pods' addresses given by the controller).
+ *
+ * When the controller does not answer, or this Node does not receive the Pod's own state in time,
+ * nothing is known of the Pod's policies here: every new connection of the Pod is dropped, both
+ * ways, until the answer comes and is enforced (fail closed; the Pod starts, isolated). The
+ * background follow-up asks again (long polls, backoff when the controller cannot be reached).
+ */
+import type { Clock, TimerHandle } from '../../clock.js';
+import { type PodRealization, type ViewVersions, viewVersionsOf } from '../../controlplane/types.js';
+import type { GuardedPod } from '../../flows/newpod-guard.js';
+import { NewPodGate, type PodQuestion } from '../newpods/index.js';
+
+export interface ControlledPodAdmissionDeps {
+  nodeName: string;
+  clock: Clock;
+  log: { info(o: object, m: string): void; warn(o: object, m: string): void };
+  confirmWithinMs: number;
+  /** Long poll length of the background follow-up (default 30 s). */
+  backgroundWaitMs?: number;
+  publish(pod: PodQuestion): Promise<void>;
+  /** The controller's answer (undefined: it does not hold the Pod at these addresses within `waitMs`); rejects when it cannot be asked. */
+  askController(pod: PodQuestion, waitMs: number): Promise<PodRealization | undefined>;
+  /** Resolves true once this Node enforces its view as of `v`, false after `waitMs`. */
+  whenLocalRealized(v: ViewVersions, waitMs: number): Promise<boolean>;
+  askPeer(address: string, pod: PodQuestion, waitMs: number, versions: ViewVersions): Promise<boolean>;
+  applyFlows(): Promise<unknown>;
+}
+
+export interface ControlledAdmitOutcome {
+  /** Nodes the controller named (this one included). */
+  span: string[];
+  /** Nodes guarded from ("*": everything, the Pod's own state not enforced here yet). */
+  guarded: string[];
+  published: boolean;
+  ms: number;
+}
+
+interface Isolation {
+  pod: PodQuestion;
+  since: number;
+  why: string;
+}
+
+const refOf = (p: { namespace: string; name: string }) => `${p.namespace}/${p.name}`;
+
+export class ControlledPodAdmission {
+  /** The controller's last answer per local Pod (the peers' gate reads its span from it). */
+  private readonly answers = new Map<string, PodRealization>();
+  /** Node → address, from the answers. */
+  private readonly addresses = new Map<string, string>();
+  private readonly isolated = new Map<string, Isolation>();
+  private readonly peers: NewPodGate;
+  private readonly timers = new Map<TimerHandle, () => void>();
+  private closed = false;
+  private readonly counts = { isolated: 0, released: 0, controllerUnanswered: 0 };
+
+  constructor(private readonly d: ControlledPodAdmissionDeps) {
+    this.peers = new NewPodGate({
+      nodeName: d.nodeName,
+      span: (namespace, name) => {
+        const a = this.answers.get(`${namespace}/${name}`);
+        return new Map((a?.nodes ?? []).filter((n) => n.name !== d.nodeName).map((n) => [n.name, n.podIps]));
+      },
+      peerAddress: (node) => this.addresses.get(node),
+      // Published in step 1, before the controller is asked.
+      publish: async () => {},
+      ask: (address, pod, waitMs) => {
+        const node = this.answers.get(refOf(pod))?.nodes.find((n) => n.address === address);
+        const versions = node && viewVersionsOf(node.versions);
+        if (!versions) return Promise.resolve(false);
+        return d.askPeer(address, pod, waitMs, versions);
+      },
+      applyFlows: () => d.applyFlows(),
+      clock: d.clock,
+      log: d.log,
+      confirmWithinMs: d.confirmWithinMs,
+    });
+  }
+
+  /** Steps 1–3; resolves once the Pod may start (its guards, if any, are on the bridge). */
+  async admit(pod: PodQuestion): Promise<ControlledAdmitOutcome> {
+    const { d } = this;
+    const t0 = d.clock.now();
+    const ref = refOf(pod);
+    let published = true;
+    try {
+      await d.publish(pod);
+    } catch (err) {
+      published = false;
+      d.log.warn({ pod: ref, err: (err as Error).message }, 'new Pod: its addresses could not be published; the controller learns them from the kubelet');
+    }
+    const deadline = t0 + d.confirmWithinMs;
+    const answer = await this.askControllerUntil(pod, deadline);
+    if (!answer) {
+      this.counts.controllerUnanswered++;
+      await this.isolate(pod, 'the controller did not say where the Pod matters in time');
+      return { span: [], guarded: ['*'], published, ms: d.clock.now() - t0 };
+    }
+    this.learn(ref, answer);
+    if (!(await this.ownStateIn(answer, Math.max(0, deadline - d.clock.now())))) {
+      await this.isolate(pod, 'this node has not received the Pod\'s own policies in time');
+      return { span: answer.nodes.map((n) => n.name), guarded: ['*'], published, ms: d.clock.now() - t0 };
+    }
+    const out = await this.peers.admit(pod);
+    return { span: answer.nodes.map((n) => n.name), guarded: out.guarded, published, ms: d.clock.now() - t0 };
+  }
+
+  /** The Pod is gone from this node: its guards go with its flows. */
+  forget(namespace: string, name: string): void {
+    const ref = refOf({ namespace, name });
+    this.isolated.delete(ref);
+    this.answers.delete(ref);
+    this.peers.forget(namespace, name);
+  }
+
+  guarded(): GuardedPod[] {
+    const out = this.peers.guarded();
+    for (const i of this.isolated.values()) out.push({ podIps: i.pod.ips, peerIps: [], all: true });
+    return out;
+  }
+
+  status(): ReturnType<NewPodGate['status']> & { isolatedPods: { pod: string; why: string; sinceMs: number }[]; isolated: number; released: number; controllerUnanswered: number } {
+    const now = this.d.clock.now();
+    return {
+      ...this.peers.status(),
+      ...this.counts,
+      isolatedPods: [...this.isolated].map(([pod, i]) => ({ pod, why: i.why, sinceMs: now - i.since })),
+    };
+  }
+
+  close(): void {
+    this.closed = true;
+    this.peers.close();
+    for (const [t, end] of this.timers) {
+      this.d.clock.clearTimeout(t);
+      end();
+    }
+    this.timers.clear();
+  }
+
+  private learn(ref: string, answer: PodRealization): void {
+    this.answers.set(ref, answer);
+    for (const n of answer.nodes) if (n.address) this.addresses.set(n.name, n.address);
+  }
+
+  /** This node enforces the Pod's own state (the versions the controller gave for this node); true when none were given. */
+  private async ownStateIn(answer: PodRealization, waitMs: number): Promise<boolean> {
+    const own = answer.nodes.find((n) => n.name === this.d.nodeName);
+    if (!own) return true;
+    const v = viewVersionsOf(own.versions);
+    if (!v) return false;
+    return this.d.whenLocalRealized(v, waitMs);
+  }
+
+  /** Asks the controller until it answers or the deadline; an unreachable controller is asked again, 100 ms apart and doubling. */
+  private async askControllerUntil(pod: PodQuestion, deadline: number): Promise<PodRealization | undefined> {
+    const { clock } = this.d;
+    for (let attempt = 0; ; attempt++) {
+      const left = deadline - clock.now();
+      if (left <= 0 || this.closed) return undefined;
+      try {
+        return await this.d.askController(pod, left);
+      } catch (err) {
+        if (attempt === 0) this.d.log.warn({ pod: refOf(pod), err: (err as Error).message }, 'new Pod: the controller could not be asked; asking again');
+      }
+      const pause = Math.min(100 * 2 ** attempt, deadline - clock.now());
+      if (pause <= 0) return undefined;
+      await this.sleep(pause);
+    }
+  }
+
+  private async isolate(pod: PodQuestion, why: string): Promise<void> {
+    const ref = refOf(pod);
+    const iso: Isolation = { pod, since: this.d.clock.now(), why };
+    this.isolated.set(ref, iso);
+    this.counts.isolated++;
+    this.d.log.warn({ pod: ref, why }, 'new Pod: its policies are not known on this node yet; every new connection of the Pod is dropped until they are');
+    await this.d.applyFlows();
+    void this.release(ref, iso);
+  }
+
+  /** Asks again until the Pod's state is known and enforced here, then hands it to the peers' gate and lifts the isolation. */
+  private async release(ref: string, iso: Isolation): Promise<void> {
+    const { d } = this;
+    const wait = d.backgroundWaitMs ?? 30_000;
+    const current = () => !this.closed && this.isolated.get(ref) === iso;
+    let failures = 0;
+    while (current()) {
+      let answer: PodRealization | undefined;
+      try {
+        answer = await d.askController(iso.pod, wait);
+        failures = 0;
+      } catch {
+        await this.sleep(Math.min(5000, 100 * 2 ** failures++));
+        continue;
+      }
+      if (!current()) return;
+      if (!answer) continue;
+      this.learn(ref, answer);
+      if (!(await this.ownStateIn(answer, wait))) continue;
+      if (!current()) return;
+      // The peers that lag are guarded before the isolation goes.
+      await this.peers.admit(iso.pod);
+      if (!current()) return;
+      this.isolated.delete(ref);
+      this.counts.released++;
+      d.log.info({ pod: ref, isolatedMs: d.clock.now() - iso.since }, 'new Pod: its policies are enforced here; isolation lifted');
+      await d.applyFlows().catch((err: unknown) => d.log.warn({ err: (err as Error).message }, 'new Pod: lifting an isolation: applying flows failed; the next sync lifts it'));
+      return;
+    }
+  }
+
+  /** Resolves after `ms` on the clock, or at once on close. */
+  private sleep(ms: number): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    return new Promise((resolve) => {
+      const t = this.d.clock.setTimeout(() => {
+        this.timers.delete(t);
+        resolve();
+      }, ms);
+      this.timers.set(t, resolve);
+    });
+  }
+}
+
