@@ -188,7 +188,11 @@ async function startAgent(
     ...(enforcement
       ? {
           prepare: (local: PodAttachment[]) =>
-            enforcement.prepare({ openflow, syncFlows: () => node.syncFlows(), portMac: (p) => node.portMac(p), conntrack: { dump: () => ovs.dumpConntrack(CT_ZONE), flush: (tuple) => ovs.flushConntrack(CT_ZONE, tuple) } }, local),
+            enforcement.prepare({
+              openflow, syncFlows: () => node.syncFlows(), portMac: (p) => node.portMac(p),
+              conntrack: { dump: () => ovs.dumpConntrack(CT_ZONE), flush: (tuple) => ovs.flushConntrack(CT_ZONE, tuple) },
+              nodeIPs: [node.nodeIP, node.nodeIPv6].filter((a): a is string => a !== undefined),
+            }, local),
           flowsConverged: () => enforcement.flowsConverged?.(),
         }
       : {}),

@@ -4,13 +4,14 @@
  * Deployment's replicas would behind their Service. Tests start and kill them to exercise the
  * leader election and the agents' reconnection.
  */
-import { spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { request } from 'node:https';
-import { closeSync, existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import { join } from 'node:path';
 import { hostKubeconfigPath } from './control.js';
 import { sleep } from './net/exec.js';
-import { repoRoot, stateDir } from './net/names.js';
+import { nodeNetns, nodeStateDir, repoRoot, stateDir } from './net/names.js';
 
 /** The namespace the lab's controllers keep their Lease, Secret and CA ConfigMap in (as install/controller.yaml). */
 export const CONTROLLER_NAMESPACE = 'sluice-system';
@@ -65,4 +66,76 @@ function healthy(port: number): Promise<boolean> {
     req.on('timeout', () => req.destroy());
     req.end();
   });
+}
+
+/** Where the lab's agents reach the controller's Service inside their node namespace. */
+export const CONTROLLER_PORT_IN_NODE = 10351;
+
+export interface ControllerService {
+  /** https://127.0.0.1:<CONTROLLER_PORT_IN_NODE>, as an agent in a node namespace dials it. */
+  url: string;
+  /** Sends new connections to the replica listening on `port` (the Service's endpoint moves). */
+  setTarget(port: number): void;
+  close(): Promise<void>;
+}
+
+/**
+ * The controller's Service for the lab's agents: inside each node namespace a forwarder listens on
+ * 127.0.0.1:CONTROLLER_PORT_IN_NODE and passes the bytes to a unix socket in the lab's state dir,
+ * where this process relays them to the replica `setTarget` names (TLS ends at the controller).
+ */
+export async function controllerServiceInNodes(lab: string, nodes: readonly string[], targetPort: number): Promise<ControllerService> {
+  const socket = join(stateDir(lab), 'controller.sock');
+  rmSync(socket, { force: true });
+  let target = targetPort;
+  const relay = net.createServer((conn) => {
+    const up = net.connect(target, '127.0.0.1');
+    conn.pipe(up).pipe(conn);
+    const end = () => {
+      conn.destroy();
+      up.destroy();
+    };
+    conn.on('error', end);
+    up.on('error', end);
+  });
+  await new Promise<void>((resolve, reject) => relay.listen(socket, resolve).once('error', reject));
+  const script = join(repoRoot(), 'dist', 'lab', 'forwarder.js');
+  const forwarders: ChildProcess[] = nodes.map((node) =>
+    spawn('ip', ['netns', 'exec', nodeNetns(lab, node), process.execPath, script, '--listen', `127.0.0.1:${CONTROLLER_PORT_IN_NODE}`, '--unix', socket, '--parent', String(process.pid)], { stdio: 'ignore' }),
+  );
+  const close = async () => {
+    for (const f of forwarders) f.kill('SIGTERM');
+    await new Promise<void>((resolve) => relay.close(() => resolve()));
+    rmSync(socket, { force: true });
+  };
+  for (const node of nodes) {
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const ok = await new Promise<boolean>((resolve) => {
+        const c = spawn('ip', ['netns', 'exec', nodeNetns(lab, node), 'nc', '-z', '-w', '1', '127.0.0.1', String(CONTROLLER_PORT_IN_NODE)], { stdio: 'ignore' });
+        c.on('exit', (code) => resolve(code === 0));
+        c.on('error', () => resolve(false));
+      });
+      if (ok) break;
+      if (Date.now() > deadline) {
+        await close();
+        throw new Error(`the controller's forwarder in ${node} does not listen on 127.0.0.1:${CONTROLLER_PORT_IN_NODE}`);
+      }
+      await sleep(50);
+    }
+  }
+  return { url: `https://127.0.0.1:${CONTROLLER_PORT_IN_NODE}`, setTarget: (port) => (target = port), close };
+}
+
+/**
+ * An agent's settings for controller mode in a lab (agent.yaml overrides): the Service above, the
+ * controller's CA and a ServiceAccount token bound to a Pod on the node (the controller reads the
+ * Node from it), written next to the node's other files.
+ */
+export function controllerModeSettings(lab: string, node: string, caCert: string, token: string): Record<string, unknown> {
+  const caFile = join(nodeStateDir(lab, node), 'controller-ca.crt');
+  const tokenFile = join(nodeStateDir(lab, node), 'controller-token');
+  writeFileSync(caFile, caCert);
+  writeFileSync(tokenFile, token, { mode: 0o600 });
+  return { policySource: 'controller', controllerServer: `https://127.0.0.1:${CONTROLLER_PORT_IN_NODE}`, controllerCAFile: caFile, controllerTokenFile: tokenFile };
 }

@@ -22,6 +22,8 @@ export interface EnforcementNode {
   portMac(ofport: number): string | undefined;
   /** The bridge's conntrack zone (connections a policy change denies are cut there). */
   conntrack?: ConntrackIo;
+  /** The node's own addresses (configured or the Node's InternalIPs): its connections are host traffic, exempt from ingress rules. */
+  nodeIPs?: readonly string[];
 }
 
 /**

@@ -118,7 +118,6 @@ async function startControllerMode(
     newPods: { realizationPort: cfg.realizationPort },
     askController: (pod, waitMs) => askController(access, pod, waitMs),
     serviceRanges: () => cfg.serviceCIDRs,
-    nodeIPs: () => [cfg.nodeIP, cfg.nodeIPv6].filter((a): a is string => a !== undefined),
     onControlPlane: (state, reason) => {
       for (const l of listeners) l(state, reason);
     },
@@ -134,6 +133,7 @@ async function startControllerMode(
         applyFlows: () => node.syncFlows(),
         portMac: (ofport) => node.portMac(ofport),
         ...(node.conntrack ? { conntrack: node.conntrack } : {}),
+        nodeIPs: node.nodeIPs ?? [],
       });
     },
     flowsConverged: () => enforcer.flowsConverged(),

@@ -68,8 +68,6 @@ export interface ControllerModeOptions {
   askController?: (pod: PodQuestion, waitMs: number) => Promise<PodRealization | undefined>;
   /** The Service ranges in use (connections to them are judged as Service connections). */
   serviceRanges?: () => readonly string[];
-  /** This node's own addresses (host traffic is exempt from ingress rules). */
-  nodeIPs?: () => readonly string[];
   /** The connection to the controller changed (the agent's Event). */
   onControlPlane?: (state: ControlPlaneConnection, reason: string) => void;
 }
@@ -295,8 +293,12 @@ export class ControllerModeEnforcer {
 
   // ------------------------------------------------------------------ bridge side
 
-  async attach(opts: { controller: OpenFlowController; applyFlows: () => Promise<unknown>; portMac: (ofport: number) => string | undefined; conntrack?: ConntrackIo; connectTimeoutMs?: number }): Promise<void> {
-    if (opts.conntrack) this.watchConnections(opts.conntrack);
+  /**
+   * `nodeIPs`: the node's own addresses, whose connections (kubelet probes, hostNetwork Pods) are
+   * host traffic that no ingress rule judges; without them the sweep would cut such connections.
+   */
+  async attach(opts: { controller: OpenFlowController; applyFlows: () => Promise<unknown>; portMac: (ofport: number) => string | undefined; conntrack?: ConntrackIo; nodeIPs: readonly string[]; connectTimeoutMs?: number }): Promise<void> {
+    if (opts.conntrack) this.watchConnections(opts.conntrack, opts.nodeIPs);
     await this.packetIn.start(opts.controller, opts.portMac, { connectTimeoutMs: opts.connectTimeoutMs, socket: `${this.opts.ovsRunDir}/${this.opts.bridge}.mgmt` });
     this.flusher.bind(opts.applyFlows);
   }
@@ -307,11 +309,11 @@ export class ControllerModeEnforcer {
   }
 
   /** The open connections the node's rules now deny are cut, judged from those rules alone. */
-  watchConnections(io: ConntrackIo): void {
+  watchConnections(io: ConntrackIo, nodeIPs: readonly string[]): void {
     const settings = this.opts.connections ?? { datapath: 'system', keepNetworkPolicy: false };
     this.sweeper = new ConnectionSweeper({
       io: { dump: () => io.dump(), flush: (tuple) => io.flush(tuple), block: () => this.flusher.applyNow().then(() => undefined) },
-      policy: this.connectionPolicy(),
+      policy: this.connectionPolicy(nodeIPs),
       datapath: settings.datapath,
       keepNetworkPolicy: settings.keepNetworkPolicy,
       stateFile: this.opts.stateDir && join(this.opts.stateDir, 'cut-connections.json'),
@@ -323,7 +325,7 @@ export class ControllerModeEnforcer {
   }
 
   /** Judging from the node's rules (policy/node-verdict.ts): every side it reports is a local Pod's. */
-  private connectionPolicy(): ConnectionPolicy {
+  private connectionPolicy(nodeIPs: readonly string[]): ConnectionPolicy {
     const state = this.follower.state;
     const isServiceIp = (ip: string) => {
       const addr = parseIp(ip);
@@ -338,7 +340,7 @@ export class ControllerModeEnforcer {
       if (this.verdicts?.rules !== rules || this.verdicts.isolations !== isolations) {
         this.verdicts = {
           rules, isolations,
-          v: new NodeVerdicts(rules, isolations, { serviceEndpoints: (ip, protocol, port) => state.serviceBackends(ip, protocol, port), nodeIPs: this.opts.nodeIPs?.() ?? [] }),
+          v: new NodeVerdicts(rules, isolations, { serviceEndpoints: (ip, protocol, port) => state.serviceBackends(ip, protocol, port), nodeIPs }),
         };
       }
       return this.verdicts.v;
