@@ -140,6 +140,17 @@ t.test('controller mode: the standalone flows on every Node; the last state kept
   const atStart = agents.map((a) => cookies(a.cm.policyFlows)).join('|');
   t.match(agents[0]!.cm.status().controlPlane, { connected: true, synced: true, rejected: 0 }, 'status: following the controller');
 
+  // Open connections judged from node-1's own rules: the denied one is cut, the node's own (a kubelet probe) and the allowed one stay.
+  const ct = (src: string, dst: string, sport: number) => `tcp,orig=(src=${src},dst=${dst},sport=${sport},dport=8080),reply=(src=${dst},dst=${src},sport=8080,dport=${sport}),zone=65520,mark=32,protoinfo=(state=ESTABLISHED)`;
+  const flushed: string[] = [];
+  const node1 = agents[0]!.cm;
+  node1.watchConnections({ dump: async () => [ct('10.0.0.1', '10.1.0.5', 40001), ct('10.2.0.6', '10.1.0.5', 40002), ct('10.1.0.6', '10.1.0.5', 40003)].join('\n'), flush: async (tuple) => void flushed.push(tuple) }, ['10.0.0.1']);
+  node1.flowsConverged();
+  await node1.connectionsSettled();
+  t.equal(flushed.length, 1, 'one connection cut');
+  t.match(flushed[0], /10\.2\.0\.6.*40002/, 'z/d -> x/a (the AdminNetworkPolicy denies z): cut; the node\'s own and y/c\'s stay');
+  t.match(node1.status().connections, { cut: 1, blocked: 1 }, 'and blocked both ways until allowed again');
+
   // Changes of each kind: a Pod relabelled into the policy's peers, a new Pod, a policy edited.
   await running('y', 'e', 'node-2', '10.2.0.7');
   await lab.core.patchNamespacedPod({ namespace: 'z', name: 'd', body: [{ op: 'replace', path: '/metadata/labels', value: { app: 'd', tier: 'front' } }] } as never);
