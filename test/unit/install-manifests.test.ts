@@ -34,7 +34,7 @@ interface Container {
   ports?: { name?: string; containerPort: number; protocol?: string }[];
   resources?: { requests?: Record<string, string>; limits?: Record<string, string> };
 }
-interface Volume { name: string; hostPath?: { path: string; type?: string }; configMap?: { name: string } }
+interface Volume { name: string; hostPath?: { path: string; type?: string }; configMap?: { name: string; optional?: boolean } }
 interface PodSpec {
   serviceAccountName?: string; hostNetwork?: boolean; priorityClassName?: string;
   tolerations?: { operator?: string; key?: string; effect?: string }[];
@@ -111,7 +111,8 @@ function identityProblems(docs: Doc[]): string[] {
     out.push(`ClusterRoleBinding does not bind ServiceAccount ${ns}/${sa}`);
   }
   for (const v of podSpec(ds).volumes ?? []) {
-    if (v.configMap && !docs.some((d) => d.kind === 'ConfigMap' && d.metadata.name === v.configMap!.name)) {
+    // An optional one may come later from elsewhere (sluice-ca: the controller publishes it).
+    if (v.configMap && !v.configMap.optional && !docs.some((d) => d.kind === 'ConfigMap' && d.metadata.name === v.configMap!.name)) {
       out.push(`volume ${v.name} uses ConfigMap ${v.configMap.name}, which is not defined`);
     }
   }
