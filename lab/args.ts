@@ -13,8 +13,11 @@ export type Primary = 'ptp' | 'eks';
 export type Output = 'table' | 'json';
 export type PatchType = 'json' | 'merge';
 
+export const POLICY_SOURCES = ['standalone', 'controller'] as const;
+export type PolicySource = (typeof POLICY_SOURCES)[number];
+
 export type Command =
-  | { cmd: 'up'; name: string; nodes: number; primary: Primary; sluice: boolean; files: string[]; ipFamily: IpFamily }
+  | { cmd: 'up'; name: string; nodes: number; primary: Primary; sluice: boolean; files: string[]; ipFamily: IpFamily; policySource: PolicySource }
   | { cmd: 'down'; name: string; all: boolean }
   | { cmd: 'apply'; name: string; files: string[] }
   | { cmd: 'delete'; name: string; files: string[]; ignoreNotFound: boolean }
@@ -39,6 +42,7 @@ function parser(argv: string[]) {
         .option('primary', { type: 'string', choices: ['ptp', 'eks'], default: 'ptp', describe: 'primary CNI flavour' })
         .option('ip-family', { type: 'string', choices: [...IP_FAMILIES], default: 'ipv4', describe: 'Pod address families (ipv6, dual: ptp only; host-local IPv6 ranges fd00:10:<node>::/64)' })
         .option('sluice', { type: 'boolean', default: true, describe: 'chain sluice after the primary and run an enforcing sluice-agent per node (--no-sluice: primary CNI only)' })
+        .option('policy-source', { type: 'string', choices: [...POLICY_SOURCES], default: 'standalone', describe: 'the agents\' policy state: standalone (each computes the cluster) or controller (sluice-controller runs on the host and serves each node its span)' })
         .option('f', { alias: 'filename', type: 'string', array: true, default: [], describe: 'scenario manifest file or directory' }),
     )
     .command('down', 'remove a lab completely (works after a crash)', (y) =>
@@ -112,7 +116,9 @@ export function parseArgs(argv: string[]): Command {
     case 'up':
     {
       const ipFamily = a['ip-family'] as IpFamily;
-      return { cmd, name, nodes: checkNodes(), primary: a.primary as Primary, sluice: Boolean(a.sluice), files, ipFamily };
+      const policySource = a['policy-source'] as PolicySource;
+      if (policySource === 'controller' && !a.sluice) throw new UsageError('--policy-source controller needs the lab\'s agents (not --no-sluice)');
+      return { cmd, name, nodes: checkNodes(), primary: a.primary as Primary, sluice: Boolean(a.sluice), files, ipFamily, policySource };
     }
     case 'down':
       return { cmd, name, all: Boolean(a.all) };

@@ -32,6 +32,10 @@ import { hasIPv4, hasIPv6, type IpFamily, nodeIP, nodeIPv6, nodeName, nodeNetns,
 import { readLabInfo } from './net/lab.js';
 import { ApiError, RestClient } from './restclient.js';
 import { jsonLog } from './cluster/workqueue.js';
+import net from 'node:net';
+import { serviceAccountToken } from './apiserver/satoken.js';
+import { CONTROLLER_NAMESPACE, controllerLogPath, controllerModeSettings, controllerServiceInNodes, startController } from './controller.js';
+import { CA_CONFIGMAP } from '../daemon/controller/tls-secret.js';
 
 const NODE = resolveKind('nodes');
 export const API_PORT_IN_NODE = 6443;
@@ -43,6 +47,8 @@ export interface SupervisorArgs {
   nodes: number;
   primary: 'ptp' | 'eks';
   sluice: boolean;
+  /** The agents follow sluice-controller, which the supervisor runs on the host. */
+  controller?: boolean;
 }
 
 /** The Node object a kubelet registers (pure). */
@@ -122,6 +128,53 @@ async function waitForForwarder(lab: string, node: string): Promise<void> {
 
 let stopping = false;
 
+/**
+ * sluice-controller for a lab whose agents follow it: one replica on the host (its namespace and
+ * the agents' ServiceAccount created first), its Service in every node namespace, and each agent's
+ * settings (the controller's CA once published, a token bound to a Pod on the agent's node).
+ */
+async function startLabController(lab: string, nodes: string[], rest: RestClient, saKey: string, log: ReturnType<typeof jsonLog>): Promise<{ settings(node: string): Record<string, unknown>; stop(): Promise<void> }> {
+  for (const obj of [
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: CONTROLLER_NAMESPACE } },
+    { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'sluice-agent', namespace: CONTROLLER_NAMESPACE } },
+  ] as KubeObject[]) await rest.apply(resolveKind(obj.kind), obj);
+  const port = await freePort();
+  // The lab enforces no RBAC: its admin reads every Node's view by name.
+  const replica = await startController(lab, 'controller-0', port, ['--read-all-users', 'sluice-lab-admin']);
+  log('info', 'sluice-controller running', { pid: replica.pid, port });
+  let caCert: string | undefined;
+  for (const deadline = Date.now() + 60_000; caCert === undefined; await sleep(200)) {
+    try {
+      caCert = ((await rest.get(resolveKind('ConfigMap'), CA_CONFIGMAP, CONTROLLER_NAMESPACE)).data as Record<string, string> | undefined)?.['ca.crt'];
+    } catch {
+      // Not published yet: the replica publishes it once it leads.
+    }
+    if (caCert === undefined && Date.now() > deadline) throw new Error(`sluice-controller did not publish ${CONTROLLER_NAMESPACE}/${CA_CONFIGMAP} within 60 s (log ${controllerLogPath(lab, 'controller-0')})`);
+  }
+  const service = await controllerServiceInNodes(lab, nodes, port);
+  return {
+    settings: (node) => controllerModeSettings(lab, node, caCert!, serviceAccountToken(saKey, CONTROLLER_NAMESPACE, 'sluice-agent', { podName: `sluice-agent-${node}`, nodeName: node })),
+    stop: async () => {
+      try {
+        process.kill(replica.pid, 'SIGTERM');
+      } catch {
+        // already gone
+      }
+      await service.close();
+    },
+  };
+}
+
+/** A TCP port nothing listens on now, on 127.0.0.1. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer().once('error', reject).listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
 /** The ServiceAccount token signing key, made once per lab. */
 function serviceAccountKey(lab: string): string {
   const path = serviceAccountKeyPath(lab);
@@ -138,9 +191,11 @@ export function parseSupervisorArgs(argv: string[]): SupervisorArgs {
   const nodes = Number(get('--nodes'));
   const primary = get('--primary');
   if (!name || !Number.isInteger(nodes) || nodes < 1 || (primary !== 'ptp' && primary !== 'eks')) {
-    throw new Error('usage: supervisor.js --name L --nodes N --primary ptp|eks [--sluice] --state-dir DIR/');
+    throw new Error('usage: supervisor.js --name L --nodes N --primary ptp|eks [--sluice [--policy-source standalone|controller]] --state-dir DIR/');
   }
-  return { name, nodes, primary, sluice: argv.includes('--sluice') };
+  const source = get('--policy-source') ?? 'standalone';
+  if (source !== 'standalone' && source !== 'controller') throw new Error(`--policy-source "${source}": standalone or controller`);
+  return { name, nodes, primary, sluice: argv.includes('--sluice'), controller: source === 'controller' };
 }
 
 export async function runSupervisor(args: SupervisorArgs): Promise<void> {
@@ -177,11 +232,14 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   await Promise.all(nodes.map((node) => registerNode(rest, node, family)));
   await Promise.all(nodes.map((node) => waitForForwarder(lab, node)));
 
+  // Controller mode: sluice-controller first (the agents wait for its state before their first flows).
+  const controlPlane = args.sluice && args.controller ? await startLabController(lab, nodes, rest, saKey, log) : undefined;
+
   // The agents start now; each node's kubelet creates its first Pod only once its agent listens.
   const agents = new Map<string, Promise<void>>();
   if (args.sluice) {
     for (const node of nodes) {
-      const started = startAgent(lab, node).then((pid) => log('info', 'sluice-agent running', { node, pid }));
+      const started = startAgent(lab, node, 30_000, {}, controlPlane?.settings(node) ?? {}).then((pid) => log('info', 'sluice-agent running', { node, pid }));
       started.catch((err) => log('error', (err as Error).message, { node }));
       agents.set(node, started);
     }
@@ -213,6 +271,7 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
     log('info', 'stopping', { signal });
     rmSync(controlPath(lab), { force: true });
     await Promise.race([Promise.all(controllers.map((c) => c.stop())), sleep(2000)]);
+    await controlPlane?.stop();
     for (const f of forwarders) f.kill('SIGTERM');
     await Promise.race([api.close(), sleep(2000)]);
     try {

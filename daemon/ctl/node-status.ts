@@ -1,5 +1,6 @@
 /** `sluicectl node status`: what the agent on this node reports (readiness, gateway, Pods, last resync, guarded new Pods). */
 import type { CommandModule } from 'yargs';
+import type { EnforcerStatus } from '../enforcement/status.js';
 import { agentStatus, type NodeArgs, nodeContext, withConfig } from './node-common.js';
 
 export const nodeStatusCommand: CommandModule<object, NodeArgs & { json: boolean }> = {
@@ -32,11 +33,24 @@ export const nodeStatusCommand: CommandModule<object, NodeArgs & { json: boolean
       for (const u of a.unattached) console.log(`  NOT ENFORCED: ${u.pod} crosses no bridge (no policy applies): ${u.reason}`);
       if (a.unattached.length) process.exitCode = 1;
     }
-    const newPods = (s.enforcement as { newPods?: { admitted: number; guardedPods: { pod: string; nodes: string[]; sinceMs: number }[] } } | undefined)?.newPods;
+    const enforcement = s.enforcement as {
+      newPods?: { admitted: number; guardedPods: { pod: string; nodes: string[]; sinceMs: number }[]; isolatedPods?: { pod: string; why: string; sinceMs: number }[] };
+      controlPlane?: EnforcerStatus['controlPlane'];
+    } | undefined;
+    const cp = enforcement?.controlPlane;
+    if (cp) {
+      // Not following is fail-closed (the last state stays) but changes made meanwhile do not reach this node.
+      console.log(cp.connected
+        ? `  policy source: sluice-controller ${cp.server}, following since ${cp.since} (${cp.enforcedPolicies} policies, ${cp.appliedToGroups} AppliedToGroups, ${cp.addressGroups} AddressGroups)${cp.held ? `; held: ${cp.held}` : ''}`
+        : `  POLICY SOURCE UNREACHABLE: sluice-controller ${cp.server} since ${cp.since}: ${cp.reason ?? ''}; the state received last stays enforced`);
+      if (!cp.connected) process.exitCode = 1;
+    }
+    const newPods = enforcement?.newPods;
     if (newPods) {
       console.log(`  new Pods admitted: ${newPods.admitted}`);
       // A guard is fail-closed but cuts the Pod off from those nodes' span Pods: worth an operator's look when it lasts.
       for (const g of newPods.guardedPods) console.log(`  GUARDED: ${g.pod} from the Pods of ${g.nodes.join(', ')} for ${Math.round(g.sinceMs / 1000)} s: those nodes have not confirmed they know its address (their agents: realizationPort)`);
+      for (const i of newPods.isolatedPods ?? []) console.log(`  ISOLATED: ${i.pod} for ${Math.round(i.sinceMs / 1000)} s, every new connection dropped: ${i.why}`);
     }
     if (!s.ready) process.exitCode = 1;
   },

@@ -85,7 +85,7 @@ function batchingDriver(d: LabDriver, c: ConformanceCase, family: 4 | 6, evaluat
   };
 }
 
-export function conformanceLabSuite(lab: string, ipFamily: 'ipv4' | 'ipv6'): void {
+export function conformanceLabSuite(lab: string, ipFamily: 'ipv4' | 'ipv6', policySource: 'standalone' | 'controller' = 'standalone'): void {
   const why = reason();
   if (why) {
     t.plan(0, why);
@@ -102,7 +102,7 @@ export function conformanceLabSuite(lab: string, ipFamily: 'ipv4' | 'ipv6'): voi
 
   t.before(async () => {
     await cli(['down', ...n]);
-    const r = await cli(['up', ...n, '--primary', 'ptp', '--sluice', '--ip-family', ipFamily]);
+    const r = await cli(['up', ...n, '--primary', 'ptp', '--sluice', '--ip-family', ipFamily, '--policy-source', policySource]);
     if (r.code !== 0) throw new Error(`sluice-lab up failed: ${r.stderr}`);
     driver = new LabDriver(readControl(lab)!);
   });
