@@ -21,11 +21,17 @@
  * time + Nodes updated x the agent's time (node-143's taken as typical). Neither includes the flow
  * compile, which is the same in both modes.
  *
- * usage: node dist/bench/controller.js [--pods 10000,50000,150000] [--reps 30]
+ * Also printed for node-143: its view's size on the wire, and the policy state and flows it holds
+ * (heap retained: the NodePolicyState and compiled flows in controller mode, the whole-cluster
+ * engine and compiled flows in standalone mode), and the bytes it receives per event (0 for an
+ * event outside its span).
+ *
+ * usage: node --expose-gc dist/bench/controller.js [--pods 10000,50000,150000] [--reps 30]
  */
 import { loadavg } from 'node:os';
 import { ClusterComputation, type NodeViewSink } from '../daemon/controller/computation.js';
 import { NodePolicyState } from '../daemon/controlplane/node-state.js';
+import { PolicyFlows, policyFlowInput } from '../daemon/flows/policy/index.js';
 import type { ControlPlaneAddressGroupPatch, ControlPlaneEvent, ControlPlaneKind, ControlPlaneObject } from '../daemon/controlplane/types.js';
 import { PolicyEngine } from '../daemon/policy/engine.js';
 import type { KubeObject } from '../daemon/policy/types.js';
@@ -86,6 +92,11 @@ class CountingSink implements NodeViewSink {
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))]!;
 const ms = (x: number) => `${x.toFixed(x < 1 ? 3 : 2)} ms`;
 const mib = () => `${Math.round(process.memoryUsage().rss / 2 ** 20)} MiB`;
+/** The JS heap in use, after a full collection when the bench runs with --expose-gc. */
+const heapMiB = () => {
+  globalThis.gc?.();
+  return process.memoryUsage().heapUsed / 2 ** 20;
+};
 
 function podObject(ns: number, j: number, nodes: number, labels: Record<string, string>, name = `pod-${j}`, k = ns * PODS_PER_NS + j): KubeObject {
   const ip = `10.${16 + (k >> 16)}.${(k >> 8) & 255}.${k & 255}`;
@@ -114,19 +125,31 @@ async function runSize(pods: number): Promise<void> {
   console.log(`initial views: ${initial.nodes} Nodes, ${(initial.bytes / 2 ** 20).toFixed(1)} MiB sent in all, objects per Node p50 ${pct(perNode, 0.5)} max ${Math.max(...perNode)}`);
 
   // The same Node in standalone mode: its own engine fed the whole cluster, as every agent is today.
+  const heap0 = heapMiB();
   const standalone = new PolicyEngine({ nodeName: 'node-143' });
   for (const o of [...model.cluster, ...model.policies]) standalone.upsert(o);
   standalone.nodeRuleSet();
   standalone.nodeIsolations();
+  const standaloneFlows = new PolicyFlows();
+  standaloneFlows.sync(policyFlowInput(standalone));
+  const standaloneHeap = heapMiB() - heap0;
 
   // One agent rebuilt from its initial view, to time taking its share of each event.
   const agentNode = 'node-143';
+  const heap1 = heapMiB();
   const agent = new NodePolicyState(agentNode);
+  const view = [...(sink.views.get(agentNode) ?? new Map<string, ControlPlaneObject>()).entries()];
   for (const kind of ['NetworkPolicy', 'AppliedToGroup', 'AddressGroup'] as ControlPlaneKind[]) {
-    agent.sync(kind, [...(sink.views.get(agentNode) ?? new Map()).entries()].filter(([k]) => k.startsWith(`${kind}/`)).map(([, o]) => o));
+    agent.sync(kind, view.filter(([k]) => k.startsWith(`${kind}/`)).map(([, o]) => o));
   }
   agent.commit();
   agent.nodeRuleSet();
+  const agentFlows = new PolicyFlows();
+  agentFlows.sync({ rules: agent.nodeRuleSet(), isolations: agent.nodeIsolations(), serviceEndpoints: (ip, protocol, port) => agent.serviceBackends(ip, protocol, port) });
+  const agentHeap = heapMiB() - heap1;
+  const viewBytes = view.reduce((sum, [, o]) => sum + JSON.stringify(o).length, 0);
+  console.log(`${agentNode}: its view ${view.length} objects, ${(viewBytes / 2 ** 20).toFixed(1)} MiB on the wire; policy state and flows held (heap${globalThis.gc ? '' : ', approximate: run with --expose-gc'}): ` +
+    `controller mode ${agentHeap.toFixed(0)} MiB, standalone ${standaloneHeap.toFixed(0)} MiB; policy flows ${agentFlows.size} (standalone ${standaloneFlows.size})`);
 
   const np = model.policies.find((p) => p.kind === 'NetworkPolicy')!;
   const npSpec = np.spec as Record<string, unknown>;
@@ -168,6 +191,7 @@ async function runSize(pods: number): Promise<void> {
     const agentTimes: number[] = [];
     const alone: number[] = [];
     let agentEvents = 0;
+    let agentBytes = 0;
     for (let i = 0; i < REPS; i++) {
       const s = performance.now();
       e.run(i, alone);
@@ -177,6 +201,7 @@ async function runSize(pods: number): Promise<void> {
       bytes.push(out.bytes);
       const mine = out.events.get(agentNode) ?? [];
       agentEvents += mine.length;
+      agentBytes += mine.reduce((sum, ev) => sum + JSON.stringify(ev.object).length + 24, 0);
       const a = performance.now();
       for (const ev of mine) agent.event(ev);
       agent.commit();
@@ -188,7 +213,7 @@ async function runSize(pods: number): Promise<void> {
     const sampled = agentEvents > 0 || pct(fanout, 0.5) === 0;
     const clusterController = pct(times, 0.5) + (sampled ? pct(fanout, 0.5) * pct(agentTimes, 0.5) : 0);
     console.log(`${e.name}: controller p50 ${ms(pct(times, 0.5))} p90 ${ms(pct(times, 0.9))}; Nodes updated p50 ${pct(fanout, 0.5)} max ${Math.max(...fanout)}; bytes sent p50 ${pct(bytes, 0.5)}; ` +
-      `${agentNode}: ${agentEvents} events, p50 ${ms(pct(agentTimes, 0.5))} (standalone engine p50 ${ms(pct(alone, 0.5))}); ` +
+      `${agentNode}: ${agentEvents} events, ${agentBytes} bytes in ${REPS} reps, p50 ${ms(pct(agentTimes, 0.5))} (standalone engine p50 ${ms(pct(alone, 0.5))}); ` +
       (sampled
         ? `cluster CPU per event: standalone ${ms(clusterStandalone)}, controller mode ~${ms(clusterController)} (${(clusterStandalone / Math.max(clusterController, 1e-6)).toFixed(1)}x)`
         : `cluster CPU per event: standalone ${ms(clusterStandalone)}, controller mode ${ms(clusterController)} + ${pct(fanout, 0.5)} agents' shares (not sampled: ${agentNode} was not updated)`));

@@ -55,6 +55,39 @@ export function every(clock: Clock, ms: number, fn: () => void): () => void {
 }
 
 /**
+ * Pauses on a clock that all end at once when their owner closes (a background loop stops
+ * waiting instead of sleeping out its backoff).
+ */
+export class Pauses {
+  private readonly timers = new Map<TimerHandle, () => void>();
+  private closed = false;
+
+  constructor(private readonly clock: Clock) {}
+
+  /** Resolves after `ms`, or at once when closed. */
+  sleep(ms: number): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    return new Promise((resolve) => {
+      const t = this.clock.setTimeout(() => {
+        this.timers.delete(t);
+        resolve();
+      }, ms);
+      this.timers.set(t, resolve);
+    });
+  }
+
+  /** Ends every pause now and every later one at once. */
+  close(): void {
+    this.closed = true;
+    for (const [t, end] of this.timers) {
+      this.clock.clearTimeout(t);
+      end();
+    }
+    this.timers.clear();
+  }
+}
+
+/**
  * A reply deadline that a busy event loop cannot fake. After a long synchronous stretch (a cold
  * policy compile, a GC pause), expired timers run before the poll phase reads the sockets, so a
  * reply that arrived in time would be reported missing and a healthy OVS or API server blamed.

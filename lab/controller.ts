@@ -55,6 +55,27 @@ export async function startController(lab: string, identity: string, port: numbe
   throw new Error(`sluice-controller ${identity} ${exited !== undefined ? `exited (${exited})` : `did not answer /healthz within ${timeoutMs / 1000} s`}; log ${controllerLogPath(lab, identity)}:\n  ${tail}`);
 }
 
+/** kill -9 of replicas (a test's teardown: gone ones are skipped). */
+export function killControllers(replicas: readonly LabController[]): void {
+  for (const c of replicas) {
+    try {
+      process.kill(c.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+}
+
+/** A TCP port nothing listens on now, on 127.0.0.1 (for a replica). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer().once('error', reject).listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
 /** Whether the replica at `port` answers /healthz (a liveness check: its certificate is not verified here). */
 function healthy(port: number): Promise<boolean> {
   return new Promise((resolve) => {

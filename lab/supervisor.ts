@@ -32,9 +32,8 @@ import { hasIPv4, hasIPv6, type IpFamily, nodeIP, nodeIPv6, nodeName, nodeNetns,
 import { readLabInfo } from './net/lab.js';
 import { ApiError, RestClient } from './restclient.js';
 import { jsonLog } from './cluster/workqueue.js';
-import net from 'node:net';
 import { serviceAccountToken } from './apiserver/satoken.js';
-import { CONTROLLER_NAMESPACE, controllerLogPath, controllerModeSettings, controllerServiceInNodes, startController } from './controller.js';
+import { CONTROLLER_NAMESPACE, controllerLogPath, controllerModeSettings, controllerServiceInNodes, freePort, startController } from './controller.js';
 import { CA_CONFIGMAP } from '../daemon/controller/tls-secret.js';
 
 const NODE = resolveKind('nodes');
@@ -163,16 +162,6 @@ async function startLabController(lab: string, nodes: string[], rest: RestClient
       await service.close();
     },
   };
-}
-
-/** A TCP port nothing listens on now, on 127.0.0.1. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer().once('error', reject).listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 /** The ServiceAccount token signing key, made once per lab. */

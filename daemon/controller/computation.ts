@@ -211,6 +211,7 @@ export class ClusterComputation {
     // A group new to the controller is read whole once (its members and named ports).
     const whole = old ? undefined : this.engine.addressGroup(id);
     const namedPorts = old ? old.namedPorts : whole?.namedPorts;
+    const fqdn = old ? old.fqdn : whole?.peer.kind === 'fqdn' ? [whole.peer.pattern] : undefined;
     const wire = (m: GroupMember) => wireMember(m, namedPorts !== undefined);
     const changes = cs.memberChanges?.get(id)?.map((c) => ({ key: c.key, before: c.before && wire(c.before), after: c.after && wire(c.after) }))
       .filter((c) => !c.before || !c.after || canonicalJson(c.before) !== canonicalJson(c.after));
@@ -229,7 +230,7 @@ export class ClusterComputation {
     const backends = this.backendsOf(members);
     const obj: ControlPlaneAddressGroup = {
       apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: id }, members, ipBlocks,
-      ...(namedPorts ? { namedPorts } : {}), ...(backends.length > 0 ? { serviceBackends: backends } : {}),
+      ...(namedPorts ? { namedPorts } : {}), ...(backends.length > 0 ? { serviceBackends: backends } : {}), ...(fqdn ? { fqdn } : {}),
     };
     this.addressGroups.set(id, obj);
     // Other than members changed (ipBlocks, Service backends): the group goes whole.

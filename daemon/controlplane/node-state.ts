@@ -263,6 +263,19 @@ export class NodePolicyState {
     return [];
   }
 
+  /**
+   * The enforced rules whose peers include an FQDN group: their addresses come from DNS learning,
+   * which the controller does not do, so such a rule matches no address here.
+   */
+  fqdnRules(): { ref: ComputedRule['ref']; patterns: string[] }[] {
+    const out: { ref: ComputedRule['ref']; patterns: string[] }[] = [];
+    for (const r of this.rules.values()) {
+      const patterns = r.addressGroups.flatMap((g) => this.address.get(g)?.object.fqdn ?? []);
+      if (patterns.length > 0) out.push({ ref: r.ref, patterns: [...new Set(patterns)].sort() });
+    }
+    return out;
+  }
+
   /** Sizes and waiting policies, for /status. */
   counts(): { policies: number; enforced: number; waiting: string[]; appliedToGroups: number; addressGroups: number } {
     return { policies: this.received.size, enforced: this.enforced.size, waiting: [...this.waiting].sort(), appliedToGroups: this.appliedTo.size, addressGroups: this.address.size };

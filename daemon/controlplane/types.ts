@@ -119,6 +119,12 @@ export interface ControlPlaneAddressGroup {
   namedPorts?: { protocol: string; name: string }[];
   /** For groups with Service members (toServices peers): where each ClusterIP/port sends its traffic. */
   serviceBackends?: ServiceBackendEntry[];
+  /**
+   * The DNS name patterns of an FQDN peer's group. Its members are the addresses DNS answers gave
+   * an agent's own engine; the controller learns none, so an agent in controller mode sees such a
+   * group empty and says which rules it cannot enforce as written.
+   */
+  fqdn?: string[];
 }
 
 /** A membership change of one AddressGroup: the members that came or changed, the refs of those that went. */

@@ -14,6 +14,14 @@ import type { KubeObject } from '../policy/types.js';
 import type { ClusterWatch } from './watch/clusterwatch.js';
 import { askController } from '../controlplane/client.js';
 import { ControllerModeEnforcer } from './controller-mode/enforcer.js';
+import type { PodAttachment } from '../node/attachment.js';
+import type { OpenFlowController } from '../ovs/openflow/controller.js';
+import type { ConntrackIo } from './conntrack/index.js';
+import type { EnforcerStatus } from './status.js';
+import type { PolicyReport } from './policy-report.js';
+import type { TraceIo, TraceReport, TraceRequest } from './traceflow.js';
+import type { EnforcementMetrics } from '../metrics.js';
+import type { RuleStatistics } from '../flows/policy/stats.js';
 
 export { Enforcer, type DnsLearning, type DnsPuntHook, type EnforcerOptions, type EnforcerStatus } from './enforcer.js';
 export { PodView } from './podview.js';
@@ -50,47 +58,12 @@ export async function startEnforcement(
   if (cfg.policySource === 'controller') return startControllerMode(cfg, log, opts);
   // FQDN peers follow what DNS tells local Pods (enforcement/fqdn).
   const dns = new FqdnLearning({ log: { debug: (o, m) => log.debug(o, m), warn: (o, m) => log.warn(o, m) } });
-  const enforcer = new Enforcer({
-    nodeName: cfg.nodeName,
-    ...(cfg.kubeconfig ? { kubeconfig: cfg.kubeconfig } : {}),
-    ovsRunDir: cfg.ovsRunDir,
-    bridge: cfg.bridge,
-    auditLogPath: cfg.auditLogPath,
-    stateDir: cfg.stateDir,
-    log,
-    dns,
-    ...(opts.onRealized ? { onRealized: opts.onRealized } : {}),
-    ...(opts.onConnectionsCut ? { onConnectionsCut: opts.onConnectionsCut } : {}),
-    connections: { datapath: cfg.datapath, keepNetworkPolicy: cfg.networkPolicyConnections === 'keep' },
-    newPods: { realizationPort: cfg.realizationPort },
-  });
+  const enforcer = new Enforcer({ ...sharedOptions(cfg, log, opts), dns });
   await enforcer.startWatch();
   const hooks: EnforcementHooks = {
-    writeFlows: (store) => enforcer.writeFlows(store),
-    prepare: async (node, localPods) => {
-      enforcer.localPodsAtStart(localPods);
-      await enforcer.waitSynced();
-      await enforcer.attach({
-        controller: node.openflow,
-        applyFlows: () => node.syncFlows(),
-        portMac: (ofport) => node.portMac(ofport),
-        ...(node.conntrack ? { conntrack: node.conntrack } : {}),
-      });
-    },
-    flowsConverged: () => enforcer.flowsConverged(),
-    podAttaching: (pod) => enforcer.podAttaching(pod),
-    podDetached: (pod) => enforcer.podDetached(pod),
-    podStarting: (pod) => enforcer.podStarting(pod),
-    realized: (query) => enforcer.realizedAnswer(query),
+    ...commonHooks(enforcer),
     servicesOutside: (cidrs) => clusterIPsOutside(enforcer.engine.cluster.services.values(), cidrs),
-    close: () => enforcer.close(),
-    status: () => enforcer.status(),
-    policyReport: () => enforcer.policyReport(),
     policyObject: (e) => enforcer.policyObject(e),
-    traceflow: (req, io, port, gw) => enforcer.traceflow({ ...req, dstIp: enforcer.traceTarget(req.to, req.source.ip.includes(':') ? 6 : 4) }, io, port, gw),
-    metrics: () => enforcer.metrics(),
-    ruleStats: (dump) => enforcer.ruleStats(dump),
-    meterDrops: () => enforcer.meterDrops(),
   };
   return { enforcer, hooks };
 }
@@ -104,6 +77,25 @@ async function startControllerMode(
   const access = await controllerAccess(cfg);
   const listeners: ((state: 'connected' | 'disconnected', reason: string) => void)[] = [];
   const enforcer = new ControllerModeEnforcer({
+    ...sharedOptions(cfg, log, opts),
+    controller: access,
+    askController: (pod, waitMs) => askController(access, pod, waitMs),
+    serviceRanges: () => cfg.serviceCIDRs,
+    onControlPlane: (state, reason) => {
+      for (const l of listeners) l(state, reason);
+    },
+  });
+  await enforcer.start();
+  const hooks: EnforcementHooks = {
+    ...commonHooks(enforcer),
+    watchControlPlane: (listener) => listeners.push(listener),
+  };
+  return { enforcer, hooks };
+}
+
+/** The settings both modes take from the configuration. */
+function sharedOptions(cfg: AgentConfig, log: Logger, opts: { onRealized?: (seconds: number) => void; onConnectionsCut?: (count: number) => void }) {
+  return {
     nodeName: cfg.nodeName,
     ...(cfg.kubeconfig ? { kubeconfig: cfg.kubeconfig } : {}),
     ovsRunDir: cfg.ovsRunDir,
@@ -114,16 +106,34 @@ async function startControllerMode(
     ...(opts.onRealized ? { onRealized: opts.onRealized } : {}),
     ...(opts.onConnectionsCut ? { onConnectionsCut: opts.onConnectionsCut } : {}),
     connections: { datapath: cfg.datapath, keepNetworkPolicy: cfg.networkPolicyConnections === 'keep' },
-    controller: access,
     newPods: { realizationPort: cfg.realizationPort },
-    askController: (pod, waitMs) => askController(access, pod, waitMs),
-    serviceRanges: () => cfg.serviceCIDRs,
-    onControlPlane: (state, reason) => {
-      for (const l of listeners) l(state, reason);
-    },
-  });
-  await enforcer.start();
-  const hooks: EnforcementHooks = {
+  };
+}
+
+/** What the agent's hooks call on the policy side, the same in both modes (Enforcer, ControllerModeEnforcer). */
+interface NodeEnforcement {
+  writeFlows: EnforcementHooks['writeFlows'];
+  localPodsAtStart(pods: PodAttachment[]): void;
+  waitSynced(): Promise<void>;
+  attach(opts: { controller: OpenFlowController; applyFlows: () => Promise<unknown>; portMac: (ofport: number) => string | undefined; conntrack?: ConntrackIo; nodeIPs: readonly string[] }): Promise<void>;
+  flowsConverged(): void;
+  podAttaching: EnforcementHooks['podAttaching'];
+  podDetached: EnforcementHooks['podDetached'];
+  podStarting(pod: PodAttachment): Promise<void>;
+  realizedAnswer(query: URLSearchParams): Promise<{ code: number; body: unknown }>;
+  close(): Promise<void>;
+  status(): EnforcerStatus;
+  policyReport(): PolicyReport;
+  traceflow(req: TraceRequest, io: Omit<TraceIo, 'packetOut'>, port: (ofport: number) => string, gatewayOfport: number): Promise<TraceReport>;
+  traceTarget(to: string, family: 4 | 6): string;
+  metrics(): EnforcementMetrics;
+  ruleStats(dump: () => Promise<string>): Promise<RuleStatistics[]>;
+  meterDrops(): Promise<Record<string, number>>;
+}
+
+/** The hooks both modes answer alike. */
+function commonHooks(enforcer: NodeEnforcement): EnforcementHooks {
+  return {
     writeFlows: (store) => enforcer.writeFlows(store),
     prepare: async (node, localPods) => {
       enforcer.localPodsAtStart(localPods);
@@ -148,9 +158,7 @@ async function startControllerMode(
     metrics: () => enforcer.metrics(),
     ruleStats: (dump) => enforcer.ruleStats(dump),
     meterDrops: () => enforcer.meterDrops(),
-    watchControlPlane: (listener) => listeners.push(listener),
   };
-  return { enforcer, hooks };
 }
 
 /** The controller's address and the agent's credentials for it, from the configuration; an unreadable file is named. */

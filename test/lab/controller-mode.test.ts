@@ -16,12 +16,11 @@ import { readFileSync } from 'node:fs';
 import { KubeAccess } from '../../daemon/kube/access.js';
 import { serviceAccountToken } from '../../lab/apiserver/satoken.js';
 import { hostKubeconfigPath, serviceAccountKeyPath } from '../../lab/control.js';
-import { CONTROLLER_NAMESPACE, controllerModeSettings, controllerServiceInNodes, type LabController, startController } from '../../lab/controller.js';
+import { CONTROLLER_NAMESPACE, controllerModeSettings, controllerServiceInNodes, freePort, killControllers, type LabController, startController } from '../../lab/controller.js';
 import { cliJson, type ListJson } from './labcli-helpers.js';
 import {
   agentStatus, compareWithSimulate, fullProbeSet, labCli, POLICIES, probe, restartAgent, run, upEnforcingLab, withEnforcingLab, WORKLOAD, writeTempFile,
 } from './enforce-helpers.js';
-import net from 'node:net';
 import { join } from 'node:path';
 
 const LAB = 'cm';
@@ -29,12 +28,6 @@ const NODES = ['node-1', 'node-2'];
 const NODE_IPS = ['192.168.77.11', '192.168.77.12'];
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-const freePort = () => new Promise<number>((resolve) => {
-  const s = net.createServer().listen(0, '127.0.0.1', () => {
-    const { port } = s.address() as net.AddressInfo;
-    s.close(() => resolve(port));
-  });
-});
 
 async function until<T>(what: string, get: () => Promise<T | undefined>, ms = 60_000): Promise<T> {
   const deadline = Date.now() + ms;
@@ -92,15 +85,7 @@ withEnforcingLab(LAB, 'controller-mode-', (dir) => {
     const switchedAt = Date.now();
 
     const controllers: LabController[] = [];
-    t.teardown(() => {
-      for (const c of controllers) {
-        try {
-          process.kill(c.pid, 'SIGKILL');
-        } catch {
-          // gone
-        }
-      }
-    });
+    t.teardown(() => killControllers(controllers));
     const flags = ['--read-all-users', 'sluice-lab-admin'];
     controllers.push(await startController(LAB, 'controller-a', await freePort(), flags));
     const service = await controllerServiceInNodes(LAB, NODES, controllers[0]!.port);

@@ -20,20 +20,13 @@ import { buildPolicyReport } from '../../daemon/enforcement/policy-report.js';
 import { KubeAccess } from '../../daemon/kube/access.js';
 import { serviceAccountToken } from '../../lab/apiserver/satoken.js';
 import { hostKubeconfigPath, serviceAccountKeyPath } from '../../lab/control.js';
-import { CONTROLLER_NAMESPACE, type LabController, startController } from '../../lab/controller.js';
+import { CONTROLLER_NAMESPACE, freePort, killControllers, type LabController, startController } from '../../lab/controller.js';
 import { labCli, POLICIES, run, SLUICECTL, tempDir, WORKLOAD, writeTempFile } from './enforce-helpers.js';
 
 const LAB = 'np';
 const NODES = ['node-1', 'node-2'];
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** A port nothing listens on now. */
-const freePort = () => new Promise<number>((resolve) => {
-  const s = net.createServer().listen(0, '127.0.0.1', () => {
-    const { port } = s.address() as net.AddressInfo;
-    s.close(() => resolve(port));
-  });
-});
 
 /** GET over HTTPS on 127.0.0.1 (verified with `ca` when given). */
 const httpsGet = (port: number, path: string, ca?: string, token?: string) => new Promise<{ code: number; body: string }>((resolve) => {
@@ -230,15 +223,7 @@ if (reason) {
   // dies and the watch resumes there.
   t.test('sluice-controller: each Node\'s span gives its agent\'s policies; a standby takes over', async (t) => {
     const controllers: LabController[] = [];
-    t.teardown(() => {
-      for (const c of controllers) {
-        try {
-          process.kill(c.pid, 'SIGKILL');
-        } catch {
-          // gone
-        }
-      }
-    });
+    t.teardown(() => killControllers(controllers));
     // The namespace, the agents' ServiceAccount, and the controller's API registered with the API
     // server's aggregation layer: APIService -> Service -> Endpoints (written below: the lab's
     // stand-in for the Service selecting the leader's Pod). The controllers fill in its caBundle.

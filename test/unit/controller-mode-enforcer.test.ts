@@ -158,7 +158,19 @@ t.test('controller mode: the standalone flows on every Node; the last state kept
     metadata: { name: 'allow-y', namespace: 'x' },
     spec: { podSelector: {}, policyTypes: ['Ingress'], ingress: [{ _from: [{ namespaceSelector: { matchLabels: { ns: 'y' } } }, { podSelector: { matchLabels: { tier: 'front' } }, namespaceSelector: {} }], ports: [{ port: 'http' }] }] },
   } });
+  // An FQDN peer: not learned in controller mode, which the policy report says.
+  await lab.custom.createClusterCustomObject({
+    group: 'crd.antrea.io', version: 'v1beta1', plural: 'clusternetworkpolicies',
+    body: {
+      apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'no-example' },
+      spec: { priority: 5, appliedTo: [{ namespaceSelector: { matchLabels: { ns: 'x' } } }], egress: [{ name: 'drop-example', action: 'Drop', to: [{ fqdn: '*.example.com' }] }] },
+    },
+  });
+  for (const a of agents) await until(`${a.node} enforces no-example`, () => a.cm.policyReport().policies.some((p) => p.name === 'no-example'));
   await converged('after changes');
+  const fqdnWarning = agents[0]!.cm.policyReport().warnings.find((w) => w.name === 'no-example');
+  t.match(fqdnWarning, { field: 'rule drop-example', message: /FQDN peers \(\*\.example\.com\) are not learned in controller mode/ }, 'the report names the FQDN rule this mode cannot enforce as written');
+  t.ok(agents[1]!.cm.policyReport().warnings.some((w) => w.name === 'no-example'), 'node-2 (x/b) reports it too');
   t.not(agents.map((a) => cookies(a.cm.policyFlows)).join('|'), atStart, 'the changes changed flows');
 
   // The controller is gone: the last state stays while the cluster changes.

@@ -196,7 +196,9 @@ t.test('kubelet status, Node object, agent config, supervisor args', async (t) =
     cniCacheDir: '/run/sluice-lab/sl/node-1/cni-cache',
   });
 
-  t.same(parseSupervisorArgs(['--name', 'lb1', '--nodes', '3', '--primary', 'eks', '--sluice', '--state-dir', '/run/sluice-lab/lb1/']), { name: 'lb1', nodes: 3, primary: 'eks', sluice: true });
+  t.same(parseSupervisorArgs(['--name', 'lb1', '--nodes', '3', '--primary', 'eks', '--sluice', '--state-dir', '/run/sluice-lab/lb1/']), { name: 'lb1', nodes: 3, primary: 'eks', sluice: true, controller: false });
+  t.same(parseSupervisorArgs(['--name', 'lb1', '--nodes', '1', '--primary', 'ptp', '--sluice', '--policy-source', 'controller']), { name: 'lb1', nodes: 1, primary: 'ptp', sluice: true, controller: true });
+  t.throws(() => parseSupervisorArgs(['--name', 'lb1', '--nodes', '1', '--primary', 'ptp', '--policy-source', 'central']), /--policy-source "central": standalone or controller/);
   t.throws(() => parseSupervisorArgs(['--name', 'lb1', '--nodes', 'x', '--primary', 'ptp']), /usage/);
 });
 

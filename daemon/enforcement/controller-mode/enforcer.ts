@@ -29,7 +29,7 @@ import type { PodAttachment } from '../../node/attachment.js';
 import type { OpenFlowController } from '../../ovs/openflow/index.js';
 import { cidrContainsIp, parseCidr, parseIp } from '../../policy/cidr.js';
 import { NodeVerdicts, toSideDecision } from '../../policy/node-verdict.js';
-import type { KubeObject, Probe } from '../../policy/types.js';
+import type { KubeObject, Probe, ValidationError } from '../../policy/types.js';
 import { ConditionWaiters } from '../condition-waiters.js';
 import { type ConnectionPolicy, ConnectionSweeper, type ConntrackIo } from '../conntrack/index.js';
 import { LocalEgressSources } from '../egress-sources.js';
@@ -92,6 +92,8 @@ export class ControllerModeEnforcer {
   private verdicts?: { rules: unknown; isolations: unknown; v: NodeVerdicts };
   private bridgeSynced = false;
   private closed = false;
+  /** The FQDN rules last warned about (warnUnlearnedFqdn). */
+  private fqdnWarned = '';
   onServiceCidrs?: () => void;
 
   constructor(private readonly opts: ControllerModeOptions) {
@@ -106,7 +108,10 @@ export class ControllerModeEnforcer {
       changed: (cs) => this.flusher.changed(cs),
       changes: () => this.flusher.changes,
       committedChanges: () => this.flusher.committedChanges,
-      afterCommit: () => this.waiters.poke(),
+      afterCommit: () => {
+        this.waiters.poke();
+        this.warnUnlearnedFqdn();
+      },
       onConnection: (state, reason) => {
         if (state === 'connected') log.info('controller mode: following the controller');
         else log.warn({ reason }, 'controller mode: the controller is not followed; the last state received stays enforced');
@@ -426,8 +431,31 @@ export class ControllerModeEnforcer {
       rules: state.nodeRuleSet(),
       isolations: state.nodeIsolations(),
       errors: [],
+      warnings: this.unlearnedFqdn(),
       localPods: [...this.localPods.keys()].sort(),
     });
+  }
+
+  /** Says once per change of the set which rules have FQDN peers this mode cannot enforce. */
+  private warnUnlearnedFqdn(): void {
+    const rules = this.unlearnedFqdn();
+    const key = rules.map((w) => `${w.kind}/${w.namespace ?? ''}/${w.name}/${w.field}`).join('\n');
+    if (key === this.fqdnWarned) return;
+    this.fqdnWarned = key;
+    if (rules.length > 0) this.opts.log.warn({ rules: rules.map((w) => `${w.kind} ${w.namespace ? `${w.namespace}/` : ''}${w.name} ${w.field}`) }, 'controller mode: rules with FQDN peers match no address here (DNS answers are not learned in this mode); sluicectl node policies lists them');
+  }
+
+  /** Rules with FQDN peers, which this mode cannot enforce as written (NodePolicyState.fqdnRules), as report warnings. */
+  private unlearnedFqdn(): ValidationError[] {
+    const seen = new Map<string, ValidationError>();
+    for (const { ref, patterns } of this.follower.state.fqdnRules()) {
+      const w: ValidationError = {
+        kind: ref.kind, ...(ref.namespace ? { namespace: ref.namespace } : {}), name: ref.name, field: `rule ${ref.rule}`,
+        message: `FQDN peers (${patterns.join(', ')}) are not learned in controller mode: the rule matches no address (an Allow allows nothing, a Drop drops nothing); use policySource: standalone for FQDN policies`,
+      };
+      seen.set(`${ref.kind}/${ref.namespace ?? ''}/${ref.name}/${ref.rule}`, w);
+    }
+    return [...seen.values()];
   }
 
   async close(): Promise<void> {

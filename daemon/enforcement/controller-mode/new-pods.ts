@@ -16,7 +16,7 @@
  * ways, until the answer comes and is enforced (fail closed; the Pod starts, isolated). The
  * background follow-up asks again (long polls, backoff when the controller cannot be reached).
  */
-import type { Clock, TimerHandle } from '../../clock.js';
+import { type Clock, Pauses } from '../../clock.js';
 import { type PodRealization, type ViewVersions, viewVersionsOf } from '../../controlplane/types.js';
 import type { GuardedPod } from '../../flows/newpod-guard.js';
 import { NewPodGate, type PodQuestion } from '../newpods/index.js';
@@ -61,11 +61,13 @@ export class ControlledPodAdmission {
   private readonly addresses = new Map<string, string>();
   private readonly isolated = new Map<string, Isolation>();
   private readonly peers: NewPodGate;
-  private readonly timers = new Map<TimerHandle, () => void>();
+  /** Pending pauses (asking again), ended by close. */
+  private readonly pauses: Pauses;
   private closed = false;
   private readonly counts = { isolated: 0, released: 0, controllerUnanswered: 0 };
 
   constructor(private readonly d: ControlledPodAdmissionDeps) {
+    this.pauses = new Pauses(d.clock);
     this.peers = new NewPodGate({
       nodeName: d.nodeName,
       span: (namespace, name) => {
@@ -142,11 +144,7 @@ export class ControlledPodAdmission {
   close(): void {
     this.closed = true;
     this.peers.close();
-    for (const [t, end] of this.timers) {
-      this.d.clock.clearTimeout(t);
-      end();
-    }
-    this.timers.clear();
+    this.pauses.close();
   }
 
   private learn(ref: string, answer: PodRealization): void {
@@ -176,7 +174,7 @@ export class ControlledPodAdmission {
       }
       const pause = Math.min(100 * 2 ** attempt, deadline - clock.now());
       if (pause <= 0) return undefined;
-      await this.sleep(pause);
+      await this.pauses.sleep(pause);
     }
   }
 
@@ -202,7 +200,7 @@ export class ControlledPodAdmission {
         answer = await d.askController(iso.pod, wait);
         failures = 0;
       } catch {
-        await this.sleep(Math.min(5000, 100 * 2 ** failures++));
+        await this.pauses.sleep(Math.min(5000, 100 * 2 ** failures++));
         continue;
       }
       if (!current()) return;
@@ -221,16 +219,5 @@ export class ControlledPodAdmission {
     }
   }
 
-  /** Resolves after `ms` on the clock, or at once on close. */
-  private sleep(ms: number): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    return new Promise((resolve) => {
-      const t = this.d.clock.setTimeout(() => {
-        this.timers.delete(t);
-        resolve();
-      }, ms);
-      this.timers.set(t, resolve);
-    });
-  }
 }
 

@@ -20,7 +20,7 @@
  * it starts without a blackout wherever its peers are healthy. The span and each node's answer are
  * recomputed from the engine, so a Pod that appears later on a lagging node is guarded too.
  */
-import type { Clock, TimerHandle } from '../../clock.js';
+import { type Clock, Pauses } from '../../clock.js';
 import type { GuardedPod } from '../../flows/newpod-guard.js';
 import type { PodQuestion } from './peers.js';
 
@@ -68,13 +68,15 @@ const podRef = (p: { namespace: string; name: string }) => `${p.namespace}/${p.n
 
 export class NewPodGate {
   private readonly guards = new Map<string, Guard>();
-  /** Pending pauses: each timer with what ends its pause early (close). */
-  private readonly timers = new Map<TimerHandle, () => void>();
+  /** Pending pauses (asking again), ended by close. */
+  private readonly pauses: Pauses;
   private closed = false;
   /** Figures for status and metrics. */
   private readonly counts = { admitted: 0, guarded: 0, lifted: 0, publishFailures: 0 };
 
-  constructor(private readonly d: NewPodGateDeps) {}
+  constructor(private readonly d: NewPodGateDeps) {
+    this.pauses = new Pauses(d.clock);
+  }
 
   /**
    * Steps 1–3 of the header; resolves once the Pod may start (its guard, if any, is on the bridge).
@@ -136,24 +138,9 @@ export class NewPodGate {
 
   close(): void {
     this.closed = true;
-    for (const [t, end] of this.timers) {
-      this.d.clock.clearTimeout(t);
-      end();
-    }
-    this.timers.clear();
+    this.pauses.close();
   }
 
-  /** Resolves after `ms` on the gate's clock, or at once when the gate closes. */
-  private sleep(ms: number): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    return new Promise((resolve) => {
-      const t = this.d.clock.setTimeout(() => {
-        this.timers.delete(t);
-        resolve();
-      }, ms);
-      this.timers.set(t, resolve);
-    });
-  }
 
   private spanNodes(pod: NewPod, previous: ReadonlyMap<string, readonly string[]>): string[] {
     return [...new Set([...this.d.span(pod.namespace, pod.name).keys(), ...previous.keys()])].filter((n) => n !== this.d.nodeName).sort();
@@ -179,7 +166,7 @@ export class NewPodGate {
       }
       const pause = Math.min(100 * 2 ** attempt, deadline - clock.now());
       if (pause <= 0) return false;
-      await this.sleep(pause);
+      await this.pauses.sleep(pause);
     }
   }
 
@@ -213,7 +200,7 @@ export class NewPodGate {
       if (yes) return lift('confirmed');
       if (!current()) return;
       // A "no" after a long poll asks again at once; an unreachable agent is asked again later.
-      await this.sleep(failed ? Math.min(5000, 200 * 2 ** Math.min(failures, 5)) : 0);
+      await this.pauses.sleep(failed ? Math.min(5000, 200 * 2 ** Math.min(failures, 5)) : 0);
       this.follow(ref, guard, node, failed ? failures + 1 : 0);
     })();
   }
