@@ -11,6 +11,7 @@ import { sleep } from './net/exec.js';
 import { readLabInfo } from './net/lab.js';
 import { cniBinDir, cniCacheDir, cniConfDir, type IpFamily, nodeNetns, nodeStateDir, ovsDir, repoRoot, SERVICE_CIDR, SERVICE_CIDR6, sluiceSocketPath } from './net/names.js';
 import { AGENT_ENV, AGENT_NODE_FLAGS } from '../daemon/node-flags.js';
+import { savedControllerModeSettings } from './controller.js';
 
 export const agentConfigPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.yaml');
 export const agentLogPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.log');
@@ -72,7 +73,8 @@ export function agentConfig(lab: string, node: string, family: IpFamily = 'ipv4'
 }
 
 /**
- * Writes agent.yaml (the lab's settings, with `overrides` on top), starts the agent detached in the
+ * Writes agent.yaml (the lab's settings, the node's controller-mode settings when it has them, with
+ * `overrides` on top), starts the agent detached in the
  * node namespace, waits for its socket.
  */
 export async function startAgent(lab: string, node: string, timeoutMs = 30_000, env: Record<string, string> = {}, overrides: Record<string, unknown> = {}): Promise<number> {
@@ -80,7 +82,7 @@ export async function startAgent(lab: string, node: string, timeoutMs = 30_000, 
   if (!existsSync(main)) throw new Error(`--sluice: ${main} is missing (the agent is not built)`);
   const config = agentConfigPath(lab, node);
   mkdirSync(join(nodeStateDir(lab, node), 'agent'), { recursive: true });
-  writeFileSync(config, dumpYaml({ ...agentConfig(lab, node, readLabInfo(lab)?.ipFamily ?? 'ipv4'), ...overrides }));
+  writeFileSync(config, dumpYaml({ ...agentConfig(lab, node, readLabInfo(lab)?.ipFamily ?? 'ipv4'), ...savedControllerModeSettings(lab, node), ...overrides }));
   const log = openSync(agentLogPath(lab, node), 'a');
   const child = spawn('ip', ['netns', 'exec', nodeNetns(lab, node), process.execPath, ...AGENT_NODE_FLAGS, main, '--config', config], {
     detached: true,

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `npm run chaos [-- --quick] [-- --name NAME]`: faults injected into a 2-node enforcing lab (`chaos` unless --name says otherwise, ptp, the model
+ * `npm run chaos [-- --quick] [-- --name NAME] [-- --policy-source controller]`: faults injected into a 2-node enforcing lab (`chaos` unless --name says otherwise, ptp, the model
  * of test/scenarios/model.yaml with a default deny on namespace x) while traffic runs, and two
  * invariants checked all along:
  *
@@ -36,7 +36,9 @@
  * talking from their first moment to a Pod that drops them and to one that admits them only (any
  * datagram of the first answered, or a first datagram of the second unanswered, is broken;
  * recovery: sandbox -> first answer) and a quarantine cutting a running flow (recovery: API change
- * -> its last datagram; chaos/edges-of-time.ts); a soak
+ * -> its last datagram; chaos/edges-of-time.ts); with `--policy-source controller` (the agents
+ * follow sluice-controller) the controller killed and replaced, and frozen
+ * (chaos/controller-faults.ts); a soak
  * of steady churn sampling the agent's RSS and open descriptors (a descriptor leak is broken). The
  * BROKEN column counts the other broken promises (CNI answers outside the spec, half-attached
  * containers, a descriptor leak, a flip check that saw nothing). Prints one table and exits 1 when
@@ -50,6 +52,7 @@ import { checkLabName } from './net/names.js';
 import { agentKill } from './chaos/agent-kill.js';
 import { apiServerDown } from './chaos/apiserver-down.js';
 import { cniStorm } from './chaos/cni-storm.js';
+import { controllerFaults } from './chaos/controller-faults.js';
 import { conflistRewrite } from './chaos/conflist-rewrite.js';
 import { edgesOfTime } from './chaos/edges-of-time.js';
 import { forgedFrames } from './chaos/forged-frames.js';
@@ -74,6 +77,13 @@ const LAB = checkLabName(nameAt >= 0 ? (process.argv[nameAt + 1] ?? '') : 'chaos
  * 15 minutes, which the full run cannot fit beside the other scenarios).
  */
 const onlyAt = process.argv.indexOf('--only');
+/** `--policy-source controller`: the agents follow sluice-controller, whose faults are added. */
+const sourceAt = process.argv.indexOf('--policy-source');
+const SOURCE = sourceAt >= 0 ? process.argv[sourceAt + 1] : 'standalone';
+if (SOURCE !== 'standalone' && SOURCE !== 'controller') {
+  console.error(`chaos: --policy-source "${SOURCE}": standalone or controller`);
+  process.exit(2);
+}
 const ONLY = onlyAt >= 0 ? (process.argv[onlyAt + 1] ?? '') : undefined;
 
 /** In this order: the table's rows, and the soak last so that it takes what is left of the full run's 20 minutes. */
@@ -93,10 +103,11 @@ const SCENARIOS: Scenario[] = [
   packetInFlood,
   watchRelist,
   apiServerDown,
+  controllerFaults,
   soak,
 ];
 
-runChaos({ quick: QUICK, lab: LAB, only: ONLY }, SCENARIOS).catch((err: Error) => {
+runChaos({ quick: QUICK, lab: LAB, only: ONLY, policySource: SOURCE }, SCENARIOS).catch((err: Error) => {
   console.error(`chaos: ${err.message}`);
   process.exitCode = 2;
 });

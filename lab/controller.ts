@@ -158,5 +158,19 @@ export function controllerModeSettings(lab: string, node: string, caCert: string
   const tokenFile = join(nodeStateDir(lab, node), 'controller-token');
   writeFileSync(caFile, caCert);
   writeFileSync(tokenFile, token, { mode: 0o600 });
-  return { policySource: 'controller', controllerServer: `https://127.0.0.1:${CONTROLLER_PORT_IN_NODE}`, controllerCAFile: caFile, controllerTokenFile: tokenFile };
+  const settings = { policySource: 'controller', controllerServer: `https://127.0.0.1:${CONTROLLER_PORT_IN_NODE}`, controllerCAFile: caFile, controllerTokenFile: tokenFile };
+  // Kept with the node: an agent started again (a test, a chaos scenario) stays in controller mode.
+  writeFileSync(controllerModePath(lab, node), `${JSON.stringify(settings)}\n`);
+  return settings;
+}
+
+const controllerModePath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'controller-mode.json');
+
+/** The controller-mode settings the node's agent was given last (undefined: a standalone node). */
+export function savedControllerModeSettings(lab: string, node: string): Record<string, unknown> | undefined {
+  try {
+    return JSON.parse(readFileSync(controllerModePath(lab, node), 'utf8')) as Record<string, unknown>;
+  } catch {
+    return undefined;
+  }
 }

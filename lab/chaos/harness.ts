@@ -30,6 +30,8 @@ export interface ChaosOptions {
   lab: string;
   /** `--only WORD`: only the scenarios whose name contains WORD. */
   only: string | undefined;
+  /** `--policy-source controller`: the agents follow sluice-controller (and its faults run too). */
+  policySource?: 'standalone' | 'controller';
 }
 
 /** A scenario: calls `run.scenario()` with its fault, with what it needs set up or reported around it. */
@@ -226,7 +228,7 @@ export async function runChaos(opts: ChaosOptions, scenarios: Scenario[]): Promi
   const t0 = performance.now();
   const dir = mkdtempSync(join(tmpdir(), 'chaos-'));
   await labCli(opts.lab, ['down']).catch(() => undefined);
-  await labCli(opts.lab, ['up', '--nodes', '2', '--primary', 'ptp', '-f', MODEL]);
+  await labCli(opts.lab, ['up', '--nodes', '2', '--primary', 'ptp', '--policy-source', opts.policySource ?? 'standalone', '-f', MODEL]);
   let rows: Row[] = [];
   try {
     const deny = join(dir, 'deny.yaml');
