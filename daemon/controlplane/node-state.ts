@@ -264,6 +264,20 @@ export class NodePolicyState {
   }
 
   /**
+   * Whether some AddressGroup held names Pod `ref` at every address of `ips`: what this Node can
+   * say of a Pod without the controller's versions (a standalone agent asking during a switch of
+   * modes asks only the nodes whose rules name the Pod, whose groups then hold it).
+   */
+  holdsPeer(ref: string, ips: readonly string[]): boolean {
+    for (const entry of this.address.values()) {
+      if (entry.removed) continue;
+      const m = entry.members.get(memberKey({ kind: 'pod', ref }));
+      if (m && ips.every((ip) => m.ips.includes(ip))) return true;
+    }
+    return false;
+  }
+
+  /**
    * The enforced rules whose peers include an FQDN group: their addresses come from DNS learning,
    * which the controller does not do, so such a rule matches no address here.
    */

@@ -255,6 +255,10 @@ t.test('controller mode, new Pods: the controller names the Nodes and versions; 
   t.ok(flowsOf(node2).some((f) => f.includes('10.1.0.21')), 'when the ADD answers, node-2 already has the new Pod\'s address in its flows (from the published status, through the controller)');
   t.same(guards(node1), [], 'both nodes confirmed: nothing guarded');
   t.match(node1.status().newPods, { admitted: 1, guarded: 0, isolated: 0 });
+  // A standalone agent (a cluster switching modes) asks without versions: answered from the groups held.
+  t.match(await node2.realizedAnswer(new URLSearchParams('pod=z/new1&ips=10.1.0.21&waitMs=0')), { code: 200, body: { realized: true } }, 'asked without versions: node-2 holds z/new1 in its groups');
+  t.match(await node2.realizedAnswer(new URLSearchParams('pod=z/other&ips=10.1.0.99&waitMs=20')), { code: 200, body: { realized: false } }, 'a Pod it holds in no group: no');
+  t.match(await node2.realizedAnswer(new URLSearchParams('pod=z/new1&ips=10.1.0.21&versions=NetworkPolicy=x')), { code: 400, body: { error: /versions "NetworkPolicy=x"/ } }, 'malformed versions are named');
 
   // The controller is gone: the next new Pod starts isolated, and is released once it is back.
   await controller.stop();

@@ -286,14 +286,19 @@ export class ControllerModeEnforcer {
   }
 
   /**
-   * GET /realized from another agent: answered from the versions the controller gave the asker. A
-   * question without them cannot be answered here (this agent holds no cluster view): no.
+   * GET /realized from another agent: answered from the versions the controller gave the asker.
+   * A standalone agent (a cluster switching modes node by node) asks without versions, and only
+   * the nodes whose rules name the Pod: yes once a committed state here holds the Pod at those
+   * addresses in an AddressGroup.
    */
   async realizedAnswer(query: URLSearchParams): Promise<{ code: number; body: unknown }> {
     const parsed = parseQuestion(query);
     if ('error' in parsed) return { code: 400, body: { error: parsed.error } };
-    if (!parsed.versions) return { code: 200, body: { realized: false, why: 'this agent follows the controller: ask with the versions the controller gave' } };
-    return { code: 200, body: { realized: await this.whenRealized(parsed.versions, parsed.waitMs) } };
+    const { versions, question: q } = parsed;
+    if (versions) return { code: 200, body: { realized: await this.whenRealized(versions, parsed.waitMs) } };
+    const ref = `${q.namespace}/${q.name}`;
+    const held = () => this.bridgeSynced && this.follower.idle && this.flusher.settled && this.follower.state.holdsPeer(ref, q.ips);
+    return { code: 200, body: { realized: await this.waiters.when(held, parsed.waitMs) } };
   }
 
   // ------------------------------------------------------------------ bridge side

@@ -186,6 +186,11 @@ export class ControlPlaneFollower {
     return e !== undefined && CONTROLPLANE_KINDS.every((k) => e[k] >= v[k]);
   }
 
+  /** Everything received is committed (nothing held back). */
+  get idle(): boolean {
+    return !this.pending;
+  }
+
   get connected(): boolean {
     return this.connection.state === 'connected';
   }
