@@ -64,13 +64,8 @@ export class TraceError extends Error {
  */
 export function traceTarget(cluster: ClusterState, to: string, family: 4 | 6 = 4): string {
   const ofFamily = (a: string) => a.includes(':') === (family === 6);
-  const ip = /^ip:(.+)$/.exec(to);
-  if (ip) {
-    const parsed = parseIp(ip[1]!);
-    if (!parsed) throw new TraceError(`${to}: not an IPv4 or IPv6 address`);
-    if (parsed.family !== family) throw new TraceError(`${to}: an IPv${parsed.family} destination for an IPv${family} trace`);
-    return ip[1]!;
-  }
+  const ip = addressTarget(to, family);
+  if (ip !== undefined) return ip;
   const svc = /^service:([^/]+)\/(.+)$/.exec(to);
   if (svc) {
     const s = [...cluster.services.values()].find((x) => x.namespace === svc[1] && x.name === svc[2]);
@@ -86,6 +81,16 @@ export function traceTarget(cluster: ClusterState, to: string, family: 4 | 6 = 4
     return pip;
   }
   throw new TraceError(`destination "${to}": use ns/pod, service:ns/name or ip:ADDRESS`);
+}
+
+/** The address an "ip:ADDRESS" destination names (undefined: not of that form); throws when it is not one of `family`. */
+export function addressTarget(to: string, family: 4 | 6): string | undefined {
+  const ip = /^ip:(.+)$/.exec(to);
+  if (!ip) return undefined;
+  const parsed = parseIp(ip[1]!);
+  if (!parsed) throw new TraceError(`${to}: not an IPv4 or IPv6 address`);
+  if (parsed.family !== family) throw new TraceError(`${to}: an IPv${parsed.family} destination for an IPv${family} trace`);
+  return ip[1]!;
 }
 
 /** A trace's rule names from the compiler's conjunction ids (Antrea-native rules with their priority). */

@@ -139,6 +139,8 @@ t.test('controller mode: the standalone flows on every Node; the last state kept
   await converged('at start');
   const atStart = agents.map((a) => cookies(a.cm.policyFlows)).join('|');
   t.match(agents[0]!.cm.status().controlPlane, { connected: true, synced: true, rejected: 0 }, 'status: following the controller');
+  t.equal(agents[0]!.cm.traceTarget('ip:10.2.0.5', 4), '10.2.0.5', 'traceflow to an address');
+  t.throws(() => agents[0]!.cm.traceTarget('x/b', 4), /knows only its own Pods; name another Pod or a Service by ip:ADDRESS/, 'another node\'s Pod by name: the error says what to give');
 
   // Open connections judged from node-1's own rules: the denied one is cut, the node's own (a kubelet probe) and the allowed one stay.
   const ct = (src: string, dst: string, sport: number) => `tcp,orig=(src=${src},dst=${dst},sport=${sport},dport=8080),reply=(src=${dst},dst=${src},sport=8080,dport=${sport}),zone=65520,mark=32,protoinfo=(state=ESTABLISHED)`;

@@ -40,7 +40,7 @@ import { buildPolicyReport, type PolicyReport } from '../policy-report.js';
 import { PolicyFlowWriter } from '../policy-flow-writer.js';
 import { RuleStatsKeeper } from '../rulestats.js';
 import { type EnforcementParts, enforcementMetrics, type EnforcerStatus, enforcerStatus } from '../status.js';
-import { type TraceIo, type TraceReport, type TraceRequest, TraceError, traceRules, traceTarget, Tracer } from '../traceflow.js';
+import { addressTarget, type TraceIo, type TraceReport, type TraceRequest, TraceError, traceRules, Tracer } from '../traceflow.js';
 import { ClusterWatch } from '../watch/clusterwatch.js';
 import { SERVICE_CIDR_RESOURCE } from '../watch/resources.js';
 import { ControlPlaneFollower } from './follower.js';
@@ -421,7 +421,8 @@ export class ControllerModeEnforcer {
 
   /** A trace's destination: an address, or a Pod of this node (the agent holds no other Pod or Service). */
   traceTarget(to: string, family: 4 | 6 = 4): string {
-    if (to.startsWith('ip:')) return traceTarget({ pods: new Map(), services: new Map() } as unknown as Parameters<typeof traceTarget>[0], to, family);
+    const address = addressTarget(to, family);
+    if (address !== undefined) return address;
     const local = this.localPods.get(to);
     const ip = local?.ips.find((a) => a.includes(':') === (family === 6));
     if (ip) return ip;
