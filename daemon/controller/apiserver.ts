@@ -35,6 +35,7 @@ import {
   type ControlPlaneEvent,
   type ControlPlaneKind,
   type PodRealization,
+  STORE_HEADER,
 } from '../controlplane/types.js';
 import { parseQuestion, type PodQuestion } from '../enforcement/newpods/peers.js';
 import { CONTROLPLANE_KINDS, type ControlPlaneStore, GoneError } from './store.js';
@@ -106,9 +107,9 @@ const KIND_OF_RESOURCE = new Map<string, ControlPlaneKind>(CONTROLPLANE_KINDS.ma
 const GROUP_VERSION = { groupVersion: CONTROLPLANE_API_VERSION, version: CONTROLPLANE_VERSION };
 const API_GROUP = { name: CONTROLPLANE_GROUP, versions: [GROUP_VERSION], preferredVersion: GROUP_VERSION };
 
-function sendJson(res: ServerResponse, code: number, body: unknown): void {
+function sendJson(res: ServerResponse, code: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);
-  res.writeHead(code, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text), 'Cache-Control': 'no-cache, private' });
+  res.writeHead(code, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text), 'Cache-Control': 'no-cache, private', ...headers });
   res.end(text);
 }
 
@@ -229,7 +230,7 @@ export class ControlPlaneApi {
     }
     if (watch) return this.serveWatch(req, res, node, kind, q);
     const list = this.opts.store.list(node, kind);
-    sendJson(res, 200, { kind: `${kind}List`, apiVersion: CONTROLPLANE_API_VERSION, metadata: { resourceVersion: list.resourceVersion }, items: list.items });
+    sendJson(res, 200, { kind: `${kind}List`, apiVersion: CONTROLPLANE_API_VERSION, metadata: { resourceVersion: list.resourceVersion }, items: list.items }, { [STORE_HEADER]: this.opts.store.id });
   }
 
   private async serveRealization(res: ServerResponse, q: URLSearchParams, answer: NonNullable<ControlPlaneApiOptions['realization']>): Promise<void> {
@@ -269,7 +270,7 @@ export class ControlPlaneApi {
     if (from !== '' && !/^[0-9]+$/.test(from)) throw new ApiError(400, 'BadRequest', `resourceVersion "${from}" is not a valid resource version (a decimal integer)`);
     const bookmarks = q.get('allowWatchBookmarks') === 'true' || q.get('allowWatchBookmarks') === '1';
 
-    res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private' });
+    res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private', [STORE_HEADER]: this.opts.store.id });
     res.flushHeaders();
     req.socket.setKeepAlive(true, 30_000);
     const write = (e: ControlPlaneEvent | { type: 'ERROR'; object: KubeStatus }) => {

@@ -14,6 +14,7 @@
  * "clusternetworkpolicy..deny-all"). Kinds and namespaces hold no dot, so the first two dots
  * split the name back unambiguously.
  */
+import { randomUUID } from 'node:crypto';
 import {
   CONTROLPLANE_API_VERSION,
   CONTROLPLANE_KINDS,
@@ -117,6 +118,8 @@ export interface ControlPlaneWatch {
 }
 
 export class ControlPlaneStore {
+  /** This store's identity (STORE_HEADER): its versions mean nothing to another store. */
+  readonly id = randomUUID();
   private readonly perNode: number;
   private rv: number;
   private readonly views = new Map<string, NodeView>();

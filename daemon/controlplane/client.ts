@@ -17,6 +17,7 @@ import {
   type ControlPlaneKind,
   type ControlPlaneObject,
   type PodRealization,
+  STORE_HEADER,
   viewVersionsOf,
 } from './types.js';
 
@@ -34,6 +35,11 @@ export interface ControlPlaneWatcherOptions {
   kinds?: readonly ControlPlaneKind[];
   /** After every (re)list: the whole set of `kind` the Node sees now. */
   onSync(kind: ControlPlaneKind, items: ControlPlaneObject[]): void;
+  /**
+   * A list came from another store than the lists before (another replica leads, or the controller
+   * restarted): before its onSync. Versions the consumer keeps from the old store mean nothing now.
+   */
+  onStoreChange?(store: string): void;
   /** Each watch event (ADDED, MODIFIED with an object or an AddressGroupPatch, DELETED); bookmarks are kept here. */
   onEvent(kind: ControlPlaneKind, event: ControlPlaneEvent): void;
   /** Connected: every kind is listed and watched. Disconnected: one is not (the reason says why); the consumer keeps its state. */
@@ -71,6 +77,8 @@ interface KindLoop {
   request: ClientRequest | undefined;
   /** Wakes a backoff sleep early (stop). */
   wake: (() => void) | undefined;
+  /** The store `rv` was issued by (STORE_HEADER of the list). */
+  store: string | undefined;
 }
 
 const MIN_HEALTHY_WATCH_MS = 1000;
@@ -82,6 +90,8 @@ export class ControlPlaneWatcher {
   private stopped = false;
   private running: Promise<void>[] = [];
   private reported: { state: ControlPlaneConnection; reason: string } | undefined;
+  /** The store of the last list (STORE_HEADER). */
+  private store: string | undefined;
 
   constructor(private readonly opts: ControlPlaneWatcherOptions) {
     this.clock = opts.clock ?? realClock;
@@ -99,6 +109,7 @@ export class ControlPlaneWatcher {
       reason: 'not listed yet',
       request: undefined,
       wake: undefined,
+      store: undefined,
     }));
   }
 
@@ -141,8 +152,14 @@ export class ControlPlaneWatcher {
         if (k.rv === undefined) {
           const list = await this.list(k);
           k.rv = list.resourceVersion;
+          k.store = list.store;
           listedNow = true;
           failures = 0;
+          if (list.store !== undefined && list.store !== this.store) {
+            // Another replica, or a restarted one: versions of the old store mean nothing now.
+            if (this.store !== undefined) this.opts.onStoreChange?.(list.store);
+            this.store = list.store;
+          }
           this.opts.onSync(k.kind, list.items);
         }
         const started = this.clock.now();
@@ -209,7 +226,7 @@ export class ControlPlaneWatcher {
     return sendGet(url, this.opts, (req) => (k.request = req));
   }
 
-  private async list(k: KindLoop): Promise<{ resourceVersion: string; items: ControlPlaneObject[] }> {
+  private async list(k: KindLoop): Promise<{ resourceVersion: string; items: ControlPlaneObject[]; store: string | undefined }> {
     const url = this.url(k, {});
     const timeoutMs = this.opts.requestTimeoutMs ?? 30_000;
     const timer = this.clock.setTimeout(() => k.request?.destroy(new Error(`no answer in ${timeoutMs} ms`)), timeoutMs);
@@ -222,7 +239,7 @@ export class ControlPlaneWatcher {
       if (list.kind !== `${k.kind}List` || typeof rv !== 'string' || !/^[0-9]+$/.test(rv) || !Array.isArray(list.items)) {
         throw new RequestError(`list of ${CONTROLPLANE_RESOURCES[k.kind]}: not a ${k.kind}List with a resourceVersion and items`);
       }
-      return { resourceVersion: rv, items: list.items as ControlPlaneObject[] };
+      return { resourceVersion: rv, items: list.items as ControlPlaneObject[], store: headerValue(res, STORE_HEADER) };
     } finally {
       this.clock.clearTimeout(timer);
       k.request = undefined;
@@ -256,6 +273,13 @@ export class ControlPlaneWatcher {
         return { gone: true, events: 0 };
       }
       if (res.statusCode !== 200) throw statusError(res.statusCode, await readBody(res));
+      const store = headerValue(res, STORE_HEADER);
+      if (store !== undefined && store !== k.store) {
+        // A store that did not issue k.rv (another replica took over): its events from k.rv would
+        // be another history. List again, as after 410.
+        res.destroy();
+        return { gone: true, events: 0 };
+      }
       this.connected(k);
       return await new Promise((resolve, reject) => {
         let events = 0;
@@ -375,6 +399,11 @@ function isRealizationNode(n: unknown): n is PodRealization['nodes'][number] {
   const o = n as { name?: unknown; address?: unknown; podIps?: unknown; versions?: unknown };
   return typeof o?.name === 'string' && (o.address === undefined || typeof o.address === 'string') && Array.isArray(o.podIps) && o.podIps.every((x) => typeof x === 'string') &&
     typeof o.versions === 'object' && o.versions !== null && viewVersionsOf(o.versions as Record<string, string>) !== undefined;
+}
+
+function headerValue(res: IncomingMessage, name: string): string | undefined {
+  const v = res.headers[name];
+  return Array.isArray(v) ? v[0] : v;
 }
 
 function readBody(res: IncomingMessage): Promise<string> {

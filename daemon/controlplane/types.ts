@@ -25,6 +25,14 @@ export type ControlPlaneKind = 'NetworkPolicy' | 'AppliedToGroup' | 'AddressGrou
 export const CONTROLPLANE_KINDS: readonly ControlPlaneKind[] = ['NetworkPolicy', 'AppliedToGroup', 'AddressGroup'];
 
 /**
+ * Response header of every list and watch: the serving store's identity. Each controller replica
+ * (and each restart) numbers its own versions, so a version is meaningful only to the store that
+ * issued it: a watch answered by another store is treated as Gone, and an agent whose lists come
+ * from a new store forgets what it knew of the old one's versions.
+ */
+export const STORE_HEADER = 'x-controlplane-store';
+
+/**
  * Stamped by the controller on every object it serves and every watch event: the versions the
  * receiving Node's whole view had, per kind, at the end of the controller change that produced it
  * ("NetworkPolicy=<rv>,AppliedToGroup=<rv>,AddressGroup=<rv>"; each the resourceVersion of that

@@ -70,6 +70,8 @@ export interface ControlPlaneStatus {
   addressGroups: number;
   /** Received objects that could not be applied (each costs only itself; a relist repairs). */
   rejected: number;
+  /** Times the lists came from another controller store (a takeover, a restart). */
+  storeChanges: number;
 }
 
 /** What the status reads of the policy side's state, in either mode. */

@@ -105,3 +105,28 @@ t.test('an event that cannot be applied is counted and rethrown', async (t) => {
   t.throws(() => f.onEvent('AddressGroup', { type: 'MODIFIED', object: { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroupPatch', metadata: { name: 'ag-x', resourceVersion: '3' }, upserted: [], removed: [] } }), /does not hold/);
   t.equal(f.status('s').rejected, 1);
 });
+
+t.test('another store (a takeover, a restart): nothing committed until every kind is listed from it; old versions answer no', async (t) => {
+  const { clock, rvs, commits, f, flushed } = setup();
+  for (const k of ['NetworkPolicy', 'AppliedToGroup', 'AddressGroup'] as const) f.onSync(k, []);
+  Object.assign(rvs, { NetworkPolicy: '900', AppliedToGroup: '900', AddressGroup: '900' });
+  f.onState('connected', 'ok');
+  await clock.advance(0);
+  flushed();
+  t.ok(f.realized({ NetworkPolicy: 900n, AppliedToGroup: 900n, AddressGroup: 900n }));
+  // The new store numbers from lower versions than the old one.
+  f.onStoreChange('store-b');
+  t.notOk(f.realized({ NetworkPolicy: 5n, AppliedToGroup: 5n, AddressGroup: 5n }), 'the old store\'s versions answer nothing of the new one\'s');
+  f.onSync('NetworkPolicy', []);
+  rvs.NetworkPolicy = '7';
+  await clock.advance(0);
+  t.equal(commits.length, 1, 'one kind relisted from the new store: held');
+  t.match(f.status('s'), { synced: true, storeChanges: 1, held: /not listed yet: AppliedToGroup, AddressGroup/ });
+  f.onSync('AppliedToGroup', []);
+  f.onSync('AddressGroup', []);
+  Object.assign(rvs, { AppliedToGroup: '7', AddressGroup: '7' });
+  await clock.advance(0);
+  t.equal(commits.length, 2, 'committed once every kind came from the new store');
+  flushed();
+  t.ok(f.realized({ NetworkPolicy: 5n, AppliedToGroup: 5n, AddressGroup: 5n }), 'and the new store\'s versions are answered');
+});

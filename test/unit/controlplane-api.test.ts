@@ -367,6 +367,30 @@ t.test('the agent\'s watcher: list, watch, patches; across a server restart it k
   t.equal(server.api.openWatches(), 0, 'stop closes its watches');
 });
 
+t.test('another replica whose versions happen to cover the old one\'s: its watch is not resumed from them, the watcher lists again', async (t) => {
+  // Two stores numbering from close starting points: the standby's range covers the leader's version.
+  const leader = new ControlPlaneStore({ initialResourceVersion: 1000 });
+  leader.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', []));
+  const standby = new ControlPlaneStore({ initialResourceVersion: 990 });
+  for (let i = 0; i < 20; i++) standby.set('n1', 'AddressGroup', 'ag-2', ag('ag-2', [pod('x/a', `10.0.0.${i + 1}`)]));
+  let server = await serve(t, leader);
+  const port = server.port;
+  const c = consumer();
+  const stores: string[] = [];
+  const watcher = new ControlPlaneWatcher({ server: server.url, nodeName: 'n1', token: 'tok-n1', kinds: ['AddressGroup'], ...c, onStoreChange: (s) => stores.push(s) });
+  t.teardown(() => watcher.stop());
+  watcher.start();
+  await until(() => c.states.length === 1, 'connected');
+  t.equal(watcher.resourceVersions().AddressGroup, '1001', 'the leader\'s version, which the standby also issued');
+  await server.close();
+  c.calls.length = 0;
+  server = await serve(t, standby, { port });
+  await until(() => c.calls.length === 1, 'a relist');
+  t.same(c.calls, ['sync AddressGroup ag-2'], 'listed from the standby, not resumed from 1001 in its history');
+  t.same(stores, [standby.id], 'the consumer heard of the store change before the list');
+  t.not(leader.id, standby.id);
+});
+
 t.test('a restarted controller (a new store) makes the watcher list again', async (t) => {
   const old = new ControlPlaneStore({ initialResourceVersion: 1000 });
   old.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', []));

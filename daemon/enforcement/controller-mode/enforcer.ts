@@ -156,6 +156,7 @@ export class ControllerModeEnforcer {
       onSync: (kind, items) => this.follower.onSync(kind, items),
       onEvent: (kind, e) => this.follower.onEvent(kind, e),
       onState: (s, reason) => this.follower.onState(s, reason),
+      onStoreChange: (store) => this.follower.onStoreChange(store),
       clock: this.clock,
       log,
       ...opts.watcherTuning,

@@ -65,6 +65,8 @@ export class ControlPlaneFollower {
   private accepted: Accepted[] = [];
   private enforced?: Accepted | undefined;
   private rejectedCount = 0;
+  private storeChanges = 0;
+  private everCommitted = false;
   private readonly syncedWaiters: (() => void)[] = [];
   private closed = false;
 
@@ -98,6 +100,21 @@ export class ControlPlaneFollower {
     }
     this.require(e.object.metadata.annotations?.[VIEW_VERSIONS_ANNOTATION]);
     this.schedule();
+  }
+
+  /**
+   * The lists now come from another store (another replica leads, or the controller restarted):
+   * its versions are not comparable with the old one's. What this Node enforces stays; nothing is
+   * committed until every kind is listed from the new store, and no realization question is
+   * answered yes from an old store's versions.
+   */
+  onStoreChange(store: string): void {
+    this.opts.log.info({ store }, 'controller mode: another controller store serves this Node; listing every kind again before the next commit');
+    this.listed.clear();
+    for (const k of CONTROLPLANE_KINDS) this.required[k] = 0n;
+    this.accepted = [];
+    this.enforced = undefined;
+    this.storeChanges++;
   }
 
   onState(state: ControlPlaneConnection, reason: string): void {
@@ -153,6 +170,7 @@ export class ControlPlaneFollower {
     const cs = this.state.commit();
     this.opts.changed(cs);
     this.accepted.push({ versions: delivered, seq: this.opts.changes() });
+    this.everCommitted = true;
     // Flushes that keep failing must not grow this without bound: dropping an older pending commit
     // only makes a realization answer wait for a newer one (later, never wrong).
     if (this.accepted.length > MAX_PENDING_COMMITS) this.accepted.splice(0, this.accepted.length - MAX_PENDING_COMMITS);
@@ -168,9 +186,9 @@ export class ControlPlaneFollower {
     return new Promise((resolve) => this.syncedWaiters.push(resolve));
   }
 
-  /** A commit took the controller's state in. */
+  /** A commit took the controller's state in (once true, stays true: the state is kept across stores). */
   get synced(): boolean {
-    return this.accepted.length > 0 || this.enforced !== undefined;
+    return this.everCommitted;
   }
 
   /** The versions of the newest commit whose flows are on the bridge (undefined: none yet). */
@@ -216,6 +234,7 @@ export class ControlPlaneFollower {
       appliedToGroups: c.appliedToGroups,
       addressGroups: c.addressGroups,
       rejected: this.rejectedCount,
+      storeChanges: this.storeChanges,
     };
   }
 
