@@ -22,6 +22,7 @@ import {
   type ControlPlaneEvent,
   type ControlPlaneKind,
   type ControlPlaneObject,
+  formatViewVersions,
   VIEW_VERSIONS_ANNOTATION,
 } from '../controlplane/types.js';
 
@@ -372,11 +373,12 @@ function firstAfter(view: NodeView, from: number): number {
   return lo;
 }
 
-/** VIEW_VERSIONS_ANNOTATION's text for a view as it is now. */
+/** VIEW_VERSIONS_ANNOTATION's text for a view as it is now (a Node without one: every kind at 0). */
 function viewVersionsText(view: NodeView | undefined): string {
-  const last = view?.last;
-  return `NetworkPolicy=${last?.NetworkPolicy ?? 0},AppliedToGroup=${last?.AppliedToGroup ?? 0},AddressGroup=${last?.AddressGroup ?? 0}`;
+  return formatViewVersions(view?.last ?? NO_CHANGES);
 }
+
+const NO_CHANGES: Record<ControlPlaneKind, number> = { NetworkPolicy: 0, AppliedToGroup: 0, AddressGroup: 0 };
 
 function served(name: string, held: Held, viewVersions: string): ControlPlaneObject {
   return { ...held.object, metadata: { ...held.object.metadata, name, resourceVersion: String(held.rv), annotations: { [VIEW_VERSIONS_ANNOTATION]: viewVersions } } };

@@ -45,7 +45,7 @@ export const VIEW_VERSIONS_ANNOTATION = 'controlplane.sluice.io/view-versions';
 /** A Node's view versions, per kind. */
 export type ViewVersions = Record<ControlPlaneKind, bigint>;
 
-export function formatViewVersions(v: ViewVersions): string {
+export function formatViewVersions(v: Record<ControlPlaneKind, bigint | number>): string {
   return CONTROLPLANE_KINDS.map((k) => `${k}=${v[k]}`).join(',');
 }
 
