@@ -17,7 +17,7 @@ import type { FlowProgrammer } from './ovs/flow-programmer.js';
 import type { OpenFlowController } from './ovs/openflow/controller.js';
 import { policiesAnswer } from './enforcement/policy-report.js';
 import type { EnforcementHooks } from './enforcement/hooks.js';
-import { TraceError } from './enforcement/traceflow.js';
+import { type TraceBridge, TraceError } from './enforcement/traceflow.js';
 import { TRACE_COOKIE_PREFIX, type TraceProtocol } from './flows/traceflow.js';
 import { type HealthServer, startEndpoint, startHealthServer } from './health.js';
 import type { AgentMetrics } from './metrics.js';
@@ -245,15 +245,21 @@ export class Agent {
   }
 
   /**
-   * The realization endpoint other agents ask about new Pods (enforcement/newpods/peers.ts), on
-   * each of the node's addresses: where they find this node (its Node object's InternalIP).
+   * The realization endpoint other agents ask about new Pods (enforcement/newpods/peers.ts) and ask
+   * to observe their traces (enforcement/trace-observers.ts), on each of the node's addresses: where
+   * they find this node (its Node object's InternalIP).
    */
   private async startRealizationEndpoints(): Promise<void> {
     const realized = this.enforcement?.realized;
     if (!realized) return;
     for (const host of [this.node.nodeIP, this.node.nodeIPv6]) {
       if (!host) continue;
-      this.realizationServers.push(await startEndpoint('realization endpoint (realizationPort)', { host, port: this.config.realizationPort }, this.log, { '/realized': (q) => realized(q) }));
+      this.realizationServers.push(
+        await startEndpoint('realization endpoint (realizationPort)', { host, port: this.config.realizationPort }, this.log, {
+          '/realized': (q) => realized(q),
+          ...this.enforcement?.traceObserveRoutes?.(() => this.traceBridge()),
+        }),
+      );
     }
   }
 
@@ -349,8 +355,6 @@ export class Agent {
     const protocol = (q.get('protocol') ?? 'TCP').toUpperCase();
     const port = Number(q.get('port') ?? (protocol === 'ICMP' ? 0 : NaN));
     if (!this.enforcement?.traceflow) return { code: 503, body: { error: 'policy enforcement is off on this node: nothing to trace' } };
-    const gw = this.node.gateway;
-    if (!gw) return { code: 503, body: { error: 'starting: the bridge is not set up yet' } };
     if (!['TCP', 'UDP', 'ICMP'].includes(protocol)) return bad(`protocol "${protocol}": use TCP, UDP or ICMP`);
     if (protocol !== 'ICMP' && !(Number.isInteger(port) && port >= 1 && port <= 65535)) return bad(`port "${q.get('port') ?? ''}": a port 1-65535 is needed for ${protocol}`);
     if (!to) return bad('to: the destination is missing (ns/pod, service:ns/name or ip:ADDRESS)');
@@ -368,35 +372,42 @@ export class Agent {
     if (egress && fixed === undefined) return bad(`from "${from}": the Pod has no IPv4 address; its IPv4 egress interface ${egress.ifName} reaches only addresses outside the cluster (use --to ip:ADDRESS)`);
     const source = egress ? { pod: from, ip: egress.ip, mac: egress.mac, ofport: egress.ofport } : own !== undefined ? { pod: from, ip: own, mac: src.mac, ofport: src.ofport } : undefined;
     if (!source) return bad(`from "${from}": the Pod has no IPv${family} address`);
-    const byPort = new Map<number, string>();
-    for (const p of this.pods.list()) {
-      byPort.set(p.ofport, `Pod ${p.podNamespace}/${p.podName} (port ${p.ofport})`);
-      if (p.egressV4) byPort.set(p.egressV4.ofport, `Pod ${p.podNamespace}/${p.podName} ${p.egressV4.ifName} (port ${p.egressV4.ofport})`);
-    }
-    const name = (ofport: number) => (ofport === gw.ofport ? `${gw.name} (port ${ofport})` : byPort.get(ofport) ?? `port ${ofport}`);
+    const bridge = this.traceBridge();
+    if (!bridge) return { code: 503, body: { error: 'starting: the bridge is not set up yet' } };
     try {
-      const report = await this.enforcement.traceflow(
-        { source, to, protocol: protocol as TraceProtocol, dstPort: protocol === 'ICMP' ? 0 : port },
-        {
-          // Cached datapath flows of the source's traffic were made without the observation flows
-          // and could carry the traced packet past them: purged after each change.
-          addFlows: async (text) => {
-            await this.flowProgrammer.addFlows(text.split('\n').filter((l) => l.trim() !== ''));
-            await this.ovs.appctl(['revalidator/purge']);
-          },
-          removeFlows: async () => {
-            await this.flowProgrammer.deleteFlows(TRACE_COOKIE, TRACE_COOKIE_MASK);
-            await this.ovs.appctl(['revalidator/purge']);
-          },
-        },
-        name,
-        gw.ofport,
-      );
+      const report = await this.enforcement.traceflow({ source, to, protocol: protocol as TraceProtocol, dstPort: protocol === 'ICMP' ? 0 : port }, bridge);
       return { code: 200, body: report };
     } catch (err) {
       if (err instanceof TraceError) return { code: 409, body: { error: err.message } };
       throw err;
     }
+  }
+
+  /** The bridge as a trace sees it (undefined before the gateway is set up): its observation flows and its ports' names. */
+  private traceBridge(): TraceBridge | undefined {
+    const gw = this.node.gateway;
+    if (!gw) return undefined;
+    const byPort = new Map<number, string>();
+    for (const p of this.pods.list()) {
+      byPort.set(p.ofport, `Pod ${p.podNamespace}/${p.podName} (port ${p.ofport})`);
+      if (p.egressV4) byPort.set(p.egressV4.ofport, `Pod ${p.podNamespace}/${p.podName} ${p.egressV4.ifName} (port ${p.egressV4.ofport})`);
+    }
+    return {
+      io: {
+        // Cached datapath flows of the source's traffic were made without the observation flows
+        // and could carry the traced packet past them: purged after each change.
+        addFlows: async (text) => {
+          await this.flowProgrammer.addFlows(text.split('\n').filter((l) => l.trim() !== ''));
+          await this.ovs.appctl(['revalidator/purge']);
+        },
+        removeFlows: async () => {
+          await this.flowProgrammer.deleteFlows(TRACE_COOKIE, TRACE_COOKIE_MASK);
+          await this.ovs.appctl(['revalidator/purge']);
+        },
+      },
+      port: (ofport) => (ofport === gw.ofport ? `${gw.name} (port ${ofport})` : byPort.get(ofport) ?? `port ${ofport}`),
+      gatewayOfport: gw.ofport,
+    };
   }
 
   status(): AgentStatus {

@@ -13,6 +13,10 @@
  *   leader): a new Pod's realization question (a long poll) — `{"realized": true, "node", "nodes"}`
  *   (the Nodes where the Pod matters, each with its address, its Pods the Pod's rules select and
  *   its view's versions that hold the Pod) or `{"realized": false}` at the end of the wait;
+ * - `GET /trace-destination?to=<ns/pod|service:ns/name|ip:ADDRESS>&family=4|6` (authenticated,
+ *   served by the leader): where a traceflow destination leads — `{"ip", "nodes": [{"name",
+ *   "address"}], "beyond"?}` (the Nodes whose bridge the packet may reach after the caller's Node)
+ *   or a 404 Status naming why there is no such destination;
  * - `/status` (authenticated): the replica's leadership, computation and watches;
  * - `/healthz`, `/livez` (open), `/readyz` (open; 503 until the views are computed). A replica
  *   that is ready but does not serve (a standby) answers the API with 503 and says who serves.
@@ -36,6 +40,7 @@ import {
   type ControlPlaneKind,
   type PodRealization,
   STORE_HEADER,
+  type TraceDestination,
 } from '../controlplane/types.js';
 import { parseQuestion, type PodQuestion } from '../enforcement/newpods/peers.js';
 import { CONTROLPLANE_KINDS, type ControlPlaneStore, GoneError } from './store.js';
@@ -64,6 +69,8 @@ export interface ControlPlaneApiOptions {
   status?: () => unknown;
   /** A new Pod's realization question (GET /realization): the answer once the controller holds the Pod, undefined after `waitMs`. */
   realization?: (q: PodQuestion, waitMs: number) => Promise<PodRealization | undefined>;
+  /** Where a traceflow destination leads from Node `node` (GET /trace-destination); throws a TraceError for a destination that names nothing. */
+  traceDestination?: (to: string, family: 4 | 6, node: string) => TraceDestination;
   /** Period of BOOKMARK events on watches that allow them (default 60 000 ms). */
   bookmarkIntervalMs?: number;
   /** Bytes a watch may have waiting for a slow client before it is cut (default 16 MiB): the client resumes or lists again. */
@@ -201,6 +208,7 @@ export class ControlPlaneApi {
     // What the replica is doing (leadership, views, watches): for any authenticated caller.
     if (path === '/status' && this.opts.status) return sendJson(res, 200, { ...(this.opts.status() as object), watches: this.watches.size, nodes: this.opts.store.nodes().length });
     if (path === '/realization' && this.opts.realization) return this.serveRealization(res, url.searchParams, this.opts.realization);
+    if (path === '/trace-destination' && this.opts.traceDestination) return this.serveTraceDestination(res, url.searchParams, identity, this.opts.traceDestination);
 
     const seg = path.split('/').filter((s) => s !== '');
     const notFound = () => new ApiError(404, 'NotFound', `the server could not find the requested resource (${path})`);
@@ -245,6 +253,23 @@ export class ControlPlaneApi {
       throw new ApiError(503, 'ServiceUnavailable', (err as Error).message);
     }
     sendJson(res, 200, out ? { realized: true, ...out } : { realized: false });
+  }
+
+  private serveTraceDestination(res: ServerResponse, q: URLSearchParams, id: ControlPlaneIdentity, answer: NonNullable<ControlPlaneApiOptions['traceDestination']>): void {
+    const ready = this.opts.serving?.() ?? this.readiness();
+    if (!ready.ready) throw new ApiError(503, 'ServiceUnavailable', `trace destinations are not answered now: ${ready.reason}`);
+    const to = q.get('to') ?? '';
+    const family = q.get('family') ?? '4';
+    if (!to) throw new ApiError(400, 'BadRequest', 'to: the destination is missing (ns/pod, service:ns/name or ip:ADDRESS)');
+    if (family !== '4' && family !== '6') throw new ApiError(400, 'BadRequest', `family "${family}": use 4 or 6`);
+    let out: TraceDestination;
+    try {
+      out = answer(to, Number(family) as 4 | 6, id.nodeName ?? '');
+    } catch (err) {
+      if ((err as Error).name === 'TraceError') throw new ApiError(404, 'NotFound', (err as Error).message);
+      throw err;
+    }
+    sendJson(res, 200, out);
   }
 
   private async authorize(id: ControlPlaneIdentity, node: string, resource: string): Promise<void> {

@@ -8,10 +8,11 @@
  */
 import type { Logger } from 'pino';
 import { type Clock, realClock } from '../clock.js';
-import type { ControlPlaneKind, PodRealization } from '../controlplane/types.js';
+import type { ControlPlaneKind, PodRealization, TraceDestination } from '../controlplane/types.js';
 import { ConditionWaiters } from '../enforcement/condition-waiters.js';
 import { PolicyIntake } from '../enforcement/intake.js';
 import type { PodQuestion } from '../enforcement/newpods/index.js';
+import { traceDestination } from '../enforcement/traceflow.js';
 import { podKey } from '../policy/cluster.js';
 import type { WatchEvent } from '../enforcement/watch/clusterwatch.js';
 import { PolicyEngine } from '../policy/engine.js';
@@ -95,6 +96,11 @@ export class PolicyController {
         return { name, ...(address !== undefined ? { address } : {}), podIps: [...ips].sort(), versions: versions(name) };
       }),
     };
+  }
+
+  /** Where a traceflow destination leads from Node `node` (enforcement/traceflow.ts traceDestination over the whole cluster). */
+  traceDestination(to: string, family: 4 | 6, node: string): TraceDestination {
+    return traceDestination(this.engine.cluster, to, family, node);
   }
 
   /** Resolves with podRealization(q) as soon as it is defined (checked at each poke), undefined after `waitMs`. */

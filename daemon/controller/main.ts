@@ -89,6 +89,7 @@ async function main(): Promise<number> {
     // Users with no Node of their own: the allow-list, else RBAC through a SubjectAccessReview.
     readAll: (user, id, resource) => readAll.has(user) || sar.mayList(id, resource),
     realization: (q, waitMs) => controller.whenPodRealized(q, waitMs),
+    traceDestination: (to, family, node) => controller.traceDestination(to, family, node),
     status: () => ({
       identity: argv.identity, leading, leader: elector?.leader ?? '', synced: watch?.isSynced() ?? false, pending: watch?.pending() ?? [],
       certificateNotAfter: cert!.notAfter, aggregation: requestHeader !== undefined, ...controller.status(),

@@ -18,6 +18,8 @@ import {
   type ControlPlaneObject,
   type PodRealization,
   STORE_HEADER,
+  type TraceDestination,
+  type TraceNode,
   viewVersionsOf,
 } from './types.js';
 
@@ -393,6 +395,45 @@ export async function askController(access: ControllerAccess, q: { namespace: st
   } finally {
     clearTimeout(timer);
   }
+}
+
+/**
+ * Where a traceflow destination ("ns/pod", "service:ns/name", "ip:ADDRESS") leads, as the controller
+ * sees the cluster (its `/trace-destination`). A destination the controller refuses (no such Pod,
+ * a malformed one) rejects with a TraceDestinationRefused naming why; any other failure with an
+ * error naming the controller.
+ */
+export async function askTraceDestination(access: ControllerAccess, to: string, family: 4 | 6): Promise<TraceDestination> {
+  const url = new URL('/trace-destination', access.server);
+  url.searchParams.set('to', to);
+  url.searchParams.set('family', String(family));
+  let req: ClientRequest | undefined;
+  const timer = setTimeout(() => req?.destroy(new Error('no answer in 5000 ms')), 5000);
+  try {
+    const res = await sendGet(url, access, (r) => (req = r));
+    const body = await readBody(res);
+    if (res.statusCode === 400 || res.statusCode === 404) throw new TraceDestinationRefused(statusError(res.statusCode, body).message.replace(/^HTTP \d+: /, ''));
+    if (res.statusCode !== 200) throw statusError(res.statusCode, body);
+    const a = parseJson(body, 'trace destination') as Partial<TraceDestination>;
+    const isNode = (n: unknown) => typeof (n as TraceNode)?.name === 'string' && ((n as TraceNode).address === undefined || typeof (n as TraceNode).address === 'string');
+    if (typeof a.ip !== 'string' || !Array.isArray(a.nodes) || !a.nodes.every(isNode)) throw new RequestError('trace destination: not an answer ({"ip", "nodes": [...]})');
+    return {
+      ip: a.ip,
+      nodes: a.nodes,
+      ...(typeof a.beyond === 'string' ? { beyond: a.beyond } : {}),
+      ...(typeof a.unknown === 'string' ? { unknown: a.unknown } : {}),
+    };
+  } catch (err) {
+    if (err instanceof TraceDestinationRefused) throw err;
+    throw new Error(`controller ${access.server}: ${(err as Error).message}`);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The controller answered that a trace destination names nothing it can trace to. */
+export class TraceDestinationRefused extends Error {
+  override name = 'TraceDestinationRefused';
 }
 
 function isRealizationNode(n: unknown): n is PodRealization['nodes'][number] {

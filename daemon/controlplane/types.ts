@@ -175,3 +175,24 @@ export interface PodRealization {
   node: string;
   nodes: { name: string; address?: string; podIps: string[]; versions: Record<ControlPlaneKind, string> }[];
 }
+
+/**
+ * Where a traceflow destination leads, as the controller sees the cluster (GET /trace-destination,
+ * asked by an agent that follows it): its address, the other Nodes whose bridge the traced packet
+ * may reach once it leaves the asking Node, or why no sluice bridge decides after that Node.
+ */
+export interface TraceDestination {
+  ip: string;
+  /** The destination Pod's Node; for a Service, its endpoints' Nodes (the asking Node left out), with an address of each. */
+  nodes: TraceNode[];
+  /** Set when no sluice bridge decides once the packet has left the Node (a Node's host address, an address outside the cluster), and why. */
+  beyond?: string | undefined;
+  /** Set when where the address leads is not known, and why. */
+  unknown?: string | undefined;
+}
+
+export interface TraceNode {
+  name: string;
+  /** Where its agent listens (an InternalIP); undefined when the Node has none. */
+  address?: string | undefined;
+}

@@ -2,7 +2,9 @@
  * `sluicectl node traceflow --from ns/pod --to ns/pod|service:ns/name|ip:ADDRESS --port N
  * --protocol TCP|UDP|ICMP [--family 4|6] [-o json]`: the agent injects a real packet at the source Pod's port and
  * reports every table it visited, the rule that decided and where it went (observed; `node trace`
- * is ofproto/trace's computation). Run on the source Pod's node.
+ * is ofproto/trace's computation); a packet that leaves for another Node is observed and decided
+ * there too. The verdict is the end-to-end one, or `incomplete` (exit 3) when no bridge reported
+ * where the packet ended. Run on the source Pod's node.
  */
 import type { CommandModule } from 'yargs';
 import type { TraceReport } from '../enforcement/traceflow.js';
@@ -18,7 +20,16 @@ interface Args extends NodeArgs {
   output: string;
 }
 
-/** The report as text: one block per leg (a Service adds the leg after the host's DNAT). */
+/** How a leg came to the bridge: sent by the source, back from the host after a Service's DNAT, or arrived from another Node. */
+function legTitle(r: TraceReport, i: number): string {
+  const leg = r.legs[i]!;
+  const on = leg.node !== undefined ? ` on ${leg.node}` : '';
+  if (i === 0) return `leg 1${on} (as sent${r.legs.length > 1 && r.legs[1]!.node === leg.node ? ", before the host's Service DNAT" : ''}):`;
+  if (leg.node !== r.legs[i - 1]!.node) return `leg ${i + 1}${on} (arrived from ${r.legs[i - 1]!.node} through antrea-gw0):`;
+  return `leg ${i + 1}${on} (back from the host after DNAT):`;
+}
+
+/** The report as text: one block per leg (a Service adds the leg after the host's DNAT, another Node its own). */
 export function renderTrace(r: TraceReport): string {
   const icmp = r.dstIp.includes(':') ? 'ICMPv6' : 'ICMP';
   const lines = [`${r.from} -> ${r.to} (${r.dstIp}) ${r.protocol === 'ICMP' ? icmp : `${r.port}/${r.protocol}`}: ${r.verdict}`];
@@ -30,7 +41,7 @@ export function renderTrace(r: TraceReport): string {
       if (i === 2) lines.push('', `… ${r.legs.length - 3} more legs, each back from the host through antrea-gw0 (-o json lists them)`);
       return;
     }
-    if (r.legs.length > 1) lines.push('', i === 0 ? 'leg 1 (as sent, before the host\'s Service DNAT):' : `leg ${i + 1} (back from the host after DNAT):`);
+    if (r.legs.length > 1) lines.push('', legTitle(r, i));
     lines.push(`  tables:  ${leg.tables.join(' -> ')}`);
     if (leg.egressRule) lines.push(`  egress:  ${describeRule(leg.egressRule)}`);
     if (leg.ingressRule) lines.push(`  ingress: ${describeRule(leg.ingressRule)}`);
@@ -42,7 +53,7 @@ export function renderTrace(r: TraceReport): string {
 
 export const nodeTraceflowCommand: CommandModule<object, Args> = {
   command: 'traceflow',
-  describe: 'inject a real packet from a local Pod and report the tables it visited, the rule that decided and where it went',
+  describe: 'inject a real packet from a local Pod and report the tables it visited on every Node it crossed, the rule that decided and where it went',
   builder: (y) =>
     withConfig(y)
       .option('from', { type: 'string', demandOption: 'traceflow needs --from ns/pod (a Pod on this node)', describe: 'source Pod (ns/name), on this node' })
@@ -57,8 +68,10 @@ export const nodeTraceflowCommand: CommandModule<object, Args> = {
       ...(argv.port !== undefined ? { port: String(argv.port) } : {}),
       ...(argv.family !== undefined ? { family: String(argv.family) } : {}),
     });
-    const body = await agentBody(argv.config, `/traceflow?${q}`, 'node traceflow', 10_000);
+    const body = await agentBody(argv.config, `/traceflow?${q}`, 'node traceflow', 15_000);
     if (body === undefined) return;
     console.log(argv.output === 'json' ? JSON.stringify(body, null, 2) : renderTrace(body as TraceReport));
+    // A script must not read an unfinished trace as an answer.
+    if ((body as TraceReport).verdict === 'incomplete') process.exitCode = 3;
   },
 };

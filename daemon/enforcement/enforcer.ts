@@ -39,7 +39,8 @@ import { PolicyFlowWriter } from './policy-flow-writer.js';
 import { KeptVersions } from './kept-versions.js';
 import { Realization } from './realization.js';
 import { type EnforcementParts, enforcementMetrics, type EnforcerStatus, enforcerStatus } from './status.js';
-import { type TraceIo, type TraceReport, type TraceRequest, traceRules, traceTarget, Tracer } from './traceflow.js';
+import { type TraceBridge, traceContext, traceDestination, type TraceReport, type TraceRequest, Tracer } from './traceflow.js';
+import { observeRoutes, type ObserveRoute, remoteObserver } from './trace-observers.js';
 import type { EnforcementMetrics } from '../metrics.js';
 
 export type { DnsLearning, DnsPuntHook } from './dns-learning.js';
@@ -455,16 +456,20 @@ export class Enforcer {
   }
 
   /**
-   * Traces a real packet from a local Pod through the bridge (sluicectl node traceflow). `io` adds
-   * and removes the observation flows; `port` names an OpenFlow port.
+   * Traces a real packet from a local Pod through the bridge (sluicectl node traceflow), and through
+   * the bridge of the Node it leaves for, whose agent observes it (trace-observers.ts).
    */
-  traceflow(req: TraceRequest, io: Omit<TraceIo, 'packetOut'>, port: (ofport: number) => string, gatewayOfport: number): Promise<TraceReport> {
-    return this.tracer.trace(req, { ...io, packetOut: (po) => this.packetOut(po) }, { rule: traceRules((id) => this.policyFlows.describe(id)), port, gatewayOfport });
+  async traceflow(req: Omit<TraceRequest, 'destination'>, bridge: TraceBridge): Promise<TraceReport> {
+    const destination = traceDestination(this.engine.cluster, req.to, req.source.ip.includes(':') ? 6 : 4, this.opts.nodeName);
+    const port = this.opts.newPods?.realizationPort;
+    const observers = port === undefined ? [] : destination.nodes.map((n) => remoteObserver(n, port));
+    const ctx = traceContext(bridge, (id) => this.policyFlows.describe(id));
+    return this.tracer.trace({ ...req, destination }, { ...bridge.io, packetOut: (po) => this.packetOut(po) }, ctx, observers, this.opts.nodeName);
   }
 
-  /** The address of `family` a traceflow destination names (traceflow.ts). */
-  traceTarget(to: string, family: 4 | 6 = 4): string {
-    return traceTarget(this.engine.cluster, to, family);
+  /** The routes another Node's trace asks this agent to observe on its bridge with. */
+  traceObserveRoutes(bridge: () => TraceBridge | undefined): Record<string, ObserveRoute> {
+    return observeRoutes(this.tracer, bridge, (id) => this.policyFlows.describe(id));
   }
 
   /** The API object behind an invalid-object report (for its Event). */

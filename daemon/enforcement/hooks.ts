@@ -9,7 +9,8 @@ import type { RuleStatistics } from '../flows/policy/stats.js';
 import type { FlowStore } from '../flows/store.js';
 import type { EventSubject } from '../kube/node-api.js';
 import type { EnforcementMetrics } from '../metrics.js';
-import type { TraceReport, TraceRequest } from './traceflow.js';
+import type { TraceBridge, TraceReport, TraceRequest } from './traceflow.js';
+import type { ObserveRoute } from './trace-observers.js';
 import type { ConntrackIo } from './conntrack/index.js';
 
 /** What enforcement uses of the node: its OpenFlow connection, a flow sync, port MACs and conntrack. */
@@ -55,8 +56,13 @@ export interface EnforcementHooks {
   status?(): unknown;
   /** The body of GET /policies: what this node enforces and which objects were ignored (sluicectl node policies). */
   policyReport?(): unknown;
-  /** A real packet traced through the bridge (GET /traceflow); the destination is resolved from the cluster view. */
-  traceflow?(req: Omit<TraceRequest, 'dstIp'>, io: { addFlows(text: string): Promise<void>; removeFlows(): Promise<void> }, port: (ofport: number) => string, gatewayOfport: number): Promise<TraceReport>;
+  /**
+   * A real packet traced through the bridge (GET /traceflow) and through the bridge of the Node it
+   * leaves for; the destination is resolved from the cluster view (the controller's in controller mode).
+   */
+  traceflow?(req: Omit<TraceRequest, 'destination'>, bridge: TraceBridge): Promise<TraceReport>;
+  /** The routes (on the realization endpoint) another Node's trace asks this Node to observe its packet with. */
+  traceObserveRoutes?(bridge: () => TraceBridge | undefined): Record<string, ObserveRoute>;
   /** The API object (apiVersion, kind, uid) behind an invalid-object entry of the report. */
   policyObject?(e: { kind: string; namespace?: string | undefined; name: string }): EventSubject | undefined;
   /** Figures for /metrics. */

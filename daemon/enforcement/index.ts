@@ -12,14 +12,15 @@ import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import type { KubeObject } from '../policy/types.js';
 import type { ClusterWatch } from './watch/clusterwatch.js';
-import { askController } from '../controlplane/client.js';
+import { askController, askTraceDestination, TraceDestinationRefused } from '../controlplane/client.js';
 import { ControllerModeEnforcer } from './controller-mode/enforcer.js';
 import type { PodAttachment } from '../node/attachment.js';
 import type { OpenFlowController } from '../ovs/openflow/controller.js';
 import type { ConntrackIo } from './conntrack/index.js';
 import type { EnforcerStatus } from './status.js';
 import type { PolicyReport } from './policy-report.js';
-import type { TraceIo, TraceReport, TraceRequest } from './traceflow.js';
+import { type TraceBridge, TraceError, type TraceReport, type TraceRequest } from './traceflow.js';
+import type { ObserveRoute } from './trace-observers.js';
 import type { EnforcementMetrics } from '../metrics.js';
 import type { RuleStatistics } from '../flows/policy/stats.js';
 
@@ -80,6 +81,13 @@ async function startControllerMode(
     ...sharedOptions(cfg, log, opts),
     controller: access,
     askController: (pod, waitMs) => askController(access, pod, waitMs),
+    traceDestination: async (to, family) => {
+      try {
+        return await askTraceDestination(access, to, family);
+      } catch (err) {
+        throw err instanceof TraceDestinationRefused ? new TraceError(err.message) : err;
+      }
+    },
     serviceRanges: () => cfg.serviceCIDRs,
     onControlPlane: (state, reason) => {
       for (const l of listeners) l(state, reason);
@@ -124,8 +132,8 @@ interface NodeEnforcement {
   close(): Promise<void>;
   status(): EnforcerStatus;
   policyReport(): PolicyReport;
-  traceflow(req: TraceRequest, io: Omit<TraceIo, 'packetOut'>, port: (ofport: number) => string, gatewayOfport: number): Promise<TraceReport>;
-  traceTarget(to: string, family: 4 | 6): string;
+  traceflow(req: Omit<TraceRequest, 'destination'>, bridge: TraceBridge): Promise<TraceReport>;
+  traceObserveRoutes(bridge: () => TraceBridge | undefined): Record<string, ObserveRoute>;
   metrics(): EnforcementMetrics;
   ruleStats(dump: () => Promise<string>): Promise<RuleStatistics[]>;
   meterDrops(): Promise<Record<string, number>>;
@@ -154,7 +162,8 @@ function commonHooks(enforcer: NodeEnforcement): EnforcementHooks {
     close: () => enforcer.close(),
     status: () => enforcer.status(),
     policyReport: () => enforcer.policyReport(),
-    traceflow: (req, io, port, gw) => enforcer.traceflow({ ...req, dstIp: enforcer.traceTarget(req.to, req.source.ip.includes(':') ? 6 : 4) }, io, port, gw),
+    traceflow: (req, bridge) => enforcer.traceflow(req, bridge),
+    traceObserveRoutes: (bridge) => enforcer.traceObserveRoutes(bridge),
     metrics: () => enforcer.metrics(),
     ruleStats: (dump) => enforcer.ruleStats(dump),
     meterDrops: () => enforcer.meterDrops(),

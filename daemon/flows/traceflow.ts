@@ -151,6 +151,8 @@ export interface RuleRef {
 export type TraceVerdict = 'allow' | 'drop' | 'reject';
 
 export interface TraceLeg {
+  /** The Node whose bridge the leg crossed (set on every leg of a trace that crossed more than one). */
+  node?: string | undefined;
   /** Tables visited, in order. */
   tables: TableName[];
   verdict: TraceVerdict;
@@ -159,6 +161,8 @@ export interface TraceLeg {
   /** The egress/ingress rule that decided, when one did. */
   egressRule?: RuleRef | undefined;
   ingressRule?: RuleRef | undefined;
+  /** Allowed out through antrea-gw0: the host routes it on (to another Node, or back after a Service's DNAT). */
+  toGateway?: boolean | undefined;
 }
 
 export interface TraceContext {
@@ -197,7 +201,7 @@ export function assembleTrace(observations: TraceObservation[], rejected: boolea
     }
     if (lastTable === 'Output') {
       const out = reg(1);
-      return { tables, verdict: 'allow', outcome: `output to ${ctx.port(out)}`, ...rules };
+      return { tables, verdict: 'allow', outcome: `output to ${ctx.port(out)}`, ...rules, ...(out === ctx.gatewayOfport ? { toGateway: true } : {}) };
     }
     return { tables, verdict: 'drop', outcome: `dropped in ${lastTable}${dropReason(lastTable)}`, ...rules };
   });

@@ -19,7 +19,7 @@ import { hostKubeconfigPath, serviceAccountKeyPath } from '../../lab/control.js'
 import { CONTROLLER_NAMESPACE, controllerModeSettings, controllerServiceInNodes, freePort, killControllers, type LabController, startController } from '../../lab/controller.js';
 import { cliJson, type ListJson } from './labcli-helpers.js';
 import {
-  agentStatus, compareWithSimulate, fullProbeSet, labCli, POLICIES, probe, restartAgent, run, upEnforcingLab, withEnforcingLab, WORKLOAD, writeTempFile,
+  agentStatus, compareWithSimulate, fullProbeSet, labCli, POLICIES, probe, restartAgent, run, traceflow, upEnforcingLab, withEnforcingLab, WORKLOAD, writeTempFile,
 } from './enforce-helpers.js';
 import { join } from 'node:path';
 
@@ -114,6 +114,20 @@ withEnforcingLab(LAB, 'controller-mode-', (dir) => {
     const cm = await compareWithSimulate(LAB, dir, probes);
     t.same(cm.mismatches, [], `controller mode: ${cm.probes} probes agree with simulate (${JSON.stringify(cm.counts)}, ${cm.retried} probed again)`);
 
+    // Traceflow by name to another node's Pod: the controller says where it is, that node observes and decides.
+    const pods = (await cliJson<ListJson<{ metadata: { namespace: string; name: string }; spec: { nodeName: string }; status: { podIP?: string } }>>(['get', 'pods', '-o', 'json', '--name', LAB])).items;
+    const nodeOf = new Map(pods.map((p) => [`${p.metadata.namespace}/${p.metadata.name}`, p.spec.nodeName]));
+    const xa = nodeOf.get('x/a')!;
+    const from = (ns: string) => [...nodeOf].find(([ref, node]) => ref.startsWith(`${ns}/`) && node !== xa)!;
+    const [zRemote, zNode] = from('z');
+    const [yRemote, yNode] = from('y');
+    // One trace at a time per node (the source's and the destination's bridges are both busy during one).
+    const traced = [];
+    for (const [src, node] of [[zRemote, zNode], [yRemote, yNode]]) traced.push(await traceflow(LAB, node!, ['--from', src!, '--to', 'x/a', '--port', '80', '-o', 'json']));
+    const simulated = await probe(LAB, dir, [{ from: zRemote, to: 'x/a', port: 80, protocol: 'TCP' }, { from: yRemote, to: 'x/a', port: 80, protocol: 'TCP' }]);
+    t.same(traced.map((r) => r.report?.verdict ?? r.stderr), simulated.map((v) => v.verdict), `traceflow across nodes by name, in controller mode: ${zRemote} and ${yRemote} -> x/a on ${xa} as the packets go (${simulated.map((v) => v.verdict).join(', ')})`);
+    t.same(traced.map((r) => r.report?.legs.map((l) => l.node)), [[zNode, xa], [yNode, xa]], 'each decided on x/a\'s node, which observed it');
+
     // The controller dies. The agents keep the state they have.
     process.kill(controllers[0]!.pid, 'SIGKILL');
     for (const node of NODES) {
@@ -134,6 +148,9 @@ withEnforcingLab(LAB, 'controller-mode-', (dir) => {
     // and a new Pod of x (it starts, isolated: its policies are not known on its node).
     const open = writeTempFile(dir, 'open-x-a.yaml', 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: x-a-from-z, namespace: x}\nspec:\n  podSelector: {matchLabels: {pod: a}}\n  ingress: [{from: [{namespaceSelector: {matchLabels: {ns: z}}}]}]\n');
     await labCli(LAB, ['apply', '-f', open]);
+    const blind = await traceflow(LAB, zNode!, ['--from', zRemote, '--to', `ip:${pods.find((p) => p.metadata.namespace === 'x' && p.metadata.name === 'a')?.status.podIP}`, '--port', '80']);
+    t.equal(blind.code, 3, `without the controller, a trace to another node's Pod is incomplete (exit 3): ${blind.stdout.split('\n')[0]}`);
+    t.match(blind.stdout, /note: .*the controller could not be asked where it leads/, 'and says why');
     const kept = await probe(LAB, dir, [{ from: 'z/a', to: 'x/a', port: 80, protocol: 'TCP' }, { from: 'y/a', to: 'x/a', port: 80, protocol: 'TCP' }]);
     t.same(kept.map((v) => v.verdict), ['drop', 'allow'], `without the controller the last state stays: z/a -> x/a still dropped, y/a -> x/a still allowed (${kept.map((v) => v.detail ?? v.verdict).join('; ')})`);
     await labCli(LAB, ['apply', '-f', writeTempFile(dir, 'new-pod.yaml', 'apiVersion: v1\nkind: Pod\nmetadata: {name: newpod, namespace: x, labels: {pod: newpod}}\nspec: {nodeName: node-1, containers: [{name: server, image: sluice-lab/workload, ports: [{name: serve-80-tcp, containerPort: 80, protocol: TCP}]}]}\n')]);

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { repoRoot } from '../../lab/net/names.js';
 import t from 'tap';
+import type { TraceReport } from '../../daemon/enforcement/traceflow.js';
 import { cli, cliJson, type ListJson, sluiceSkipReason } from './labcli-helpers.js';
 
 export const SLUICECTL = join(repoRoot(), 'dist', 'daemon', 'sluicectl.js');
@@ -225,6 +226,14 @@ export async function agentStatus(lab: string, node: string): Promise<Record<str
   const r = await run('ip', ['netns', 'exec', nodeNetns(lab, node), 'curl', '-s', 'http://127.0.0.1:10349/status']);
   if (r.code !== 0) throw new Error(`status of ${node}: curl exited ${r.code}: ${r.stderr}`);
   return JSON.parse(r.stdout) as Record<string, unknown>;
+}
+
+/** `sluicectl node traceflow` run on `node` (inside its namespace, with its agent's config); with `-o json` the report parsed. */
+export async function traceflow(lab: string, node: string, args: string[]): Promise<{ code: number | null; stdout: string; stderr: string; report?: TraceReport | undefined }> {
+  const { nodeNetns } = await import('../../lab/net/names.js');
+  const { agentConfigPath } = await import('../../lab/agent.js');
+  const r = await run('ip', ['netns', 'exec', nodeNetns(lab, node), process.execPath, SLUICECTL, 'node', 'traceflow', '--config', agentConfigPath(lab, node), ...args]);
+  return { ...r, report: r.code !== 1 && args.includes('json') ? (JSON.parse(r.stdout) as TraceReport) : undefined };
 }
 
 export function writeTempFile(dir: string, name: string, text: string): string {

@@ -1,18 +1,20 @@
 /**
  * `sluicectl node traceflow` with real packets (lab `tfl`, 2 nodes, ptp, the model of
  * test/scenarios/model.yaml, a Kubernetes default deny on ingress to x and an Antrea Reject of z
- * into y): for every ordered pair of Pods on the same node, TCP 80 and UDP 81, the traced verdict
- * equals `sluicectl simulate`'s on the same objects. A Service destination is traced in both legs
- * (to antrea-gw0 before the host's DNAT, back to the endpoint after it) and decided as the
- * endpoint; a Reject names its rule; a source on another node and a bad destination are refused
- * with why; no observation flow is left behind.
+ * into y): for every ordered pair of Pods on the same node (TCP 80 and UDP 81) and on two nodes
+ * (TCP 80), the traced end-to-end verdict equals `sluicectl simulate`'s on the same objects; a
+ * packet to another node's Pod is observed there and decided there. A Service destination is traced
+ * in both legs (to antrea-gw0 before the host's DNAT, back to the endpoint after it) and decided as
+ * the endpoint; a Reject names its rule; the destination node's agent frozen makes the trace
+ * incomplete (exit 3), never allow; a source on another node and a bad destination are refused with
+ * why; no observation flow is left behind on either node.
  */
 import t from 'tap';
 import { join } from 'node:path';
-import { agentConfigPath } from '../../lab/agent.js';
-import { nodeNetns, ovsDir, repoRoot } from '../../lab/net/names.js';
-import type { TraceReport } from '../../daemon/enforcement/traceflow.js';
-import { labCli, run, simulate, snapshot, SLUICECTL, type ProbeSpec, withEnforcingLab, upEnforcingLab, writeTempFile } from './enforce-helpers.js';
+import { readFileSync } from 'node:fs';
+import { agentPidPath } from '../../lab/agent.js';
+import { ovsDir, repoRoot } from '../../lab/net/names.js';
+import { labCli, run, simulate, snapshot, traceflow as traceflowOn, type ProbeSpec, withEnforcingLab, upEnforcingLab, writeTempFile } from './enforce-helpers.js';
 import { cliJson, type ListJson } from './labcli-helpers.js';
 
 const LAB = 'tfl';
@@ -36,10 +38,7 @@ spec:
 `;
 
 withEnforcingLab(LAB, 'traceflow-', (dir) => {
-  const traceflow = async (node: string, args: string[]) => {
-    const r = await run('ip', ['netns', 'exec', nodeNetns(LAB, node), process.execPath, SLUICECTL, 'node', 'traceflow', '--config', agentConfigPath(LAB, node), ...args]);
-    return { ...r, report: r.code === 0 && args.includes('json') ? (JSON.parse(r.stdout) as TraceReport) : undefined };
-  };
+  const traceflow = (node: string, args: string[]) => traceflowOn(LAB, node, args);
 
   t.test('traceflow verdicts with real packets = simulate; Service legs; refusals; nothing left behind', async (t) => {
     await upEnforcingLab(LAB, 2, MODEL);
@@ -49,8 +48,9 @@ withEnforcingLab(LAB, 'traceflow-', (dir) => {
     const nodeOf = new Map(pods.map((p) => [ref(p), p.spec.nodeName]));
     const probes: ProbeSpec[] = [];
     for (const a of pods) for (const b of pods) {
-      if (a === b || a.spec.nodeName !== b.spec.nodeName) continue;
-      probes.push({ from: ref(a), to: ref(b), port: 80, protocol: 'TCP' }, { from: ref(a), to: ref(b), port: 81, protocol: 'UDP' });
+      if (a === b) continue;
+      probes.push({ from: ref(a), to: ref(b), port: 80, protocol: 'TCP' });
+      if (a.spec.nodeName === b.spec.nodeName) probes.push({ from: ref(a), to: ref(b), port: 81, protocol: 'UDP' });
     }
     const sim = await simulate(await snapshot(LAB, join(dir, 'snap')), probes);
     // The policies are realized once a traced deny is seen.
@@ -66,7 +66,7 @@ withEnforcingLab(LAB, 'traceflow-', (dir) => {
       const got = r.report?.verdict ?? `error: ${r.stderr.trim()}`;
       if (got !== sim[i]!.verdict) mismatches.push(`${p.from} -> ${p.to} ${p.port}/${p.protocol}: traceflow ${got}, simulate ${sim[i]!.verdict}`);
     }
-    t.same(mismatches, [], `${probes.length} traced verdicts = simulate (same-node pairs; ${((performance.now() - started) / probes.length).toFixed(0)} ms per trace)`);
+    t.same(mismatches, [], `${probes.length} traced end-to-end verdicts = simulate (same-node and cross-node pairs; ${((performance.now() - started) / probes.length).toFixed(0)} ms per trace)`);
     t.ok(sim.some((v) => v.verdict === 'drop') && sim.some((v) => v.verdict === 'reject') && sim.some((v) => v.verdict === 'allow'), 'the matrix holds allow, drop and reject');
 
     // A Reject names the rule that decided.
@@ -84,6 +84,32 @@ withEnforcingLab(LAB, 'traceflow-', (dir) => {
     const svcY = await traceflow(nodeOf.get('x/a')!, ['--from', 'x/a', '--to', 'service:y/s-y', '--port', '8080']);
     t.match(svcY.stdout, /^x\/a -> service:y\/s-y \(10\.96\.\S+\) 8080\/TCP: allow$/m, 'allowed through a Service');
     t.match(svcY.stdout, /leg 2 \(back from the host after DNAT\):[\s\S]*result: {2}allow: output to Pod y\/b/, 'delivered to the endpoint y/b');
+
+    // Another node's Pod: observed and decided on its node, each leg naming its node.
+    const [srcNode, dstNode] = [nodeOf.get('y/b')!, nodeOf.get('x/b')!];
+    t.not(srcNode, dstNode, 'y/b and x/b are on two nodes');
+    const cross = await traceflow(srcNode, ['--from', 'y/b', '--to', 'x/b', '--port', '80']);
+    t.match(cross.stdout, /^y\/b -> x\/b \(\S+\) 80\/TCP: drop$/m, `dropped on the destination's node (${cross.stderr})`);
+    t.match(cross.stdout, new RegExp(`leg 1 on ${srcNode} \\(as sent\\):[\\s\\S]*result: {2}allow: output to antrea-gw0`), 'leg 1: allowed out of the source node');
+    t.match(cross.stdout, new RegExp(`leg 2 on ${dstNode} \\(arrived from ${srcNode} through antrea-gw0\\):[\\s\\S]*result: {2}drop: dropped in IngressDefaultRule`), 'leg 2: dropped by x\'s default deny there');
+    t.comment(cross.stdout);
+    const crossJson = await traceflow(srcNode, ['--from', 'y/b', '--to', 'x/b', '--port', '80', '-o', 'json']);
+    t.same(crossJson.report?.legs.map((l) => [l.node, l.verdict]), [[srcNode, 'allow'], [dstNode, 'drop']], 'json: the legs with their nodes');
+
+    // The destination node's agent frozen: nobody can say what happened there.
+    const pid = Number(readFileSync(agentPidPath(LAB, dstNode), 'utf8').trim());
+    process.kill(pid, 'SIGSTOP');
+    let thawed = false;
+    const thaw = () => {
+      if (!thawed) process.kill(pid, 'SIGCONT');
+      thawed = true;
+    };
+    t.teardown(thaw);
+    const frozen = await traceflow(srcNode, ['--from', 'y/b', '--to', 'x/b', '--port', '80']);
+    thaw();
+    t.equal(frozen.code, 3, 'incomplete: exit 3');
+    t.match(frozen.stdout, /^y\/b -> x\/b \(\S+\) 80\/TCP: incomplete$/m, 'the verdict says the trace is incomplete');
+    t.match(frozen.stdout, new RegExp(`note: left this node through antrea-gw0 and no bridge reported it after: Node ${dstNode} could not observe: .*no answer within`), 'and why');
 
     // Refusals name what is wrong.
     const elsewhere = pods.find((p) => p.spec.nodeName !== nodeOf.get('z/a'))!;

@@ -21,7 +21,7 @@ import { ControllerModeEnforcer } from '../../daemon/enforcement/controller-mode
 import { Enforcer } from '../../daemon/enforcement/enforcer.js';
 import { ClusterWatch } from '../../daemon/enforcement/watch/clusterwatch.js';
 import { startLab } from './apiserver-helpers.js';
-import { askController } from '../../daemon/controlplane/client.js';
+import { askController, askTraceDestination } from '../../daemon/controlplane/client.js';
 import { startEndpoint } from '../../daemon/health.js';
 import { newPodGuardFlows } from '../../daemon/flows/newpod-guard.js';
 
@@ -53,6 +53,7 @@ async function startController(kubeconfig: string, port = 0): Promise<{ server: 
   const server = await startControlPlaneApiServer({
     store, port, log,
     realization: (q, waitMs) => controller.whenPodRealized(q, waitMs),
+    traceDestination: (to, family, node) => controller.traceDestination(to, family, node),
     authenticate: async (req: IncomingMessage) => {
       const m = /^Bearer tok-(.+)$/.exec(req.headers.authorization ?? '');
       return m ? { user: `system:serviceaccount:kube-system:sluice-agent`, nodeName: m[1]! } : undefined;
@@ -139,8 +140,15 @@ t.test('controller mode: the standalone flows on every Node; the last state kept
   await converged('at start');
   const atStart = agents.map((a) => cookies(a.cm.policyFlows)).join('|');
   t.match(agents[0]!.cm.status().controlPlane, { connected: true, synced: true, rejected: 0 }, 'status: following the controller');
-  t.equal(agents[0]!.cm.traceTarget('ip:10.2.0.5', 4), '10.2.0.5', 'traceflow to an address');
-  t.throws(() => agents[0]!.cm.traceTarget('x/b', 4), /knows only its own Pods; name another Pod or a Service by ip:ADDRESS/, 'another node\'s Pod by name: the error says what to give');
+  // Where a traceflow destination leads, as the controller answers an agent.
+  const dest = (node: string, to: string) => askTraceDestination({ server: controller.server.url, token: `tok-${node}` }, to, 4);
+  t.same(await dest('node-1', 'x/b'), { ip: '10.2.0.5', nodes: [{ name: 'node-2', address: '10.0.0.2' }] }, 'trace destination: another Node\'s Pod by name, with its Node');
+  t.same(await dest('node-2', 'x/b'), { ip: '10.2.0.5', nodes: [] }, 'the asking Node\'s own Pod: no other Node');
+  t.same(await dest('node-1', 'ip:10.1.0.6'), { ip: '10.1.0.6', nodes: [] }, 'an address of a local Pod');
+  t.match(await dest('node-1', 'ip:10.0.0.2'), { nodes: [], beyond: /address of Node node-2, whose host network sluice does not police/ }, 'a Node\'s address: beyond sluice');
+  t.match(await dest('node-1', 'ip:192.0.2.9'), { nodes: [], beyond: /no Pod, Service or Node of the cluster/ }, 'an address outside the cluster');
+  await t.rejects(dest('node-1', 'x/nope'), { name: 'TraceDestinationRefused', message: /x\/nope: no such Pod with an IPv4 address/ }, 'no such Pod: refused, with why');
+  await t.rejects(dest('node-1', 'ip:fd00::1'), { name: 'TraceDestinationRefused', message: /an IPv6 destination for an IPv4 trace/ });
 
   // Open connections judged from node-1's own rules: the denied one is cut, the node's own (a kubelet probe) and the allowed one stay.
   const ct = (src: string, dst: string, sport: number) => `tcp,orig=(src=${src},dst=${dst},sport=${sport},dport=8080),reply=(src=${dst},dst=${src},sport=8080,dport=${sport}),zone=65520,mark=32,protoinfo=(state=ESTABLISHED)`;

@@ -40,7 +40,8 @@ import { buildPolicyReport, type PolicyReport } from '../policy-report.js';
 import { PolicyFlowWriter } from '../policy-flow-writer.js';
 import { RuleStatsKeeper } from '../rulestats.js';
 import { type EnforcementParts, enforcementMetrics, type EnforcerStatus, enforcerStatus } from '../status.js';
-import { addressTarget, type TraceIo, type TraceReport, type TraceRequest, TraceError, traceRules, Tracer } from '../traceflow.js';
+import { addressTarget, type TraceBridge, traceContext, type TraceDestination, type TraceReport, type TraceRequest, TraceError, Tracer } from '../traceflow.js';
+import { observeRoutes, type ObserveRoute, remoteObserver } from '../trace-observers.js';
 import { ClusterWatch } from '../watch/clusterwatch.js';
 import { SERVICE_CIDR_RESOURCE } from '../watch/resources.js';
 import { ControlPlaneFollower } from './follower.js';
@@ -68,6 +69,8 @@ export interface ControllerModeOptions {
   askController?: (pod: PodQuestion, waitMs: number) => Promise<PodRealization | undefined>;
   /** The Service ranges in use (connections to them are judged as Service connections). */
   serviceRanges?: () => readonly string[];
+  /** Where a trace's destination leads, as the controller sees the cluster (the controlplane client; tests inject one). */
+  traceDestination?: (to: string, family: 4 | 6) => Promise<TraceDestination>;
   /** The connection to the controller changed (the agent's Event). */
   onControlPlane?: (state: ControlPlaneConnection, reason: string) => void;
 }
@@ -416,18 +419,38 @@ export class ControllerModeEnforcer {
     return this.packetIn.meterDrops();
   }
 
-  traceflow(req: TraceRequest, io: Omit<TraceIo, 'packetOut'>, port: (ofport: number) => string, gatewayOfport: number): Promise<TraceReport> {
-    return this.tracer.trace(req, { ...io, packetOut: (po) => this.packetIn.packetOut(po) }, { rule: traceRules((id) => this.policyFlows.describe(id)), port, gatewayOfport });
+  /**
+   * Traces a real packet from a local Pod through the bridge and through the bridge of the Node it
+   * leaves for. Where the destination leads is the controller's answer (it sees every Pod and Node);
+   * without it only an address or a local Pod can be traced, and a packet that leaves this Node
+   * makes the trace incomplete.
+   */
+  async traceflow(req: Omit<TraceRequest, 'destination'>, bridge: TraceBridge): Promise<TraceReport> {
+    const destination = await this.traceDestination(req.to, req.source.ip.includes(':') ? 6 : 4);
+    const port = this.opts.newPods?.realizationPort;
+    const observers = port === undefined ? [] : destination.nodes.filter((n) => n.name !== this.opts.nodeName).map((n) => remoteObserver(n, port));
+    const ctx = traceContext(bridge, (id) => this.policyFlows.describe(id));
+    return this.tracer.trace({ ...req, destination }, { ...bridge.io, packetOut: (po) => this.packetIn.packetOut(po) }, ctx, observers, this.opts.nodeName);
   }
 
-  /** A trace's destination: an address, or a Pod of this node (the agent holds no other Pod or Service). */
-  traceTarget(to: string, family: 4 | 6 = 4): string {
+  traceObserveRoutes(bridge: () => TraceBridge | undefined): Record<string, ObserveRoute> {
+    return observeRoutes(this.tracer, bridge, (id) => this.policyFlows.describe(id));
+  }
+
+  private async traceDestination(to: string, family: 4 | 6): Promise<TraceDestination> {
+    let why = 'the agent has no way to ask the controller';
+    if (this.opts.traceDestination) {
+      try {
+        return await this.opts.traceDestination(to, family);
+      } catch (err) {
+        if (err instanceof TraceError) throw err;
+        why = `the controller could not be asked where it leads: ${(err as Error).message}`;
+      }
+    }
     const address = addressTarget(to, family);
-    if (address !== undefined) return address;
-    const local = this.localPods.get(to);
-    const ip = local?.ips.find((a) => a.includes(':') === (family === 6));
-    if (ip) return ip;
-    throw new TraceError(`destination "${to}": this agent follows the controller and knows only its own Pods; name another Pod or a Service by ip:ADDRESS`);
+    const ip = address ?? this.localPods.get(to)?.ips.find((a) => a.includes(':') === (family === 6));
+    if (ip === undefined) throw new TraceError(`destination "${to}": ${why}; name a local Pod, or the destination by ip:ADDRESS`);
+    return { ip, nodes: [], unknown: why };
   }
 
   policyReport(): PolicyReport {
