@@ -9,14 +9,21 @@
  * for a new policy), so a Drop rule never runs with an empty peer set for want of its group. An
  * AddressGroup the controller removed is kept while an enforced policy still names it. An
  * AppliedToGroup that is absent has no member on this Node (the controller sends none then).
+ *
+ * FQDN groups: the controller learns no DNS name (answers are seen on the Node whose Pod asked), so
+ * it sends an fqdn AddressGroup with its patterns and no member. The names this Node's agent learns
+ * (`setFqdnAddresses`, enforcement/fqdn) become the group's members here, as the standalone engine
+ * makes them ({kind: fqdn, ref: name}), on top of what the controller sends.
  */
 import type { MemberChange } from './members.js';
 import { memberKey } from './types.js';
 import type { ControlPlaneAddressGroup, ControlPlaneAddressGroupPatch, ControlPlaneEvent, ControlPlaneKind, ControlPlaneNetworkPolicy, ControlPlaneObject } from './types.js';
-import { type ChangeSet, type ComputedIsolation, fileUnder, type IdDelta, type NodeIsolation } from '../policy/internal.js';
+import { type ChangeSet, type ComputedIsolation, emptyChangeSet, fileUnder, type IdDelta, type NodeIsolation } from '../policy/internal.js';
 import { nodeRulesOf, type NodeRule, type NodeRuleGroups, type NodeTarget } from '../policy/noderules.js';
 import { canonicalJson, compareRules } from '../policy/order.js';
 import { PeerIps } from '../policy/peer-ips.js';
+import { canonicalDnsName, FqdnPatternSet } from '../policy/fqdn.js';
+import { canonicalIp } from '../policy/cidr.js';
 import type { ComputedRule, GroupMember, InternalRule } from '../policy/types.js';
 
 interface AddressEntry {
@@ -30,9 +37,14 @@ interface AddressEntry {
   peerIps?: PeerIps | undefined;
   /** The members as a list, built when a named-port rule reads them. */
   list?: GroupMember[] | undefined;
+  /** An fqdn group's patterns: learned names matching them are members. */
+  fqdn?: FqdnPatternSet | undefined;
 }
 
 const EMPTY_MEMBERS: GroupMember[] = [];
+
+/** A learned name as a member of the fqdn groups it matches (as the standalone engine makes it). */
+const learnedMember = (name: string, ips: readonly string[]): GroupMember => ({ kind: 'fqdn', ref: name, ips: [...ips], ports: [] });
 
 export class NodePolicyState {
   private readonly received = new Map<string, ControlPlaneNetworkPolicy>();
@@ -55,6 +67,9 @@ export class NodePolicyState {
   private readonly nodeRuleParts = new Map<string, NodeRule[]>();
   private nodeRules?: NodeRule[] | undefined;
   private nodeIsolationList?: NodeIsolation[] | undefined;
+  /** Names learned from DNS on this Node: canonical name → its current addresses (canonical, sorted). */
+  private readonly fqdnNames = new Map<string, string[]>();
+  private fqdnPatternSet?: FqdnPatternSet | undefined;
 
   constructor(readonly nodeName: string) {}
 
@@ -90,9 +105,64 @@ export class NodePolicyState {
       this.appliedTo.set(name, o.members);
       this.changedGroups.appliedTo.add(name);
     } else {
-      this.address.set(name, { object: o, members: new Map(o.members.map((m) => [memberKey(m), m])), removed: false });
+      const entry: AddressEntry = { object: o, members: new Map(o.members.map((m) => [memberKey(m), m])), removed: false };
+      if (o.fqdn && o.fqdn.length > 0) {
+        entry.fqdn = new FqdnPatternSet(o.fqdn);
+        for (const [n, ips] of this.fqdnNames) if (entry.fqdn.matches(n)) entry.members.set(memberKey({ kind: 'fqdn', ref: n }), learnedMember(n, ips));
+      }
+      if (entry.fqdn || this.address.get(name)?.fqdn) this.fqdnPatternSet = undefined;
+      this.address.set(name, entry);
       this.changedGroups.address.add(name);
     }
+  }
+
+  /**
+   * Sets learned DNS names' current addresses (`ips: []` forgets a name), as the standalone engine's
+   * setFqdnAddresses: the fqdn groups whose patterns match a changed name change with it. They are
+   * enforced at the next commit().
+   */
+  setFqdnAddresses(updates: readonly { name: string; ips: readonly string[] }[]): void {
+    for (const u of updates) {
+      const name = canonicalDnsName(u.name);
+      const ips = [...new Set(u.ips.map((ip) => canonicalIp(ip) ?? ip))].sort();
+      if (ips.length === 0) this.fqdnNames.delete(name);
+      else this.fqdnNames.set(name, ips);
+      const key = memberKey({ kind: 'fqdn', ref: name });
+      for (const [id, entry] of this.address) {
+        if (!entry.fqdn?.matches(name)) continue;
+        const before = entry.members.get(key);
+        const after = ips.length > 0 ? learnedMember(name, ips) : undefined;
+        if (canonicalJson(before) === canonicalJson(after)) continue;
+        entry.peerIps?.update(key, before, after);
+        if (after) entry.members.set(key, after);
+        else entry.members.delete(key);
+        entry.list = undefined;
+        this.changedGroups.address.add(id);
+      }
+    }
+  }
+
+  /** The patterns of the fqdn groups held: which DNS names are worth learning on this Node. */
+  fqdnPatterns(): FqdnPatternSet {
+    if (!this.fqdnPatternSet) {
+      const patterns: string[] = [];
+      for (const entry of this.address.values()) if (entry.fqdn && !entry.removed) patterns.push(...entry.fqdn.patterns);
+      this.fqdnPatternSet = new FqdnPatternSet(patterns);
+    }
+    return this.fqdnPatternSet;
+  }
+
+  /** The local Pod addresses an enforced egress rule with an fqdn peer targets (whose DNS responses are intercepted). */
+  fqdnTargetPodIps(): string[] {
+    const ids = new Set<string>();
+    for (const r of this.rules.values()) if (r.direction === 'Egress' && r.addressGroups.some((g) => this.address.get(g)?.fqdn)) ids.add(r.id);
+    if (ids.size === 0) return [];
+    const ips = new Set<string>();
+    for (const nr of this.nodeRuleSet()) {
+      if (!ids.has(nr.ruleId)) continue;
+      for (const t of nr.targets) if (t.kind !== 'node') for (const ip of t.ips) ips.add(ip);
+    }
+    return [...ips].sort();
   }
 
   private patch(p: ControlPlaneAddressGroupPatch): void {
@@ -118,6 +188,7 @@ export class NodePolicyState {
       const entry = this.address.get(name);
       if (!entry || entry.removed) return;
       entry.removed = true;
+      if (entry.fqdn) this.fqdnPatternSet = undefined;
       this.changedGroups.address.add(name);
     }
   }
@@ -127,10 +198,7 @@ export class NodePolicyState {
    * ChangeSet would name it (the flow compiler's dirtyRuleIds reads it).
    */
   commit(): ChangeSet {
-    const cs: ChangeSet = {
-      addressGroups: { added: [], updated: [], removed: [] }, appliedToGroups: { added: [], updated: [], removed: [] },
-      rules: { added: [], updated: [], removed: [] }, isolations: { added: [], updated: [], removed: [] }, serviceEndpoints: [],
-    };
+    const cs = emptyChangeSet();
     // Policies waiting for a group may be enforceable now that it came.
     const candidates = new Set(this.changedPolicies);
     if (this.changedGroups.address.size > 0) for (const name of this.waiting) candidates.add(name);
@@ -275,19 +343,6 @@ export class NodePolicyState {
       if (m && ips.every((ip) => m.ips.includes(ip))) return true;
     }
     return false;
-  }
-
-  /**
-   * The enforced rules whose peers include an FQDN group: their addresses come from DNS learning,
-   * which the controller does not do, so such a rule matches no address here.
-   */
-  fqdnRules(): { ref: ComputedRule['ref']; patterns: string[] }[] {
-    const out: { ref: ComputedRule['ref']; patterns: string[] }[] = [];
-    for (const r of this.rules.values()) {
-      const patterns = r.addressGroups.flatMap((g) => this.address.get(g)?.object.fqdn ?? []);
-      if (patterns.length > 0) out.push({ ref: r.ref, patterns: [...new Set(patterns)].sort() });
-    }
-    return out;
   }
 
   /** Sizes and waiting policies, for /status. */

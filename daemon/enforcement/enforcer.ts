@@ -150,7 +150,7 @@ export class Enforcer {
       seedFor: (o) => this.kept.seedFor(o),
     });
     this.packetIn = new PacketInDispatch({
-      engine,
+      fqdnPolicy: engine,
       tracer: this.tracer,
       describe: (id) => this.policyFlows.describe(id),
       dns: opts.dns,

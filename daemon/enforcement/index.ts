@@ -58,8 +58,7 @@ export async function startEnforcement(
 ): Promise<{ enforcer: PolicySide; hooks: EnforcementHooks }> {
   if (cfg.policySource === 'controller') return startControllerMode(cfg, log, opts);
   // FQDN peers follow what DNS tells local Pods (enforcement/fqdn).
-  const dns = new FqdnLearning({ log: { debug: (o, m) => log.debug(o, m), warn: (o, m) => log.warn(o, m) } });
-  const enforcer = new Enforcer({ ...sharedOptions(cfg, log, opts), dns });
+  const enforcer = new Enforcer({ ...sharedOptions(cfg, log, opts), dns: fqdnLearning(log) });
   await enforcer.startWatch();
   const hooks: EnforcementHooks = {
     ...commonHooks(enforcer),
@@ -79,6 +78,7 @@ async function startControllerMode(
   const listeners: ((state: 'connected' | 'disconnected', reason: string) => void)[] = [];
   const enforcer = new ControllerModeEnforcer({
     ...sharedOptions(cfg, log, opts),
+    dns: fqdnLearning(log),
     controller: access,
     askController: (pod, waitMs) => askController(access, pod, waitMs),
     traceDestination: async (to, family) => {
@@ -99,6 +99,11 @@ async function startControllerMode(
     watchControlPlane: (listener) => listeners.push(listener),
   };
   return { enforcer, hooks };
+}
+
+/** DNS learning for fqdn peers: each Node learns what its own Pods resolve, in both modes. */
+function fqdnLearning(log: Logger): FqdnLearning {
+  return new FqdnLearning({ log: { debug: (o, m) => log.debug(o, m), warn: (o, m) => log.warn(o, m) } });
 }
 
 /** The settings both modes take from the configuration. */

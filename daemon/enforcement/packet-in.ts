@@ -9,16 +9,16 @@ import { type DecodedPunt, PUNT_METER_NAME, PuntCategory, PuntOp } from '../flow
 import type { RuleIdentity } from '../flows/policy/index.js';
 import { type OpenFlowController, runPacketInLoop, type PacketInHandler } from '../ovs/openflow/index.js';
 import type { PacketIn, PacketOut } from '../ovs/openflow/wire.js';
-import type { ChangeSet, PolicyEngine } from '../policy/engine.js';
+import type { ChangeSet } from '../policy/engine.js';
 import { AuditLogger, DEFAULT_AUDIT_LOG_PATH } from './auditlog/index.js';
-import type { DnsLearning } from './dns-learning.js';
+import type { DnsLearning, FqdnPolicy } from './dns-learning.js';
 import { decidePolicyPunt, rejectReplyMacs } from './punthandler.js';
 import { sendRejectReply } from './reject/index.js';
 import type { Tracer } from './traceflow.js';
 
 export interface PacketInOptions {
-  /** What DNS learning changes (absent: no learning, as in controller mode). */
-  engine?: PolicyEngine | undefined;
+  /** What DNS learning reads and changes (the engine, or controller mode's followed state; absent: no learning). */
+  fqdnPolicy?: FqdnPolicy | undefined;
   tracer: Tracer;
   /** The rule behind a conjunction id (audit lines, reject decisions). */
   describe(conjId: number): RuleIdentity | undefined;
@@ -129,10 +129,9 @@ export class PacketInDispatch {
   private async onDnsPunt(pin: PacketIn, punt: DecodedPunt): Promise<void> {
     this.punts.dns++;
     // FQDN learning (enforcement/fqdn): without it DNS punts are only counted.
-    const { dns } = this.opts;
-    const { engine } = this.opts;
-    if (!dns || !engine) return;
-    const cs = await dns.hook(pin, punt, engine);
+    const { dns, fqdnPolicy } = this.opts;
+    if (!dns || !fqdnPolicy) return;
+    const cs = await dns.hook(pin, punt, fqdnPolicy);
     if (cs) this.opts.learned(cs);
   }
 }

@@ -386,6 +386,23 @@ export class PolicyEngine {
   fqdnEgressRules(): ReadonlyMap<string, readonly string[]> { return this.model.fqdnEgressRules(); }
   /** Every pattern of those rules as one matcher: which DNS names are worth learning. */
   fqdnPatterns(): FqdnPatternSet { return this.model.fqdnPatterns(); }
+
+  /**
+   * The local Pod addresses (both families) targeted by an egress rule with an fqdn peer: whose DNS
+   * responses are worth intercepting. [] when no such rule applies on this node. One pass over the
+   * rules and the node rule set, no policy compile.
+   */
+  fqdnTargetPodIps(): string[] {
+    const irIds = this.fqdnEgressRules();
+    if (irIds.size === 0) return [];
+    const computed = new Set(this.internalRules().filter((c) => irIds.has(c.ruleId)).map((c) => c.id));
+    const ips = new Set<string>();
+    for (const nr of this.nodeRuleSet()) {
+      if (!computed.has(nr.ruleId)) continue;
+      for (const t of nr.targets) if (t.kind !== 'node') for (const ip of t.ips) ips.add(ip);
+    }
+    return [...ips].sort();
+  }
   /** The rules this node enforces: local targets, resolved peer addresses and ports. */
   nodeRuleSet(): NodeRule[] { return this.model.nodeRuleSet(); }
   /** K8s NetworkPolicy isolations as internal objects (targets as AppliedToGroups). */

@@ -81,6 +81,12 @@ export interface ChangeSet {
   memberChanges?: Map<string, MemberChange[]>;
 }
 
+/** A ChangeSet naming nothing. */
+export function emptyChangeSet(): ChangeSet {
+  const none = (): IdDelta => ({ added: [], updated: [], removed: [] });
+  return { addressGroups: none(), appliedToGroups: none(), rules: none(), isolations: none(), serviceEndpoints: [] };
+}
+
 /** One member of a group that came (no `before`), went (no `after`) or changed. */
 export interface MemberChange {
   key: string;

@@ -168,7 +168,7 @@ t.test('controller mode: the standalone flows on every Node; the last state kept
     metadata: { name: 'allow-y', namespace: 'x' },
     spec: { podSelector: {}, policyTypes: ['Ingress'], ingress: [{ _from: [{ namespaceSelector: { matchLabels: { ns: 'y' } } }, { podSelector: { matchLabels: { tier: 'front' } }, namespaceSelector: {} }], ports: [{ port: 'http' }] }] },
   } });
-  // An FQDN peer: not learned in controller mode, which the policy report says.
+  // An FQDN peer: the controller sends its group with no member; the names a Node's Pods resolve are learned on that Node.
   await lab.custom.createClusterCustomObject({
     group: 'crd.antrea.io', version: 'v1beta1', plural: 'clusternetworkpolicies',
     body: {
@@ -178,9 +178,20 @@ t.test('controller mode: the standalone flows on every Node; the last state kept
   });
   for (const a of agents) await until(`${a.node} enforces no-example`, () => a.cm.policyReport().policies.some((p) => p.name === 'no-example'));
   await converged('after changes');
-  const fqdnWarning = agents[0]!.cm.policyReport().warnings.find((w) => w.name === 'no-example');
-  t.match(fqdnWarning, { field: 'rule drop-example', message: /FQDN peers \(\*\.example\.com\) are not learned in controller mode/ }, 'the report names the FQDN rule this mode cannot enforce as written');
-  t.ok(agents[1]!.cm.policyReport().warnings.some((w) => w.name === 'no-example'), 'node-2 (x/b) reports it too');
+  const learner = agents[0]!;
+  t.same(learner.cm.fqdnPolicy.fqdnTargetPodIps(), learner.standalone.engine.fqdnTargetPodIps(), 'DNS interception for the same local Pods as standalone');
+  t.same(learner.cm.fqdnPolicy.fqdnTargetPodIps(), ['10.1.0.5'], 'x/a, the fqdn rule\'s target on node-1');
+  t.ok(learner.cm.fqdnPolicy.fqdnPatterns().matches('www.example.com'), 'the rule\'s pattern is learned');
+  const learnedCs = learner.cm.fqdnPolicy.setFqdnAddresses([{ name: 'www.example.com', ips: ['192.0.2.7'] }]);
+  learner.standalone.engine.setFqdnAddresses([{ name: 'www.example.com', ips: ['192.0.2.7'] }]);
+  t.equal(learnedCs.addressGroups.updated.length, 1, 'a learned name changes the fqdn group at once (nothing received is held back)');
+  const dropExample = (rules: { ref: { name: string }; peers: unknown }[]) => JSON.stringify(rules.filter((r) => r.ref.name === 'no-example').map((r) => r.peers));
+  t.equal(dropExample(learner.cm.follower.state.nodeRuleSet()), dropExample(learner.standalone.engine.nodeRuleSet()), 'the Drop\'s peers hold the learned address, as standalone');
+  t.match(dropExample(learner.cm.follower.state.nodeRuleSet()), /192\.0\.2\.7/);
+  t.same(learner.cm.policyReport().warnings, [], 'no warning: the rule is enforced as written');
+  // Forgotten again (its TTL ran out), so the flows compiled before and the state agree again.
+  learner.cm.fqdnPolicy.setFqdnAddresses([{ name: 'www.example.com', ips: [] }]);
+  learner.standalone.engine.setFqdnAddresses([{ name: 'www.example.com', ips: [] }]);
   t.not(agents.map((a) => cookies(a.cm.policyFlows)).join('|'), atStart, 'the changes changed flows');
 
   // The controller is gone: the last state stays while the cluster changes.

@@ -130,3 +130,40 @@ t.test('another store (a takeover, a restart): nothing committed until every kin
   flushed();
   t.ok(f.realized({ NetworkPolicy: 5n, AppliedToGroup: 5n, AddressGroup: 5n }), 'and the new store\'s versions are answered');
 });
+
+t.test('a learned DNS name is enforced at once, unless something received is held back: then with the next commit', async (t) => {
+  const { clock, rvs, commits, f } = setup();
+  const group = (rv: number, ann = annotations(rv, rv, rv)): ControlPlaneObject => ({
+    apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: 'ag-fqdn', resourceVersion: String(rv), annotations: ann }, members: [], ipBlocks: [], fqdn: ['*.example.com'],
+  });
+  t.equal(f.localChange(), undefined, 'before the first commit: nothing to change yet');
+  f.onSync('NetworkPolicy', [{ apiVersion: CONTROLPLANE_API_VERSION, kind: 'NetworkPolicy', metadata: { name: 'np', resourceVersion: '10' }, sourceKey: 'k', rules: [{ ...rule('r1', 'atg-1', 'ag-fqdn'), direction: 'Egress' } as ComputedRule], isolations: [] }]);
+  f.onSync('AppliedToGroup', [{ apiVersion: CONTROLPLANE_API_VERSION, kind: 'AppliedToGroup', metadata: { name: 'atg-1', resourceVersion: '10' }, members: [{ kind: 'pod', ref: 'x/a', nodeName: 'n1', ips: ['10.0.0.1'], ports: [] }] }]);
+  f.onSync('AddressGroup', [group(10)]);
+  Object.assign(rvs, { NetworkPolicy: '10', AppliedToGroup: '10', AddressGroup: '10' });
+  f.onState('connected', 'listed');
+  await clock.advance(0);
+  t.equal(commits.length, 1, 'committed');
+  t.same(f.state.fqdnTargetPodIps(), ['10.0.0.1'], 'the egress rule\'s local target is intercepted');
+
+  f.state.setFqdnAddresses([{ name: 'www.example.com', ips: ['192.0.2.1'] }]);
+  const now = f.localChange();
+  t.same(now?.addressGroups.updated, ['ag-fqdn'], 'nothing held back: the learned change is committed at once');
+  t.match(JSON.stringify(f.state.nodeRuleSet()[0]!.peers), /192\.0\.2\.1/, 'the rule\'s peers hold the learned address');
+
+  // A change arriving on one stream, its other part still on the way: the learned change waits for the cut.
+  f.onEvent('NetworkPolicy', { type: 'MODIFIED', object: { apiVersion: CONTROLPLANE_API_VERSION, kind: 'NetworkPolicy', metadata: { name: 'np', resourceVersion: '12', annotations: annotations(12, 10, 11) }, sourceKey: 'k', rules: [{ ...rule('r1', 'atg-1', 'ag-fqdn'), direction: 'Egress', action: 'Drop' } as ComputedRule], isolations: [] } });
+  rvs.NetworkPolicy = '12';
+  f.state.setFqdnAddresses([{ name: 'www.example.com', ips: ['192.0.2.1', '192.0.2.2'] }]);
+  t.equal(f.localChange(), undefined, 'held back: not committed now (that would enforce half of the controller\'s change)');
+  await clock.advance(0);
+  t.equal(commits.length, 1, 'still held');
+  t.notMatch(JSON.stringify(f.state.nodeRuleSet()[0]!.peers), /192\.0\.2\.2/, 'the rule still holds what was committed');
+  f.onEvent('AddressGroup', { type: 'MODIFIED', object: group(11, annotations(12, 10, 11)) });
+  rvs.AddressGroup = '11';
+  await clock.advance(0);
+  t.equal(commits.length, 2, 'the cut is complete: one commit');
+  t.same(commits[1]!.rules.updated, ['r1'], 'with the controller\'s change');
+  t.ok(commits[1]!.addressGroups.updated.includes('ag-fqdn'), 'and the learned one');
+  t.match(JSON.stringify(f.state.nodeRuleSet()[0]!.peers), /192\.0\.2\.1.*192\.0\.2\.2/, 'the re-sent group keeps what this Node learned');
+});

@@ -9,7 +9,8 @@
  * for every Node: the node rule set, the isolations and the compiled flows (compiled incrementally
  * from the NodePolicyState's ChangeSets) equal those of a standalone engine of that Node fed the
  * same objects. A relist (the controller restarted, a watch expired) and a fresh agent must land
- * on the same state too.
+ * on the same state too. FQDN peers: each Node learns DNS names of its own (its agent's DNS
+ * learning), told to its standalone engine and its NodePolicyState alike; the controller learns none.
  */
 import t from 'tap';
 import { memberNodes, type NodeViewSink } from '../../daemon/controller/computation.js';
@@ -80,6 +81,8 @@ function stateInput(s: NodePolicyState): PolicyFlowInput {
 const cookies = (flows: PolicyFlows) => flows.flows().map((f) => f.cookie).sort().join('\n');
 
 let nodeTargetSteps = 0;
+let learnedSteps = 0;
+let fqdnRuleSteps = 0;
 for (let seed = 1; seed <= 10; seed++) {
   t.test(`controller mode equals standalone on every Node, seed ${seed}`, async (t) => {
     const r = rng(500 + seed);
@@ -91,6 +94,8 @@ for (let seed = 1; seed <= 10; seed++) {
     const computation = new ClusterComputation(controller, recorder);
     const standalone = new Map(NODES.map((n) => [n, new PolicyEngine({ normalizers, nodeName: n })]));
     const agents = new Map(NODES.map((n) => [n, { state: new NodePolicyState(n), flows: new PolicyFlows(), dirty: new Set<string>() }]));
+    /** What each Node learned from DNS (name → addresses, [] forgotten), in order. */
+    const learned = new Map(NODES.map((n) => [n, new Map<string, string[]>()]));
     const feed = (o: KubeObject, remove: boolean) => {
       const ref = { apiVersion: o.apiVersion, kind: o.kind, ...(o.metadata.namespace ? { namespace: o.metadata.namespace } : {}), name: o.metadata.name };
       if (remove) objects.delete(keyOf(o));
@@ -130,7 +135,7 @@ for (let seed = 1; seed <= 10; seed++) {
     let mismatches = 0;
     let withRules = 0;
     for (let step = 0; step < 50; step++) {
-      const op = r.int(11);
+      const op = r.int(12);
       const pods = [...objects.values()].filter((o) => o.kind === 'Pod');
       const policies = [...objects.values()].filter((o) => o.kind === 'NetworkPolicy' || (o.kind === 'Rules' && o.metadata.name !== 'groups'));
       let label: string;
@@ -190,6 +195,20 @@ for (let seed = 1; seed <= 10; seed++) {
         const name = `grp-${r.int(3)}`;
         label = `group policy ${name}`;
         apply(randomGroupPolicy(r, name));
+      } else if (op === 10 && r.next() < 0.5) {
+        const name = `fqdn-pol-${r.int(2)}`;
+        label = `fqdn policy ${name}`;
+        const fqdn = { kind: 'fqdn' as const, pattern: r.pick(['*.a.com', 'www.a.com', '*.org', 'C.ORG.']) };
+        apply(rulesObject(name, { rules: [rule({ direction: 'Egress', action: r.pick(['Allow', 'Drop'] as const), appliedTo: [podsIn(r.pick(NAMESPACES))], peers: r.next() < 0.5 ? [fqdn] : [fqdn, podsIn(r.pick(NAMESPACES))] }, {}, name)] }));
+      } else if (op === 10) {
+        const node = r.pick(NODES);
+        const name = r.pick(['www.a.com', 'b.a.com', 'c.org', 'WWW.A.COM.']);
+        const ips = r.next() < 0.25 ? [] : [...new Set([`203.0.113.${r.int(4)}`, `203.0.113.${r.int(4)}`, r.next() < 0.3 ? `2001:db8::${r.int(3)}` : '203.0.113.9'])];
+        label = `dns learned on ${node}: ${name} ${ips.join(',') || '(forgotten)'}`;
+        standalone.get(node)!.setFqdnAddresses([{ name, ips }]);
+        agents.get(node)!.state.setFqdnAddresses([{ name, ips }]);
+        learned.get(node)!.set(name, ips);
+        learnedSteps++;
       } else {
         const ns = r.pick(NAMESPACES), name = `np-${r.int(4)}`;
         label = `netpol ${ns}/${name}`;
@@ -209,6 +228,11 @@ for (let seed = 1; seed <= 10; seed++) {
         const want = withoutOrder(e.nodeRuleSet());
         if (want.length > 0) withRules++;
         if (want.some((n) => n.targets.some((x) => x.kind === 'node'))) nodeTargetSteps++;
+        if (e.fqdnTargetPodIps().length > 0 && want.some((n) => JSON.stringify(n.peers).includes('203.0.113.'))) fqdnRuleSteps++;
+        if (canonicalJson(a.state.fqdnTargetPodIps()) !== canonicalJson(e.fqdnTargetPodIps())) {
+          mismatches++;
+          t.same(a.state.fqdnTargetPodIps(), e.fqdnTargetPodIps(), `step ${step} (${label}) ${node}: DNS interception targets as standalone`);
+        }
         if (canonicalJson(withoutOrder(a.state.nodeRuleSet())) !== canonicalJson(want)) {
           mismatches++;
           t.same(withoutOrder(a.state.nodeRuleSet()), want, `step ${step} (${label}) ${node}: node rules as standalone`);
@@ -233,6 +257,7 @@ for (let seed = 1; seed <= 10; seed++) {
     for (const node of NODES) {
       const fresh = new NodePolicyState(node);
       for (const kind of KINDS) fresh.sync(kind, recorder.list(node, kind));
+      fresh.setFqdnAddresses([...learned.get(node)!].map(([name, ips]) => ({ name, ips })));
       fresh.commit();
       t.same(withoutOrder(fresh.nodeRuleSet()), withoutOrder(standalone.get(node)!.nodeRuleSet()), `a fresh agent on ${node} lists the same rules`);
     }
@@ -250,4 +275,9 @@ for (let seed = 1; seed <= 10; seed++) {
 
 t.test('the walks applied rules to Nodes too', async (t) => {
   t.ok(nodeTargetSteps > 0, `${nodeTargetSteps} node-steps enforced a rule on the Node itself`);
+});
+
+t.test('the walks learned DNS names that fqdn rules enforced', async (t) => {
+  t.ok(learnedSteps > 10, `${learnedSteps} steps learned or forgot a name on a Node`);
+  t.ok(fqdnRuleSteps > 0, `${fqdnRuleSteps} node-steps enforced a rule whose peers held learned addresses`);
 });

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { dnsInterceptFlows, dnsInterceptFlowsFor, fqdnTargetPodIps } from '../../daemon/enforcement/fqdn/flows.js';
+import { dnsInterceptFlows, dnsInterceptFlowsFor } from '../../daemon/enforcement/fqdn/flows.js';
 import { expireFqdnsDue, FqdnExpiryTimer, handleDnsPacketIn, isEmptyChangeSet, processDnsPacketIn } from '../../daemon/enforcement/fqdn/handler.js';
 import { FqdnLearner } from '../../daemon/enforcement/fqdn/learner.js';
 import { flowText } from '../../daemon/flows/flow.js';
@@ -141,7 +141,7 @@ t.test('processDnsPacketIn commits flows before releasing, and releases even on 
 
 t.test('interception flows: table, priority, match and scope', async (t) => {
   const { engine } = setup();
-  t.same(fqdnTargetPodIps(engine), [CLIENT_IP], 'only the fqdn rule\'s local targets');
+  t.same(engine.fqdnTargetPodIps(), [CLIENT_IP], 'only the fqdn rule\'s local targets');
   const flows = dnsInterceptFlowsFor(engine);
   t.same(flows.map(flowText).map((s) => s.replace(/cookie=0x[0-9a-f]+/, 'cookie=C')), [
     `table=${tableId('IngressSecurityClassifier')},priority=220,cookie=C,ct_state=+rpl+trk,udp,reg0=0x200/0xf00,nw_dst=${CLIENT_IP},tp_src=53 actions=controller(userdata=02.00,meter_id=258)`,
@@ -161,14 +161,14 @@ t.test('interception flows: table, priority, match and scope', async (t) => {
   ], 'an IPv6 Pod address: its responses over IPv6');
   t.throws(() => dnsInterceptFlows({ pods: ['10.1.0.300'] }), /"10.1.0.300" is not an IP address/);
   engine.upsert({ apiVersion: 'v1', kind: 'Pod', metadata: { namespace: 'x', name: 'client', labels: { app: 'client' } }, spec: { nodeName: 'node-1', containers: [] }, status: { podIP: CLIENT_IP, podIPs: [{ ip: CLIENT_IP }, { ip: 'fd00:10:1::5' }] } });
-  t.same(fqdnTargetPodIps(engine), [CLIENT_IP, 'fd00:10:1::5'], 'a dual-stack target: both addresses (DNS may answer over either family)');
+  t.same(engine.fqdnTargetPodIps(), [CLIENT_IP, 'fd00:10:1::5'], 'a dual-stack target: both addresses (DNS may answer over either family)');
   const ruleOnly = (egress: object[]) => ({ apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'fqdn' }, spec: { priority: 1, appliedTo: [{ podSelector: { matchLabels: { app: 'client' } } }], egress } });
   engine.upsert(ruleOnly([{ action: 'Drop', name: 'rest' }]));
-  t.same(fqdnTargetPodIps(engine), [], 'the policy loses its fqdn rule: no targets');
+  t.same(engine.fqdnTargetPodIps(), [], 'the policy loses its fqdn rule: no targets');
   engine.upsert(ruleOnly([{ action: 'Allow', name: 'web', to: [{ fqdn: 'www.example.com' }] }]));
-  t.same(fqdnTargetPodIps(engine), [CLIENT_IP, 'fd00:10:1::5'], 'and gains one back');
+  t.same(engine.fqdnTargetPodIps(), [CLIENT_IP, 'fd00:10:1::5'], 'and gains one back');
   engine.remove({ apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', name: 'fqdn' });
-  t.same(fqdnTargetPodIps(engine), [], 'policy gone: no targets');
+  t.same(engine.fqdnTargetPodIps(), [], 'policy gone: no targets');
 });
 
 t.test('a learned name outlives its pattern until it expires', async (t) => {

@@ -29,8 +29,10 @@ import type { PodAttachment } from '../../node/attachment.js';
 import type { OpenFlowController } from '../../ovs/openflow/index.js';
 import { cidrContainsIp, parseCidr, parseIp } from '../../policy/cidr.js';
 import { NodeVerdicts, toSideDecision } from '../../policy/node-verdict.js';
-import type { KubeObject, Probe, ValidationError } from '../../policy/types.js';
+import { emptyChangeSet } from '../../policy/internal.js';
+import type { KubeObject, Probe } from '../../policy/types.js';
 import { ConditionWaiters } from '../condition-waiters.js';
+import type { DnsLearning, FqdnPolicy } from '../dns-learning.js';
 import { type ConnectionPolicy, ConnectionSweeper, type ConntrackIo } from '../conntrack/index.js';
 import { LocalEgressSources } from '../egress-sources.js';
 import { FlushScheduler } from '../flush-scheduler.js';
@@ -69,6 +71,8 @@ export interface ControllerModeOptions {
   askController?: (pod: PodQuestion, waitMs: number) => Promise<PodRealization | undefined>;
   /** The Service ranges in use (connections to them are judged as Service connections). */
   serviceRanges?: () => readonly string[];
+  /** FQDN learning (enforcement/fqdn): the names this Node's Pods resolve become members of the fqdn groups the controller sends. */
+  dns?: DnsLearning;
   /** Where a trace's destination leads, as the controller sees the cluster (the controlplane client; tests inject one). */
   traceDestination?: (to: string, family: 4 | 6) => Promise<TraceDestination>;
   /** The connection to the controller changed (the agent's Event). */
@@ -80,6 +84,19 @@ export class ControllerModeEnforcer {
   readonly follower: ControlPlaneFollower;
   private readonly clock: Clock;
   private readonly tracer = new Tracer();
+  /**
+   * What DNS learning reads and changes: the followed state. A learned change is enforced at once
+   * when nothing received from the controller is held back, else with the controller's next
+   * consistent commit (an empty ChangeSet now: the held response is released unchanged).
+   */
+  readonly fqdnPolicy: FqdnPolicy = {
+    setFqdnAddresses: (updates) => {
+      this.follower.state.setFqdnAddresses(updates);
+      return this.follower.localChange() ?? emptyChangeSet();
+    },
+    fqdnPatterns: () => this.follower.state.fqdnPatterns(),
+    fqdnTargetPodIps: () => this.follower.state.fqdnTargetPodIps(),
+  };
   private readonly stats: RuleStatsKeeper;
   private readonly egressSources: LocalEgressSources;
   private readonly flusher: FlushScheduler;
@@ -95,8 +112,6 @@ export class ControllerModeEnforcer {
   private verdicts?: { rules: unknown; isolations: unknown; v: NodeVerdicts };
   private bridgeSynced = false;
   private closed = false;
-  /** The FQDN rules last warned about (warnUnlearnedFqdn). */
-  private fqdnWarned = '';
   onServiceCidrs?: () => void;
 
   constructor(private readonly opts: ControllerModeOptions) {
@@ -111,10 +126,7 @@ export class ControllerModeEnforcer {
       changed: (cs) => this.flusher.changed(cs),
       changes: () => this.flusher.changes,
       committedChanges: () => this.flusher.committedChanges,
-      afterCommit: () => {
-        this.waiters.poke();
-        this.warnUnlearnedFqdn();
-      },
+      afterCommit: () => this.waiters.poke(),
       onConnection: (state, reason) => {
         if (state === 'connected') log.info('controller mode: following the controller');
         else log.warn({ reason }, 'controller mode: the controller is not followed; the last state received stays enforced');
@@ -126,7 +138,7 @@ export class ControllerModeEnforcer {
     this.egressSources = new LocalEgressSources(base);
     this.writer = new PolicyFlowWriter({
       policy: () => this.policyFlows.flows(),
-      dnsIntercept: () => undefined,
+      dnsIntercept: () => opts.dns?.interceptFlows(this.fqdnPolicy),
       newPodGuards: () => this.newPods && newPodGuardFlows(this.newPods.guarded()),
       cutConnections: () => this.sweeper && cutConnectionFlows(this.sweeper.blocked()),
     });
@@ -145,9 +157,15 @@ export class ControllerModeEnforcer {
       onRealized: opts.onRealized,
     });
     this.packetIn = new PacketInDispatch({
+      fqdnPolicy: this.fqdnPolicy,
       tracer: this.tracer,
       describe: (id) => this.policyFlows.describe(id),
-      learned: () => {},
+      dns: opts.dns,
+      learned: (cs) => {
+        this.flusher.changed(cs);
+        // A held DNS response waits for this apply: no minimum interval.
+        this.flusher.requestUrgent();
+      },
       auditLogPath: opts.auditLogPath,
       log,
     });
@@ -314,12 +332,18 @@ export class ControllerModeEnforcer {
   async attach(opts: { controller: OpenFlowController; applyFlows: () => Promise<unknown>; portMac: (ofport: number) => string | undefined; conntrack?: ConntrackIo; nodeIPs: readonly string[]; connectTimeoutMs?: number }): Promise<void> {
     if (opts.conntrack) this.watchConnections(opts.conntrack, opts.nodeIPs);
     await this.packetIn.start(opts.controller, opts.portMac, { connectTimeoutMs: opts.connectTimeoutMs, socket: `${this.opts.ovsRunDir}/${this.opts.bridge}.mgmt` });
-    this.flusher.bind(opts.applyFlows);
+    this.bindFlows(opts.applyFlows);
   }
 
-  /** Tests without a bridge: changes are applied with `applyFlows`. */
+  /**
+   * From now on every change is compiled and applied (debounced) with `applyFlows`, and learned
+   * DNS names expire. attach() calls it; tests without a bridge call it alone.
+   */
   bindFlows(applyFlows: () => Promise<unknown>): void {
-    this.flusher.bind(applyFlows);
+    const dns = this.opts.dns;
+    if (dns) dns.setPacketOut((po) => this.packetIn.packetOut(po));
+    dns?.startExpiry(this.fqdnPolicy, (cs) => this.flusher.changed(cs));
+    this.flusher.bind(dns ? dns.wrapApply(applyFlows) : applyFlows);
   }
 
   /** The open connections the node's rules now deny are cut, judged from those rules alone. */
@@ -399,6 +423,7 @@ export class ControllerModeEnforcer {
       packetIn: this.packetIn,
       sweeper: this.sweeper,
       newPods: this.newPods,
+      dns: this.opts.dns,
       controlPlane: this.follower.status(this.opts.controller.server),
     };
   }
@@ -461,31 +486,9 @@ export class ControllerModeEnforcer {
       rules: state.nodeRuleSet(),
       isolations: state.nodeIsolations(),
       errors: [],
-      warnings: this.unlearnedFqdn(),
+      warnings: [],
       localPods: [...this.localPods.keys()].sort(),
     });
-  }
-
-  /** Says once per change of the set which rules have FQDN peers this mode cannot enforce. */
-  private warnUnlearnedFqdn(): void {
-    const rules = this.unlearnedFqdn();
-    const key = rules.map((w) => `${w.kind}/${w.namespace ?? ''}/${w.name}/${w.field}`).join('\n');
-    if (key === this.fqdnWarned) return;
-    this.fqdnWarned = key;
-    if (rules.length > 0) this.opts.log.warn({ rules: rules.map((w) => `${w.kind} ${w.namespace ? `${w.namespace}/` : ''}${w.name} ${w.field}`) }, 'controller mode: rules with FQDN peers match no address here (DNS answers are not learned in this mode); sluicectl node policies lists them');
-  }
-
-  /** Rules with FQDN peers, which this mode cannot enforce as written (NodePolicyState.fqdnRules), as report warnings. */
-  private unlearnedFqdn(): ValidationError[] {
-    const seen = new Map<string, ValidationError>();
-    for (const { ref, patterns } of this.follower.state.fqdnRules()) {
-      const w: ValidationError = {
-        kind: ref.kind, ...(ref.namespace ? { namespace: ref.namespace } : {}), name: ref.name, field: `rule ${ref.rule}`,
-        message: `FQDN peers (${patterns.join(', ')}) are not learned in controller mode: the rule matches no address (an Allow allows nothing, a Drop drops nothing); use policySource: standalone for FQDN policies`,
-      };
-      seen.set(`${ref.kind}/${ref.namespace ?? ''}/${ref.name}/${ref.rule}`, w);
-    }
-    return [...seen.values()];
   }
 
   async close(): Promise<void> {
@@ -500,5 +503,6 @@ export class ControllerModeEnforcer {
     await this.watcher.stop();
     await this.api?.stop();
     this.packetIn.close();
+    this.opts.dns?.close();
   }
 }

@@ -180,6 +180,16 @@ export class ControlPlaneFollower {
     this.opts.afterCommit?.();
   }
 
+  /**
+   * A change this Node made to the state (learned DNS names) on top of what the controller sent: its
+   * ChangeSet at once when nothing received is held back, else undefined and it goes with the next
+   * commit (committing now would enforce a partial view of the controller's).
+   */
+  localChange(): ChangeSet | undefined {
+    if (this.pending || this.closed || !this.everCommitted) return undefined;
+    return this.state.commit();
+  }
+
   /** Resolves at the first commit (every kind listed, connected, consistent). */
   whenSynced(): Promise<void> {
     if (this.synced) return Promise.resolve();

@@ -28,7 +28,7 @@ import { isIPv4, isIPv6 } from 'node:net';
 import { type Flow, FlowCategory, withCookie } from '../../flows/flow.js';
 import { PUNT_METER_ID, PuntCategory, puntUserdata } from '../../flows/punt.js';
 import { masked, REG0, type TableName } from '../../flows/tables.js';
-import type { PolicyEngine } from '../../policy/engine.js';
+import type { FqdnPolicy } from '../dns-learning.js';
 import { DNS_PORT } from './frame.js';
 
 export const DNS_INTERCEPT_TABLE: TableName = 'IngressSecurityClassifier';
@@ -78,24 +78,7 @@ export function dnsInterceptFlows(input: DnsInterceptInput): Flow[] {
   return flows;
 }
 
-/**
- * The local Pod addresses (both families) targeted by an egress rule with an fqdn peer (what to
- * pass as `pods`). [] when no such rule applies on this node: then no DNS response is intercepted
- * at all. Cost: one pass over the rules and the node rule set, no policy compile.
- */
-export function fqdnTargetPodIps(engine: Pick<PolicyEngine, 'fqdnEgressRules' | 'internalRules' | 'nodeRuleSet'>): string[] {
-  const irIds = engine.fqdnEgressRules();
-  if (irIds.size === 0) return [];
-  const computed = new Set(engine.internalRules().filter((c) => irIds.has(c.ruleId)).map((c) => c.id));
-  const ips = new Set<string>();
-  for (const nr of engine.nodeRuleSet()) {
-    if (!computed.has(nr.ruleId)) continue;
-    for (const t of nr.targets) if (t.kind !== 'node') for (const ip of t.ips) ips.add(ip);
-  }
-  return [...ips].sort();
-}
-
-/** Convenience: both in one step, for the agent's desired flow set. */
-export function dnsInterceptFlowsFor(engine: Pick<PolicyEngine, 'fqdnEgressRules' | 'internalRules' | 'nodeRuleSet'>, mode: DnsInterceptMode = 'hold'): Flow[] {
-  return dnsInterceptFlows({ pods: fqdnTargetPodIps(engine), mode });
+/** Convenience: the interception flows for a policy side's fqdn targets, for the agent's desired flow set. */
+export function dnsInterceptFlowsFor(policy: Pick<FqdnPolicy, 'fqdnTargetPodIps'>, mode: DnsInterceptMode = 'hold'): Flow[] {
+  return dnsInterceptFlows({ pods: policy.fqdnTargetPodIps(), mode });
 }

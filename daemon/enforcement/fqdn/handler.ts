@@ -7,14 +7,16 @@
 import type { Clock, TimerHandle } from '../../clock.js';
 import type { PacketIn, PacketOut } from '../../ovs/openflow/wire.js';
 import { decodePuntUserdata, PuntCategory } from '../../flows/punt.js';
-import type { ChangeSet, PolicyEngine } from '../../policy/engine.js';
+import type { ChangeSet } from '../../policy/engine.js';
+import { emptyChangeSet } from '../../policy/internal.js';
+import type { FqdnPolicy } from '../dns-learning.js';
 import { parseDnsMessage, resolvedNames } from './dnswire.js';
 import { DnsPuntOp } from './flows.js';
 import { extractDnsPayload } from './frame.js';
 import type { FqdnLearner, FqdnUpdate } from './learner.js';
 
-/** What DNS learning needs of the engine: its fqdn patterns, and to be told address sets. */
-export type FqdnEngine = Pick<PolicyEngine, 'setFqdnAddresses' | 'fqdnPatterns'>;
+/** What DNS learning needs of the policy side: its fqdn patterns, and to be told address sets. */
+export type FqdnEngine = Pick<FqdnPolicy, 'setFqdnAddresses' | 'fqdnPatterns'>;
 
 export interface FqdnContext {
   engine: FqdnEngine;
@@ -33,14 +35,6 @@ export interface DnsPacketInResult {
   /** When the agent should next call `expireFqdnsDue` (learner clock, ms). */
   nextExpiryAt?: number;
 }
-
-export const emptyChangeSet = (): ChangeSet => ({
-  addressGroups: { added: [], updated: [], removed: [] },
-  appliedToGroups: { added: [], updated: [], removed: [] },
-  rules: { added: [], updated: [], removed: [] },
-  isolations: { added: [], updated: [], removed: [] },
-  serviceEndpoints: [],
-});
 
 export const isEmptyChangeSet = (cs: ChangeSet): boolean =>
   [cs.addressGroups, cs.appliedToGroups, cs.rules, cs.isolations].every((d) => d.added.length + d.updated.length + d.removed.length === 0) && cs.serviceEndpoints.length === 0;

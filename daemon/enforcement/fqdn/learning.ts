@@ -19,8 +19,9 @@ import { type Clock, realClock, type TimerHandle } from '../../clock.js';
 import type { Flow } from '../../flows/flow.js';
 import type { DecodedPunt } from '../../flows/punt.js';
 import type { PacketIn, PacketOut } from '../../ovs/openflow/wire.js';
-import type { ChangeSet, PolicyEngine } from '../../policy/engine.js';
-import { dnsInterceptFlowsFor, DnsPuntOp, type DnsInterceptMode } from './flows.js';
+import type { ChangeSet } from '../../policy/engine.js';
+import type { FqdnPolicy } from '../dns-learning.js';
+import { dnsInterceptFlows, DnsPuntOp, type DnsInterceptMode } from './flows.js';
 import { expireFqdnsDue, FqdnExpiryTimer, handleDnsPacketIn, isEmptyChangeSet, releaseOf } from './handler.js';
 import { FqdnLearner, type LearnerOptions } from './learner.js';
 
@@ -56,7 +57,7 @@ export class FqdnLearning {
   private readonly clock: Clock;
   private readonly expiryTimer: FqdnExpiryTimer;
   /** Where expiries go (startExpiry); until then addresses wait in the learner. */
-  private expiryTarget?: { engine: PolicyEngine; changed: (cs: ChangeSet) => void } | undefined;
+  private expiryTarget?: { policy: FqdnPolicy; changed: (cs: ChangeSet) => void } | undefined;
   private readonly mode: DnsInterceptMode;
   private readonly maxHoldMs: number;
   private packetOut?: (po: PacketOut) => boolean;
@@ -76,11 +77,11 @@ export class FqdnLearning {
   }
 
   /** The enforcer's DNS punt hook: learns, returns the engine change (undefined = nothing to apply). */
-  readonly hook = (pin: PacketIn, punt: DecodedPunt, engine: PolicyEngine): ChangeSet | undefined => {
+  readonly hook = (pin: PacketIn, punt: DecodedPunt, policy: FqdnPolicy): ChangeSet | undefined => {
     this.s.punts++;
     let result: ReturnType<typeof handleDnsPacketIn>;
     try {
-      result = handleDnsPacketIn(pin, { engine, learner: this.learner });
+      result = handleDnsPacketIn(pin, { engine: policy, learner: this.learner });
     } catch (e) {
       // An engine failure must not swallow the response.
       if (punt.ops === DnsPuntOp.hold) this.send(releaseOf(pin), 'releasedAtOnce');
@@ -110,12 +111,12 @@ export class FqdnLearning {
   }
 
   /**
-   * From now on learned addresses leave `engine` when they expire, on the clock, at the learner's
+   * From now on learned addresses leave `policy` when they expire, on the clock, at the learner's
    * next expiry (one timer, re-armed after every learn and every expiry); each expiry's ChangeSet
    * goes to `changed` (the enforcer compiles and applies it).
    */
-  startExpiry(engine: PolicyEngine, changed: (cs: ChangeSet) => void): void {
-    this.expiryTarget = { engine, changed };
+  startExpiry(policy: FqdnPolicy, changed: (cs: ChangeSet) => void): void {
+    this.expiryTarget = { policy, changed };
     this.expiryTimer.cancel();
     this.expiryTimer.schedule(this.learner.nextExpiryAt());
   }
@@ -124,7 +125,7 @@ export class FqdnLearning {
   private expireDue(): void {
     const target = this.expiryTarget;
     if (!target) return;
-    const r = expireFqdnsDue({ engine: target.engine, learner: this.learner });
+    const r = expireFqdnsDue({ engine: target.policy, learner: this.learner });
     this.expiryTimer.schedule(r.nextExpiryAt);
     if (!isEmptyChangeSet(r.changes)) target.changed(r.changes);
   }
@@ -133,9 +134,9 @@ export class FqdnLearning {
     return this.learner.nextExpiryAt();
   }
 
-  /** The DNS interception flows for the engine's current fqdn rules (add to the desired flow set). */
-  interceptFlows(engine: PolicyEngine): Flow[] {
-    return dnsInterceptFlowsFor(engine, this.mode);
+  /** The DNS interception flows for the current fqdn rules' local targets (add to the desired flow set). */
+  interceptFlows(policy: FqdnPolicy): Flow[] {
+    return dnsInterceptFlows({ pods: policy.fqdnTargetPodIps(), mode: this.mode });
   }
 
   stats(): FqdnLearningStats {
