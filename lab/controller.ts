@@ -28,6 +28,13 @@ export interface LabController {
 }
 
 /**
+ * The lab replica's settings: the lab enforces no RBAC, so its admin reads every Node's view by
+ * name; and a short history (events kept per Node), so an agent cut off for a while gets 410 Gone
+ * and lists again, as one away longer than the production history would.
+ */
+export const LAB_CONTROLLER_ARGS: readonly string[] = ['--read-all-users', 'sluice-lab-admin', '--events-per-node', '50'];
+
+/**
  * Starts one replica and waits until it answers /healthz (it answers before it leads; /readyz
  * says whether it serves). `args` are added to its command line.
  */

@@ -33,7 +33,7 @@ import { readLabInfo } from './net/lab.js';
 import { ApiError, RestClient } from './restclient.js';
 import { jsonLog } from './cluster/workqueue.js';
 import { serviceAccountToken } from './apiserver/satoken.js';
-import { CONTROLLER_NAMESPACE, controllerLogPath, controllerModeSettings, controllerServiceInNodes, freePort, startController } from './controller.js';
+import { CONTROLLER_NAMESPACE, controllerLogPath, controllerModeSettings, controllerServiceInNodes, freePort, LAB_CONTROLLER_ARGS, startController } from './controller.js';
 import { CA_CONFIGMAP } from '../daemon/controller/tls-secret.js';
 
 const NODE = resolveKind('nodes');
@@ -138,8 +138,7 @@ async function startLabController(lab: string, nodes: string[], rest: RestClient
     { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'sluice-agent', namespace: CONTROLLER_NAMESPACE } },
   ] as KubeObject[]) await rest.apply(resolveKind(obj.kind), obj);
   const port = await freePort();
-  // The lab enforces no RBAC: its admin reads every Node's view by name.
-  const replica = await startController(lab, 'controller-0', port, ['--read-all-users', 'sluice-lab-admin']);
+  const replica = await startController(lab, 'controller-0', port, [...LAB_CONTROLLER_ARGS]);
   log('info', 'sluice-controller running', { pid: replica.pid, port });
   let caCert: string | undefined;
   for (const deadline = Date.now() + 60_000; caCert === undefined; await sleep(200)) {

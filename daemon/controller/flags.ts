@@ -15,6 +15,8 @@ export interface ControllerFlags {
   identity: string;
   certificateIps: string[];
   readAllUsers: string[];
+  /** Events kept per Node for resuming watches (a watch from before them lists again). */
+  eventsPerNode: number;
   logLevel: string;
 }
 
@@ -41,6 +43,7 @@ export function parseControllerFlags(args: string[], env: NodeJS.ProcessEnv = pr
     .option('identity', { type: 'string', default: env.POD_NAME ?? hostname(), describe: 'this replica\'s name in the Lease' })
     .option('certificate-ips', { type: 'string', default: '', describe: 'comma-separated IP addresses the serving certificate also names' })
     .option('read-all-users', { type: 'string', default: '', describe: 'comma-separated users (no Node of their own) allowed to read every Node\'s view' })
+    .option('events-per-node', { type: 'number', default: 1000, describe: 'events kept per Node for agents resuming their watches; an agent away for more lists its view again (410 Gone)' })
     .option('log-level', { type: 'string', default: 'info', choices: ['trace', 'debug', 'info', 'warn', 'error'] })
     .strict()
     .exitProcess(false)
@@ -50,9 +53,11 @@ export function parseControllerFlags(args: string[], env: NodeJS.ProcessEnv = pr
     .help()
     .parseSync();
   if (argv.help) return undefined;
+  const eventsPerNode = argv['events-per-node'];
+  if (!Number.isInteger(eventsPerNode) || eventsPerNode < 10) throw new Error(`--events-per-node ${String(eventsPerNode)}: an integer of at least 10`);
   return {
     ...(argv.kubeconfig ? { kubeconfig: argv.kubeconfig } : {}),
     listen: parseListen(argv.listen), namespace: argv.namespace, identity: argv.identity,
-    certificateIps: list(argv['certificate-ips']), readAllUsers: list(argv['read-all-users']), logLevel: argv['log-level'],
+    certificateIps: list(argv['certificate-ips']), readAllUsers: list(argv['read-all-users']), eventsPerNode, logLevel: argv['log-level'],
   };
 }

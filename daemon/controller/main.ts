@@ -57,7 +57,7 @@ async function main(): Promise<number> {
     }
   }
 
-  const store = new ControlPlaneStore();
+  const store = new ControlPlaneStore({ eventsPerNode: argv.eventsPerNode });
   const controller = new PolicyController({ log, sink: store, versions: (node) => store.lastChanges(node) });
   let leading = false;
   let watch: ClusterWatch | undefined;

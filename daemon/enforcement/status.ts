@@ -70,6 +70,8 @@ export interface ControlPlaneStatus {
   addressGroups: number;
   /** Received objects that could not be applied (each costs only itself; a relist repairs). */
   rejected: number;
+  /** Lists of one kind taken in: one per kind at start, then one per kind whose watch could not resume (410 Gone, an event that could not be applied, another store). */
+  lists: number;
   /** Times the lists came from another controller store (a takeover, a restart). */
   storeChanges: number;
 }

@@ -4,13 +4,23 @@
  *   agent's watch is Gone and lists again; recovery: until every agent follows it with nothing
  *   held back;
  * - the controller frozen (SIGSTOP) for 60 s (10 s with --quick) while the churn changes policies
- *   and labels, then thawed; recovery: the same.
+ *   and labels, then thawed; recovery: the same;
+ * - every agent's controlplane watches cut (connections reset, new ones refused) while more changes
+ *   reach each Node's view than the controller keeps (the lab runs it with --events-per-node 50):
+ *   the resumed watches get 410 Gone and list again; recovery: until every agent listed again and
+ *   follows with nothing held back.
  * Meanwhile the agents enforce the last state they received: the probers' denied connections must
  * stay denied and the allowed stream unbroken.
  */
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
-import { controllerPidPath, startController } from '../controller.js';
+import https from 'node:https';
+import { CA_CONFIGMAP } from '../../daemon/controller/tls-secret.js';
+import { CONTROLLER_NAMESPACE, CONTROLLER_PORT_IN_NODE, controllerPidPath, LAB_CONTROLLER_ARGS, startController } from '../controller.js';
+import { clientFor } from '../ops.js';
+import { resolveKind } from '../kinds.js';
+import { nodeNetns } from '../net/names.js';
+import { run as exec } from '../net/exec.js';
 import { sleep } from '../net/exec.js';
 import { type ChaosRun, waitUntil } from './harness.js';
 
@@ -44,7 +54,7 @@ export async function controllerFaults(run: ChaosRun): Promise<void> {
     process.kill(pid, 'SIGKILL');
     await sleep(run.quick ? 1000 : 5000);
     const k = performance.now();
-    await startController(lab, REPLICA, port, ['--read-all-users', 'sluice-lab-admin']);
+    await startController(lab, REPLICA, port, [...LAB_CONTROLLER_ARGS]);
     await waitUntil('agents following the new controller', () => following(run), 90_000);
     return Math.round(performance.now() - k);
   });
@@ -56,5 +66,58 @@ export async function controllerFaults(run: ChaosRun): Promise<void> {
     const k = performance.now();
     await waitUntil('agents following the thawed controller', () => following(run), 90_000);
     return Math.round(performance.now() - k);
+  });
+  await run.scenario('controlplane watches cut past the controller\'s history (410 Gone)', run.quick ? 1 : 3, async () => {
+    const rest = clientFor(run.info);
+    const np = resolveKind('networkpolicies');
+    // The controller's view of each Node, read from the replica as the lab's admin (a read-all user).
+    const ca = ((await rest.get(resolveKind('configmaps'), CA_CONFIGMAP, CONTROLLER_NAMESPACE)).data as Record<string, string> | undefined)?.['ca.crt'];
+    const view = async (node: string): Promise<string[]> => {
+      const { port } = replica(lab);
+      const url = `https://127.0.0.1:${port}/apis/controlplane.sluice.io/v1beta1/networkpolicies?fieldSelector=nodeName=${node}`;
+      const body = await new Promise<string>((resolve, reject) => {
+        https.get(url, { ca, headers: { Authorization: `Bearer ${run.info.token}` } }, (res) => {
+          let text = '';
+          res.setEncoding('utf8').on('data', (d: string) => (text += d)).on('end', () => (res.statusCode === 200 ? resolve(text) : reject(new Error(`${url}: HTTP ${res.statusCode}: ${text}`))));
+        }).on('error', reject);
+      });
+      return (JSON.parse(body) as { items: { metadata: { name: string } }[] }).items.map((o) => o.metadata.name);
+    };
+    const lists = async () => Promise.all(run.info.nodes.map(async (n) => ((await run.status(n))?.enforcement as { controlPlane?: { lists?: number } } | undefined)?.controlPlane?.lists ?? -1));
+    const before = await lists();
+    // x is isolated for ingress already: an allow from a peer nothing matches changes no verdict,
+    // yet each policy is in the view of every Node with an x Pod.
+    const policy = (name: string) => ({
+      apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name, namespace: 'x' },
+      spec: { podSelector: {}, policyTypes: ['Ingress'], ingress: [{ from: [{ podSelector: { matchLabels: { 'chaos-matches': 'nothing' } } }], ports: [{ port: 9 }] }] },
+    });
+    const cut = (on: boolean) => Promise.all(run.info.nodes.map(async (n) => {
+      const ns = nodeNetns(lab, n);
+      const rule = ['OUTPUT', '-o', 'lo', '-p', 'tcp', '--dport', String(CONTROLLER_PORT_IN_NODE), '-j', 'REJECT', '--reject-with', 'tcp-reset'];
+      await exec('ip', ['netns', 'exec', ns, 'iptables', on ? '-I' : '-D', ...rule]);
+      if (on) await exec('ip', ['netns', 'exec', ns, 'ss', '-K', 'dst', '127.0.0.1', 'dport', '=', String(CONTROLLER_PORT_IN_NODE)]);
+    }));
+    await cut(true);
+    try {
+      const names = Array.from({ length: 30 }, (_, i) => `chaos-history-${i}`);
+      for (const name of names) await rest.apply(np, policy(name) as never);
+      for (const name of names) await rest.delete(np, name, 'x');
+      await rest.apply(np, policy('chaos-history-mark') as never);
+      // The controller has taken every change in once the mark is in each view and the others are gone.
+      await waitUntil('the controller\'s views past the cut', async () => {
+        const all = await Promise.all(run.info.nodes.map(view));
+        return all.every((held) => held.some((h) => h.endsWith('.chaos-history-mark')) && !held.some((h) => /\.chaos-history-\d+$/.test(h)));
+      }, 60_000);
+    } finally {
+      await cut(false);
+    }
+    const k = performance.now();
+    await waitUntil('every agent listed its view again and follows', async () => {
+      const after = await lists();
+      return after.every((l, i) => l > before[i]!) && (await following(run));
+    }, 90_000);
+    const ms = Math.round(performance.now() - k);
+    await rest.delete(np, 'chaos-history-mark', 'x');
+    return ms;
   });
 }

@@ -205,7 +205,13 @@ export class ChaosRun {
     const churn = new Churner(clientFor(this.info));
     await sleep(1000);
     const recoveryMs: number[] = [];
-    for (let i = 0; i < iterations; i++) recoveryMs.push(...[await fault()].flat());
+    try {
+      for (let i = 0; i < iterations; i++) recoveryMs.push(...[await fault()].flat());
+    } catch (err) {
+      // The traffic stops with the fault, so the fault's own error is the one reported.
+      await Promise.allSettled([churn.stop(), prober.stop(), stop()]);
+      throw new Error(`${name}: ${(err as Error).message}`);
+    }
     await churn.stop();
     await sleep(2000);
     await prober.stop();

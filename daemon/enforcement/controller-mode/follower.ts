@@ -66,6 +66,7 @@ export class ControlPlaneFollower {
   private enforced?: Accepted | undefined;
   private rejectedCount = 0;
   private storeChanges = 0;
+  private lists = 0;
   private everCommitted = false;
   private readonly syncedWaiters: (() => void)[] = [];
   private closed = false;
@@ -83,6 +84,7 @@ export class ControlPlaneFollower {
   // ------------------------------------------------------------------ the watcher's callbacks
 
   onSync(kind: ControlPlaneKind, items: ControlPlaneObject[]): void {
+    this.lists++;
     this.state.sync(kind, items);
     this.listed.add(kind);
     for (const o of items) this.require(o.metadata.annotations?.[VIEW_VERSIONS_ANNOTATION]);
@@ -244,6 +246,7 @@ export class ControlPlaneFollower {
       appliedToGroups: c.appliedToGroups,
       addressGroups: c.addressGroups,
       rejected: this.rejectedCount,
+      lists: this.lists,
       storeChanges: this.storeChanges,
     };
   }
