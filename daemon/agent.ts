@@ -239,6 +239,8 @@ export class Agent {
     this.watchHostChanges();
     // Pods that were running before the agent (sluice installed on a busy node) cross no bridge yet.
     void this.adopter.adoptUnattached('agent start');
+    // Controller mode: traces asked through the controller (kubectl sluice traceflow) run here as sluicectl's do.
+    this.enforcement?.serveTraceTasks?.((q) => this.traceflow(q));
     // Checked once now, then followed; each re-chain asks the schedules for adoption.
     await this.chainKeeper?.start();
     this.schedules.start();

@@ -6,9 +6,10 @@ import { cniCommand } from './ctl/cni.js';
 import { failure } from './ctl/failure.js';
 import { nodeCommand } from './ctl/node-commands.js';
 import { simulateCommand } from './ctl/simulate.js';
+import { traceflowCommand } from './ctl/traceflow.js';
 import { whatIfCommand } from './ctl/whatif.js';
 
-const commands = [simulateCommand, whatIfCommand, nodeCommand, cniCommand];
+const commands = [simulateCommand, whatIfCommand, traceflowCommand, nodeCommand, cniCommand];
 
 export async function main(argv: string[]): Promise<void> {
   let cli = yargs(hideBin(argv)).scriptName('sluicectl').strict().demandCommand(1, 'name a command (see --help)').help();

@@ -138,6 +138,18 @@ async function startLabController(lab: string, nodes: string[], rest: RestClient
     { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'sluice-agent', namespace: CONTROLLER_NAMESPACE } },
   ] as KubeObject[]) await rest.apply(resolveKind(obj.kind), obj);
   const port = await freePort();
+  // The controller's API through the API server's aggregation layer (kubectl get
+  // addressgroups.controlplane.sluice.io, kubectl sluice traceflow): APIService -> Service ->
+  // Endpoints, the lab's stand-in for the Service selecting the leader's Pod. The replica fills in
+  // the APIService's caBundle as it leads.
+  for (const obj of [
+    { apiVersion: 'v1', kind: 'Service', metadata: { name: 'sluice-controller', namespace: CONTROLLER_NAMESPACE }, spec: { ports: [{ port: 443 }] } },
+    { apiVersion: 'v1', kind: 'Endpoints', metadata: { name: 'sluice-controller', namespace: CONTROLLER_NAMESPACE }, subsets: [{ addresses: [{ ip: '127.0.0.1' }], ports: [{ port }] }] },
+    {
+      apiVersion: 'apiregistration.k8s.io/v1', kind: 'APIService', metadata: { name: 'v1beta1.controlplane.sluice.io' },
+      spec: { group: 'controlplane.sluice.io', version: 'v1beta1', service: { name: 'sluice-controller', namespace: CONTROLLER_NAMESPACE, port: 443 }, groupPriorityMinimum: 1000, versionPriority: 100 },
+    },
+  ] as KubeObject[]) await rest.apply(resolveKind(obj.kind), obj);
   const replica = await startController(lab, 'controller-0', port, [...LAB_CONTROLLER_ARGS]);
   log('info', 'sluice-controller running', { pid: replica.pid, port });
   let caCert: string | undefined;

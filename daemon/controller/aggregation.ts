@@ -101,13 +101,13 @@ export class SubjectAccessReviewer {
 
   private readonly ttlMs: number;
 
-  async mayList(id: ControlPlaneIdentity, resource: string): Promise<boolean> {
-    const key = JSON.stringify([id.user, [...(id.groups ?? [])].sort(), resource]);
+  async mayList(id: ControlPlaneIdentity, resource: string, verb: 'list' | 'create' = 'list'): Promise<boolean> {
+    const key = JSON.stringify([id.user, [...(id.groups ?? [])].sort(), resource, verb]);
     const until = this.cache.get(key);
     if (until !== undefined && until > this.clock.now()) return true;
     const answer = (await this.api.postJson('/apis/authorization.k8s.io/v1/subjectaccessreviews', {
       apiVersion: 'authorization.k8s.io/v1', kind: 'SubjectAccessReview',
-      spec: { user: id.user, groups: id.groups ?? [], resourceAttributes: { group: CONTROLPLANE_GROUP, resource, verb: 'list' } },
+      spec: { user: id.user, groups: id.groups ?? [], resourceAttributes: { group: CONTROLPLANE_GROUP, resource, verb } },
     }, 5000)) as { status?: { allowed?: unknown } };
     const allowed = answer.status?.allowed === true;
     if (allowed) {

@@ -17,6 +17,11 @@
  *   served by the leader): where a traceflow destination leads — `{"ip", "nodes": [{"name",
  *   "address"}], "beyond"?}` (the Nodes whose bridge the packet may reach after the caller's Node)
  *   or a 404 Status naming why there is no such destination;
+ * - `POST …/v1beta1/traceflows` (a Traceflow: `spec.from`, `spec.to`, `spec.protocol`, `spec.port`,
+ *   `spec.family`; served by the leader, for users allowed by `mayTrace`, never an agent): the
+ *   trace run by the source Pod's agent, answered 201 with the report as `status`; that agent takes
+ *   it with `GET /traceflow-tasks?waitMs=` (a long poll on its own connection, its Node's traces
+ *   only) and answers with `POST /traceflow-results?id=` (traceflows.ts);
  * - `/status` (authenticated): the replica's leadership, computation and watches;
  * - `/healthz`, `/livez` (open), `/readyz` (open; 503 until the views are computed). A replica
  *   that is ready but does not serve (a standby) answers the API with 503 and says who serves.
@@ -44,6 +49,7 @@ import {
 } from '../controlplane/types.js';
 import { parseQuestion, type PodQuestion } from '../enforcement/newpods/peers.js';
 import { CONTROLPLANE_KINDS, type ControlPlaneStore, GoneError } from './store.js';
+import type { TraceflowBroker, TraceTask } from './traceflows.js';
 
 /** Who is asking: the authenticated user and, for an agent, the Node it runs on. */
 export interface ControlPlaneIdentity {
@@ -71,6 +77,16 @@ export interface ControlPlaneApiOptions {
   realization?: (q: PodQuestion, waitMs: number) => Promise<PodRealization | undefined>;
   /** Where a traceflow destination leads from Node `node` (GET /trace-destination); throws a TraceError for a destination that names nothing. */
   traceDestination?: (to: string, family: 4 | 6, node: string) => TraceDestination;
+  /** Traceflows asked through the controller and taken by the source Node's agent (absent: not served). */
+  traceflows?: {
+    broker: TraceflowBroker;
+    /** The Node the source Pod ("ns/name") runs on; throws a TraceError when there is no such Pod to trace from. */
+    sourceNode(from: string): string;
+    /** Whether a user (no Node of its own) may ask for traces. A rejection answers 503. */
+    mayTrace(identity: ControlPlaneIdentity): boolean | Promise<boolean>;
+    /** How long a trace waits for the agent (default 20 000 ms). */
+    waitMs?: number;
+  };
   /** Period of BOOKMARK events on watches that allow them (default 60 000 ms). */
   bookmarkIntervalMs?: number;
   /** Bytes a watch may have waiting for a slow client before it is cut (default 16 MiB): the client resumes or lists again. */
@@ -186,7 +202,8 @@ export class ControlPlaneApi {
   private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://controller');
     const path = url.pathname.length > 1 ? url.pathname.replace(/\/+$/, '') : url.pathname;
-    if (req.method !== 'GET') throw new ApiError(405, 'MethodNotAllowed', `${req.method} is not allowed: the control plane API is read-only (GET)`);
+    const post = req.method === 'POST' && (path === TRACEFLOWS_PATH || path === '/traceflow-results');
+    if (req.method !== 'GET' && !post) throw new ApiError(405, 'MethodNotAllowed', `${req.method} is not allowed: the control plane API is read-only (GET), but for the creation of traceflows`);
     if (path === '/healthz' || path === '/livez') {
       res.writeHead(200, { 'Content-Type': 'text/plain' });
       res.end('ok');
@@ -209,6 +226,10 @@ export class ControlPlaneApi {
     if (path === '/status' && this.opts.status) return sendJson(res, 200, { ...(this.opts.status() as object), watches: this.watches.size, nodes: this.opts.store.nodes().length });
     if (path === '/realization' && this.opts.realization) return this.serveRealization(res, url.searchParams, this.opts.realization);
     if (path === '/trace-destination' && this.opts.traceDestination) return this.serveTraceDestination(res, url.searchParams, identity, this.opts.traceDestination);
+    const tf = this.opts.traceflows;
+    if (tf && path === TRACEFLOWS_PATH) return this.serveTraceflow(req, res, identity, tf);
+    if (tf && path === '/traceflow-tasks') return this.serveTraceTasks(res, url.searchParams, identity, tf.broker);
+    if (tf && path === '/traceflow-results') return this.serveTraceResult(req, res, url.searchParams, identity, tf.broker);
 
     const seg = path.split('/').filter((s) => s !== '');
     const notFound = () => new ApiError(404, 'NotFound', `the server could not find the requested resource (${path})`);
@@ -253,6 +274,62 @@ export class ControlPlaneApi {
       throw new ApiError(503, 'ServiceUnavailable', (err as Error).message);
     }
     sendJson(res, 200, out ? { realized: true, ...out } : { realized: false });
+  }
+
+  private async serveTraceflow(req: IncomingMessage, res: ServerResponse, id: ControlPlaneIdentity, tf: NonNullable<ControlPlaneApiOptions['traceflows']>): Promise<void> {
+    if (req.method !== 'POST') throw new ApiError(405, 'MethodNotAllowed', 'traceflows are only created (POST): each is run once and not kept');
+    if (id.nodeName !== undefined) throw new ApiError(403, 'Forbidden', `user "${id.user}" is the agent of Node ${id.nodeName}: agents do not ask for traces`, { group: CONTROLPLANE_GROUP, kind: 'traceflows' });
+    let allowed: boolean;
+    try {
+      allowed = await tf.mayTrace(id);
+    } catch (err) {
+      throw new ApiError(503, 'ServiceUnavailable', `authorization is unavailable: ${(err as Error).message}`);
+    }
+    if (!allowed) throw new ApiError(403, 'Forbidden', `user "${id.user}" may not create traceflows.${CONTROLPLANE_GROUP}`, { group: CONTROLPLANE_GROUP, kind: 'traceflows' });
+    const body = await readJson(req);
+    const spec = parseTraceflowSpec(body);
+    const ready = this.opts.serving?.() ?? this.readiness();
+    if (!ready.ready) throw new ApiError(503, 'ServiceUnavailable', `traceflows are not run now: ${ready.reason}`);
+    let node: string;
+    try {
+      node = tf.sourceNode(spec.from);
+    } catch (err) {
+      if ((err as Error).name === 'TraceError') throw new ApiError(404, 'NotFound', (err as Error).message);
+      throw err;
+    }
+    const outcome = await tf.broker.run(node, spec, tf.waitMs ?? 20_000);
+    if ('error' in outcome) {
+      const reason = outcome.code === 504 ? 'Timeout' : outcome.code === 409 ? 'Conflict' : outcome.code === 429 ? 'TooManyRequests' : outcome.code < 500 ? 'BadRequest' : 'ServiceUnavailable';
+      throw new ApiError(outcome.code, reason, outcome.error);
+    }
+    const name = (body as { metadata?: { name?: unknown } }).metadata?.name;
+    sendJson(res, 201, {
+      apiVersion: CONTROLPLANE_API_VERSION, kind: 'Traceflow',
+      metadata: { name: typeof name === 'string' && name ? name : `traceflow-${Date.now().toString(36)}`, creationTimestamp: new Date().toISOString() },
+      spec, status: { node, ...(outcome.report as object) },
+    });
+  }
+
+  private async serveTraceTasks(res: ServerResponse, q: URLSearchParams, id: ControlPlaneIdentity, broker: TraceflowBroker): Promise<void> {
+    if (id.nodeName === undefined) throw new ApiError(403, 'Forbidden', `user "${id.user}" is no Node's agent: only agents take traces`);
+    const ready = this.opts.serving?.() ?? this.readiness();
+    if (!ready.ready) throw new ApiError(503, 'ServiceUnavailable', `traces are not handed out now: ${ready.reason}`);
+    const w = q.get('waitMs') ?? '0';
+    if (!/^\d+$/.test(w) || Number(w) > 60_000) throw new ApiError(400, 'BadRequest', `waitMs "${w}": use 0-60000`);
+    const gone = new AbortController();
+    res.on('close', () => gone.abort());
+    const task = await broker.take(id.nodeName, Number(w), gone.signal);
+    sendJson(res, 200, task ? { task } : {});
+  }
+
+  private async serveTraceResult(req: IncomingMessage, res: ServerResponse, q: URLSearchParams, id: ControlPlaneIdentity, broker: TraceflowBroker): Promise<void> {
+    if (id.nodeName === undefined) throw new ApiError(403, 'Forbidden', `user "${id.user}" is no Node's agent: only agents answer traces`);
+    const body = (await readJson(req)) as { report?: unknown; error?: unknown; code?: unknown };
+    const outcome = body.report !== undefined
+      ? { report: body.report }
+      : { error: typeof body.error === 'string' ? body.error : 'the agent gave no report', code: typeof body.code === 'number' && body.code >= 400 && body.code < 600 ? body.code : 502 };
+    if (!broker.complete(id.nodeName, q.get('id') ?? '', outcome)) throw new ApiError(404, 'NotFound', `no trace "${q.get('id') ?? ''}" waits for Node ${id.nodeName}'s answer (it timed out, or is another Node's)`);
+    sendJson(res, 200, {});
   }
 
   private serveTraceDestination(res: ServerResponse, q: URLSearchParams, id: ControlPlaneIdentity, answer: NonNullable<ControlPlaneApiOptions['traceDestination']>): void {
@@ -347,18 +424,67 @@ export class ControlPlaneApi {
   }
 }
 
+const TRACEFLOWS_PATH = `/apis/${CONTROLPLANE_GROUP}/${CONTROLPLANE_VERSION}/traceflows`;
+
+/** A JSON request body of at most 64 KiB; a 400 names what is wrong. */
+function readJson(req: IncomingMessage): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    let text = '';
+    req.setEncoding('utf8');
+    req.on('data', (d: string) => {
+      text += d;
+      if (text.length > 65_536) {
+        reject(new ApiError(413, 'RequestEntityTooLarge', 'the request body is over 64 KiB'));
+        req.destroy();
+      }
+    });
+    req.on('end', () => {
+      try {
+        resolve(JSON.parse(text));
+      } catch (err) {
+        reject(new ApiError(400, 'BadRequest', `the request body is not JSON: ${(err as Error).message}`));
+      }
+    });
+    req.on('error', reject);
+  });
+}
+
+/** A Traceflow's spec, or a 400 naming the field that is wrong. */
+function parseTraceflowSpec(body: unknown): Omit<TraceTask, 'id'> {
+  const o = body as { kind?: unknown; spec?: Record<string, unknown> } | null;
+  if (!o || typeof o !== 'object' || Array.isArray(o)) throw new ApiError(400, 'BadRequest', 'the body must be a Traceflow object');
+  if (o.kind !== undefined && o.kind !== 'Traceflow') throw new ApiError(400, 'BadRequest', `kind "${String(o.kind)}" is not Traceflow`);
+  const spec = o.spec;
+  if (!spec || typeof spec !== 'object') throw new ApiError(400, 'BadRequest', 'spec is required: from, to, and port (TCP, UDP)');
+  const str = (k: string) => (typeof spec[k] === 'string' && spec[k] !== '' ? (spec[k] as string) : undefined);
+  const from = str('from');
+  const to = str('to');
+  if (!from) throw new ApiError(400, 'BadRequest', 'spec.from: the source Pod (ns/name) is required');
+  if (!to) throw new ApiError(400, 'BadRequest', 'spec.to: the destination (ns/pod, service:ns/name or ip:ADDRESS) is required');
+  const protocol = (str('protocol') ?? 'TCP').toUpperCase();
+  if (!['TCP', 'UDP', 'ICMP'].includes(protocol)) throw new ApiError(400, 'BadRequest', `spec.protocol "${protocol}": use TCP, UDP or ICMP`);
+  const port = spec.port;
+  if (port !== undefined && (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535)) throw new ApiError(400, 'BadRequest', `spec.port ${JSON.stringify(port)}: a port 1-65535`);
+  const family = spec.family;
+  if (family !== undefined && family !== 4 && family !== 6) throw new ApiError(400, 'BadRequest', `spec.family ${JSON.stringify(family)}: 4 or 6`);
+  return { from, to, protocol, ...(port !== undefined ? { port: port as number } : {}), ...(family !== undefined ? { family: family as number } : {}) };
+}
+
 function resourceList() {
   return {
     kind: 'APIResourceList',
     apiVersion: 'v1',
     groupVersion: CONTROLPLANE_API_VERSION,
-    resources: CONTROLPLANE_KINDS.map((kind) => ({
-      name: CONTROLPLANE_RESOURCES[kind],
-      singularName: kind.toLowerCase(),
-      namespaced: false,
-      kind,
-      verbs: ['get', 'list', 'watch'],
-    })),
+    resources: [
+      ...CONTROLPLANE_KINDS.map((kind): { name: string; singularName: string; namespaced: boolean; kind: string; verbs: string[] } => ({
+        name: CONTROLPLANE_RESOURCES[kind],
+        singularName: kind.toLowerCase(),
+        namespaced: false,
+        kind,
+        verbs: ['get', 'list', 'watch'],
+      })),
+      { name: 'traceflows', singularName: 'traceflow', namespaced: false, kind: 'Traceflow', verbs: ['create'] },
+    ],
   };
 }
 

@@ -12,7 +12,7 @@ import type { ControlPlaneKind, PodRealization, TraceDestination } from '../cont
 import { ConditionWaiters } from '../enforcement/condition-waiters.js';
 import { PolicyIntake } from '../enforcement/intake.js';
 import type { PodQuestion } from '../enforcement/newpods/index.js';
-import { traceDestination } from '../enforcement/traceflow.js';
+import { TraceError, traceDestination } from '../enforcement/traceflow.js';
 import { podKey } from '../policy/cluster.js';
 import type { WatchEvent } from '../enforcement/watch/clusterwatch.js';
 import { PolicyEngine } from '../policy/engine.js';
@@ -96,6 +96,15 @@ export class PolicyController {
         return { name, ...(address !== undefined ? { address } : {}), podIps: [...ips].sort(), versions: versions(name) };
       }),
     };
+  }
+
+  /** The Node a traceflow's source Pod ("ns/name") runs on; a TraceError when it is no Pod that can be traced from. */
+  traceSourceNode(from: string): string {
+    const pod = this.engine.cluster.pods.get(from);
+    if (!pod) throw new TraceError(`from "${from}": no such Pod (ns/name)`);
+    if (pod.hostNetwork) throw new TraceError(`from "${from}": a hostNetwork Pod crosses no bridge`);
+    if (!pod.nodeName) throw new TraceError(`from "${from}": the Pod is not on a Node yet`);
+    return pod.nodeName;
   }
 
   /** Where a traceflow destination leads from Node `node` (enforcement/traceflow.ts traceDestination over the whole cluster). */

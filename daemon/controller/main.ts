@@ -23,6 +23,7 @@ import { KubeLeaseLock, LeaderElector } from './leader.js';
 import { labelLeaderPod } from './leader-pod.js';
 import { type ControllerFlags, LEASE_NAME, parseControllerFlags } from './flags.js';
 import { ControlPlaneStore } from './store.js';
+import { TraceflowBroker } from './traceflows.js';
 import { ensureSharedCertificate, publishCa } from './tls-secret.js';
 
 async function main(): Promise<number> {
@@ -58,6 +59,7 @@ async function main(): Promise<number> {
   }
 
   const store = new ControlPlaneStore({ eventsPerNode: argv.eventsPerNode });
+  const traceflows = new TraceflowBroker();
   const controller = new PolicyController({ log, sink: store, versions: (node) => store.lastChanges(node) });
   let leading = false;
   let watch: ClusterWatch | undefined;
@@ -90,6 +92,11 @@ async function main(): Promise<number> {
     readAll: (user, id, resource) => readAll.has(user) || sar.mayList(id, resource),
     realization: (q, waitMs) => controller.whenPodRealized(q, waitMs),
     traceDestination: (to, family, node) => controller.traceDestination(to, family, node),
+    traceflows: {
+      broker: traceflows,
+      sourceNode: (from) => controller.traceSourceNode(from),
+      mayTrace: (id) => readAll.has(id.user) || sar.mayList(id, 'traceflows', 'create'),
+    },
     status: () => ({
       identity: argv.identity, leading, leader: elector?.leader ?? '', synced: watch?.isSynced() ?? false, pending: watch?.pending() ?? [],
       certificateNotAfter: cert!.notAfter, aggregation: requestHeader !== undefined, ...controller.status(),
@@ -136,6 +143,7 @@ async function main(): Promise<number> {
       leading = false;
       // The agents go to the new leader, resuming where they were (or relisting).
       server.api.endWatches();
+      traceflows.close('this replica stopped leading: ask again (the new leader runs it)');
       label(false);
       log.warn('leader: lost the Lease; standing by');
     },
@@ -170,8 +178,9 @@ async function main(): Promise<number> {
   clearInterval(renewal);
   await elector.stop();
   server.api.endWatches();
-  // Waiting realization questions are answered no before the server waits for open requests.
+  // Waiting realization questions and traces are answered before the server waits for open requests.
   controller.close();
+  traceflows.close('the controller is shutting down: ask again');
   await server.close();
   await watch.stop();
   return 0;

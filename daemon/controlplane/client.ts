@@ -352,19 +352,82 @@ export interface ControllerAccess {
 
 /** A GET to the controller with the agent's credentials; resolves with the response once its headers are in. */
 function sendGet(url: URL, access: Omit<ControllerAccess, 'server'>, onRequest?: (req: ClientRequest) => void): Promise<IncomingMessage> {
+  return send('GET', url, access, undefined, onRequest);
+}
+
+/** A request to the controller with the agent's credentials (and a JSON body); resolves with the response once its headers are in. */
+function send(method: 'GET' | 'POST', url: URL, access: Omit<ControllerAccess, 'server'>, body?: unknown, onRequest?: (req: ClientRequest) => void): Promise<IncomingMessage> {
   const token = typeof access.token === 'function' ? access.token() : access.token;
   const headers: Record<string, string> = { Accept: 'application/json' };
   if (token) headers.Authorization = `Bearer ${token}`;
+  const text = body === undefined ? undefined : JSON.stringify(body);
+  if (text !== undefined) headers['Content-Type'] = 'application/json';
   return new Promise((resolve, reject) => {
     const req =
       url.protocol === 'https:'
-        ? https.request(url, { method: 'GET', headers, ...(access.ca !== undefined ? { ca: access.ca } : {}) })
-        : http.request(url, { method: 'GET', headers });
+        ? https.request(url, { method, headers, ...(access.ca !== undefined ? { ca: access.ca } : {}) })
+        : http.request(url, { method, headers });
     onRequest?.(req);
     req.on('response', resolve);
     req.on('error', (err) => reject(new RequestError(`${url.host}: ${err.message}`)));
-    req.end();
+    req.end(text);
   });
+}
+
+/** A trace the controller asks this Node's agent to run (controller/traceflows.ts TraceTask). */
+export interface ControllerTraceTask {
+  id: string;
+  from: string;
+  to: string;
+  protocol: string;
+  port?: number | undefined;
+  family?: number | undefined;
+}
+
+/**
+ * The next trace the controller has for this Node's agent (`GET /traceflow-tasks`, a long poll of
+ * up to `waitMs`); undefined when none came. Rejects with an error naming the controller.
+ */
+export async function takeTraceTask(access: ControllerAccess, waitMs: number, signal?: AbortSignal): Promise<ControllerTraceTask | undefined> {
+  const url = new URL('/traceflow-tasks', access.server);
+  url.searchParams.set('waitMs', String(Math.max(0, Math.round(waitMs))));
+  let req: ClientRequest | undefined;
+  const abort = () => req?.destroy(new Error('stopped'));
+  signal?.addEventListener('abort', abort);
+  const timer = setTimeout(() => req?.destroy(new Error(`no answer in ${waitMs + 5000} ms`)), waitMs + 5000);
+  try {
+    const res = await sendGet(url, access, (r) => (req = r));
+    const body = await readBody(res);
+    if (res.statusCode !== 200) throw statusError(res.statusCode, body);
+    const task = (parseJson(body, 'trace task') as { task?: Partial<ControllerTraceTask> }).task;
+    if (task === undefined) return undefined;
+    if (typeof task.id !== 'string' || typeof task.from !== 'string' || typeof task.to !== 'string' || typeof task.protocol !== 'string') {
+      throw new RequestError('trace task: not one ({"task": {"id", "from", "to", "protocol"}})');
+    }
+    return task as ControllerTraceTask;
+  } catch (err) {
+    throw new Error(`controller ${access.server}: ${(err as Error).message}`);
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', abort);
+  }
+}
+
+/** The outcome of trace `id` to the controller (`POST /traceflow-results`): the report, or why there is none. */
+export async function postTraceResult(access: ControllerAccess, id: string, outcome: { report: unknown } | { error: string; code: number }): Promise<void> {
+  const url = new URL('/traceflow-results', access.server);
+  url.searchParams.set('id', id);
+  let req: ClientRequest | undefined;
+  const timer = setTimeout(() => req?.destroy(new Error('no answer in 10000 ms')), 10_000);
+  try {
+    const res = await send('POST', url, access, outcome, (r) => (req = r));
+    const body = await readBody(res);
+    if (res.statusCode !== 200) throw statusError(res.statusCode, body);
+  } catch (err) {
+    throw new Error(`controller ${access.server}: ${(err as Error).message}`);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /**

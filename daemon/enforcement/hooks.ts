@@ -61,6 +61,8 @@ export interface EnforcementHooks {
    * leaves for; the destination is resolved from the cluster view (the controller's in controller mode).
    */
   traceflow?(req: Omit<TraceRequest, 'destination'>, bridge: TraceBridge): Promise<TraceReport>;
+  /** Controller mode: runs the traces the controller hands this Node (kubectl sluice traceflow) with `run`, the agent's GET /traceflow. */
+  serveTraceTasks?(run: (q: URLSearchParams) => Promise<{ code: number; body: unknown }>): void;
   /** The routes (on the realization endpoint) another Node's trace asks this Node to observe its packet with. */
   traceObserveRoutes?(bridge: () => TraceBridge | undefined): Record<string, ObserveRoute>;
   /** The API object (apiVersion, kind, uid) behind an invalid-object entry of the report. */

@@ -97,6 +97,7 @@ async function startControllerMode(
   const hooks: EnforcementHooks = {
     ...commonHooks(enforcer),
     watchControlPlane: (listener) => listeners.push(listener),
+    serveTraceTasks: (run) => enforcer.serveTraceTasks(run),
   };
   return { enforcer, hooks };
 }

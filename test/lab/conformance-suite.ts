@@ -20,12 +20,14 @@ import { existsSync, readFileSync } from 'node:fs';
 import { PolicyEngine } from '../../daemon/policy/engine.js';
 import type { Probe } from '../../daemon/policy/types.js';
 import { modelObjects, runCase, type ConformanceCase, type ConformanceSuite, type Driver, type ExpectStep } from '../../lab/conformance.js';
-import { readControl } from '../../lab/control.js';
+import { hostKubeconfigPath, readControl } from '../../lab/control.js';
 import { policyFlowCounts } from '../../lab/proof/converge.js';
 import { LabDriver } from '../../lab/proof/driver.js';
 import { SCTP_NOTE } from '../../lab/proof/probe.js';
 import { exportState } from '../../lab/proof/simulate.js';
-import { cli, sluiceSkipReason } from './labcli-helpers.js';
+import { cli, cliJson, type ListJson, sluiceSkipReason, writeTemp } from './labcli-helpers.js';
+import { run, SLUICECTL } from './enforce-helpers.js';
+import type { TraceReport } from '../../daemon/enforcement/traceflow.js';
 
 const TODO = 'enforcement not yet in the agent (no policy flows on any bridge)';
 
@@ -124,6 +126,39 @@ export function conformanceLabSuite(lab: string, ipFamily: 'ipv4' | 'ipv6', poli
     t.same(notAllowed, [], `${probes.length} IPv${family} probes (${results.filter((r) => r.note?.startsWith(SCTP_NOTE)).length} SCTP by ofproto/trace), all allowed`);
     t.equal(suite.cases.length, 48, 'the suite has the 48 upstream cases');
   });
+
+  if (policySource === 'controller') {
+    // On the model with no policy yet (the cases each set up their own after it).
+    t.test('kubectl sluice traceflow through the API server\'s aggregation layer: across Nodes, decided where the packet is', async (t) => {
+      const pods = (await cliJson<ListJson<{ metadata: { namespace: string; name: string }; spec: { nodeName: string } }>>(['get', 'pods', '-o', 'json', ...n])).items;
+      const nodeOf = new Map(pods.map((p) => [`${p.metadata.namespace}/${p.metadata.name}`, p.spec.nodeName]));
+      const dstNode = nodeOf.get('x/b')!;
+      const [src, srcNode] = [...nodeOf].find(([ref, node]) => ref.startsWith('y/') && node !== dstNode)!;
+      const trace = async (): Promise<TraceReport | string> => {
+        const r = await run(process.execPath, [SLUICECTL, 'traceflow', '--kubeconfig', hostKubeconfigPath(lab), '--from', src, '--to', 'x/b', '--port', '80', '-o', 'json']);
+        return r.code === 0 ? (JSON.parse(r.stdout) as { status: TraceReport }).status : `exit ${r.code}: ${r.stderr.trim()}`;
+      };
+      const until = async (verdict: string) => {
+        let last: TraceReport | string = '';
+        for (const deadline = Date.now() + 60_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 300))) {
+          last = await trace();
+          if (typeof last !== 'string' && last.verdict === verdict) return last;
+        }
+        return last;
+      };
+      const deny = writeTemp({ 'deny.yaml': 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: trace-deny-in, namespace: x}\nspec: {podSelector: {}, policyTypes: [Ingress]}\n' });
+      await cli(['apply', '-f', `${deny}/deny.yaml`, ...n]);
+      const dropped = await until('drop');
+      t.match(dropped, { verdict: 'drop' }, `${src} (${srcNode}) -> x/b (${dstNode}): dropped, as the trace run through sluice-controller says`);
+      if (typeof dropped !== 'string') {
+        t.same(dropped.legs.map((l) => [l.node, l.verdict]), [[srcNode, 'allow'], [dstNode, 'drop']], 'allowed out of the source\'s Node, dropped on the destination\'s, which observed it');
+        t.match(dropped.legs[1]!.outcome, /IngressDefaultRule/, 'by x\'s isolation');
+      }
+      await cli(['delete', '-f', `${deny}/deny.yaml`, ...n]);
+      const allowed = await until('allow');
+      t.match(allowed, { verdict: 'allow', legs: [{ node: srcNode }, { node: dstNode, outcome: /output to Pod x\/b/ }] }, 'the policy deleted: delivered to x/b on its Node');
+    });
+  }
 
   for (const c of cases) {
     t.test(c.id, async (t) => {

@@ -11,7 +11,8 @@ import t from 'tap';
 import type { Clock, TimerHandle } from '../../daemon/clock.js';
 import { type ControlPlaneApiOptions, type ControlPlaneApiServer, type ControlPlaneIdentity, type ControlPlaneReadiness, startControlPlaneApiServer } from '../../daemon/controller/apiserver.js';
 import { ControlPlaneStore } from '../../daemon/controller/store.js';
-import { askController, type ControlPlaneConnection, ControlPlaneWatcher } from '../../daemon/controlplane/client.js';
+import { askController, type ControlPlaneConnection, ControlPlaneWatcher, postTraceResult, takeTraceTask } from '../../daemon/controlplane/client.js';
+import { TraceflowBroker } from '../../daemon/controller/traceflows.js';
 import {
   CONTROLPLANE_API_VERSION,
   type ControlPlaneAddressGroup,
@@ -133,7 +134,7 @@ t.test('discovery and health', async (t) => {
   t.equal(resources.body.groupVersion, CONTROLPLANE_API_VERSION);
   t.same(
     resources.body.resources.map((r: any) => `${r.name} ${r.kind} ${r.namespaced} ${r.verbs.join(',')}`),
-    ['networkpolicies NetworkPolicy false get,list,watch', 'appliedtogroups AppliedToGroup false get,list,watch', 'addressgroups AddressGroup false get,list,watch'],
+    ['networkpolicies NetworkPolicy false get,list,watch', 'appliedtogroups AppliedToGroup false get,list,watch', 'addressgroups AddressGroup false get,list,watch', 'traceflows Traceflow false create'],
   );
   t.same(await get(server, '/healthz'), { status: 200, body: 'ok' }, 'health is open');
   t.same(await get(server, '/readyz'), { status: 200, body: 'ok' });
@@ -501,4 +502,57 @@ t.test('GET /realization: a new Pod\'s question, answered by the controller; ask
   t.match(await get(server, '/realization?pod=x/known&ips=10.1.0.5', 'tok-n1'), { status: 503, body: { message: /a standby replica/ } }, 'only the leader answers');
   await t.rejects(askController(access, { namespace: 'x', name: 'known', ips: ['10.1.0.5'] }, 10), new RegExp(`controller ${server.url}: HTTP 503: .*a standby replica`));
   await t.rejects(askController({ server: 'http://127.0.0.1:1' }, { namespace: 'x', name: 'known', ips: ['10.1.0.5'] }, 10), /controller http:\/\/127\.0\.0\.1:1: 127\.0\.0\.1:1: connect ECONNREFUSED/, 'an unreachable controller is named');
+});
+
+t.test('traceflows: created by a user, taken by the source Node\'s agent on its own connection, answered with its report', async (t) => {
+  const broker = new TraceflowBroker();
+  const server = await startControlPlaneApiServer({
+    store: new ControlPlaneStore(), authenticate, readAll: () => false,
+    traceflows: {
+      broker, waitMs: 1500,
+      sourceNode: (from) => {
+        if (from === 'x/a') return 'n1';
+        throw Object.assign(new Error(`from "${from}": no such Pod (ns/name)`), { name: 'TraceError' });
+      },
+      mayTrace: (id) => id.user === 'admin',
+    },
+  });
+  t.teardown(() => server.close());
+  const create = (token: string, spec: unknown) => new Promise<{ status: number; body: any }>((resolve, reject) => {
+    const req = http.request(`${server.url}${BASE}/traceflows`, { method: 'POST', headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8').on('data', (c: string) => (text += c)).on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify({ apiVersion: CONTROLPLANE_API_VERSION, kind: 'Traceflow', metadata: { name: 'tf-1' }, spec }));
+  });
+  const n1 = { server: server.url, token: 'tok-n1' };
+  const n2 = { server: server.url, token: 'tok-n2' };
+
+  // The agent of n1 waits for work; n2's gets none of n1's traces.
+  const other = takeTraceTask(n2, 300);
+  const taking = takeTraceTask(n1, 5000);
+  const asked = create('tok-admin', { from: 'x/a', to: 'x/b', port: 80 });
+  const task = await taking;
+  t.match(task, { from: 'x/a', to: 'x/b', protocol: 'TCP', port: 80 }, 'the source Node\'s agent takes the trace');
+  t.equal(await other, undefined, 'another Node\'s agent does not');
+  await t.rejects(postTraceResult(n2, task!.id, { report: {} }), /HTTP 404: no trace ".*" waits for Node n2's answer/, 'nor can it answer it');
+  await postTraceResult(n1, task!.id, { report: { verdict: 'drop', legs: [{ node: 'n1', verdict: 'allow' }, { node: 'n2', verdict: 'drop' }] } });
+  const done = await asked;
+  t.equal(done.status, 201, 'created');
+  t.match(done.body, { kind: 'Traceflow', metadata: { name: 'tf-1' }, spec: { from: 'x/a', to: 'x/b', protocol: 'TCP', port: 80 }, status: { node: 'n1', verdict: 'drop' } }, 'with the report as its status');
+
+  // The agent's refusal comes back with its code; an agent that never takes it: 504; refusals before that.
+  const refusedTask = takeTraceTask(n1, 5000);
+  const refused = create('tok-admin', { from: 'x/a', to: 'nowhere', port: 80 });
+  await postTraceResult(n1, (await refusedTask)!.id, { error: 'destination "nowhere": use ns/pod, service:ns/name or ip:ADDRESS', code: 409 });
+  t.match(await refused, { status: 409, body: { kind: 'Status', message: /destination "nowhere"/ } }, 'the agent\'s refusal, with its code');
+  t.match(await create('tok-admin', { from: 'x/a', to: 'x/b', port: 80 }), { status: 504, body: { reason: 'Timeout', message: /Node n1's agent did not take and finish the trace within 2 s \(only an agent with policySource: controller takes traces/ } });
+  t.match(await create('tok-admin', { from: 'x/zz', to: 'x/b', port: 80 }), { status: 404, body: { message: 'from "x/zz": no such Pod (ns/name)' } });
+  t.match(await create('tok-admin', { from: 'x/a', to: 'x/b', port: 0 }), { status: 400, body: { message: /spec.port 0/ } });
+  t.match(await create('tok-admin', { to: 'x/b' }), { status: 400, body: { message: /spec.from/ } });
+  t.match(await create('tok-viewer', { from: 'x/a', to: 'x/b', port: 80 }), { status: 403, body: { message: 'user "viewer" may not create traceflows.controlplane.sluice.io' } });
+  t.match(await create('tok-n1', { from: 'x/a', to: 'x/b', port: 80 }), { status: 403, body: { message: /agents do not ask for traces/ } });
+  await t.rejects(takeTraceTask({ server: server.url, token: 'tok-admin' }, 0), /HTTP 403: user "admin" is no Node's agent/, 'only agents take traces');
+  t.equal((await get(server, `${BASE}/traceflows`, 'tok-admin')).status, 405, 'traceflows are only created');
 });

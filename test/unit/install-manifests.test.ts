@@ -377,6 +377,10 @@ function controllerProblems(docs: Doc[], agentNs: string): string[] {
   }
   const writes = role.rules.flatMap((rule) => rule.verbs.filter((v) => !READ_VERBS.includes(v)).map((v) => `${v} ${rule.resources.join(',')}${rule.resourceNames ? `/${rule.resourceNames.join(',')}` : ''}`)).sort();
   if (JSON.stringify(writes) !== JSON.stringify(['create subjectaccessreviews', 'create tokenreviews', `patch apiservices/${APISERVICE}`])) out.push(`ClusterRole writes: ${writes.join('; ')}`);
+  // Tracing through the controller: a role to bind, bound to nobody by the install.
+  const tracing = find(docs, 'ClusterRole', 'sluice-traceflow') as Doc & { rules: Rule[] };
+  if (JSON.stringify(tracing.rules) !== JSON.stringify([{ apiGroups: [CONTROLPLANE_GROUP], resources: ['traceflows'], verbs: ['create'] }])) out.push(`ClusterRole sluice-traceflow grants ${JSON.stringify(tracing.rules)}, not just create traceflows`);
+  if (docs.some((d) => d.kind === 'ClusterRoleBinding' && (d as Doc & { roleRef: { name: string } }).roleRef.name === 'sluice-traceflow')) out.push('the install binds sluice-traceflow: who may trace is the cluster admin\'s choice');
   const deploy = find(docs, 'Deployment', 'sluice-controller') as Doc & { spec: { replicas: number; template: { metadata: { labels: Record<string, string> }; spec: PodSpec } } };
   const spec = deploy.spec.template.spec;
   if (deploy.spec.replicas < 2) out.push(`Deployment runs ${deploy.spec.replicas} replica(s): a standby is needed for a takeover`);
@@ -436,7 +440,8 @@ t.test('controller.yaml is correct', async (t) => {
     ['a bad --listen', (d) => { (find(d, 'Deployment') as unknown as { spec: { template: { spec: PodSpec } } }).spec.template.spec.containers[0]!.command = ['sluice-controller', '--listen', '10351']; }, /rejects its command/],
     ['the Service on another port', (d) => { (find(d, 'Service') as unknown as { spec: { ports: { targetPort: number }[] } }).spec.ports[0]!.targetPort = 9999; }, /the Service targets 9999/],
     ['the Service not selecting the leader', (d) => { delete (find(d, 'Service') as unknown as { spec: { selector: Record<string, string> } }).spec.selector[LEADER_LABEL]; }, /leader's label/],
-    ['a write on pods cluster-wide', (d) => { (find(d, 'ClusterRole') as unknown as { rules: Rule[] }).rules.push({ apiGroups: [''], resources: ['pods'], verbs: ['delete'] }); }, /ClusterRole writes: .*delete pods/],
+    ['tracing granted to everyone', (d) => { d.push({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: 'all-trace' }, roleRef: { name: 'sluice-traceflow' } } as unknown as Doc); }, /the install binds sluice-traceflow/],
+    ['a write on pods cluster-wide', (d) => { (find(d, 'ClusterRole', 'sluice-controller') as unknown as { rules: Rule[] }).rules.push({ apiGroups: [''], resources: ['pods'], verbs: ['delete'] }); }, /ClusterRole writes: .*delete pods/],
   ];
   for (const [name, breakIt, expected] of broken) {
     const docs = clone(controller);

@@ -17,8 +17,8 @@
  */
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { type Clock, realClock } from '../../clock.js';
-import { ControlPlaneWatcher, type ControlPlaneConnection, type ControlPlaneWatcherOptions } from '../../controlplane/client.js';
+import { type Clock, Pauses, realClock } from '../../clock.js';
+import { type ControllerTraceTask, ControlPlaneWatcher, type ControlPlaneConnection, type ControlPlaneWatcherOptions, postTraceResult, takeTraceTask } from '../../controlplane/client.js';
 import type { PodRealization, ViewVersions } from '../../controlplane/types.js';
 import { cutConnectionFlows } from '../../flows/cut-connections.js';
 import { newPodGuardFlows } from '../../flows/newpod-guard.js';
@@ -84,6 +84,9 @@ export class ControllerModeEnforcer {
   readonly follower: ControlPlaneFollower;
   private readonly clock: Clock;
   private readonly tracer = new Tracer();
+  /** Ends the long poll for the controller's traces (close). */
+  private readonly traceTasksStop = new AbortController();
+  private readonly pauses: Pauses;
   /**
    * What DNS learning reads and changes: the followed state. A learned change is enforced at once
    * when nothing received from the controller is held back, else with the controller's next
@@ -117,6 +120,7 @@ export class ControllerModeEnforcer {
   constructor(private readonly opts: ControllerModeOptions) {
     const { log } = opts;
     this.clock = opts.clock ?? realClock;
+    this.pauses = new Pauses(this.clock);
     this.waiters = new ConditionWaiters(this.clock);
     this.stats = new RuleStatsKeeper(this.policyFlows, { stateDir: opts.stateDir, log });
     this.follower = new ControlPlaneFollower({
@@ -458,6 +462,45 @@ export class ControllerModeEnforcer {
     return this.tracer.trace({ ...req, destination }, { ...bridge.io, packetOut: (po) => this.packetIn.packetOut(po) }, ctx, observers, this.opts.nodeName);
   }
 
+  /**
+   * Takes, until closed, the traces the controller asks this Node to run (`kubectl sluice
+   * traceflow`): a long poll on this agent's own connection to the controller; each one is run by
+   * `run` (the agent's GET /traceflow) and its report, or why there is none, goes back.
+   */
+  serveTraceTasks(run: (q: URLSearchParams) => Promise<{ code: number; body: unknown }>): void {
+    const access = this.opts.controller;
+    const { log } = this.opts;
+    void (async () => {
+      let backoffMs = 500;
+      while (!this.closed) {
+        let task: ControllerTraceTask | undefined;
+        try {
+          task = await takeTraceTask(access, 30_000, this.traceTasksStop.signal);
+          backoffMs = 500;
+        } catch (err) {
+          if (this.closed) return;
+          log.debug({ err: (err as Error).message }, 'traceflow: the controller\'s traces cannot be taken now; trying again');
+          await this.pauses.sleep(backoffMs);
+          backoffMs = Math.min(backoffMs * 2, 10_000);
+          continue;
+        }
+        if (!task) continue;
+        const q = new URLSearchParams({ from: task.from, to: task.to, protocol: task.protocol });
+        if (task.port !== undefined) q.set('port', String(task.port));
+        if (task.family !== undefined) q.set('family', String(task.family));
+        let answer: { code: number; body: unknown };
+        try {
+          answer = await run(q);
+        } catch (err) {
+          answer = { code: 500, body: { error: (err as Error).message } };
+        }
+        const outcome = answer.code === 200 ? { report: answer.body } : { error: (answer.body as { error?: string } | undefined)?.error ?? `HTTP ${answer.code}`, code: answer.code };
+        log.info({ from: task.from, to: task.to, code: answer.code }, 'traceflow: run for the controller');
+        await postTraceResult(access, task.id, outcome).catch((err: Error) => log.warn({ err: err.message }, 'traceflow: the report could not be given to the controller'));
+      }
+    })();
+  }
+
   traceObserveRoutes(bridge: () => TraceBridge | undefined): Record<string, ObserveRoute> {
     return observeRoutes(this.tracer, bridge, (id) => this.policyFlows.describe(id));
   }
@@ -494,6 +537,8 @@ export class ControllerModeEnforcer {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.traceTasksStop.abort();
+    this.pauses.close();
     this.newPods?.close();
     this.waiters.close();
     this.follower.close();
