@@ -46,10 +46,11 @@ import {
   type PodRealization,
   STORE_HEADER,
   type TraceDestination,
+  type TraceTask,
 } from '../controlplane/types.js';
 import { parseQuestion, type PodQuestion } from '../enforcement/newpods/peers.js';
 import { CONTROLPLANE_KINDS, type ControlPlaneStore, GoneError } from './store.js';
-import type { TraceflowBroker, TraceTask } from './traceflows.js';
+import type { TraceflowBroker } from './traceflows.js';
 
 /** Who is asking: the authenticated user and, for an agent, the Node it runs on. */
 export interface ControlPlaneIdentity {

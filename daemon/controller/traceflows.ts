@@ -8,16 +8,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { type Clock, realClock, type TimerHandle } from '../clock.js';
+import type { TraceTask } from '../controlplane/types.js';
 
-/** What the source Node's agent is asked to trace (its GET /traceflow query). */
-export interface TraceTask {
-  id: string;
-  from: string;
-  to: string;
-  protocol: string;
-  port?: number | undefined;
-  family?: number | undefined;
-}
 
 /** How a trace ended: the agent's report, or why there is none with the HTTP code that says so. */
 export type TraceTaskOutcome = { report: unknown } | { error: string; code: number };

@@ -20,6 +20,7 @@ import {
   STORE_HEADER,
   type TraceDestination,
   type TraceNode,
+  type TraceTask,
   viewVersionsOf,
 } from './types.js';
 
@@ -374,21 +375,11 @@ function send(method: 'GET' | 'POST', url: URL, access: Omit<ControllerAccess, '
   });
 }
 
-/** A trace the controller asks this Node's agent to run (controller/traceflows.ts TraceTask). */
-export interface ControllerTraceTask {
-  id: string;
-  from: string;
-  to: string;
-  protocol: string;
-  port?: number | undefined;
-  family?: number | undefined;
-}
-
 /**
  * The next trace the controller has for this Node's agent (`GET /traceflow-tasks`, a long poll of
  * up to `waitMs`); undefined when none came. Rejects with an error naming the controller.
  */
-export async function takeTraceTask(access: ControllerAccess, waitMs: number, signal?: AbortSignal): Promise<ControllerTraceTask | undefined> {
+export async function takeTraceTask(access: ControllerAccess, waitMs: number, signal?: AbortSignal): Promise<TraceTask | undefined> {
   const url = new URL('/traceflow-tasks', access.server);
   url.searchParams.set('waitMs', String(Math.max(0, Math.round(waitMs))));
   let req: ClientRequest | undefined;
@@ -399,12 +390,12 @@ export async function takeTraceTask(access: ControllerAccess, waitMs: number, si
     const res = await sendGet(url, access, (r) => (req = r));
     const body = await readBody(res);
     if (res.statusCode !== 200) throw statusError(res.statusCode, body);
-    const task = (parseJson(body, 'trace task') as { task?: Partial<ControllerTraceTask> }).task;
+    const task = (parseJson(body, 'trace task') as { task?: Partial<TraceTask> }).task;
     if (task === undefined) return undefined;
     if (typeof task.id !== 'string' || typeof task.from !== 'string' || typeof task.to !== 'string' || typeof task.protocol !== 'string') {
       throw new RequestError('trace task: not one ({"task": {"id", "from", "to", "protocol"}})');
     }
-    return task as ControllerTraceTask;
+    return task as TraceTask;
   } catch (err) {
     throw new Error(`controller ${access.server}: ${(err as Error).message}`);
   } finally {

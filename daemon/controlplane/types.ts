@@ -191,6 +191,19 @@ export interface TraceDestination {
   unknown?: string | undefined;
 }
 
+/**
+ * A trace the controller hands the agent of the source Pod's Node (`GET /traceflow-tasks`): what a
+ * user asked with `kubectl sluice traceflow`, as the agent's GET /traceflow query.
+ */
+export interface TraceTask {
+  id: string;
+  from: string;
+  to: string;
+  protocol: string;
+  port?: number | undefined;
+  family?: number | undefined;
+}
+
 export interface TraceNode {
   name: string;
   /** Where its agent listens (an InternalIP); undefined when the Node has none. */

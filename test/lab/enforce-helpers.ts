@@ -228,6 +228,23 @@ export async function agentStatus(lab: string, node: string): Promise<Record<str
   return JSON.parse(r.stdout) as Record<string, unknown>;
 }
 
+/**
+ * Freezes `node`'s agent (SIGSTOP: its flows stay, it answers nothing) until the returned thaw is
+ * called, which the test's teardown also does.
+ */
+export async function freezeAgent(t: { teardown(fn: () => void): void }, lab: string, node: string): Promise<() => void> {
+  const { agentPidPath } = await import('../../lab/agent.js');
+  const pid = Number(readFileSync(agentPidPath(lab, node), 'utf8').trim());
+  process.kill(pid, 'SIGSTOP');
+  let thawed = false;
+  const thaw = () => {
+    if (!thawed) process.kill(pid, 'SIGCONT');
+    thawed = true;
+  };
+  t.teardown(thaw);
+  return thaw;
+}
+
 /** `sluicectl node traceflow` run on `node` (inside its namespace, with its agent's config); with `-o json` the report parsed. */
 export async function traceflow(lab: string, node: string, args: string[]): Promise<{ code: number | null; stdout: string; stderr: string; report?: TraceReport | undefined }> {
   const { nodeNetns } = await import('../../lab/net/names.js');

@@ -14,15 +14,15 @@
  */
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { agentPidPath, newPodAdmissions } from '../../lab/agent.js';
+import { newPodAdmissions } from '../../lab/agent.js';
 import { TALK_ANNOTATION } from '../../lab/cluster/kubelet.js';
 import { nodeNetns, ovsDir, podNetns, repoRoot } from '../../lab/net/names.js';
 import { talkFile } from '../../lab/net/sandbox.js';
 import type { TalkRecord } from '../../lab/net/workload.js';
 import { cli, cliJson, type ListJson } from './labcli-helpers.js';
-import { agentStatus, labCli, readText, withEnforcingLab } from './enforce-helpers.js';
+import { agentStatus, freezeAgent, labCli, readText, withEnforcingLab } from './enforce-helpers.js';
 import { ConnProcess } from './conn-traffic.js';
 
 const FIXTURE = join(repoRoot(), 'test', 'lab', 'fixtures', 'newpods', 'cluster.yaml');
@@ -184,14 +184,7 @@ export function newPodsSuite(lab: string, primary: 'ptp' | 'eks', ipFamily: 'ipv
     });
 
     t.test('node-2\'s agent frozen: a new z Pod is guarded on node-1 until node-2 confirms', async (t) => {
-      const pid = Number(readFileSync(agentPidPath(lab, 'node-2'), 'utf8').trim());
-      process.kill(pid, 'SIGSTOP');
-      let thawed = false;
-      const thaw = () => {
-        if (!thawed) process.kill(pid, 'SIGCONT');
-        thawed = true;
-      };
-      t.teardown(thaw);
+      const thaw = await freezeAgent(t, lab, 'node-2');
       const f = familyOf(0);
       const [talker] = await createTalkers('z', 'gz', 1, () => ({ ip: servers.denyZ[f], port: RECEIVE_PORT + (f === 6 ? 6 : 0) }), 1, 1500);
       const status = (await agentStatus(lab, 'node-1')) as { enforcement?: { newPods?: { guardedPods: { pod: string; nodes: string[] }[] } } };

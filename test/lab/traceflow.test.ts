@@ -11,10 +11,8 @@
  */
 import t from 'tap';
 import { join } from 'node:path';
-import { readFileSync } from 'node:fs';
-import { agentPidPath } from '../../lab/agent.js';
 import { ovsDir, repoRoot } from '../../lab/net/names.js';
-import { labCli, run, simulate, snapshot, traceflow as traceflowOn, type ProbeSpec, withEnforcingLab, upEnforcingLab, writeTempFile } from './enforce-helpers.js';
+import { freezeAgent, labCli, run, simulate, snapshot, traceflow as traceflowOn, type ProbeSpec, withEnforcingLab, upEnforcingLab, writeTempFile } from './enforce-helpers.js';
 import { cliJson, type ListJson } from './labcli-helpers.js';
 
 const LAB = 'tfl';
@@ -97,14 +95,7 @@ withEnforcingLab(LAB, 'traceflow-', (dir) => {
     t.same(crossJson.report?.legs.map((l) => [l.node, l.verdict]), [[srcNode, 'allow'], [dstNode, 'drop']], 'json: the legs with their nodes');
 
     // The destination node's agent frozen: nobody can say what happened there.
-    const pid = Number(readFileSync(agentPidPath(LAB, dstNode), 'utf8').trim());
-    process.kill(pid, 'SIGSTOP');
-    let thawed = false;
-    const thaw = () => {
-      if (!thawed) process.kill(pid, 'SIGCONT');
-      thawed = true;
-    };
-    t.teardown(thaw);
+    const thaw = await freezeAgent(t, LAB, dstNode);
     const frozen = await traceflow(srcNode, ['--from', 'y/b', '--to', 'x/b', '--port', '80']);
     thaw();
     t.equal(frozen.code, 3, 'incomplete: exit 3');

@@ -18,8 +18,8 @@
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { type Clock, Pauses, realClock } from '../../clock.js';
-import { type ControllerTraceTask, ControlPlaneWatcher, type ControlPlaneConnection, type ControlPlaneWatcherOptions, postTraceResult, takeTraceTask } from '../../controlplane/client.js';
-import type { PodRealization, ViewVersions } from '../../controlplane/types.js';
+import { ControlPlaneWatcher, type ControlPlaneConnection, type ControlPlaneWatcherOptions, postTraceResult, takeTraceTask } from '../../controlplane/client.js';
+import type { PodRealization, TraceTask, ViewVersions } from '../../controlplane/types.js';
 import { cutConnectionFlows } from '../../flows/cut-connections.js';
 import { newPodGuardFlows } from '../../flows/newpod-guard.js';
 import { PolicyFlows, type PolicyFlowInput, type RuleStatistics } from '../../flows/policy/index.js';
@@ -473,7 +473,7 @@ export class ControllerModeEnforcer {
     void (async () => {
       let backoffMs = 500;
       while (!this.closed) {
-        let task: ControllerTraceTask | undefined;
+        let task: TraceTask | undefined;
         try {
           task = await takeTraceTask(access, 30_000, this.traceTasksStop.signal);
           backoffMs = 500;
