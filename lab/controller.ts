@@ -96,6 +96,24 @@ function healthy(port: number): Promise<boolean> {
   });
 }
 
+/**
+ * A GET to the replica at `port` (on 127.0.0.1): its status and body, code 0 with the error as the
+ * body when it could not be asked. The certificate is verified with `ca` when given.
+ */
+export function controllerGet(port: number, path: string, ca?: string, token?: string): Promise<{ code: number; body: string }> {
+  return new Promise((resolve) => {
+    const tls = ca ? { ca, servername: 'sluice-controller.sluice-system.svc' } : { rejectUnauthorized: false };
+    const req = request({ host: '127.0.0.1', port, path, ...tls, headers: token ? { authorization: `Bearer ${token}` } : {}, timeout: 5000 }, (res) => {
+      let body = '';
+      res.on('data', (d) => (body += d));
+      res.on('end', () => resolve({ code: res.statusCode ?? 0, body }));
+    });
+    req.on('error', (err) => resolve({ code: 0, body: err.message }));
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.end();
+  });
+}
+
 /** Where the lab's agents reach the controller's Service inside their node namespace. */
 export const CONTROLLER_PORT_IN_NODE = 10351;
 

@@ -200,6 +200,12 @@ export class ControlPlaneApi {
     return this.opts.readiness?.() ?? { ready: true };
   }
 
+  /** A 503 saying why unless this replica serves now (ready and the leader): `what` is what is not done. */
+  private requireServing(what: string): void {
+    const ready = this.opts.serving?.() ?? this.readiness();
+    if (!ready.ready) throw new ApiError(503, 'ServiceUnavailable', `${what}: ${ready.reason}`);
+  }
+
   private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://controller');
     const path = url.pathname.length > 1 ? url.pathname.replace(/\/+$/, '') : url.pathname;
@@ -244,8 +250,7 @@ export class ControlPlaneApi {
     if (!kind || seg.length > 5) throw notFound();
     const name = seg[4];
 
-    const ready = this.opts.serving?.() ?? this.readiness();
-    if (!ready.ready) throw new ApiError(503, 'ServiceUnavailable', `the control plane views are not served now: ${ready.reason}`);
+    this.requireServing('the control plane views are not served now');
     const q = url.searchParams;
     const node = nodeFromFieldSelector(q.get('fieldSelector'));
     if (q.get('labelSelector')) throw new ApiError(400, 'BadRequest', 'labelSelector is not supported: the control plane objects carry no labels');
@@ -264,8 +269,7 @@ export class ControlPlaneApi {
   }
 
   private async serveRealization(res: ServerResponse, q: URLSearchParams, answer: NonNullable<ControlPlaneApiOptions['realization']>): Promise<void> {
-    const ready = this.opts.serving?.() ?? this.readiness();
-    if (!ready.ready) throw new ApiError(503, 'ServiceUnavailable', `realization questions are not answered now: ${ready.reason}`);
+    this.requireServing('realization questions are not answered now');
     const parsed = parseQuestion(q);
     if ('error' in parsed) throw new ApiError(400, 'BadRequest', parsed.error);
     let out: PodRealization | undefined;
@@ -289,8 +293,7 @@ export class ControlPlaneApi {
     if (!allowed) throw new ApiError(403, 'Forbidden', `user "${id.user}" may not create traceflows.${CONTROLPLANE_GROUP}`, { group: CONTROLPLANE_GROUP, kind: 'traceflows' });
     const body = await readJson(req);
     const spec = parseTraceflowSpec(body);
-    const ready = this.opts.serving?.() ?? this.readiness();
-    if (!ready.ready) throw new ApiError(503, 'ServiceUnavailable', `traceflows are not run now: ${ready.reason}`);
+    this.requireServing('traceflows are not run now');
     let node: string;
     try {
       node = tf.sourceNode(spec.from);
@@ -313,8 +316,7 @@ export class ControlPlaneApi {
 
   private async serveTraceTasks(res: ServerResponse, q: URLSearchParams, id: ControlPlaneIdentity, broker: TraceflowBroker): Promise<void> {
     if (id.nodeName === undefined) throw new ApiError(403, 'Forbidden', `user "${id.user}" is no Node's agent: only agents take traces`);
-    const ready = this.opts.serving?.() ?? this.readiness();
-    if (!ready.ready) throw new ApiError(503, 'ServiceUnavailable', `traces are not handed out now: ${ready.reason}`);
+    this.requireServing('traces are not handed out now');
     const w = q.get('waitMs') ?? '0';
     if (!/^\d+$/.test(w) || Number(w) > 60_000) throw new ApiError(400, 'BadRequest', `waitMs "${w}": use 0-60000`);
     const gone = new AbortController();
@@ -334,8 +336,7 @@ export class ControlPlaneApi {
   }
 
   private serveTraceDestination(res: ServerResponse, q: URLSearchParams, id: ControlPlaneIdentity, answer: NonNullable<ControlPlaneApiOptions['traceDestination']>): void {
-    const ready = this.opts.serving?.() ?? this.readiness();
-    if (!ready.ready) throw new ApiError(503, 'ServiceUnavailable', `trace destinations are not answered now: ${ready.reason}`);
+    this.requireServing('trace destinations are not answered now');
     const to = q.get('to') ?? '';
     const family = q.get('family') ?? '4';
     if (!to) throw new ApiError(400, 'BadRequest', 'to: the destination is missing (ns/pod, service:ns/name or ip:ADDRESS)');

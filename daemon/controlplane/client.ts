@@ -226,7 +226,7 @@ export class ControlPlaneWatcher {
 
   /** Sends a GET; resolves with the response once its headers are in. */
   private get(k: KindLoop, url: URL): Promise<IncomingMessage> {
-    return sendGet(url, this.opts, (req) => (k.request = req));
+    return send('GET', url, this.opts, undefined, (req) => (k.request = req));
   }
 
   private async list(k: KindLoop): Promise<{ resourceVersion: string; items: ControlPlaneObject[]; store: string | undefined }> {
@@ -351,9 +351,33 @@ export interface ControllerAccess {
   ca?: string | Buffer | undefined;
 }
 
-/** A GET to the controller with the agent's credentials; resolves with the response once its headers are in. */
-function sendGet(url: URL, access: Omit<ControllerAccess, 'server'>, onRequest?: (req: ClientRequest) => void): Promise<IncomingMessage> {
-  return send('GET', url, access, undefined, onRequest);
+/**
+ * One question to the controller: `answer` reads the status and body of its response. Every
+ * failure (no answer within `timeoutMs`, `signal` aborted, the connection lost, `answer` throwing)
+ * rejects with an error naming the controller; a TraceDestinationRefused is the controller's
+ * answer and rejects as it is.
+ */
+async function callController<T>(
+  access: ControllerAccess,
+  req: { method?: 'GET' | 'POST'; path: string; query?: Record<string, string>; body?: unknown; timeoutMs: number; signal?: AbortSignal | undefined },
+  answer: (status: number | undefined, body: string) => T,
+): Promise<T> {
+  const url = new URL(req.path, access.server);
+  for (const [k, v] of Object.entries(req.query ?? {})) url.searchParams.set(k, v);
+  let sent: ClientRequest | undefined;
+  const abort = () => sent?.destroy(new Error('stopped'));
+  req.signal?.addEventListener('abort', abort);
+  const timer = setTimeout(() => sent?.destroy(new Error(`no answer in ${req.timeoutMs} ms`)), req.timeoutMs);
+  try {
+    const res = await send(req.method ?? 'GET', url, access, req.body, (r) => (sent = r));
+    return answer(res.statusCode, await readBody(res));
+  } catch (err) {
+    if (err instanceof TraceDestinationRefused) throw err;
+    throw new Error(`controller ${access.server}: ${(err as Error).message}`);
+  } finally {
+    clearTimeout(timer);
+    req.signal?.removeEventListener('abort', abort);
+  }
 }
 
 /** A request to the controller with the agent's credentials (and a JSON body); resolves with the response once its headers are in. */
@@ -380,45 +404,23 @@ function send(method: 'GET' | 'POST', url: URL, access: Omit<ControllerAccess, '
  * up to `waitMs`); undefined when none came. Rejects with an error naming the controller.
  */
 export async function takeTraceTask(access: ControllerAccess, waitMs: number, signal?: AbortSignal): Promise<TraceTask | undefined> {
-  const url = new URL('/traceflow-tasks', access.server);
-  url.searchParams.set('waitMs', String(Math.max(0, Math.round(waitMs))));
-  let req: ClientRequest | undefined;
-  const abort = () => req?.destroy(new Error('stopped'));
-  signal?.addEventListener('abort', abort);
-  const timer = setTimeout(() => req?.destroy(new Error(`no answer in ${waitMs + 5000} ms`)), waitMs + 5000);
-  try {
-    const res = await sendGet(url, access, (r) => (req = r));
-    const body = await readBody(res);
-    if (res.statusCode !== 200) throw statusError(res.statusCode, body);
+  const query = { waitMs: String(Math.max(0, Math.round(waitMs))) };
+  return callController(access, { path: '/traceflow-tasks', query, timeoutMs: waitMs + 5000, signal }, (status, body) => {
+    if (status !== 200) throw statusError(status, body);
     const task = (parseJson(body, 'trace task') as { task?: Partial<TraceTask> }).task;
     if (task === undefined) return undefined;
     if (typeof task.id !== 'string' || typeof task.from !== 'string' || typeof task.to !== 'string' || typeof task.protocol !== 'string') {
       throw new RequestError('trace task: not one ({"task": {"id", "from", "to", "protocol"}})');
     }
     return task as TraceTask;
-  } catch (err) {
-    throw new Error(`controller ${access.server}: ${(err as Error).message}`);
-  } finally {
-    clearTimeout(timer);
-    signal?.removeEventListener('abort', abort);
-  }
+  });
 }
 
 /** The outcome of trace `id` to the controller (`POST /traceflow-results`): the report, or why there is none. */
 export async function postTraceResult(access: ControllerAccess, id: string, outcome: { report: unknown } | { error: string; code: number }): Promise<void> {
-  const url = new URL('/traceflow-results', access.server);
-  url.searchParams.set('id', id);
-  let req: ClientRequest | undefined;
-  const timer = setTimeout(() => req?.destroy(new Error('no answer in 10000 ms')), 10_000);
-  try {
-    const res = await send('POST', url, access, outcome, (r) => (req = r));
-    const body = await readBody(res);
-    if (res.statusCode !== 200) throw statusError(res.statusCode, body);
-  } catch (err) {
-    throw new Error(`controller ${access.server}: ${(err as Error).message}`);
-  } finally {
-    clearTimeout(timer);
-  }
+  return callController(access, { method: 'POST', path: '/traceflow-results', query: { id }, body: outcome, timeoutMs: 10_000 }, (status, body) => {
+    if (status !== 200) throw statusError(status, body);
+  });
 }
 
 /**
@@ -428,27 +430,16 @@ export async function postTraceResult(access: ControllerAccess, id: string, outc
  * with an error naming the controller when it cannot be asked or its answer is not one.
  */
 export async function askController(access: ControllerAccess, q: { namespace: string; name: string; ips: readonly string[] }, waitMs: number): Promise<PodRealization | undefined> {
-  const url = new URL('/realization', access.server);
-  url.searchParams.set('pod', `${q.namespace}/${q.name}`);
-  url.searchParams.set('ips', q.ips.join(','));
-  url.searchParams.set('waitMs', String(Math.max(0, Math.round(waitMs))));
-  let req: ClientRequest | undefined;
-  const timer = setTimeout(() => req?.destroy(new Error(`no answer in ${waitMs + 5000} ms`)), waitMs + 5000);
-  try {
-    const res = await sendGet(url, access, (r) => (req = r));
-    const body = await readBody(res);
-    if (res.statusCode !== 200) throw statusError(res.statusCode, body);
+  const query = { pod: `${q.namespace}/${q.name}`, ips: q.ips.join(','), waitMs: String(Math.max(0, Math.round(waitMs))) };
+  return callController(access, { path: '/realization', query, timeoutMs: waitMs + 5000 }, (status, body) => {
+    if (status !== 200) throw statusError(status, body);
     const a = parseJson(body, 'realization') as { realized?: unknown; node?: unknown; nodes?: unknown };
     if (a.realized === false) return undefined;
     if (a.realized !== true || typeof a.node !== 'string' || !Array.isArray(a.nodes) || !a.nodes.every(isRealizationNode)) {
       throw new RequestError('realization: not an answer ({"realized": true, "node", "nodes": [...]} or {"realized": false})');
     }
     return { node: a.node, nodes: a.nodes };
-  } catch (err) {
-    throw new Error(`controller ${access.server}: ${(err as Error).message}`);
-  } finally {
-    clearTimeout(timer);
-  }
+  });
 }
 
 /**
@@ -458,16 +449,9 @@ export async function askController(access: ControllerAccess, q: { namespace: st
  * error naming the controller.
  */
 export async function askTraceDestination(access: ControllerAccess, to: string, family: 4 | 6): Promise<TraceDestination> {
-  const url = new URL('/trace-destination', access.server);
-  url.searchParams.set('to', to);
-  url.searchParams.set('family', String(family));
-  let req: ClientRequest | undefined;
-  const timer = setTimeout(() => req?.destroy(new Error('no answer in 5000 ms')), 5000);
-  try {
-    const res = await sendGet(url, access, (r) => (req = r));
-    const body = await readBody(res);
-    if (res.statusCode === 400 || res.statusCode === 404) throw new TraceDestinationRefused(statusError(res.statusCode, body).message.replace(/^HTTP \d+: /, ''));
-    if (res.statusCode !== 200) throw statusError(res.statusCode, body);
+  return callController(access, { path: '/trace-destination', query: { to, family: String(family) }, timeoutMs: 5000 }, (status, body) => {
+    if (status === 400 || status === 404) throw new TraceDestinationRefused(statusError(status, body).message.replace(/^HTTP \d+: /, ''));
+    if (status !== 200) throw statusError(status, body);
     const a = parseJson(body, 'trace destination') as Partial<TraceDestination>;
     const isNode = (n: unknown) => typeof (n as TraceNode)?.name === 'string' && ((n as TraceNode).address === undefined || typeof (n as TraceNode).address === 'string');
     if (typeof a.ip !== 'string' || !Array.isArray(a.nodes) || !a.nodes.every(isNode)) throw new RequestError('trace destination: not an answer ({"ip", "nodes": [...]})');
@@ -477,12 +461,7 @@ export async function askTraceDestination(access: ControllerAccess, to: string, 
       ...(typeof a.beyond === 'string' ? { beyond: a.beyond } : {}),
       ...(typeof a.unknown === 'string' ? { unknown: a.unknown } : {}),
     };
-  } catch (err) {
-    if (err instanceof TraceDestinationRefused) throw err;
-    throw new Error(`controller ${access.server}: ${(err as Error).message}`);
-  } finally {
-    clearTimeout(timer);
-  }
+  });
 }
 
 /** The controller answered that a trace destination names nothing it can trace to. */

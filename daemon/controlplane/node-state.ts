@@ -19,10 +19,10 @@ import type { MemberChange } from './members.js';
 import { memberKey } from './types.js';
 import type { ControlPlaneAddressGroup, ControlPlaneAddressGroupPatch, ControlPlaneEvent, ControlPlaneKind, ControlPlaneNetworkPolicy, ControlPlaneObject } from './types.js';
 import { type ChangeSet, type ComputedIsolation, emptyChangeSet, fileUnder, type IdDelta, type NodeIsolation } from '../policy/internal.js';
-import { nodeRulesOf, type NodeRule, type NodeRuleGroups, type NodeTarget } from '../policy/noderules.js';
+import { nodeRulesOf, type NodeRule, type NodeRuleGroups, type NodeTarget, targetPodIps } from '../policy/noderules.js';
 import { canonicalJson, compareRules } from '../policy/order.js';
 import { PeerIps } from '../policy/peer-ips.js';
-import { canonicalDnsName, FqdnPatternSet } from '../policy/fqdn.js';
+import { canonicalDnsName, fqdnMember, FqdnPatternSet } from '../policy/fqdn.js';
 import { canonicalIp } from '../policy/cidr.js';
 import type { ComputedRule, GroupMember, InternalRule } from '../policy/types.js';
 
@@ -42,9 +42,6 @@ interface AddressEntry {
 }
 
 const EMPTY_MEMBERS: GroupMember[] = [];
-
-/** A learned name as a member of the fqdn groups it matches (as the standalone engine makes it). */
-const learnedMember = (name: string, ips: readonly string[]): GroupMember => ({ kind: 'fqdn', ref: name, ips: [...ips], ports: [] });
 
 export class NodePolicyState {
   private readonly received = new Map<string, ControlPlaneNetworkPolicy>();
@@ -108,7 +105,7 @@ export class NodePolicyState {
       const entry: AddressEntry = { object: o, members: new Map(o.members.map((m) => [memberKey(m), m])), removed: false };
       if (o.fqdn && o.fqdn.length > 0) {
         entry.fqdn = new FqdnPatternSet(o.fqdn);
-        for (const [n, ips] of this.fqdnNames) if (entry.fqdn.matches(n)) entry.members.set(memberKey({ kind: 'fqdn', ref: n }), learnedMember(n, ips));
+        for (const [n, ips] of this.fqdnNames) if (entry.fqdn.matches(n)) entry.members.set(memberKey({ kind: 'fqdn', ref: n }), fqdnMember(n, ips));
       }
       if (entry.fqdn || this.address.get(name)?.fqdn) this.fqdnPatternSet = undefined;
       this.address.set(name, entry);
@@ -131,7 +128,7 @@ export class NodePolicyState {
       for (const [id, entry] of this.address) {
         if (!entry.fqdn?.matches(name)) continue;
         const before = entry.members.get(key);
-        const after = ips.length > 0 ? learnedMember(name, ips) : undefined;
+        const after = ips.length > 0 ? fqdnMember(name, ips) : undefined;
         if (canonicalJson(before) === canonicalJson(after)) continue;
         entry.peerIps?.update(key, before, after);
         if (after) entry.members.set(key, after);
@@ -156,13 +153,7 @@ export class NodePolicyState {
   fqdnTargetPodIps(): string[] {
     const ids = new Set<string>();
     for (const r of this.rules.values()) if (r.direction === 'Egress' && r.addressGroups.some((g) => this.address.get(g)?.fqdn)) ids.add(r.id);
-    if (ids.size === 0) return [];
-    const ips = new Set<string>();
-    for (const nr of this.nodeRuleSet()) {
-      if (!ids.has(nr.ruleId)) continue;
-      for (const t of nr.targets) if (t.kind !== 'node') for (const ip of t.ips) ips.add(ip);
-    }
-    return [...ips].sort();
+    return ids.size === 0 ? [] : targetPodIps(this.nodeRuleSet(), ids);
   }
 
   private patch(p: ControlPlaneAddressGroupPatch): void {

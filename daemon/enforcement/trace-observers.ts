@@ -10,35 +10,33 @@
  * An observation matches only the traced packets (DSCP 63 from the source address) and ends by
  * itself (traceflow.ts OBSERVE_MS), so a tracing agent that goes away leaves nothing behind.
  */
-import http from 'node:http';
 import type { TraceLeg } from '../flows/traceflow.js';
 import type { RuleIdentity } from '../flows/policy/index.js';
 import { canonicalIp } from '../policy/cidr.js';
+import { agentUrl, getAgentJson } from './agent-http.js';
 import { OBSERVE_MS, type TraceBridge, traceContext, TraceError, type TraceNode, type TraceObserver, type Tracer } from './traceflow.js';
-
-const agent = new http.Agent({ keepAlive: true, maxSockets: 16 });
 
 /** The observer at the agent of `node` (its address and realization port). */
 export function remoteObserver(node: TraceNode, port: number): TraceObserver {
-  const base = () => {
+  const get = (path: string, timeoutMs: number) => {
     if (node.address === undefined) throw new Error('the Node has no address its agent listens on');
-    return `http://${node.address.includes(':') ? `[${node.address}]` : node.address}:${port}`;
+    return getAgentJson(agentUrl(node.address, port, path), timeoutMs);
   };
   return {
     node: node.name,
     start: async (srcIp) => {
-      const body = await get(`${base()}/traceflow/observe?${new URLSearchParams({ src: srcIp })}`, 5000);
+      const body = await get(`/traceflow/observe?${new URLSearchParams({ src: srcIp })}`, 5000);
       if (typeof (body as { id?: unknown }).id !== 'string') throw new Error('not an answer: no "id"');
       return (body as { id: string }).id;
     },
     result: async (id) => {
-      const body = await get(`${base()}/traceflow/observed?${new URLSearchParams({ id })}`, OBSERVE_MS + 5000);
+      const body = await get(`/traceflow/observed?${new URLSearchParams({ id })}`, OBSERVE_MS + 5000);
       const legs = (body as { legs?: unknown }).legs;
       if (!Array.isArray(legs) || !legs.every(isLeg)) throw new Error('not an answer: no "legs"');
       return legs;
     },
     stop: async (id) => {
-      await get(`${base()}/traceflow/observed?${new URLSearchParams({ id, stop: '1' })}`, 5000);
+      await get(`/traceflow/observed?${new URLSearchParams({ id, stop: '1' })}`, 5000);
     },
   };
 }
@@ -46,29 +44,6 @@ export function remoteObserver(node: TraceNode, port: number): TraceObserver {
 function isLeg(l: unknown): l is TraceLeg {
   const o = l as Partial<TraceLeg>;
   return Array.isArray(o?.tables) && (o.verdict === 'allow' || o.verdict === 'drop' || o.verdict === 'reject') && typeof o.outcome === 'string';
-}
-
-/** A GET answered with 200 and JSON; any other end rejects with an error naming the address. */
-function get(url: string, timeoutMs: number): Promise<unknown> {
-  const where = new URL(url).host;
-  return new Promise((resolve, reject) => {
-    const req = http.get(url, { agent, timeout: timeoutMs }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (body += d));
-      res.on('end', () => {
-        if (res.statusCode !== 200) return reject(new Error(`${where}: HTTP ${res.statusCode}: ${body.trim()}`));
-        try {
-          resolve(JSON.parse(body));
-        } catch {
-          reject(new Error(`${where}: not JSON: ${body.slice(0, 80)}`));
-        }
-      });
-      res.on('error', (err) => reject(new Error(`${where}: ${err.message}`)));
-    });
-    req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
-    req.on('error', (err) => reject(new Error(`${where}: ${err.message}`)));
-  });
 }
 
 export type ObserveRoute = (q: URLSearchParams) => Promise<{ code: number; body: unknown }>;

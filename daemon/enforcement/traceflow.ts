@@ -269,11 +269,14 @@ export class Tracer {
         return { o, error: (err as Error).message };
       }
     }));
+    const stopObserving = () => {
+      for (const s of started) if (s.id !== undefined) void s.o.stop(s.id).catch(() => {});
+    };
     let a: Session;
     try {
       a = await this.open(req.source.ip, io);
     } catch (err) {
-      for (const s of started) if (s.id !== undefined) void s.o.stop(s.id).catch(() => {});
+      stopObserving();
       throw err;
     }
     try {
@@ -289,14 +292,14 @@ export class Tracer {
       await this.close(a, io);
     }
     if (a.observations.length === 0) {
-      for (const s of started) if (s.id !== undefined) void s.o.stop(s.id).catch(() => {});
+      stopObserving();
       throw new TraceError(`the bridge reported no table visit within ${MAX_MS} ms for the packet injected at port ${req.source.ofport}: is the Pod attached and the OpenFlow connection up?`);
     }
     const legs = assembleTrace(a.observations, a.rejected, ctx);
     const last = legs[legs.length - 1]!;
     const head = { from: req.source.pod, to: req.to, dstIp: req.destination.ip, protocol: req.protocol, port: req.dstPort };
     if (!last.toGateway) {
-      for (const s of started) if (s.id !== undefined) void s.o.stop(s.id).catch(() => {});
+      stopObserving();
       return { ...head, verdict: last.verdict, legs };
     }
     // Left this Node: the Node that reported the packet decides.

@@ -15,6 +15,7 @@ import { ServiceEndpointTracker } from './endpoints.js';
 import { Evaluator, UnknownEndpointError, type SideDecision } from './evaluator.js';
 import { InternalModel, type ComputedIsolation, type NodeIsolation, type ChangeSet, type NodeRule, type NodeTarget, type AddressGroup, type AppliedToGroup, type ComputedRule } from './internal.js';
 import { normalizers as k8sNormalizers } from './k8s/index.js';
+import { targetPodIps } from './noderules.js';
 import { emptyResult } from './problems.js';
 import { decodeNulls, objectSchema, unknownFields, wrongTypes } from './schema.js';
 import type { MatchEnv } from './match.js';
@@ -396,12 +397,7 @@ export class PolicyEngine {
     const irIds = this.fqdnEgressRules();
     if (irIds.size === 0) return [];
     const computed = new Set(this.internalRules().filter((c) => irIds.has(c.ruleId)).map((c) => c.id));
-    const ips = new Set<string>();
-    for (const nr of this.nodeRuleSet()) {
-      if (!computed.has(nr.ruleId)) continue;
-      for (const t of nr.targets) if (t.kind !== 'node') for (const ip of t.ips) ips.add(ip);
-    }
-    return [...ips].sort();
+    return targetPodIps(this.nodeRuleSet(), computed);
   }
   /** The rules this node enforces: local targets, resolved peer addresses and ports. */
   nodeRuleSet(): NodeRule[] { return this.model.nodeRuleSet(); }

@@ -6,8 +6,14 @@
  * exact name. The one home of these semantics: the engine resolves fqdn peers with them and DNS
  * learning (enforcement/fqdn) decides with them which names are worth learning.
  */
+import type { GroupMember } from './types.js';
 
 export const canonicalDnsName = (name: string): string => name.toLowerCase().replace(/\.$/, '');
+
+/** A learned name with its addresses as a member of the fqdn groups whose patterns match it (the same in every mode, so their flows are). */
+export function fqdnMember(name: string, ips: readonly string[]): GroupMember {
+  return { kind: 'fqdn', ref: name, ips: [...ips].sort(), ports: [] };
+}
 
 const escapeRegExp = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 

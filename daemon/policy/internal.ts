@@ -20,7 +20,7 @@
  */
 import { formatCidr, parseCidr, subtractCidrs } from './cidr.js';
 import { podKey } from './cluster.js';
-import { canonicalDnsName, FqdnPatternSet } from './fqdn.js';
+import { canonicalDnsName, fqdnMember, FqdnPatternSet } from './fqdn.js';
 import { compilePeer, ipv4ToNumber, podEndpoints, realizableMembers, type Endpoint, type MatchEnv, type PeerMatcher } from './match.js';
 import { nodeRulesOf, type NodeRule, type NodeRuleGroups, type NodeTarget } from './noderules.js';
 import { labelValue } from './labels.js';
@@ -942,7 +942,7 @@ export class InternalModel {
       });
     }
     if (g.peer.kind === 'fqdn' && !g.portFilter) {
-      for (const { name, ips } of this.fqdnMembers(g.peer.pattern)) members.set(`fqdn:${name}`, { kind: 'fqdn', ref: name, ips: [...ips].sort(), ports: [] });
+      for (const { name, ips } of this.fqdnMembers(g.peer.pattern)) members.set(`fqdn:${name}`, fqdnMember(name, ips));
     }
     const ipBlocks = g.peer.kind === 'group' && g.kind === 'address' && !g.portFilter ? this.groupIpBlocks(g.peer.namespace, g.peer.name) : [];
     const changed = !sameMembers(members, g.members) || ipBlocks.join(',') !== g.ipBlocks.join(',');

@@ -167,6 +167,19 @@ export function nodeRulesOf(r: ComputedRule, order: number, groups: NodeRuleGrou
 }
 
 /** Replaces named ports by the Pod's numbers; drops names the Pod does not have. */
+/**
+ * The addresses of the local Pods (not Nodes) the node rules of `ruleIds` target, sorted: whose DNS
+ * responses an fqdn rule's learning intercepts.
+ */
+export function targetPodIps(rules: readonly NodeRule[], ruleIds: ReadonlySet<string>): string[] {
+  const ips = new Set<string>();
+  for (const nr of rules) {
+    if (!ruleIds.has(nr.ruleId)) continue;
+    for (const t of nr.targets) if (t.kind !== 'node') for (const ip of t.ips) ips.add(ip);
+  }
+  return [...ips].sort();
+}
+
 export function resolveNamedPorts(ports: PortMatch[], podPorts: ContainerPort[]): PortMatch[] {
   const out: PortMatch[] = [];
   for (const p of ports) {

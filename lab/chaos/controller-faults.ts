@@ -14,9 +14,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
-import https from 'node:https';
 import { CA_CONFIGMAP } from '../../daemon/controller/tls-secret.js';
-import { CONTROLLER_NAMESPACE, CONTROLLER_PORT_IN_NODE, controllerPidPath, LAB_CONTROLLER_ARGS, startController } from '../controller.js';
+import { CONTROLLER_NAMESPACE, CONTROLLER_PORT_IN_NODE, controllerGet, controllerPidPath, LAB_CONTROLLER_ARGS, startController } from '../controller.js';
 import { clientFor } from '../ops.js';
 import { resolveKind } from '../kinds.js';
 import { nodeNetns } from '../net/names.js';
@@ -73,15 +72,10 @@ export async function controllerFaults(run: ChaosRun): Promise<void> {
     // The controller's view of each Node, read from the replica as the lab's admin (a read-all user).
     const ca = ((await rest.get(resolveKind('configmaps'), CA_CONFIGMAP, CONTROLLER_NAMESPACE)).data as Record<string, string> | undefined)?.['ca.crt'];
     const view = async (node: string): Promise<string[]> => {
-      const { port } = replica(lab);
-      const url = `https://127.0.0.1:${port}/apis/controlplane.sluice.io/v1beta1/networkpolicies?fieldSelector=nodeName=${node}`;
-      const body = await new Promise<string>((resolve, reject) => {
-        https.get(url, { ca, headers: { Authorization: `Bearer ${run.info.token}` } }, (res) => {
-          let text = '';
-          res.setEncoding('utf8').on('data', (d: string) => (text += d)).on('end', () => (res.statusCode === 200 ? resolve(text) : reject(new Error(`${url}: HTTP ${res.statusCode}: ${text}`))));
-        }).on('error', reject);
-      });
-      return (JSON.parse(body) as { items: { metadata: { name: string } }[] }).items.map((o) => o.metadata.name);
+      const path = `/apis/controlplane.sluice.io/v1beta1/networkpolicies?fieldSelector=nodeName=${node}`;
+      const r = await controllerGet(replica(lab).port, path, ca, run.info.token);
+      if (r.code !== 200) throw new Error(`${path}: HTTP ${r.code}: ${r.body}`);
+      return (JSON.parse(r.body) as { items: { metadata: { name: string } }[] }).items.map((o) => o.metadata.name);
     };
     const lists = async () => Promise.all(run.info.nodes.map(async (n) => ((await run.status(n))?.enforcement as { controlPlane?: { lists?: number } } | undefined)?.controlPlane?.lists ?? -1));
     const before = await lists();

@@ -13,32 +13,18 @@ import { nodeNetns } from '../../lab/net/names.js';
 import type { PolicyReport } from '../../daemon/enforcement/policy-report.js';
 import { cli, cliJson, skipReason, type ListJson } from './labcli-helpers.js';
 import net from 'node:net';
-import { request } from 'node:https';
 import { ControlPlaneWatcher } from '../../daemon/controlplane/client.js';
 import { NodePolicyState } from '../../daemon/controlplane/node-state.js';
 import { buildPolicyReport } from '../../daemon/enforcement/policy-report.js';
 import { KubeAccess } from '../../daemon/kube/access.js';
 import { serviceAccountToken } from '../../lab/apiserver/satoken.js';
 import { hostKubeconfigPath, serviceAccountKeyPath } from '../../lab/control.js';
-import { CONTROLLER_NAMESPACE, freePort, killControllers, type LabController, startController } from '../../lab/controller.js';
+import { CONTROLLER_NAMESPACE, controllerGet, freePort, killControllers, type LabController, startController } from '../../lab/controller.js';
 import { labCli, POLICIES, run, SLUICECTL, tempDir, WORKLOAD, writeTempFile } from './enforce-helpers.js';
 
 const LAB = 'np';
 const NODES = ['node-1', 'node-2'];
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-
-/** GET over HTTPS on 127.0.0.1 (verified with `ca` when given). */
-const httpsGet = (port: number, path: string, ca?: string, token?: string) => new Promise<{ code: number; body: string }>((resolve) => {
-  const req = request({ host: '127.0.0.1', port, path, ...(ca ? { ca, servername: 'sluice-controller.sluice-system.svc' } : { rejectUnauthorized: false }), headers: token ? { authorization: `Bearer ${token}` } : {}, timeout: 5000 }, (res) => {
-    let body = '';
-    res.on('data', (d) => (body += d));
-    res.on('end', () => resolve({ code: res.statusCode ?? 0, body }));
-  });
-  req.on('error', (err) => resolve({ code: 0, body: err.message }));
-  req.on('timeout', () => req.destroy(new Error('timeout')));
-  req.end();
-});
 
 const BAD_TIER = `apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
@@ -239,7 +225,7 @@ if (reason) {
     controllers.push(await startController(LAB, 'controller-a', ports[0]!, flags), await startController(LAB, 'controller-b', ports[1]!, flags));
     const saKey = readFileSync(serviceAccountKeyPath(LAB), 'utf8').trim();
     const tokenFor = (node: string) => serviceAccountToken(saKey, CONTROLLER_NAMESPACE, 'sluice-agent', { podName: `sluice-agent-${node}`, nodeName: node });
-    const view = (c: LabController) => httpsGet(c.port, '/apis/controlplane.sluice.io/v1beta1/networkpolicies?fieldSelector=nodeName=node-1', undefined, tokenFor('node-1'));
+    const view = (c: LabController) => controllerGet(c.port, '/apis/controlplane.sluice.io/v1beta1/networkpolicies?fieldSelector=nodeName=node-1', undefined, tokenFor('node-1'));
     const serves = async (c: LabController) => (await view(c)).code === 200;
     let leader: LabController | undefined;
     for (const deadline = Date.now() + 60_000; !leader && Date.now() < deadline; await sleep(200)) {
@@ -247,7 +233,7 @@ if (reason) {
     }
     if (!leader) return t.fail('no replica served the views within 60 s');
     const standby = controllers.find((c) => c !== leader)!;
-    t.equal((await httpsGet(standby.port, '/readyz')).code, 200, `${standby.identity} is ready (its views computed)`);
+    t.equal((await controllerGet(standby.port, '/readyz')).code, 200, `${standby.identity} is ready (its views computed)`);
     const refused = await view(standby);
     t.ok(refused.code === 503 && refused.body.includes(`${leader.identity} leads`), `but serves no view while ${leader.identity} leads (${refused.body.slice(0, 160)})`);
 
@@ -269,7 +255,7 @@ if (reason) {
       }
       throw new Error(`no answer through the aggregation layer within 30 s: ${last}`);
     };
-    const direct = JSON.parse((await httpsGet(leader.port, '/apis/controlplane.sluice.io/v1beta1/addressgroups?fieldSelector=nodeName=node-1', caCert, tokenFor('node-1'))).body) as { items: { metadata: { name: string } }[] };
+    const direct = JSON.parse((await controllerGet(leader.port, '/apis/controlplane.sluice.io/v1beta1/addressgroups?fieldSelector=nodeName=node-1', caCert, tokenFor('node-1'))).body) as { items: { metadata: { name: string } }[] };
     const proxied = await aggregated('node-1');
     t.equal(proxied.kind, 'AddressGroupList', 'the aggregation layer serves the group (its CA published by the leader)');
     t.same(proxied.items.map((i) => i.metadata.name).sort(), direct.items.map((i) => i.metadata.name).sort(), 'the same view as the agent of node-1 gets');
@@ -293,7 +279,7 @@ if (reason) {
     t.teardown(() => service.close());
     const servicePort = (service.address() as net.AddressInfo).port;
 
-    const other = await httpsGet(leader.port, '/apis/controlplane.sluice.io/v1beta1/addressgroups?fieldSelector=nodeName=node-2', caCert, tokenFor('node-1'));
+    const other = await controllerGet(leader.port, '/apis/controlplane.sluice.io/v1beta1/addressgroups?fieldSelector=nodeName=node-2', caCert, tokenFor('node-1'));
     t.equal(other.code, 403, `a token bound to node-1 may not read node-2's view (${other.body.slice(0, 120)})`);
 
     const agents = NODES.map((node) => {

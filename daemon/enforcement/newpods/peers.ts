@@ -11,8 +11,8 @@
  * view as of them.
  *   400 {"error": ...} names what is wrong with a question.
  */
-import http from 'node:http';
 import { canonicalIp } from '../../policy/cidr.js';
+import { agentUrl, getAgentJson } from '../agent-http.js';
 import { formatViewVersions, parseViewVersions, type ViewVersions } from '../../controlplane/types.js';
 
 export interface PodQuestion {
@@ -55,34 +55,13 @@ export function questionPath(p: PodQuestion, waitMs: number, versions?: ViewVers
   return `/realized?${q}`;
 }
 
-const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
-
 /**
  * Asks the agent at `address` (an IP) and `port`; true when it answered yes. Every failure (no
  * agent listening, a timeout, a malformed answer) rejects with an error naming the peer: the
  * caller counts it as "not known there".
  */
-export function askPeer(address: string, port: number, p: PodQuestion, waitMs: number, versions?: ViewVersions): Promise<boolean> {
-  const host = address.includes(':') ? `[${address}]` : address;
-  const url = `http://${host}:${port}${questionPath(p, waitMs, versions)}`;
-  return new Promise((resolve, reject) => {
-    const req = http.get(url, { agent, timeout: waitMs + 5000 }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (body += d));
-      res.on('end', () => {
-        if (res.statusCode !== 200) return reject(new Error(`${address}:${port}: HTTP ${res.statusCode}: ${body.trim()}`));
-        try {
-          const v = JSON.parse(body) as { realized?: unknown };
-          if (typeof v.realized !== 'boolean') throw new Error('no "realized"');
-          resolve(v.realized);
-        } catch (err) {
-          reject(new Error(`${address}:${port}: not an answer: ${(err as Error).message}`));
-        }
-      });
-      res.on('error', reject);
-    });
-    req.on('timeout', () => req.destroy(new Error(`${address}:${port}: no answer within ${waitMs + 5000} ms`)));
-    req.on('error', (err) => reject(new Error(`${address}:${port}: ${err.message}`)));
-  });
+export async function askPeer(address: string, port: number, p: PodQuestion, waitMs: number, versions?: ViewVersions): Promise<boolean> {
+  const v = (await getAgentJson(agentUrl(address, port, questionPath(p, waitMs, versions)), waitMs + 5000)) as { realized?: unknown } | null;
+  if (typeof v?.realized !== 'boolean') throw new Error(`${address}:${port}: not an answer: no "realized"`);
+  return v.realized;
 }
