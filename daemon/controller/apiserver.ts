@@ -92,6 +92,15 @@ export interface ControlPlaneApiOptions {
   bookmarkIntervalMs?: number;
   /** Bytes a watch may have waiting for a slow client before it is cut (default 16 MiB): the client resumes or lists again. */
   maxBufferedBytes?: number;
+  /**
+   * Lists being written at once (default 8); others wait their turn, first come first served. A
+   * Node's view can be megabytes (cluster-wide groups) and every agent lists it after a controller
+   * restart: written all at once they would sit in memory together, and the event loop, busy with
+   * them, would starve the Lease renewal and lose the leadership.
+   */
+  maxListsInFlight?: number;
+  /** A list whose client takes nothing of it this long is cut (default 30 000 ms), so it cannot keep its turn. */
+  listStallMs?: number;
   clock?: Clock;
   log?: Logger;
 }
@@ -162,17 +171,27 @@ interface OpenWatch {
   end(): void;
 }
 
+/** A list is written in slices of this many bytes (views of the shared bytes, not copies). */
+const WRITE_SLICE = 256 * 1024;
+
 /** The request handler; `startControlPlaneApiServer` puts it behind a listening server. */
 export class ControlPlaneApi {
   private readonly clock: Clock;
   private readonly bookmarkMs: number;
   private readonly maxBuffered: number;
+  private readonly maxLists: number;
+  private readonly listStallMs: number;
+  private listsInFlight = 0;
+  private readonly listQueue: (() => void)[] = [];
   private readonly watches = new Set<OpenWatch>();
 
   constructor(private readonly opts: ControlPlaneApiOptions) {
     this.clock = opts.clock ?? realClock;
     this.bookmarkMs = opts.bookmarkIntervalMs ?? 60_000;
     this.maxBuffered = opts.maxBufferedBytes ?? 16 * 1024 * 1024;
+    this.maxLists = opts.maxListsInFlight ?? 8;
+    this.listStallMs = opts.listStallMs ?? 30_000;
+    if (!(this.maxLists >= 1)) throw new Error(`maxListsInFlight ${this.maxLists} must be at least 1`);
     if (!(this.bookmarkMs > 0)) throw new Error(`bookmarkIntervalMs ${this.bookmarkMs} is not positive`);
   }
 
@@ -185,6 +204,59 @@ export class ControlPlaneApi {
       else res.destroy();
     });
   };
+
+  /** Waits for a list's turn (maxListsInFlight); the function returned ends it (once, whatever calls it). */
+  private async listTurn(): Promise<() => void> {
+    if (this.listsInFlight >= this.maxLists) await new Promise<void>((resolve) => this.listQueue.push(resolve));
+    else this.listsInFlight++;
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      // The turn passes to the next list waiting, or is given back.
+      const next = this.listQueue.shift();
+      if (next) next();
+      else this.listsInFlight--;
+    };
+  }
+
+  /**
+   * Writes `pieces` in slices, each after the client took the one before (the socket drained):
+   * only a slice per connection is buffered (a list shares its bytes with every other, and copies
+   * of megabytes per connection would add up over thousands of agents). A client that takes
+   * nothing for listStallMs is cut: it lists again later, and its turn goes to the next list.
+   */
+  private async writeStreamed(res: ServerResponse, pieces: Buffer[]): Promise<void> {
+    for (const piece of pieces) {
+      for (let at = 0; at < piece.length; at += WRITE_SLICE) {
+        if (res.destroyed) return;
+        if (res.write(piece.subarray(at, at + WRITE_SLICE))) continue;
+        const drained = await new Promise<boolean>((resolve) => {
+          const done = (ok: boolean) => {
+            this.clock.clearTimeout(timer);
+            res.off('drain', onDrain);
+            res.off('close', onClose);
+            resolve(ok);
+          };
+          const onDrain = () => done(true);
+          const onClose = () => done(false);
+          const timer = this.clock.setTimeout(() => done(false), this.listStallMs);
+          res.on('drain', onDrain);
+          res.on('close', onClose);
+        });
+        if (!drained) {
+          if (!res.destroyed) this.opts.log?.warn({ url: res.req?.url, stalledMs: this.listStallMs }, 'control plane API: a client took none of its list for too long; cut');
+          res.destroy();
+          return;
+        }
+      }
+    }
+  }
+
+  /** Lists waiting for their turn now. */
+  waitingLists(): number {
+    return this.listQueue.length;
+  }
 
   /** The watches being served now. */
   openWatches(): number {
@@ -230,7 +302,9 @@ export class ControlPlaneApi {
     }
     if (!identity) throw new ApiError(401, 'Unauthorized', 'Unauthorized: no valid credentials');
     // What the replica is doing (leadership, views, watches): for any authenticated caller.
-    if (path === '/status' && this.opts.status) return sendJson(res, 200, { ...(this.opts.status() as object), watches: this.watches.size, nodes: this.opts.store.nodes().length });
+    if (path === '/status' && this.opts.status) {
+      return sendJson(res, 200, { ...(this.opts.status() as object), watches: this.watches.size, listsWaiting: this.listQueue.length, nodes: this.opts.store.nodes().length });
+    }
     if (path === '/realization' && this.opts.realization) return this.serveRealization(res, url.searchParams, this.opts.realization);
     if (path === '/trace-destination' && this.opts.traceDestination) return this.serveTraceDestination(res, url.searchParams, identity, this.opts.traceDestination);
     const tf = this.opts.traceflows;
@@ -264,8 +338,16 @@ export class ControlPlaneApi {
       return sendJson(res, 200, obj);
     }
     if (watch) return this.serveWatch(req, res, node, kind, q);
-    const list = this.opts.store.list(node, kind);
-    sendJson(res, 200, { kind: `${kind}List`, apiVersion: CONTROLPLANE_API_VERSION, metadata: { resourceVersion: list.resourceVersion }, items: list.items }, { [STORE_HEADER]: this.opts.store.id });
+    const done = await this.listTurn();
+    res.once('close', done);
+    // The client may have gone, or this replica stopped serving, while the list waited its turn.
+    if (res.destroyed) return done();
+    this.requireServing('the control plane views are not served now');
+    const list = this.opts.store.listJson(node, kind);
+    const head = Buffer.from(`{"kind":"${kind}List","apiVersion":"${CONTROLPLANE_API_VERSION}","metadata":{"resourceVersion":"${list.resourceVersion}"},"items":`);
+    res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': head.length + list.bytes + 1, 'Cache-Control': 'no-cache, private', [STORE_HEADER]: this.opts.store.id });
+    await this.writeStreamed(res, [head, ...list.items]);
+    if (!res.destroyed) res.end('}');
   }
 
   private async serveRealization(res: ServerResponse, q: URLSearchParams, answer: NonNullable<ControlPlaneApiOptions['realization']>): Promise<void> {

@@ -76,6 +76,8 @@ export class ClusterComputation {
   private readonly addressGroups = new Map<string, ControlPlaneAddressGroup>();
   /** AddressGroup id → Node → how many policies spanning that Node name the group. */
   private readonly addressSpan = new Map<string, Map<string, number>>();
+  /** While held (hold): the ids every ChangeSet since named, computed once at release. */
+  private held?: { addressGroups: Set<string>; appliedToGroups: Set<string>; rules: Set<string>; isolations: Set<string>; serviceEndpoints: Set<string> } | undefined;
 
   /** `engine` has no Node of its own and tracks members (`new PolicyEngine({ trackMembers: true })`). */
   constructor(
@@ -83,8 +85,57 @@ export class ClusterComputation {
     private readonly sink: NodeViewSink,
   ) {}
 
-  /** Brings every Node's view up to date with one ChangeSet of the engine. */
+  /**
+   * From now on ChangeSets only note what they name, and the views are computed at `release`.
+   * For the cluster's initial lists: computed event by event, each Pod joining a group every Node
+   * needs would change every Node's view, once per Pod (Nodes × Pods); computed at the end, each
+   * Node's view is made once.
+   */
+  hold(): void {
+    this.held ??= { addressGroups: new Set(), appliedToGroups: new Set(), rules: new Set(), isolations: new Set(), serviceEndpoints: new Set() };
+  }
+
+  get holding(): boolean {
+    return this.held !== undefined;
+  }
+
+  /** Computes the views for everything named while held, as one change from what was computed before. */
+  release(): void {
+    const held = this.held;
+    if (!held) return;
+    this.held = undefined;
+    const { engine } = this;
+    // Groups are read whole (no member changes): one that exists now is updated (read whole
+    // whether the views had it or not), one that does not is removed. Rules and isolations are
+    // looked up by id in any case.
+    const split = (ids: Set<string>, exists: (id: string) => boolean) => {
+      const d = { added: [] as string[], updated: [] as string[], removed: [] as string[] };
+      for (const id of ids) (exists(id) ? d.updated : d.removed).push(id);
+      return d;
+    };
+    this.apply({
+      addressGroups: split(held.addressGroups, (id) => engine.addressGroupIpBlocks(id) !== undefined),
+      appliedToGroups: split(held.appliedToGroups, (id) => engine.appliedToGroup(id) !== undefined),
+      rules: { added: [], updated: [...held.rules], removed: [] },
+      isolations: { added: [], updated: [...held.isolations], removed: [] },
+      serviceEndpoints: [...held.serviceEndpoints].sort(),
+    });
+  }
+
+  /** Brings every Node's view up to date with one ChangeSet of the engine (or notes it, while held). */
   apply(cs: ChangeSet): void {
+    const { held } = this;
+    if (held) {
+      const note = (set: Set<string>, d: { added: string[]; updated: string[]; removed: string[] }) => {
+        for (const list of [d.added, d.updated, d.removed]) for (const id of list) set.add(id);
+      };
+      note(held.addressGroups, cs.addressGroups);
+      note(held.appliedToGroups, cs.appliedToGroups);
+      note(held.rules, cs.rules);
+      note(held.isolations, cs.isolations);
+      for (const id of cs.serviceEndpoints) held.serviceEndpoints.add(id);
+      return;
+    }
     const respan = new Set<string>();
     // AddressGroup changes first: a Node that gains a policy below gets the groups' current content.
     const changedAddress = new Map<string, ControlPlaneAddressGroupPatch | undefined>();

@@ -19,12 +19,20 @@ import { startControlPlaneApiServer } from './apiserver.js';
 import { loadRequestHeaderConfig, proxiedIdentity, type RequestHeaderConfig, SubjectAccessReviewer } from './aggregation.js';
 import { TokenReviewAuthenticator } from './auth.js';
 import { PolicyController } from './controller.js';
+import { EventCost } from './event-cost.js';
 import { KubeLeaseLock, LeaderElector } from './leader.js';
 import { labelLeaderPod } from './leader-pod.js';
 import { type ControllerFlags, LEASE_NAME, parseControllerFlags } from './flags.js';
 import { ControlPlaneStore } from './store.js';
 import { TraceflowBroker } from './traceflows.js';
 import { ensureSharedCertificate, publishCa } from './tls-secret.js';
+
+/** The process's memory for /status (MiB): resident, the JS heap in use and reserved, and memory outside it (buffers). */
+function memoryFigures(): Record<string, number> {
+  const m = process.memoryUsage();
+  const mib = (n: number) => Math.round(n / 2 ** 20);
+  return { rssMiB: mib(m.rss), heapUsedMiB: mib(m.heapUsed), heapTotalMiB: mib(m.heapTotal), externalMiB: mib(m.external) };
+}
 
 async function main(): Promise<number> {
   let argv: ControllerFlags | undefined;
@@ -58,9 +66,13 @@ async function main(): Promise<number> {
     }
   }
 
-  const store = new ControlPlaneStore({ eventsPerNode: argv.eventsPerNode });
+  // Nothing is served before the initial lists are computed: no log for them (store.ts deferLog).
+  const store = new ControlPlaneStore({ eventsPerNode: argv.eventsPerNode, deferLog: true });
   const traceflows = new TraceflowBroker();
+  const eventCost = new EventCost();
   const controller = new PolicyController({ log, sink: store, versions: (node) => store.lastChanges(node) });
+  // The initial lists are computed into views at once when they are all in (computation.ts hold).
+  controller.computation.hold();
   let leading = false;
   let watch: ClusterWatch | undefined;
   let elector: LeaderElector | undefined;
@@ -85,6 +97,12 @@ async function main(): Promise<number> {
   } catch (err) {
     log.warn({ err: (err as Error).message }, 'aggregation layer: settings unreadable; tokens only');
   }
+  // Ready once the initial lists are in and every Node's view is computed from them.
+  const computed = (): { ready: true } | { ready: false; reason: string } => {
+    if (!watch?.isSynced()) return { ready: false, reason: `the cluster's initial lists are not all in (${watch?.pending().join(', ') ?? 'informers starting'})` };
+    if (controller.computation.holding) return { ready: false, reason: 'computing every Node\'s view from the initial lists' };
+    return { ready: true };
+  };
   const server = await startControlPlaneApiServer({
     store, host: listen.host, port: listen.port, tls: { key: cert.key, cert: cert.cert, clientCa: requestHeader?.clientCa }, log,
     authenticate: async (req) => (requestHeader && proxiedIdentity(req, requestHeader)) || auth.authenticateRequest(req),
@@ -99,11 +117,14 @@ async function main(): Promise<number> {
     },
     status: () => ({
       identity: argv.identity, leading, leader: elector?.leader ?? '', synced: watch?.isSynced() ?? false, pending: watch?.pending() ?? [],
-      certificateNotAfter: cert!.notAfter, aggregation: requestHeader !== undefined, ...controller.status(),
+      viewsComputed: computed().ready,
+      certificateNotAfter: cert!.notAfter, aggregation: requestHeader !== undefined, ...controller.status(), eventCost: eventCost.figures(),
+      memory: memoryFigures(),
     }),
-    readiness: () => (watch?.isSynced() ? { ready: true } : { ready: false, reason: `the cluster's initial lists are not all in (${watch?.pending().join(', ') ?? 'informers starting'})` }),
+    readiness: () => computed(),
     serving: () => {
-      if (!watch?.isSynced()) return { ready: false, reason: `the cluster's initial lists are not all in (${watch?.pending().join(', ') ?? 'informers starting'})` };
+      const c = computed();
+      if (!c.ready) return c;
       if (!leading) return { ready: false, reason: `a standby replica (${elector?.leader ? `${elector.leader} leads` : 'no leader yet'})` };
       return { ready: true };
     },
@@ -114,12 +135,20 @@ async function main(): Promise<number> {
     log,
     ...(argv.kubeconfig ? { kubeconfig: argv.kubeconfig } : {}),
     onEvent: (ev) => {
+      const start = performance.now();
       store.batch(() => controller.onWatchEvent(ev));
       // After the batch: the views (and their versions) hold the change an answer names.
       controller.poke();
+      eventCost.record(performance.now() - start);
     },
   });
-  void watch.waitSynced().then(() => log.info(controller.status(), 'cluster listed: every Node\'s view is computed'));
+  void watch.waitSynced().then(() => {
+    const start = performance.now();
+    store.batch(() => controller.computation.release());
+    controller.poke();
+    store.startLog();
+    log.info({ ...controller.status(), computeMs: Math.round(performance.now() - start) }, 'cluster listed: every Node\'s view is computed');
+  });
 
   elector = new LeaderElector({
     lock: new KubeLeaseLock(access, ns, LEASE_NAME),

@@ -58,6 +58,13 @@ export interface ControlPlaneStoreOptions {
    * recognized as from an older store and gets Gone instead of silently skipping events.
    */
   initialResourceVersion?: number;
+  /**
+   * Keep no event log until `startLog` (default: log from the start). A controller computing the
+   * cluster's initial lists serves nobody yet: no agent holds a version of this new store, so
+   * logging the millions of view changes of that computation would cost time and memory for
+   * events no watch can ask for. Views watched meanwhile are logged all the same.
+   */
+  deferLog?: boolean;
 }
 
 /** An object of a Node's view and the version it last changed at. */
@@ -127,6 +134,7 @@ export class ControlPlaneStore {
   /** Floor of Nodes without a view: raised when a view is forgotten, since its log goes with it. */
   private unknownFloor: number;
   private depth = 0;
+  private logging: boolean;
   private pending: { view: NodeView; entry: LogEntry }[] = [];
   /** Equality results of this batch by (held, new) reference pair: one object is set on many Nodes. */
   private equalCache = new WeakMap<object, { other: object; equal: boolean }>();
@@ -137,6 +145,7 @@ export class ControlPlaneStore {
     const initial = opts.initialResourceVersion ?? Date.now() * 1000;
     if (!Number.isSafeInteger(initial) || initial < 0) throw new Error(`initialResourceVersion ${initial} is not a non-negative safe integer`);
     this.perNode = n;
+    this.logging = !opts.deferLog;
     this.rv = initial;
     this.unknownFloor = initial;
   }
@@ -160,7 +169,10 @@ export class ControlPlaneStore {
     let view = this.views.get(node);
     const held = view?.objects[kind].get(name);
     if (!held && object === undefined) return;
-    if (held && object !== undefined && this.equal(held.object, object)) return;
+    // A patch that changes members says the objects differ: comparing a large group member by
+    // member, on every change of it, would cost as much as the group.
+    const patched = patch !== undefined && (patch.upserted.length > 0 || patch.removed.length > 0);
+    if (held && object !== undefined && !patched && this.equal(held.object, object)) return;
     if (!view) this.views.set(node, (view = this.newView()));
     this.batch(() => {
       const rv = ++this.rv;
@@ -173,9 +185,19 @@ export class ControlPlaneStore {
         entry = held ? { rv, kind, name, type: 'MODIFIED', object: patch ?? object } : { rv, kind, name, type: 'ADDED', object };
       }
       view.last[kind] = rv;
-      this.append(view, entry);
-      this.pending.push({ view, entry });
+      if (this.logging || view.watchers.size > 0) {
+        this.append(view, entry);
+        this.pending.push({ view, entry });
+      } else {
+        // Not logged: a watch from before this change cannot resume (it lists again).
+        view.floor[kind] = rv;
+      }
     });
+  }
+
+  /** Logs every change from now on (see ControlPlaneStoreOptions.deferLog). */
+  startLog(): void {
+    this.logging = true;
   }
 
   /**
@@ -202,6 +224,34 @@ export class ControlPlaneStore {
     const names = held ? [...held.keys()].sort() : [];
     const versions = viewVersionsText(view);
     return { resourceVersion: String(this.rv), items: names.map((n) => served(n, held!.get(n)!, versions)) };
+  }
+
+  /**
+   * list(node, kind) as the JSON bytes of its items array, in pieces to write one after the other.
+   * Each object's content is serialized once, kept as bytes and shared by every Node and every
+   * list that serves it (only the metadata differs per Node): a group every Node needs is served
+   * to thousands of agents after a controller restart, and written this way it is neither
+   * serialized nor copied again for each of them.
+   */
+  listJson(node: string, kind: ControlPlaneKind): { resourceVersion: string; items: Buffer[]; bytes: number } {
+    const view = this.views.get(node);
+    const held = view?.objects[kind];
+    const names = held ? [...held.keys()].sort() : [];
+    const versions = viewVersionsText(view);
+    const items: Buffer[] = [];
+    let text = '[';
+    for (const [i, n] of names.entries()) {
+      const h = held!.get(n)!;
+      const tail = bodyTail(h.object);
+      // The metadata first, then the shared rest of the object.
+      text += `${i > 0 ? ',' : ''}{"metadata":${JSON.stringify({ ...h.object.metadata, name: n, resourceVersion: String(h.rv), annotations: { [VIEW_VERSIONS_ANNOTATION]: versions } })}`;
+      if (tail.length > 1) {
+        items.push(Buffer.from(`${text},`), tail);
+        text = '';
+      } else text += '}';
+    }
+    items.push(Buffer.from(`${text}]`));
+    return { resourceVersion: String(this.rv), items, bytes: items.reduce((n, b) => n + b.length, 0) };
   }
 
   /** One object of `node`'s view by its wire name, or undefined. */
@@ -382,6 +432,22 @@ const NO_CHANGES: Record<ControlPlaneKind, number> = { NetworkPolicy: 0, Applied
 
 function served(name: string, held: Held, viewVersions: string): ControlPlaneObject {
   return { ...held.object, metadata: { ...held.object.metadata, name, resourceVersion: String(held.rv), annotations: { [VIEW_VERSIONS_ANNOTATION]: viewVersions } } };
+}
+
+/**
+ * An object's JSON without its metadata and without its opening brace (`"kind":…}`; `}` for an
+ * object with nothing else), as bytes, by object: objects are never mutated (see the file comment).
+ */
+const tails = new WeakMap<ControlPlaneObject, Buffer>();
+
+function bodyTail(object: ControlPlaneObject): Buffer {
+  let tail = tails.get(object);
+  if (tail === undefined) {
+    const { metadata: _own, ...rest } = object;
+    tail = Buffer.from(JSON.stringify(rest).slice(1));
+    tails.set(object, tail);
+  }
+  return tail;
 }
 
 function toEvent(e: LogEntry): ControlPlaneEvent {

@@ -128,9 +128,9 @@ export interface ControlPlaneAddressGroup {
   /** For groups with Service members (toServices peers): where each ClusterIP/port sends its traffic. */
   serviceBackends?: ServiceBackendEntry[];
   /**
-   * The DNS name patterns of an FQDN peer's group. Its members are the addresses DNS answers gave
-   * an agent's own engine; the controller learns none, so an agent in controller mode sees such a
-   * group empty and says which rules it cannot enforce as written.
+   * The DNS name patterns of an FQDN peer's group. The controller sees no DNS answers and sends
+   * the group without members; each agent adds the addresses its own Pods' DNS answers gave
+   * (NodePolicyState.setFqdnAddresses).
    */
   fqdn?: string[];
 }

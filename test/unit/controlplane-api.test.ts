@@ -152,7 +152,70 @@ t.test('/status: for authenticated callers, with the open watches and the Nodes 
   const server = await startControlPlaneApiServer({ store, authenticate, readAll: () => false, status: () => ({ leading: true }) });
   t.teardown(() => server.close());
   t.equal((await get(server, '/status')).status, 401, 'not without credentials');
-  t.same((await get(server, '/status', 'tok-n1')).body, { leading: true, watches: 0, nodes: 1 });
+  t.same((await get(server, '/status', 'tok-n1')).body, { leading: true, watches: 0, listsWaiting: 0, nodes: 1 });
+});
+
+t.test('lists take turns (maxListsInFlight): a list a slow client holds keeps its turn, the next waits, then is served', async (t) => {
+  const store = new ControlPlaneStore();
+  // Megabytes: more than the socket buffers hold, so the response cannot finish while its client reads nothing.
+  store.set('n1', 'AddressGroup', 'ag-big', ag('ag-big', Array.from({ length: 120_000 }, (_, i) => pod(`x/p-${i}`, `10.${i >> 16}.${(i >> 8) & 255}.${i & 255}`))));
+  store.set('n2', 'AddressGroup', 'ag-small', ag('ag-small', []));
+  const server = await startControlPlaneApiServer({ store, authenticate, readAll: () => false, maxListsInFlight: 1 });
+  t.teardown(() => server.close());
+  let slow!: http.IncomingMessage;
+  const slowRequest = http.get(`${server.url}${BASE}/addressgroups?fieldSelector=nodeName%3Dn1`, { headers: { Authorization: 'Bearer tok-n1' } });
+  await new Promise<void>((resolve) => slowRequest.on('response', (res) => {
+    slow = res;
+    res.pause();
+    resolve();
+  }));
+  let second: { status: number; body: any } | undefined;
+  const secondDone = get(server, `${BASE}/addressgroups?fieldSelector=nodeName%3Dn2`, 'tok-n2').then((r) => (second = r));
+  for (let i = 0; i < 100 && server.api.waitingLists() === 0; i++) await new Promise((r) => setTimeout(r, 10));
+  t.equal(server.api.waitingLists(), 1, 'the second list waits while the first is being written');
+  t.equal(second, undefined);
+  let bytes = 0;
+  slow.on('data', (c: Buffer) => (bytes += c.length));
+  slow.resume();
+  await new Promise((r) => slow.on('end', r));
+  t.ok(bytes > 4 * 1024 * 1024, `the first list is whole (${bytes} bytes)`);
+  await secondDone;
+  t.equal(second!.status, 200);
+  t.same(second!.body.items.map((o: ControlPlaneObject) => o.metadata.name), ['ag-small'], 'then the second is served');
+  t.equal(server.api.waitingLists(), 0);
+
+  // A client that goes away while its list waits gives its turn back.
+  const held = http.get(`${server.url}${BASE}/addressgroups?fieldSelector=nodeName%3Dn1`, { headers: { Authorization: 'Bearer tok-n1' } });
+  const heldRes = await new Promise<http.IncomingMessage>((resolve) => held.on('response', resolve));
+  heldRes.pause();
+  const gone = http.get(`${server.url}${BASE}/addressgroups?fieldSelector=nodeName%3Dn2`, { headers: { Authorization: 'Bearer tok-n2' } });
+  gone.on('error', () => {});
+  for (let i = 0; i < 100 && server.api.waitingLists() === 0; i++) await new Promise((r) => setTimeout(r, 10));
+  gone.destroy();
+  heldRes.resume();
+  heldRes.on('data', () => {});
+  await new Promise((r) => heldRes.on('end', r));
+  const after = await get(server, `${BASE}/addressgroups?fieldSelector=nodeName%3Dn2`, 'tok-n2');
+  t.equal(after.status, 200, 'a list after a waiting client left is served (its turn was not kept)');
+
+  // A client that takes nothing of its list is cut after listStallMs, and its turn passes on.
+  const strict = await startControlPlaneApiServer({ store, authenticate, readAll: () => false, maxListsInFlight: 1, listStallMs: 300 });
+  t.teardown(() => strict.close());
+  const stuck = http.get(`${strict.url}${BASE}/addressgroups?fieldSelector=nodeName%3Dn1`, { headers: { Authorization: 'Bearer tok-n1' } });
+  const stuckRes = await new Promise<http.IncomingMessage>((resolve) => stuck.on('response', resolve));
+  stuckRes.pause();
+  stuckRes.on('error', () => {});
+  const started = Date.now();
+  const next = await get(strict, `${BASE}/addressgroups?fieldSelector=nodeName%3Dn2`, 'tok-n2');
+  t.equal(next.status, 200, 'the next list is served once the stuck client is cut');
+  t.ok(Date.now() - started >= 250, 'not before the stall limit');
+  // Read now what was sent before the cut: the connection ends there, the list incomplete.
+  let got = 0;
+  stuckRes.on('data', (c: Buffer) => (got += c.length));
+  const closed = new Promise<void>((resolve) => stuckRes.socket.once('close', () => resolve()));
+  stuckRes.resume();
+  await closed;
+  t.notOk(stuckRes.complete, `the stuck client's list was cut (${got} of ${stuckRes.headers['content-length']} bytes)`);
 });
 
 t.test('a standby is ready (its views computed) but serves no view, and says who does', async (t) => {

@@ -110,6 +110,8 @@ for (let seed = 1; seed <= 10; seed++) {
     const drop = (o: KubeObject) => feed(o, true);
     /** Delivers each Node's events, the kinds' streams interleaved at random, committing now and then. */
     const deliver = () => {
+      // A held computation (the controller's initial lists) makes the views of what it noted at once.
+      computation.release();
       for (const [node, a] of agents) {
         const queues = [...recorder.take(node).values()].map((list) => [...list]);
         while (queues.some((q) => q.length > 0)) {
@@ -123,6 +125,10 @@ for (let seed = 1; seed <= 10; seed++) {
       }
     };
 
+    // Even seeds: the initial objects are computed at once after they are all in, as the
+    // controller does with its initial lists; and now and then a step's change is too.
+    const holds = rng(900 + seed);
+    if (seed % 2 === 0) computation.hold();
     for (const ns of NAMESPACES) apply(namespace(ns, { team: r.pick(['red', 'blue']) }));
     const nodeObject = (name: string, i: number): KubeObject => ({ apiVersion: 'v1', kind: 'Node', metadata: { name, labels: { zone: r.pick(['a', 'b']) } }, status: { addresses: [{ type: 'InternalIP', address: `172.18.0.${i + 1}` }] } });
     NODES.forEach((n, i) => apply(nodeObject(n, i)));
@@ -135,6 +141,7 @@ for (let seed = 1; seed <= 10; seed++) {
     let mismatches = 0;
     let withRules = 0;
     for (let step = 0; step < 50; step++) {
+      if (holds.next() < 0.3) computation.hold();
       const op = r.int(12);
       const pods = [...objects.values()].filter((o) => o.kind === 'Pod');
       const policies = [...objects.values()].filter((o) => o.kind === 'NetworkPolicy' || (o.kind === 'Rules' && o.metadata.name !== 'groups'));

@@ -269,3 +269,57 @@ t.test('forgetNode closes its watches; views without a log must list again', asy
   t.doesNotThrow(() => s.watch('n1', 'AddressGroup', '1', () => {}), 'a Node with a view keeps its log');
   t.same(s.nodes().find((n) => n.name === 'n1')?.objects, { NetworkPolicy: 0, AppliedToGroup: 0, AddressGroup: 1 });
 });
+
+t.test('deferLog: no log before startLog, yet views, versions and watched views are kept', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 100, deferLog: true });
+  s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.1')]));
+  s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.2')]));
+  t.same(s.list('n1', 'AddressGroup').items.map((o) => o.metadata.resourceVersion), ['102'], 'the view holds the last state');
+  t.throws(() => s.watch('n1', 'AddressGroup', '101', () => {}), GoneError, 'a version from the unlogged changes cannot be resumed (nothing was logged after it)');
+  const fromNow = recorder();
+  s.watch('n1', 'AddressGroup', '102', fromNow.on);
+  s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.3')]));
+  t.same(fromNow.log(), ['MODIFIED ag-1@103'], 'a view someone watches is logged and delivered even before startLog');
+  s.set('n2', 'AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.3')]));
+  s.startLog();
+  s.set('n2', 'AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.4')]));
+  const n2 = recorder();
+  s.watch('n2', 'AddressGroup', '104', n2.on);
+  t.same(n2.log(), ['MODIFIED ag-1@105'], 'after startLog, changes are logged for later watches');
+});
+
+t.test('a member-changing patch is an event without comparing the group; an empty one is compared', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 100 });
+  const a = recorder();
+  s.watch('n1', 'AddressGroup', '100', a.on);
+  const members = [pod('x/a', '10.0.0.1')];
+  s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', members));
+  // The same members with a patch that names a change: the patch is trusted (the computation's).
+  s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', members), patchOf('ag-1', [pod('x/a', '10.0.0.1')], []));
+  s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', members), patchOf('ag-1', [], []));
+  t.same(a.log(), ['ADDED ag-1@101', 'MODIFIED ag-1@102'], 'the empty patch of an equal group makes no event');
+});
+
+t.test('listJson is list() serialized: each object\'s content once, its metadata per Node', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 100 });
+  const shared = ag('ag-1', [pod('x/a', '10.0.0.1'), pod('x/b', '10.0.0.2')]);
+  s.set('n1', 'AddressGroup', 'ag-1', shared);
+  s.set('n2', 'NetworkPolicy', 'NetworkPolicy/x/p', np('NetworkPolicy/x/p'));
+  s.set('n2', 'AddressGroup', 'ag-1', shared);
+  s.set('n2', 'AddressGroup', 'ag-2', ag('ag-2', []));
+  for (const node of ['n1', 'n2', 'n3']) {
+    for (const kind of ['NetworkPolicy', 'AppliedToGroup', 'AddressGroup'] as const) {
+      const json = s.listJson(node, kind);
+      const list = s.list(node, kind);
+      t.equal(json.resourceVersion, list.resourceVersion);
+      const bytes = Buffer.concat(json.items);
+      t.equal(json.bytes, bytes.length);
+      t.same(JSON.parse(bytes.toString()), list.items, `${node} ${kind}`);
+    }
+  }
+  const parsed = (node: string) => JSON.parse(Buffer.concat(s.listJson(node, 'AddressGroup').items).toString());
+  const [a, b] = [parsed('n1')[0], parsed('n2').find((o: { metadata: { name: string } }) => o.metadata.name === 'ag-1')];
+  t.equal(s.listJson('n1', 'AddressGroup').items[1], s.listJson('n2', 'AddressGroup').items[1], 'the shared body is the same bytes, not a copy');
+  t.not(a.metadata.resourceVersion, b.metadata.resourceVersion, 'the same object at each Node\'s own version');
+  t.same(a.members, b.members);
+});
