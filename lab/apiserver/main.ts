@@ -1,11 +1,13 @@
 // Runs the lab API server as its own process:
 //   node dist/lab/apiserver/main.js [--host H] [--port N] [--unix PATH] [--token T] [--data FILE]
 //        [--no-crds] [--history N] [--service-cidr CIDR[,CIDR]] [--expired-watch http|event]
+//        [--seed FILE] [--service-account-key-file FILE]
 // Prints one JSON line {"msg":"listening","url":...} on stdout once it serves; stops on SIGTERM/SIGINT.
+import { readFileSync } from 'node:fs';
 import { startApiServer, type ApiServerOptions } from './server.js';
 
 function usage(problem: string): never {
-  process.stderr.write(`${problem}\nusage: main.js [--host H] [--port N] [--unix PATH] [--token T] [--data FILE] [--no-crds] [--history N] [--service-cidr CIDR[,CIDR]] [--expired-watch http|event]\n`);
+  process.stderr.write(`${problem}\nusage: main.js [--host H] [--port N] [--unix PATH] [--token T] [--data FILE] [--no-crds] [--history N] [--service-cidr CIDR[,CIDR]] [--expired-watch http|event] [--seed FILE] [--service-account-key-file FILE]\n`);
   process.exit(2);
 }
 
@@ -30,6 +32,15 @@ function parseArgs(argv: string[]): ApiServerOptions {
       case '--unix': opts.unixSocket = value; break;
       case '--token': opts.token = value; break;
       case '--data': opts.dataFile = value; break;
+      case '--seed': opts.seedFile = value; break;
+      case '--service-account-key-file':
+        try {
+          opts.serviceAccountKey = readFileSync(value, 'utf8').trim();
+        } catch (e) {
+          usage(`--service-account-key-file ${value}: ${(e as Error).message}`);
+        }
+        if (!opts.serviceAccountKey) usage(`--service-account-key-file ${value}: the file is empty`);
+        break;
       case '--history': opts.historyLimit = integer(flag, value); break;
       case '--service-cidr': opts.serviceCIDR = value; break;
       case '--expired-watch':

@@ -23,6 +23,7 @@ export interface ApiServerOptions {
   unixSocket?: string;      // also listen on this unix socket path
   token?: string;           // bearer token required when set (401 otherwise)
   dataFile?: string;        // persist objects + current resourceVersion here; reload at start
+  seedFile?: string;        // start from the objects of this file (dataFile's format), not written back
   installCRDs?: boolean;    // default true: serve the crd.antrea.io and policy.networking.k8s.io resources
   historyLimit?: number;    // watch events kept for resuming; older resourceVersions get 410 Gone (default 1000)
   serviceCIDR?: string;     // ClusterIP allocation range(s), "A" or "A,B" (one per family, primary first), default 10.96.0.0/16
@@ -143,7 +144,7 @@ export class ApiServerImpl {
 
   constructor(private readonly opts: ApiServerOptions) {
     if (opts.frontProxy) checkFrontProxyMaterial(opts.frontProxy);
-    this.store = new ObjectStore(opts.historyLimit ?? 1000, opts.dataFile);
+    this.store = new ObjectStore(opts.historyLimit ?? 1000, opts.dataFile, opts.seedFile);
     this.registry = new Registry(this.store, opts.serviceCIDR ?? '10.96.0.0/16');
     this.registry.seed(opts.installCRDs ?? true);
     this.aggregator = new Aggregator(this.store, this.registry, opts.frontProxy);

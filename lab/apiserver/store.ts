@@ -58,9 +58,15 @@ export class ObjectStore {
   private flushScheduled = false;
   private closed = false;
 
-  constructor(private readonly historyLimit: number, private readonly dataFile?: string) {
+  /**
+   * `dataFile` is loaded when it exists and rewritten after changes; `seedFile` (same format) is
+   * only read, when there is no data file to load: a large cluster loaded at once (bench/scale)
+   * instead of object by object.
+   */
+  constructor(private readonly historyLimit: number, private readonly dataFile?: string, seedFile?: string) {
     if (!Number.isInteger(historyLimit) || historyLimit < 1) throw new Error(`historyLimit must be a positive integer, got ${historyLimit}`);
     if (dataFile && existsSync(dataFile)) this.load(dataFile);
+    else if (seedFile) this.load(seedFile);
     if (dataFile) {
       // Fail at start, with the path named, rather than on the first write.
       try {

@@ -1,6 +1,6 @@
 // The lab API server's pure parts (selectors, patches, store history) and its CLI process.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { createInterface } from 'node:readline';
@@ -9,6 +9,7 @@ import { applyPatch, jsonPatch, mergePatch, type PatchError } from '../../lab/ap
 import { parseServiceCIDRs } from '../../lab/apiserver/registry.js';
 import { compareKubeVersions } from '../../lab/apiserver/resources.js';
 import { parseFieldSelector, parseLabelSelector } from '../../lab/apiserver/selectors.js';
+import { serviceAccountToken } from '../../lab/apiserver/satoken.js';
 import { ObjectStore } from '../../lab/apiserver/store.js';
 
 t.test('label selector grammar', async (t) => {
@@ -96,6 +97,21 @@ t.test('store: global RV, bounded history, 410 floor, persistence', async (t) =>
   t.equal(again.eventsSince(3), 'expired', 'history does not survive a restart');
   t.same(again.eventsSince(4), []);
   t.throws(() => new ObjectStore(0), /historyLimit/);
+
+  const seed = `${dir}/seed.json`;
+  const seedText = JSON.stringify({ resourceVersion: 7, resources: { '/pods': [{ metadata: { name: 'p', namespace: 'x', resourceVersion: '7' } }] } });
+  writeFileSync(seed, seedText);
+  const seeded = new ObjectStore(3, undefined, seed);
+  t.equal(seeded.resourceVersion, 7, 'a seed file sets the version');
+  t.same(seeded.list('/pods').map((o) => o.metadata.name), ['p']);
+  seeded.write('/pods', { metadata: { name: 'q', namespace: 'x' } });
+  seeded.close();
+  t.equal(readFileSync(seed, 'utf8'), seedText, 'a seed file is never written');
+  const persisted = `${dir}/persisted.json`;
+  new ObjectStore(3, persisted, seed).close();
+  t.equal(JSON.parse(readFileSync(persisted, 'utf8')).resourceVersion, 7, 'without a data file yet, the seed is the start and is written to the data file');
+  writeFileSync(persisted, JSON.stringify({ resourceVersion: 9, resources: {} }));
+  t.equal(new ObjectStore(3, persisted, seed).resourceVersion, 9, 'an existing data file wins over the seed');
 });
 
 t.test('service CIDR and version ordering', async (t) => {
@@ -142,4 +158,37 @@ t.test('CLI: listens, serves TCP and the unix socket, persists, stops on SIGTERM
   bad.stderr!.on('data', (c) => (err += c));
   t.equal(await new Promise((resolve) => bad.on('exit', resolve)), 2);
   t.match(err, /--port needs a non-negative integer, got "abc"/);
+
+  const noKey = spawn(process.execPath, [...process.execArgv, 'lab/apiserver/main.ts', '--service-account-key-file', `${dir}/absent.key`], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let keyErr = '';
+  noKey.stderr!.on('data', (c) => (keyErr += c));
+  t.equal(await new Promise((resolve) => noKey.on('exit', resolve)), 2);
+  t.match(keyErr, /--service-account-key-file .*absent\.key: ENOENT/, 'a missing key file is named');
+});
+
+t.test('CLI: --seed loads a cluster, --service-account-key-file signs the tokens it accepts', async (t) => {
+  const dir = mkdtempSync(`${tmpdir()}/apiserver-seed-`);
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  writeFileSync(`${dir}/seed.json`, JSON.stringify({
+    resourceVersion: 2,
+    resources: {
+      '/namespaces': [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'sys', resourceVersion: '1', uid: 'u1' } }],
+      '/serviceaccounts': [{ apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'agent', namespace: 'sys', resourceVersion: '2', uid: 'u2' } }],
+    },
+  }));
+  writeFileSync(`${dir}/sa.key`, 'k3y\n');
+  const child = spawn(process.execPath, [...process.execArgv, 'lab/apiserver/main.ts', '--port', '0', '--token', 'T', '--seed', `${dir}/seed.json`, '--service-account-key-file', `${dir}/sa.key`],
+    { stdio: ['ignore', 'pipe', 'inherit'] });
+  t.teardown(() => { if (child.exitCode === null) child.kill('SIGKILL'); });
+  const iter = createInterface(child.stdout!)[Symbol.asyncIterator]();
+  const { url } = JSON.parse((await iter.next()).value as string) as { url: string };
+  const sa = await fetch(`${url}/api/v1/namespaces/sys/serviceaccounts/agent`, { headers: { Authorization: 'Bearer T' } });
+  t.equal(sa.status, 200, 'the seeded ServiceAccount is served');
+  const token = serviceAccountToken('k3y', 'sys', 'agent', { podName: 'a-1', nodeName: 'node-9' });
+  const review = await fetch(`${url}/apis/authentication.k8s.io/v1/tokenreviews`, { method: 'POST', headers: { Authorization: 'Bearer T', 'Content-Type': 'application/json' }, body: JSON.stringify({ spec: { token } }) });
+  t.match(await review.json(), { status: { authenticated: true, user: { username: 'system:serviceaccount:sys:agent', extra: { 'authentication.kubernetes.io/node-name': ['node-9'] } } } }, 'a token signed with the key file (trailing newline trimmed) authenticates');
+  const forged = serviceAccountToken('other', 'sys', 'agent');
+  const refused = await fetch(`${url}/apis/authentication.k8s.io/v1/tokenreviews`, { method: 'POST', headers: { Authorization: 'Bearer T', 'Content-Type': 'application/json' }, body: JSON.stringify({ spec: { token: forged } }) });
+  t.match(await refused.json(), { status: { authenticated: false } }, 'a token signed with another key does not');
+  child.kill('SIGTERM');
 });

@@ -1,0 +1,176 @@
+/**
+ * One simulated agent of bench/scale.ts, run as its own process (forked, IPC) so that its memory
+ * and CPU are its own. It is the agent's policy side with no bridge: what it receives, the state it
+ * keeps and the policy flows it compiles, the same modules the agent runs.
+ *
+ * - `controller`: ControlPlaneWatcher (its Node's span from the controller, with a Node-bound
+ *   token) -> ControlPlaneFollower (commits at consistent cuts) -> FlushScheduler -> PolicyFlows;
+ * - `standalone`: ClusterWatch of the whole cluster (the API server) -> Enforcer (its engine and
+ *   policy flows), compiled after each event.
+ *
+ * Bytes received are counted as the JSON of the objects received (lists and watch events), the
+ * same measure in both modes. Messages to the parent: `ready` once the first state is compiled,
+ * `commit` after each compile that took a change in, `figures` when asked.
+ */
+import { readFileSync } from 'node:fs';
+import { pino } from 'pino';
+import { realClock } from '../../daemon/clock.js';
+import { ControlPlaneWatcher } from '../../daemon/controlplane/client.js';
+import { ControlPlaneFollower } from '../../daemon/enforcement/controller-mode/follower.js';
+import { Enforcer } from '../../daemon/enforcement/enforcer.js';
+import { FlushScheduler } from '../../daemon/enforcement/flush-scheduler.js';
+import { ClusterWatch } from '../../daemon/enforcement/watch/clusterwatch.js';
+import { PolicyFlows } from '../../daemon/flows/policy/index.js';
+import { KubeAccess } from '../../daemon/kube/access.js';
+
+export interface ScaleAgentConfig {
+  mode: 'controller' | 'standalone';
+  nodeName: string;
+  /** controller mode: the controller's URL, its CA file and a token bound to this Node. */
+  server?: string;
+  caFile?: string;
+  token?: string;
+  /** standalone mode: the API server. */
+  kubeconfig?: string;
+}
+
+/** What the agent has received and holds now. */
+export interface ScaleAgentFigures {
+  rssMiB: number;
+  heapMiB: number;
+  cpuMs: number;
+  bytes: number;
+  events: number;
+  flows: number;
+  rules: number;
+  commits: number;
+}
+
+export type ScaleAgentMessage =
+  | { type: 'ready'; at: number; figures: ScaleAgentFigures }
+  | { type: 'commit'; at: number }
+  | { type: 'figures'; figures: ScaleAgentFigures };
+
+const log = pino({ level: process.env.SCALE_AGENT_LOG ?? 'silent' });
+const send = (m: ScaleAgentMessage) => process.send?.(m);
+const now = () => performance.timeOrigin + performance.now();
+const jsonBytes = (o: unknown) => JSON.stringify(o).length;
+
+let bytes = 0;
+let events = 0;
+let commits = 0;
+let flowCount = () => 0;
+let ruleCount = () => 0;
+
+/** With `collect`, after a full garbage collection (memory figures); without, CPU figures are not charged one. */
+function figures(collect = true): ScaleAgentFigures {
+  if (collect) (globalThis as { gc?: () => void }).gc?.();
+  const m = process.memoryUsage();
+  const cpu = process.cpuUsage();
+  return {
+    rssMiB: Math.round(m.rss / 2 ** 20), heapMiB: Math.round(m.heapUsed / 2 ** 20), cpuMs: (cpu.user + cpu.system) / 1000,
+    bytes, events, flows: flowCount(), rules: ruleCount(), commits,
+  };
+}
+
+function committed(ready: () => boolean): void {
+  commits++;
+  if (ready()) send({ type: 'commit', at: now() });
+}
+
+async function controllerMode(c: ScaleAgentConfig): Promise<void> {
+  let synced = false;
+  const flows = new PolicyFlows();
+  // eslint-disable-next-line prefer-const
+  let flusher: FlushScheduler;
+  const follower = new ControlPlaneFollower({
+    nodeName: c.nodeName, clock: realClock, log,
+    changed: (cs) => flusher.changed(cs),
+    changes: () => flusher.changes,
+    committedChanges: () => flusher.committedChanges,
+  });
+  const state = follower.state;
+  flusher = new FlushScheduler({
+    rules: state, clock: realClock, minIntervalMs: 20, log,
+    compile: (dirty) => flows.sync({ rules: state.nodeRuleSet(), isolations: state.nodeIsolations(), serviceEndpoints: (ip, p, port) => state.serviceBackends(ip, p, port) }, dirty),
+    flowCount: () => flows.size,
+    deliveredResourceVersion: () => undefined,
+    committed: () => committed(() => synced),
+  });
+  flowCount = () => flows.size;
+  ruleCount = () => state.nodeRuleSet().length;
+  const watcher = new ControlPlaneWatcher({
+    server: c.server!, nodeName: c.nodeName, token: c.token!, ca: readFileSync(c.caFile!),
+    onSync: (kind, items) => {
+      for (const o of items) bytes += jsonBytes(o);
+      follower.onSync(kind, items);
+    },
+    onEvent: (kind, e) => {
+      events++;
+      bytes += jsonBytes(e.object);
+      follower.onEvent(kind, e);
+    },
+    onState: (s, reason) => follower.onState(s, reason),
+    onStoreChange: (store) => follower.onStoreChange(store),
+    log,
+  });
+  follower.bind(watcher);
+  // No bridge: the flows are compiled, and "on the bridge" once compiled.
+  flusher.bind(async () => undefined);
+  watcher.start();
+  await follower.whenSynced();
+  flusher.compileNow();
+  synced = true;
+  send({ type: 'ready', at: now(), figures: figures() });
+}
+
+async function standaloneMode(c: ScaleAgentConfig): Promise<void> {
+  const access = KubeAccess.load(c.kubeconfig!);
+  let synced = false;
+  const enforcer = new Enforcer({ nodeName: c.nodeName, ovsRunDir: '/nonexistent', bridge: 'br-scale', log });
+  flowCount = () => enforcer.policyFlows.size;
+  ruleCount = () => enforcer.engine.nodeRuleSet().length;
+  let planned = false;
+  const compileSoon = () => {
+    if (planned || !synced) return;
+    planned = true;
+    setImmediate(() => {
+      planned = false;
+      enforcer.compileNow();
+      committed(() => true);
+    });
+  };
+  const counting: Pick<KubeAccess, 'getJson' | 'watch'> = {
+    getJson: async (path, timeoutMs) => {
+      const list = await access.getJson(path, timeoutMs);
+      bytes += jsonBytes(list);
+      return list;
+    },
+    watch: (path, onEvent, onEnd) => access.watch(path, (ev) => {
+      events++;
+      bytes += jsonBytes(ev.object);
+      onEvent(ev);
+    }, onEnd),
+  };
+  const watch = await ClusterWatch.start({ log, access: counting, onEvent: (ev) => {
+    enforcer.onWatchEvent(ev);
+    compileSoon();
+  } });
+  await watch.waitSynced();
+  enforcer.compileNow();
+  synced = true;
+  send({ type: 'ready', at: now(), figures: figures() });
+}
+
+process.on('message', (m: { type: string; config?: ScaleAgentConfig; collect?: boolean }) => {
+  if (m.type === 'start') {
+    const c = m.config!;
+    (c.mode === 'controller' ? controllerMode(c) : standaloneMode(c)).catch((err) => {
+      console.error(`scale agent ${c.nodeName} (${c.mode}): ${(err as Error).stack ?? err}`);
+      process.exit(1);
+    });
+  } else if (m.type === 'figures') send({ type: 'figures', figures: figures(m.collect ?? true) });
+  else if (m.type === 'stop') process.exit(0);
+});
+// The parent gone (killed, crashed): nothing to report to.
+process.on('disconnect', () => process.exit(0));
