@@ -3,6 +3,11 @@
  * - the controller killed (SIGKILL) and a new one started on its address: a new store, so every
  *   agent's watch is Gone and lists again; recovery: until every agent follows it with nothing
  *   held back;
+ * - the leader killed with a standby running (a second replica, ready, not leading): the standby
+ *   takes the Lease once it expires and serves; the lab's Service endpoint moves to it as the
+ *   leader label moves it in a cluster. Recovery: until every agent follows the standby (the
+ *   takeover time is printed too). Then the standby stops (releasing the Lease) and the lab's
+ *   replica starts again on its address;
  * - the controller frozen (SIGSTOP) for 60 s (10 s with --quick) while the churn changes policies
  *   and labels, then thawed; recovery: the same;
  * - every agent's controlplane watches cut (connections reset, new ones refused) while more changes
@@ -13,9 +18,10 @@
  * stay denied and the allowed stream unbroken.
  */
 import { readFileSync } from 'node:fs';
+import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { CA_CONFIGMAP } from '../../daemon/controller/tls-secret.js';
-import { CONTROLLER_NAMESPACE, CONTROLLER_PORT_IN_NODE, controllerGet, controllerPidPath, LAB_CONTROLLER_ARGS, startController } from '../controller.js';
+import { CONTROLLER_NAMESPACE, CONTROLLER_PORT_IN_NODE, controllerGet, controllerPidPath, freePort, LAB_CONTROLLER_ARGS, startController } from '../controller.js';
 import { clientFor } from '../ops.js';
 import { resolveKind } from '../kinds.js';
 import { nodeNetns } from '../net/names.js';
@@ -24,6 +30,62 @@ import { sleep } from '../net/exec.js';
 import { type ChaosRun, waitUntil } from './harness.js';
 
 const REPLICA = 'controller-0';
+const STANDBY = 'controller-1';
+
+/**
+ * Passes new connections to 127.0.0.1:`from` on to 127.0.0.1:`to` (a Service endpoint moved).
+ * `close` also ends the connections it carries (their replica is going away).
+ */
+async function forward(from: number, to: number): Promise<{ close(): Promise<void> }> {
+  const open = new Set<net.Socket>();
+  const server = net.createServer((conn) => {
+    const up = net.connect(to, '127.0.0.1');
+    open.add(conn);
+    open.add(up);
+    conn.pipe(up).pipe(conn);
+    const end = () => {
+      conn.destroy();
+      up.destroy();
+    };
+    conn.on('error', end);
+    up.on('error', end);
+    conn.on('close', () => {
+      open.delete(conn);
+      end();
+    });
+    up.on('close', () => {
+      open.delete(up);
+      end();
+    });
+  });
+  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(from, '127.0.0.1', () => resolve()));
+  return {
+    close: () => new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      for (const c of open) c.destroy();
+    }),
+  };
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** SIGTERM, then SIGKILL after 15 s; resolves once the process is gone. */
+async function stopGracefully(pid: number): Promise<void> {
+  const alive = () => isAlive(pid);
+  if (!alive()) return;
+  process.kill(pid, 'SIGTERM');
+  const deadline = Date.now() + 15_000;
+  while (alive() && Date.now() < deadline) await sleep(100);
+  if (alive()) process.kill(pid, 'SIGKILL');
+  while (alive()) await sleep(50);
+}
 
 /** The lab's replica: its pid and the port it listens on (from its command line). */
 function replica(lab: string): { pid: number; port: number } {
@@ -56,6 +118,41 @@ export async function controllerFaults(run: ChaosRun): Promise<void> {
     await startController(lab, REPLICA, port, [...LAB_CONTROLLER_ARGS]);
     await waitUntil('agents following the new controller', () => following(run), 90_000);
     return Math.round(performance.now() - k);
+  });
+  await run.scenario('leader kill -9, the standby takes over', run.quick ? 1 : 3, async () => {
+    const { pid, port } = replica(lab);
+    const standby = await startController(lab, STANDBY, await freePort(), [...LAB_CONTROLLER_ARGS]);
+    const standbyStatus = async () => {
+      const r = await controllerGet(standby.port, '/status', undefined, run.info.token);
+      return r.code === 200 ? (JSON.parse(r.body) as { leading?: boolean; viewsComputed?: boolean }) : undefined;
+    };
+    let moved: { close(): Promise<void> } | undefined;
+    try {
+      await waitUntil('the standby ready (every view computed), not leading', async () => {
+        const s = await standbyStatus();
+        return s?.viewsComputed === true && s.leading === false;
+      }, 90_000);
+      await sleep(500 + Math.random() * 1500);
+      process.kill(pid, 'SIGKILL');
+      const k = performance.now();
+      // Its listening socket is released once the process is gone (a zombie holds no socket: 5 s at most).
+      for (let i = 0; i < 500 && isAlive(pid); i++) await sleep(10);
+      // The Service's endpoint moves to the standby: new connections to the leader's address reach it.
+      moved = await forward(port, standby.port);
+      await waitUntil('the standby leading', async () => (await standbyStatus())?.leading === true, 60_000);
+      const takeover = Math.round(performance.now() - k);
+      await waitUntil('agents following the standby', () => following(run), 90_000);
+      const ms = Math.round(performance.now() - k);
+      console.log(`  standby leading ${takeover} ms after the leader's death; agents following it after ${ms} ms`);
+      return ms;
+    } finally {
+      // Back to one replica on the lab's address: the standby releases the Lease as it stops, so
+      // the replica started again leads at once.
+      await moved?.close();
+      await stopGracefully(standby.pid);
+      await startController(lab, REPLICA, port, [...LAB_CONTROLLER_ARGS]);
+      await waitUntil('agents following the lab\'s replica again', () => following(run), 90_000);
+    }
   });
   await run.scenario(`controller frozen ${run.quick ? 10 : 60} s`, 1, async () => {
     const { pid } = replica(lab);
