@@ -15,6 +15,8 @@ export type PatchType = 'json' | 'merge';
 
 export const POLICY_SOURCES = ['standalone', 'controller'] as const;
 export type PolicySource = (typeof POLICY_SOURCES)[number];
+/** What a lab's agents follow unless told: the controller, as a cluster of any size should. */
+export const DEFAULT_POLICY_SOURCE: PolicySource = 'controller';
 
 export type Command =
   | { cmd: 'up'; name: string; nodes: number; primary: Primary; sluice: boolean; files: string[]; ipFamily: IpFamily; policySource: PolicySource }
@@ -42,7 +44,7 @@ function parser(argv: string[]) {
         .option('primary', { type: 'string', choices: ['ptp', 'eks'], default: 'ptp', describe: 'primary CNI flavour' })
         .option('ip-family', { type: 'string', choices: [...IP_FAMILIES], default: 'ipv4', describe: 'Pod address families (ipv6, dual: ptp only; host-local IPv6 ranges fd00:10:<node>::/64)' })
         .option('sluice', { type: 'boolean', default: true, describe: 'chain sluice after the primary and run an enforcing sluice-agent per node (--no-sluice: primary CNI only)' })
-        .option('policy-source', { type: 'string', choices: [...POLICY_SOURCES], default: 'standalone', describe: 'the agents\' policy state: standalone (each computes the cluster) or controller (sluice-controller runs on the host and serves each node its span)' })
+        .option('policy-source', { type: 'string', choices: [...POLICY_SOURCES], describe: `the agents' policy state: controller (sluice-controller runs on the host and serves each node its span; the default) or standalone (each agent computes the whole cluster)` })
         .option('f', { alias: 'filename', type: 'string', array: true, default: [], describe: 'scenario manifest file or directory' }),
     )
     .command('down', 'remove a lab completely (works after a crash)', (y) =>
@@ -116,8 +118,10 @@ export function parseArgs(argv: string[]): Command {
     case 'up':
     {
       const ipFamily = a['ip-family'] as IpFamily;
-      const policySource = a['policy-source'] as PolicySource;
-      if (policySource === 'controller' && !a.sluice) throw new UsageError('--policy-source controller needs the lab\'s agents (not --no-sluice)');
+      const given = a['policy-source'] as PolicySource | undefined;
+      if (given === 'controller' && !a.sluice) throw new UsageError('--policy-source controller needs the lab\'s agents (not --no-sluice)');
+      // Without agents nothing follows a policy source; the field keeps its type.
+      const policySource = given ?? (a.sluice ? DEFAULT_POLICY_SOURCE : 'standalone');
       return { cmd, name, nodes: checkNodes(), primary: a.primary as Primary, sluice: Boolean(a.sluice), files, ipFamily, policySource };
     }
     case 'down':

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `npm run chaos [-- --quick] [-- --name NAME] [-- --policy-source controller]`: faults injected into a 2-node enforcing lab (`chaos` unless --name says otherwise, ptp, the model
+ * `npm run chaos [-- --quick] [-- --name NAME] [-- --policy-source standalone]`: faults injected into a 2-node enforcing lab (`chaos` unless --name says otherwise, ptp, the model
  * of test/scenarios/model.yaml with a default deny on namespace x) while traffic runs, and two
  * invariants checked all along:
  *
@@ -36,9 +36,9 @@
  * talking from their first moment to a Pod that drops them and to one that admits them only (any
  * datagram of the first answered, or a first datagram of the second unanswered, is broken;
  * recovery: sandbox -> first answer) and a quarantine cutting a running flow (recovery: API change
- * -> its last datagram; chaos/edges-of-time.ts); with `--policy-source controller` (the agents
- * follow sluice-controller) the controller killed and replaced, and frozen
- * (chaos/controller-faults.ts); a soak
+ * -> its last datagram; chaos/edges-of-time.ts); as the agents follow sluice-controller (unless
+ * `--policy-source standalone`), the controller killed and replaced, frozen, and its watches cut
+ * past its history (chaos/controller-faults.ts); a soak
  * of steady churn sampling the agent's RSS and open descriptors (a descriptor leak is broken). The
  * BROKEN column counts the other broken promises (CNI answers outside the spec, half-attached
  * containers, a descriptor leak, a flip check that saw nothing). Prints one table and exits 1 when
@@ -48,6 +48,7 @@
  * stream and the churn, checks for leaks and prints the table; each scenario is a file of
  * lab/chaos/, run in the order listed here.
  */
+import { DEFAULT_POLICY_SOURCE } from './args.js';
 import { checkLabName } from './net/names.js';
 import { agentKill } from './chaos/agent-kill.js';
 import { apiServerDown } from './chaos/apiserver-down.js';
@@ -77,9 +78,9 @@ const LAB = checkLabName(nameAt >= 0 ? (process.argv[nameAt + 1] ?? '') : 'chaos
  * 15 minutes, which the full run cannot fit beside the other scenarios).
  */
 const onlyAt = process.argv.indexOf('--only');
-/** `--policy-source controller`: the agents follow sluice-controller, whose faults are added. */
+/** The agents follow sluice-controller (the lab's default), whose faults are added; `--policy-source standalone`: each agent computes the cluster. */
 const sourceAt = process.argv.indexOf('--policy-source');
-const SOURCE = sourceAt >= 0 ? process.argv[sourceAt + 1] : 'standalone';
+const SOURCE = sourceAt >= 0 ? process.argv[sourceAt + 1] : DEFAULT_POLICY_SOURCE;
 if (SOURCE !== 'standalone' && SOURCE !== 'controller') {
   console.error(`chaos: --policy-source "${SOURCE}": standalone or controller`);
   process.exit(2);

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { loadManifests } from '../daemon/manifests.js';
 import { formatMatrices, parseProbes } from '../daemon/policy/probes.js';
 import type { KubeObject, Probe, ProbeResult } from '../daemon/policy/types.js';
-import type { PolicySource, Primary } from './args.js';
+import { DEFAULT_POLICY_SOURCE, type PolicySource, type Primary } from './args.js';
 import { hostKubeconfigPath, readControl, requireRunningLab, supervisorLogPath, supervisorPid, isAlive, type ControlInfo } from './control.js';
 import { daemonSetProblems } from './cluster/daemonset.js';
 import { desiredEndpointSlices, diffSlices, isManagedSlice, SERVICE_NAME_LABEL } from './cluster/endpointslices.js';
@@ -48,7 +48,7 @@ export interface UpOptions {
   files: string[];
   /** Default ipv4. */
   ipFamily?: IpFamily;
-  /** Default standalone; controller: sluice-controller on the host, the agents following it. */
+  /** controller (the default, DEFAULT_POLICY_SOURCE): sluice-controller on the host, the agents following it; standalone: each agent computes the cluster. */
   policySource?: PolicySource;
 }
 
@@ -71,7 +71,7 @@ export async function up(opts: UpOptions, out: Out): Promise<{ ms: number; info:
     await stopSupervisor(opts.name);
     await destroyLab(opts.name);
   }
-  out(`creating lab "${opts.name}": ${opts.nodes} node(s), primary ${opts.primary}, ${opts.ipFamily ?? 'ipv4'}, sluice ${opts.sluice ? `on (${opts.policySource ?? 'standalone'})` : 'off'}`);
+  out(`creating lab "${opts.name}": ${opts.nodes} node(s), primary ${opts.primary}, ${opts.ipFamily ?? 'ipv4'}, sluice ${opts.sluice ? `on (${opts.policySource ?? DEFAULT_POLICY_SOURCE})` : 'off'}`);
   // Interrupted half-way (Ctrl-C): remove what exists rather than leave a half-built lab.
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals): void => {
@@ -133,7 +133,7 @@ async function startSupervisor(opts: UpOptions): Promise<ControlInfo> {
   const script = join(repoRoot(), 'dist', 'lab', 'supervisor.js');
   if (!existsSync(script)) throw new Error(`${script} is missing: build first (npx tsc -p tsconfig.json)`);
   const log = openSync(supervisorLogPath(opts.name), 'a');
-  const args = [script, '--name', opts.name, '--nodes', String(opts.nodes), '--primary', opts.primary, ...(opts.sluice ? ['--sluice'] : []), ...(opts.policySource === 'controller' ? ['--policy-source', 'controller'] : []), '--state-dir', `${stateDir(opts.name)}/`];
+  const args = [script, '--name', opts.name, '--nodes', String(opts.nodes), '--primary', opts.primary, ...(opts.sluice ? ['--sluice', '--policy-source', opts.policySource ?? DEFAULT_POLICY_SOURCE] : []), '--state-dir', `${stateDir(opts.name)}/`];
   const child = spawn(process.execPath, args, { detached: true, stdio: ['ignore', log, log] });
   closeSync(log);
   let exited: number | null | undefined;

@@ -13,6 +13,7 @@ import { performance } from 'node:perf_hooks';
 import { pino } from 'pino';
 import { OvsBridge } from '../../daemon/ovs/bridge.js';
 import { FlowProgrammer } from '../../daemon/ovs/flow-programmer.js';
+import { DEFAULT_POLICY_SOURCE } from '../args.js';
 import { type ControlInfo, readControl } from '../control.js';
 import { resolveKind } from '../kinds.js';
 import type { Conflist } from '../net/cni-config.js';
@@ -30,7 +31,7 @@ export interface ChaosOptions {
   lab: string;
   /** `--only WORD`: only the scenarios whose name contains WORD. */
   only: string | undefined;
-  /** `--policy-source controller`: the agents follow sluice-controller (and its faults run too). */
+  /** What the agents follow (default: the controller, whose faults then run too). */
   policySource?: 'standalone' | 'controller';
 }
 
@@ -234,7 +235,7 @@ export async function runChaos(opts: ChaosOptions, scenarios: Scenario[]): Promi
   const t0 = performance.now();
   const dir = mkdtempSync(join(tmpdir(), 'chaos-'));
   await labCli(opts.lab, ['down']).catch(() => undefined);
-  await labCli(opts.lab, ['up', '--nodes', '2', '--primary', 'ptp', '--policy-source', opts.policySource ?? 'standalone', '-f', MODEL]);
+  await labCli(opts.lab, ['up', '--nodes', '2', '--primary', 'ptp', '--policy-source', opts.policySource ?? DEFAULT_POLICY_SOURCE, '-f', MODEL]);
   let rows: Row[] = [];
   try {
     const deny = join(dir, 'deny.yaml');

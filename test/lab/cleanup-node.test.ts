@@ -60,7 +60,7 @@ if (reason) {
 
   t.before(async () => {
     await cli(['down', '--name', LAB]);
-    await labCli(LAB, ['up', '--sluice', '--nodes', '2', '--primary', 'ptp', '-f', WORKLOAD]);
+    await labCli(LAB, ['up', '--sluice', '--policy-source', 'standalone', '--nodes', '2', '--primary', 'ptp', '-f', WORKLOAD]);
     await labCli(LAB, ['apply', '-f', join(POLICIES, '01-default-deny-x.yaml')]);
     pods = (await cliJson<ListJson<PodJson>>(['get', 'pods', '-o', 'json', '--name', LAB])).items;
   });

@@ -29,7 +29,7 @@ const nodeNs = (node: string) => `${LAB}-${node}`;
 
 async function up(primary: string, sluice: boolean): Promise<void> {
   await lab(['down'], true);
-  const r = await lab(['up', '--nodes', '2', '--primary', primary, ...(sluice ? ['--sluice'] : []), '-f', join(REPO, 'examples', 'workload.yaml')], true);
+  const r = await lab(['up', '--nodes', '2', '--primary', primary, ...(sluice ? ['--sluice', '--policy-source', 'standalone'] : []), '-f', join(REPO, 'examples', 'workload.yaml')], true);
   if (r.code !== 0) throw new Error(`sluice-lab up failed:\n${r.stdout}\n${r.stderr}`);
 }
 

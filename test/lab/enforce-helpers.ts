@@ -281,5 +281,5 @@ export function withEnforcingLab(lab: string, dirPrefix: string, body: (dir: str
 /** `sluice-lab down` then `up --sluice --primary ptp` with `nodes` nodes and the workload file. */
 export async function upEnforcingLab(lab: string, nodes: number, workloadFile: string): Promise<void> {
   await cli(['down', '--name', lab]);
-  await labCli(lab, ['up', '--sluice', '--nodes', String(nodes), '--primary', 'ptp', '-f', workloadFile]);
+  await labCli(lab, ['up', '--sluice', '--policy-source', 'standalone', '--nodes', String(nodes), '--primary', 'ptp', '-f', workloadFile]);
 }

@@ -61,7 +61,7 @@ if (reason) {
 
   t.before(async () => {
     await cli(['down', '--name', LAB]);
-    await labCli(LAB, ['up', '--sluice', '--nodes', '2', '--primary', 'ptp', '-f', WORKLOAD]);
+    await labCli(LAB, ['up', '--sluice', '--policy-source', 'standalone', '--nodes', '2', '--primary', 'ptp', '-f', WORKLOAD]);
     await labCli(LAB, ['apply', '-f', join(POLICIES, '01-default-deny-x.yaml'), '-f', join(POLICIES, '02-allow-from-y.yaml')]);
     await refresh();
   });

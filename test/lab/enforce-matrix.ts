@@ -21,7 +21,7 @@ export async function runMatrix(t: Test, lab: string, primary: 'ptp' | 'eks'): P
   t.teardown(async () => {
     await cli(['down', '--name', lab]);
   });
-  await labCli(lab, ['up', '--sluice', '--nodes', '2', '--primary', primary, '-f', WORKLOAD]);
+  await labCli(lab, ['up', '--sluice', '--policy-source', 'standalone', '--nodes', '2', '--primary', primary, '-f', WORKLOAD]);
 
   const check = async (t: Test, step: string): Promise<Comparison> => {
     const c = await compareWithSimulate(lab, dir, probes);

@@ -59,7 +59,7 @@ if (reason) {
 
   t.test('each node reports its own enforced policies and every invalid object', async (t) => {
     await cli(['down', '--name', LAB]);
-    await labCli(LAB, ['up', '--sluice', '--nodes', '2', '--primary', 'ptp', '-f', WORKLOAD]);
+    await labCli(LAB, ['up', '--sluice', '--policy-source', 'standalone', '--nodes', '2', '--primary', 'ptp', '-f', WORKLOAD]);
     await labCli(LAB, ['apply', '-f', join(POLICIES, '01-default-deny-x.yaml'), '-f', join(POLICIES, '04-antrea-acnp.yaml'), '-f', writeTempFile(dir, 'bad-tier.yaml', BAD_TIER)]);
     const pods = (await cliJson<ListJson<PodJson>>(['get', 'pods', '-o', 'json', '--name', LAB])).items;
     const podsOn = (node: string, ns: string) => pods.filter((p) => p.spec.nodeName === node && p.metadata.namespace === ns).map((p) => `${ns}/${p.metadata.name}`).sort();

@@ -53,7 +53,7 @@ class Lab {
 
   async up(ipFamily: 'dual' | 'ipv6', sluice: boolean): Promise<void> {
     await this.cli(['down'], true);
-    const r = await this.cli(['up', '--nodes', '2', '--primary', this.primary, '--ip-family', ipFamily, sluice ? '--sluice' : '--no-sluice', '-f', this.workload], true);
+    const r = await this.cli(['up', '--nodes', '2', '--primary', this.primary, '--ip-family', ipFamily, ...(sluice ? ['--sluice', '--policy-source', 'standalone'] : ['--no-sluice']), '-f', this.workload], true);
     if (r.code !== 0) throw new Error(`sluice-lab up failed:\n${r.stdout}\n${r.stderr}`);
   }
 

@@ -42,7 +42,7 @@ if (reason) {
     await cli(['down', '--name', LAB]);
     rmSync(dir, { recursive: true, force: true });
   });
-  const up = await cli(['up', '--name', LAB, '--nodes', '2', '--ip-family', 'dual', '-f', join(dir, 'workload.yaml')], 600_000);
+  const up = await cli(['up', '--name', LAB, '--policy-source', 'standalone', '--nodes', '2', '--ip-family', 'dual', '-f', join(dir, 'workload.yaml')], 600_000);
   if (up.code !== 0) throw new Error(`sluice-lab up failed: ${up.stderr}`);
 
   type PodJson = { metadata: { namespace: string; name: string }; status?: { phase?: string; podIPs?: { ip: string }[] } };

@@ -8,6 +8,7 @@ import t from 'tap';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { repoRoot } from '../../lab/net/names.js';
+import { agentStatus } from './enforce-helpers.js';
 import { cli, cliJson, labRemains, skipReason, type ListJson, type PodJson } from './labcli-helpers.js';
 
 const LAB = 'lb3';
@@ -43,6 +44,11 @@ if (reason) {
     t.ok(figures, 'prints the lab up time and the probe time');
     if (figures) t.comment(`demo: lab up ${figures[1]} s; ${figures[2]} probes (9 Pods × 9 Pods × 2 ports × TCP/UDP) in ${figures[3]} s; whole demo ${(r.ms / 1000).toFixed(1)} s`);
     t.equal(figures?.[2], '324', '9×9×4 probes');
+    t.match(out, /sluice on \(controller\)/, 'the agents follow sluice-controller (the lab\'s default)');
+    for (const node of ['node-1', 'node-2']) {
+      const cp = ((await agentStatus(LAB, node)) as { enforcement?: { controlPlane?: { connected?: boolean } } }).enforcement?.controlPlane;
+      t.equal(cp?.connected, true, `${node}'s agent follows the controller (its /status)`);
+    }
 
     const before = section(out, '== Reachability without policies', '== Applying the example policies ==');
     const after = section(out, '== Reachability with the example policies ==', 'What each example is meant to do:');

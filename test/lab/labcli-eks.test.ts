@@ -27,7 +27,7 @@ if (reason) {
   });
 
   t.test('eks flavour: up, reachability, down', async (t) => {
-    const up = await cli(['up', ...n, '--primary', 'eks', '-f', join(dir, 'scenario.yaml')]);
+    const up = await cli(['up', ...n, '--policy-source', 'standalone', '--primary', 'eks', '-f', join(dir, 'scenario.yaml')]);
     t.equal(up.code, 0, `up exits 0 (${up.stderr})`);
     t.comment(`eks: sluice-lab up (2 nodes, 4 Pods, 3 Services) took ${(up.ms / 1000).toFixed(1)} s`);
     t.match(up.stdout, /primary CNI eks/);

@@ -66,7 +66,7 @@ spec:
   });
 
   t.test('up with a scenario: Pods get real IPs on their nodes', async (t) => {
-    const r = await cli(['up', ...n, '--primary', 'ptp', '-f', join(dir, 'scenario.yaml')]);
+    const r = await cli(['up', ...n, '--policy-source', 'standalone', '--primary', 'ptp', '-f', join(dir, 'scenario.yaml')]);
     t.equal(r.code, 0, `up exits 0 (stderr: ${r.stderr})`);
     t.comment(`ptp: sluice-lab up (2 nodes, 4 Pods, 3 Services) took ${(r.ms / 1000).toFixed(1)} s`);
     t.match(r.stdout, /node-1\s+192\.168\.77\.11\s+10\.10\.1\.0\/24/, 'prints the nodes');

@@ -90,7 +90,7 @@ export function modelDatapathSuite(lab: string, primary: 'ptp' | 'eks', opts: { 
   const counts = { steps: 0, matching: 0, probes: 0, unstable: 0 };
   t.before(async () => {
     await cli(['down', ...n]);
-    const r = await cli(['up', ...n, '--primary', primary, '--sluice', '--ip-family', opts.ipFamily ?? 'ipv4', '-f', MODEL]);
+    const r = await cli(['up', ...n, '--primary', primary, '--sluice', '--policy-source', 'standalone', '--ip-family', opts.ipFamily ?? 'ipv4', '-f', MODEL]);
     if (r.code !== 0) throw new Error(`sluice-lab up failed: ${r.stderr}`);
   });
   t.teardown(async () => {

@@ -49,17 +49,17 @@ t.test('kinds: names, aliases, groups and paths', async (t) => {
 });
 
 t.test('args: commands, defaults and errors', async (t) => {
-  t.same(parseArgs(['up']), { cmd: 'up', name: 'sl', nodes: 2, primary: 'ptp', sluice: true, files: [], ipFamily: 'ipv4', policySource: 'standalone' });
-  t.equal((parseArgs(['up', '--policy-source', 'controller']) as { policySource: string }).policySource, 'controller');
+  t.same(parseArgs(['up']), { cmd: 'up', name: 'sl', nodes: 2, primary: 'ptp', sluice: true, files: [], ipFamily: 'ipv4', policySource: 'controller' }, 'the agents follow the controller by default');
+  t.equal((parseArgs(['up', '--policy-source', 'standalone']) as { policySource: string }).policySource, 'standalone');
   t.throws(() => parseArgs(['up', '--policy-source', 'central']), UsageError);
   t.throws(() => parseArgs(['up', '--policy-source', 'controller', '--no-sluice']), /needs the lab's agents/);
   t.equal((parseArgs(['up', '--ip-family', 'dual']) as { ipFamily: string }).ipFamily, 'dual');
   t.equal((parseArgs(['up', '--ip-family', 'ipv6']) as { ipFamily: string }).ipFamily, 'ipv6');
   t.throws(() => parseArgs(['up', '--ip-family', '7']), UsageError);
-  t.same(parseArgs(['up', '--ip-family', 'ipv6', '--primary', 'eks']), { cmd: 'up', name: 'sl', nodes: 2, primary: 'eks', sluice: true, files: [], ipFamily: 'ipv6', policySource: 'standalone' });
+  t.same(parseArgs(['up', '--ip-family', 'ipv6', '--primary', 'eks']), { cmd: 'up', name: 'sl', nodes: 2, primary: 'eks', sluice: true, files: [], ipFamily: 'ipv6', policySource: 'controller' });
   t.same(parseArgs(['up', '--name', 'lb1', '--nodes', '3', '--primary', 'eks', '-f', 'a.yaml', '-f', 'dir', '--no-sluice']), {
     cmd: 'up', name: 'lb1', nodes: 3, primary: 'eks', sluice: false, files: ['a.yaml', 'dir'], ipFamily: 'ipv4', policySource: 'standalone',
-  });
+  }, 'without agents, nothing follows the controller');
   t.equal((parseArgs(['up', '--sluice']) as { sluice: boolean }).sluice, true);
   t.equal((parseArgs(['up', '--no-sluice']) as { sluice: boolean }).sluice, false);
   t.same(parseArgs(['get', 'pods', 'x/a', '-o', 'json', '--name', 'lb2']), { cmd: 'get', name: 'lb2', kind: 'pods', ref: 'x/a', output: 'json' });
