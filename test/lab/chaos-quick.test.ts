@@ -1,7 +1,8 @@
 // test-schedule: exclusive: it measures gaps, resets and recovery times under injected faults; a second lab beside it would be one more fault.
 /**
  * The chaos suite's short run (`npm run chaos -- --quick`, lab/chaos.ts) in npm test: every fault
- * scenario once on its own 2-node lab, with the two invariants checked all along. The table it
+ * scenario once on its own 2-node lab whose agents follow sluice-controller (the lab's default),
+ * with the two invariants checked all along. The table it
  * prints is kept in the test output.
  */
 import t from 'tap';
@@ -24,7 +25,9 @@ else {
     t.comment(r.stdout.trim());
     if (r.stderr.trim()) t.comment(r.stderr.trim());
     const rows = r.stdout.split('\n').filter((l) => /\d+ ms\s+\d+ ms\s+\S+$/.test(l));
-    t.equal(rows.length, 17, 'seventeen scenarios ran');
+    // The agents follow sluice-controller (the lab's default), so its four faults run too.
+    t.equal(rows.length, 21, 'twenty-one scenarios ran: seventeen and the controller\'s four');
+    for (const name of ['controller kill -9', 'leader kill -9, the standby takes over', 'controller frozen', 'controlplane watches cut']) t.ok(rows.some((l) => l.startsWith(name)), `${name} ran`);
     for (const row of rows) {
       const cols = row.trim().split(/\s{2,}/);
       const [scenario, , churn, tried, gaps, , resets, broken, , , leaks] = cols;
