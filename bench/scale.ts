@@ -244,6 +244,8 @@ interface Watched {
   bytes: number;
   events: number;
   last: number;
+  /** Events of the current churn step: arrival and JSON bytes. */
+  step: { at: number; bytes: number }[];
   synced: boolean;
   watcher: ControlPlaneWatcher;
 }
@@ -257,7 +259,7 @@ for (let i = 0; i < WATCHERS; i++) {
   const node = `node-${(i * 7919) % NODES}`;
   const listed = new Set<string>();
   const w: Watched = {
-    node, bytes: 0, events: 0, last: 0, synced: false,
+    node, bytes: 0, events: 0, last: 0, step: [], synced: false,
     watcher: new ControlPlaneWatcher({
       server: controllerUrl, nodeName: node, token: tokenFor(node), ca,
       onSync: (kind, items) => {
@@ -269,9 +271,11 @@ for (let i = 0; i < WATCHERS; i++) {
         }
       },
       onEvent: (_kind, e) => {
+        const bytes = JSON.stringify(e.object).length;
         w.events++;
-        w.bytes += JSON.stringify(e.object).length;
+        w.bytes += bytes;
         w.last = now();
+        w.step.push({ at: w.last, bytes });
       },
     }),
   };
@@ -342,7 +346,7 @@ const controllerCost = async (): Promise<CostFigures> => {
 };
 
 /** Until nothing more arrives: no watch client and no full agent heard anything for `quietMs`. */
-async function settle(quietMs = 300): Promise<void> {
+async function settle(quietMs = 1000): Promise<void> {
   for (;;) {
     const last = Math.max(...watched.map((w) => w.last), ...agents.map((a) => a.commits.at(-1) ?? 0));
     if (now() - last >= quietMs) return;
@@ -355,14 +359,13 @@ for (const kind of churn) {
   const controllerMs: number[] = [];
   const updated: number[] = [];
   const bytesIn: number[] = [];
-  const bytesOut: number[] = [];
   const eventsIn: number[] = [];
   const lastReceived: number[] = [];
   const agentFigures = new Map<string, { bytes: number[]; cpu: number[]; compiled: number[] }>(agents.map((a) => [a.label, { bytes: [], cpu: [], compiled: [] }]));
   const cpu0 = proc(controller.pid!).cpuMs;
   let controllerEvents = 0;
   for (let i = 0; i < REPS; i++) {
-    const before = watched.map((w) => ({ bytes: w.bytes, events: w.events }));
+    for (const w of watched) w.step = [];
     const agentBefore = await Promise.all(agents.map((a) => a.figures(false)));
     const commitsBefore = agents.map((a) => a.commits.length);
     const cost0 = await controllerCost();
@@ -374,31 +377,34 @@ for (const kind of churn) {
     controllerMs.push((cost1.totalMs ?? 0) - (cost0.totalMs ?? 0));
     let n = 0;
     let latest = 0;
-    watched.forEach((w, j) => {
-      const b = w.bytes - before[j]!.bytes;
-      if (w.events > before[j]!.events) {
+    for (const w of watched) {
+      // Only what came after the write: anything earlier belongs to the step before.
+      const mine = w.step.filter((e) => e.at >= t);
+      const b = mine.reduce((sum, e) => sum + e.bytes, 0);
+      if (mine.length > 0) {
         n++;
         bytesIn.push(b);
-        eventsIn.push(w.events - before[j]!.events);
-        latest = Math.max(latest, w.last - t);
-      } else bytesOut.push(b);
-    });
+        eventsIn.push(mine.length);
+        latest = Math.max(latest, mine.at(-1)!.at - t);
+      }
+    }
     updated.push(n);
     if (n > 0) lastReceived.push(latest);
     const after = await Promise.all(agents.map((a) => a.figures(false)));
     agents.forEach((a, j) => {
       const fig = agentFigures.get(a.label)!;
       fig.bytes.push(after[j]!.bytes - agentBefore[j]!.bytes);
-      if (a.commits.length > commitsBefore[j]!) {
+      const commits = a.commits.slice(commitsBefore[j]!).filter((at) => at >= t);
+      if (commits.length > 0) {
         fig.cpu.push(after[j]!.cpuMs - agentBefore[j]!.cpuMs);
-        fig.compiled.push(a.commits.at(-1)! - t);
+        fig.compiled.push(commits.at(-1)! - t);
       }
     });
   }
   const cpu = proc(controller.pid!).cpuMs - cpu0;
   console.log(`\n${kind.name} (${REPS} reps, ${controllerEvents} controller events):`);
   console.log(`  controller: p50 ${f1(pct(controllerMs, 0.5))} ms p90 ${f1(pct(controllerMs, 0.9))} ms per rep (its /status timing); process CPU ${f1(cpu / REPS)} ms per rep (serving the watches included, 10 ms ticks)`);
-  console.log(`  watch clients: ${f1(pct(updated, 0.5))} of ${WATCHERS} received something (p50); those got p50 ${kib(pct(bytesIn, 0.5))} in ${f1(pct(eventsIn, 0.5))} events; the others ${bytesOut.reduce((a, b) => a + b, 0)} bytes in all; ` +
+  console.log(`  watch clients: ${f1(pct(updated, 0.5))} of ${WATCHERS} received something (p50); those got p50 ${kib(pct(bytesIn, 0.5))} in ${f1(pct(eventsIn, 0.5))} events (the others: no event, no byte); ` +
     `write -> last in-span client received p50 ${f1(pct(lastReceived, 0.5))} ms p99 ${f1(pct(lastReceived, 0.99))} ms`);
   for (const a of agents) {
     const fig = agentFigures.get(a.label)!;
