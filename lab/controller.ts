@@ -114,6 +114,47 @@ export function controllerGet(port: number, path: string, ca?: string, token?: s
   });
 }
 
+/**
+ * Passes each connection to `listen` (a port on 127.0.0.1, or a unix socket path) on to
+ * 127.0.0.1:`target()`, read per connection (a Service whose endpoint moves). `close` ends the
+ * connections it carries as well: their replica is going away, and a server's own close would wait
+ * for them (an agent's watch lasts).
+ */
+export async function tcpRelay(listen: number | string, target: () => number): Promise<{ close(): Promise<void> }> {
+  const open = new Set<net.Socket>();
+  const server = net.createServer((conn) => {
+    const up = net.connect(target(), '127.0.0.1');
+    const end = () => {
+      conn.destroy();
+      up.destroy();
+    };
+    for (const s of [conn, up]) {
+      open.add(s);
+      s.on('error', end);
+      s.on('close', () => {
+        open.delete(s);
+        end();
+      });
+    }
+    conn.pipe(up).pipe(conn);
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    const ready = () => {
+      server.off('error', reject);
+      resolve();
+    };
+    if (typeof listen === 'number') server.listen(listen, '127.0.0.1', ready);
+    else server.listen(listen, ready);
+  });
+  return {
+    close: () => new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      for (const s of open) s.destroy();
+    }),
+  };
+}
+
 /** Where the lab's agents reach the controller's Service inside their node namespace. */
 export const CONTROLLER_PORT_IN_NODE = 10351;
 
@@ -134,24 +175,14 @@ export async function controllerServiceInNodes(lab: string, nodes: readonly stri
   const socket = join(stateDir(lab), 'controller.sock');
   rmSync(socket, { force: true });
   let target = targetPort;
-  const relay = net.createServer((conn) => {
-    const up = net.connect(target, '127.0.0.1');
-    conn.pipe(up).pipe(conn);
-    const end = () => {
-      conn.destroy();
-      up.destroy();
-    };
-    conn.on('error', end);
-    up.on('error', end);
-  });
-  await new Promise<void>((resolve, reject) => relay.listen(socket, resolve).once('error', reject));
+  const relay = await tcpRelay(socket, () => target);
   const script = join(repoRoot(), 'dist', 'lab', 'forwarder.js');
   const forwarders: ChildProcess[] = nodes.map((node) =>
     spawn('ip', ['netns', 'exec', nodeNetns(lab, node), process.execPath, script, '--listen', `127.0.0.1:${CONTROLLER_PORT_IN_NODE}`, '--unix', socket, '--parent', String(process.pid)], { stdio: 'ignore' }),
   );
   const close = async () => {
     for (const f of forwarders) f.kill('SIGTERM');
-    await new Promise<void>((resolve) => relay.close(() => resolve()));
+    await relay.close();
     rmSync(socket, { force: true });
   };
   for (const node of nodes) {

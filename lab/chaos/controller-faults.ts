@@ -18,10 +18,9 @@
  * stay denied and the allowed stream unbroken.
  */
 import { readFileSync } from 'node:fs';
-import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { CA_CONFIGMAP } from '../../daemon/controller/tls-secret.js';
-import { CONTROLLER_NAMESPACE, CONTROLLER_PORT_IN_NODE, controllerGet, controllerPidPath, freePort, LAB_CONTROLLER_ARGS, startController } from '../controller.js';
+import { CONTROLLER_NAMESPACE, CONTROLLER_PORT_IN_NODE, controllerGet, controllerPidPath, freePort, LAB_CONTROLLER_ARGS, startController, tcpRelay } from '../controller.js';
 import { clientFor } from '../ops.js';
 import { resolveKind } from '../kinds.js';
 import { nodeNetns } from '../net/names.js';
@@ -31,41 +30,6 @@ import { type ChaosRun, waitUntil } from './harness.js';
 
 const REPLICA = 'controller-0';
 const STANDBY = 'controller-1';
-
-/**
- * Passes new connections to 127.0.0.1:`from` on to 127.0.0.1:`to` (a Service endpoint moved).
- * `close` also ends the connections it carries (their replica is going away).
- */
-async function forward(from: number, to: number): Promise<{ close(): Promise<void> }> {
-  const open = new Set<net.Socket>();
-  const server = net.createServer((conn) => {
-    const up = net.connect(to, '127.0.0.1');
-    open.add(conn);
-    open.add(up);
-    conn.pipe(up).pipe(conn);
-    const end = () => {
-      conn.destroy();
-      up.destroy();
-    };
-    conn.on('error', end);
-    up.on('error', end);
-    conn.on('close', () => {
-      open.delete(conn);
-      end();
-    });
-    up.on('close', () => {
-      open.delete(up);
-      end();
-    });
-  });
-  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(from, '127.0.0.1', () => resolve()));
-  return {
-    close: () => new Promise<void>((resolve) => {
-      server.close(() => resolve());
-      for (const c of open) c.destroy();
-    }),
-  };
-}
 
 function isAlive(pid: number): boolean {
   try {
@@ -138,7 +102,7 @@ export async function controllerFaults(run: ChaosRun): Promise<void> {
       // Its listening socket is released once the process is gone (a zombie holds no socket: 5 s at most).
       for (let i = 0; i < 500 && isAlive(pid); i++) await sleep(10);
       // The Service's endpoint moves to the standby: new connections to the leader's address reach it.
-      moved = await forward(port, standby.port);
+      moved = await tcpRelay(port, () => standby.port);
       await waitUntil('the standby leading', async () => (await standbyStatus())?.leading === true, 60_000);
       const takeover = Math.round(performance.now() - k);
       await waitUntil('agents following the standby', () => following(run), 90_000);
