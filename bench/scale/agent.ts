@@ -81,7 +81,7 @@ function committed(ready: () => boolean): void {
 async function controllerMode(c: ScaleAgentConfig): Promise<void> {
   let synced = false;
   const flows = new PolicyFlows();
-  // eslint-disable-next-line prefer-const
+  // The follower and the flush scheduler call each other: the scheduler is made just below.
   let flusher: FlushScheduler;
   const follower = new ControlPlaneFollower({
     nodeName: c.nodeName, clock: realClock, log,

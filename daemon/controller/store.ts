@@ -244,7 +244,7 @@ export class ControlPlaneStore {
       const h = held!.get(n)!;
       const tail = bodyTail(h.object);
       // The metadata first, then the shared rest of the object.
-      text += `${i > 0 ? ',' : ''}{"metadata":${JSON.stringify({ ...h.object.metadata, name: n, resourceVersion: String(h.rv), annotations: { [VIEW_VERSIONS_ANNOTATION]: versions } })}`;
+      text += `${i > 0 ? ',' : ''}{"metadata":${JSON.stringify(servedMetadata(n, h, versions))}`;
       if (tail.length > 1) {
         items.push(Buffer.from(`${text},`), tail);
         text = '';
@@ -430,8 +430,13 @@ function viewVersionsText(view: NodeView | undefined): string {
 
 const NO_CHANGES: Record<ControlPlaneKind, number> = { NetworkPolicy: 0, AppliedToGroup: 0, AddressGroup: 0 };
 
+/** The metadata an object of a view is served with: its wire name, its version in that view, the view's versions. */
+function servedMetadata(name: string, held: Held, viewVersions: string): ControlPlaneObject['metadata'] {
+  return { ...held.object.metadata, name, resourceVersion: String(held.rv), annotations: { [VIEW_VERSIONS_ANNOTATION]: viewVersions } };
+}
+
 function served(name: string, held: Held, viewVersions: string): ControlPlaneObject {
-  return { ...held.object, metadata: { ...held.object.metadata, name, resourceVersion: String(held.rv), annotations: { [VIEW_VERSIONS_ANNOTATION]: viewVersions } } };
+  return { ...held.object, metadata: servedMetadata(name, held, viewVersions) };
 }
 
 /**
