@@ -22,34 +22,16 @@ import { performance } from 'node:perf_hooks';
 import { CA_CONFIGMAP } from '../../daemon/controller/tls-secret.js';
 import { CONTROLLER_NAMESPACE, CONTROLLER_PORT_IN_NODE, controllerGet, controllerPidPath, freePort, LAB_CONTROLLER_ARGS, startController, tcpRelay } from '../controller.js';
 import { clientFor } from '../ops.js';
+import { isAlive } from '../control.js';
 import { resolveKind } from '../kinds.js';
 import { nodeNetns } from '../net/names.js';
+import { killAndWait } from '../net/ovs.js';
 import { run as exec } from '../net/exec.js';
 import { sleep } from '../net/exec.js';
 import { type ChaosRun, waitUntil } from './harness.js';
 
 const REPLICA = 'controller-0';
 const STANDBY = 'controller-1';
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** SIGTERM, then SIGKILL after 15 s; resolves once the process is gone. */
-async function stopGracefully(pid: number): Promise<void> {
-  const alive = () => isAlive(pid);
-  if (!alive()) return;
-  process.kill(pid, 'SIGTERM');
-  const deadline = Date.now() + 15_000;
-  while (alive() && Date.now() < deadline) await sleep(100);
-  if (alive()) process.kill(pid, 'SIGKILL');
-  while (alive()) await sleep(50);
-}
 
 /** The lab's replica: its pid and the port it listens on (from its command line). */
 function replica(lab: string): { pid: number; port: number } {
@@ -99,10 +81,17 @@ export async function controllerFaults(run: ChaosRun): Promise<void> {
       await sleep(500 + Math.random() * 1500);
       process.kill(pid, 'SIGKILL');
       const k = performance.now();
-      // Its listening socket is released once the process is gone (a zombie holds no socket: 5 s at most).
+      // Its listening socket is released once the process is gone and reaped (waited for 5 s at most).
       for (let i = 0; i < 500 && isAlive(pid); i++) await sleep(10);
-      // The Service's endpoint moves to the standby: new connections to the leader's address reach it.
-      moved = await tcpRelay(port, () => standby.port);
+      // The Service's endpoint moves to the standby: new connections to the leader's address reach
+      // it. The kernel may release the dead leader's port a moment later still: retried for 5 s.
+      for (let i = 0; !moved; i++) {
+        moved = await tcpRelay(port, () => standby.port).catch((err: NodeJS.ErrnoException) => {
+          if (err.code !== 'EADDRINUSE' || i >= 100) throw err;
+          return undefined;
+        });
+        if (!moved) await sleep(50);
+      }
       await waitUntil('the standby leading', async () => (await standbyStatus())?.leading === true, 60_000);
       const takeover = Math.round(performance.now() - k);
       await waitUntil('agents following the standby', () => following(run), 90_000);
@@ -113,7 +102,7 @@ export async function controllerFaults(run: ChaosRun): Promise<void> {
       // Back to one replica on the lab's address: the standby releases the Lease as it stops, so
       // the replica started again leads at once.
       await moved?.close();
-      await stopGracefully(standby.pid);
+      await killAndWait([standby.pid], 15_000);
       await startController(lab, REPLICA, port, [...LAB_CONTROLLER_ARGS]);
       await waitUntil('agents following the lab\'s replica again', () => following(run), 90_000);
     }
