@@ -46,9 +46,17 @@
  *                               # (small clusters). controller: sluice-controller computes them once and
  *                               # serves this Node its span (daemon/enforcement/controller-mode); the agent
  *                               # watches the API server only for the ServiceCIDRs and its own Pods' status.
- * controllerServer: https://sluice-controller.sluice-system.svc:443   # controller mode: the controller's API
- * controllerCAFile: /etc/sluice/controller-ca/ca.crt   # the CA its certificate chains to (https); the
- *                               # controller publishes it in the ConfigMap sluice-system/sluice-ca
+ * controllerServer: https://sluice-controller.sluice-system.svc:443   # controller mode: the controller's API.
+ *                               # A Service name (<service>.<namespace>.svc[.<cluster domain>]) is looked
+ *                               # up through the API server (its ClusterIP): the agent is on the host
+ *                               # network, whose resolver does not know cluster names; TLS still
+ *                               # verifies the certificate against the name
+ * controllerCAFile: ""          # the CA the controller's certificate chains to (https). "" (default): read
+ *                               # at each connection attempt from the ConfigMap sluice-ca (key ca.crt) in
+ *                               # the controllerServer Service's namespace through the API, where the
+ *                               # controller publishes it once it first leads (needs get on it; a host
+ *                               # that is not a Service name needs a file here). A path: that PEM file,
+ *                               # also read at each attempt (it may appear later, or rotate)
  * controllerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token   # the agent's bearer token,
  *                               # read at each request (projected tokens rotate); "" = none
  * ```
@@ -61,6 +69,8 @@ import { parseYaml } from './kube-yaml.js';
 import { checkCIDR, PipelineInputError } from './flows/pipeline.js';
 import { chooseDatapath, kernelOvs, type KernelOvs } from './ovs/datapath.js';
 import type { IptablesBackendSetting } from './hostnet/iptables-backend.js';
+import { CA_CONFIGMAP } from './controlplane/controller-ca.js';
+import { serviceOfHost } from './controlplane/service-address.js';
 
 export interface AgentConfig {
   nodeName: string;
@@ -101,9 +111,9 @@ export interface AgentConfig {
   realizationPort: number;
   /** Where the policy state comes from: the agent's own whole-cluster engine, or sluice-controller. */
   policySource: 'standalone' | 'controller';
-  /** Controller mode: the controller's API, the CA its certificate chains to, the agent's token file ('' = none). */
+  /** Controller mode: the controller's API; the CA its certificate chains to ('' = ConfigMap sluice-ca through the API); the agent's token file ('' = none). */
   controllerServer: string;
-  controllerCAFile?: string;
+  controllerCAFile: string;
   controllerTokenFile: string;
 }
 
@@ -128,6 +138,7 @@ export const CONFIG_DEFAULTS = {
   realizationPort: 9378,
   policySource: 'standalone',
   controllerServer: 'https://sluice-controller.sluice-system.svc:443',
+  controllerCAFile: '',
   controllerTokenFile: '/var/run/secrets/kubernetes.io/serviceaccount/token',
 } as const;
 
@@ -269,6 +280,11 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
   }
   if (serverUrl && serverUrl.protocol !== 'https:' && serverUrl.protocol !== 'http:') bad('controllerServer', `"${controllerServer}" is neither http nor https`);
   const controllerTokenFile = raw.controllerTokenFile === '' ? '' : path('controllerTokenFile', CONFIG_DEFAULTS.controllerTokenFile)!;
+  const controllerCAFile = raw.controllerCAFile === undefined || raw.controllerCAFile === null || raw.controllerCAFile === '' ? CONFIG_DEFAULTS.controllerCAFile : path('controllerCAFile')!;
+  // The CA comes from the API only for a Service name: its namespace says where the ConfigMap is.
+  if (policySource === 'controller' && serverUrl?.protocol === 'https:' && controllerCAFile === '' && !serviceOfHost(serverUrl.hostname)) {
+    bad('controllerCAFile', `must be set: "" reads the CA from ConfigMap ${CA_CONFIGMAP} in the controllerServer Service's namespace, and "${serverUrl.hostname}" is not a Service name (<service>.<namespace>.svc)`);
+  }
 
   const bridge = ifname('bridge', CONFIG_DEFAULTS.bridge);
   const gateway = ifname('gateway', CONFIG_DEFAULTS.gateway);
@@ -304,7 +320,7 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     realizationPort: realizationPort as number,
     policySource: policySource as AgentConfig['policySource'],
     controllerServer,
-    ...(raw.controllerCAFile !== undefined && raw.controllerCAFile !== null ? { controllerCAFile: path('controllerCAFile')! } : {}),
+    controllerCAFile,
     controllerTokenFile,
   };
 }

@@ -9,10 +9,12 @@
  */
 import type { KubeAccess } from '../kube/access.js';
 import { KubeApiError } from '../kube/access.js';
+import { CA_CONFIGMAP } from '../controlplane/controller-ca.js';
 import { type ControllerCa, issueServingCertificate, makeCa, needsRenewal, type ServingCertificate, serviceNames } from './certificate.js';
 
+/** Where the agents read the CA (defined with their reader, daemon/controlplane/controller-ca.ts). */
+export { CA_CONFIGMAP };
 export const TLS_SECRET = 'sluice-controller-tls';
-export const CA_CONFIGMAP = 'sluice-ca';
 export const CONTROLLER_SERVICE = 'sluice-controller';
 export const APISERVICE = 'v1beta1.controlplane.sluice.io';
 const NOT_AFTER = 'sluice.dev/not-after';

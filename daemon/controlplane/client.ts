@@ -8,6 +8,7 @@
  */
 import http, { type ClientRequest, type IncomingMessage } from 'node:http';
 import https from 'node:https';
+import type { LookupFunction } from 'node:net';
 import type { Logger } from 'pino';
 import { type Clock, realClock, type TimerHandle } from '../clock.js';
 import {
@@ -32,8 +33,10 @@ export interface ControlPlaneWatcherOptions {
   nodeName: string;
   /** Bearer token, or a function read at every request (projected tokens rotate). */
   token?: string | (() => string);
-  /** PEM CA bundle the controller's certificate must chain to (https only). */
-  ca?: string | Buffer;
+  /** PEM CA bundle the controller's certificate must chain to (https only), or where to read it at each request (ControllerAccess.ca). */
+  ca?: ControllerAccess['ca'];
+  /** Resolves the server's host name (ControllerAccess.lookup). */
+  lookup?: LookupFunction;
   /** The kinds to follow (default all three). */
   kinds?: readonly ControlPlaneKind[];
   /** After every (re)list: the whole set of `kind` the Node sees now. */
@@ -95,6 +98,8 @@ export class ControlPlaneWatcher {
   private reported: { state: ControlPlaneConnection; reason: string } | undefined;
   /** The store of the last list (STORE_HEADER). */
   private store: string | undefined;
+  /** Aborted by stop(): cuts a request still being prepared (its CA being read). */
+  private readonly stopping = new AbortController();
 
   constructor(private readonly opts: ControlPlaneWatcherOptions) {
     this.clock = opts.clock ?? realClock;
@@ -125,6 +130,7 @@ export class ControlPlaneWatcher {
   /** Stops: open requests are cut, pending retries cancelled; resolves once every loop has ended. */
   async stop(): Promise<void> {
     this.stopped = true;
+    this.stopping.abort(new Error('stopped'));
     for (const k of this.loops) {
       k.request?.destroy();
       k.wake?.();
@@ -226,7 +232,7 @@ export class ControlPlaneWatcher {
 
   /** Sends a GET; resolves with the response once its headers are in. */
   private get(k: KindLoop, url: URL): Promise<IncomingMessage> {
-    return send('GET', url, this.opts, undefined, (req) => (k.request = req));
+    return send('GET', url, this.opts, undefined, { signal: this.stopping.signal, onRequest: (req) => (k.request = req) });
   }
 
   private async list(k: KindLoop): Promise<{ resourceVersion: string; items: ControlPlaneObject[]; store: string | undefined }> {
@@ -348,7 +354,18 @@ export class ControlPlaneWatcher {
 export interface ControllerAccess {
   server: string;
   token?: string | (() => string) | undefined;
-  ca?: string | Buffer | undefined;
+  /**
+   * The PEM CA bundle the controller's certificate must chain to (https), or a function read
+   * before each request (the CA read through the API, a file that may appear later or rotate);
+   * its rejection fails that request with its message.
+   */
+  ca?: string | Buffer | (() => Promise<string | Buffer>) | undefined;
+  /**
+   * Resolves the server's host name instead of the system resolver (the `lookup` option of
+   * https.request): a host-network agent cannot resolve the controller's Service name, so it is
+   * looked up through the API (service-address.ts). The URL keeps the name, which TLS verifies.
+   */
+  lookup?: LookupFunction | undefined;
 }
 
 /**
@@ -364,12 +381,14 @@ async function callController<T>(
 ): Promise<T> {
   const url = new URL(req.path, access.server);
   for (const [k, v] of Object.entries(req.query ?? {})) url.searchParams.set(k, v);
-  let sent: ClientRequest | undefined;
-  const abort = () => sent?.destroy(new Error('stopped'));
-  req.signal?.addEventListener('abort', abort);
-  const timer = setTimeout(() => sent?.destroy(new Error(`no answer in ${req.timeoutMs} ms`)), req.timeoutMs);
+  // Cuts the request, or its preparation (the CA being read), whichever is under way.
+  const cut = new AbortController();
+  const abort = () => cut.abort(new Error('stopped'));
+  if (req.signal?.aborted) abort();
+  else req.signal?.addEventListener('abort', abort);
+  const timer = setTimeout(() => cut.abort(new Error(`no answer in ${req.timeoutMs} ms`)), req.timeoutMs);
   try {
-    const res = await send(req.method ?? 'GET', url, access, req.body, (r) => (sent = r));
+    const res = await send(req.method ?? 'GET', url, access, req.body, { signal: cut.signal });
     return answer(res.statusCode, await readBody(res));
   } catch (err) {
     if (err instanceof TraceDestinationRefused) throw err;
@@ -380,22 +399,54 @@ async function callController<T>(
   }
 }
 
-/** A request to the controller with the agent's credentials (and a JSON body); resolves with the response once its headers are in. */
-function send(method: 'GET' | 'POST', url: URL, access: Omit<ControllerAccess, 'server'>, body?: unknown, onRequest?: (req: ClientRequest) => void): Promise<IncomingMessage> {
+/**
+ * A request to the controller with the agent's credentials (and a JSON body); resolves with the
+ * response once its headers are in. `signal` aborts it (with its reason) while its CA is read and
+ * until the request closes.
+ */
+async function send(
+  method: 'GET' | 'POST',
+  url: URL,
+  access: Omit<ControllerAccess, 'server'>,
+  body?: unknown,
+  opts: { signal?: AbortSignal; onRequest?: (req: ClientRequest) => void } = {},
+): Promise<IncomingMessage> {
+  const { signal } = opts;
+  signal?.throwIfAborted();
+  const https_ = url.protocol === 'https:';
+  const ca = https_ && typeof access.ca === 'function' ? await untilAborted(access.ca(), signal) : access.ca;
   const token = typeof access.token === 'function' ? access.token() : access.token;
   const headers: Record<string, string> = { Accept: 'application/json' };
   if (token) headers.Authorization = `Bearer ${token}`;
   const text = body === undefined ? undefined : JSON.stringify(body);
   if (text !== undefined) headers['Content-Type'] = 'application/json';
+  const lookup = access.lookup !== undefined ? { lookup: access.lookup } : {};
   return new Promise((resolve, reject) => {
-    const req =
-      url.protocol === 'https:'
-        ? https.request(url, { method, headers, ...(access.ca !== undefined ? { ca: access.ca } : {}) })
-        : http.request(url, { method, headers });
-    onRequest?.(req);
+    const req = https_
+      ? https.request(url, { method, headers, ...lookup, ...(ca !== undefined && typeof ca !== 'function' ? { ca } : {}) })
+      : http.request(url, { method, headers, ...lookup });
+    opts.onRequest?.(req);
+    if (signal) {
+      const cut = () => req.destroy(signal.reason as Error);
+      if (signal.aborted) cut();
+      else {
+        signal.addEventListener('abort', cut, { once: true });
+        req.on('close', () => signal.removeEventListener('abort', cut));
+      }
+    }
     req.on('response', resolve);
     req.on('error', (err) => reject(new RequestError(`${url.host}: ${err.message}`)));
     req.end(text);
+  });
+}
+
+/** `p`, or the signal's reason once it aborts first. */
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return p;
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
   });
 }
 

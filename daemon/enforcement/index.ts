@@ -9,10 +9,12 @@ import { Enforcer } from './enforcer.js';
 import type { EnforcementHooks } from './hooks.js';
 import { clusterIPsOutside } from '../node/service-cidrs.js';
 import { readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import type { KubeObject } from '../policy/types.js';
 import type { ClusterWatch } from './watch/clusterwatch.js';
-import { askController, askTraceDestination, TraceDestinationRefused } from '../controlplane/client.js';
+import { askController, askTraceDestination, type ControllerAccess, TraceDestinationRefused } from '../controlplane/client.js';
+import { CA_CONFIGMAP, caFromConfigMap, caFromFile } from '../controlplane/controller-ca.js';
+import { readThroughApi, ServiceAddresses, serviceOfHost } from '../controlplane/service-address.js';
+import { KubeAccess } from '../kube/access.js';
 import { ControllerModeEnforcer } from './controller-mode/enforcer.js';
 import type { PodAttachment } from '../node/attachment.js';
 import type { OpenFlowController } from '../ovs/openflow/controller.js';
@@ -74,7 +76,7 @@ async function startControllerMode(
   log: Logger,
   opts: { onRealized?: (seconds: number) => void; onConnectionsCut?: (count: number) => void },
 ): Promise<{ enforcer: PolicySide; hooks: EnforcementHooks }> {
-  const access = await controllerAccess(cfg);
+  const access = controllerAccess(cfg);
   const listeners: ((state: 'connected' | 'disconnected', reason: string) => void)[] = [];
   const enforcer = new ControllerModeEnforcer({
     ...sharedOptions(cfg, log, opts),
@@ -176,15 +178,32 @@ function commonHooks(enforcer: NodeEnforcement): EnforcementHooks {
   };
 }
 
-/** The controller's address and the agent's credentials for it, from the configuration; an unreadable file is named. */
-async function controllerAccess(cfg: AgentConfig): Promise<{ server: string; token?: () => string; ca?: string }> {
-  let ca: string | undefined;
+/**
+ * The controller's address and the agent's credentials for it, from the configuration. A
+ * controllerServer naming a Service (`<service>.<namespace>.svc`) is reached at the Service's
+ * ClusterIP read through the API server: the agent is on the host network, whose resolver does
+ * not know cluster names. Its CA is read before each connection (`controllerCAFile: ""`: from
+ * ConfigMap sluice-ca in that namespace through the API; else from the file), so neither a CA the
+ * controller has not published yet nor a file not there yet stops the start: the controller is
+ * unreachable meanwhile, for a reason naming what is missing. An unreadable token file is named.
+ */
+export function controllerAccess(cfg: Pick<AgentConfig, 'controllerServer' | 'controllerCAFile' | 'controllerTokenFile' | 'kubeconfig'>, api?: () => Pick<KubeAccess, 'getJson'>): ControllerAccess {
+  const host = new URL(cfg.controllerServer);
+  const svc = serviceOfHost(host.hostname);
+  let kube: Pick<KubeAccess, 'getJson'> | undefined;
+  // Loaded only when something is read through it (not for the lab's https://127.0.0.1 and a CA file).
+  const connection = () => (kube ??= api ? api() : KubeAccess.load(cfg.kubeconfig));
+  const lazy = (resource: 'services' | 'configmaps') => {
+    let get: ReturnType<typeof readThroughApi> | undefined;
+    return (ns: string, name: string) => (get ??= readThroughApi(connection(), resource))(ns, name);
+  };
+  let ca: ControllerAccess['ca'];
   if (cfg.controllerCAFile) {
-    try {
-      ca = await readFile(cfg.controllerCAFile, 'utf8');
-    } catch (err) {
-      throw new Error(`controllerCAFile ${cfg.controllerCAFile}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message} (the controller publishes its CA in the ConfigMap sluice-system/sluice-ca)`);
-    }
+    ca = caFromFile(cfg.controllerCAFile, `the controller publishes its CA in the ConfigMap ${svc ? `${svc.namespace}/` : ''}${CA_CONFIGMAP}; controllerCAFile "" reads it from there through the API`);
+  } else if (host.protocol === 'https:') {
+    // parseConfig refuses "" with a host that is not a Service name.
+    if (!svc) throw new Error(`controllerCAFile "" needs a controllerServer naming a Service (<service>.<namespace>.svc), not ${host.hostname}`);
+    ca = caFromConfigMap({ getConfigMap: lazy('configmaps'), namespace: svc.namespace, name: CA_CONFIGMAP });
   }
   const tokenFile = cfg.controllerTokenFile;
   if (tokenFile) {
@@ -199,5 +218,6 @@ async function controllerAccess(cfg: AgentConfig): Promise<{ server: string; tok
     // Read at every request: projected ServiceAccount tokens rotate.
     ...(tokenFile ? { token: () => readFileSync(tokenFile, 'utf8').trim() } : {}),
     ...(ca !== undefined ? { ca } : {}),
+    ...(svc ? { lookup: new ServiceAddresses({ getService: lazy('services'), notFoundHint: 'the controller is installed by install/sluice.yaml' }).lookup } : {}),
   };
 }

@@ -30,6 +30,7 @@ t.test('empty file gives the documented defaults', async (t) => {
     realizationPort: 9378,
     policySource: 'standalone',
     controllerServer: 'https://sluice-controller.sluice-system.svc:443',
+    controllerCAFile: '',
     controllerTokenFile: '/var/run/secrets/kubernetes.io/serviceaccount/token',
   });
   t.notOk('cniConfDir' in c, 'absent cniConfDir = the chain is not kept');

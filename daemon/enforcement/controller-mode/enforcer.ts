@@ -18,7 +18,7 @@
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { type Clock, Pauses, realClock } from '../../clock.js';
-import { ControlPlaneWatcher, type ControlPlaneConnection, type ControlPlaneWatcherOptions, postTraceResult, takeTraceTask } from '../../controlplane/client.js';
+import { type ControllerAccess, ControlPlaneWatcher, type ControlPlaneConnection, type ControlPlaneWatcherOptions, postTraceResult, takeTraceTask } from '../../controlplane/client.js';
 import type { PodRealization, TraceTask, ViewVersions } from '../../controlplane/types.js';
 import { cutConnectionFlows } from '../../flows/cut-connections.js';
 import { newPodGuardFlows } from '../../flows/newpod-guard.js';
@@ -62,8 +62,8 @@ export interface ControllerModeOptions {
   stateDir?: string;
   connections?: { datapath: 'system' | 'netdev'; keepNetworkPolicy: boolean };
   onConnectionsCut?: (count: number) => void;
-  /** The controller's API and how to authenticate to it. */
-  controller: { server: string; token?: string | (() => string); ca?: string | Buffer };
+  /** The controller's API, how to reach it and how to authenticate to it. */
+  controller: ControllerAccess;
   /** Tests: watcher tuning (backoff, timeouts). */
   watcherTuning?: Partial<Pick<ControlPlaneWatcherOptions, 'initialBackoffMs' | 'maxBackoffMs' | 'idleTimeoutMs' | 'requestTimeoutMs'>>;
   newPods?: { realizationPort: number; confirmWithinMs?: number };
@@ -178,6 +178,7 @@ export class ControllerModeEnforcer {
       nodeName: opts.nodeName,
       ...(opts.controller.token !== undefined ? { token: opts.controller.token } : {}),
       ...(opts.controller.ca !== undefined ? { ca: opts.controller.ca } : {}),
+      ...(opts.controller.lookup !== undefined ? { lookup: opts.controller.lookup } : {}),
       onSync: (kind, items) => this.follower.onSync(kind, items),
       onEvent: (kind, e) => this.follower.onEvent(kind, e),
       onState: (s, reason) => this.follower.onState(s, reason),
