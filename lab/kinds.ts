@@ -37,6 +37,8 @@ export const KINDS: ResourceKind[] = [
   K('rbac.authorization.k8s.io', 'v1', 'RoleBinding', 'rolebindings', true, 'rolebinding'),
   K('apps', 'v1', 'DaemonSet', 'daemonsets', true, 'daemonset', 'ds'),
   K('apps', 'v1', 'ControllerRevision', 'controllerrevisions', true, 'controllerrevision'),
+  K('apps', 'v1', 'Deployment', 'deployments', true, 'deployment', 'deploy'),
+  K('policy', 'v1', 'PodDisruptionBudget', 'poddisruptionbudgets', true, 'poddisruptionbudget', 'pdb'),
   K('apiextensions.k8s.io', 'v1', 'CustomResourceDefinition', 'customresourcedefinitions', false, 'customresourcedefinition', 'crd', 'crds'),
   K('discovery.k8s.io', 'v1', 'EndpointSlice', 'endpointslices', true, 'endpointslice'),
   K('networking.k8s.io', 'v1', 'NetworkPolicy', 'networkpolicies', true, 'networkpolicy', 'netpol'),

@@ -180,13 +180,20 @@ export class RestClient {
     if (!merged.metadata.labels) delete merged.metadata.labels;
     if (!merged.metadata.annotations) delete merged.metadata.annotations;
     if (kind.kind === 'Pod' && existing.spec?.nodeName && !obj.spec?.nodeName) merged.spec = { ...obj.spec, nodeName: existing.spec.nodeName };
-    if (kind.kind === 'Service' && existing.spec?.clusterIP && !obj.spec?.clusterIP) {
-      merged.spec = { ...obj.spec, clusterIP: existing.spec.clusterIP, ...(existing.spec.clusterIPs ? { clusterIPs: existing.spec.clusterIPs } : {}) };
+    if (kind.kind === 'Service' && existing.spec) {
+      // What the server filled in (the ClusterIP, the families, the defaults) is kept unless the
+      // manifest says otherwise, so that re-applying the same Service changes nothing.
+      const kept = Object.fromEntries(SERVICE_SERVER_FIELDS.filter((k) => existing.spec[k] !== undefined && obj.spec?.[k] === undefined).map((k) => [k, existing.spec[k]]));
+      const ports = Array.isArray(obj.spec?.ports) ? (obj.spec.ports as Record<string, unknown>[]).map((p) => ({ protocol: 'TCP', targetPort: p.port, ...p })) : undefined;
+      merged.spec = { ...kept, ...obj.spec, ...(ports ? { ports } : {}) };
     }
     if (sameContent(existing, merged)) return { action: 'unchanged', obj: existing };
     return { action: 'configured', obj: await this.update(kind, merged) };
   }
 }
+
+/** Service spec fields the API server sets when a manifest leaves them out. */
+const SERVICE_SERVER_FIELDS = ['clusterIP', 'clusterIPs', 'type', 'sessionAffinity', 'internalTrafficPolicy', 'ipFamilies', 'ipFamilyPolicy'];
 
 function sameContent(a: KubeObject, b: KubeObject): boolean {
   const strip = (o: KubeObject): unknown => {
@@ -202,4 +209,13 @@ export function stableJson(v: unknown): string {
     return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${stableJson((v as Record<string, unknown>)[k])}`).join(',')}}`;
   }
   return JSON.stringify(v) ?? 'null';
+}
+
+/** Runs a write whose target may already be gone (a delete racing the garbage collector): 404 is success. */
+export async function ignore404(fn: () => Promise<unknown>): Promise<void> {
+  try {
+    await fn();
+  } catch (err) {
+    if (!(err instanceof ApiError && err.code === 404)) throw err;
+  }
 }

@@ -1,10 +1,11 @@
 /**
  * The lab supervisor: one detached process per lab (started by `sluice-lab up`) that runs the
  * control plane a real cluster would have — the API server (TCP on 127.0.0.1 plus a unix socket in
- * the state dir), a 127.0.0.1:6443 forwarder in every node namespace, the Node objects, the
- * scheduler, the EndpointSlice and DaemonSet controllers, and per node a kubelet (workload Pods),
- * a podman kubelet (DaemonSet Pods, lab/cluster/podman-kubelet.ts) and a kube-proxy (and, with --sluice,
- * sluice-agent). It writes control.json once all of that runs; SIGTERM stops it.
+ * the state dir), a 127.0.0.1:6443 forwarder in every node namespace and a dialer in the VPC
+ * namespace (the aggregation layer's way to the nodes), the Node objects, the scheduler, the
+ * EndpointSlice, DaemonSet and Deployment controllers, and per node a kubelet (workload Pods), a
+ * podman kubelet (DaemonSet and Deployment Pods, lab/cluster/podman-kubelet.ts) and a kube-proxy
+ * (and, with --sluice, sluice-agent). It writes control.json once all of that runs; SIGTERM stops it.
  *
  * usage: supervisor.js --name L --nodes N --primary ptp|eks [--sluice] --state-dir /run/sluice-lab/L/
  */
@@ -12,6 +13,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import net from 'node:net';
 import type { KubeObject } from '../daemon/policy/types.js';
 import { kubeconfigYaml, startApiServer } from './apiserver/server.js';
 import { nodeKubeconfigPath, startAgent } from './agent.js';
@@ -25,10 +27,11 @@ import { ensureFrontProxyPki, ensureLabPki } from './pki.js';
 import { resolveKind } from './kinds.js';
 import { startKubelet } from './cluster/kubelet.js';
 import { startDaemonSetController } from './cluster/daemonset-controller.js';
+import { startDeploymentController } from './cluster/deployment-controller.js';
 import { startPodmanKubelet } from './cluster/podman-kubelet.js';
 import { startKubeProxy } from './cluster/kube-proxy.js';
 import { sleep } from './net/exec.js';
-import { hasIPv4, hasIPv6, type IpFamily, nodeIP, nodeIPv6, nodeName, nodeNetns, nodeStateDir, podCidr, podCidr6, repoRoot, serviceCIDRs, stateDir } from './net/names.js';
+import { hasIPv4, hasIPv6, type IpFamily, nodeIP, nodeIPv6, nodeName, nodeNetns, nodeStateDir, podCidr, podCidr6, repoRoot, serviceCIDRs, stateDir, vpcNetns } from './net/names.js';
 import { readLabInfo } from './net/lab.js';
 import { ApiError, RestClient } from './restclient.js';
 import { jsonLog } from './cluster/workqueue.js';
@@ -106,6 +109,21 @@ function startForwarder(lab: string, node: string, log: ReturnType<typeof jsonLo
   closeSync(logFile);
   child.on('exit', (code, signal) => {
     if (!stopping) log('error', `forwarder in ${node} exited`, { code, signal });
+  });
+  return child;
+}
+
+const vpcDialSocketPath = (lab: string): string => join(stateDir(lab), 'vpc-dial.sock');
+
+/** The forwarder that opens connections from the VPC namespace for the host (lab/forwarder.ts --dial). */
+function startVpcDialer(lab: string, log: ReturnType<typeof jsonLog>): ChildProcess {
+  rmSync(vpcDialSocketPath(lab), { force: true });
+  const logFile = openSync(join(stateDir(lab), 'vpc-dialer.log'), 'a');
+  const child = spawn('ip', ['netns', 'exec', vpcNetns(lab), process.execPath, join(repoRoot(), 'dist', 'lab', 'forwarder.js'), '--dial', vpcDialSocketPath(lab), '--parent', String(process.pid)],
+    { stdio: ['ignore', logFile, logFile] });
+  closeSync(logFile);
+  child.on('exit', (code, signal) => {
+    if (!stopping) log('error', 'the VPC dialer exited', { code, signal });
   });
   return child;
 }
@@ -212,11 +230,19 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   // The aggregation layer's identity towards extension API servers (sluice-controller).
   const frontProxy = ensureFrontProxyPki(pkiDir(lab));
   const saKey = serviceAccountKey(lab);
+  // The aggregation layer reaches the nodes' addresses (a host-network sluice-controller Pod)
+  // through a dialer in the VPC namespace.
+  const dialer = startVpcDialer(lab, log);
   const api = await startApiServer({
     host: '127.0.0.1', port: 0, unixSocket: apiSocketPath(lab), token, dataFile: apiDataPath(lab), installCRDs: true,
     tls: { cert: pki.cert, key: pki.key, unixSocket: apiTlsSocketPath(lab) }, serviceAccountKey: saKey,
     serviceCIDR: serviceCIDRs(family).join(','), bookmarkOnChange: true,
     frontProxy: { caCert: frontProxy.caCert, clientCert: frontProxy.clientCert, clientKey: frontProxy.clientKey },
+    dial: (host, port) => {
+      const socket = net.connect(vpcDialSocketPath(lab));
+      socket.write(`${host} ${port}\n`);
+      return socket;
+    },
   });
   log('info', 'API server listening', { url: api.url, unix: apiSocketPath(lab) });
   // The host's kubeconfig is what a user's kubectl reads: HTTPS, verified with the lab's CA.
@@ -249,6 +275,7 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
     startScheduler(kc, rest, jsonLog('scheduler')),
     startEndpointSliceController(kc, rest, jsonLog('endpointslice-controller')),
     startDaemonSetController(kc, rest, jsonLog('daemonset-controller')),
+    startDeploymentController(kc, rest, jsonLog('deployment-controller')),
     ...nodes.flatMap((node) => [
       startPodmanKubelet(lab, node, kc, rest, jsonLog(`podman-kubelet/${node}`), { caCert: pki.caCert, serviceAccountKey: saKey }),
       startKubelet(lab, node, kc, rest, jsonLog(`kubelet/${node}`), { beforeFirstPod: () => agents.get(node) ?? Promise.resolve() }),
@@ -272,7 +299,7 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
     rmSync(controlPath(lab), { force: true });
     await Promise.race([Promise.all(controllers.map((c) => c.stop())), sleep(2000)]);
     await controlPlane?.stop();
-    for (const f of forwarders) f.kill('SIGTERM');
+    for (const f of [...forwarders, dialer]) f.kill('SIGTERM');
     await Promise.race([api.close(), sleep(2000)]);
     try {
       if (readFileSync(supervisorPidPath(lab), 'utf8').trim() === String(process.pid)) rmSync(supervisorPidPath(lab), { force: true });

@@ -5,9 +5,13 @@
 // caller's own credentials and identity headers removed). Each APIService's Available condition
 // is kept as the aggregator's availability controller keeps it: on changes of the APIService, its
 // Service or its Endpoints, periodically, and after each proxied request that could not reach it.
+// Where the backends live in other network namespaces (the lab's nodes), `dial` opens the byte
+// stream TLS runs over.
 import { X509Certificate, createPrivateKey } from 'node:crypto';
 import type http from 'node:http';
 import https from 'node:https';
+import type net from 'node:net';
+import tls from 'node:tls';
 import {
   APISERVICE_STORAGE_KEY, AUTHENTICATION_CONFIGMAP, aggregatedGroups, apiServiceSpec, authenticationConfigMapData,
   FRONT_PROXY_CLIENT_NAME, type FrontProxyMaterial, isIdentityHeader, type ProxiedUser, remoteUserHeaders, resolveBackend,
@@ -21,6 +25,8 @@ import type { ChangeEvent, KObject, ObjectStore } from './store.js';
 /** Hop-by-hop headers (RFC 9110 §7.6.1) are the connection's own and are not forwarded. */
 const hopByHop = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host']);
 const CHECK_TIMEOUT_MS = 5000;
+const SLICES = 'discovery.k8s.io/endpointslices';
+const SERVICE_NAME_LABEL = 'kubernetes.io/service-name';
 /** The identity of the availability check, as kube-aggregator's: it must always be allowed to read discovery. */
 const CHECKER: ProxiedUser = { username: 'system:kube-aggregator', groups: ['system:masters'] };
 
@@ -55,6 +61,9 @@ export function checkFrontProxyMaterial(m: FrontProxyMaterial): void {
   if (!/(^|\n)CN=front-proxy-client(\n|$)/.test(cert.subject)) throw new Error(`the front-proxy client certificate's subject is "${cert.subject.replace(/\n/g, ', ')}", not CN=${FRONT_PROXY_CLIENT_NAME}`);
 }
 
+/** A byte stream to host:port, for backends this process cannot reach by itself. */
+export type Dial = (host: string, port: number) => net.Socket;
+
 /** Where a proxied request goes. */
 interface Backend {
   apiService: string;
@@ -77,9 +86,13 @@ export class Aggregator {
   private closed = false;
 
   constructor(private readonly store: ObjectStore, private readonly registry: Registry,
-    private readonly frontProxy: FrontProxyMaterial | undefined, recheckMs = 10_000) {
+    private readonly frontProxy: FrontProxyMaterial | undefined, recheckMs = 10_000, dial?: Dial) {
     // Per server, so closing the server also closes the kept-alive connections to backends.
     this.agent = new https.Agent({ keepAlive: true, ...(frontProxy ? { cert: frontProxy.clientCert, key: frontProxy.clientKey } : {}) });
+    if (dial) {
+      this.agent.createConnection = ((options: tls.ConnectionOptions) =>
+        tls.connect({ ...options, socket: dial(String(options.host), Number(options.port)) })) as typeof this.agent.createConnection;
+    }
     this.unsubscribe = store.subscribe((e) => this.onChange(e));
     this.timer = setInterval(() => {
       for (const s of this.remoteApiServices()) this.schedule(s.metadata.name!);
@@ -121,7 +134,8 @@ export class Aggregator {
     const service = spec.service!;
     const r = resolveBackend({ service },
       this.store.get('/services', `${service.namespace}/${service.name}`),
-      this.store.get('/endpoints', `${service.namespace}/${service.name}`));
+      this.store.get('/endpoints', `${service.namespace}/${service.name}`),
+      this.store.list(SLICES).filter((s) => s.metadata.namespace === service.namespace && s.metadata.labels?.[SERVICE_NAME_LABEL] === service.name));
     if (!r.ok) {
       this.setAvailable(name, 'False', r.reason, r.message);
       throw new ApiError(503, 'ServiceUnavailable', `APIService ${name} is unavailable (${r.reason}): ${r.message}`);
@@ -217,8 +231,9 @@ export class Aggregator {
     if (e.resource === APISERVICE_STORAGE_KEY) {
       if (e.type === 'DELETED' || (e.type === 'MODIFIED' && deepEqual(e.object.spec, e.previous?.spec))) return;
       this.schedule(e.object.metadata.name!);
-    } else if (e.resource === '/services' || e.resource === '/endpoints') {
-      const { namespace, name } = e.object.metadata;
+    } else if (e.resource === '/services' || e.resource === '/endpoints' || e.resource === SLICES) {
+      const { namespace } = e.object.metadata;
+      const name = e.resource === SLICES ? e.object.metadata.labels?.[SERVICE_NAME_LABEL] : e.object.metadata.name;
       for (const s of this.remoteApiServices()) {
         const svc = apiServiceSpec(s).service!;
         if (svc.namespace === namespace && svc.name === name) this.schedule(s.metadata.name!);

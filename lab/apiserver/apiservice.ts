@@ -110,16 +110,27 @@ export type Resolution = { ok: true; host: string; port: number } | { ok: false;
  * port equal to spec.service.port, then, in the Service's Endpoints object, the first subset with a
  * port of the same name (both unnamed counts as the same) and the first ready address of that
  * subset. The port dialled is the Endpoints port (the Service's targetPort is what wrote it).
+ * Without an Endpoints object (the lab runs no Endpoints controller), the Service's EndpointSlices
+ * are read the same way: a port of that name and a ready endpoint's first address.
  */
-export function resolveBackend(spec: Required<Pick<ApiServiceSpec, 'service'>>, service: KObject | undefined, endpoints: KObject | undefined): Resolution {
+export function resolveBackend(spec: Required<Pick<ApiServiceSpec, 'service'>>, service: KObject | undefined, endpoints: KObject | undefined, slices: KObject[] = []): Resolution {
   const { namespace, name, port } = spec.service;
   const where = `service/${name} in "${namespace}"`;
   if (!service) return { ok: false, reason: 'ServiceNotFound', message: `${where} is not present` };
   const ports = isRecord(service.spec) && Array.isArray(service.spec.ports) ? service.spec.ports.filter(isRecord) : [];
   const servicePort = ports.find((p) => p.port === port);
   if (!servicePort) return { ok: false, reason: 'ServicePortError', message: `${where} is not listening on port ${port}` };
-  if (!endpoints) return { ok: false, reason: 'EndpointsNotFound', message: `cannot find endpoints for ${where}` };
   const portName = typeof servicePort.name === 'string' ? servicePort.name : '';
+  if (!endpoints && slices.length) {
+    for (const slice of slices) {
+      const slicePort = (Array.isArray(slice.ports) ? slice.ports.filter(isRecord) : []).find((p) => (typeof p.name === 'string' ? p.name : '') === portName);
+      const ready = (Array.isArray(slice.endpoints) ? slice.endpoints.filter(isRecord) : [])
+        .find((e) => !(isRecord(e.conditions) && e.conditions.ready === false) && Array.isArray(e.addresses) && typeof e.addresses[0] === 'string');
+      if (slicePort && ready && Number.isInteger(slicePort.port)) return { ok: true, host: (ready.addresses as string[])[0]!, port: slicePort.port as number };
+    }
+    return { ok: false, reason: 'MissingEndpoints', message: `endpoints for ${where} have no ready addresses with port name "${portName}"` };
+  }
+  if (!endpoints) return { ok: false, reason: 'EndpointsNotFound', message: `cannot find endpoints for ${where}` };
   const subsets = Array.isArray(endpoints.subsets) ? endpoints.subsets.filter(isRecord) : [];
   for (const subset of subsets) {
     const addresses = Array.isArray(subset.addresses) ? subset.addresses.filter(isRecord) : [];

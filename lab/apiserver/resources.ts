@@ -52,6 +52,9 @@ export const builtinTypes: readonly ResourceType[] = [
   builtin('rbac.authorization.k8s.io', 'v1', 'rolebindings', 'RoleBinding', true, false),
   builtin('apps', 'v1', 'daemonsets', 'DaemonSet', true, true, ['ds']),
   builtin('apps', 'v1', 'controllerrevisions', 'ControllerRevision', true, false),
+  builtin('apps', 'v1', 'deployments', 'Deployment', true, true, ['deploy']),
+  // Stored and served only: the lab evicts nothing (no drains), so no budget is ever consulted.
+  builtin('policy', 'v1', 'poddisruptionbudgets', 'PodDisruptionBudget', true, true, ['pdb']),
   builtin('scheduling.k8s.io', 'v1', 'priorityclasses', 'PriorityClass', false, false, ['pc']),
   // What leader election locks on (the sluice-controller's replicas, kube-controller-manager's).
   builtin('coordination.k8s.io', 'v1', 'leases', 'Lease', true, false),

@@ -7,7 +7,7 @@ import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { dumpYaml, parseYaml } from '../../daemon/kube-yaml.js';
-import { Aggregator, checkFrontProxyMaterial } from './aggregator.js';
+import { Aggregator, checkFrontProxyMaterial, type Dial } from './aggregator.js';
 import type { FrontProxyMaterial } from './apiservice.js';
 import { patchContentTypes } from './patch.js';
 import { openApiDocument, openApiIndex } from './openapi.js';
@@ -55,6 +55,8 @@ export interface ApiServerOptions {
    * Without it requests are still proxied, but with no client certificate nothing vouches for them.
    */
   frontProxy?: FrontProxyMaterial;
+  /** How the aggregation layer reaches backends in other network namespaces (the lab's nodes). */
+  dial?: Dial;
 }
 
 export interface ApiServer {
@@ -147,7 +149,7 @@ export class ApiServerImpl {
     this.store = new ObjectStore(opts.historyLimit ?? 1000, opts.dataFile, opts.seedFile);
     this.registry = new Registry(this.store, opts.serviceCIDR ?? '10.96.0.0/16');
     this.registry.seed(opts.installCRDs ?? true);
-    this.aggregator = new Aggregator(this.store, this.registry, opts.frontProxy);
+    this.aggregator = new Aggregator(this.store, this.registry, opts.frontProxy, undefined, opts.dial);
     this.aggregator.publishAuthentication();
     this.bookmarkIntervalMs = opts.bookmarkIntervalMs ?? 10_000;
   }

@@ -33,15 +33,18 @@ export function startScheduler(kc: k8s.KubeConfig, rest: RestClient, log: Log): 
     async (key) => {
       const [ns, name] = key.split('/') as [string, string];
       const pod = pods.get(name, ns);
-      if (!pod || !needsScheduling(pod)) return;
+      if (!pod || !needsScheduling(pod)) {
+        unschedulable.delete(key);
+        return;
+      }
       let node: string;
       try {
-        node = rr.pick(pod, nodes.list());
+        node = rr.pick(pod, nodes.list(), pods.list());
       } catch (err) {
         if (!(err instanceof NoFitError)) throw err;
         if (!unschedulable.has(key)) log('warn', err.message, { pod: key });
         unschedulable.add(key);
-        return; // retried when a Node changes
+        return; // retried when a Node changes or a Pod goes (its host ports with it)
       }
       unschedulable.delete(key);
       // The lab API server has no binding subresource: bind by setting spec.nodeName.
@@ -54,6 +57,7 @@ export function startScheduler(kc: k8s.KubeConfig, rest: RestClient, log: Log): 
   nodes = startInformer(kc, rest, NODE, () => [...unschedulable].forEach((k) => queue.enqueue(k)));
   const pods = startInformer(kc, rest, POD, (ev, pod) => {
     if (ev !== 'delete' && needsScheduling(pod)) void nodes.synced.then(() => queue.enqueue(keyOf(pod)));
+    if (ev === 'delete') [...unschedulable].forEach((k) => queue.enqueue(k));
   });
   return {
     synced: Promise.all([nodes.synced, pods.synced]).then(() => undefined),

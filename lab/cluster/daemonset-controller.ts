@@ -4,25 +4,22 @@
  * whose DaemonSet is gone are deleted (the garbage collector's part). A DaemonSet the lab cannot
  * honour gets no Pods; the reason is logged and recorded as an Event on it.
  */
-import { randomBytes } from 'node:crypto';
 import type * as k8s from '@kubernetes/client-node';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import type { Controller } from './controllers.js';
 import { controllingDaemonSet, daemonSetPod, daemonSetProblems, isOwnedBy, planDaemonSet } from './daemonset.js';
 import { isTerminating } from './endpointslices.js';
+import { podNameSuffix } from './owners.js';
 import { startInformer } from './informers.js';
 import { resolveKind } from '../kinds.js';
 import { deepEqual } from '../apiserver/patch.js';
-import { ApiError, type RestClient } from '../restclient.js';
+import { ignore404, type RestClient } from '../restclient.js';
 import { KeyedQueue, type Log } from './workqueue.js';
 
 const DS = resolveKind('daemonsets');
 const POD = resolveKind('pods');
 const NODE = resolveKind('nodes');
 const EVENT = resolveKind('events');
-
-/** Kubernetes-style 5-character suffix. */
-const suffix = (): string => [...randomBytes(5)].map((b) => 'bcdfghjklmnpqrstvwxz2456789'[b % 27]).join('');
 
 export function startDaemonSetController(kc: k8s.KubeConfig, rest: RestClient, log: Log): Controller {
   const refusedLogged = new Map<string, string>();
@@ -55,7 +52,7 @@ export function startDaemonSetController(kc: k8s.KubeConfig, rest: RestClient, l
         await ignore404(() => rest.delete(POD, d.name, ns));
       }
       for (const node of plan.create) {
-        const pod = daemonSetPod(ds, node, suffix());
+        const pod = daemonSetPod(ds, node, podNameSuffix());
         await rest.create(POD, pod);
         log('info', 'created pod', { daemonset: key, pod: pod.metadata.name, node });
       }
@@ -91,12 +88,4 @@ export function startDaemonSetController(kc: k8s.KubeConfig, rest: RestClient, l
     synced: ready().then(all),
     stop: async () => void (await Promise.all([daemonsets.stop(), nodes.stop(), pods.stop()])),
   };
-}
-
-async function ignore404(fn: () => Promise<unknown>): Promise<void> {
-  try {
-    await fn();
-  } catch (err) {
-    if (!(err instanceof ApiError && err.code === 404)) throw err;
-  }
 }

@@ -7,8 +7,8 @@
  * A Pod belongs to a DaemonSet through its controller ownerReference (the DaemonSet's uid); its
  * template revision is the `controller-revision-hash` label, a hash of the Pod template.
  */
-import { createHash } from 'node:crypto';
 import type { KubeObject } from '../../daemon/policy/types.js';
+import { controllerOf, isControlledBy, templateHash } from './owners.js';
 import { podSpecProblems } from './podspec.js';
 
 export const REVISION_LABEL = 'controller-revision-hash';
@@ -16,24 +16,12 @@ export const REVISION_LABEL = 'controller-revision-hash';
 export const GENERATION_LABEL = 'pod-template-generation';
 
 type Obj = Record<string, unknown>;
-interface OwnerRef { apiVersion?: string; kind?: string; name?: string; uid?: string; controller?: boolean }
-/** metadata.ownerReferences (not in the shared ObjectMeta type). */
-export const ownerRefs = (o: KubeObject): OwnerRef[] => ((o.metadata as { ownerReferences?: OwnerRef[] }).ownerReferences ?? []);
+export { templateHash };
 /** The DaemonSet that controls a Pod, by name. */
-export const controllingDaemonSet = (pod: KubeObject): string | undefined => ownerRefs(pod).find((r) => r.kind === 'DaemonSet' && r.controller === true)?.name;
+export const controllingDaemonSet = (pod: KubeObject): string | undefined => controllerOf(pod, 'DaemonSet');
 const isObj = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !Array.isArray(v);
 
-/** Stable JSON: keys sorted, so equal templates hash equally whatever their key order. */
-function stable(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(stable).join(',')}]`;
-  if (isObj(v)) return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${stable(v[k])}`).join(',')}}`;
-  return JSON.stringify(v) ?? 'null';
-}
-
-export const templateHash = (ds: KubeObject): string => createHash('sha256').update(stable((ds.spec as Obj | undefined)?.template ?? {})).digest('hex').slice(0, 10);
-
-export const isOwnedBy = (pod: KubeObject, ds: KubeObject): boolean =>
-  ownerRefs(pod).some((r) => r.kind === 'DaemonSet' && r.uid === ds.metadata.uid && r.controller === true);
+export const isOwnedBy = (pod: KubeObject, ds: KubeObject): boolean => isControlledBy(pod, { ...ds, kind: 'DaemonSet' });
 
 /** True for a Pod a DaemonSet created (the podman kubelet runs those; the workload kubelet does not). */
 export const isDaemonSetPod = (pod: KubeObject): boolean =>

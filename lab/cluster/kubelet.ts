@@ -7,7 +7,7 @@
  */
 import type * as k8s from '@kubernetes/client-node';
 import type { KubeObject } from '../../daemon/policy/types.js';
-import { isDaemonSetPod } from './daemonset.js';
+import { isImagePod } from './owners.js';
 import { isTerminating } from './endpointslices.js';
 import { startInformer } from './informers.js';
 import { resolveKind } from '../kinds.js';
@@ -63,8 +63,8 @@ export function startKubelet(lab: string, node: string, kc: k8s.KubeConfig, rest
     async (key) => {
       const [ns, name] = key.split('/') as [string, string];
       const pod = pods.get(name, ns);
-      // A DaemonSet's Pods run with podman (lab/cluster/podman-kubelet.ts), not as workload sandboxes.
-      if (pod && isDaemonSetPod(pod)) return;
+      // DaemonSet and Deployment Pods run from their images with podman (lab/cluster/podman-kubelet.ts), not as workload sandboxes.
+      if (pod && isImagePod(pod)) return;
       if (!pod || isTerminating(pod) || pod.spec?.nodeName !== node) {
         const sandbox = readPodSandbox(lab, ns, name);
         if (sandbox && sandbox.node === node) {

@@ -1,10 +1,11 @@
 /**
- * The lab kubelet for DaemonSet Pods: on one lab node it runs every Pod a DaemonSet placed there
- * with podman, as a kubelet runs it with a container runtime. lab/cluster/podspec.ts turns the Pod into
- * podman runs (or refuses it, naming the field); this module carries them out: init containers one
+ * The lab kubelet for image Pods (those of a DaemonSet or a Deployment): on one lab node it runs
+ * every such Pod placed there with podman, as a kubelet runs it with a container runtime.
+ * lab/cluster/podspec.ts turns the Pod into podman runs (or refuses it, naming the field); this
+ * module carries them out: init containers one
  * after the other until each exits 0, then the containers; restartPolicy Always with CrashLoopBackOff
  * (lab/cluster/podstatus.ts); httpGet readiness and liveness probes sent inside the node's network
- * namespace; the Pod's status written through the status subresource. A deleted Pod's containers
+ * namespace (HTTPS ones unverified, as the kubelet sends them); the Pod's status written through the status subresource. A deleted Pod's containers
  * are stopped (SIGTERM, then SIGKILL after the grace period) before the node's next Pod starts, so
  * a rolling update never runs two agents on one node.
  *
@@ -17,7 +18,7 @@ import type * as k8s from '@kubernetes/client-node';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import { serviceAccountToken } from '../apiserver/satoken.js';
 import type { Controller } from './controllers.js';
-import { isDaemonSetPod } from './daemonset.js';
+import { isImagePod } from './owners.js';
 import { isTerminating } from './endpointslices.js';
 import { startInformer } from './informers.js';
 import { resolveKind } from '../kinds.js';
@@ -306,10 +307,10 @@ async function stopContainer(name: string, graceSeconds: number): Promise<void> 
   await run('podman', [...PODMAN_GLOBAL, 'stop', '--ignore', '-t', String(graceSeconds), name], { env: podmanEnv(), allowFail: true, timeoutMs: (graceSeconds + 20) * 1000 });
 }
 
-/** An httpGet probe sent from inside the node's network namespace: 200-399 passes. */
+/** An httpGet probe sent from inside the node's network namespace: 200-399 passes (HTTPS: the certificate is not checked, as the kubelet does). */
 async function httpGetInNode(lab: string, node: string, p: HttpProbe): Promise<boolean> {
-  const url = `http://${p.host.includes(':') ? `[${p.host}]` : p.host}:${p.port}${p.path.startsWith('/') ? '' : '/'}${p.path}`;
-  const r = await run('ip', ['netns', 'exec', nodeNetns(lab, node), 'curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '--max-time', String(p.timeoutMs / 1000), url], { allowFail: true, timeoutMs: p.timeoutMs + 5000 });
+  const url = `${p.scheme === 'HTTPS' ? 'https' : 'http'}://${p.host.includes(':') ? `[${p.host}]` : p.host}:${p.port}${p.path.startsWith('/') ? '' : '/'}${p.path}`;
+  const r = await run('ip', ['netns', 'exec', nodeNetns(lab, node), 'curl', '-s', '-k', '-o', '/dev/null', '-w', '%{http_code}', '--max-time', String(p.timeoutMs / 1000), url], { allowFail: true, timeoutMs: p.timeoutMs + 5000 });
   const code = Number(r.stdout.trim());
   return code >= 200 && code < 400;
 }
@@ -328,9 +329,10 @@ export function startPodmanKubelet(lab: string, node: string, kc: k8s.KubeConfig
   const sync = async (): Promise<void> => {
     const want = new Map<string, KubeObject>();
     for (const p of pods.list()) {
-      if (p.spec?.nodeName === node && isDaemonSetPod(p) && !isTerminating(p)) want.set(String(p.metadata.uid), p);
+      if (p.spec?.nodeName === node && isImagePod(p) && !isTerminating(p)) want.set(String(p.metadata.uid), p);
     }
-    // Stop first: a node runs the next Pod of a DaemonSet only once the previous one is gone.
+    // Stop first: a node runs the next Pod of a DaemonSet only once the previous one is gone (and a
+    // host-network Pod's ports are free again).
     for (const [uid, w] of workers) {
       if (want.has(uid)) continue;
       log('info', 'stopping pod', { pod: w.key, node });
@@ -371,7 +373,7 @@ export function startPodmanKubelet(lab: string, node: string, kc: k8s.KubeConfig
   };
   const coalescer = new Coalescer(sync, (err) => log('error', `podman kubelet on ${node}: ${(err as Error).message}`), 30, 2000);
   const pods = startInformer(kc, rest, POD, (_ev, pod) => {
-    if (isDaemonSetPod(pod)) coalescer.trigger();
+    if (isImagePod(pod)) coalescer.trigger();
   }, { fieldSelector: `spec.nodeName=${node}` });
   const synced = Promise.all([pods.synced, configMaps.synced]).then(() => coalescer.trigger());
   return {
@@ -384,7 +386,7 @@ export function startPodmanKubelet(lab: string, node: string, kc: k8s.KubeConfig
   };
 }
 
-/** For tests and `sluice-lab` diagnostics: the log of a DaemonSet Pod's container on a node. */
+/** For tests and `sluice-lab` diagnostics: the log of an image Pod's container on a node. */
 export function podContainerLog(lab: string, node: string, podUid: string, container: string): string {
   const file = join(nodePodsDir(lab, node), podUid, 'logs', `${container}.log`);
   return existsSync(file) ? readFileSync(file, 'utf8') : '';

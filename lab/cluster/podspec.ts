@@ -174,7 +174,7 @@ export function podSpecProblems(pod: KubeObject): string[] {
     for (const probe of ['readinessProbe', 'livenessProbe']) {
       const pr = c[probe];
       if (pr !== undefined && !(isObj(pr) && isObj(pr.httpGet))) problems.push(`${at}.${probe}: only httpGet probes are supported`);
-      else if (isObj(pr) && isObj(pr.httpGet) && pr.httpGet.scheme !== undefined && pr.httpGet.scheme !== 'HTTP') problems.push(`${at}.${probe}.httpGet.scheme ${String(pr.httpGet.scheme)}: only HTTP is supported`);
+      else if (isObj(pr) && isObj(pr.httpGet) && pr.httpGet.scheme !== undefined && pr.httpGet.scheme !== 'HTTP' && pr.httpGet.scheme !== 'HTTPS') problems.push(`${at}.${probe}.httpGet.scheme ${String(pr.httpGet.scheme)}: not HTTP or HTTPS`);
       else if (isObj(pr) && isObj(pr.httpGet) && pr.httpGet.httpHeaders !== undefined) problems.push(`${at}.${probe}.httpGet.httpHeaders is not supported`);
     }
     for (const [j, m] of ((c.volumeMounts ?? []) as Obj[]).entries()) {

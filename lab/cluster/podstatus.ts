@@ -13,6 +13,7 @@ export function restartDelayMs(restarts: number): number {
 export const BACKOFF_RESET_MS = 600_000;
 
 export interface HttpProbe {
+  scheme: 'HTTP' | 'HTTPS';
   host: string;
   port: number;
   path: string;
@@ -37,6 +38,7 @@ export function httpProbe(probe: Obj | undefined, container: Obj, hostIP: string
   return {
     // A host-network Pod's probe without a host goes to the Pod IP, which is the node's.
     host: typeof get.host === 'string' ? get.host : hostIP,
+    scheme: get.scheme === 'HTTPS' ? 'HTTPS' : 'HTTP',
     port: Number(port),
     path: typeof get.path === 'string' ? get.path : '/',
     initialDelayMs: num(probe.initialDelaySeconds, 0) * 1000,

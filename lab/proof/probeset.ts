@@ -66,8 +66,11 @@ function familyProbes(pods: KubeObject[], services: KubeObject[], opts: ProbeSet
   }
   if (opts.services ?? true) {
     const clusterIPs = (s: KubeObject): string[] => ((s.spec?.clusterIPs ?? [s.spec?.clusterIP]) as unknown[]).filter((ip): ip is string => typeof ip === 'string' && ip !== '' && ip !== 'None');
+    // A Service backed by host-network Pods (sluice-controller's, installed by the manifests) has
+    // no echo server behind it: a probe could only ever say reject.
+    const hostBacked = (s: KubeObject): boolean => pods.some((p) => p.spec?.hostNetwork === true && selects(s, p));
     const svcs = services.filter(
-      (s) => clusterIPs(s).some((ip) => family === undefined || ip.includes(':') === (family === 6)) && !(s.metadata.namespace === 'default' && s.metadata.name === 'kubernetes'),
+      (s) => clusterIPs(s).some((ip) => family === undefined || ip.includes(':') === (family === 6)) && !(s.metadata.namespace === 'default' && s.metadata.name === 'kubernetes') && !hostBacked(s),
     );
     for (const from of running) {
       for (const svc of svcs) {

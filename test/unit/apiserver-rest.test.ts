@@ -360,7 +360,7 @@ t.test('discovery, version, health, auth and kubeconfig', async (t) => {
   const groups = (await raw('/apis')).body.groups.map((g: any) => `${g.name}:${g.preferredVersion.version}`).sort();
   t.same(groups, [
     'apiextensions.k8s.io:v1', 'apiregistration.k8s.io:v1', 'apps:v1', 'authentication.k8s.io:v1', 'coordination.k8s.io:v1', 'crd.antrea.io:v1beta1', 'discovery.k8s.io:v1', 'events.k8s.io:v1', 'networking.k8s.io:v1',
-    'policy.networking.k8s.io:v1alpha2', 'rbac.authorization.k8s.io:v1', 'scheduling.k8s.io:v1',
+    'policy.networking.k8s.io:v1alpha2', 'policy:v1', 'rbac.authorization.k8s.io:v1', 'scheduling.k8s.io:v1',
   ]);
   const antrea = (await raw('/apis/crd.antrea.io/v1beta1')).body.resources.filter((r: any) => !r.name.includes('/'));
   t.same(antrea.map((r: any) => `${r.name}:${r.namespaced}:${r.kind}`).sort(), [

@@ -45,7 +45,7 @@ t.test('kinds: names, aliases, groups and paths', async (t) => {
   t.equal(kindOfObject({ apiVersion: 'crd.antrea.io/v1beta1', kind: 'NetworkPolicy' }).group, 'crd.antrea.io');
   t.equal(kindOfObject({ apiVersion: 'crd.antrea.io/v1alpha1', kind: 'Tier' }).version, 'v1alpha1');
   t.equal(kindOfObject({ apiVersion: 'policy.networking.k8s.io/v1alpha2', kind: 'ClusterNetworkPolicy' }).version, 'v1alpha2');
-  t.throws(() => kindOfObject({ apiVersion: 'apps/v1', kind: 'Deployment' }), /does not serve/);
+  t.throws(() => kindOfObject({ apiVersion: 'apps/v1', kind: 'StatefulSet' }), /does not serve/);
 });
 
 t.test('args: commands, defaults and errors', async (t) => {
@@ -188,7 +188,7 @@ t.test('scenario: order, lab rules, normalization', async (t) => {
   t.throws(() => planApply([{ ...pod('x', 'a', {}), spec: { nodeName: 'node-9', containers: [{}] } }], ['node-1']), /node-9 is not a lab node/);
   t.throws(() => planApply([node('node-7')], ['node-1', 'node-2']), /not a lab node/);
   t.throws(() => planApply([pod('x', 'a', {}), pod('x', 'a', {})], ['node-1']), /appears twice/);
-  t.throws(() => planApply([{ apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'd' } }], ['node-1']), ScenarioError);
+  t.throws(() => planApply([{ apiVersion: 'apps/v1', kind: 'StatefulSet', metadata: { name: 'd' } }], ['node-1']), ScenarioError);
   t.equal(normalizeForApply(pod('x', 'a', {}), resolveKind('pods')).metadata.uid, undefined);
 
   t.same(applyLabelArgs({ a: '1', b: '2' }, ['c=3', 'a-', 'b=x']), { b: 'x', c: '3' });

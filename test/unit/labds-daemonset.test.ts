@@ -138,7 +138,7 @@ t.test('back-off and probes', async (t) => {
   const ds = await sluiceDs();
   const agent = (ds.spec as any).template.spec.containers[0];
   const rp = httpProbe(agent.readinessProbe, agent, '192.168.77.11')!;
-  t.same(rp, { host: '127.0.0.1', port: 9376, path: '/readyz', initialDelayMs: 0, periodMs: 5000, timeoutMs: 1000, failureThreshold: 3, successThreshold: 1 });
+  t.same(rp, { scheme: 'HTTP', host: '127.0.0.1', port: 9376, path: '/readyz', initialDelayMs: 0, periodMs: 5000, timeoutMs: 1000, failureThreshold: 3, successThreshold: 1 });
   const lp = httpProbe(agent.livenessProbe, agent, '192.168.77.11')!;
   t.equal(lp.failureThreshold, 6);
   t.equal(httpProbe({ httpGet: { port: 'metrics' } }, agent, '192.168.77.11')?.port, 9377, 'named port');

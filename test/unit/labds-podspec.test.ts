@@ -92,7 +92,7 @@ t.test('refusals name the field', async (t) => {
   refused(variant((s) => (s.containers[0].env = [{ name: 'X', valueFrom: { fieldRef: { fieldPath: 'metadata.labels' } } }])), /fieldPath "metadata\.labels"/, 'unknown fieldRef');
   refused(variant((s) => (s.volumes.find((v: any) => v.name === 'proc').hostPath.path = '/srv/data')), /spec\.volumes\[\d+\] \(proc\)\.hostPath\.path: hostPath "\/srv\/data" has no place/, 'unmapped hostPath');
   refused(variant((s) => (s.containers[0].startupProbe = { httpGet: { port: 9376 } })), /spec\.containers\[0\]\.startupProbe is not supported/, 'startupProbe');
-  refused(variant((s) => (s.containers[0].readinessProbe.httpGet.scheme = 'HTTPS')), /readinessProbe\.httpGet\.scheme HTTPS/, 'HTTPS probe');
+  refused(variant((s) => (s.containers[0].readinessProbe.httpGet.scheme = 'GRPC')), /readinessProbe\.httpGet\.scheme GRPC: not HTTP or HTTPS/, 'a scheme that is neither HTTP nor HTTPS');
   refused(variant((s) => (s.containers[1].lifecycle = { preStop: {} })), /spec\.containers\[1\]\.lifecycle is not supported/, 'unknown container field');
   refused(variant((s) => (s.containers[0].resources.limits = { memory: '1Gi' })), /resources\.limits are not enforced/, 'limits');
   refused(variant((s) => (s.containers[0].volumeMounts[0].name = 'nope')), /volumeMounts\[0\]\.name "nope" is not one of spec\.volumes/, 'mount of no volume');
