@@ -142,43 +142,46 @@ async function main(): Promise<number> {
       eventCost.record(performance.now() - start);
     },
   });
+  let shuttingDown = false;
   void watch.waitSynced().then(() => {
     const start = performance.now();
     store.batch(() => controller.computation.release());
     controller.poke();
     store.startLog();
     log.info({ ...controller.status(), computeMs: Math.round(performance.now() - start) }, 'cluster listed: every Node\'s view is computed');
+    // Only a replica that can serve campaigns: a replica still listing (a replacement just
+    // started) must not take the Lease from a computed standby and keep the agents waiting.
+    if (shuttingDown) return;
+    elector = new LeaderElector({
+      lock: new KubeLeaseLock(access, ns, LEASE_NAME),
+      identity: argv.identity,
+      // A standby takes over at most lease + 2 retry periods after the leader's last renewal
+      // (15 s); a leader that cannot renew steps down after 7 s, before anyone can take over.
+      leaseDurationSeconds: 11,
+      renewDeadlineMs: 7000,
+      retryPeriodMs: 2000,
+      log: (level, message) => log[level](message),
+      onStartedLeading: () => {
+        leading = true;
+        log.info('leader: serving the controlplane API');
+        label(true);
+        publishCa(access, ns, cert!.caCert).then(
+          ({ apiService }) => log.info({ apiService }, 'CA published'),
+          (err) => log.warn({ err: (err as Error).message }, 'CA not published; retried at the next leadership'),
+        );
+      },
+      onStoppedLeading: () => {
+        leading = false;
+        // The agents go to the new leader, resuming where they were (or relisting).
+        server.api.endWatches();
+        traceflows.close('this replica stopped leading: ask again (the new leader runs it)');
+        label(false);
+        log.warn('leader: lost the Lease; standing by');
+      },
+      onNewLeader: (id) => log.info({ leader: id }, 'leader: observed'),
+    });
+    elector.start();
   });
-
-  elector = new LeaderElector({
-    lock: new KubeLeaseLock(access, ns, LEASE_NAME),
-    identity: argv.identity,
-    // A standby takes over at most lease + 2 retry periods after the leader's last renewal
-    // (15 s); a leader that cannot renew steps down after 7 s, before anyone can take over.
-    leaseDurationSeconds: 11,
-    renewDeadlineMs: 7000,
-    retryPeriodMs: 2000,
-    log: (level, message) => log[level](message),
-    onStartedLeading: () => {
-      leading = true;
-      log.info('leader: serving the controlplane API');
-      label(true);
-      publishCa(access, ns, cert!.caCert).then(
-        ({ apiService }) => log.info({ apiService }, 'CA published'),
-        (err) => log.warn({ err: (err as Error).message }, 'CA not published; retried at the next leadership'),
-      );
-    },
-    onStoppedLeading: () => {
-      leading = false;
-      // The agents go to the new leader, resuming where they were (or relisting).
-      server.api.endWatches();
-      traceflows.close('this replica stopped leading: ask again (the new leader runs it)');
-      label(false);
-      log.warn('leader: lost the Lease; standing by');
-    },
-    onNewLeader: (id) => log.info({ leader: id }, 'leader: observed'),
-  });
-  elector.start();
 
   // The serving certificate is issued again 30 days before its end by whichever replica sees it
   // due first (the same CA); every replica serves the Secret's current one.
@@ -204,8 +207,9 @@ async function main(): Promise<number> {
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
   });
+  shuttingDown = true;
   clearInterval(renewal);
-  await elector.stop();
+  await elector?.stop();
   server.api.endWatches();
   // Waiting realization questions and traces are answered before the server waits for open requests.
   controller.close();
