@@ -13,7 +13,7 @@ import { hostKubeconfigPath } from './control.js';
 import { sleep } from './net/exec.js';
 import { nodeNetns, nodeStateDir, repoRoot, stateDir } from './net/names.js';
 
-/** The namespace the lab's controllers keep their Lease, Secret and CA ConfigMap in (as install/controller.yaml). */
+/** The namespace the lab's controllers keep their Lease, Secret and CA ConfigMap in (as install/sluice.yaml). */
 export const CONTROLLER_NAMESPACE = 'sluice-system';
 
 export const controllerLogPath = (lab: string, identity: string): string => join(stateDir(lab), `controller-${identity}.log`);

@@ -1,5 +1,5 @@
 /**
- * sluice-controller's command line (its own file so that install/controller.yaml's command is
+ * sluice-controller's command line (its own file so that install/sluice.yaml's controller command is
  * checked against the real definition).
  */
 import { hostname } from 'node:os';

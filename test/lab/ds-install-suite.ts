@@ -9,6 +9,10 @@
  *   runs, `apply -f install/crds.yaml -f install/sluice.yaml`; every node's sluice Pod becomes Ready,
  *   the agents adopt every running Pod (none re-created); printed: pings lost, stream resets, time
  *   from apply to Ready and to every Pod enforced;
+ * - the controller's Deployment: two host-network replicas on two nodes (the lab's Deployment
+ *   controller and podman kubelet), one leading; each agent follows it through its Service's
+ *   ClusterIP (kube-proxy's rules in the node), and the aggregation layer reaches it; the leader's
+ *   Pod deleted: the standby leads, the replacement lands where the port is free, agents follow;
  * - the k8s-netpol scenario's verdicts with real packets equal `sluicectl simulate` on those Pods;
  * - a template change rolls the Pods one node at a time while a default deny holds: new connections
  *   to denied Pods are tried all along and none may succeed, an established allowed connection
@@ -29,6 +33,7 @@ import { join } from 'node:path';
 import { loadManifests } from '../../daemon/manifests.js';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import { readControl } from '../../lab/control.js';
+import { LEADER_LABEL } from '../../daemon/controller/leader-pod.js';
 import { isPodReady, REVISION_LABEL } from '../../lab/cluster/daemonset.js';
 import { resolveKind } from '../../lab/kinds.js';
 import { conflistPath, nodeNetns, ovsDir, podNetns, repoRoot } from '../../lab/net/names.js';
@@ -250,8 +255,55 @@ export function dsInstallSuite(opts: DsInstallOptions): void {
     t.match(ds.status, { desiredNumberScheduled: 2, currentNumberScheduled: 2, numberReady: 2, updatedNumberScheduled: 2, numberAvailable: 2 }, 'DaemonSet status');
     const get = await cli(['get', 'pods', '-A', ...n]);
     const lines = get.stdout.split('\n').filter((l) => l.startsWith('sluice-system'));
-    t.equal(lines.length, 2, 'get pods -A lists both');
-    for (const l of lines) t.match(l, /^sluice-system\s+sluice-agent-\S+\s+2\/2\s+Running\s/, 'READY 2/2 Running');
+    t.equal(lines.length, 4, 'get pods -A lists the agents and the controller replicas');
+    for (const l of lines.filter((x) => /sluice-agent-/.test(x))) t.match(l, /^sluice-system\s+sluice-agent-\S+\s+2\/2\s+Running\s/, 'agent READY 2/2 Running');
+    for (const l of lines.filter((x) => /sluice-controller-/.test(x))) t.match(l, /^sluice-system\s+sluice-controller-\S+\s+1\/1\s+Running\s/, 'controller READY 1/1 Running');
+  });
+
+  t.test('the controller runs as a Deployment: two replicas on two nodes, one leading; every agent follows it', async (t) => {
+    const controllers = await waitPods('sluice-controller', (pods) => pods.filter((p) => p.metadata.labels?.[LEADER_LABEL] === 'true').length === 1, 60_000);
+    t.equal(controllers.filter(isPodReady).length, 2, 'both replicas Ready');
+    t.same(controllers.map((p) => p.spec?.nodeName).sort(), NODES, 'one per node (its port is a host port)');
+    for (const p of controllers) t.equal(p.status?.podIP, p.status?.hostIP, `${p.metadata.name}: on the host network`);
+    t.equal(controllers.filter((p) => p.metadata.labels?.[LEADER_LABEL] === 'true').length, 1, 'exactly one carries the leader label the Service selects');
+    const deploy = await rest.get(resolveKind('deployments'), 'sluice-controller', 'sluice-system');
+    t.match(deploy.status, { replicas: 2, readyReplicas: 2, updatedReplicas: 2 }, 'Deployment status');
+    for (const node of NODES) {
+      let cp: { connected?: boolean } | undefined;
+      for (const end = Date.now() + 60_000; Date.now() < end && !cp?.connected; await sleep(250)) {
+        cp = ((await status(node)) as { enforcement?: { controlPlane?: { connected?: boolean } } } | undefined)?.enforcement?.controlPlane;
+      }
+      t.equal(cp?.connected, true, `${node}: the agent follows the controller (its Service's ClusterIP, looked up through the API; the CA from ConfigMap sluice-ca)`);
+    }
+    // The aggregation layer reaches the leader through the Service (the API server's availability check).
+    let available: unknown;
+    for (const end = Date.now() + 60_000; Date.now() < end; await sleep(500)) {
+      const api = await rest.get(resolveKind('apiservices'), 'v1beta1.controlplane.sluice.io');
+      available = ((api.status?.conditions ?? []) as { type: string; status: string; message?: string }[]).find((c) => c.type === 'Available');
+      if ((available as { status?: string } | undefined)?.status === 'True') break;
+    }
+    t.match(available, { status: 'True' }, 'APIService v1beta1.controlplane.sluice.io Available (kubectl get addressgroups.controlplane.sluice.io works)');
+    for (const p of controllers) restartReport(t, p);
+
+    // The leader's Pod deleted (a node drain, a rollout): it gives up its Lease as it stops, the
+    // standby leads and takes the label, the Deployment replaces the Pod where the port is free.
+    const leader = controllers.find((p) => p.metadata.labels?.[LEADER_LABEL] === 'true')!;
+    const standby = controllers.find((p) => p !== leader)!;
+    const started = performance.now();
+    await rest.delete(POD, leader.metadata.name, 'sluice-system');
+    const after = await waitPods('sluice-controller', (pods) => !pods.some((p) => p.metadata.name === leader.metadata.name)
+      && pods.find((p) => p.metadata.name === standby.metadata.name)?.metadata.labels?.[LEADER_LABEL] === 'true', 90_000);
+    const tookOver = ((performance.now() - started) / 1000).toFixed(1);
+    t.equal(after.find((p) => p.metadata.labels?.[LEADER_LABEL] === 'true')?.metadata.name, standby.metadata.name, `the standby leads (${tookOver} s after the delete, its replacement Ready)`);
+    t.same(after.map((p) => p.spec?.nodeName).sort(), NODES, 'the replacement runs on the node the deleted one left');
+    for (const node of NODES) {
+      let cp: { connected?: boolean } | undefined;
+      for (const end = Date.now() + 60_000; Date.now() < end && !cp?.connected; await sleep(250)) {
+        cp = ((await status(node)) as { enforcement?: { controlPlane?: { connected?: boolean } } } | undefined)?.enforcement?.controlPlane;
+      }
+      t.equal(cp?.connected, true, `${node}: the agent follows the new leader`);
+    }
+    t.comment(`controller leader Pod deleted (${primary}): the standby led and a replacement was Ready ${tookOver} s later; agents following after ${((performance.now() - started) / 1000).toFixed(1)} s`);
   });
 
   t.test('enforced on the adopted Pods: k8s-netpol verdicts = simulate', async (t) => {

@@ -17,7 +17,7 @@ import { crdsYaml, sluiceCrds } from '../../install/crds.js';
 import { crdProblem, seedCrds } from '../../lab/apiserver/resources.js';
 import { parseControllerFlags } from '../../daemon/controller/flags.js';
 import { LEADER_LABEL } from '../../daemon/controller/leader-pod.js';
-import { APISERVICE, CONTROLLER_SERVICE } from '../../daemon/controller/tls-secret.js';
+import { APISERVICE, CA_CONFIGMAP, CONTROLLER_SERVICE } from '../../daemon/controller/tls-secret.js';
 import { CONTROLPLANE_GROUP, CONTROLPLANE_VERSION } from '../../daemon/controlplane/types.js';
 
 const installDir = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'install');
@@ -94,7 +94,9 @@ function identityProblems(docs: Doc[]): string[] {
   const out: string[] = [];
   const ns = find(docs, 'Namespace').metadata.name;
   for (const d of docs) {
-    if (['Namespace', 'ClusterRole', 'ClusterRoleBinding'].includes(d.kind)) continue;
+    if (['Namespace', 'ClusterRole', 'ClusterRoleBinding', 'APIService'].includes(d.kind)) continue;
+    // The controller's binding to read the aggregation layer's settings lives in kube-system.
+    if (d.kind === 'RoleBinding' && d.metadata.namespace === 'kube-system' && (d as Doc & { roleRef: { name: string } }).roleRef.name === 'extension-apiserver-authentication-reader') continue;
     if (d.metadata.namespace !== ns) out.push(`${d.kind} ${d.metadata.name} is in namespace "${d.metadata.namespace}", not "${ns}"`);
   }
   const ds = agentDs(docs);
@@ -102,8 +104,8 @@ function identityProblems(docs: Doc[]): string[] {
   if (!docs.some((d) => d.kind === 'ServiceAccount' && d.metadata.name === sa && d.metadata.namespace === ns)) {
     out.push(`DaemonSet's serviceAccountName "${sa}" is not a ServiceAccount in ${ns}`);
   }
-  const role = find(docs, 'ClusterRole');
-  const binding = find(docs, 'ClusterRoleBinding') as Doc & { roleRef: { kind: string; name: string; apiGroup: string }; subjects: { kind: string; name: string; namespace?: string | undefined }[] };
+  const role = find(docs, 'ClusterRole', 'sluice-agent');
+  const binding = find(docs, 'ClusterRoleBinding', 'sluice-agent') as Doc & { roleRef: { kind: string; name: string; apiGroup: string }; subjects: { kind: string; name: string; namespace?: string | undefined }[] };
   if (binding.roleRef.kind !== 'ClusterRole' || binding.roleRef.name !== role.metadata.name || binding.roleRef.apiGroup !== 'rbac.authorization.k8s.io') {
     out.push(`ClusterRoleBinding refers to ${binding.roleRef.kind} ${binding.roleRef.name}, not ClusterRole ${role.metadata.name}`);
   }
@@ -358,17 +360,19 @@ function cleanupProcedureProblems(uninstallText: string, docs: Doc[]): string[] 
 }
 
 /**
- * install/controller.yaml against the controller's code: read-only RBAC on every watched resource
- * plus exactly the writes it makes, its command parsed by its real flags, probes and Service on
- * the port it listens on, the Service selecting the leader's label, the APIService naming that
- * Service and the served group, all in the agent's namespace.
+ * The controller's part of install/sluice.yaml against the controller's code: read-only RBAC on
+ * every watched resource plus exactly the writes it makes, its command parsed by its real flags,
+ * probes and Service on the port it listens on, the Service selecting the leader's label, the
+ * APIService naming that Service and the served group, all in the agent's namespace; the replicas
+ * on the host network (not on the Pod network they secure) with a disruption budget keeping one;
+ * the agents following it, able to look up its Service and read its CA.
  */
 function controllerProblems(docs: Doc[], agentNs: string): string[] {
   const out: string[] = [];
   for (const d of docs) {
     // The one document elsewhere: the binding to read the aggregation layer's settings in kube-system.
     const authReader = d.kind === 'RoleBinding' && d.metadata.namespace === 'kube-system' && (d as Doc & { roleRef: { name: string } }).roleRef.name === 'extension-apiserver-authentication-reader';
-    if (!['ClusterRole', 'ClusterRoleBinding', 'APIService'].includes(d.kind) && !authReader && d.metadata.namespace !== agentNs) out.push(`${d.kind} ${d.metadata.name} is not in ${agentNs}`);
+    if (!['Namespace', 'ClusterRole', 'ClusterRoleBinding', 'APIService'].includes(d.kind) && !authReader && d.metadata.namespace !== agentNs) out.push(`${d.kind} ${d.metadata.name} is not in ${agentNs}`);
   }
   if (!docs.some((d) => d.kind === 'RoleBinding' && d.metadata.namespace === 'kube-system')) out.push('no binding to read kube-system/extension-apiserver-authentication (the aggregation layer\'s front-proxy CA)');
   const role = find(docs, 'ClusterRole', 'sluice-controller') as Doc & { rules: (Rule & { resourceNames?: string[] })[] };
@@ -384,6 +388,22 @@ function controllerProblems(docs: Doc[], agentNs: string): string[] {
   const deploy = find(docs, 'Deployment', 'sluice-controller') as Doc & { spec: { replicas: number; template: { metadata: { labels: Record<string, string> }; spec: PodSpec } } };
   const spec = deploy.spec.template.spec;
   if (deploy.spec.replicas < 2) out.push(`Deployment runs ${deploy.spec.replicas} replica(s): a standby is needed for a takeover`);
+  if (spec.hostNetwork !== true) out.push('the controller is not on the host network: it would depend on the Pod network it secures');
+  const pdb = docs.find((d) => d.kind === 'PodDisruptionBudget') as (Doc & { spec: { minAvailable?: number; selector: { matchLabels: Record<string, string> } } }) | undefined;
+  if (pdb?.spec.minAvailable !== 1 || Object.entries(pdb.spec.selector.matchLabels).some(([k, v]) => deploy.spec.template.metadata.labels[k] !== v)) out.push('no PodDisruptionBudget keeping one controller replica');
+  const cfg = (() => {
+    try {
+      return agentConfig(docs);
+    } catch {
+      return undefined;
+    }
+  })();
+  if (cfg && cfg.policySource !== 'controller') out.push(`the agents compute for themselves (policySource ${cfg.policySource}): they do not follow the controller`);
+  if (cfg && new URL(cfg.controllerServer).hostname !== `${CONTROLLER_SERVICE}.${agentNs}.svc`) out.push(`the agents look for the controller at ${cfg.controllerServer}, not its Service`);
+  const agentRole = docs.find((d) => d.kind === 'Role' && d.metadata.name === 'sluice-agent') as (Doc & { rules: (Rule & { resourceNames?: string[] })[] }) | undefined;
+  if (cfg && cfg.controllerCAFile === '' && !agentRole?.rules.some((r) => r.resources.includes('configmaps') && r.verbs.includes('get') && (r.resourceNames ?? [CA_CONFIGMAP]).includes(CA_CONFIGMAP))) {
+    out.push(`the agents read the controller's CA through the API but may not get ConfigMap ${CA_CONFIGMAP}`);
+  }
   if (!docs.some((d) => d.kind === 'ServiceAccount' && d.metadata.name === spec.serviceAccountName)) out.push(`serviceAccountName ${spec.serviceAccountName} is not defined`);
   const c = spec.containers[0]!;
   const [bin, ...args] = c.command ?? [];
@@ -413,11 +433,10 @@ function controllerProblems(docs: Doc[], agentNs: string): string[] {
 const sluice = loadDocs('sluice.yaml');
 const uninstall = loadDocs('uninstall.yaml');
 const crds = loadDocs('crds.yaml');
-const controller = loadDocs('controller.yaml');
 
 t.test('every install/*.yaml document loads and has apiVersion, kind and a name', async (t) => {
   const files = readdirSync(installDir).filter((f) => f.endsWith('.yaml')).sort();
-  t.same(files, ['controller.yaml', 'crds.yaml', 'sluice.yaml', 'uninstall.yaml'], 'the install files this test knows');
+  t.same(files, ['crds.yaml', 'sluice.yaml', 'uninstall.yaml'], 'the install files this test knows');
   for (const f of files) {
     for (const d of loadDocs(f)) t.ok(d.apiVersion && d.kind && d.metadata?.name, `${f}: ${d.kind} ${d.metadata?.name}`);
   }
@@ -433,18 +452,25 @@ t.test('sluice.yaml is correct', async (t) => {
   t.same(await cniCommandProblems(agentDs(sluice), 'install-cni', 'install', sluice), [], 'install-cni: valid sluicectl cni install');
 });
 
-t.test('controller.yaml is correct', async (t) => {
+t.test('sluice.yaml runs the controller correctly', async (t) => {
   const ns = find(sluice, 'Namespace').metadata.name;
-  t.same(controllerProblems(controller, ns), [], 'RBAC, command, probes, Service and APIService line up with the code');
+  t.same(controllerProblems(sluice, ns), [], 'RBAC, command, probes, Service and APIService line up with the code; the agents follow it');
   const broken: [string, (d: Doc[]) => void, RegExp][] = [
     ['a bad --listen', (d) => { (find(d, 'Deployment') as unknown as { spec: { template: { spec: PodSpec } } }).spec.template.spec.containers[0]!.command = ['sluice-controller', '--listen', '10351']; }, /rejects its command/],
     ['the Service on another port', (d) => { (find(d, 'Service') as unknown as { spec: { ports: { targetPort: number }[] } }).spec.ports[0]!.targetPort = 9999; }, /the Service targets 9999/],
     ['the Service not selecting the leader', (d) => { delete (find(d, 'Service') as unknown as { spec: { selector: Record<string, string> } }).spec.selector[LEADER_LABEL]; }, /leader's label/],
     ['tracing granted to everyone', (d) => { d.push({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: 'all-trace' }, roleRef: { name: 'sluice-traceflow' } } as unknown as Doc); }, /the install binds sluice-traceflow/],
+    ['the controller on the Pod network', (d) => { delete (find(d, 'Deployment') as unknown as { spec: { template: { spec: PodSpec } } }).spec.template.spec.hostNetwork; }, /not on the host network/],
+    ['no disruption budget', (d) => { d.splice(d.findIndex((x) => x.kind === 'PodDisruptionBudget'), 1); }, /no PodDisruptionBudget/],
+    ['agents in standalone mode', (d) => {
+      const cm = find(d, 'ConfigMap', 'sluice-agent-config') as unknown as { data: Record<string, string> };
+      cm.data['agent.yaml'] = cm.data['agent.yaml']!.replace('policySource: controller', 'policySource: standalone');
+    }, /do not follow the controller/],
+    ['agents unable to read the CA', (d) => { d.splice(d.findIndex((x) => x.kind === 'Role' && x.metadata.name === 'sluice-agent'), 1); }, /may not get ConfigMap sluice-ca/],
     ['a write on pods cluster-wide', (d) => { (find(d, 'ClusterRole', 'sluice-controller') as unknown as { rules: Rule[] }).rules.push({ apiGroups: [''], resources: ['pods'], verbs: ['delete'] }); }, /ClusterRole writes: .*delete pods/],
   ];
   for (const [name, breakIt, expected] of broken) {
-    const docs = clone(controller);
+    const docs = clone(sluice);
     breakIt(docs);
     t.match(controllerProblems(docs, ns).join('\n'), expected, `fails on ${name}`);
   }
@@ -482,7 +508,7 @@ t.test('crds.yaml is generated from install/crds.ts and is what the lab serves',
   t.same(crds, sluiceCrds(), 'its documents are the module\'s objects');
   t.same(seedCrds(), sluiceCrds(), 'the lab API server seeds the same CRDs');
   t.same(crdProblems(crds), [], 'a valid CRD serves every CRD-backed watched resource');
-  const role = find(sluice, 'ClusterRole') as Doc & { rules: Rule[] };
+  const role = find(sluice, 'ClusterRole', 'sluice-agent') as Doc & { rules: Rule[] };
   for (const c of sluiceCrds()) {
     t.ok(role.rules.some((r) => r.apiGroups.includes(c.spec.group) && r.resources.includes(c.spec.names.plural)),
       `the agent may read ${c.metadata.name}`);
@@ -495,7 +521,7 @@ t.test('crds.yaml is generated from install/crds.ts and is what the lab serves',
 
 // ---- each check fails on a broken copy ----
 type Breakage = [string, (docs: Doc[]) => void, (docs: Doc[]) => string[] | Promise<string[]>, RegExp];
-const role = (d: Doc[]) => find(d, 'ClusterRole') as Doc & { rules: Rule[] };
+const role = (d: Doc[]) => find(d, 'ClusterRole', 'sluice-agent') as Doc & { rules: Rule[] };
 const agentC = (d: Doc[]) => container(podSpec(agentDs(d)), 'sluice-agent');
 const ovsC = (d: Doc[]) => container(podSpec(agentDs(d)), 'ovs');
 const initC = (d: Doc[]) => container(podSpec(agentDs(d)), 'install-cni');
@@ -510,9 +536,9 @@ const breakages: Breakage[] = [
   ['Antrea resources under the wrong apiGroup', (d) => { role(d).rules.find((r) => r.apiGroups.includes('crd.antrea.io'))!.apiGroups = ['antrea.io']; }, rbacProblems, /tiers in apiGroup "crd.antrea.io"/],
   ['list without watch', (d) => { role(d).rules.find((r) => r.resources.includes('endpointslices'))!.verbs = ['get', 'list']; }, rbacProblems, /endpointslices/],
   ['a write verb', (d) => { role(d).rules[0]!.verbs.push('patch'); }, rbacProblems, /write verb "patch"/],
-  ['the binding names another ServiceAccount', (d) => { (find(d, 'ClusterRoleBinding') as Doc & { subjects: { name: string }[] }).subjects[0]!.name = 'default'; }, identityProblems, /does not bind/],
-  ['the ServiceAccount in another namespace', (d) => { find(d, 'ServiceAccount').metadata.namespace = 'kube-system'; }, identityProblems, /ServiceAccount/],
-  ['the binding refers to another role', (d) => { (find(d, 'ClusterRoleBinding') as Doc & { roleRef: { name: string } }).roleRef.name = 'view'; }, identityProblems, /refers to ClusterRole view/],
+  ['the binding names another ServiceAccount', (d) => { (find(d, 'ClusterRoleBinding', 'sluice-agent') as Doc & { subjects: { name: string }[] }).subjects[0]!.name = 'default'; }, identityProblems, /does not bind/],
+  ['the ServiceAccount in another namespace', (d) => { find(d, 'ServiceAccount', 'sluice-agent').metadata.namespace = 'kube-system'; }, identityProblems, /ServiceAccount/],
+  ['the binding refers to another role', (d) => { (find(d, 'ClusterRoleBinding', 'sluice-agent') as Doc & { roleRef: { name: string } }).roleRef.name = 'view'; }, identityProblems, /refers to ClusterRole view/],
   ['no hostNetwork', (d) => { delete podSpec(agentDs(d)).hostNetwork; }, (d) => placementProblems(agentDs(d)), /hostNetwork/],
   ['a keyed toleration only', (d) => { podSpec(agentDs(d)).tolerations = [{ key: 'x', operator: 'Exists' }]; }, (d) => placementProblems(agentDs(d)), /every taint/],
   ['no priority class', (d) => { delete podSpec(agentDs(d)).priorityClassName; }, (d) => placementProblems(agentDs(d)), /system-node-critical/],
