@@ -231,7 +231,7 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   const frontProxy = ensureFrontProxyPki(pkiDir(lab));
   const saKey = serviceAccountKey(lab);
   // The aggregation layer reaches the nodes' addresses (a host-network sluice-controller Pod)
-  // through a dialer in the VPC namespace.
+  // through a dialer in the VPC namespace, the host's loopback directly.
   const dialer = startVpcDialer(lab, log);
   const api = await startApiServer({
     host: '127.0.0.1', port: 0, unixSocket: apiSocketPath(lab), token, dataFile: apiDataPath(lab), installCRDs: true,
@@ -239,6 +239,8 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
     serviceCIDR: serviceCIDRs(family).join(','), bookmarkOnChange: true,
     frontProxy: { caCert: frontProxy.caCert, clientCert: frontProxy.clientCert, clientKey: frontProxy.clientKey },
     dial: (host, port) => {
+      // The host's own replicas (the lab's process-mode controller) listen on its loopback.
+      if (host === '127.0.0.1' || host === '::1' || host === 'localhost') return net.connect(port, host);
       const socket = net.connect(vpcDialSocketPath(lab));
       socket.write(`${host} ${port}\n`);
       return socket;
