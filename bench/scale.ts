@@ -25,7 +25,8 @@
  * - the full agents: bytes received, CPU per event, event -> flows compiled, for each mode.
  *
  * usage: node --expose-gc dist/bench/scale.js [--pods 150000] [--nodes 5000] [--policies 10000]
- *          [--watchers 500] [--reps 10] [--no-standalone]
+ *          [--watchers 500] [--reps 10] [--no-standalone] [--profile-controller DIR]
+ * (--profile-controller: the controller runs with --cpu-prof, its profile written to DIR at its exit.)
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -51,6 +52,7 @@ const POLICIES = arg('policies', 10_000);
 const WATCHERS = Math.min(arg('watchers', 500), NODES);
 const REPS = arg('reps', 10);
 const STANDALONE = !process.argv.includes('--no-standalone');
+const PROFILE_DIR = process.argv.includes('--profile-controller') ? process.argv[process.argv.indexOf('--profile-controller') + 1] : undefined;
 const PODS_PER_NS = 20;
 const NS = 'sluice-system';
 const ADMIN_TOKEN = 'scale-bench-admin';
@@ -152,7 +154,7 @@ const controllerLog = openSync(controllerLogPath, 'w');
 /** The controller's log lines (pino JSON) so far. */
 const controllerLines = () => readFileSync(controllerLogPath, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>);
 const ctlT0 = now();
-const controller = spawn(process.execPath, [join(root, 'dist/daemon/controller/main.js'), '--kubeconfig', kubeconfig, '--listen', `127.0.0.1:${port}`,
+const controller = spawn(process.execPath, [...(PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`] : []), join(root, 'dist/daemon/controller/main.js'), '--kubeconfig', kubeconfig, '--listen', `127.0.0.1:${port}`,
   '--namespace', NS, '--identity', 'scale-bench', '--certificate-ips', '127.0.0.1', '--read-all-users', 'sluice-lab-admin'], { stdio: ['ignore', controllerLog, controllerLog] });
 closeSync(controllerLog);
 children.push(controller);
@@ -420,4 +422,11 @@ const warnings = controllerLines().filter((l) => Number(l.level) >= 40);
 const leadership = warnings.filter((l) => /leading|Lease/.test(String(l.msg)));
 console.log(`controller log: ${warnings.length} warnings or errors; about its leadership: ${leadership.length ? leadership.map((l) => l.msg).join(' | ') : 'none (it led throughout)'}`);
 for (const w of watched) void w.watcher.stop();
+if (PROFILE_DIR) {
+  // The profile is written at a clean exit (SIGTERM: it releases its Lease and returns).
+  const exited = new Promise((r) => controller.once('exit', r));
+  controller.kill('SIGTERM');
+  await Promise.race([exited, new Promise((r) => setTimeout(r, 30_000))]);
+  console.log(`controller CPU profile in ${PROFILE_DIR}`);
+}
 process.exit(0);

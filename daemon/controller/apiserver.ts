@@ -303,7 +303,7 @@ export class ControlPlaneApi {
     if (!identity) throw new ApiError(401, 'Unauthorized', 'Unauthorized: no valid credentials');
     // What the replica is doing (leadership, views, watches): for any authenticated caller.
     if (path === '/status' && this.opts.status) {
-      return sendJson(res, 200, { ...(this.opts.status() as object), watches: this.watches.size, listsWaiting: this.listQueue.length, nodes: this.opts.store.nodes().length });
+      return sendJson(res, 200, { ...(this.opts.status() as object), watches: this.watches.size, listsWaiting: this.listQueue.length, nodes: this.opts.store.nodeCount() });
     }
     if (path === '/realization' && this.opts.realization) return this.serveRealization(res, url.searchParams, this.opts.realization);
     if (path === '/trace-destination' && this.opts.traceDestination) return this.serveTraceDestination(res, url.searchParams, identity, this.opts.traceDestination);

@@ -313,6 +313,11 @@ export class ControlPlaneStore {
     return { stop: () => this.close(v, watcher) };
   }
 
+  /** How many Nodes have a view (cheap: /status reads it at every request). */
+  nodeCount(): number {
+    return this.views.size;
+  }
+
   /** Every Node with a view (or a watcher), for status. */
   nodes(): ControlPlaneNodeStatus[] {
     return [...this.views]
