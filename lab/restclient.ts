@@ -4,7 +4,7 @@
  * informers; this only does request/response. Errors carry the Kubernetes Status message.
  */
 import type { KubeObject } from '../daemon/policy/types.js';
-import { resourcePath, type ResourceKind } from './kinds.js';
+import { resolveKind, resourcePath, type ResourceKind } from './kinds.js';
 
 export class ApiError extends Error {
   override name = 'ApiError';
@@ -218,4 +218,14 @@ export async function ignore404(fn: () => Promise<unknown>): Promise<void> {
   } catch (err) {
     if (!(err instanceof ApiError && err.code === 404)) throw err;
   }
+}
+
+/** Records an Event on `involved` (an apps/v1 workload) as `component`; a failure to record it is ignored. */
+export function recordEvent(rest: RestClient, involved: KubeObject, e: { type: 'Normal' | 'Warning'; reason: string; message: string; component: string }): Promise<unknown> {
+  return rest.create(resolveKind('events'), {
+    apiVersion: 'v1', kind: 'Event',
+    metadata: { name: `${involved.metadata.name}.${Date.now().toString(16)}`, namespace: involved.metadata.namespace },
+    involvedObject: { apiVersion: involved.apiVersion ?? 'apps/v1', kind: involved.kind, name: involved.metadata.name, namespace: involved.metadata.namespace, uid: involved.metadata.uid },
+    type: e.type, reason: e.reason, message: e.message, source: { component: e.component }, count: 1,
+  } as KubeObject).catch(() => undefined);
 }

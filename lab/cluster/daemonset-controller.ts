@@ -5,7 +5,6 @@
  * honour gets no Pods; the reason is logged and recorded as an Event on it.
  */
 import type * as k8s from '@kubernetes/client-node';
-import type { KubeObject } from '../../daemon/policy/types.js';
 import type { Controller } from './controllers.js';
 import { controllingDaemonSet, daemonSetPod, daemonSetProblems, isOwnedBy, planDaemonSet } from './daemonset.js';
 import { isTerminating } from './endpointslices.js';
@@ -13,13 +12,12 @@ import { podNameSuffix } from './owners.js';
 import { startInformer } from './informers.js';
 import { resolveKind } from '../kinds.js';
 import { deepEqual } from '../apiserver/patch.js';
-import { ignore404, type RestClient } from '../restclient.js';
+import { ignore404, recordEvent, type RestClient } from '../restclient.js';
 import { KeyedQueue, type Log } from './workqueue.js';
 
 const DS = resolveKind('daemonsets');
 const POD = resolveKind('pods');
 const NODE = resolveKind('nodes');
-const EVENT = resolveKind('events');
 
 export function startDaemonSetController(kc: k8s.KubeConfig, rest: RestClient, log: Log): Controller {
   const refusedLogged = new Map<string, string>();
@@ -40,7 +38,7 @@ export function startDaemonSetController(kc: k8s.KubeConfig, rest: RestClient, l
         if (refusedLogged.get(key) !== message) {
           refusedLogged.set(key, message);
           log('error', message);
-          await event(ds, 'Warning', 'LabRefused', message);
+          await recordEvent(rest, { ...ds, kind: 'DaemonSet' }, { type: 'Warning', reason: 'LabRefused', message, component: 'sluice-lab-daemonset-controller' });
         }
         return;
       }
@@ -66,13 +64,6 @@ export function startDaemonSetController(kc: k8s.KubeConfig, rest: RestClient, l
     },
     2,
   );
-  const event = (ds: KubeObject, type: string, reason: string, message: string) =>
-    rest.create(EVENT, {
-      apiVersion: 'v1', kind: 'Event',
-      metadata: { name: `${ds.metadata.name}.${Date.now().toString(16)}`, namespace: ds.metadata.namespace },
-      involvedObject: { apiVersion: 'apps/v1', kind: 'DaemonSet', name: ds.metadata.name, namespace: ds.metadata.namespace, uid: ds.metadata.uid },
-      type, reason, message, source: { component: 'sluice-lab-daemonset-controller' }, count: 1,
-    }).catch(() => undefined);
   const ready = (): Promise<void> => Promise.all([daemonsets.synced, nodes.synced, pods.synced]).then(() => undefined);
   const enqueue = (key: string): void => void ready().then(() => queue.enqueue(key));
   const all = (): void => {

@@ -8,8 +8,7 @@
  * template revision is the `controller-revision-hash` label, a hash of the Pod template.
  */
 import type { KubeObject } from '../../daemon/policy/types.js';
-import { controllerOf, isControlledBy, templateHash } from './owners.js';
-import { podSpecProblems } from './podspec.js';
+import { controllerOf, isControlledBy, templateHash, workloadTemplateProblems } from './owners.js';
 
 export const REVISION_LABEL = 'controller-revision-hash';
 /** Kubernetes' DaemonSet controller adds this to every Pod it creates; kept for tools that read it. */
@@ -40,17 +39,6 @@ export function daemonSetProblems(ds: KubeObject): string[] {
   const known = new Set(['selector', 'template', 'updateStrategy', 'minReadySeconds', 'revisionHistoryLimit']);
   for (const key of Object.keys(spec)) if (!known.has(key)) problems.push(`spec.${key} is not supported by the lab's DaemonSet controller`);
   if (spec.minReadySeconds !== undefined && spec.minReadySeconds !== 0) problems.push('spec.minReadySeconds: only 0 is supported (a Pod is available as soon as it is Ready)');
-  const selector = isObj(spec.selector) ? spec.selector : undefined;
-  if (!selector || !isObj(selector.matchLabels) || Object.keys(selector).some((k) => k !== 'matchLabels')) {
-    problems.push('spec.selector: only matchLabels is supported');
-  }
-  const template = isObj(spec.template) ? spec.template : undefined;
-  const labels = (isObj(template?.metadata) ? (template!.metadata as Obj).labels : undefined) as Record<string, string> | undefined;
-  if (selector && isObj(selector.matchLabels)) {
-    for (const [k, v] of Object.entries(selector.matchLabels)) {
-      if (labels?.[k] !== v) problems.push(`spec.selector.matchLabels ${k}=${String(v)} does not match spec.template.metadata.labels`);
-    }
-  }
   const strategy = (isObj(spec.updateStrategy) ? spec.updateStrategy : {}) as Obj;
   const type = strategy.type ?? 'RollingUpdate';
   if (type !== 'RollingUpdate' && type !== 'OnDelete') problems.push(`spec.updateStrategy.type "${String(type)}" is not RollingUpdate or OnDelete`);
@@ -61,13 +49,9 @@ export function daemonSetProblems(ds: KubeObject): string[] {
   } catch (err) {
     problems.push((err as Error).message);
   }
-  if (!template) return [...problems, 'spec.template is required'];
-  const tspec = (template.spec ?? {}) as Obj;
-  if (tspec.nodeName !== undefined) problems.push('spec.template.spec.nodeName must not be set (the controller places one Pod per node)');
+  problems.push(...workloadTemplateProblems({ ...ds, kind: 'DaemonSet' }));
   // The lab's nodes have no taints, so tolerations change nothing; an affinity would select nodes.
-  if (tspec.affinity !== undefined) problems.push('spec.template.spec.affinity is not supported by the lab (use nodeSelector)');
-  const pod: KubeObject = { apiVersion: 'v1', kind: 'Pod', metadata: { name: ds.metadata.name }, spec: tspec };
-  for (const p of podSpecProblems(pod)) problems.push(p.replace(/^spec\./, 'spec.template.spec.'));
+  if (((spec.template as Obj | undefined)?.spec as Obj | undefined)?.affinity !== undefined) problems.push('spec.template.spec.affinity is not supported by the lab (use nodeSelector)');
   return problems;
 }
 

@@ -5,7 +5,6 @@
  * honour gets no Pods; the reason is logged and recorded as an Event on it.
  */
 import type * as k8s from '@kubernetes/client-node';
-import type { KubeObject } from '../../daemon/policy/types.js';
 import type { Controller } from './controllers.js';
 import { deploymentPod, deploymentProblems, isDeploymentPod, planDeployment } from './deployment.js';
 import { isTerminating } from './endpointslices.js';
@@ -13,12 +12,11 @@ import { startInformer } from './informers.js';
 import { controllerOf, podNameSuffix } from './owners.js';
 import { resolveKind } from '../kinds.js';
 import { deepEqual } from '../apiserver/patch.js';
-import { ignore404, type RestClient } from '../restclient.js';
+import { ignore404, recordEvent, type RestClient } from '../restclient.js';
 import { KeyedQueue, type Log } from './workqueue.js';
 
 const DEPLOYMENT = resolveKind('deployments');
 const POD = resolveKind('pods');
-const EVENT = resolveKind('events');
 
 export function startDeploymentController(kc: k8s.KubeConfig, rest: RestClient, log: Log): Controller {
   const refusedLogged = new Map<string, string>();
@@ -38,7 +36,7 @@ export function startDeploymentController(kc: k8s.KubeConfig, rest: RestClient, 
         if (refusedLogged.get(key) !== message) {
           refusedLogged.set(key, message);
           log('error', message);
-          await event(d, 'Warning', 'LabRefused', message);
+          await recordEvent(rest, { ...d, kind: 'Deployment' }, { type: 'Warning', reason: 'LabRefused', message, component: 'sluice-lab-deployment-controller' });
         }
         return;
       }
@@ -64,13 +62,6 @@ export function startDeploymentController(kc: k8s.KubeConfig, rest: RestClient, 
     },
     2,
   );
-  const event = (d: KubeObject, type: string, reason: string, message: string) =>
-    rest.create(EVENT, {
-      apiVersion: 'v1', kind: 'Event',
-      metadata: { name: `${d.metadata.name}.${Date.now().toString(16)}`, namespace: d.metadata.namespace },
-      involvedObject: { apiVersion: 'apps/v1', kind: 'Deployment', name: d.metadata.name, namespace: d.metadata.namespace, uid: d.metadata.uid },
-      type, reason, message, source: { component: 'sluice-lab-deployment-controller' }, count: 1,
-    }).catch(() => undefined);
   const ready = (): Promise<void> => Promise.all([deployments.synced, pods.synced]).then(() => undefined);
   const enqueue = (key: string): void => void ready().then(() => queue.enqueue(key));
   const deployments = startInformer(kc, rest, DEPLOYMENT, (_ev, d) => enqueue(`${d.metadata.namespace}/${d.metadata.name}`));

@@ -10,8 +10,7 @@
  */
 import type { KubeObject } from '../../daemon/policy/types.js';
 import { isPodReady } from './daemonset.js';
-import { isControlledBy, templateHash } from './owners.js';
-import { podSpecProblems } from './podspec.js';
+import { isControlledBy, templateHash, workloadTemplateProblems } from './owners.js';
 
 export const TEMPLATE_HASH_LABEL = 'pod-template-hash';
 
@@ -28,15 +27,6 @@ export function deploymentProblems(d: KubeObject): string[] {
   for (const key of Object.keys(spec)) if (!known.has(key)) problems.push(`spec.${key} is not supported by the lab's Deployment controller`);
   if (spec.replicas !== undefined && !(Number.isInteger(spec.replicas) && (spec.replicas as number) >= 0)) problems.push(`spec.replicas ${JSON.stringify(spec.replicas)} is not a count`);
   if (spec.minReadySeconds !== undefined && spec.minReadySeconds !== 0) problems.push('spec.minReadySeconds: only 0 is supported (a Pod is available as soon as it is Ready)');
-  const selector = isObj(spec.selector) ? spec.selector : undefined;
-  if (!selector || !isObj(selector.matchLabels) || Object.keys(selector).some((k) => k !== 'matchLabels')) problems.push('spec.selector: only matchLabels is supported');
-  const template = isObj(spec.template) ? spec.template : undefined;
-  const labels = (isObj(template?.metadata) ? (template!.metadata as Obj).labels : undefined) as Record<string, string> | undefined;
-  if (selector && isObj(selector.matchLabels)) {
-    for (const [k, v] of Object.entries(selector.matchLabels)) {
-      if (labels?.[k] !== v) problems.push(`spec.selector.matchLabels ${k}=${String(v)} does not match spec.template.metadata.labels`);
-    }
-  }
   const strategy = (isObj(spec.strategy) ? spec.strategy : {}) as Obj;
   const type = strategy.type ?? 'RollingUpdate';
   if (type !== 'RollingUpdate' && type !== 'Recreate') problems.push(`spec.strategy.type "${String(type)}" is not RollingUpdate or Recreate`);
@@ -48,11 +38,7 @@ export function deploymentProblems(d: KubeObject): string[] {
   } catch (err) {
     problems.push((err as Error).message);
   }
-  if (!template) return [...problems, 'spec.template is required'];
-  const tspec = (template.spec ?? {}) as Obj;
-  if (tspec.nodeName !== undefined) problems.push('spec.template.spec.nodeName must not be set (the scheduler places the Pods)');
-  const pod: KubeObject = { apiVersion: 'v1', kind: 'Pod', metadata: { name: d.metadata.name }, spec: tspec };
-  for (const p of podSpecProblems(pod)) problems.push(p.replace(/^spec\./, 'spec.template.spec.'));
+  problems.push(...workloadTemplateProblems({ ...d, kind: 'Deployment' }));
   return problems;
 }
 

@@ -6,6 +6,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { KubeObject } from '../../daemon/policy/types.js';
 import { stableJson } from '../restclient.js';
+import { podSpecProblems } from './podspec.js';
 
 type Obj = Record<string, unknown>;
 export interface OwnerRef { apiVersion?: string; kind?: string; name?: string; uid?: string; controller?: boolean }
@@ -28,3 +29,30 @@ export const templateHash = (workload: KubeObject): string => createHash('sha256
 
 /** The random end of a controller-made Pod name: 5 characters from Kubernetes' alphabet (no vowels). */
 export const podNameSuffix = (): string => [...randomBytes(5)].map((b) => 'bcdfghjklmnpqrstvwxz2456789'[b % 27]).join('');
+
+const isObj = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+/**
+ * What a workload's selector and Pod template must be for the lab's controllers, each problem
+ * naming its field: matchLabels only, matching the template's labels; the template's Pod as the
+ * podman kubelet can run it (no nodeName: the controller or the scheduler places it).
+ */
+export function workloadTemplateProblems(workload: KubeObject): string[] {
+  const spec = (workload.spec ?? {}) as Obj;
+  const problems: string[] = [];
+  const selector = isObj(spec.selector) ? spec.selector : undefined;
+  if (!selector || !isObj(selector.matchLabels) || Object.keys(selector).some((k) => k !== 'matchLabels')) problems.push('spec.selector: only matchLabels is supported');
+  const template = isObj(spec.template) ? spec.template : undefined;
+  const labels = (isObj(template?.metadata) ? (template!.metadata as Obj).labels : undefined) as Record<string, string> | undefined;
+  if (selector && isObj(selector.matchLabels)) {
+    for (const [k, v] of Object.entries(selector.matchLabels)) {
+      if (labels?.[k] !== v) problems.push(`spec.selector.matchLabels ${k}=${String(v)} does not match spec.template.metadata.labels`);
+    }
+  }
+  if (!template) return [...problems, 'spec.template is required'];
+  const tspec = (template.spec ?? {}) as Obj;
+  if (tspec.nodeName !== undefined) problems.push(`spec.template.spec.nodeName must not be set (the ${workload.kind === 'DaemonSet' ? 'controller places one Pod per node' : 'scheduler places the Pods'})`);
+  const pod: KubeObject = { apiVersion: 'v1', kind: 'Pod', metadata: { name: workload.metadata.name }, spec: tspec };
+  for (const p of podSpecProblems(pod)) problems.push(p.replace(/^spec\./, 'spec.template.spec.'));
+  return problems;
+}
