@@ -81,7 +81,16 @@ interface LogEntry {
   /** The object (ADDED, MODIFIED), the patch (MODIFIED of an AddressGroupPatch), undefined (DELETED). */
   object: ControlPlaneObject | ControlPlaneAddressGroupPatch | undefined;
   /** The Node's view versions at the end of the batch that made it (VIEW_VERSIONS_ANNOTATION); set when the batch ends. */
-  viewVersions?: string;
+  viewVersions?: ViewVersions;
+}
+
+/**
+ * A view's versions per kind at the end of a batch. Its text is made when first served: most Nodes
+ * of a change have no watch open at that moment, and formatting it for each of thousands of Nodes
+ * at every change would cost more than the change.
+ */
+interface ViewVersions extends Record<ControlPlaneKind, number> {
+  text?: string;
 }
 
 interface Watcher {
@@ -106,6 +115,9 @@ interface NodeView {
   watchers: Set<Watcher>;
   /** Per kind, the version of the view's last change of that kind (0: none yet). */
   last: Record<ControlPlaneKind, number>;
+  /** The batch whose end `versions` holds (flush stamps each view once per batch). */
+  stamped: number;
+  versions: ViewVersions | undefined;
 }
 
 export interface ControlPlaneNodeStatus {
@@ -135,9 +147,14 @@ export class ControlPlaneStore {
   private unknownFloor: number;
   private depth = 0;
   private logging: boolean;
-  private pending: { view: NodeView; entry: LogEntry }[] = [];
+  /** This batch's logged entries and the view of each (two arrays: no pair per Node of a change). */
+  private pendingViews: NodeView[] = [];
+  private pendingEntries: LogEntry[] = [];
+  private batches = 0;
   /** Equality results of this batch by (held, new) reference pair: one object is set on many Nodes. */
   private equalCache = new WeakMap<object, { other: object; equal: boolean }>();
+  /** Wire names by kind and key: one change is set on many Nodes, each asking for the same name. */
+  private readonly names: Record<ControlPlaneKind, Map<string, string>> = { NetworkPolicy: new Map(), AppliedToGroup: new Map(), AddressGroup: new Map() };
 
   constructor(opts: ControlPlaneStoreOptions = {}) {
     const n = opts.eventsPerNode ?? 1000;
@@ -161,11 +178,16 @@ export class ControlPlaneStore {
    * carries instead of the whole group); objects equal to what the Node holds make no event.
    */
   set(node: string, kind: ControlPlaneKind, key: string, object: ControlPlaneObject | undefined, patch?: ControlPlaneAddressGroupPatch): void {
+    // Outside a batch, as a batch of its own (inside one, no closure per Node of a change).
+    if (this.depth === 0) {
+      this.batch(() => this.set(node, kind, key, object, patch));
+      return;
+    }
     if (typeof node !== 'string' || node === '') throw new Error('set: the Node name is empty');
     if (!CONTROLPLANE_KINDS.includes(kind)) throw new Error(`set: unknown kind "${kind}"`);
     if (object !== undefined && object.kind !== kind) throw new Error(`set: a ${object.kind} object given as ${kind} "${key}"`);
     if (patch !== undefined && (kind !== 'AddressGroup' || patch.kind !== 'AddressGroupPatch')) throw new Error(`set: a patch given for ${kind} "${key}"; only AddressGroups take AddressGroupPatch`);
-    const name = controlPlaneName(kind, key);
+    const name = this.nameOf(kind, key);
     let view = this.views.get(node);
     const held = view?.objects[kind].get(name);
     if (!held && object === undefined) return;
@@ -174,25 +196,35 @@ export class ControlPlaneStore {
     const patched = patch !== undefined && (patch.upserted.length > 0 || patch.removed.length > 0);
     if (held && object !== undefined && !patched && this.equal(held.object, object)) return;
     if (!view) this.views.set(node, (view = this.newView()));
-    this.batch(() => {
-      const rv = ++this.rv;
-      let entry: LogEntry;
-      if (object === undefined) {
-        view.objects[kind].delete(name);
-        entry = { rv, kind, name, type: 'DELETED', object: undefined };
-      } else {
-        view.objects[kind].set(name, { object, rv });
-        entry = held ? { rv, kind, name, type: 'MODIFIED', object: patch ?? object } : { rv, kind, name, type: 'ADDED', object };
-      }
-      view.last[kind] = rv;
-      if (this.logging || view.watchers.size > 0) {
-        this.append(view, entry);
-        this.pending.push({ view, entry });
-      } else {
-        // Not logged: a watch from before this change cannot resume (it lists again).
-        view.floor[kind] = rv;
-      }
-    });
+    const rv = ++this.rv;
+    let entry: LogEntry;
+    if (object === undefined) {
+      view.objects[kind].delete(name);
+      entry = { rv, kind, name, type: 'DELETED', object: undefined };
+    } else {
+      view.objects[kind].set(name, { object, rv });
+      entry = held ? { rv, kind, name, type: 'MODIFIED', object: patch ?? object } : { rv, kind, name, type: 'ADDED', object };
+    }
+    view.last[kind] = rv;
+    if (this.logging || view.watchers.size > 0) {
+      this.append(view, entry);
+      this.pendingViews.push(view);
+      this.pendingEntries.push(entry);
+    } else {
+      // Not logged: a watch from before this change cannot resume (it lists again).
+      view.floor[kind] = rv;
+    }
+  }
+
+  private nameOf(kind: ControlPlaneKind, key: string): string {
+    const names = this.names[kind];
+    let name = names.get(key);
+    if (name === undefined) {
+      name = controlPlaneName(kind, key);
+      if (names.size >= 1 << 16) names.clear();
+      names.set(key, name);
+    }
+    return name;
   }
 
   /** Logs every change from now on (see ControlPlaneStoreOptions.deferLog). */
@@ -350,6 +382,8 @@ export class ControlPlaneStore {
       floor: { NetworkPolicy: this.unknownFloor, AppliedToGroup: this.unknownFloor, AddressGroup: this.unknownFloor },
       watchers: new Set(),
       last: { NetworkPolicy: 0, AppliedToGroup: 0, AddressGroup: 0 },
+      stamped: 0,
+      versions: undefined,
     };
   }
 
@@ -368,19 +402,26 @@ export class ControlPlaneStore {
   }
 
   private flush(): void {
-    const pending = this.pending;
-    this.pending = [];
+    const views = this.pendingViews;
+    const entries = this.pendingEntries;
+    this.pendingViews = [];
+    this.pendingEntries = [];
     this.equalCache = new WeakMap();
     // Every event of the batch asks for the view as the batch left it: one change reaches a Node on
     // up to three streams, and its agent enforces it only once it holds all of it.
-    const texts = new Map<NodeView, string>();
-    for (const { view, entry } of pending) {
-      let text = texts.get(view);
-      if (text === undefined) texts.set(view, (text = viewVersionsText(view)));
-      entry.viewVersions = text;
+    const batch = ++this.batches;
+    for (let i = 0; i < views.length; i++) {
+      const view = views[i]!;
+      if (view.stamped !== batch || view.versions === undefined) {
+        view.stamped = batch;
+        view.versions = { ...view.last };
+      }
+      entries[i]!.viewVersions = view.versions;
     }
-    for (const { view, entry } of pending) {
+    for (let i = 0; i < views.length; i++) {
+      const view = views[i]!;
       if (view.watchers.size === 0) continue;
+      const entry = entries[i]!;
       const event = toEvent(entry);
       for (const w of [...view.watchers]) if (w.kind === entry.kind && entry.rv > w.lastRv) this.deliver(view, w, event, entry.rv);
     }
@@ -461,7 +502,8 @@ function bodyTail(object: ControlPlaneObject): Buffer {
 }
 
 function toEvent(e: LogEntry): ControlPlaneEvent {
-  const metadata = { name: e.name, resourceVersion: String(e.rv), ...(e.viewVersions ? { annotations: { [VIEW_VERSIONS_ANNOTATION]: e.viewVersions } } : {}) };
+  const v = e.viewVersions;
+  const metadata = { name: e.name, resourceVersion: String(e.rv), ...(v ? { annotations: { [VIEW_VERSIONS_ANNOTATION]: (v.text ??= formatViewVersions(v)) } } : {}) };
   if (e.type === 'DELETED') return { type: 'DELETED', object: { apiVersion: CONTROLPLANE_API_VERSION, kind: e.kind, metadata } };
   const object = e.object!;
   if (object.kind === 'AddressGroupPatch') return { type: 'MODIFIED', object: { ...object, metadata: { ...object.metadata, ...metadata } } };
