@@ -27,16 +27,9 @@ import {
 
 export type ControlPlaneConnection = 'connected' | 'disconnected';
 
-export interface ControlPlaneWatcherOptions {
-  /** The controller's base URL, e.g. "https://sluice-controller.kube-system.svc:443". */
-  server: string;
+/** Where the controller is and how to reach and authenticate to it (ControllerAccess), and what to follow. */
+export interface ControlPlaneWatcherOptions extends ControllerAccess {
   nodeName: string;
-  /** Bearer token, or a function read at every request (projected tokens rotate). */
-  token?: string | (() => string);
-  /** PEM CA bundle the controller's certificate must chain to (https only), or where to read it at each request (ControllerAccess.ca). */
-  ca?: ControllerAccess['ca'];
-  /** Resolves the server's host name (ControllerAccess.lookup). */
-  lookup?: LookupFunction;
   /** The kinds to follow (default all three). */
   kinds?: readonly ControlPlaneKind[];
   /** After every (re)list: the whole set of `kind` the Node sees now. */
@@ -352,7 +345,9 @@ export class ControlPlaneWatcher {
 
 /** The controller's address and the agent's credentials for it. */
 export interface ControllerAccess {
+  /** The controller's base URL, e.g. "https://sluice-controller.sluice-system.svc:443". */
   server: string;
+  /** Bearer token, or a function read at every request (projected tokens rotate). */
   token?: string | (() => string) | undefined;
   /**
    * The PEM CA bundle the controller's certificate must chain to (https), or a function read
@@ -414,7 +409,7 @@ async function send(
   const { signal } = opts;
   signal?.throwIfAborted();
   const https_ = url.protocol === 'https:';
-  const ca = https_ && typeof access.ca === 'function' ? await untilAborted(access.ca(), signal) : access.ca;
+  const ca = !https_ ? undefined : typeof access.ca === 'function' ? await untilAborted(access.ca(), signal) : access.ca;
   const token = typeof access.token === 'function' ? access.token() : access.token;
   const headers: Record<string, string> = { Accept: 'application/json' };
   if (token) headers.Authorization = `Bearer ${token}`;
@@ -423,7 +418,7 @@ async function send(
   const lookup = access.lookup !== undefined ? { lookup: access.lookup } : {};
   return new Promise((resolve, reject) => {
     const req = https_
-      ? https.request(url, { method, headers, ...lookup, ...(ca !== undefined && typeof ca !== 'function' ? { ca } : {}) })
+      ? https.request(url, { method, headers, ...lookup, ...(ca !== undefined ? { ca } : {}) })
       : http.request(url, { method, headers, ...lookup });
     opts.onRequest?.(req);
     if (signal) {

@@ -260,21 +260,24 @@ export function dsInstallSuite(opts: DsInstallOptions): void {
     for (const l of lines.filter((x) => /sluice-controller-/.test(x))) t.match(l, /^sluice-system\s+sluice-controller-\S+\s+1\/1\s+Running\s/, 'controller READY 1/1 Running');
   });
 
+  const isLeader = (p: KubeObject) => p.metadata.labels?.[LEADER_LABEL] === 'true';
+  /** Whether the node's agent reports itself connected to the controller within 60 s. */
+  const followsController = async (node: string): Promise<boolean> => {
+    for (const end = Date.now() + 60_000; Date.now() < end; await sleep(250)) {
+      if (((await status(node)) as { enforcement?: { controlPlane?: { connected?: boolean } } } | undefined)?.enforcement?.controlPlane?.connected) return true;
+    }
+    return false;
+  };
+
   t.test('the controller runs as a Deployment: two replicas on two nodes, one leading; every agent follows it', async (t) => {
-    const controllers = await waitPods('sluice-controller', (pods) => pods.filter((p) => p.metadata.labels?.[LEADER_LABEL] === 'true').length === 1, 60_000);
+    const controllers = await waitPods('sluice-controller', (pods) => pods.filter(isLeader).length === 1, 60_000);
     t.equal(controllers.filter(isPodReady).length, 2, 'both replicas Ready');
     t.same(controllers.map((p) => p.spec?.nodeName).sort(), NODES, 'one per node (its port is a host port)');
     for (const p of controllers) t.equal(p.status?.podIP, p.status?.hostIP, `${p.metadata.name}: on the host network`);
-    t.equal(controllers.filter((p) => p.metadata.labels?.[LEADER_LABEL] === 'true').length, 1, 'exactly one carries the leader label the Service selects');
+    t.equal(controllers.filter(isLeader).length, 1, 'exactly one carries the leader label the Service selects');
     const deploy = await rest.get(resolveKind('deployments'), 'sluice-controller', 'sluice-system');
     t.match(deploy.status, { replicas: 2, readyReplicas: 2, updatedReplicas: 2 }, 'Deployment status');
-    for (const node of NODES) {
-      let cp: { connected?: boolean } | undefined;
-      for (const end = Date.now() + 60_000; Date.now() < end && !cp?.connected; await sleep(250)) {
-        cp = ((await status(node)) as { enforcement?: { controlPlane?: { connected?: boolean } } } | undefined)?.enforcement?.controlPlane;
-      }
-      t.equal(cp?.connected, true, `${node}: the agent follows the controller (its Service's ClusterIP, looked up through the API; the CA from ConfigMap sluice-ca)`);
-    }
+    for (const node of NODES) t.ok(await followsController(node), `${node}: the agent follows the controller (its Service's ClusterIP, looked up through the API; the CA from ConfigMap sluice-ca)`);
     // The aggregation layer reaches the leader through the Service (the API server's availability check).
     let available: unknown;
     for (const end = Date.now() + 60_000; Date.now() < end; await sleep(500)) {
@@ -287,22 +290,16 @@ export function dsInstallSuite(opts: DsInstallOptions): void {
 
     // The leader's Pod deleted (a node drain, a rollout): it gives up its Lease as it stops, the
     // standby leads and takes the label, the Deployment replaces the Pod where the port is free.
-    const leader = controllers.find((p) => p.metadata.labels?.[LEADER_LABEL] === 'true')!;
+    const leader = controllers.find(isLeader)!;
     const standby = controllers.find((p) => p !== leader)!;
     const started = performance.now();
     await rest.delete(POD, leader.metadata.name, 'sluice-system');
     const after = await waitPods('sluice-controller', (pods) => !pods.some((p) => p.metadata.name === leader.metadata.name)
-      && pods.find((p) => p.metadata.name === standby.metadata.name)?.metadata.labels?.[LEADER_LABEL] === 'true', 90_000);
+      && pods.some((p) => p.metadata.name === standby.metadata.name && isLeader(p)), 90_000);
     const tookOver = ((performance.now() - started) / 1000).toFixed(1);
-    t.equal(after.find((p) => p.metadata.labels?.[LEADER_LABEL] === 'true')?.metadata.name, standby.metadata.name, `the standby leads (${tookOver} s after the delete, its replacement Ready)`);
+    t.equal(after.find(isLeader)?.metadata.name, standby.metadata.name, `the standby leads (${tookOver} s after the delete, its replacement Ready)`);
     t.same(after.map((p) => p.spec?.nodeName).sort(), NODES, 'the replacement runs on the node the deleted one left');
-    for (const node of NODES) {
-      let cp: { connected?: boolean } | undefined;
-      for (const end = Date.now() + 60_000; Date.now() < end && !cp?.connected; await sleep(250)) {
-        cp = ((await status(node)) as { enforcement?: { controlPlane?: { connected?: boolean } } } | undefined)?.enforcement?.controlPlane;
-      }
-      t.equal(cp?.connected, true, `${node}: the agent follows the new leader`);
-    }
+    for (const node of NODES) t.ok(await followsController(node), `${node}: the agent follows the new leader`);
     t.comment(`controller leader Pod deleted (${primary}): the standby led and a replacement was Ready ${tookOver} s later; agents following after ${((performance.now() - started) / 1000).toFixed(1)} s`);
   });
 

@@ -174,11 +174,8 @@ export class ControllerModeEnforcer {
       log,
     });
     this.watcher = new ControlPlaneWatcher({
-      server: opts.controller.server,
+      ...opts.controller,
       nodeName: opts.nodeName,
-      ...(opts.controller.token !== undefined ? { token: opts.controller.token } : {}),
-      ...(opts.controller.ca !== undefined ? { ca: opts.controller.ca } : {}),
-      ...(opts.controller.lookup !== undefined ? { lookup: opts.controller.lookup } : {}),
       onSync: (kind, items) => this.follower.onSync(kind, items),
       onEvent: (kind, e) => this.follower.onEvent(kind, e),
       onState: (s, reason) => this.follower.onState(s, reason),
