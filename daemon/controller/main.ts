@@ -21,7 +21,7 @@ import { TokenReviewAuthenticator } from './auth.js';
 import { PolicyController } from './controller.js';
 import { EventCost } from './event-cost.js';
 import { KubeLeaseLock, LeaderElector } from './leader.js';
-import { labelLeaderPod } from './leader-pod.js';
+import { LeaderPodLabel } from './leader-pod.js';
 import { type ControllerFlags, LEASE_NAME, parseControllerFlags } from './flags.js';
 import { ControlPlaneStore } from './store.js';
 import { TraceflowBroker } from './traceflows.js';
@@ -78,15 +78,8 @@ async function main(): Promise<number> {
   let elector: LeaderElector | undefined;
   // In a Pod, the Service sends agents to the Pod labelled as the leader's (leader-pod.ts).
   const podName = process.env.POD_NAME;
-  const label = (on: boolean) => {
-    if (!podName) return;
-    labelLeaderPod(access, ns, podName, on).then(
-      () => log.info({ pod: podName, leader: on }, on ? 'leader: this Pod receives the agents' : 'leader: this Pod no longer receives the agents'),
-      (err) => log.warn({ err: (err as Error).message }, 'leader: could not move the leader label; retried at the next change of leadership'),
-    );
-  };
-  // A restarted container of a former leader: its Pod may still carry the label.
-  label(false);
+  const leaderLabel = podName ? new LeaderPodLabel({ io: access, namespace: ns, pod: podName, log: (level, message) => log[level](message) }) : undefined;
+  const label = (on: boolean) => leaderLabel?.set(on);
   const auth = new TokenReviewAuthenticator({ api: access });
   const sar = new SubjectAccessReviewer(access);
   // Requests the aggregation layer proxies carry the user in headers, trusted on its client certificate only.
@@ -210,6 +203,7 @@ async function main(): Promise<number> {
   shuttingDown = true;
   clearInterval(renewal);
   await elector?.stop();
+  leaderLabel?.close();
   server.api.endWatches();
   // Waiting realization questions and traces are answered before the server waits for open requests.
   controller.close();
