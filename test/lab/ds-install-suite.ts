@@ -288,19 +288,34 @@ export function dsInstallSuite(opts: DsInstallOptions): void {
     t.match(available, { status: 'True' }, 'APIService v1beta1.controlplane.sluice.io Available (kubectl get addressgroups.controlplane.sluice.io works)');
     for (const p of controllers) restartReport(t, p);
 
-    // The leader's Pod deleted (a node drain, a rollout): it gives up its Lease as it stops, the
-    // standby leads and takes the label, the Deployment replaces the Pod where the port is free.
+    // The leader's Pod deleted (a node drain, a rollout): it gives up its Lease as it stops; a
+    // replica that has computed every view takes it and the label (the standby, or the replacement
+    // when that one is computed before the standby's next retry); the Deployment replaces the Pod
+    // where the port is free.
     const leader = controllers.find(isLeader)!;
     const standby = controllers.find((p) => p !== leader)!;
     const started = performance.now();
     await rest.delete(POD, leader.metadata.name, 'sluice-system');
-    const after = await waitPods('sluice-controller', (pods) => !pods.some((p) => p.metadata.name === leader.metadata.name)
-      && pods.some((p) => p.metadata.name === standby.metadata.name && isLeader(p)), 90_000);
+    const after = await waitPods('sluice-controller', (pods) => !pods.some((p) => p.metadata.name === leader.metadata.name) && pods.filter(isLeader).length === 1, 90_000);
     const tookOver = ((performance.now() - started) / 1000).toFixed(1);
-    t.equal(after.find(isLeader)?.metadata.name, standby.metadata.name, `the standby leads (${tookOver} s after the delete, its replacement Ready)`);
+    const next = after.find(isLeader);
+    const logOf = (p: KubeObject) => podContainerLog(LAB, String(p.spec?.nodeName), String(p.metadata.uid), 'sluice-controller').trim().split('\n');
+    const messages = next ? logOf(next).map((l) => { try { return String((JSON.parse(l) as { msg?: unknown }).msg); } catch { return ''; } }) : [];
+    const computedAt = messages.findIndex((m) => /every Node's view is computed/.test(m));
+    const acquiredAt = messages.findIndex((m) => /acquired Lease/.test(m));
+    const which = next?.metadata.name === standby.metadata.name ? 'the standby' : 'the replacement';
+    const led = t.ok(next && next.metadata.name !== leader.metadata.name, `another replica leads (${tookOver} s after the delete, its replacement Ready)`);
+    const computedFirst = t.ok(computedAt >= 0 && acquiredAt > computedAt, `${which} took the Lease only once every Node's view was computed`);
+    if (!led || !computedFirst) {
+      // What each replica said about the Lease and the label: the deleted leader's log stays on its node.
+      for (const p of [leader, ...after]) {
+        const said = logOf(p).filter((l) => /leader|Lease|stopping|listed/.test(l)).slice(-12).join('\n  ');
+        t.comment(`${p.metadata.name} (${p.metadata.name === leader.metadata.name ? 'deleted leader' : isLeader(p) ? 'labelled leader' : 'not labelled'}):\n  ${said}`);
+      }
+    }
     t.same(after.map((p) => p.spec?.nodeName).sort(), NODES, 'the replacement runs on the node the deleted one left');
     for (const node of NODES) t.ok(await followsController(node), `${node}: the agent follows the new leader`);
-    t.comment(`controller leader Pod deleted (${primary}): the standby led and a replacement was Ready ${tookOver} s later; agents following after ${((performance.now() - started) / 1000).toFixed(1)} s`);
+    t.comment(`controller leader Pod deleted (${primary}): ${which} led and a replacement was Ready ${tookOver} s later; agents following after ${((performance.now() - started) / 1000).toFixed(1)} s`);
   });
 
   t.test('enforced on the adopted Pods: k8s-netpol verdicts = simulate', async (t) => {
