@@ -25,8 +25,9 @@
  * - the full agents: bytes received, CPU per event, event -> flows compiled, for each mode.
  *
  * usage: node --expose-gc dist/bench/scale.js [--pods 150000] [--nodes 5000] [--policies 10000]
- *          [--watchers 500] [--reps 10] [--no-standalone] [--profile-controller DIR]
- * (--profile-controller: the controller runs with --cpu-prof, its profile written to DIR at its exit.)
+ *          [--watchers 500] [--reps 10] [--no-standalone] [--profile-controller DIR] [--profile-agents DIR]
+ * (--profile-controller: the controller runs with --cpu-prof, its profile written to DIR at its exit;
+ * --profile-agents: each full agent's CPU profile of the churn, written to DIR.)
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -52,7 +53,9 @@ const POLICIES = arg('policies', 10_000);
 const WATCHERS = Math.min(arg('watchers', 500), NODES);
 const REPS = arg('reps', 10);
 const STANDALONE = !process.argv.includes('--no-standalone');
-const PROFILE_DIR = process.argv.includes('--profile-controller') ? process.argv[process.argv.indexOf('--profile-controller') + 1] : undefined;
+const flag = (name: string) => (process.argv.includes(`--${name}`) ? process.argv[process.argv.indexOf(`--${name}`) + 1] : undefined);
+const PROFILE_DIR = flag('profile-controller');
+const AGENT_PROFILE_DIR = flag('profile-agents');
 const PODS_PER_NS = 20;
 const NS = 'sluice-system';
 const ADMIN_TOKEN = 'scale-bench-admin';
@@ -199,6 +202,7 @@ interface FullAgent {
   figures(collect?: boolean): Promise<ScaleAgentFigures>;
 }
 
+const profiled: string[] = [];
 function fullAgent(label: string, config: ScaleAgentConfig): FullAgent {
   const child = fork(join(here, 'scale', 'agent.js'), [], { execArgv: ['--expose-gc', '--max-old-space-size=8192'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   children.push(child);
@@ -212,6 +216,7 @@ function fullAgent(label: string, config: ScaleAgentConfig): FullAgent {
   child.on('message', (m: ScaleAgentMessage) => {
     if (m.type === 'ready') readyResolve({ at: m.at, figures: m.figures });
     else if (m.type === 'commit') commits.push(m.at);
+    else if (m.type === 'profiled') profiled.push(m.file);
     else if (m.type === 'figures') {
       const waiting = asked;
       asked = [];
@@ -357,6 +362,7 @@ async function settle(quietMs = 1000): Promise<void> {
 }
 
 await settle();
+if (AGENT_PROFILE_DIR) for (const a of agents) a.child.send({ type: 'profile' });
 for (const kind of churn) {
   const controllerMs: number[] = [];
   const updated: number[] = [];
@@ -415,6 +421,11 @@ for (const kind of churn) {
   }
 }
 
+if (AGENT_PROFILE_DIR) {
+  agents.forEach((a, j) => a.child.send({ type: 'profile-stop', file: join(AGENT_PROFILE_DIR, `agent-${j}-${a.label.replace(/[^a-z0-9]+/gi, '-')}.cpuprofile`) }));
+  while (profiled.length < agents.length) await sleep(100);
+  console.log(`agent CPU profiles of the churn: ${profiled.join(', ')}`);
+}
 const endFigures = await Promise.all(agents.map((a) => a.figures()));
 const finalStatus = JSON.parse((await controllerGet(port, '/status', ca, ADMIN_TOKEN)).body) as { memory?: Record<string, number> };
 console.log(`\nafter the churn: controller RSS ${proc(controller.pid!).rssMiB} MiB (${JSON.stringify(finalStatus.memory)}); ${agents.map((a, j) => `agent ${a.label} RSS ${endFigures[j]!.rssMiB} MiB (heap ${endFigures[j]!.heapMiB} MiB, ${endFigures[j]!.flows} flows)`).join('; ')}`);

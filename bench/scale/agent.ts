@@ -12,7 +12,8 @@
  * same measure in both modes. Messages to the parent: `ready` once the first state is compiled,
  * `commit` after each compile that took a change in, `figures` when asked.
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import { pino } from 'pino';
 import { realClock } from '../../daemon/clock.js';
 import { ControlPlaneWatcher } from '../../daemon/controlplane/client.js';
@@ -49,7 +50,23 @@ export interface ScaleAgentFigures {
 export type ScaleAgentMessage =
   | { type: 'ready'; at: number; figures: ScaleAgentFigures }
   | { type: 'commit'; at: number }
-  | { type: 'figures'; figures: ScaleAgentFigures };
+  | { type: 'figures'; figures: ScaleAgentFigures }
+  | { type: 'profiled'; file: string };
+
+/** The CPU profile of a window (the churn), when the parent asks for one. */
+let profiler: Session | undefined;
+async function startProfile(): Promise<void> {
+  profiler = new Session();
+  profiler.connect();
+  await profiler.post('Profiler.enable');
+  await profiler.post('Profiler.start');
+}
+async function stopProfile(file: string): Promise<void> {
+  const { profile } = await profiler!.post('Profiler.stop');
+  writeFileSync(file, JSON.stringify(profile));
+  profiler!.disconnect();
+  send({ type: 'profiled', file });
+}
 
 const log = pino({ level: process.env.SCALE_AGENT_LOG ?? 'silent' });
 const send = (m: ScaleAgentMessage) => process.send?.(m);
@@ -162,7 +179,7 @@ async function standaloneMode(c: ScaleAgentConfig): Promise<void> {
   send({ type: 'ready', at: now(), figures: figures() });
 }
 
-process.on('message', (m: { type: string; config?: ScaleAgentConfig; collect?: boolean }) => {
+process.on('message', (m: { type: string; config?: ScaleAgentConfig; collect?: boolean; file?: string }) => {
   if (m.type === 'start') {
     const c = m.config!;
     (c.mode === 'controller' ? controllerMode(c) : standaloneMode(c)).catch((err) => {
@@ -170,6 +187,8 @@ process.on('message', (m: { type: string; config?: ScaleAgentConfig; collect?: b
       process.exit(1);
     });
   } else if (m.type === 'figures') send({ type: 'figures', figures: figures(m.collect ?? true) });
+  else if (m.type === 'profile') void startProfile();
+  else if (m.type === 'profile-stop') void stopProfile(m.file!);
   else if (m.type === 'stop') process.exit(0);
 });
 // The parent gone (killed, crashed): nothing to report to.
