@@ -27,7 +27,7 @@
  * usage: node --expose-gc dist/bench/scale.js [--pods 150000] [--nodes 5000] [--policies 10000]
  *          [--watchers 500] [--reps 10] [--no-standalone] [--profile-controller DIR] [--profile-agents DIR]
  * (--profile-controller: the controller runs with --cpu-prof, its profile written to DIR at its exit;
- * --profile-agents: each full agent's CPU profile of the churn, written to DIR.)
+ * --profile-agents: each full agent's CPU profile and allocation samples of the churn, written to DIR.)
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
