@@ -129,6 +129,11 @@ interface GroupRecord {
   peerJson: string;
   /** A label every member must carry (from the Pod selector's matchLabels), to skip Pods quickly. */
   requiredLabel?: [string, string];
+  /**
+   * Without a required Pod label: a label every member's namespace must carry (from the namespace
+   * selector's matchLabels), so a Pod of another namespace never looks at the group.
+   */
+  requiredNamespaceLabel?: [string, string];
   /** Named-port filter ("TCP/http" keys; see AddressGroup.namedPorts). */
   namedPorts?: string[];
   portFilter?: ReadonlySet<string>;
@@ -170,6 +175,18 @@ function lowerBoundOrder(list: readonly { order: number }[], x: number): number 
 /** Where a Pod-holding group requiring label `key`=`value` is filed (podGroupsByLabel). */
 function labelIndexKey(key: string, value: string): string {
   return `${key}\0${value}`;
+}
+
+/** Where a Pod-holding group requiring namespace label `key`=`value` is filed (no label key holds \u0001). */
+function namespaceLabelIndexKey(key: string, value: string): string {
+  return `\u0001${key}\0${value}`;
+}
+
+/** A Pod-holding unscoped group's key in podGroupsByLabel: what a Pod must have for the group to look at it. */
+function podIndexKey(g: GroupRecord): string {
+  if (g.requiredLabel) return labelIndexKey(...g.requiredLabel);
+  if (g.requiredNamespaceLabel) return namespaceLabelIndexKey(...g.requiredNamespaceLabel);
+  return '';
 }
 
 /** Two node forms of one isolation (the same isolation object) with the same targets. */
@@ -292,8 +309,9 @@ export class InternalModel {
   private readonly scoped = new Map<string, Set<GroupRecord>>();
   private readonly unscoped = new Set<GroupRecord>();
   /**
-   * The unscoped groups holding Pods by their required label (labelIndexKey), those without one
-   * under '': a Pod event looks only at the groups its labels, before and after, can concern,
+   * The unscoped groups holding Pods by their required label (labelIndexKey), else by their
+   * required namespace label (namespaceLabelIndexKey), those without either under '': a Pod event
+   * looks only at the groups its labels, before and after, and its namespace's labels can concern,
    * whatever the number of groups.
    */
   private readonly podGroupsByLabel = new Map<string, Set<GroupRecord>>();
@@ -878,12 +896,16 @@ export class InternalModel {
     };
     const first = peer.kind === 'pods' ? Object.entries(peer.pods.matchLabels ?? {})[0] : undefined;
     if (first) g.requiredLabel = first;
+    else if (peer.kind === 'pods' && peer.namespaces.kind === 'selector') {
+      const ns = Object.entries(peer.namespaces.selector.matchLabels ?? {})[0];
+      if (ns) g.requiredNamespaceLabel = ns;
+    }
     this.groups[kind].set(id, g);
     if (namespaces) for (const ns of namespaces) { let s = this.scoped.get(ns); if (!s) this.scoped.set(ns, (s = new Set())); s.add(g); }
     else {
       this.unscoped.add(g);
       if (holdsPods(g)) {
-        const k = g.requiredLabel ? labelIndexKey(...g.requiredLabel) : '';
+        const k = podIndexKey(g);
         let s = this.podGroupsByLabel.get(k);
         if (!s) this.podGroupsByLabel.set(k, (s = new Set()));
         s.add(g);
@@ -911,7 +933,7 @@ export class InternalModel {
     if (g.namespaces) for (const ns of g.namespaces) this.scoped.get(ns)?.delete(g);
     else {
       this.unscoped.delete(g);
-      const k = g.requiredLabel ? labelIndexKey(...g.requiredLabel) : '';
+      const k = podIndexKey(g);
       const s = this.podGroupsByLabel.get(k);
       if (s?.delete(g) && s.size === 0) this.podGroupsByLabel.delete(k);
     }
@@ -1048,14 +1070,18 @@ export class InternalModel {
 
   /**
    * The groups a change of Pod `old` → `pod` in `namespace` may concern: the unscoped groups holding
-   * Pods that require none of its labels or one it has (before or after), in the order `unscoped`
-   * holds them, then the groups confined to its namespace.
+   * Pods that require none of its labels or one it has (before or after), or a label its namespace
+   * has, in creation order, then the groups confined to its namespace. (A Pod never changes
+   * namespace, and a namespace's relabel updates every group at once: namespaceChanged.)
    */
   private candidateGroups(namespace: string, old: PodInfo | undefined, pod: PodInfo | undefined): GroupRecord[] {
     const found = new Set<GroupRecord>(this.podGroupsByLabel.get('') ?? EMPTY_GROUPS);
     for (const p of [old, pod]) {
       if (!p) continue;
       for (const [k, v] of Object.entries(p.labels)) for (const g of this.podGroupsByLabel.get(labelIndexKey(k, v)) ?? EMPTY_GROUPS) found.add(g);
+    }
+    for (const [k, v] of Object.entries(this.env.cluster.namespaceLabels(namespace))) {
+      for (const g of this.podGroupsByLabel.get(namespaceLabelIndexKey(k, v)) ?? EMPTY_GROUPS) found.add(g);
     }
     const out = [...found].sort((a, b) => a.seq - b.seq);
     for (const g of this.scoped.get(namespace) ?? EMPTY_GROUPS) out.push(g);

@@ -85,6 +85,38 @@ t.test('a Pod relabel touches only the groups whose selectors match it before or
   t.same(nsChange.addressGroups.updated, [], 'no namespace selector involved');
 });
 
+t.test('a group selecting by namespace label holds the Pods of the namespaces that have it, through Pod, namespace and order changes', async (t) => {
+  const e = modelEngine();
+  e.upsert(netpol('x', 'p', { podSelector: {}, ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'red' } } }] }] }));
+  const members = () => e.addressGroups()[0]!.members.map((m) => m.ref).sort();
+  t.same(members(), [], 'no namespace has team=red');
+  // A Pod of a namespace without the label: the group does not change.
+  const quiet = e.upsert(pod('y', 'd', { labels: { pod: 'd' } }));
+  t.same(quiet.addressGroups.updated, [], 'a Pod of a namespace without team=red leaves the group alone');
+  e.upsert(namespace('y', { team: 'red' }));
+  t.same(members(), ['y/a', 'y/b', 'y/c', 'y/d'], 'the namespace labelled: its Pods, the new one too');
+  const more = e.upsert(pod('y', 'e', { labels: { pod: 'e' } }));
+  t.equal(more.addressGroups.updated.length, 1, 'a new Pod there joins');
+  t.same(members(), ['y/a', 'y/b', 'y/c', 'y/d', 'y/e']);
+  e.upsert(pod('y', 'e', { labels: { pod: 'e', tier: 'fe' } }));
+  t.same(members(), ['y/a', 'y/b', 'y/c', 'y/d', 'y/e'], 'a relabelled Pod stays');
+  e.remove({ apiVersion: 'v1', kind: 'Pod', namespace: 'y', name: 'e' });
+  t.same(members(), ['y/a', 'y/b', 'y/c', 'y/d'], 'a deleted Pod leaves');
+  // A Pod whose namespace is not known yet, then the namespace with the label.
+  e.upsert(pod('w', 'a', { labels: { pod: 'a' }, ip: '10.9.9.9' }));
+  t.notOk(members().includes('w/a'), 'no namespace w yet: not a member');
+  e.upsert(namespace('w', { team: 'red' }));
+  t.ok(members().includes('w/a'), 'namespace w arrives with team=red: its Pod joins');
+  e.upsert(namespace('y'));
+  t.same(members(), ['w/a'], 'team=red removed from y: its Pods leave');
+  // The namespace name label counts as a namespace label.
+  e.upsert(netpol('x', 'q', { podSelector: {}, ingress: [{ from: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'z' } } }] }] }));
+  const byName = e.addressGroups().find((g) => g.members.some((m) => m.ref.startsWith('z/')));
+  t.same(byName?.members.map((m) => m.ref).sort(), ['z/a', 'z/b', 'z/c'], 'selected by kubernetes.io/metadata.name');
+  e.upsert(pod('z', 'f', { labels: { pod: 'f' }, ip: '10.9.9.10' }));
+  t.ok(e.addressGroups().find((g) => g.id === byName!.id)?.members.some((m) => m.ref === 'z/f'), 'a new Pod of z joins it');
+});
+
 t.test('a policy edit changes only its own rules', async (t) => {
   const e = modelEngine();
   e.upsert(netpol('x', 'p1', { podSelector: {}, ingress: [{ from: [{ podSelector: {} }] }, { ports: [{ port: 81 }] }] }));
