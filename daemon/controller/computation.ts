@@ -16,12 +16,13 @@
 import { applyMemberChanges } from '../controlplane/members.js';
 import { CONTROLPLANE_API_VERSION, memberKey } from '../controlplane/types.js';
 import type {
-  ControlPlaneAddressGroup, ControlPlaneAddressGroupPatch, ControlPlaneAppliedToGroup, ControlPlaneKind, ControlPlaneNetworkPolicy, ControlPlaneObject, ServiceBackendEntry,
+  ControlPlaneAddressGroup, ControlPlaneAddressGroupPatch, ControlPlaneAppliedToGroup, ControlPlaneKind, ControlPlaneNetworkPolicy, ControlPlaneObject, MemberList, ServiceBackendEntry,
 } from '../controlplane/types.js';
 import { serviceBackends } from '../policy/endpoints.js';
 import type { ChangeSet, ComputedIsolation, ComputedRule, PolicyEngine } from '../policy/engine.js';
 import { fileUnder, type MemberChange } from '../policy/internal.js';
 import { canonicalJson } from '../policy/order.js';
+import { KeyedList } from '../policy/sorted-list.js';
 import type { GroupMember, RuleRef } from '../policy/types.js';
 
 /** Where the per-Node views go (the controller's store, or a test's recorder). */
@@ -266,17 +267,17 @@ export class ClusterComputation {
     const wire = (m: GroupMember) => wireMember(m, namedPorts !== undefined);
     const changes = cs.memberChanges?.get(id)?.map((c) => ({ key: c.key, before: c.before && wire(c.before), after: c.after && wire(c.after) }))
       .filter((c) => !c.before || !c.after || canonicalJson(c.before) !== canonicalJson(c.after));
-    let members: GroupMember[];
+    let members: KeyedList<GroupMember>;
     let patch: ControlPlaneAddressGroupPatch | undefined;
     if (old && changes) {
-      members = applyMemberChanges(old.members, changes);
+      members = memberListOf(old.members).with(changes.filter((c) => !c.after).map((c) => c.key), changes.filter((c) => c.after).map((c) => c.after!));
       const upserted = changes.filter((c) => c.after).map((c) => c.after!);
       const removed = changes.filter((c) => !c.after).map((c) => c.key).sort();
       patch = { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroupPatch', metadata: { name: id }, upserted, removed };
     } else if (old && !cs.addressGroups.added.includes(id) && !cs.addressGroups.updated.includes(id)) {
-      members = old.members; // only its Service's endpoints moved
+      members = memberListOf(old.members); // only its Service's endpoints moved
     } else {
-      members = (whole ?? this.engine.addressGroup(id)!).members.map(wire);
+      members = KeyedList.from<GroupMember>((whole ?? this.engine.addressGroup(id)!).members.map(wire), memberKey);
     }
     const backends = this.backendsOf(members);
     const obj: ControlPlaneAddressGroup = {
@@ -290,9 +291,10 @@ export class ClusterComputation {
   }
 
   /** Where a toServices group's ClusterIPs and ports send their traffic (the compiler's post-DNAT flows). */
-  private backendsOf(members: GroupMember[]): ServiceBackendEntry[] {
+  private backendsOf(members: KeyedList<GroupMember>): ServiceBackendEntry[] {
     const out: ServiceBackendEntry[] = [];
-    for (const m of members) {
+    // Service members' keys start with "service:": found without a look at the others.
+    for (const m of members.withKeyPrefix(memberKey({ kind: 'service', ref: '' }))) {
       if (m.kind !== 'service') continue;
       for (const ip of m.ips) {
         for (const p of m.ports) out.push({ clusterIP: ip, protocol: p.protocol, port: p.containerPort, backends: serviceBackends(this.engine.cluster, ip, p.protocol, p.containerPort) });
@@ -379,4 +381,9 @@ export class ClusterComputation {
 export function wireMember(m: GroupMember, namedPorts: boolean): GroupMember {
   if (namedPorts || m.kind === 'service') return m;
   return { kind: m.kind, ref: m.ref, ips: m.ips, ports: [] };
+}
+
+/** The controller's AddressGroups hold KeyedLists; a plain array (built by hand) becomes one. */
+function memberListOf(members: MemberList): KeyedList<GroupMember> {
+  return members instanceof KeyedList ? members : KeyedList.from<GroupMember>(members, memberKey);
 }

@@ -517,6 +517,8 @@ function toEvent(e: LogEntry): ControlPlaneEvent {
 export function jsonEqual(a: unknown, b: unknown): boolean {
   if (a === b) return true;
   if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  // An object that says how it is written as JSON (a member KeyedList: an array) compares as that.
+  if (hasToJson(a) || hasToJson(b)) return jsonEqual(hasToJson(a) ? a.toJSON() : a, hasToJson(b) ? b.toJSON() : b);
   if (Array.isArray(a) !== Array.isArray(b)) return false;
   if (Array.isArray(a)) {
     const bb = b as unknown[];
@@ -534,4 +536,8 @@ export function jsonEqual(a: unknown, b: unknown): boolean {
   }
   for (const k in bo) if (Object.hasOwn(bo, k) && bo[k] !== undefined) count--;
   return count === 0;
+}
+
+function hasToJson(x: object): x is { toJSON(): unknown } {
+  return typeof (x as { toJSON?: unknown }).toJSON === 'function';
 }

@@ -1,6 +1,7 @@
 /**
- * Group member lists as the controlplane objects hold them: sorted by member key, never mutated
- * (one list is shared by every Node's view), changed by building a new list with the changes.
+ * AppliedToGroup member lists as the controlplane objects hold them: one Node's members, sorted by
+ * member key, never mutated, changed by building a new list with the changes. (AddressGroups,
+ * which can hold every Pod of the cluster, hold a KeyedList instead: see MemberList.)
  */
 import type { MemberChange } from '../policy/internal.js';
 import type { GroupMember } from '../policy/types.js';

@@ -102,7 +102,7 @@ export class NodePolicyState {
       this.appliedTo.set(name, o.members);
       this.changedGroups.appliedTo.add(name);
     } else {
-      const entry: AddressEntry = { object: o, members: new Map(o.members.map((m) => [memberKey(m), m])), removed: false };
+      const entry: AddressEntry = { object: o, members: new Map(Array.from(o.members, (m) => [memberKey(m), m])), removed: false };
       if (o.fqdn && o.fqdn.length > 0) {
         entry.fqdn = new FqdnPatternSet(o.fqdn);
         for (const [n, ips] of this.fqdnNames) if (entry.fqdn.matches(n)) entry.members.set(memberKey({ kind: 'fqdn', ref: n }), fqdnMember(n, ips));

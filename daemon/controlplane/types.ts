@@ -14,7 +14,15 @@
  * Every object is plain JSON: it is what the watch stream carries.
  */
 import type { ComputedIsolation, ComputedRule } from '../policy/internal.js';
+import type { KeyedList } from '../policy/sorted-list.js';
 import type { GroupMember } from '../policy/types.js';
+
+/**
+ * An AddressGroup's members: an array on the wire and in an agent; in the controller a KeyedList,
+ * so a member that comes or goes costs one chunk of a group of every Pod, not a copy of it (it is
+ * written as an array).
+ */
+export type MemberList = readonly GroupMember[] | KeyedList<GroupMember>;
 
 export const CONTROLPLANE_GROUP = 'controlplane.sluice.io';
 export const CONTROLPLANE_VERSION = 'v1beta1';
@@ -119,8 +127,8 @@ export interface ControlPlaneAddressGroup {
   apiVersion: typeof CONTROLPLANE_API_VERSION;
   kind: 'AddressGroup';
   metadata: ControlPlaneMeta;
-  /** Every member, sorted by ref. */
-  members: GroupMember[];
+  /** Every member, sorted by memberKey (see MemberList). */
+  members: MemberList;
   /** Non-overlapping CIDRs a Group/ClusterGroup contributes through ipBlock members. */
   ipBlocks: string[];
   /** Set on the groups of egress rules with named ports (see policy/internal.ts AddressGroup.namedPorts). */

@@ -9,21 +9,24 @@
  * go, and asking across them answers undefined (the caller compares the lists).
  */
 
+/** A version of a list: an array, or any list object that is never modified (sorted-list.ts). */
+type Version = object;
+
 interface Step {
   /** The version this one was made from (undefined: let go). */
-  from?: readonly string[] | undefined;
+  from?: Version | undefined;
   gone: readonly string[];
   come: readonly string[];
 }
 
 const MAX_STEPS = 8;
-const STEPS = new WeakMap<readonly string[], Step>();
+const STEPS = new WeakMap<Version, Step>();
 
 /**
  * Records that `to` is `from` without `gone` and with `come` (both lists strictly ascending and
  * unique; `gone` items were in `from`, `come` items were not).
  */
-export function recordListStep(from: readonly string[], to: readonly string[], gone: readonly string[], come: readonly string[]): void {
+export function recordListStep(from: Version, to: Version, gone: readonly string[], come: readonly string[]): void {
   STEPS.set(to, { from, gone, come });
   // Let go of the versions beyond MAX_STEPS back, so a chain of versions is never all kept.
   let step = STEPS.get(from);
@@ -40,9 +43,9 @@ export function recordListStep(from: readonly string[], to: readonly string[], g
  * What went from `a` and came in `b` (each sorted ascending), when `b` was recorded as made from
  * `a` through recordListStep; undefined when that is not known.
  */
-export function knownListDiff(a: readonly string[], b: readonly string[]): { gone: string[]; come: string[] } | undefined {
+export function knownListDiff(a: Version, b: Version): { gone: string[]; come: string[] } | undefined {
   const steps: Step[] = [];
-  let cur: readonly string[] | undefined = b;
+  let cur: Version | undefined = b;
   while (cur !== a) {
     const step: Step | undefined = cur === undefined ? undefined : STEPS.get(cur);
     if (!step) return undefined;
@@ -67,4 +70,10 @@ export function knownListDiff(a: readonly string[], b: readonly string[]): { gon
   for (const [x, came] of net) (came ? come : gone).push(x);
   const asc = (x: string, y: string) => (x < y ? -1 : x > y ? 1 : 0);
   return { gone: gone.sort(asc), come: come.sort(asc) };
+}
+
+/** The step `version` was made by (the version before it, what went and what came), if recorded and not let go. */
+export function lastListStep(version: Version): { from: Version; gone: readonly string[]; come: readonly string[] } | undefined {
+  const step = STEPS.get(version);
+  return step?.from === undefined ? undefined : { from: step.from, gone: step.gone, come: step.come };
 }

@@ -64,6 +64,7 @@ import type { NodeIsolation, NodeRule } from './internal.js';
 import type { SideDecision } from './evaluator.js';
 import { comparePriority } from './order.js';
 import type { Action, DecidedBy, Direction, PolicyKind, PortMatch, RuleRef, Verdict } from './types.js';
+import type { AddressList } from './sorted-list.js';
 
 export class NodeVerdictError extends Error {
   override name = 'NodeVerdictError';
@@ -194,10 +195,10 @@ const verdictOf = (a: Action): Verdict => (a === 'Allow' ? 'allow' : a === 'Reje
 const isolationKey = (i: IsolationInput): string => `${i.ref.kind}/${i.ref.namespace ?? ''}/${i.ref.name}/${i.direction}`;
 
 /** Peer address lists are shared between rules (the engine hands one array per address group): one Set each. */
-const IP_SETS = new WeakMap<readonly string[], ReadonlySet<string>>();
-function ipSet(list: readonly string[]): ReadonlySet<string> {
+const IP_SETS = new WeakMap<AddressList, ReadonlySet<string>>();
+function ipSet(list: AddressList): ReadonlySet<string> {
   let s = IP_SETS.get(list);
-  if (!s) IP_SETS.set(list, (s = new Set(list.map(canon))));
+  if (!s) IP_SETS.set(list, (s = new Set(Array.from(list, canon))));
   return s;
 }
 

@@ -12,6 +12,7 @@
  * (toServices peers cannot carry ports in any kind: Antrea rejects `toServices` with `ports`.)
  */
 import { canonicalJson, stableHash } from './order.js';
+import { type AddressList, addressArray } from './sorted-list.js';
 import type { ComputedRule, ContainerPort, Direction, GroupMember, InternalRule, PortMatch, RulePriority, RuleRef } from './types.js';
 
 /** A rule as this node enforces it: local targets, resolved peer addresses, numeric ports. */
@@ -27,7 +28,7 @@ export interface NodeRule {
   order: number;
   targets: NodeTarget[];
   /** 'any', or the addresses of the other side. */
-  peers: 'any' | { ips: string[]; cidrs: string[]; services: { ip: string; protocol: string; port: number }[] };
+  peers: 'any' | { ips: AddressList; cidrs: string[]; services: { ip: string; protocol: string; port: number }[] };
   /**
    * The identity of the peer address set (`ips` + `cidrs`): the same for every rule whose peers
    * are the same address groups and ipBlocks, and kept while their members change. Absent when
@@ -57,9 +58,9 @@ export interface NodeRuleGroups {
   /**
    * `namedPorts`: the group holds only the Pods having the rule's egress named ports. `ips`: the
    * addresses of its members other than Services, sorted and unique (never modified: a change
-   * gives a new array); `services`: its Service members.
+   * gives a new version); `services`: its Service members.
    */
-  addressGroup(id: string): { members(): GroupMember[]; ips: readonly string[]; services: readonly GroupMember[]; ipBlocks: string[]; namedPorts: boolean };
+  addressGroup(id: string): { members(): GroupMember[]; ips: AddressList; services: readonly GroupMember[]; ipBlocks: string[]; namedPorts: boolean };
   isLocal(member: GroupMember): boolean;
 }
 
@@ -91,7 +92,7 @@ export function nodeRulesOf(r: ComputedRule, order: number, groups: NodeRuleGrou
   if (targets.length === 0) return out;
   targets.sort((a, b) => (a.ref < b.ref ? -1 : 1));
   /** The peer groups' addresses (sorted lists to merge) and Service members. */
-  const peerIps: (readonly string[])[] = [];
+  const peerIps: AddressList[] = [];
   const peerServices: GroupMember[] = [];
   /** Pods an egress named port may resolve on (members of the rule's named-port groups). */
   const namedDestinations = new Map<string, GroupMember>();
@@ -193,13 +194,17 @@ export function resolveNamedPorts(ports: PortMatch[], podPorts: ContainerPort[])
   return out;
 }
 
-/** The union of sorted lists of unique strings, sorted (a single list is returned as it is). */
-export function mergeSorted(lists: readonly (readonly string[])[]): string[] {
+/**
+ * The union of sorted lists of unique strings, sorted (a single list is returned as it is, so a
+ * rule with one peer group keeps its group's versions and their recorded steps).
+ */
+export function mergeSorted(lists: readonly AddressList[]): AddressList {
   const nonEmpty = lists.filter((l) => l.length > 0);
   if (nonEmpty.length === 0) return [];
-  if (nonEmpty.length === 1) return nonEmpty[0] as string[];
-  let out: readonly string[] = nonEmpty[0]!;
-  for (const next of nonEmpty.slice(1)) {
+  if (nonEmpty.length === 1) return nonEmpty[0]!;
+  let out: readonly string[] = addressArray(nonEmpty[0]!);
+  for (const list of nonEmpty.slice(1)) {
+    const next = addressArray(list);
     const merged: string[] = [];
     let i = 0;
     let j = 0;
@@ -220,5 +225,5 @@ export function mergeSorted(lists: readonly (readonly string[])[]): string[] {
     }
     out = merged;
   }
-  return out as string[];
+  return out;
 }

@@ -1,20 +1,20 @@
 /**
  * A group's member addresses kept sorted as members come and go (node rules read them as the
- * rule's peer addresses), with each change recorded as a list step the flow compiler's peer
- * classes diff through (liststeps.ts).
+ * rule's peer addresses), each change a new version of a SortedList that records its list step,
+ * which the flow compiler's peer classes diff through (liststeps.ts).
  */
-import { recordListStep } from './liststeps.js';
+import { SortedList } from './sorted-list.js';
 import type { GroupMember } from './types.js';
 
 /**
  * A group's member addresses as node rules list them: the addresses of every member but Services
  * (sorted, unique; each address counted per member holding it) and the Service members. A member
- * change replaces `sorted` by a new array (node rules already built keep theirs unchanged), at the
- * cost of one copy instead of a rebuild and sort of the whole list.
+ * change replaces `sorted` by a new version (node rules already built keep theirs unchanged) that
+ * shares all but the chunks it touched: O(change), whatever the group's size.
  */
 export class PeerIps {
   private readonly counts = new Map<string, number>();
-  sorted: readonly string[] = [];
+  sorted: SortedList;
   readonly services = new Map<string, GroupMember>();
 
   constructor(members: Map<string, GroupMember>) {
@@ -30,7 +30,7 @@ export class PeerIps {
         if (n === 0) all.push(ip);
       }
     }
-    this.sorted = all.sort();
+    this.sorted = SortedList.from(all.sort());
   }
 
   /** Member `key` changes from `old` to `now` (either may be undefined). */
@@ -40,16 +40,12 @@ export class PeerIps {
     else if (old?.kind === 'service') this.services.delete(key);
     const gone = old && old.kind !== 'service' ? old.ips : [];
     const come = now && now.kind !== 'service' ? now.ips : [];
-    let next: string[] | undefined;
     const added: string[] = [];
     const removed: string[] = [];
     for (const ip of come) {
       const n = this.counts.get(ip) ?? 0;
       this.counts.set(ip, n + 1);
-      if (n > 0) continue;
-      next ??= [...this.sorted];
-      next.splice(lowerBound(next, ip), 0, ip);
-      added.push(ip);
+      if (n === 0) added.push(ip);
     }
     for (const ip of gone) {
       const n = this.counts.get(ip) ?? 0;
@@ -57,29 +53,11 @@ export class PeerIps {
         this.counts.set(ip, n - 1);
         continue;
       }
+      if (n === 0) continue;
       this.counts.delete(ip);
-      next ??= [...this.sorted];
-      const i = lowerBound(next, ip);
-      if (next[i] === ip) {
-        next.splice(i, 1);
-        removed.push(ip);
-      }
+      removed.push(ip);
     }
-    if (!next) return;
-    // The compiler's peer classes diff the version they hold against this one through the step.
-    recordListStep(this.sorted, next, removed.sort(), added.sort());
-    this.sorted = next;
+    if (added.length === 0 && removed.length === 0) return;
+    this.sorted = this.sorted.with(removed.sort(), added.sort());
   }
-}
-
-/** The first index of a sorted list whose item is not below `x`. */
-function lowerBound(list: readonly string[], x: string): number {
-  let lo = 0;
-  let hi = list.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (list[mid]! < x) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }

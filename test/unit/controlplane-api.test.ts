@@ -423,7 +423,7 @@ t.test('the agent\'s watcher: list, watch, patches; across a server restart it k
   server = await serve(t, store, { port });
   await until(() => c.calls.includes('sync AddressGroup ag-1,ag-3'), 'the relist after 410');
   t.same(c.calls, ['sync AddressGroup ag-1,ag-3'], 'only the kind whose version expired lists again');
-  t.same((c.view.get('AddressGroup/ag-1') as ControlPlaneAddressGroup).members[0]!.ips, ['10.0.0.7']);
+  t.same([...(c.view.get('AddressGroup/ag-1') as ControlPlaneAddressGroup).members][0]!.ips, ['10.0.0.7']);
   await until(() => c.states.length === 5, 'connected');
   await watcher.stop();
   // The server learns of the closed connections when their sockets close, a moment later.

@@ -5,6 +5,7 @@
  */
 import t from 'tap';
 import { ipBlockCidrs } from '../../daemon/policy/internal.js';
+import { type AddressList, addressArray } from '../../daemon/policy/sorted-list.js';
 import { modelEngine, namespace, netpol, pod, podIp } from './policy-core-helpers.js';
 
 t.test('ipBlock except becomes non-overlapping CIDRs', async (t) => {
@@ -153,9 +154,9 @@ t.test('egress to any peer on a named port resolves on every Pod, and follows Po
   const rules = e.nodeRuleSet();
   t.equal(rules.length, 1);
   t.same(rules[0]!.ports, [{ protocol: 'UDP', port: 81 }]);
-  const ips = (rules[0]!.peers as { ips: string[] }).ips;
+  const ips = addressArray((rules[0]!.peers as { ips: AddressList }).ips);
   t.equal(ips.length, 9, 'every model Pod serves serve-81-udp');
   const cs = e.upsert(pod('z', 'c', { ports: [{ name: 'other', containerPort: 1 }] }));
   t.equal(cs.addressGroups.updated.length, 1, 'the all-Pods group changed with the Pod');
-  t.notOk((e.nodeRuleSet()[0]!.peers as { ips: string[] }).ips.includes(podIp('z', 'c')), 'z/c no longer has the name');
+  t.notOk(addressArray((e.nodeRuleSet()[0]!.peers as { ips: AddressList }).ips).includes(podIp('z', 'c')), 'z/c no longer has the name');
 });

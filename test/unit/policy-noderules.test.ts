@@ -13,6 +13,7 @@ import { PolicyEngine, type ChangeSet, type ComputedRule, type NodeIsolation, ty
 import { normalizers as k8s } from '../../daemon/policy/k8s/index.js';
 import { canonicalJson } from '../../daemon/policy/order.js';
 import type { InternalRule, KubeObject, Peer, PortMatch, Probe } from '../../daemon/policy/types.js';
+import { addressArray } from '../../daemon/policy/sorted-list.js';
 import { namespace, netpol, node, pod, rng, type Rng, rule, rulesObject, testKind } from './policy-core-helpers.js';
 
 // ---------------------------------------------------------------------------------------
@@ -26,7 +27,7 @@ function inCidr(cidr: string, ip: string): boolean {
 
 function peersMatch(peers: NodeRule['peers'], ip: string, protocol: string, port: number): boolean {
   if (peers === 'any') return true;
-  return peers.ips.includes(ip) || peers.cidrs.some((c) => inCidr(c, ip)) ||
+  return addressArray(peers.ips).includes(ip) || peers.cidrs.some((c) => inCidr(c, ip)) ||
     peers.services.some((s) => s.ip === ip && s.protocol === protocol && s.port === port);
 }
 
