@@ -432,6 +432,14 @@ console.log(`\nafter the churn: controller RSS ${proc(controller.pid!).rssMiB} M
 const warnings = controllerLines().filter((l) => Number(l.level) >= 40);
 const leadership = warnings.filter((l) => /leading|Lease/.test(String(l.msg)));
 console.log(`controller log: ${warnings.length} warnings or errors; about its leadership: ${leadership.length ? leadership.map((l) => l.msg).join(' | ') : 'none (it led throughout)'}`);
+// What they said, each distinct message once (with what it names), so a run explains itself.
+const said = new Map<string, number>();
+for (const w of warnings) {
+  const { level: _l, time: _t, pid: _p, hostname: _h, component: _c, identity: _i, ...rest } = w;
+  const text = JSON.stringify(rest);
+  said.set(text, (said.get(text) ?? 0) + 1);
+}
+for (const [text, n] of [...said].slice(0, 5)) console.log(`  ${n}x ${text.slice(0, 300)}`);
 for (const w of watched) void w.watcher.stop();
 if (PROFILE_DIR) {
   // The profile is written at a clean exit (SIGTERM: it releases its Lease and returns).
