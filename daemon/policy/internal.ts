@@ -25,6 +25,7 @@ import { compilePeer, ipv4ToNumber, podEndpoints, realizableMembers, type Endpoi
 import { nodeRulesOf, type NodeRule, type NodeRuleGroups, type NodeTarget } from './noderules.js';
 import { labelValue } from './labels.js';
 import { PeerIps } from './peer-ips.js';
+import { lowerBoundBy } from './sorted-list.js';
 import { canonicalJson, compareRules, stableHash } from './order.js';
 import type { ServiceEndpointTracker } from './endpoints.js';
 import type { ComputedRule, Direction, GroupMember, InternalRule, Isolation, NamespaceMatch, NodeInfo, Peer, PodInfo, PortMatch, RuleRef } from './types.js';
@@ -146,18 +147,6 @@ interface GroupRecord {
   local?: Map<string, GroupMember>;
   /** Order of acquisition: the order a Pod event visits the groups it may concern. */
   seq: number;
-}
-
-/** The first index of a list sorted by `key` whose item's key is not below `x`. */
-function lowerBoundBy<T>(list: readonly T[], x: string, key: (item: T) => string): number {
-  let lo = 0;
-  let hi = list.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (key(list[mid]!) < x) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }
 
 /** The first index of a list sorted by order whose order is not below `x`. */

@@ -41,7 +41,7 @@ abstract class ChunkedList<T> implements Iterable<T> {
     const i = chunkOf(this.chunks, key, (x) => this.keyOf(x));
     if (i < 0) return undefined;
     const c = this.chunks[i]!;
-    const item = c[lowerBound(c, key, (x) => this.keyOf(x))];
+    const item = c[lowerBoundBy(c, key, (x) => this.keyOf(x))];
     return item !== undefined && this.keyOf(item) === key ? item : undefined;
   }
 
@@ -70,7 +70,7 @@ abstract class ChunkedList<T> implements Iterable<T> {
     for (const key of removeKeys) {
       const i = chunkOf(chunks, key, keyOf);
       if (i < 0) continue;
-      const at = lowerBound(chunks[i]!, key, keyOf);
+      const at = lowerBoundBy(chunks[i]!, key, keyOf);
       const item = chunks[i]![at];
       if (item === undefined || keyOf(item) !== key) continue;
       const c = writable(i);
@@ -91,7 +91,7 @@ abstract class ChunkedList<T> implements Iterable<T> {
       }
       // The chunk the key falls in, else the first one (the key is below every chunk).
       const i = Math.max(0, chunkOf(chunks, key, keyOf));
-      const at = lowerBound(chunks[i]!, key, keyOf);
+      const at = lowerBoundBy(chunks[i]!, key, keyOf);
       const there = chunks[i]![at];
       if (there !== undefined && keyOf(there) === key) {
         if (!replace || there === item) continue;
@@ -158,7 +158,7 @@ export class KeyedList<T> extends ChunkedList<T> {
     const key = this.key;
     for (let i = Math.max(0, chunkOf(this.chunks, prefix, key)); i < this.chunks.length; i++) {
       const c = this.chunks[i]!;
-      for (let at = lowerBound(c, prefix, key); at < c.length; at++) {
+      for (let at = lowerBoundBy(c, prefix, key); at < c.length; at++) {
         if (!key(c[at]!).startsWith(prefix)) return;
         yield c[at]!;
       }
@@ -218,7 +218,7 @@ function chunkOf<T>(chunks: Chunks<T>, key: string, keyOf: (x: T) => string): nu
 }
 
 /** The first index of a list sorted by key whose key is not below `key`. */
-function lowerBound<T>(list: readonly T[], key: string, keyOf: (x: T) => string): number {
+export function lowerBoundBy<T>(list: readonly T[], key: string, keyOf: (x: T) => string): number {
   let lo = 0;
   let hi = list.length;
   while (lo < hi) {
