@@ -16,7 +16,7 @@
 import { applyMemberChanges } from '../controlplane/members.js';
 import { CONTROLPLANE_API_VERSION, memberKey } from '../controlplane/types.js';
 import type {
-  ControlPlaneAddressGroup, ControlPlaneAddressGroupPatch, ControlPlaneAppliedToGroup, ControlPlaneKind, ControlPlaneNetworkPolicy, ControlPlaneObject, MemberList, ServiceBackendEntry,
+  ControlPlaneAddressGroup, ControlPlaneAddressGroupPatch, ControlPlaneAppliedToGroup, ControlPlaneKind, ControlPlaneNetworkPolicy, ControlPlaneObject, ServiceBackendEntry,
 } from '../controlplane/types.js';
 import { serviceBackends } from '../policy/endpoints.js';
 import type { ChangeSet, ComputedIsolation, ComputedRule, PolicyEngine } from '../policy/engine.js';
@@ -74,7 +74,7 @@ export class ClusterComputation {
   private readonly appliedTo = new Map<string, Map<string, ControlPlaneAppliedToGroup>>();
   private readonly policiesByAppliedTo = new Map<string, Set<string>>();
   private readonly policiesByAddress = new Map<string, Set<string>>();
-  private readonly addressGroups = new Map<string, ControlPlaneAddressGroup>();
+  private readonly addressGroups = new Map<string, HeldAddressGroup>();
   /** AddressGroup id → Node → how many policies spanning that Node name the group. */
   private readonly addressSpan = new Map<string, Map<string, number>>();
   /** While held (hold): the ids every ChangeSet since named, computed once at release. */
@@ -270,17 +270,17 @@ export class ClusterComputation {
     let members: KeyedList<GroupMember>;
     let patch: ControlPlaneAddressGroupPatch | undefined;
     if (old && changes) {
-      members = memberListOf(old.members).with(changes.filter((c) => !c.after).map((c) => c.key), changes.filter((c) => c.after).map((c) => c.after!));
       const upserted = changes.filter((c) => c.after).map((c) => c.after!);
       const removed = changes.filter((c) => !c.after).map((c) => c.key).sort();
+      members = old.members.with(removed, upserted);
       patch = { apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroupPatch', metadata: { name: id }, upserted, removed };
     } else if (old && !cs.addressGroups.added.includes(id) && !cs.addressGroups.updated.includes(id)) {
-      members = memberListOf(old.members); // only its Service's endpoints moved
+      members = old.members; // only its Service's endpoints moved
     } else {
       members = KeyedList.from<GroupMember>((whole ?? this.engine.addressGroup(id)!).members.map(wire), memberKey);
     }
     const backends = this.backendsOf(members);
-    const obj: ControlPlaneAddressGroup = {
+    const obj: HeldAddressGroup = {
       apiVersion: CONTROLPLANE_API_VERSION, kind: 'AddressGroup', metadata: { name: id }, members, ipBlocks,
       ...(namedPorts ? { namedPorts } : {}), ...(backends.length > 0 ? { serviceBackends: backends } : {}), ...(fqdn ? { fqdn } : {}),
     };
@@ -383,7 +383,5 @@ export function wireMember(m: GroupMember, namedPorts: boolean): GroupMember {
   return { kind: m.kind, ref: m.ref, ips: m.ips, ports: [] };
 }
 
-/** The controller's AddressGroups hold KeyedLists; a plain array (built by hand) becomes one. */
-function memberListOf(members: MemberList): KeyedList<GroupMember> {
-  return members instanceof KeyedList ? members : KeyedList.from<GroupMember>(members, memberKey);
-}
+/** An AddressGroup as the controller makes and holds it: its members a KeyedList (see MemberList). */
+type HeldAddressGroup = ControlPlaneAddressGroup & { members: KeyedList<GroupMember> };
