@@ -4,8 +4,9 @@
  *
  * The cluster of bench/cluster-model.ts (every policy kind) at each size of `--pods`, 30 Pods per
  * Node (5 000 Nodes at 150 000 Pods) and max(2 000, Pods/30) policies. The controller's engine (no
- * Node of its own) and ClusterComputation load it; a sink plays the store, counting per Node the
- * objects sent and their JSON bytes. Then, per event kind, REPS events:
+ * Node of its own) and ClusterComputation load it into the controller's store (its views computed
+ * once, at the end, as sluice-controller does); beside the store, a sink counts per Node the objects
+ * sent and their JSON bytes (its time is not the controller's). Then, per event kind, REPS events:
  *
  * - remote Pod relabel: ns-7/pod-3 between tier=fe and tier=be (out of the cluster-wide
  *   AddressGroup of tier=fe Pods that AdminNetworkPolicies name, into others);
@@ -29,7 +30,8 @@
  * usage: node --expose-gc dist/bench/controller.js [--pods 10000,50000,150000] [--reps 30]
  */
 import { loadavg } from 'node:os';
-import { ClusterComputation, type NodeViewSink } from '../daemon/controller/computation.js';
+import { ClusterComputation, type NodeViewSink, type PerNodeViewSink, perNodeSink } from '../daemon/controller/computation.js';
+import { ControlPlaneStore } from '../daemon/controller/store.js';
 import { NodePolicyState } from '../daemon/controlplane/node-state.js';
 import { PolicyFlows, policyFlowInput } from '../daemon/flows/policy/index.js';
 import type { ControlPlaneAddressGroupPatch, ControlPlaneEvent, ControlPlaneKind, ControlPlaneObject } from '../daemon/controlplane/types.js';
@@ -46,8 +48,8 @@ const REPS = Number(arg('reps') ?? 30);
 const PODS_PER_NS = 20;
 const PODS_PER_NODE = 30;
 
-/** The store's per-Node semantics (what each Node holds), counting what goes out. */
-class CountingSink implements NodeViewSink {
+/** Each Node's view as the store's watches deliver it (what each Node holds), counting what goes out. */
+class CountingSink implements PerNodeViewSink {
   readonly views = new Map<string, Map<string, ControlPlaneObject>>();
   events = new Map<string, ControlPlaneEvent[]>();
 
@@ -107,16 +109,53 @@ function podObject(ns: number, j: number, nodes: number, labels: Record<string, 
   };
 }
 
+/**
+ * The controller's real store, and beside it the counting sink (per Node, to see what each Node
+ * receives): the time spent counting is kept apart, so the controller's figure is the engine, the
+ * computation and the store, as in sluice-controller.
+ */
+class TimedTee implements NodeViewSink {
+  readonly store = new ControlPlaneStore({ initialResourceVersion: 1 });
+  readonly counting = new CountingSink();
+  private readonly perNode = perNodeSink(this.counting);
+  countingMs = 0;
+
+  set(...a: Parameters<NodeViewSink['set']>): void {
+    this.store.set(...a);
+    this.count(() => this.perNode.set(...a));
+  }
+
+  share(...a: Parameters<NodeViewSink['share']>): void {
+    this.store.share(...a);
+    this.count(() => this.perNode.share(...a));
+  }
+
+  hold(...a: Parameters<NodeViewSink['hold']>): void {
+    this.store.hold(...a);
+    this.count(() => this.perNode.hold(...a));
+  }
+
+  private count(fn: () => void): void {
+    const s = performance.now();
+    fn();
+    this.countingMs += performance.now() - s;
+  }
+}
+
 async function runSize(pods: number): Promise<void> {
   const namespaces = Math.round(pods / PODS_PER_NS);
   const nodes = Math.max(1, Math.round(pods / PODS_PER_NODE));
   const policies = Math.max(2000, Math.round(pods / 30));
   const model = clusterModel({ namespaces, podsPerNamespace: PODS_PER_NS, nodes, policies });
   const engine = new PolicyEngine({ trackMembers: true });
-  const sink = new CountingSink();
-  const computation = new ClusterComputation(engine, sink);
+  const tee = new TimedTee();
+  const sink = tee.counting;
+  const computation = new ClusterComputation(engine, tee);
   const t0 = performance.now();
+  // As sluice-controller takes in its initial lists: the views computed once, at the end.
+  computation.hold();
   for (const o of [...model.cluster, ...model.policies]) computation.apply(engine.upsert(o));
+  tee.store.batch(() => computation.release());
   const load = performance.now() - t0;
   const initial = sink.take();
   const perNode = [...sink.views.values()].map((v) => v.size);
@@ -155,7 +194,7 @@ async function runSize(pods: number): Promise<void> {
   const npSpec = np.spec as Record<string, unknown>;
   /** Feeds an object to the controller (and, as the same event, to the standalone engine when `alone` is given). */
   const both = (o: KubeObject, alone: number[]) => {
-    computation.apply(engine.upsert(o));
+    tee.store.batch(() => computation.apply(engine.upsert(o)));
     const s = performance.now();
     standalone.upsert(o);
     standalone.nodeRuleSet();
@@ -163,7 +202,7 @@ async function runSize(pods: number): Promise<void> {
     alone.push(performance.now() - s);
   };
   const drop = (ref: { apiVersion: string; kind: string; namespace: string; name: string }, alone: number[]) => {
-    computation.apply(engine.remove(ref));
+    tee.store.batch(() => computation.apply(engine.remove(ref)));
     const s = performance.now();
     standalone.remove(ref);
     standalone.nodeRuleSet();
@@ -194,8 +233,9 @@ async function runSize(pods: number): Promise<void> {
     let agentBytes = 0;
     for (let i = 0; i < REPS; i++) {
       const s = performance.now();
+      tee.countingMs = 0;
       e.run(i, alone);
-      times.push(performance.now() - s - (alone.at(-1) ?? 0));
+      times.push(performance.now() - s - (alone.at(-1) ?? 0) - tee.countingMs);
       const out = sink.take();
       fanout.push(out.nodes);
       bytes.push(out.bytes);

@@ -49,7 +49,7 @@ import {
   type TraceTask,
 } from '../controlplane/types.js';
 import { parseQuestion, type PodQuestion } from '../enforcement/newpods/peers.js';
-import { CONTROLPLANE_KINDS, type ControlPlaneStore, GoneError } from './store.js';
+import { CONTROLPLANE_KINDS, type ControlPlaneStore, eventJson, GoneError } from './store.js';
 import type { TraceflowBroker } from './traceflows.js';
 
 /** Who is asking: the authenticated user and, for an agent, the Node it runs on. */
@@ -461,7 +461,7 @@ export class ControlPlaneApi {
     req.socket.setKeepAlive(true, 30_000);
     const write = (e: ControlPlaneEvent | { type: 'ERROR'; object: KubeStatus }) => {
       if (res.destroyed || res.writableEnded) return;
-      res.write(`${JSON.stringify(e)}\n`);
+      res.write(`${eventJson(e)}\n`);
       // A client that does not read would make the controller hold every event for it.
       if (res.writableLength > this.maxBuffered) {
         this.opts.log?.warn({ node, kind, buffered: res.writableLength }, 'control plane API: watch cut, its client does not keep up');

@@ -25,13 +25,59 @@ import { canonicalJson } from '../policy/order.js';
 import { KeyedList } from '../policy/sorted-list.js';
 import type { GroupMember, RuleRef } from '../policy/types.js';
 
-/** Where the per-Node views go (the controller's store, or a test's recorder). */
+/**
+ * Where the per-Node views go (the controller's store, or a test's recorder through `perNodeSink`).
+ * AppliedToGroups are each Node's own (`set`); NetworkPolicies and AddressGroups are one object for
+ * every Node of their span (`share` their content, `hold` per Node joining or leaving the span),
+ * so a change of a group every Node needs costs the sink one change, not one per Node.
+ */
 export interface NodeViewSink {
+  /** The object as `node` now sees it (undefined: gone from its view). */
+  set(node: string, kind: ControlPlaneKind, name: string, object: ControlPlaneObject | undefined): void;
   /**
-   * The object as `node` now sees it (undefined: gone from its view). `patch` is given for an
-   * AddressGroup whose members changed, for the Nodes that already hold it.
+   * The shared object as every Node holding it now sees it (undefined: gone). `patch` is given for
+   * an AddressGroup whose members changed: what those Nodes receive instead of the whole group.
    */
+  share(kind: ControlPlaneKind, name: string, object: ControlPlaneObject | undefined, patch?: ControlPlaneAddressGroupPatch): void;
+  /** Whether `node` holds the shared object (shared before): it gets it whole, or loses it. */
+  hold(node: string, kind: ControlPlaneKind, name: string, holds: boolean): void;
+}
+
+/** A sink that takes every change per Node, as `set` with the patch a shared change carries. */
+export interface PerNodeViewSink {
   set(node: string, kind: ControlPlaneKind, name: string, object: ControlPlaneObject | undefined, patch?: ControlPlaneAddressGroupPatch): void;
+}
+
+/**
+ * A NodeViewSink over a per-Node one (tests and benches that look at each Node's view): each
+ * shared change is handed to every Node holding the object, as the store's watches deliver it.
+ */
+export function perNodeSink(target: PerNodeViewSink): NodeViewSink {
+  const shared = new Map<string, { object: ControlPlaneObject; holders: Set<string> }>();
+  return {
+    set: (node, kind, name, object) => target.set(node, kind, name, object),
+    share(kind, name, object, patch) {
+      const key = `${kind}/${name}`;
+      const s = shared.get(key);
+      if (object === undefined) {
+        shared.delete(key);
+        for (const node of s?.holders ?? []) target.set(node, kind, name, undefined);
+      } else if (!s) shared.set(key, { object, holders: new Set() });
+      else {
+        s.object = object;
+        for (const node of s.holders) target.set(node, kind, name, object, patch);
+      }
+    },
+    hold(node, kind, name, holds) {
+      const s = shared.get(`${kind}/${name}`);
+      if (holds) {
+        if (!s) throw new Error(`hold: ${kind} "${name}" is not shared (share it first)`);
+        if (s.holders.has(node)) return;
+        s.holders.add(node);
+        target.set(node, kind, name, s.object);
+      } else if (s?.holders.delete(node)) target.set(node, kind, name, undefined);
+    },
+  };
 }
 
 /** The Nodes a group member is on, as an agent's engine tells its local members (InternalModel.isLocal). */
@@ -138,10 +184,11 @@ export class ClusterComputation {
       return;
     }
     const respan = new Set<string>();
-    // AddressGroup changes first: a Node that gains a policy below gets the groups' current content.
-    const changedAddress = new Map<string, ControlPlaneAddressGroupPatch | undefined>();
+    // AddressGroup changes first, to the Nodes that hold them already (one change each, as a patch
+    // when only members changed); a Node that gains a policy below gets the groups' current content.
     for (const id of new Set([...cs.addressGroups.added, ...cs.addressGroups.updated, ...cs.addressGroups.removed, ...cs.serviceEndpoints])) {
-      changedAddress.set(id, this.recomputeAddressGroup(id, cs));
+      const patch = this.recomputeAddressGroup(id, cs);
+      this.sink.share('AddressGroup', id, this.addressGroups.get(id), patch);
     }
     for (const id of [...cs.appliedToGroups.added, ...cs.appliedToGroups.updated, ...cs.appliedToGroups.removed]) {
       if (this.splitAppliedToGroup(id, cs)) for (const key of this.policiesByAppliedTo.get(id) ?? EMPTY) respan.add(key);
@@ -166,11 +213,6 @@ export class ClusterComputation {
     }
     for (const key of changedPolicies) this.rebuildPolicy(key);
     for (const key of new Set([...respan, ...changedPolicies])) this.respanPolicy(key, changedPolicies.has(key));
-    // The members of a group a Node keeps go to it as a patch; Nodes that just gained the group got it whole.
-    for (const [id, patch] of changedAddress) {
-      const obj = this.addressGroups.get(id);
-      for (const node of this.addressSpan.get(id)?.keys() ?? []) this.sink.set(node, 'AddressGroup', id, obj, patch);
-    }
   }
 
   /** Sizes for /status and benches. */
@@ -223,11 +265,17 @@ export class ClusterComputation {
       this.countAddressSpan(id, came, +1);
     }
     p.span = span;
-    for (const node of changed ? span : came) this.sink.set(node, 'NetworkPolicy', key, p.object);
-    for (const node of gone) this.sink.set(node, 'NetworkPolicy', key, undefined);
+    // The Nodes that left it let go, the new content goes to those that keep it (one change), and
+    // the Nodes that joined get it whole.
+    for (const node of gone) this.sink.hold(node, 'NetworkPolicy', key, false);
+    if (changed) this.sink.share('NetworkPolicy', key, p.object);
+    for (const node of came) this.sink.hold(node, 'NetworkPolicy', key, true);
     for (const id of p.addressGroups) this.countAddressSpan(id, gone, -1);
     // Without rules or isolations it names no group any more (rebuildPolicy): nothing left to keep.
-    if (p.ruleIds.size + p.isolationIds.size === 0) this.policies.delete(key);
+    if (p.ruleIds.size + p.isolationIds.size === 0) {
+      this.policies.delete(key);
+      this.sink.share('NetworkPolicy', key, undefined);
+    }
   }
 
   /** Adds `delta` to the count of (group, node) for each node; a count going 0↔1 adds or removes the group from that Node's view. */
@@ -238,8 +286,12 @@ export class ClusterComputation {
       const n = (counts.get(node) ?? 0) + delta;
       if (n > 0) counts.set(node, n);
       else counts.delete(node);
-      if (delta > 0 && n === 1) this.sink.set(node, 'AddressGroup', id, this.addressGroups.get(id) ?? this.emptyAddressGroup(id));
-      if (delta < 0 && n === 0) this.sink.set(node, 'AddressGroup', id, undefined);
+      if (delta > 0 && n === 1) {
+        // A group the engine has not computed yet is held empty until it is.
+        if (!this.addressGroups.has(id)) this.sink.share('AddressGroup', id, this.emptyAddressGroup(id));
+        this.sink.hold(node, 'AddressGroup', id, true);
+      }
+      if (delta < 0 && n === 0) this.sink.hold(node, 'AddressGroup', id, false);
     }
     if (counts && counts.size === 0) this.addressSpan.delete(id);
   }

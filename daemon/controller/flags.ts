@@ -43,7 +43,7 @@ export function parseControllerFlags(args: string[], env: NodeJS.ProcessEnv = pr
     .option('identity', { type: 'string', default: env.POD_NAME ?? hostname(), describe: 'this replica\'s name in the Lease' })
     .option('certificate-ips', { type: 'string', default: '', describe: 'comma-separated IP addresses the serving certificate also names' })
     .option('read-all-users', { type: 'string', default: '', describe: 'comma-separated users (no Node of their own) allowed to read every Node\'s view' })
-    .option('events-per-node', { type: 'number', default: 1000, describe: 'events kept per Node for agents resuming their watches; an agent away for more lists its view again (410 Gone)' })
+    .option('events-per-node', { type: 'number', default: 1000, describe: 'events kept per Node for agents resuming their watches, and ten times as many changes of objects shared by Nodes; an agent away for more lists its view again (410 Gone)' })
     .option('log-level', { type: 'string', default: 'info', choices: ['trace', 'debug', 'info', 'warn', 'error'] })
     .strict()
     .exitProcess(false)

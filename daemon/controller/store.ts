@@ -1,12 +1,19 @@
 /**
  * The controller's served state: for every Node, the `controlplane.sluice.io` objects that Node
- * sees (its span), with one resourceVersion counter for the whole store and a bounded event log
- * per Node so an agent's watch resumes where it stopped. The computation (computation.ts) says
- * what each Node sees now with `set`; this store turns that into list results and watch events.
+ * sees (its span), with one resourceVersion counter for the whole store and bounded event logs so
+ * an agent's watch resumes where it stopped. The computation (computation.ts) says what each Node
+ * sees; this store turns that into list results and watch events. Two ways to say it:
  *
- * Objects given to `set` are shared by every Node that sees them and are never copied or mutated:
- * a view holds references, and the name and resourceVersion are added to a shallow copy only when
- * an object is served.
+ * - `set(node, …)`: an object of one Node's own (an AppliedToGroup split by Node), logged in that
+ *   Node's log;
+ * - `share(kind, key, …)` and `hold(node, kind, key, …)`: one object every Node of its span sees
+ *   (a NetworkPolicy, an AddressGroup). A change of it is one event in the shared log, not one per
+ *   Node: a group every Node needs changes at each new Pod, and its cost must not grow with the
+ *   Nodes (the seed's store logs each object's event once and filters it per watcher). Only a Node
+ *   joining or leaving the span is an event of that Node's log.
+ *
+ * Objects given to the store are never copied or mutated: a view holds references, and the name
+ * and resourceVersion are added to a shallow copy only when an object is served.
  *
  * Names on the wire (`controlPlaneName`): AppliedToGroup and AddressGroup ids ("atg-…", "ag-…")
  * are used as they are; a NetworkPolicy's source key "<Kind>/<namespace>/<name>" becomes
@@ -51,6 +58,8 @@ export function controlPlaneName(kind: ControlPlaneKind, key: string): string {
 export interface ControlPlaneStoreOptions {
   /** Events kept per Node for resuming watches; a watch from before them is Gone (default 1000). */
   eventsPerNode?: number;
+  /** Events of shared objects kept for resuming watches; a watch from before them is Gone (default 10 × eventsPerNode). */
+  sharedEvents?: number;
   /**
    * The store's resourceVersion before its first change. The default, the wall clock in
    * microseconds, makes a restarted controller's versions start above the old one's (unless it
@@ -67,11 +76,24 @@ export interface ControlPlaneStoreOptions {
   deferLog?: boolean;
 }
 
-/** An object of a Node's view and the version it last changed at. */
-interface Held {
+/**
+ * An object's content and the version it last changed at: a Node's own (`set`), or shared by the
+ * Nodes in `holders` (`share`), whose views all point at this one cell.
+ */
+interface Cell {
   object: ControlPlaneObject;
   rv: number;
+  holders?: Set<NodeView>;
 }
+
+/** An object of a Node's view: its cell and the version the Node began holding it at. */
+interface Held {
+  cell: Cell;
+  since: number;
+}
+
+/** The version an object of a view is served at: its last change, or the Node's joining if later. */
+const heldRv = (h: Held) => Math.max(h.since, h.cell.rv);
 
 interface LogEntry {
   rv: number;
@@ -80,8 +102,10 @@ interface LogEntry {
   type: 'ADDED' | 'MODIFIED' | 'DELETED';
   /** The object (ADDED, MODIFIED), the patch (MODIFIED of an AddressGroupPatch), undefined (DELETED). */
   object: ControlPlaneObject | ControlPlaneAddressGroupPatch | undefined;
-  /** The Node's view versions at the end of the batch that made it (VIEW_VERSIONS_ANNOTATION); set when the batch ends. */
+  /** A Node's entry: its view versions at the end of the batch that made it (VIEW_VERSIONS_ANNOTATION); set when the batch ends. */
   viewVersions?: ViewVersions;
+  /** A shared entry: the cell it changed, for every Node holding that cell since before it. */
+  cell?: Cell;
 }
 
 /**
@@ -93,8 +117,55 @@ interface ViewVersions extends Record<ControlPlaneKind, number> {
   text?: string;
 }
 
+const versionsText = (v: ViewVersions) => (v.text ??= formatViewVersions(v));
+
+/**
+ * A log of the last `bound` entries. Per kind, a watch from a version below `floor` is Gone: events
+ * of that kind after it may have been dropped. Per kind, so a burst of one kind does not expire the
+ * watches of the others.
+ */
+class BoundedLog {
+  /** The entries from `head` on; those before are dropped and compacted away now and then. */
+  private entries: LogEntry[] = [];
+  private head = 0;
+
+  constructor(
+    private readonly bound: number,
+    readonly floor: Record<ControlPlaneKind, number>,
+  ) {}
+
+  append(entry: LogEntry): void {
+    this.entries.push(entry);
+    if (this.entries.length - this.head > this.bound) {
+      const dropped = this.entries[this.head]!;
+      this.floor[dropped.kind] = dropped.rv;
+      this.entries[this.head++] = undefined as unknown as LogEntry;
+      // Compact once the dropped prefix is as long as the kept log: amortized O(1) per event.
+      if (this.head >= this.bound) {
+        this.entries = this.entries.slice(this.head);
+        this.head = 0;
+      }
+    }
+  }
+
+  /** The entries of `kind` after version `from`, oldest first (binary search: versions increase). */
+  after(kind: ControlPlaneKind, from: number): LogEntry[] {
+    let lo = this.head;
+    let hi = this.entries.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.entries[mid]!.rv <= from) lo = mid + 1;
+      else hi = mid;
+    }
+    const out: LogEntry[] = [];
+    for (let i = lo; i < this.entries.length; i++) if (this.entries[i]!.kind === kind) out.push(this.entries[i]!);
+    return out;
+  }
+}
+
 interface Watcher {
   kind: ControlPlaneKind;
+  view: NodeView;
   /** The last version delivered: a log entry is delivered once even if a batch flush also carries it. */
   lastRv: number;
   onEvent: (e: ControlPlaneEvent) => void;
@@ -104,16 +175,10 @@ interface Watcher {
 
 interface NodeView {
   objects: Record<ControlPlaneKind, Map<string, Held>>;
-  /** The log from `head` on; entries before `head` are dropped and compacted away now and then. */
-  log: LogEntry[];
-  head: number;
-  /**
-   * Per kind, a watch from a version below this is Gone: events of that kind after it may have
-   * been dropped. Per kind, so a burst of one kind does not expire the watches of the others.
-   */
-  floor: Record<ControlPlaneKind, number>;
+  /** This Node's own events: its own objects', and its joining or leaving shared objects. */
+  log: BoundedLog;
   watchers: Set<Watcher>;
-  /** Per kind, the version of the view's last change of that kind (0: none yet). */
+  /** Per kind, the version of the view's last change of that kind (0: none yet), shared changes included. */
   last: Record<ControlPlaneKind, number>;
   /** The batch whose end `versions` holds (flush stamps each view once per batch). */
   stamped: number;
@@ -143,28 +208,35 @@ export class ControlPlaneStore {
   private readonly perNode: number;
   private rv: number;
   private readonly views = new Map<string, NodeView>();
+  /** Shared objects by kind and wire name. */
+  private readonly cells: Record<ControlPlaneKind, Map<string, Cell & { holders: Set<NodeView> }>> = { NetworkPolicy: new Map(), AppliedToGroup: new Map(), AddressGroup: new Map() };
+  /** Changes of shared objects, for every Node holding them. */
+  private readonly sharedLog: BoundedLog;
+  /** Every open watch by kind: a shared change is delivered by looking at these or at its holders, whichever are fewer. */
+  private readonly watching: Record<ControlPlaneKind, Set<Watcher>> = { NetworkPolicy: new Set(), AppliedToGroup: new Set(), AddressGroup: new Set() };
   /** Floor of Nodes without a view: raised when a view is forgotten, since its log goes with it. */
   private unknownFloor: number;
   private depth = 0;
   private logging: boolean;
-  /** This batch's logged entries and the view of each (two arrays: no pair per Node of a change). */
-  private pendingViews: NodeView[] = [];
+  /** This batch's entries in version order, and each one's view (undefined: a shared entry). */
+  private pendingViews: (NodeView | undefined)[] = [];
   private pendingEntries: LogEntry[] = [];
   private batches = 0;
-  /** Equality results of this batch by (held, new) reference pair: one object is set on many Nodes. */
-  private equalCache = new WeakMap<object, { other: object; equal: boolean }>();
   /** Wire names by kind and key: one change is set on many Nodes, each asking for the same name. */
   private readonly names: Record<ControlPlaneKind, Map<string, string>> = { NetworkPolicy: new Map(), AppliedToGroup: new Map(), AddressGroup: new Map() };
 
   constructor(opts: ControlPlaneStoreOptions = {}) {
     const n = opts.eventsPerNode ?? 1000;
     if (!Number.isInteger(n) || n < 1) throw new Error(`eventsPerNode ${n} is not a positive integer`);
+    const shared = opts.sharedEvents ?? 10 * n;
+    if (!Number.isInteger(shared) || shared < 1) throw new Error(`sharedEvents ${shared} is not a positive integer`);
     const initial = opts.initialResourceVersion ?? Date.now() * 1000;
     if (!Number.isSafeInteger(initial) || initial < 0) throw new Error(`initialResourceVersion ${initial} is not a non-negative safe integer`);
     this.perNode = n;
     this.logging = !opts.deferLog;
     this.rv = initial;
     this.unknownFloor = initial;
+    this.sharedLog = new BoundedLog(shared, { NetworkPolicy: initial, AppliedToGroup: initial, AddressGroup: initial });
   }
 
   /** The current resourceVersion: every change up to it has been delivered to the watchers. */
@@ -173,9 +245,10 @@ export class ControlPlaneStore {
   }
 
   /**
-   * What `node` now sees of `kind`/`key` (undefined: nothing). `key` is a NetworkPolicy's source
-   * key or a group's id. An AddressGroup change may come with its `patch` (what the MODIFIED event
-   * carries instead of the whole group); objects equal to what the Node holds make no event.
+   * What `node` now sees of `kind`/`key` as its own object (undefined: nothing). `key` is a
+   * NetworkPolicy's source key or a group's id. An AddressGroup change may come with its `patch`
+   * (what the MODIFIED event carries instead of the whole group); objects equal to what the Node
+   * holds make no event. A shared object the Node held is replaced by this one.
    */
   set(node: string, kind: ControlPlaneKind, key: string, object: ControlPlaneObject | undefined, patch?: ControlPlaneAddressGroupPatch): void {
     // Outside a batch, as a batch of its own (inside one, no closure per Node of a change).
@@ -184,35 +257,108 @@ export class ControlPlaneStore {
       return;
     }
     if (typeof node !== 'string' || node === '') throw new Error('set: the Node name is empty');
-    if (!CONTROLPLANE_KINDS.includes(kind)) throw new Error(`set: unknown kind "${kind}"`);
-    if (object !== undefined && object.kind !== kind) throw new Error(`set: a ${object.kind} object given as ${kind} "${key}"`);
-    if (patch !== undefined && (kind !== 'AddressGroup' || patch.kind !== 'AddressGroupPatch')) throw new Error(`set: a patch given for ${kind} "${key}"; only AddressGroups take AddressGroupPatch`);
+    checkObject('set', kind, key, object, patch);
     const name = this.nameOf(kind, key);
     let view = this.views.get(node);
     const held = view?.objects[kind].get(name);
     if (!held && object === undefined) return;
-    // A patch that changes members says the objects differ: comparing a large group member by
-    // member, on every change of it, would cost as much as the group.
-    const patched = patch !== undefined && (patch.upserted.length > 0 || patch.removed.length > 0);
-    if (held && object !== undefined && !patched && this.equal(held.object, object)) return;
+    if (held && object !== undefined && !held.cell.holders && !changesMembers(patch) && jsonEqual(held.cell.object, object)) return;
     if (!view) this.views.set(node, (view = this.newView()));
+    held?.cell.holders?.delete(view);
     const rv = ++this.rv;
-    let entry: LogEntry;
     if (object === undefined) {
       view.objects[kind].delete(name);
-      entry = { rv, kind, name, type: 'DELETED', object: undefined };
+      this.record(view, { rv, kind, name, type: 'DELETED', object: undefined });
     } else {
-      view.objects[kind].set(name, { object, rv });
-      entry = held ? { rv, kind, name, type: 'MODIFIED', object: patch ?? object } : { rv, kind, name, type: 'ADDED', object };
+      view.objects[kind].set(name, { cell: { object, rv }, since: held ? held.since : rv });
+      this.record(view, held ? { rv, kind, name, type: 'MODIFIED', object: patch ?? object } : { rv, kind, name, type: 'ADDED', object });
     }
-    view.last[kind] = rv;
+  }
+
+  /**
+   * What every Node holding the shared `kind`/`key` now sees (undefined: it is gone, and so from
+   * every view holding it). One event for all of them, carrying `patch` (an AddressGroup's member
+   * changes) when given; nothing when it equals what they hold or nobody holds it yet.
+   */
+  share(kind: ControlPlaneKind, key: string, object: ControlPlaneObject | undefined, patch?: ControlPlaneAddressGroupPatch): void {
+    if (this.depth === 0) {
+      this.batch(() => this.share(kind, key, object, patch));
+      return;
+    }
+    checkObject('share', kind, key, object, patch);
+    const name = this.nameOf(kind, key);
+    const cells = this.cells[kind];
+    const cell = cells.get(name);
+    if (object === undefined) {
+      if (!cell) return;
+      cells.delete(name);
+      for (const view of cell.holders) {
+        view.objects[kind].delete(name);
+        this.record(view, { rv: ++this.rv, kind, name, type: 'DELETED', object: undefined });
+      }
+      return;
+    }
+    if (!cell) {
+      cells.set(name, { object, rv: this.rv, holders: new Set() });
+      return;
+    }
+    if (cell.object === object || (!changesMembers(patch) && jsonEqual(cell.object, object))) return;
+    cell.object = object;
+    if (cell.holders.size === 0) {
+      cell.rv = this.rv;
+      return;
+    }
+    const rv = (cell.rv = ++this.rv);
+    for (const view of cell.holders) view.last[kind] = rv;
+    const entry: LogEntry = { rv, kind, name, type: 'MODIFIED', object: patch ?? object, cell };
+    // Not logged while the log is deferred: a watch from before this change cannot resume (it lists again).
+    if (this.logging) this.sharedLog.append(entry);
+    else this.sharedLog.floor[kind] = rv;
+    this.pendingViews.push(undefined);
+    this.pendingEntries.push(entry);
+  }
+
+  /**
+   * Whether `node` holds the shared `kind`/`key` (given to `share` before): it joins the object's
+   * span (an ADDED event of the whole object) or leaves it (DELETED), in that Node's log.
+   */
+  hold(node: string, kind: ControlPlaneKind, key: string, holds: boolean): void {
+    if (this.depth === 0) {
+      this.batch(() => this.hold(node, kind, key, holds));
+      return;
+    }
+    if (typeof node !== 'string' || node === '') throw new Error('hold: the Node name is empty');
+    if (!CONTROLPLANE_KINDS.includes(kind)) throw new Error(`hold: unknown kind "${kind}"`);
+    const name = this.nameOf(kind, key);
+    let view = this.views.get(node);
+    const held = view?.objects[kind].get(name);
+    if (!holds) {
+      if (!held) return;
+      held.cell.holders?.delete(view!);
+      view!.objects[kind].delete(name);
+      this.record(view!, { rv: ++this.rv, kind, name, type: 'DELETED', object: undefined });
+      return;
+    }
+    const cell = this.cells[kind].get(name);
+    if (!cell) throw new Error(`hold: ${kind} "${key}" is not shared (share it first)`);
+    if (held?.cell === cell) return;
+    if (!view) this.views.set(node, (view = this.newView()));
+    const rv = ++this.rv;
+    cell.holders.add(view);
+    view.objects[kind].set(name, { cell, since: rv });
+    this.record(view, { rv, kind, name, type: held ? 'MODIFIED' : 'ADDED', object: cell.object });
+  }
+
+  /** A change of one Node's view: its versions, its log (or its floor while the log is deferred), its watchers at the batch's end. */
+  private record(view: NodeView, entry: LogEntry): void {
+    view.last[entry.kind] = entry.rv;
     if (this.logging || view.watchers.size > 0) {
-      this.append(view, entry);
+      view.log.append(entry);
       this.pendingViews.push(view);
       this.pendingEntries.push(entry);
     } else {
       // Not logged: a watch from before this change cannot resume (it lists again).
-      view.floor[kind] = rv;
+      view.log.floor[entry.kind] = entry.rv;
     }
   }
 
@@ -233,8 +379,9 @@ export class ControlPlaneStore {
   }
 
   /**
-   * Runs `fn` (its `set` calls) as one batch: each event still gets its own resourceVersion, but
-   * watchers hear of them once, at the end (even if `fn` throws: what it set stays set).
+   * Runs `fn` (its `set`, `share` and `hold` calls) as one batch: each event still gets its own
+   * resourceVersion, but watchers hear of them once, at the end (even if `fn` throws: what it set
+   * stays set).
    */
   batch<T>(fn: () => T): T {
     this.depth++;
@@ -274,7 +421,7 @@ export class ControlPlaneStore {
     let text = '[';
     for (const [i, n] of names.entries()) {
       const h = held!.get(n)!;
-      const tail = bodyTail(h.object);
+      const tail = bodyTail(h.cell.object);
       // The metadata first, then the shared rest of the object.
       text += `${i > 0 ? ',' : ''}{"metadata":${JSON.stringify(servedMetadata(n, h, versions))}`;
       if (tail.length > 1) {
@@ -306,9 +453,12 @@ export class ControlPlaneStore {
   /**
    * Watches `node`'s objects of `kind`: the events after `fromResourceVersion` (delivered before
    * this returns), then every change. An empty version or "0" starts with the current objects as
-   * ADDED events. Throws GoneError when the Node's log no longer reaches back to the version or the
-   * version was never issued by this store (a future one, or one of a restarted controller's).
+   * ADDED events. Throws GoneError when a log no longer reaches back to the version or the version
+   * was never issued by this store (a future one, or one of a restarted controller's).
    * `onClose` hears when the store ends the watch (`forgetNode`, or `onEvent` threw: the error).
+   *
+   * Resumed shared events ask for the view's versions now rather than their batch's: the watch
+   * delivers everything up to now before it returns, so the agent enforces the backlog as one change.
    */
   watch(
     node: string,
@@ -319,7 +469,6 @@ export class ControlPlaneStore {
   ): ControlPlaneWatch {
     if (!CONTROLPLANE_KINDS.includes(kind)) throw new Error(`watch: unknown kind "${kind}"`);
     const view = this.views.get(node);
-    const watcher: Watcher = { kind, lastRv: this.rv, onEvent, onClose, closed: false };
     const initial = fromResourceVersion === undefined || fromResourceVersion === '' || fromResourceVersion === '0';
     let backlog: ControlPlaneEvent[];
     if (initial) {
@@ -327,22 +476,39 @@ export class ControlPlaneStore {
     } else {
       if (!/^[0-9]+$/.test(fromResourceVersion)) throw new Error(`resourceVersion "${fromResourceVersion}" is not a decimal integer`);
       const from = Number(fromResourceVersion);
-      const floor = view ? view.floor[kind] : this.unknownFloor;
+      const floor = view ? Math.max(view.log.floor[kind], this.sharedLog.floor[kind]) : this.unknownFloor;
       if (from > this.rv) throw new GoneError(`resourceVersion ${from} is newer than this store's ${this.rv} (a restarted controller): list again`);
       if (from < floor) throw new GoneError(`too old resource version: ${from} (${floor})`);
-      backlog = [];
-      if (view) {
-        for (let i = firstAfter(view, from); i < view.log.length; i++) {
-          const e = view.log[i]!;
-          if (e.kind === kind) backlog.push(toEvent(e));
-        }
-      }
+      backlog = view ? this.backlog(view, kind, from) : [];
     }
     const v = view ?? this.newView();
     if (!view) this.views.set(node, v);
+    const watcher: Watcher = { kind, view: v, lastRv: this.rv, onEvent, onClose, closed: false };
     v.watchers.add(watcher);
-    for (const e of backlog) if (!this.deliver(v, watcher, e)) break;
-    return { stop: () => this.close(v, watcher) };
+    this.watching[kind].add(watcher);
+    for (const e of backlog) if (!this.deliver(watcher, e)) break;
+    return { stop: () => this.close(watcher) };
+  }
+
+  /** The view's events of `kind` after `from`: its own log's and the shared log's for the objects it held then and holds still. */
+  private backlog(view: NodeView, kind: ControlPlaneKind, from: number): ControlPlaneEvent[] {
+    const own = view.log.after(kind, from);
+    const held = view.objects[kind];
+    const shared = this.sharedLog.after(kind, from).filter((e) => {
+      const h = held.get(e.name);
+      // Held since before the change and still: a Node that left since hears DELETED in its own
+      // log, one that joined since got the whole object in an ADDED.
+      return h !== undefined && h.cell === e.cell && h.since < e.rv;
+    });
+    const now = viewVersionsText(view);
+    const out: ControlPlaneEvent[] = [];
+    let i = 0;
+    let j = 0;
+    while (i < own.length || j < shared.length) {
+      if (j >= shared.length || (i < own.length && own[i]!.rv < shared[j]!.rv)) out.push(toEvent(own[i++]!));
+      else out.push(toEvent(shared[j++]!, now));
+    }
+    return out;
   }
 
   /** How many Nodes have a view (cheap: /status reads it at every request). */
@@ -358,7 +524,7 @@ export class ControlPlaneStore {
         name,
         objects: { NetworkPolicy: v.objects.NetworkPolicy.size, AppliedToGroup: v.objects.AppliedToGroup.size, AddressGroup: v.objects.AddressGroup.size },
         watchers: v.watchers.size,
-        oldestResumable: String(Math.max(...Object.values(v.floor))),
+        oldestResumable: String(Math.max(...Object.values(v.log.floor), ...Object.values(this.sharedLog.floor))),
       }));
   }
 
@@ -370,16 +536,15 @@ export class ControlPlaneStore {
     const view = this.views.get(node);
     if (!view) return;
     this.views.delete(node);
+    for (const kind of CONTROLPLANE_KINDS) for (const held of view.objects[kind].values()) held.cell.holders?.delete(view);
     this.unknownFloor = this.rv;
-    for (const w of [...view.watchers]) this.close(view, w);
+    for (const w of [...view.watchers]) this.close(w);
   }
 
   private newView(): NodeView {
     return {
       objects: { NetworkPolicy: new Map(), AppliedToGroup: new Map(), AddressGroup: new Map() },
-      log: [],
-      head: 0,
-      floor: { NetworkPolicy: this.unknownFloor, AppliedToGroup: this.unknownFloor, AddressGroup: this.unknownFloor },
+      log: new BoundedLog(this.perNode, { NetworkPolicy: this.unknownFloor, AppliedToGroup: this.unknownFloor, AddressGroup: this.unknownFloor }),
       watchers: new Set(),
       last: { NetworkPolicy: 0, AppliedToGroup: 0, AddressGroup: 0 },
       stamped: 0,
@@ -387,18 +552,13 @@ export class ControlPlaneStore {
     };
   }
 
-  private append(view: NodeView, entry: LogEntry): void {
-    view.log.push(entry);
-    if (view.log.length - view.head > this.perNode) {
-      const dropped = view.log[view.head]!;
-      view.floor[dropped.kind] = dropped.rv;
-      view.log[view.head++] = undefined as unknown as LogEntry;
-      // Compact once the dropped prefix is as long as the kept log: amortized O(1) per event.
-      if (view.head >= this.perNode) {
-        view.log = view.log.slice(view.head);
-        view.head = 0;
-      }
+  /** The view's versions at the end of this batch (flush time: every change of the batch is in). */
+  private stamp(view: NodeView, batch: number): ViewVersions {
+    if (view.stamped !== batch || view.versions === undefined) {
+      view.stamped = batch;
+      view.versions = { ...view.last };
     }
+    return view.versions;
   }
 
   private flush(): void {
@@ -406,67 +566,72 @@ export class ControlPlaneStore {
     const entries = this.pendingEntries;
     this.pendingViews = [];
     this.pendingEntries = [];
-    this.equalCache = new WeakMap();
     // Every event of the batch asks for the view as the batch left it: one change reaches a Node on
     // up to three streams, and its agent enforces it only once it holds all of it.
     const batch = ++this.batches;
     for (let i = 0; i < views.length; i++) {
-      const view = views[i]!;
-      if (view.stamped !== batch || view.versions === undefined) {
-        view.stamped = batch;
-        view.versions = { ...view.last };
-      }
-      entries[i]!.viewVersions = view.versions;
+      const view = views[i];
+      if (view) entries[i]!.viewVersions = this.stamp(view, batch);
     }
+    // In version order: a watch's events must arrive in the order of their versions.
     for (let i = 0; i < views.length; i++) {
-      const view = views[i]!;
-      if (view.watchers.size === 0) continue;
+      const view = views[i];
       const entry = entries[i]!;
-      const event = toEvent(entry);
-      for (const w of [...view.watchers]) if (w.kind === entry.kind && entry.rv > w.lastRv) this.deliver(view, w, event, entry.rv);
+      if (view) {
+        if (view.watchers.size === 0) continue;
+        const event = toEvent(entry);
+        for (const w of [...view.watchers]) if (w.kind === entry.kind && entry.rv > w.lastRv) this.deliver(w, event, entry.rv);
+      } else this.deliverShared(entry, batch);
+    }
+  }
+
+  /** A shared change to the watches of the Nodes that held its object before it and hold it still. */
+  private deliverShared(entry: LogEntry, batch: number): void {
+    const cell = entry.cell!;
+    const watching = this.watching[entry.kind];
+    const holds = (view: NodeView) => {
+      const h = view.objects[entry.kind].get(entry.name);
+      return h !== undefined && h.cell === cell && h.since < entry.rv;
+    };
+    const send = (view: NodeView, w: Watcher) => {
+      if (w.kind === entry.kind && entry.rv > w.lastRv) this.deliver(w, toEvent(entry, versionsText(this.stamp(view, batch))), entry.rv);
+    };
+    if (cell.holders!.size <= watching.size) {
+      for (const view of cell.holders!) if (view.watchers.size > 0 && holds(view)) for (const w of [...view.watchers]) send(view, w);
+    } else {
+      for (const w of [...watching]) if (holds(w.view)) send(w.view, w);
     }
   }
 
   /** Hands `e` to `w`; a watcher whose callback throws is closed with that error. */
-  private deliver(view: NodeView, w: Watcher, e: ControlPlaneEvent, rv?: number): boolean {
+  private deliver(w: Watcher, e: ControlPlaneEvent, rv?: number): boolean {
     if (w.closed) return false;
     if (rv !== undefined) w.lastRv = rv;
     try {
       w.onEvent(e);
       return true;
     } catch (err) {
-      this.close(view, w, err instanceof Error ? err : new Error(String(err)));
+      this.close(w, err instanceof Error ? err : new Error(String(err)));
       return false;
     }
   }
 
-  private close(view: NodeView, w: Watcher, err?: Error): void {
+  private close(w: Watcher, err?: Error): void {
     if (w.closed) return;
     w.closed = true;
-    view.watchers.delete(w);
+    w.view.watchers.delete(w);
+    this.watching[w.kind].delete(w);
     w.onClose?.(err);
-  }
-
-  private equal(a: ControlPlaneObject, b: ControlPlaneObject): boolean {
-    if (a === b) return true;
-    const cached = this.depth > 0 ? this.equalCache.get(a) : undefined;
-    if (cached?.other === b) return cached.equal;
-    const equal = jsonEqual(a, b);
-    if (this.depth > 0) this.equalCache.set(a, { other: b, equal });
-    return equal;
   }
 }
 
-/** The index of the first log entry after version `from` (binary search: versions increase). */
-function firstAfter(view: NodeView, from: number): number {
-  let lo = view.head;
-  let hi = view.log.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (view.log[mid]!.rv <= from) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
+/** A patch that changes members says the objects differ: comparing a large group member by member, on every change of it, would cost as much as the group. */
+const changesMembers = (patch: ControlPlaneAddressGroupPatch | undefined) => patch !== undefined && (patch.upserted.length > 0 || patch.removed.length > 0);
+
+function checkObject(op: string, kind: ControlPlaneKind, key: string, object: ControlPlaneObject | undefined, patch: ControlPlaneAddressGroupPatch | undefined): void {
+  if (!CONTROLPLANE_KINDS.includes(kind)) throw new Error(`${op}: unknown kind "${kind}"`);
+  if (object !== undefined && object.kind !== kind) throw new Error(`${op}: a ${object.kind} object given as ${kind} "${key}"`);
+  if (patch !== undefined && (kind !== 'AddressGroup' || patch.kind !== 'AddressGroupPatch')) throw new Error(`${op}: a patch given for ${kind} "${key}"; only AddressGroups take AddressGroupPatch`);
 }
 
 /** VIEW_VERSIONS_ANNOTATION's text for a view as it is now (a Node without one: every kind at 0). */
@@ -478,11 +643,11 @@ const NO_CHANGES: Record<ControlPlaneKind, number> = { NetworkPolicy: 0, Applied
 
 /** The metadata an object of a view is served with: its wire name, its version in that view, the view's versions. */
 function servedMetadata(name: string, held: Held, viewVersions: string): ControlPlaneObject['metadata'] {
-  return { ...held.object.metadata, name, resourceVersion: String(held.rv), annotations: { [VIEW_VERSIONS_ANNOTATION]: viewVersions } };
+  return { ...held.cell.object.metadata, name, resourceVersion: String(heldRv(held)), annotations: { [VIEW_VERSIONS_ANNOTATION]: viewVersions } };
 }
 
 function served(name: string, held: Held, viewVersions: string): ControlPlaneObject {
-  return { ...held.object, metadata: servedMetadata(name, held, viewVersions) };
+  return { ...held.cell.object, metadata: servedMetadata(name, held, viewVersions) };
 }
 
 /**
@@ -501,13 +666,47 @@ function bodyTail(object: ControlPlaneObject): Buffer {
   return tail;
 }
 
-function toEvent(e: LogEntry): ControlPlaneEvent {
-  const v = e.viewVersions;
-  const metadata = { name: e.name, resourceVersion: String(e.rv), ...(v ? { annotations: { [VIEW_VERSIONS_ANNOTATION]: (v.text ??= formatViewVersions(v)) } } : {}) };
+/** A log entry as an event: with its batch's view versions, or `versions` (a shared entry's, per Node). */
+function toEvent(e: LogEntry, versions?: string): ControlPlaneEvent {
+  const v = versions ?? (e.viewVersions && versionsText(e.viewVersions));
+  // The store's metadata is the whole of it: the objects it is given carry only their name.
+  const metadata: ControlPlaneObject['metadata'] = v !== undefined
+    ? { name: e.name, resourceVersion: String(e.rv), annotations: { [VIEW_VERSIONS_ANNOTATION]: v } }
+    : { name: e.name, resourceVersion: String(e.rv) };
   if (e.type === 'DELETED') return { type: 'DELETED', object: { apiVersion: CONTROLPLANE_API_VERSION, kind: e.kind, metadata } };
   const object = e.object!;
-  if (object.kind === 'AddressGroupPatch') return { type: 'MODIFIED', object: { ...object, metadata: { ...object.metadata, ...metadata } } };
-  return { type: e.type, object: { ...object, metadata: { ...object.metadata, ...metadata } } };
+  const event = (object.kind === 'AddressGroupPatch'
+    ? { type: 'MODIFIED', object: { ...object, metadata } }
+    : { type: e.type, object: { ...object, metadata } }) as ControlPlaneEvent;
+  eventBodies.set(event, object);
+  return event;
+}
+
+const VERSIONS_KEY = JSON.stringify(VIEW_VERSIONS_ANNOTATION);
+
+/** The object an event of the store was made from: its JSON is written once, whatever the watches it goes to. */
+const eventBodies = new WeakMap<ControlPlaneEvent, object>();
+const bodyTexts = new WeakMap<object, string>();
+
+/**
+ * An event's JSON text (a line of a watch). For the store's events, the object's content is
+ * serialized once and shared by every watch it goes to (a group change every Node needs goes to
+ * thousands): only the metadata, which carries each Node's view versions, is written per watch.
+ */
+export function eventJson(e: ControlPlaneEvent | { type: string; object: unknown }): string {
+  const body = eventBodies.get(e as ControlPlaneEvent);
+  if (body === undefined) return JSON.stringify(e);
+  let tail = bodyTexts.get(body);
+  if (tail === undefined) {
+    const { metadata: _own, ...rest } = body as { metadata?: unknown };
+    tail = JSON.stringify(rest).slice(1);
+    bodyTexts.set(body, tail);
+  }
+  // The metadata toEvent made: a name, a version and at most the view versions.
+  const { name, resourceVersion, annotations } = (e as ControlPlaneEvent).object.metadata;
+  const versions = annotations?.[VIEW_VERSIONS_ANNOTATION];
+  const metadata = `{"name":${JSON.stringify(name)},"resourceVersion":${JSON.stringify(resourceVersion)}${versions === undefined ? '' : `,"annotations":{${VERSIONS_KEY}:${JSON.stringify(versions)}}`}}`;
+  return `{"type":${JSON.stringify(e.type)},"object":{"metadata":${metadata}${tail.length > 1 ? `,${tail}` : '}'}}`;
 }
 
 /**

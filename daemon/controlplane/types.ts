@@ -54,7 +54,8 @@ export const VIEW_VERSIONS_ANNOTATION = 'controlplane.sluice.io/view-versions';
 export type ViewVersions = Record<ControlPlaneKind, bigint>;
 
 export function formatViewVersions(v: Record<ControlPlaneKind, bigint | number>): string {
-  return CONTROLPLANE_KINDS.map((k) => `${k}=${v[k]}`).join(',');
+  // CONTROLPLANE_KINDS's order, written out: the controller formats one per watch of a change.
+  return `NetworkPolicy=${v.NetworkPolicy},AppliedToGroup=${v.AppliedToGroup},AddressGroup=${v.AddressGroup}`;
 }
 
 /** Versions given as decimal strings per kind (the realization answer's form); undefined when one is missing or not a number. */

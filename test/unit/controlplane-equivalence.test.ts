@@ -13,7 +13,7 @@
  * learning), told to its standalone engine and its NodePolicyState alike; the controller learns none.
  */
 import t from 'tap';
-import { memberNodes, type NodeViewSink } from '../../daemon/controller/computation.js';
+import { memberNodes, type PerNodeViewSink, perNodeSink } from '../../daemon/controller/computation.js';
 import { ClusterComputation } from '../../daemon/controller/computation.js';
 import { NodePolicyState } from '../../daemon/controlplane/node-state.js';
 import type { ControlPlaneAddressGroupPatch, ControlPlaneEvent, ControlPlaneKind, ControlPlaneObject } from '../../daemon/controlplane/types.js';
@@ -29,7 +29,7 @@ const NODES = ['node-1', 'node-2', 'node-3'];
 const KINDS: ControlPlaneKind[] = ['NetworkPolicy', 'AppliedToGroup', 'AddressGroup'];
 
 /** The store's per-Node event semantics, kept in memory: what each Node holds and the events it is owed. */
-class Recorder implements NodeViewSink {
+class Recorder implements PerNodeViewSink {
   readonly views = new Map<string, Map<string, ControlPlaneObject>>();
   readonly queues = new Map<string, Map<ControlPlaneKind, ControlPlaneEvent[]>>();
   patches = 0;
@@ -91,7 +91,7 @@ for (let seed = 1; seed <= 10; seed++) {
     // Odd seeds: the controller's engine tracks members (patches from its member changes); even: it does not (groups compared whole).
     const controller = new PolicyEngine({ normalizers, trackMembers: seed % 2 === 1 });
     const recorder = new Recorder();
-    const computation = new ClusterComputation(controller, recorder);
+    const computation = new ClusterComputation(controller, perNodeSink(recorder));
     const standalone = new Map(NODES.map((n) => [n, new PolicyEngine({ normalizers, nodeName: n })]));
     const agents = new Map(NODES.map((n) => [n, { state: new NodePolicyState(n), flows: new PolicyFlows(), dirty: new Set<string>() }]));
     /** What each Node learned from DNS (name → addresses, [] forgotten), in order. */

@@ -1,7 +1,9 @@
 // daemon/controller/store.ts: per-Node views, their events and resourceVersions, batches, the
 // bounded log and 410 Gone, wire names, and objects shared by many Nodes never touched.
 import t from 'tap';
-import { ControlPlaneStore, controlPlaneName, GoneError, jsonEqual } from '../../daemon/controller/store.js';
+import { ControlPlaneStore, controlPlaneName, eventJson, GoneError, jsonEqual } from '../../daemon/controller/store.js';
+import { KeyedList } from '../../daemon/policy/sorted-list.js';
+import { memberKey } from '../../daemon/controlplane/types.js';
 import {
   CONTROLPLANE_API_VERSION,
   type ControlPlaneAddressGroup,
@@ -322,4 +324,207 @@ t.test('listJson is list() serialized: each object\'s content once, its metadata
   t.equal(s.listJson('n1', 'AddressGroup').items[1], s.listJson('n2', 'AddressGroup').items[1], 'the shared body is the same bytes, not a copy');
   t.not(a.metadata.resourceVersion, b.metadata.resourceVersion, 'the same object at each Node\'s own version');
   t.same(a.members, b.members);
+});
+
+t.test('shared objects: one change for every Node holding it; joins and leaves per Node', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 0 });
+  const n1 = recorder();
+  const n2 = recorder();
+  const n3 = recorder();
+  s.watch('n1', 'AddressGroup', '0', n1.on);
+  s.watch('n2', 'AddressGroup', '0', n2.on);
+  s.watch('n3', 'AddressGroup', '0', n3.on);
+  t.throws(() => s.hold('n1', 'AddressGroup', 'ag-1', true), /AddressGroup "ag-1" is not shared \(share it first\)/);
+  s.share('AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.1')]));
+  t.equal(s.resourceVersion(), '0', 'shared with nobody holding it: no event, no version');
+  s.batch(() => {
+    s.hold('n1', 'AddressGroup', 'ag-1', true);
+    s.hold('n2', 'AddressGroup', 'ag-1', true);
+    s.hold('n2', 'AddressGroup', 'ag-1', true);
+  });
+  t.same([n1.log(), n2.log(), n3.log()], [['ADDED ag-1@1'], ['ADDED ag-1@2'], []], 'each Node joining gets the whole object once');
+  const after = ag('ag-1', [pod('x/a', '10.0.0.1'), pod('x/b', '10.0.0.2')]);
+  s.share('AddressGroup', 'ag-1', after, patchOf('ag-1', [pod('x/b', '10.0.0.2')], []));
+  t.equal(s.resourceVersion(), '3', 'one version for the change, whatever the Nodes holding it');
+  t.same(n1.events[1]!.object, { ...patchOf('ag-1', [pod('x/b', '10.0.0.2')], []), metadata: { name: 'ag-1', resourceVersion: '3', annotations: vv(0, 0, 3) } }, 'the patch, with the Node\'s view versions');
+  t.same(n2.log(), ['ADDED ag-1@2', 'MODIFIED ag-1@3']);
+  t.same(n3.log(), [], 'a Node not holding it hears nothing');
+  t.same([s.lastChanges('n1').AddressGroup, s.lastChanges('n2').AddressGroup, s.lastChanges('n3').AddressGroup], ['3', '3', '0'], 'the holders\' views changed at it');
+  t.same(s.list('n2', 'AddressGroup').items, [{ ...after, metadata: { name: 'ag-1', resourceVersion: '3', annotations: vv(0, 0, 3) } }], 'listed whole');
+  s.share('AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.1'), pod('x/b', '10.0.0.2')]));
+  t.equal(s.resourceVersion(), '3', 'equal content: nothing');
+  // A join after the change is served at its own version; a leave is a DELETED of that Node only.
+  s.hold('n3', 'AddressGroup', 'ag-1', true);
+  s.hold('n1', 'AddressGroup', 'ag-1', false);
+  s.hold('n1', 'AddressGroup', 'ag-1', false);
+  t.same(n3.log(), ['ADDED ag-1@4']);
+  t.equal(s.get('n3', 'AddressGroup', 'ag-1')?.metadata.resourceVersion, '4');
+  t.equal(s.get('n2', 'AddressGroup', 'ag-1')?.metadata.resourceVersion, '3');
+  t.same(n1.log().at(-1), 'DELETED ag-1@5');
+  s.share('AddressGroup', 'ag-1', ag('ag-1', []), patchOf('ag-1', [], ['pod:x/a', 'pod:x/b']));
+  t.same([n1.log().length, n2.log().at(-1), n3.log().at(-1)], [3, 'MODIFIED ag-1@6', 'MODIFIED ag-1@6'], 'the Node that left hears no more of it');
+  // Gone for good: a DELETED to every Node still holding it.
+  s.share('AddressGroup', 'ag-1', undefined);
+  t.same([n2.log().at(-1), n3.log().at(-1)], ['DELETED ag-1@7', 'DELETED ag-1@8']);
+  t.same(s.list('n2', 'AddressGroup').items, []);
+  t.throws(() => s.hold('n2', 'AddressGroup', 'ag-1', true), /not shared/, 'and it can no longer be held');
+  t.throws(() => s.share('AddressGroup', 'ag-1', atg('ag-1', []) as never), /share: a AppliedToGroup object given as AddressGroup "ag-1"/);
+});
+
+t.test('shared changes reach watches whether the holders or the watches are fewer', async (t) => {
+  for (const holders of [2, 40]) {
+    const s = new ControlPlaneStore({ initialResourceVersion: 0 });
+    const nodes = Array.from({ length: 40 }, (_, i) => `n${i}`);
+    const streams = new Map(nodes.slice(0, 10).map((n) => [n, recorder()]));
+    for (const [n, r] of streams) s.watch(n, 'NetworkPolicy', '0', r.on);
+    // A watch of another kind on a holder hears nothing of the policies.
+    const other = recorder();
+    s.watch('n0', 'AddressGroup', '0', other.on);
+    s.share('NetworkPolicy', 'NetworkPolicy/x/p', np('NetworkPolicy/x/p'));
+    for (const n of nodes.slice(0, holders)) s.hold(n, 'NetworkPolicy', 'NetworkPolicy/x/p', true);
+    const rv = Number(s.resourceVersion());
+    s.share('NetworkPolicy', 'NetworkPolicy/x/p', { ...np('NetworkPolicy/x/p'), isolations: [] , rules: [{ id: 'r' } as never] });
+    const got = [...streams].filter(([, r]) => r.log().includes(`MODIFIED networkpolicy.x.p@${rv + 1}`)).map(([n]) => n);
+    t.same(got, nodes.slice(0, Math.min(holders, 10)), `${holders} holders, 10 watches: each watched holder once`);
+    t.same(other.log(), []);
+  }
+});
+
+t.test('a batch delivers its own and shared events in version order', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 0 });
+  s.share('AddressGroup', 'ag-s', ag('ag-s', []));
+  s.hold('n1', 'AddressGroup', 'ag-s', true);
+  const r = recorder();
+  s.watch('n1', 'AddressGroup', '1', r.on);
+  s.batch(() => {
+    s.set('n1', 'AddressGroup', 'ag-own', ag('ag-own', []));
+    s.share('AddressGroup', 'ag-s', ag('ag-s', [pod('x/a', '10.0.0.1')]));
+    s.set('n1', 'AddressGroup', 'ag-own', ag('ag-own', [pod('x/b', '10.0.0.2')]));
+    // Joins after the change in the same batch: the whole object, not the change again.
+    s.share('AddressGroup', 'ag-t', ag('ag-t', []));
+    s.hold('n1', 'AddressGroup', 'ag-t', true);
+  });
+  t.same(r.log(), ['ADDED ag-own@2', 'MODIFIED ag-s@3', 'MODIFIED ag-own@4', 'ADDED ag-t@5']);
+  t.same(r.events.map((e) => e.object.metadata.annotations), [vv(0, 0, 5), vv(0, 0, 5), vv(0, 0, 5), vv(0, 0, 5)], 'every event asks for the view as the batch left it');
+  const n2 = recorder();
+  s.batch(() => {
+    s.hold('n2', 'AddressGroup', 'ag-s', true);
+    s.share('AddressGroup', 'ag-s', ag('ag-s', []));
+    s.watch('n2', 'AddressGroup', '5', n2.on);
+  });
+  t.same(n2.log(), ['ADDED ag-s@6', 'MODIFIED ag-s@7'], 'a Node that joined before the change in the batch gets both');
+  const n3 = recorder();
+  s.watch('n3', 'AddressGroup', '7', n3.on);
+  s.batch(() => {
+    s.share('AddressGroup', 'ag-s', ag('ag-s', [pod('x/c', '10.0.0.3')]));
+    s.hold('n3', 'AddressGroup', 'ag-s', true);
+  });
+  t.same(n3.log(), ['ADDED ag-s@9'], 'one that joined after it gets the whole object only');
+  t.same(n2.log().at(-1), 'MODIFIED ag-s@8');
+});
+
+t.test('resuming: shared events for the objects held since before them, merged with the Node\'s own', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 0 });
+  s.share('AddressGroup', 'ag-1', ag('ag-1', []));
+  s.share('AddressGroup', 'ag-2', ag('ag-2', []));
+  s.hold('n1', 'AddressGroup', 'ag-1', true); // 1
+  s.hold('n2', 'AddressGroup', 'ag-1', true); // 2
+  s.hold('n1', 'AddressGroup', 'ag-2', true); // 3
+  s.share('AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.1')])); // 4
+  s.set('n1', 'AddressGroup', 'ag-own', ag('ag-own', [])); // 5
+  s.share('AddressGroup', 'ag-2', ag('ag-2', [pod('x/b', '10.0.0.2')])); // 6
+  s.hold('n2', 'AddressGroup', 'ag-1', false); // 7
+  s.hold('n3', 'AddressGroup', 'ag-1', true); // 8
+  s.share('AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.9')])); // 9
+  s.hold('n1', 'AddressGroup', 'ag-2', false); // 10
+  s.hold('n1', 'AddressGroup', 'ag-2', true); // 11
+  const from = (node: string, rv: number) => {
+    const r = recorder();
+    s.watch(node, 'AddressGroup', String(rv), r.on);
+    return r;
+  };
+  t.same(from('n1', 3).log(), ['MODIFIED ag-1@4', 'ADDED ag-own@5', 'MODIFIED ag-1@9', 'DELETED ag-2@10', 'ADDED ag-2@11'],
+    'n1: its own events and ag-1\'s changes in order; ag-2\'s change is skipped, the later re-join carries it whole');
+  t.same(from('n2', 2).log(), ['DELETED ag-1@7'], 'n2 left: its DELETED, not the changes before it');
+  t.same(from('n3', 5).log(), ['ADDED ag-1@8', 'MODIFIED ag-1@9']);
+  const resumed = from('n1', 8);
+  t.same(resumed.events.map((e) => e.object.metadata.annotations), [vv(0, 0, 11), vv(0, 0, 10), vv(0, 0, 11)],
+    'a resumed shared event asks for the view as it is now; the Node\'s own events keep their batch\'s versions');
+});
+
+t.test('the shared log is bounded: a watch from before its oldest event is Gone', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 0, sharedEvents: 2 });
+  s.share('AddressGroup', 'ag-1', ag('ag-1', []));
+  s.hold('n1', 'AddressGroup', 'ag-1', true);
+  for (let i = 1; i <= 4; i++) s.share('AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', `10.0.0.${i}`)]));
+  t.equal(s.resourceVersion(), '5');
+  t.same((() => {
+    const r = recorder();
+    s.watch('n1', 'AddressGroup', '3', r.on);
+    return r.log();
+  })(), ['MODIFIED ag-1@4', 'MODIFIED ag-1@5']);
+  t.throws(() => s.watch('n1', 'AddressGroup', '2', () => {}), /too old resource version: 2 \(3\)/);
+  t.doesNotThrow(() => s.watch('n1', 'NetworkPolicy', '1', () => {}), 'other kinds keep their floor');
+  t.equal(s.nodes()[0]!.oldestResumable, '3');
+  t.throws(() => new ControlPlaneStore({ sharedEvents: 0 }), /sharedEvents 0/);
+});
+
+t.test('a Node\'s own object and a shared one of the same name replace each other', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 0 });
+  const r = recorder();
+  s.watch('n1', 'AddressGroup', '0', r.on);
+  s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', []));
+  s.share('AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.1')]));
+  s.hold('n1', 'AddressGroup', 'ag-1', true);
+  s.share('AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.2')]));
+  s.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', []));
+  s.share('AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.3')]));
+  t.same(r.log(), ['ADDED ag-1@1', 'MODIFIED ag-1@2', 'MODIFIED ag-1@3', 'MODIFIED ag-1@4'], 'the last shared change no longer reaches it');
+  t.same((s.get('n1', 'AddressGroup', 'ag-1') as ControlPlaneAddressGroup).members, []);
+  s.forgetNode('n1');
+  s.share('AddressGroup', 'ag-1', ag('ag-1', []));
+  t.equal(s.resourceVersion(), '4', 'a forgotten Node holds nothing');
+});
+
+t.test('deferLog: shared changes before startLog are delivered, not logged', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 100, deferLog: true });
+  s.share('AddressGroup', 'ag-1', ag('ag-1', []));
+  s.hold('n1', 'AddressGroup', 'ag-1', true);
+  const r = recorder();
+  s.watch('n1', 'AddressGroup', '101', r.on);
+  s.share('AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.1')]));
+  t.same(r.log(), ['MODIFIED ag-1@102']);
+  t.throws(() => s.watch('n1', 'AddressGroup', '101', () => {}), GoneError, 'not resumable from before it');
+  s.startLog();
+  s.share('AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.2')]));
+  const later = recorder();
+  s.watch('n1', 'AddressGroup', '102', later.on);
+  t.same(later.log(), ['MODIFIED ag-1@103']);
+});
+
+t.test('eventJson: the JSON of every kind of event, its content written once for all watches', async (t) => {
+  const s = new ControlPlaneStore({ initialResourceVersion: 0 });
+  const a = recorder();
+  const b = recorder();
+  s.watch('n1', 'AddressGroup', '0', a.on);
+  s.watch('n2', 'AddressGroup', '0', b.on);
+  s.watch('n1', 'NetworkPolicy', '0', a.on);
+  const members = KeyedList.from([pod('x/a', '10.0.0.1'), pod('x/"q"', '10.0.0.2')], memberKey);
+  s.share('AddressGroup', 'ag-1', { ...ag('ag-1', []), members } as never);
+  s.batch(() => {
+    s.hold('n1', 'AddressGroup', 'ag-1', true);
+    s.hold('n2', 'AddressGroup', 'ag-1', true);
+    s.set('n1', 'NetworkPolicy', 'NetworkPolicy/x/p', np('NetworkPolicy/x/p'));
+  });
+  s.share('AddressGroup', 'ag-1', ag('ag-1', [pod('x/a', '10.0.0.1')]), patchOf('ag-1', [], ['pod:x/"q"']));
+  s.set('n1', 'NetworkPolicy', 'NetworkPolicy/x/p', undefined);
+  s.set('n1', 'AddressGroup', 'ag-own', { ...ag('ag-own', []), metadata: { name: 'ag-own' } });
+  const events = [...a.events, ...b.events];
+  t.same(a.log(), ['ADDED ag-1@1', 'ADDED networkpolicy.x.p@3', 'MODIFIED ag-1@4', 'DELETED networkpolicy.x.p@5', 'ADDED ag-own@6']);
+  for (const e of events) t.same(JSON.parse(eventJson(e)), JSON.parse(JSON.stringify(e)), `${e.type} ${e.object.metadata.name}@${e.object.metadata.resourceVersion}`);
+  const [n1, n2] = [a.events[2]!, b.events[1]!];
+  t.not(eventJson(n1), eventJson(n2), 'each watch its own metadata');
+  t.equal(eventJson(n1).replace(/"metadata":\{[^}]*\}\}/, ''), eventJson(n2).replace(/"metadata":\{[^}]*\}\}/, ''), 'the same content');
+  const bookmark = { type: 'BOOKMARK', object: { kind: 'AddressGroup', metadata: { name: '', resourceVersion: '9' } } };
+  t.equal(eventJson(bookmark), JSON.stringify(bookmark), 'another event: plain JSON');
 });
