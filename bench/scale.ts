@@ -22,9 +22,12 @@
  *   that event) and its process CPU per event (from /proc, so serving the watches counts too);
  * - the watchers: how many received something, the bytes and events they got, and event -> the
  *   last in-span watcher received it (p50/p99 over the reps); the bytes the others got;
- * - the full agents: bytes received, CPU per event, event -> flows compiled, for each mode.
+ * - the full agents: bytes received, CPU per event (the process's, less the bench's own
+ *   instrumentation in it; of it, the part in sluice's handlers: watch callbacks and the timers of
+ *   the follower and the flush scheduler, the rest being the runtime receiving the event; beside it
+ *   the same window's CPU in reps with nothing to compile), event -> flows compiled, for each mode.
  *
- * usage: node --expose-gc dist/bench/scale.js [--pods 150000] [--nodes 5000] [--policies 10000]
+ * usage: node --expose-gc --max-old-space-size=8192 dist/bench/scale.js [--pods 150000] [--nodes 5000] [--policies 10000]
  *          [--watchers 500] [--reps 10] [--no-standalone] [--profile-controller DIR] [--profile-agents DIR]
  * (--profile-controller: the controller runs with --cpu-prof, its profile written to DIR at its exit;
  * --profile-agents: each full agent's CPU profile and allocation samples of the churn, written to DIR.)
@@ -369,7 +372,7 @@ for (const kind of churn) {
   const bytesIn: number[] = [];
   const eventsIn: number[] = [];
   const lastReceived: number[] = [];
-  const agentFigures = new Map<string, { bytes: number[]; cpu: number[]; compiled: number[] }>(agents.map((a) => [a.label, { bytes: [], cpu: [], compiled: [] }]));
+  const agentFigures = new Map<string, { bytes: number[]; cpu: number[]; handlerCpu: number[]; idleCpu: number[]; compiled: number[] }>(agents.map((a) => [a.label, { bytes: [], cpu: [], handlerCpu: [], idleCpu: [], compiled: [] }]));
   const cpu0 = proc(controller.pid!).cpuMs;
   let controllerEvents = 0;
   for (let i = 0; i < REPS; i++) {
@@ -405,8 +408,9 @@ for (const kind of churn) {
       const commits = a.commits.slice(commitsBefore[j]!).filter((at) => at >= t);
       if (commits.length > 0) {
         fig.cpu.push(after[j]!.cpuMs - agentBefore[j]!.cpuMs);
+        fig.handlerCpu.push(after[j]!.handlerCpuMs - agentBefore[j]!.handlerCpuMs);
         fig.compiled.push(commits.at(-1)! - t);
-      }
+      } else fig.idleCpu.push(after[j]!.cpuMs - agentBefore[j]!.cpuMs);
     });
   }
   const cpu = proc(controller.pid!).cpuMs - cpu0;
@@ -417,7 +421,8 @@ for (const kind of churn) {
   for (const a of agents) {
     const fig = agentFigures.get(a.label)!;
     console.log(`  agent ${a.label}: received p50 ${kib(pct(fig.bytes, 0.5))} per rep; ` +
-      (fig.compiled.length ? `${fig.compiled.length} reps ${a.label.startsWith('standalone') ? 'taken in (every event is)' : 'compiled flows'}: CPU p50 ${f1(pct(fig.cpu, 0.5))} ms, write -> flows compiled p50 ${f1(pct(fig.compiled, 0.5))} ms p99 ${f1(pct(fig.compiled, 0.99))} ms` : 'not in span (no compile)'));
+      (fig.compiled.length ? `${fig.compiled.length} reps ${a.label.startsWith('standalone') ? 'taken in (every event is)' : 'compiled flows'}: CPU p50 ${f1(pct(fig.cpu, 0.5))} ms (in sluice's handlers p50 ${f1(pct(fig.handlerCpu, 0.5))} ms), write -> flows compiled p50 ${f1(pct(fig.compiled, 0.5))} ms p99 ${f1(pct(fig.compiled, 0.99))} ms` : 'not in span (no compile)') +
+      (fig.idleCpu.length ? `; reps with nothing to compile: CPU p50 ${f1(pct(fig.idleCpu, 0.5))} ms` : ''));
   }
 }
 

@@ -15,7 +15,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { pino } from 'pino';
-import { realClock } from '../../daemon/clock.js';
+import { type Clock, realClock } from '../../daemon/clock.js';
 import { ControlPlaneWatcher } from '../../daemon/controlplane/client.js';
 import { ControlPlaneFollower } from '../../daemon/enforcement/controller-mode/follower.js';
 import { Enforcer } from '../../daemon/enforcement/enforcer.js';
@@ -40,6 +40,8 @@ export interface ScaleAgentFigures {
   rssMiB: number;
   heapMiB: number;
   cpuMs: number;
+  /** Of cpuMs, in sluice's handlers (see handler()). */
+  handlerCpuMs: number;
   bytes: number;
   events: number;
   flows: number;
@@ -76,9 +78,51 @@ async function stopProfile(file: string): Promise<void> {
 }
 
 const log = pino({ level: process.env.SCALE_AGENT_LOG ?? 'silent' });
-const send = (m: ScaleAgentMessage) => process.send?.(m);
+/**
+ * CPU this process spent on the bench's own instrumentation (figures, messages to the parent,
+ * counting bytes), not on the agent's work: taken out of `cpuMs`, since at the size of one event
+ * (a fraction of a millisecond) reading the process's memory alone would count as much.
+ */
+let benchCpuMs = 0;
+function bench<T>(fn: () => T): T {
+  const c0 = process.cpuUsage();
+  try {
+    return fn();
+  } finally {
+    const d = process.cpuUsage(c0);
+    benchCpuMs += (d.user + d.system) / 1000;
+  }
+}
+const send = (m: ScaleAgentMessage) => bench(() => process.send?.(m));
+
+/**
+ * CPU spent in sluice's own handlers: what the agent does with what it received (the watch
+ * callbacks, the timers of the follower and the flush scheduler: state, commit, compile). The rest
+ * of `cpuMs` is the runtime receiving it (TLS, HTTP, timers, garbage collection).
+ */
+let handlerCpuMs = 0;
+let handlerDepth = 0;
+function handler<T>(fn: () => T): T {
+  if (handlerDepth++ > 0) {
+    try {
+      return fn();
+    } finally {
+      handlerDepth--;
+    }
+  }
+  const c0 = process.cpuUsage();
+  try {
+    return fn();
+  } finally {
+    handlerDepth--;
+    const d = process.cpuUsage(c0);
+    handlerCpuMs += (d.user + d.system) / 1000;
+  }
+}
+/** The real clock, its timers' callbacks counted as handlers. */
+const handlerClock: Clock = { ...realClock, setTimeout: (fn, ms) => realClock.setTimeout(() => handler(fn), ms) };
 const now = () => performance.timeOrigin + performance.now();
-const jsonBytes = (o: unknown) => JSON.stringify(o).length;
+const jsonBytes = (o: unknown) => bench(() => JSON.stringify(o).length);
 
 let bytes = 0;
 let events = 0;
@@ -86,15 +130,21 @@ let commits = 0;
 let flowCount = () => 0;
 let ruleCount = () => 0;
 
-/** With `collect`, after a full garbage collection (memory figures); without, CPU figures are not charged one. */
+/**
+ * With `collect`, after a full garbage collection (memory figures); without, CPU figures are not
+ * charged one. `cpuMs` is the agent's: the process's CPU less the bench's instrumentation.
+ */
 function figures(collect = true): ScaleAgentFigures {
-  if (collect) (globalThis as { gc?: () => void }).gc?.();
-  const m = process.memoryUsage();
   const cpu = process.cpuUsage();
-  return {
-    rssMiB: Math.round(m.rss / 2 ** 20), heapMiB: Math.round(m.heapUsed / 2 ** 20), cpuMs: (cpu.user + cpu.system) / 1000,
-    bytes, events, flows: flowCount(), rules: ruleCount(), commits,
-  };
+  const cpuMs = (cpu.user + cpu.system) / 1000 - benchCpuMs;
+  return bench(() => {
+    if (collect) (globalThis as { gc?: () => void }).gc?.();
+    const m = process.memoryUsage();
+    return {
+      rssMiB: Math.round(m.rss / 2 ** 20), heapMiB: Math.round(m.heapUsed / 2 ** 20), cpuMs, handlerCpuMs,
+      bytes, events, flows: flowCount(), rules: ruleCount(), commits,
+    };
+  });
 }
 
 function committed(ready: () => boolean): void {
@@ -108,14 +158,14 @@ async function controllerMode(c: ScaleAgentConfig): Promise<void> {
   // The follower and the flush scheduler call each other: the scheduler is made just below.
   let flusher: FlushScheduler;
   const follower = new ControlPlaneFollower({
-    nodeName: c.nodeName, clock: realClock, log,
+    nodeName: c.nodeName, clock: handlerClock, log,
     changed: (cs) => flusher.changed(cs),
     changes: () => flusher.changes,
     committedChanges: () => flusher.committedChanges,
   });
   const state = follower.state;
   flusher = new FlushScheduler({
-    rules: state, clock: realClock, minIntervalMs: 20, log,
+    rules: state, clock: handlerClock, minIntervalMs: 20, log,
     compile: (dirty) => flows.sync({ rules: state.nodeRuleSet(), isolations: state.nodeIsolations(), serviceEndpoints: (ip, p, port) => state.serviceBackends(ip, p, port) }, dirty),
     flowCount: () => flows.size,
     deliveredResourceVersion: () => undefined,
@@ -127,12 +177,12 @@ async function controllerMode(c: ScaleAgentConfig): Promise<void> {
     server: c.server!, nodeName: c.nodeName, token: c.token!, ca: readFileSync(c.caFile!),
     onSync: (kind, items) => {
       for (const o of items) bytes += jsonBytes(o);
-      follower.onSync(kind, items);
+      handler(() => follower.onSync(kind, items));
     },
     onEvent: (kind, e) => {
       events++;
       bytes += jsonBytes(e.object);
-      follower.onEvent(kind, e);
+      handler(() => follower.onEvent(kind, e));
     },
     onState: (s, reason) => follower.onState(s, reason),
     onStoreChange: (store) => follower.onStoreChange(store),
@@ -158,11 +208,11 @@ async function standaloneMode(c: ScaleAgentConfig): Promise<void> {
   const compileSoon = () => {
     if (planned || !synced) return;
     planned = true;
-    setImmediate(() => {
+    setImmediate(() => handler(() => {
       planned = false;
       enforcer.compileNow();
       committed(() => true);
-    });
+    }));
   };
   const counting: Pick<KubeAccess, 'getJson' | 'watch'> = {
     getJson: async (path, timeoutMs) => {
@@ -176,10 +226,10 @@ async function standaloneMode(c: ScaleAgentConfig): Promise<void> {
       onEvent(ev);
     }, onEnd),
   };
-  const watch = await ClusterWatch.start({ log, access: counting, onEvent: (ev) => {
+  const watch = await ClusterWatch.start({ log, access: counting, onEvent: (ev) => handler(() => {
     enforcer.onWatchEvent(ev);
     compileSoon();
-  } });
+  }) });
   await watch.waitSynced();
   enforcer.compileNow();
   synced = true;
@@ -193,7 +243,10 @@ process.on('message', (m: { type: string; config?: ScaleAgentConfig; collect?: b
       console.error(`scale agent ${c.nodeName} (${c.mode}): ${(err as Error).stack ?? err}`);
       process.exit(1);
     });
-  } else if (m.type === 'figures') send({ type: 'figures', figures: figures(m.collect ?? true) });
+  } else if (m.type === 'figures') {
+    const f = figures(m.collect ?? true);
+    send({ type: 'figures', figures: f });
+  }
   else if (m.type === 'profile') void startProfile();
   else if (m.type === 'profile-stop') void stopProfile(m.file!);
   else if (m.type === 'stop') process.exit(0);

@@ -147,8 +147,12 @@ export function classPrefix(text: string): ClassPrefix | undefined {
  * every prefix around it). Callers re-render the prefixes `add`/`remove` report as touched.
  */
 export class ClassTable {
-  /** Prefix text -> the prefix and the bits of the classes listing it (bit -> how many list it). */
-  private readonly prefixes = new Map<string, { p: ClassPrefix; bits: Map<number, number> }>();
+  /**
+   * Prefix text -> the prefix and the bits of the classes listing it, each bit once per listing
+   * (a class lists a prefix once, bar an address given both bare and as a host CIDR). An array,
+   * not a Map: a table holds one entry per address of every class, tens of thousands.
+   */
+  private readonly prefixes = new Map<string, { p: ClassPrefix; bits: number[] }>();
   /** Per family, per length shorter than a host's: network start -> prefix text (CIDRs around others). */
   private readonly cidrs: Record<4 | 6, Map<number, Map<bigint, string>>> = { 4: new Map(), 6: new Map() };
 
@@ -156,7 +160,7 @@ export class ClassTable {
   add(prefix: ClassPrefix, bit: number, touched: Set<string>): void {
     let e = this.prefixes.get(prefix.text);
     if (!e) {
-      this.prefixes.set(prefix.text, (e = { p: prefix, bits: new Map() }));
+      this.prefixes.set(prefix.text, (e = { p: prefix, bits: [] }));
       if (!isHost(prefix)) {
         const byLen = this.cidrs[prefix.family];
         let m = byLen.get(prefix.len);
@@ -164,24 +168,21 @@ export class ClassTable {
         m.set(prefix.start, prefix.text);
       }
     }
-    const n = e.bits.get(bit) ?? 0;
-    e.bits.set(bit, n + 1);
+    const first = !e.bits.includes(bit);
+    e.bits.push(bit);
     touched.add(prefix.text);
-    if (n === 0 && !isHost(prefix)) this.touchInside(prefix, touched);
+    if (first && !isHost(prefix)) this.touchInside(prefix, touched);
   }
 
   remove(prefix: ClassPrefix, bit: number, touched: Set<string>): void {
     const e = this.prefixes.get(prefix.text);
-    const n = e?.bits.get(bit);
-    if (!e || n === undefined) return;
+    const at = e ? e.bits.indexOf(bit) : -1;
+    if (!e || at < 0) return;
     touched.add(prefix.text);
-    if (n > 1) {
-      e.bits.set(bit, n - 1);
-      return;
-    }
-    e.bits.delete(bit);
+    e.bits.splice(at, 1);
+    if (e.bits.includes(bit)) return;
     if (!isHost(prefix)) this.touchInside(prefix, touched);
-    if (e.bits.size > 0) return;
+    if (e.bits.length > 0) return;
     this.prefixes.delete(prefix.text);
     if (!isHost(prefix)) {
       const m = this.cidrs[prefix.family].get(prefix.len);
@@ -194,13 +195,13 @@ export class ClassTable {
   flowOf(text: string): { prefix: ClassPrefix; bits: number[] } | undefined {
     const e = this.prefixes.get(text);
     if (!e) return undefined;
-    const bits = new Set(e.bits.keys());
+    const bits = new Set(e.bits);
     const max = e.p.family === 4 ? 32 : 128;
     for (const [len, m] of this.cidrs[e.p.family]) {
       if (len >= e.p.len) continue;
       const shift = BigInt(max - len);
       const around = m.get((e.p.start >> shift) << shift);
-      if (around !== undefined) for (const b of this.prefixes.get(around)!.bits.keys()) bits.add(b);
+      if (around !== undefined) for (const b of this.prefixes.get(around)!.bits) bits.add(b);
     }
     return { prefix: e.p, bits: [...bits].sort((a, b) => a - b) };
   }

@@ -446,13 +446,26 @@ interface SharedFlow {
   table: TableName;
   priority: number;
   match: string;
-  /** Conjunction actions by `id,k/n`, with how many rules contribute each. */
-  /** By conjKey(id, part). */
+  /** Conjunction actions by conjKey(id, part) (`id,k/n`), with how many rules contribute each. */
   conj: Map<number, { id: number; part: string; count: number }>;
   direct: Map<string, { actions: string; logs: boolean }>;
 }
 
-function render(s: SharedFlow): Flow | undefined {
+/**
+ * The classification flow of one prefix: its actions alone (the class table says them). No maps
+ * of contributions: a classification table holds one flow per address of every class.
+ */
+interface ClassFlow {
+  table: TableName;
+  priority: number;
+  match: string;
+  actions: string;
+}
+
+const isClassFlow = (s: SharedFlow | ClassFlow): s is ClassFlow => 'actions' in s;
+
+function render(s: SharedFlow | ClassFlow): Flow | undefined {
+  if (isClassFlow(s)) return policyFlow(s.table, s.priority, s.match, s.actions);
   if (s.direct.size > 0) {
     // Several flows with one match and priority: only K8s allow rules (all allow) can meet here;
     // a flow that logs is preferred so the audit log sees the connection.
@@ -657,7 +670,7 @@ interface RuleEntry {
 export class PolicyFlows {
   private readonly rules = new Map<string, RuleEntry>();
   private readonly isolations = new Map<string, Contribution>();
-  private readonly shared = new Map<string, SharedFlow>();
+  private readonly shared = new Map<string, SharedFlow | ClassFlow>();
   private readonly rendered = new Map<string, Flow>();
   private readonly identities = new Map<number, RuleIdentity>();
   private initialized = false;
@@ -906,7 +919,7 @@ export class PolicyFlows {
       return;
     }
     const actions = `${classSetActions(side, f.bits).join(',')},goto_table:${nextTable(table)}`;
-    this.shared.set(key, { table, priority, match, conj: new Map(), direct: new Map([['class', { actions, logs: false }]]) });
+    this.shared.set(key, { table, priority, match, actions });
   }
 
   /**
@@ -1137,6 +1150,7 @@ export class PolicyFlows {
 
   private addContribution(c: Contribution, touched: Set<string>): void {
     let s = this.shared.get(c.key);
+    if (s !== undefined && isClassFlow(s)) throw new PolicyFlowError(`flow ${c.key}: a rule's contribution meets a classification flow`);
     if (!s) this.shared.set(c.key, (s = { table: c.table, priority: c.priority, match: c.match, conj: new Map(), direct: new Map() }));
     if (c.conj) {
       const k = conjKey(c.conj.id, c.conj.part);
@@ -1150,7 +1164,7 @@ export class PolicyFlows {
 
   private removeContribution(c: Contribution, touched: Set<string>): void {
     const s = this.shared.get(c.key);
-    if (!s) return;
+    if (!s || isClassFlow(s)) return;
     if (c.conj) {
       const k = conjKey(c.conj.id, c.conj.part);
       const cur = s.conj.get(k);
