@@ -42,6 +42,18 @@ export interface Flow extends FlowSpec {
 
 const contentKey = (f: FlowSpec): string => `table=${f.table},priority=${f.priority},${f.match} actions=${f.actions}`;
 
+/**
+ * `s` as one flat string. A string built by concatenation is kept by V8 as the tree of its parts
+ * (32 bytes per join, its parts kept alive); a flow's texts kept so took three times the memory of
+ * the texts, and an agent holds tens of thousands of flows. A property key is always flat (V8
+ * internalizes it; the string table lets it go with its last user), whatever its engine tier, where
+ * reading a character flattens only in some.
+ */
+export function flat(s: string): string {
+  for (const k in { [s]: 0 }) return k;
+  return s;
+}
+
 export function withCookie(spec: FlowSpec): Flow {
   if (!Number.isInteger(spec.category) || spec.category < 0 || spec.category > 0xff) {
     throw new Error(`flow category ${spec.category} is not a byte`);
@@ -52,7 +64,7 @@ export function withCookie(spec: FlowSpec): Flow {
   // Field by field, not `{ ...spec, cookie }`: V8 gives every object built by that spread its own
   // hidden class (~230 bytes each, as much as the flow itself), and the agent holds tens of
   // thousands of flows. A literal of fixed shape shares one.
-  const flow: Flow = { table: spec.table, priority: spec.priority, match: spec.match, actions: spec.actions, category: spec.category, cookie };
+  const flow: Flow = { table: spec.table, priority: spec.priority, match: flat(spec.match), actions: flat(spec.actions), category: spec.category, cookie: flat(cookie) };
   if (spec.owner !== undefined) flow.owner = spec.owner;
   return flow;
 }

@@ -1,7 +1,7 @@
 /** FlowStore: owners, the exact pending delta, reference-counted collisions, restore after a failed apply. */
 import t from 'tap';
 import { diffFlows } from '../../daemon/flows/diff.js';
-import { type Flow, FlowCategory, withCookie } from '../../daemon/flows/flow.js';
+import { type Flow, FlowCategory, flat, withCookie } from '../../daemon/flows/flow.js';
 import { computeFlows, PipelineOwners } from '../../daemon/flows/pipeline.js';
 import { FlowStore } from '../../daemon/flows/store.js';
 
@@ -164,4 +164,15 @@ t.test('a cookie is the same from one sluice version to the next: sha256 of the 
   // first 40 bits of sha256("table=L3Forwarding,priority=200,ip,nw_dst=10.1.0.11 actions=drop").
   const f = withCookie({ table: 'L3Forwarding', priority: 200, match: 'ip,nw_dst=10.1.0.11', actions: 'drop', category: FlowCategory.pod });
   t.equal(f.cookie, '0x51ce0191ef3b3369');
+});
+
+t.test('flat: the same text, whatever it was built from', async (t) => {
+  const parts = Array.from({ length: 40 }, (_, i) => `p${i}`);
+  let built = '';
+  for (const p of parts) built += `${p},`;
+  t.equal(flat(built), parts.map((p) => `${p},`).join(''));
+  t.equal(flat(''), '');
+  t.equal(flat('0x51ce'), '0x51ce', 'a text that reads as a number stays text');
+  const spec = { table: 'IngressRule' as const, priority: 200, match: `ip,${'nw_src'}=${'10.0.0.1'}`, actions: `conjunction(${7},${'1/2'})`, category: FlowCategory.policy };
+  t.same(withCookie(spec), { ...spec, cookie: withCookie({ ...spec, match: 'ip,nw_src=10.0.0.1', actions: 'conjunction(7,1/2)' }).cookie }, 'a flow of built texts is the flow of the same texts');
 });

@@ -35,7 +35,7 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import type { ChangeSet, NodeRule } from '../../policy/internal.js';
 import type { Direction, PolicyKind, PortMatch } from '../../policy/types.js';
-import { type Flow, FlowCategory, withCookie } from '../flow.js';
+import { type Flow, FlowCategory, flat, withCookie } from '../flow.js';
 import { hex, masked, nextTable, REG0, RULE_REG, tableId, type TableName } from '../tables.js';
 import { allocateClassBits, CLASS_BITS, CLASS_PRIORITY_BASE, CLASS_TABLE, type ClassPrefix, type ClassSide, ClassTable, classBitMatch, classPrefix, classSetActions, naturalClassBit } from './addrclass.js';
 import { allocateConjIds } from './conjids.js';
@@ -144,24 +144,26 @@ const familyOf = (a: string): Family | undefined => (isIPv4(a.split('/')[0]!) ? 
 const l4 = (protocol: string, family: Family): string | undefined => (family === 4 ? L4 : L4_6)[protocol as keyof typeof L4];
 /** `ip,nw_src=A` / `ipv6,ipv6_src=A` (the whole family's range: bare `ip` / `ipv6`). */
 function addressMatch(field: 'nw_src' | 'nw_dst', address: string): string {
-  const memoKey = field === 'nw_src' ? `s${address}` : `d${address}`;
-  const known = ADDRESS_MATCHES.get(memoKey);
+  const memo = ADDRESS_MATCHES[field];
+  const known = memo.get(address);
   if (known !== undefined) return known;
   let match: string;
   if (familyOf(address) === 6) match = address === '::/0' ? 'ipv6' : `ipv6,${field === 'nw_src' ? 'ipv6_src' : 'ipv6_dst'}=${address}`;
   else match = address === '0.0.0.0/0' ? 'ip' : `ip,${field}=${address}`;
-  if (ADDRESS_MATCHES.size >= ADDRESS_MATCHES_MAX) ADDRESS_MATCHES.clear();
-  ADDRESS_MATCHES.set(memoKey, match);
+  if (memo.size >= ADDRESS_MATCHES_MAX) memo.clear();
+  match = flat(match);
+  memo.set(address, match);
   return match;
 }
 
 /**
- * One string per address match, shared by every rule that has the address: a peer address
+ * One flat string per address match, shared by every rule that has the address: a peer address
  * appears in many rules (every rule selecting its Pod), and each kept contribution holds its
  * match. Bounded: when full it starts over (later matches are then new copies, still correct).
+ * Per field, so the memo's keys are the addresses themselves, not strings made for it.
  */
-const ADDRESS_MATCHES = new Map<string, string>();
-const ADDRESS_MATCHES_MAX = 1 << 18;
+const ADDRESS_MATCHES: Record<'nw_src' | 'nw_dst', Map<string, string>> = { nw_src: new Map(), nw_dst: new Map() };
+const ADDRESS_MATCHES_MAX = 1 << 17;
 
 /** `k/n`, the clause a conjunction action names: one string per value. */
 const PARTS = new Map<string, string>();
@@ -235,7 +237,7 @@ interface Unit {
   extra: string;
 }
 
-const flowKey = (table: TableName, priority: number, match: string): string => `${table}|${priority}|${match}`;
+const flowKey = (table: TableName, priority: number, match: string): string => flat(`${table}|${priority}|${match}`);
 
 const uniqSorted = (xs: Iterable<string>): string[] => [...new Set(xs)].sort();
 
@@ -451,21 +453,7 @@ interface SharedFlow {
   direct: Map<string, { actions: string; logs: boolean }>;
 }
 
-/**
- * The classification flow of one prefix: its actions alone (the class table says them). No maps
- * of contributions: a classification table holds one flow per address of every class.
- */
-interface ClassFlow {
-  table: TableName;
-  priority: number;
-  match: string;
-  actions: string;
-}
-
-const isClassFlow = (s: SharedFlow | ClassFlow): s is ClassFlow => 'actions' in s;
-
-function render(s: SharedFlow | ClassFlow): Flow | undefined {
-  if (isClassFlow(s)) return policyFlow(s.table, s.priority, s.match, s.actions);
+function render(s: SharedFlow): Flow | undefined {
   if (s.direct.size > 0) {
     // Several flows with one match and priority: only K8s allow rules (all allow) can meet here;
     // a flow that logs is preferred so the audit log sees the connection.
@@ -670,7 +658,13 @@ interface RuleEntry {
 export class PolicyFlows {
   private readonly rules = new Map<string, RuleEntry>();
   private readonly isolations = new Map<string, Contribution>();
-  private readonly shared = new Map<string, SharedFlow | ClassFlow>();
+  private readonly shared = new Map<string, SharedFlow>();
+  /**
+   * The classification flows rendered since the last renderTouched (undefined: gone), until it takes them.
+   * They are not kept as shared flows: the class table says them, and a classification table holds
+   * one flow per address of every class.
+   */
+  private classFlows = new Map<string, Flow | undefined>();
   private readonly rendered = new Map<string, Flow>();
   private readonly identities = new Map<number, RuleIdentity>();
   private initialized = false;
@@ -915,11 +909,10 @@ export class PolicyFlows {
     const f = this.classTables[side].flowOf(text);
     touched.add(key);
     if (!f || f.bits.length === 0) {
-      this.shared.delete(key);
+      this.classFlows.set(key, undefined);
       return;
     }
-    const actions = `${classSetActions(side, f.bits).join(',')},goto_table:${nextTable(table)}`;
-    this.shared.set(key, { table, priority, match, actions });
+    this.classFlows.set(key, policyFlow(table, priority, match, `${classSetActions(side, f.bits).join(',')},goto_table:${nextTable(table)}`));
   }
 
   /**
@@ -1150,7 +1143,6 @@ export class PolicyFlows {
 
   private addContribution(c: Contribution, touched: Set<string>): void {
     let s = this.shared.get(c.key);
-    if (s !== undefined && isClassFlow(s)) throw new PolicyFlowError(`flow ${c.key}: a rule's contribution meets a classification flow`);
     if (!s) this.shared.set(c.key, (s = { table: c.table, priority: c.priority, match: c.match, conj: new Map(), direct: new Map() }));
     if (c.conj) {
       const k = conjKey(c.conj.id, c.conj.part);
@@ -1164,7 +1156,7 @@ export class PolicyFlows {
 
   private removeContribution(c: Contribution, touched: Set<string>): void {
     const s = this.shared.get(c.key);
-    if (!s || isClassFlow(s)) return;
+    if (!s) return;
     if (c.conj) {
       const k = conjKey(c.conj.id, c.conj.part);
       const cur = s.conj.get(k);
@@ -1178,10 +1170,19 @@ export class PolicyFlows {
   private renderTouched(touched: Set<string>): PolicyFlowDelta {
     const add: Flow[] = [];
     const remove: Flow[] = [];
+    const classFlows = this.classFlows;
+    this.classFlows = new Map();
+    // With those a sync that threw before rendering left (the class table said them then; a later
+    // change of the prefix rendered it again).
+    for (const key of classFlows.keys()) touched.add(key);
     for (const key of touched) {
       const old = this.rendered.get(key);
-      const s = this.shared.get(key);
-      const now = s ? render(s) : undefined;
+      let now: Flow | undefined;
+      if (classFlows.has(key)) now = classFlows.get(key);
+      else {
+        const s = this.shared.get(key);
+        now = s ? render(s) : undefined;
+      }
       if (old && now && old.cookie === now.cookie) continue;
       if (old) {
         remove.push(old);
