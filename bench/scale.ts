@@ -39,6 +39,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { ControlPlaneWatcher } from '../daemon/controlplane/client.js';
+import { AGENT_ENV, AGENT_NODE_FLAGS } from '../daemon/node-flags.js';
 import type { KubeObject } from '../daemon/policy/types.js';
 import { serviceAccountToken } from '../lab/apiserver/satoken.js';
 import { builtinTypes, seedCrds, typesFromCrd } from '../lab/apiserver/resources.js';
@@ -207,7 +208,10 @@ interface FullAgent {
 
 const profiled: string[] = [];
 function fullAgent(label: string, config: ScaleAgentConfig): FullAgent {
-  const child = fork(join(here, 'scale', 'agent.js'), [], { execArgv: ['--expose-gc', '--max-old-space-size=8192'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  // With the V8 flags and environment sluice-agent runs with (the image's wrapper, the lab): its memory as deployed.
+  const child = fork(join(here, 'scale', 'agent.js'), [], {
+    execArgv: [...AGENT_NODE_FLAGS, '--max-old-space-size=8192'], env: { ...AGENT_ENV, ...process.env }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   children.push(child);
   const commits: number[] = [];
   let asked: ((f: ScaleAgentFigures) => void)[] = [];
