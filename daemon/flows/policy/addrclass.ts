@@ -118,8 +118,12 @@ export interface ClassPrefix {
   len: number;
 }
 
+/**
+ * Parsed prefixes by text, for the addresses that come and go. Small: a class table's own entries
+ * hold the prefixes it lists (tens of thousands), and a full pass over a class parses each once.
+ */
 const PREFIX_CACHE = new Map<string, ClassPrefix | null>();
-const PREFIX_CACHE_MAX = 1 << 17;
+const PREFIX_CACHE_MAX = 1 << 12;
 
 /** An address or CIDR as a class prefix (canonical text), undefined when it is neither. */
 export function classPrefix(text: string): ClassPrefix | undefined {

@@ -142,28 +142,15 @@ const FAMILIES: readonly Family[] = [4, 6];
 const familyOf = (a: string): Family | undefined => (isIPv4(a.split('/')[0]!) ? 4 : isIPv6(a.split('/')[0]!) ? 6 : undefined);
 /** The protocol keyword of an L4 protocol in one family ('tcp' / 'tcp6'), undefined for others. */
 const l4 = (protocol: string, family: Family): string | undefined => (family === 4 ? L4 : L4_6)[protocol as keyof typeof L4];
-/** `ip,nw_src=A` / `ipv6,ipv6_src=A` (the whole family's range: bare `ip` / `ipv6`). */
-function addressMatch(field: 'nw_src' | 'nw_dst', address: string): string {
-  const memo = ADDRESS_MATCHES[field];
-  const known = memo.get(address);
-  if (known !== undefined) return known;
-  let match: string;
-  if (familyOf(address) === 6) match = address === '::/0' ? 'ipv6' : `ipv6,${field === 'nw_src' ? 'ipv6_src' : 'ipv6_dst'}=${address}`;
-  else match = address === '0.0.0.0/0' ? 'ip' : `ip,${field}=${address}`;
-  if (memo.size >= ADDRESS_MATCHES_MAX) memo.clear();
-  match = flat(match);
-  memo.set(address, match);
-  return match;
-}
-
 /**
- * One flat string per address match, shared by every rule that has the address: a peer address
- * appears in many rules (every rule selecting its Pod), and each kept contribution holds its
- * match. Bounded: when full it starts over (later matches are then new copies, still correct).
- * Per field, so the memo's keys are the addresses themselves, not strings made for it.
+ * `ip,nw_src=A` / `ipv6,ipv6_src=A` (the whole family's range: bare `ip` / `ipv6`), flat: one
+ * string per address match, shared by every rule and flow that has the address (a peer address
+ * appears in many rules, and each kept contribution holds its match).
  */
-const ADDRESS_MATCHES: Record<'nw_src' | 'nw_dst', Map<string, string>> = { nw_src: new Map(), nw_dst: new Map() };
-const ADDRESS_MATCHES_MAX = 1 << 17;
+function addressMatch(field: 'nw_src' | 'nw_dst', address: string): string {
+  if (familyOf(address) === 6) return address === '::/0' ? 'ipv6' : flat(`ipv6,${field === 'nw_src' ? 'ipv6_src' : 'ipv6_dst'}=${address}`);
+  return address === '0.0.0.0/0' ? 'ip' : flat(`ip,${field}=${address}`);
+}
 
 /** `k/n`, the clause a conjunction action names: one string per value. */
 const PARTS = new Map<string, string>();
@@ -901,12 +888,12 @@ export class PolicyFlows {
 
   /** The classification flow of one prefix, as the class table now says (none when no class lists it). */
   private renderClassFlow(side: ClassSide, text: string, touched: Set<string>): void {
-    const prefix = classPrefix(text)!;
+    const f = this.classTables[side].flowOf(text);
+    const prefix = f?.prefix ?? classPrefix(text)!;
     const table = CLASS_TABLE[side];
     const priority = CLASS_PRIORITY_BASE + prefix.len;
     const match = addressMatch(side === 'src' ? 'nw_src' : 'nw_dst', text);
     const key = flowKey(table, priority, match);
-    const f = this.classTables[side].flowOf(text);
     touched.add(key);
     if (!f || f.bits.length === 0) {
       this.classFlows.set(key, undefined);
