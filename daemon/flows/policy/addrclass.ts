@@ -138,7 +138,11 @@ export function classPrefix(text: string): ClassPrefix | undefined {
     }
   } else {
     const ip = parseIp(text);
-    if (ip) out = { text: formatIp(ip.family, ip.value), family: ip.family, start: ip.value, len: ip.family === 4 ? 32 : 128 };
+    if (ip) {
+      // The given text when it is already canonical (as the peers' addresses are): one string per address, not two.
+      const canonical = formatIp(ip.family, ip.value);
+      out = { text: canonical === text ? text : canonical, family: ip.family, start: ip.value, len: ip.family === 4 ? 32 : 128 };
+    }
   }
   if (PREFIX_CACHE.size >= PREFIX_CACHE_MAX) PREFIX_CACHE.clear();
   PREFIX_CACHE.set(text, out ?? null);
