@@ -245,10 +245,7 @@ process.on('message', (m: { type: string; config?: ScaleAgentConfig; collect?: b
       console.error(`scale agent ${c.nodeName} (${c.mode}): ${(err as Error).stack ?? err}`);
       process.exit(1);
     });
-  } else if (m.type === 'figures') {
-    const f = figures(m.collect ?? true);
-    send({ type: 'figures', figures: f });
-  }
+  } else if (m.type === 'figures') send({ type: 'figures', figures: figures(m.collect ?? true) });
   else if (m.type === 'profile') void startProfile();
   else if (m.type === 'profile-stop') void stopProfile(m.file!);
   else if (m.type === 'stop') process.exit(0);

@@ -328,7 +328,7 @@ export class ControlPlaneStore {
       return;
     }
     if (typeof node !== 'string' || node === '') throw new Error('hold: the Node name is empty');
-    if (!CONTROLPLANE_KINDS.includes(kind)) throw new Error(`hold: unknown kind "${kind}"`);
+    checkObject('hold', kind, key, undefined, undefined);
     const name = this.nameOf(kind, key);
     let view = this.views.get(node);
     const held = view?.objects[kind].get(name);
@@ -651,18 +651,21 @@ function served(name: string, held: Held, viewVersions: string): ControlPlaneObj
 }
 
 /**
- * An object's JSON without its metadata and without its opening brace (`"kind":…}`; `}` for an
- * object with nothing else), as bytes, by object: objects are never mutated (see the file comment).
+ * An object's (or a patch's) JSON without its metadata and without its opening brace (`"kind":…}`;
+ * `}` for an object with nothing else): what a list or a watch event writes after the metadata it
+ * makes per Node. Cached by object, as bytes for lists and as text for events: objects are never
+ * mutated (see the file comment).
  */
+function bodyText(object: object): string {
+  const { metadata: _own, ...rest } = object as { metadata?: unknown };
+  return JSON.stringify(rest).slice(1);
+}
+
 const tails = new WeakMap<ControlPlaneObject, Buffer>();
 
 function bodyTail(object: ControlPlaneObject): Buffer {
   let tail = tails.get(object);
-  if (tail === undefined) {
-    const { metadata: _own, ...rest } = object;
-    tail = Buffer.from(JSON.stringify(rest).slice(1));
-    tails.set(object, tail);
-  }
+  if (tail === undefined) tails.set(object, (tail = Buffer.from(bodyText(object))));
   return tail;
 }
 
@@ -697,11 +700,7 @@ export function eventJson(e: ControlPlaneEvent | { type: string; object: unknown
   const body = eventBodies.get(e as ControlPlaneEvent);
   if (body === undefined) return JSON.stringify(e);
   let tail = bodyTexts.get(body);
-  if (tail === undefined) {
-    const { metadata: _own, ...rest } = body as { metadata?: unknown };
-    tail = JSON.stringify(rest).slice(1);
-    bodyTexts.set(body, tail);
-  }
+  if (tail === undefined) bodyTexts.set(body, (tail = bodyText(body)));
   // The metadata toEvent made: a name, a version and at most the view versions.
   const { name, resourceVersion, annotations } = (e as ControlPlaneEvent).object.metadata;
   const versions = annotations?.[VIEW_VERSIONS_ANNOTATION];
