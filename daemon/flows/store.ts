@@ -24,15 +24,15 @@ export interface FlowDelta {
   remove: string[];
 }
 
-interface Held {
-  flow: Flow;
-  /** Owners wanting this cookie. */
-  refs: number;
-}
-
 export class FlowStore {
   private readonly owners = new Map<string, Map<string, Flow>>();
-  private readonly held = new Map<string, Held>();
+  /** Every desired flow by cookie. */
+  private readonly held = new Map<string, Flow>();
+  /**
+   * Owners wanting a cookie, for the cookies more than one owner wants (rare): the others have one,
+   * and a count object for each of tens of thousands of flows would be a third of what a flow costs.
+   */
+  private readonly refs = new Map<string, number>();
   /** Cookies wanted since the last take() that were not wanted then. */
   private readonly pendingAdd = new Map<string, Flow>();
   /** Cookies wanted at the last take() that no longer are. */
@@ -150,7 +150,7 @@ export class FlowStore {
    */
   takeAgainst(installed: ReadonlySet<string>): FlowDelta {
     const add: Flow[] = [];
-    for (const [cookie, h] of this.held) if (!installed.has(cookie)) add.push(h.flow);
+    for (const [cookie, f] of this.held) if (!installed.has(cookie)) add.push(f);
     const remove: string[] = [];
     for (const cookie of installed) if (!this.held.has(cookie)) remove.push(cookie);
     this.pendingAdd.clear();
@@ -165,7 +165,8 @@ export class FlowStore {
   restore(delta: FlowDelta): void {
     for (const f of delta.add) {
       if (this.pendingRemove.delete(f.cookie)) continue; // dropped since: the bridge never got it
-      if (this.held.has(f.cookie)) this.pendingAdd.set(f.cookie, this.held.get(f.cookie)!.flow);
+      const held = this.held.get(f.cookie);
+      if (held) this.pendingAdd.set(f.cookie, held);
     }
     for (const cookie of delta.remove) {
       if (this.pendingAdd.delete(cookie)) continue; // wanted again since: the bridge still has it
@@ -174,19 +175,22 @@ export class FlowStore {
   }
 
   private hold(f: Flow): void {
-    const h = this.held.get(f.cookie);
-    if (h) {
-      h.refs++;
+    if (this.held.has(f.cookie)) {
+      this.refs.set(f.cookie, (this.refs.get(f.cookie) ?? 1) + 1);
       return;
     }
-    this.held.set(f.cookie, { flow: f, refs: 1 });
+    this.held.set(f.cookie, f);
     if (!this.pendingRemove.delete(f.cookie)) this.pendingAdd.set(f.cookie, f);
   }
 
   private release(cookie: string): void {
-    const h = this.held.get(cookie);
-    if (!h) return;
-    if (--h.refs > 0) return;
+    if (!this.held.has(cookie)) return;
+    const refs = this.refs.get(cookie);
+    if (refs !== undefined) {
+      if (refs > 2) this.refs.set(cookie, refs - 1);
+      else this.refs.delete(cookie);
+      return;
+    }
     this.held.delete(cookie);
     if (!this.pendingAdd.delete(cookie)) this.pendingRemove.add(cookie);
   }

@@ -48,6 +48,22 @@ t.test('one cookie wanted by two owners is installed once and stays while either
   t.same(s.take(), { add: [], remove: [] }, 'an owner adding a flow it holds changes nothing');
 });
 
+t.test('three owners of one cookie: it leaves with the last of them, in any order', async (t) => {
+  for (const order of [['a', 'b', 'c'], ['c', 'a', 'b'], ['b', 'c', 'a']]) {
+    const s = new FlowStore();
+    for (const o of ['a', 'b', 'c']) s.replace(o, [flow(7)]);
+    t.same(cookies(s.take().add), [flow(7).cookie], 'installed once');
+    for (const [i, o] of order.entries()) {
+      s.drop(o);
+      const d = s.take();
+      t.same(d.remove, i === 2 ? [flow(7).cookie] : [], `after ${order.slice(0, i + 1).join(', ')} dropped it: ${i === 2 ? 'removed' : 'kept'}`);
+      t.equal(s.has(flow(7).cookie), i < 2);
+    }
+    s.replace('a', [flow(7)]);
+    t.same(cookies(s.take().add), [flow(7).cookie], 'wanted again: added again');
+  }
+});
+
 t.test('a failed apply keeps its delta pending, merged with what changed since', async (t) => {
   const s = new FlowStore();
   s.replace('a', [flow(1), flow(2)]);

@@ -325,3 +325,87 @@ t.test('sets without a class identity, or used at one place, keep per-address fl
   t.equal(pf.flows().filter((f) => isClassFlow(f)).length, 0, 'no peerSet (named ports on the peers): no class');
   t.equal(pf.flows().filter((f) => /nw_dst=10\.2\.0\./.test(f.match)).length, 6, 'per-address flows per rule');
 });
+
+t.test('deltas applied in turn are flows() and a fresh compile, through members, nested CIDRs, rules and bits that move', async (t) => {
+  // Classification flows are not kept by the compiler: the flow a delta removes is built again from
+  // what its class table recorded. Applied in turn, the deltas must name exactly the installed flows.
+  const rnd = rng(11);
+  const pick = <T>(list: readonly T[]): T => list[Math.floor(rnd() * list.length)]!;
+  const pool = [...Array.from({ length: 12 }, (_, i) => `10.5.0.${i + 1}`), '10.5.1.7', 'fd00:5::1', 'fd00:5::2'];
+  const cidrPool = ['10.5.0.0/24', '10.5.0.0/29', '10.0.0.0/8', '10.5.0.4/30', 'fd00:5::/64'];
+  const sets: PeerSet[] = ['a', 'b', 'c', 'd'].map((id) => ({ id, ips: [], cidrs: [] }));
+  let rules: { r: NodeRule; set: PeerSet }[] = [];
+  // Three bits for four sets: bits move as sets gain and lose users.
+  const pf = new PolicyFlows({ classBits: 3 });
+  const installed = new Map<string, Flow>();
+  let problems = 0;
+  let classChanges = 0;
+  for (let step = 0; step < 250; step++) {
+    const op = rnd();
+    const set = pick(sets);
+    if (op < 0.35) {
+      const ip = pick(pool);
+      set.ips = set.ips.includes(ip) ? set.ips.filter((x) => x !== ip) : [...set.ips, ip];
+    } else if (op < 0.55) {
+      const c = pick(cidrPool);
+      set.cidrs = set.cidrs.includes(c) ? set.cidrs.filter((x) => x !== c) : [...set.cidrs, c];
+    } else if (op < 0.8 || rules.length === 0) {
+      rules.push({ r: rule(rnd() < 0.5 ? 'Ingress' : 'Egress', set, 1 + Math.floor(rnd() * 5)), set });
+    } else {
+      rules = rules.filter((x) => x !== pick(rules));
+    }
+    const input = rules.map(({ r, set: s }) => ({ ...r, peers: { ips: [...s.ips].sort(), cidrs: [...s.cidrs].sort(), services: [] } }));
+    const d = pf.sync({ rules: input, isolations: [] }, new Set(input.map((r) => r.ruleId)));
+    for (const f of d.remove) {
+      if (isClassFlow(f)) classChanges++;
+      if (installed.delete(f.cookie)) continue;
+      problems++;
+      t.fail(`step ${step}: removes ${f.table} ${f.match} ${f.actions}, which is not installed`);
+    }
+    for (const f of d.add) {
+      if (isClassFlow(f)) classChanges++;
+      if (!installed.has(f.cookie)) {
+        installed.set(f.cookie, f);
+        continue;
+      }
+      problems++;
+      t.fail(`step ${step}: adds ${f.table} ${f.match}, which is installed already`);
+    }
+    const cookies = (list: Iterable<Flow>) => [...list].map((f) => f.cookie).sort().join('\n');
+    const fresh = new PolicyFlows({ classBits: 3 });
+    fresh.sync({ rules: input, isolations: [] });
+    if (cookies(installed.values()) !== cookies(pf.flows()) || cookies(pf.flows()) !== cookies(fresh.flows()) || pf.size !== installed.size) {
+      problems++;
+      t.same(cookies(installed.values()), cookies(fresh.flows()), `step ${step}: the deltas lead to a fresh compile's flows`);
+      t.same(cookies(pf.flows()), cookies(fresh.flows()), `step ${step}: flows() is a fresh compile's`);
+      t.equal(pf.size, installed.size, `step ${step}: size counts the flows`);
+    }
+  }
+  t.equal(problems, 0, 'every delta applied to what the ones before installed; flows() and size agree with them and with a fresh compile');
+  t.ok(classChanges > 50, `classification flows came and went (${classChanges} in the deltas)`);
+});
+
+t.test('a class table keeps a prefix no class lists until its flow is shown gone', async (t) => {
+  const table = new ClassTable();
+  const touched = new Set<string>();
+  table.add(classPrefix('10.0.0.0/8')!, 1, touched);
+  table.add(classPrefix('10.1.2.3')!, 2, touched);
+  table.show('10.1.2.3', 'A');
+  table.show('10.0.0.0/8', 'B');
+  t.equal(table.shownCount, 2);
+  table.remove(classPrefix('10.1.2.3')!, 2, touched);
+  t.equal(table.flowOf('10.1.2.3'), undefined, 'no class lists it: no flow');
+  t.equal(table.shown('10.1.2.3'), 'A', 'but what was shown is known, to remove it');
+  table.show('10.1.2.3', undefined);
+  t.equal(table.shown('10.1.2.3'), undefined);
+  t.equal(table.shownCount, 1);
+  t.same([...table.shownFlows()].map((f) => [f.prefix.text, f.actions]), [['10.0.0.0/8', 'B']], 'and it is gone');
+  t.throws(() => table.show('10.9.9.9', 'C'), /no class lists it/, 'a prefix no class lists cannot be shown');
+  // A CIDR that leaves stops lending its bits to the prefixes inside it, and comes back with them.
+  table.add(classPrefix('10.1.2.3')!, 2, touched);
+  t.same(table.flowOf('10.1.2.3')?.bits, [1, 2]);
+  table.remove(classPrefix('10.0.0.0/8')!, 1, touched);
+  t.same(table.flowOf('10.1.2.3')?.bits, [2], 'the /8 no longer listed');
+  table.add(classPrefix('10.0.0.0/8')!, 3, touched);
+  t.same(table.flowOf('10.1.2.3')?.bits, [2, 3], 'listed again, with its new bit');
+});

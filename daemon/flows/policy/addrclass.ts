@@ -150,79 +150,123 @@ export function classPrefix(text: string): ClassPrefix | undefined {
 }
 
 /**
+ * One prefix of a class table: the prefix itself (its fields, not a reference: one object per
+ * address of every class), the bits of the classes listing it, and the actions of the flow last
+ * rendered for it (`shown`), from which the flow to replace is rebuilt instead of being kept.
+ */
+interface ClassEntry extends ClassPrefix {
+  /** One bit per listing (a class lists a prefix once, bar an address given both bare and as a host CIDR): a number while there is one. */
+  bits: number | number[];
+  shown: string | undefined;
+}
+
+const bitList = (b: number | number[]): readonly number[] => (typeof b === 'number' ? [b] : b);
+
+/**
  * The classification table of one side: which classes (with a bit) hold each prefix, kept
- * incrementally; `bitsOf(prefix)` = the bits a prefix's flow sets (its own classes' and those of
- * every prefix around it). Callers re-render the prefixes `add`/`remove` report as touched.
+ * incrementally; `flowOf(prefix)` = the bits a prefix's flow sets (its own classes' and those of
+ * every prefix around it). Callers re-render the prefixes `add`/`remove` report as touched, and
+ * record what they rendered with `show()`: a prefix no class lists stays until its flow is shown gone.
  */
 export class ClassTable {
-  /**
-   * Prefix text -> the prefix and the bits of the classes listing it, each bit once per listing
-   * (a class lists a prefix once, bar an address given both bare and as a host CIDR). An array,
-   * not a Map: a table holds one entry per address of every class, tens of thousands.
-   */
-  private readonly prefixes = new Map<string, { p: ClassPrefix; bits: number[] }>();
-  /** Per family, per length shorter than a host's: network start -> prefix text (CIDRs around others). */
+  /** Prefix text -> entry: one per address of every class, tens of thousands, so kept small. */
+  private readonly prefixes = new Map<string, ClassEntry>();
+  /** Per family, per length shorter than a host's: network start -> prefix text (CIDRs around others, while listed). */
   private readonly cidrs: Record<4 | 6, Map<number, Map<bigint, string>>> = { 4: new Map(), 6: new Map() };
+  /** Entries with a flow shown. */
+  private showing = 0;
 
-  /** Bit `bit` listed at `prefix`; returns the prefixes whose flows may change. */
+  /** Bit `bit` listed at `prefix`; adds the prefixes whose flows may change to `touched`. */
   add(prefix: ClassPrefix, bit: number, touched: Set<string>): void {
     let e = this.prefixes.get(prefix.text);
     if (!e) {
-      this.prefixes.set(prefix.text, (e = { p: prefix, bits: [] }));
-      if (!isHost(prefix)) {
-        const byLen = this.cidrs[prefix.family];
-        let m = byLen.get(prefix.len);
-        if (!m) byLen.set(prefix.len, (m = new Map()));
-        m.set(prefix.start, prefix.text);
-      }
+      e = { text: prefix.text, family: prefix.family, start: prefix.start, len: prefix.len, bits: [], shown: undefined };
+      this.prefixes.set(prefix.text, e);
     }
-    const first = !e.bits.includes(bit);
-    e.bits.push(bit);
-    touched.add(prefix.text);
-    if (first && !isHost(prefix)) this.touchInside(prefix, touched);
+    const had = bitList(e.bits);
+    if (had.length === 0 && !isHost(e)) this.indexCidr(e);
+    const first = !had.includes(bit);
+    e.bits = had.length === 0 ? bit : [...had, bit];
+    touched.add(e.text);
+    if (first && !isHost(e)) this.touchInside(e, touched);
   }
 
   remove(prefix: ClassPrefix, bit: number, touched: Set<string>): void {
     const e = this.prefixes.get(prefix.text);
-    const at = e ? e.bits.indexOf(bit) : -1;
+    const had = e ? bitList(e.bits) : [];
+    const at = had.indexOf(bit);
     if (!e || at < 0) return;
-    touched.add(prefix.text);
-    e.bits.splice(at, 1);
-    if (e.bits.includes(bit)) return;
-    if (!isHost(prefix)) this.touchInside(prefix, touched);
-    if (e.bits.length > 0) return;
-    this.prefixes.delete(prefix.text);
-    if (!isHost(prefix)) {
-      const m = this.cidrs[prefix.family].get(prefix.len);
-      m?.delete(prefix.start);
-      if (m?.size === 0) this.cidrs[prefix.family].delete(prefix.len);
+    touched.add(e.text);
+    const left = had.filter((_, i) => i !== at);
+    e.bits = left.length === 1 ? left[0]! : left;
+    if (left.includes(bit)) return;
+    if (!isHost(e)) this.touchInside(e, touched);
+    if (left.length > 0) return;
+    if (!isHost(e)) {
+      const m = this.cidrs[e.family].get(e.len);
+      m?.delete(e.start);
+      if (m?.size === 0) this.cidrs[e.family].delete(e.len);
     }
+    if (e.shown === undefined) this.prefixes.delete(e.text);
   }
 
-  /** The prefix, and the bits its flow sets; undefined when no class lists it any more. */
+  /** The prefix, and the bits its flow sets; undefined when no class lists it. */
   flowOf(text: string): { prefix: ClassPrefix; bits: number[] } | undefined {
     const e = this.prefixes.get(text);
-    if (!e) return undefined;
-    const bits = new Set(e.bits);
-    const max = e.p.family === 4 ? 32 : 128;
-    for (const [len, m] of this.cidrs[e.p.family]) {
-      if (len >= e.p.len) continue;
+    if (!e || bitList(e.bits).length === 0) return undefined;
+    const bits = new Set(bitList(e.bits));
+    const max = e.family === 4 ? 32 : 128;
+    for (const [len, m] of this.cidrs[e.family]) {
+      if (len >= e.len) continue;
       const shift = BigInt(max - len);
-      const around = m.get((e.p.start >> shift) << shift);
-      if (around !== undefined) for (const b of this.prefixes.get(around)!.bits) bits.add(b);
+      const around = m.get((e.start >> shift) << shift);
+      if (around !== undefined) for (const b of bitList(this.prefixes.get(around)!.bits)) bits.add(b);
     }
-    return { prefix: e.p, bits: [...bits].sort((a, b) => a - b) };
+    return { prefix: e, bits: [...bits].sort((a, b) => a - b) };
   }
 
-  get size(): number {
-    return this.prefixes.size;
+  /** The actions of the flow last shown for `text` (undefined: none). */
+  shown(text: string): string | undefined {
+    return this.prefixes.get(text)?.shown;
   }
 
-  /** Every prefix strictly inside `outer` (their flows carry its bits). */
+  /**
+   * Records the flow now rendered for a prefix that is listed or was shown (`actions` undefined:
+   * none). The caller passes the same string for equal actions, so entries share it.
+   */
+  show(text: string, actions: string | undefined): void {
+    const e = this.prefixes.get(text);
+    if (!e) {
+      if (actions !== undefined) throw new Error(`address class prefix ${text} is shown but no class lists it`);
+      return;
+    }
+    this.showing += (actions !== undefined ? 1 : 0) - (e.shown !== undefined ? 1 : 0);
+    e.shown = actions;
+    if (actions === undefined && bitList(e.bits).length === 0) this.prefixes.delete(text);
+  }
+
+  /** Every prefix with a flow shown, and its actions. */
+  *shownFlows(): Generator<{ prefix: ClassPrefix; actions: string }> {
+    for (const e of this.prefixes.values()) if (e.shown !== undefined) yield { prefix: e, actions: e.shown };
+  }
+
+  /** Prefixes with a flow shown. */
+  get shownCount(): number {
+    return this.showing;
+  }
+
+  private indexCidr(e: ClassEntry): void {
+    const byLen = this.cidrs[e.family];
+    let m = byLen.get(e.len);
+    if (!m) byLen.set(e.len, (m = new Map()));
+    m.set(e.start, e.text);
+  }
+
+  /** Every listed prefix strictly inside `outer` (their flows carry its bits). */
   private touchInside(outer: ClassPrefix, touched: Set<string>): void {
     const max = outer.family === 4 ? 32 : 128;
     const shift = BigInt(max - outer.len);
-    for (const { p } of this.prefixes.values()) {
+    for (const p of this.prefixes.values()) {
       if (p.family === outer.family && p.len > outer.len && (p.start >> shift) << shift === outer.start) touched.add(p.text);
     }
   }

@@ -647,11 +647,12 @@ export class PolicyFlows {
   private readonly isolations = new Map<string, Contribution>();
   private readonly shared = new Map<string, SharedFlow>();
   /**
-   * The classification flows rendered since the last renderTouched (undefined: gone), until it takes them.
-   * They are not kept as shared flows: the class table says them, and a classification table holds
-   * one flow per address of every class.
+   * The classification flows rendered since the last renderTouched, by flow key: the flow they
+   * replace and the one now (undefined: none), until it takes them. No classification flow is kept
+   * beyond that: a table holds one per address of every class, and its class table records the
+   * actions each prefix was last rendered with, from which the flow is built again.
    */
-  private classFlows = new Map<string, Flow | undefined>();
+  private classPending = new Map<string, { old: Flow | undefined; now: Flow | undefined }>();
   private readonly rendered = new Map<string, Flow>();
   private readonly identities = new Map<number, RuleIdentity>();
   private initialized = false;
@@ -664,8 +665,6 @@ export class PolicyFlows {
   private readonly identityStale = new Map<string, readonly number[]>();
   /** The isolations of the last sync, to see they did not change. */
   private lastIsolations?: readonly NodeIsolation[] | undefined;
-  /** flows(), kept until a sync changes a flow. */
-  private sorted?: Flow[] | undefined;
 
   /** Peer address classes by key (`side|peerSet`), and each rule's class key. */
   private readonly classes = new Map<string, PeerClass>();
@@ -702,7 +701,7 @@ export class PolicyFlows {
       next.set(r.id, r);
     }
     const { priorities, conjIds, reallocated, conjIdsMoved } = this.allocation(input.rules, next);
-    this.planClasses(input.rules, next, priorities, dirtyRuleIds, touched);
+    this.planClasses(input.rules, next, priorities, dirtyRuleIds);
     for (const [id, entry] of this.rules) {
       if (next.has(id)) continue;
       for (const c of entry.contributions) this.removeContribution(c, touched);
@@ -772,10 +771,11 @@ export class PolicyFlows {
   /**
    * Brings the address classes to `rules`: which rules use which peer set (and where), each set's
    * content, the bits (allocateClassBits over every class), and the classification flows of the
-   * prefixes whose bits changed (into `touched`). Work follows the rules that changed, plus one
-   * pass over the classes; a member that came or went changes only its own classification flow.
+   * prefixes whose bits changed (pending until renderTouched). Work follows the rules that changed,
+   * plus one pass over the classes; a member that came or went changes only its own classification
+   * flow.
    */
-  private planClasses(rules: readonly NodeRule[], byId: ReadonlyMap<string, NodeRule>, priorities: ReadonlyMap<string, number>, dirtyRuleIds: ReadonlySet<string> | undefined, touched: Set<string>): void {
+  private planClasses(rules: readonly NodeRule[], byId: ReadonlyMap<string, NodeRule>, priorities: ReadonlyMap<string, number>, dirtyRuleIds: ReadonlySet<string> | undefined): void {
     const epoch = ++this.classEpoch;
     /** Classes whose content changed: their content before (bits follow below). */
     const before = new Map<string, { ips: AddressList; cidrs: readonly string[] }>();
@@ -883,23 +883,26 @@ export class PolicyFlows {
       const form = match === undefined ? undefined : { match, families: new Set(families), sig: `${match}|${families.join()}` };
       if (peerClassSignature(form) !== peerClassSignature(cls.form)) cls.form = form;
     }
-    for (const side of ['src', 'dst'] as const) for (const text of prefixTouched[side]) this.renderClassFlow(side, text, touched);
+    for (const side of ['src', 'dst'] as const) for (const text of prefixTouched[side]) this.renderClassFlow(side, text);
   }
 
   /** The classification flow of one prefix, as the class table now says (none when no class lists it). */
-  private renderClassFlow(side: ClassSide, text: string, touched: Set<string>): void {
-    const f = this.classTables[side].flowOf(text);
-    const prefix = f?.prefix ?? classPrefix(text)!;
+  private renderClassFlow(side: ClassSide, text: string): void {
+    const classes = this.classTables[side];
+    const f = classes.flowOf(text);
     const table = CLASS_TABLE[side];
+    // flat() also makes equal actions one string, which every prefix with those bits then shares.
+    const actions = f && f.bits.length > 0 ? flat(`${classSetActions(side, f.bits).join(',')},goto_table:${nextTable(table)}`) : undefined;
+    const was = classes.shown(text);
+    if (actions === was) return;
+    const prefix = f?.prefix ?? classPrefix(text)!;
     const priority = CLASS_PRIORITY_BASE + prefix.len;
     const match = addressMatch(side === 'src' ? 'nw_src' : 'nw_dst', text);
     const key = flowKey(table, priority, match);
-    touched.add(key);
-    if (!f || f.bits.length === 0) {
-      this.classFlows.set(key, undefined);
-      return;
-    }
-    this.classFlows.set(key, policyFlow(table, priority, match, `${classSetActions(side, f.bits).join(',')},goto_table:${nextTable(table)}`));
+    const flow = (a: string | undefined) => (a === undefined ? undefined : policyFlow(table, priority, match, a));
+    const pending = this.classPending.get(key);
+    this.classPending.set(key, { old: pending ? pending.old : flow(was), now: flow(actions) });
+    classes.show(text, actions);
   }
 
   /**
@@ -955,15 +958,23 @@ export class PolicyFlows {
     return { priorities, conjIds, reallocated, conjIdsMoved };
   }
 
-  /** Every policy flow, in a deterministic order (the same array until the flows change: do not modify it). */
+  /**
+   * Every policy flow, in a deterministic order. Built on each call (the classification flows are
+   * rendered again from their tables): for a first write and for diagnostics, not per change.
+   */
   flows(): Flow[] {
-    this.sorted ??= [...this.rendered.values()].sort(compareFlows);
-    return this.sorted;
+    const out = [...this.rendered.values()];
+    for (const side of ['src', 'dst'] as const) {
+      const table = CLASS_TABLE[side];
+      const field = side === 'src' ? 'nw_src' : 'nw_dst';
+      for (const { prefix, actions } of this.classTables[side].shownFlows()) out.push(policyFlow(table, CLASS_PRIORITY_BASE + prefix.len, addressMatch(field, prefix.text), actions));
+    }
+    return out.sort(compareFlows);
   }
 
   /** Number of policy flows (without building flows()). */
   get size(): number {
-    return this.rendered.size;
+    return this.rendered.size + this.classTables.src.shownCount + this.classTables.dst.shownCount;
   }
 
   /** Every rule's counter flows (per-rule statistics), with the cookies they are installed under. */
@@ -1157,19 +1168,18 @@ export class PolicyFlows {
   private renderTouched(touched: Set<string>): PolicyFlowDelta {
     const add: Flow[] = [];
     const remove: Flow[] = [];
-    const classFlows = this.classFlows;
-    this.classFlows = new Map();
-    // With those a sync that threw before rendering left (the class table said them then; a later
-    // change of the prefix rendered it again).
-    for (const key of classFlows.keys()) touched.add(key);
+    // The classification flows rendered since the last call (a sync that threw before reaching here included).
+    const classPending = this.classPending;
+    this.classPending = new Map();
+    for (const { old, now } of classPending.values()) {
+      if (old && now && old.cookie === now.cookie) continue;
+      if (old) remove.push(old);
+      if (now) add.push(now);
+    }
     for (const key of touched) {
       const old = this.rendered.get(key);
-      let now: Flow | undefined;
-      if (classFlows.has(key)) now = classFlows.get(key);
-      else {
-        const s = this.shared.get(key);
-        now = s ? render(s) : undefined;
-      }
+      const s = this.shared.get(key);
+      const now = s ? render(s) : undefined;
       if (old && now && old.cookie === now.cookie) continue;
       if (old) {
         remove.push(old);
@@ -1180,7 +1190,6 @@ export class PolicyFlows {
         this.rendered.set(key, now);
       }
     }
-    if (add.length + remove.length > 0) this.sorted = undefined;
     return { add: add.sort(compareFlows), remove: remove.sort(compareFlows) };
   }
 }
