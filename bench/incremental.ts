@@ -10,7 +10,9 @@
  * new NetworkPolicy, and a Service endpoint change that no rule depends on. Then `sluicectl simulate`-style loading of N trivial NetworkPolicies (they
  * select no Pod) into a fresh engine. `--to-services` adds one Antrea policy whose egress rule
  * names a Service by toServices (ns-5/api, an EndpointSlice of two Pods) for this node's Pods, and
- * an event that changes that slice (one endpoint not ready, then ready again).
+ * an event that changes that slice (one endpoint not ready, then ready again). `--multi-group` adds
+ * one Antrea policy whose ingress rule, applied to this node's app-0 Pods, names three peer groups
+ * (every Pod by its tier: fe, be, db), and an event that moves a remote Pod out of and into them.
  *
  * A/B in one run: `--baseline DIR` also loads the same modules from DIR (the dist/ of another
  * build, e.g. the unchanged tree) and runs both implementations interleaved on the same load.
@@ -20,7 +22,7 @@
  * 200 local Pods, and max(2 000, Pods/30) policies, 85 % of them NetworkPolicies), then prints a summary
  * per size: whether the cost of one event grows with the cluster. The default is 10 000 Pods.
  *
- * usage: node dist/bench/incremental.js [--baseline /path/to/dist] [--reps 15] [--pods 10000,40000] [--loads 5000,10000,20000,40000] [--only remote] [--to-services]
+ * usage: node dist/bench/incremental.js [--baseline /path/to/dist] [--reps 15] [--pods 10000,40000] [--loads 5000,10000,20000,40000] [--only remote] [--to-services] [--multi-group]
  */
 import { cpus, loadavg } from 'node:os';
 import { setFlagsFromString } from 'node:v8';
@@ -56,6 +58,7 @@ function scale(pods: number): void {
   K8S_POLICIES = policies - ANTREA_POLICIES;
 }
 const TO_SERVICES = process.argv.includes('--to-services');
+const MULTI_GROUP = process.argv.includes('--multi-group');
 
 /** The modules of one build the path runs through (resolved under its dist/). */
 interface Impl {
@@ -112,6 +115,15 @@ function objects(): KubeObject[] {
     out.push({
       apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'to-api' },
       spec: { priority: 1, tier: 'securityops', appliedTo: [{ podSelector: { matchLabels: { app: 'app-0' } } }], egress: [{ action: 'Allow', toServices: [{ name: 'api', namespace: 'ns-5' }] }, { action: 'Drop', to: [{ namespaceSelector: { matchLabels: { team: 't5' } } }] }] },
+    });
+  }
+  if (MULTI_GROUP) {
+    out.push({
+      apiVersion: 'crd.antrea.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name: 'from-every-tier' },
+      spec: {
+        priority: 1, tier: 'application', appliedTo: [{ podSelector: { matchLabels: { app: 'app-0' } } }],
+        ingress: [{ action: 'Allow', from: ['fe', 'be', 'db'].map((tier) => ({ podSelector: { matchLabels: { tier } } })), ports: [{ protocol: 'TCP', port: 7000 }] }],
+      },
     });
   }
   for (let p = 0; p < K8S_POLICIES; p++) out.push(netpol(p));
@@ -309,6 +321,8 @@ function runSize(impls: Impl[], size: number): Row[] {
         return rig.event(obj, i % 2 ? 'remove' : 'upsert');
       },
     },
+    // Out of every tier and back: the Pod leaves and joins the union of the rule's three peer groups.
+    ...(MULTI_GROUP ? [{ name: 'remote Pod out of and into a rule with three peer groups (ns-7/pod-3)', run: (rig: Rig, i: number) => rig.event(pod(7, 3, i % 2 ? podLabels(3) : { app: 'app-3', tier: 'none' })) }] : []),
     ...(TO_SERVICES ? [{ name: 'EndpointSlice change of the Service the toServices rule names (ns-5/api)', run: (rig: Rig, i: number) => rig.event(apiSlice(i % 2 === 1)) }] : []),
     {
       name: 'Service endpoints change no rule uses',

@@ -11,8 +11,9 @@
  * model has no destination Pod there), so those get only the rule's other ports ("#numeric").
  * (toServices peers cannot carry ports in any kind: Antrea rejects `toServices` with `ports`.)
  */
+import { unionOf } from './list-union.js';
 import { canonicalJson, stableHash } from './order.js';
-import { type AddressList, addressArray } from './sorted-list.js';
+import type { AddressList } from './sorted-list.js';
 import type { ComputedRule, ContainerPort, Direction, GroupMember, InternalRule, PortMatch, RulePriority, RuleRef } from './types.js';
 
 /** A rule as this node enforces it: local targets, resolved peer addresses, numeric ports. */
@@ -91,8 +92,8 @@ export function nodeRulesOf(r: ComputedRule, order: number, groups: NodeRuleGrou
   }
   if (targets.length === 0) return out;
   targets.sort((a, b) => (a.ref < b.ref ? -1 : 1));
-  /** The peer groups' addresses (sorted lists to merge) and Service members. */
-  const peerIps: AddressList[] = [];
+  /** The peer groups' addresses (sorted lists to unite) by group id, and their Service members. */
+  const peerIps: { id: string; ips: AddressList }[] = [];
   const peerServices: GroupMember[] = [];
   /** Pods an egress named port may resolve on (members of the rule's named-port groups). */
   const namedDestinations = new Map<string, GroupMember>();
@@ -106,7 +107,7 @@ export function nodeRulesOf(r: ComputedRule, order: number, groups: NodeRuleGrou
       continue;
     }
     setGroups.push(id);
-    peerIps.push(g.ips);
+    peerIps.push({ id, ips: g.ips });
     peerServices.push(...g.services);
     for (const c of g.ipBlocks) cidrs.add(c);
   }
@@ -127,7 +128,9 @@ export function nodeRulesOf(r: ComputedRule, order: number, groups: NodeRuleGrou
     if (r.anyPeer) return 'any';
     const services: { ip: string; protocol: string; port: number }[] = [];
     for (const m of peerServices) for (const ip of m.ips) for (const p of m.ports) services.push({ ip, protocol: p.protocol, port: p.containerPort });
-    return { ips: mergeSorted(peerIps), cidrs: [...cidrs].sort(), services };
+    // By group id: a peer set's union always takes the same groups in the same order.
+    const lists = peerIps.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)).map((p) => p.ips);
+    return { ips: unionOf(peerSet!, lists), cidrs: [...cidrs].sort(), services };
   };
   const targetList = (ms: GroupMember[]): NodeTarget[] => ms.map((m) => ({ kind: m.kind === 'node' ? 'node' : 'pod', ref: m.ref, ips: m.ips }));
   const peerSet = r.anyPeer ? undefined : stableHash(`${setGroups.sort().join(',')}|${[...r.ipBlocks].sort().join(',')}`);
@@ -190,40 +193,6 @@ export function resolveNamedPorts(ports: PortMatch[], podPorts: ContainerPort[])
     }
     const cp = podPorts.find((c) => c.name === p.port && c.protocol === p.protocol);
     if (cp) out.push({ ...p, port: cp.containerPort });
-  }
-  return out;
-}
-
-/**
- * The union of sorted lists of unique strings, sorted (a single list is returned as it is, so a
- * rule with one peer group keeps its group's versions and their recorded steps).
- */
-export function mergeSorted(lists: readonly AddressList[]): AddressList {
-  const nonEmpty = lists.filter((l) => l.length > 0);
-  if (nonEmpty.length === 0) return [];
-  if (nonEmpty.length === 1) return nonEmpty[0]!;
-  let out: readonly string[] = addressArray(nonEmpty[0]!);
-  for (const list of nonEmpty.slice(1)) {
-    const next = addressArray(list);
-    const merged: string[] = [];
-    let i = 0;
-    let j = 0;
-    while (i < out.length || j < next.length) {
-      const a = out[i];
-      const b = next[j];
-      if (b === undefined || (a !== undefined && a < b)) {
-        merged.push(a!);
-        i++;
-      } else if (a === undefined || b < a) {
-        merged.push(b);
-        j++;
-      } else {
-        merged.push(a);
-        i++;
-        j++;
-      }
-    }
-    out = merged;
   }
   return out;
 }
