@@ -14,7 +14,7 @@
  * MAX_KEPT peer sets used last are kept).
  */
 import { knownListDiff } from './liststeps.js';
-import { type AddressList, addressArray, SortedList } from './sorted-list.js';
+import { type AddressList, addressArray, lowerBoundBy, SortedList } from './sorted-list.js';
 
 const MAX_KEPT = 512;
 /** Peer set -> the inputs of its last union (in its order) and that union; most recently used last. */
@@ -60,15 +60,7 @@ function followSteps(was: { inputs: readonly AddressList[]; union: SortedList },
 }
 
 function holds(list: AddressList, x: string): boolean {
-  if (list instanceof SortedList) return list.has(x);
-  let lo = 0;
-  let hi = list.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (list[mid]! < x) lo = mid + 1;
-    else hi = mid;
-  }
-  return list[lo] === x;
+  return list instanceof SortedList ? list.has(x) : list[lowerBoundBy(list, x, (s) => s)] === x;
 }
 
 /** The union of sorted lists of unique strings, merged in full. */

@@ -647,7 +647,7 @@ export class PolicyFlows {
   private readonly isolations = new Map<string, Contribution>();
   private readonly shared = new Map<string, SharedFlow>();
   /**
-   * The classification flows rendered since the last renderTouched, by flow key: the flow they
+   * The classification flows rendered since the last renderTouched, by `side|prefix`: the flow they
    * replace and the one now (undefined: none), until it takes them. No classification flow is kept
    * beyond that: a table holds one per address of every class, and its class table records the
    * actions each prefix was last rendered with, from which the flow is built again.
@@ -890,16 +890,13 @@ export class PolicyFlows {
   private renderClassFlow(side: ClassSide, text: string): void {
     const classes = this.classTables[side];
     const f = classes.flowOf(text);
-    const table = CLASS_TABLE[side];
     // flat() also makes equal actions one string, which every prefix with those bits then shares.
-    const actions = f && f.bits.length > 0 ? flat(`${classSetActions(side, f.bits).join(',')},goto_table:${nextTable(table)}`) : undefined;
+    const actions = f && f.bits.length > 0 ? flat(`${classSetActions(side, f.bits).join(',')},goto_table:${nextTable(CLASS_TABLE[side])}`) : undefined;
     const was = classes.shown(text);
     if (actions === was) return;
     const prefix = f?.prefix ?? classPrefix(text)!;
-    const priority = CLASS_PRIORITY_BASE + prefix.len;
-    const match = addressMatch(side === 'src' ? 'nw_src' : 'nw_dst', text);
-    const key = flowKey(table, priority, match);
-    const flow = (a: string | undefined) => (a === undefined ? undefined : policyFlow(table, priority, match, a));
+    const key = `${side}|${text}`;
+    const flow = (a: string | undefined) => (a === undefined ? undefined : classFlow(side, prefix, a));
     const pending = this.classPending.get(key);
     this.classPending.set(key, { old: pending ? pending.old : flow(was), now: flow(actions) });
     classes.show(text, actions);
@@ -964,11 +961,7 @@ export class PolicyFlows {
    */
   flows(): Flow[] {
     const out = [...this.rendered.values()];
-    for (const side of ['src', 'dst'] as const) {
-      const table = CLASS_TABLE[side];
-      const field = side === 'src' ? 'nw_src' : 'nw_dst';
-      for (const { prefix, actions } of this.classTables[side].shownFlows()) out.push(policyFlow(table, CLASS_PRIORITY_BASE + prefix.len, addressMatch(field, prefix.text), actions));
-    }
+    for (const side of ['src', 'dst'] as const) for (const { prefix, actions } of this.classTables[side].shownFlows()) out.push(classFlow(side, prefix, actions));
     return out.sort(compareFlows);
   }
 
@@ -1192,6 +1185,11 @@ export class PolicyFlows {
     }
     return { add: add.sort(compareFlows), remove: remove.sort(compareFlows) };
   }
+}
+
+/** The classification flow of a prefix, setting its class bits with `actions` (longest prefix first). */
+function classFlow(side: ClassSide, prefix: Pick<ClassPrefix, 'text' | 'len'>, actions: string): Flow {
+  return policyFlow(CLASS_TABLE[side], CLASS_PRIORITY_BASE + prefix.len, addressMatch(side === 'src' ? 'nw_src' : 'nw_dst', prefix.text), actions);
 }
 
 const compareText = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
