@@ -7,57 +7,94 @@ import { SortedList } from './sorted-list.js';
 import type { GroupMember } from './types.js';
 
 /**
+ * A member as its group's peer addresses read it: whole, or, for a Pod or Node member of a group
+ * whose rules read nothing else of it, its address (or addresses) alone. A holder of tens of
+ * thousands of members keeps them this way at a third of a parsed member's size.
+ */
+export type PeerMember = GroupMember | string | readonly string[];
+
+/** The addresses a member contributes to its group's peer addresses (none for a Service member: see PeerIps.services). */
+export function peerAddresses(m: PeerMember): readonly string[] {
+  if (typeof m === 'string') return [m];
+  if (isAddressList(m)) return m;
+  return m.kind === 'service' ? [] : m.ips;
+}
+
+/** A member's addresses, for a Service member too. */
+export function memberAddresses(m: PeerMember): readonly string[] {
+  return typeof m === 'string' ? [m] : isAddressList(m) ? m : m.ips;
+}
+
+/** A member held whole (not as its addresses alone). */
+export function isWholeMember(m: PeerMember): m is GroupMember {
+  return typeof m !== 'string' && !isAddressList(m);
+}
+
+function isAddressList(m: PeerMember): m is readonly string[] {
+  return Array.isArray(m);
+}
+
+/**
  * A group's member addresses as node rules list them: the addresses of every member but Services
  * (sorted, unique; each address counted per member holding it) and the Service members. A member
  * change replaces `sorted` by a new version (node rules already built keep theirs unchanged) that
  * shares all but the chunks it touched: O(change), whatever the group's size.
  */
 export class PeerIps {
-  private readonly counts = new Map<string, number>();
+  /**
+   * How many members hold an address, for the addresses more than one member holds (a Node's
+   * address in its host-network Pods): any other address in `sorted` has one, and a count for each
+   * of tens of thousands would cost more than the list.
+   */
+  private readonly shared = new Map<string, number>();
   sorted: SortedList;
   readonly services = new Map<string, GroupMember>();
 
-  constructor(members: Map<string, GroupMember>) {
+  constructor(members: ReadonlyMap<string, PeerMember>) {
     const all: string[] = [];
     for (const [key, m] of members) {
-      if (m.kind === 'service') {
+      if (isWholeMember(m) && m.kind === 'service') {
         this.services.set(key, m);
         continue;
       }
-      for (const ip of m.ips) {
-        const n = this.counts.get(ip) ?? 0;
-        this.counts.set(ip, n + 1);
-        if (n === 0) all.push(ip);
-      }
+      if (typeof m === 'string') all.push(m);
+      else for (const ip of peerAddresses(m)) all.push(ip);
     }
-    this.sorted = SortedList.from(all.sort());
+    all.sort();
+    const unique: string[] = [];
+    for (const ip of all) {
+      if (ip !== unique[unique.length - 1]) unique.push(ip);
+      else this.shared.set(ip, (this.shared.get(ip) ?? 1) + 1);
+    }
+    this.sorted = SortedList.from(unique);
+  }
+
+  /** Members holding `ip` (for tests and diagnostics). */
+  holders(ip: string): number {
+    return this.shared.get(ip) ?? (this.sorted.has(ip) ? 1 : 0);
   }
 
   /** Member `key` changes from `old` to `now` (either may be undefined). */
-  update(key: string, old: GroupMember | undefined, now: GroupMember | undefined): void {
+  update(key: string, old: PeerMember | undefined, now: PeerMember | undefined): void {
     // As in the members map: a member replaced in place keeps its position.
-    if (now?.kind === 'service') this.services.set(key, now);
-    else if (old?.kind === 'service') this.services.delete(key);
-    const gone = old && old.kind !== 'service' ? old.ips : [];
-    const come = now && now.kind !== 'service' ? now.ips : [];
-    const added: string[] = [];
+    if (now !== undefined && isWholeMember(now) && now.kind === 'service') this.services.set(key, now);
+    else if (old !== undefined && isWholeMember(old) && old.kind === 'service') this.services.delete(key);
+    const gone = old === undefined ? [] : peerAddresses(old);
+    const come = now === undefined ? [] : peerAddresses(now);
+    const added = new Set<string>();
     const removed: string[] = [];
     for (const ip of come) {
-      const n = this.counts.get(ip) ?? 0;
-      this.counts.set(ip, n + 1);
-      if (n === 0) added.push(ip);
+      if (this.sorted.has(ip) || added.has(ip)) this.shared.set(ip, (this.shared.get(ip) ?? 1) + 1);
+      else added.add(ip);
     }
+    // An address `old` held is in `sorted` (and came in `come` only as one more holder of it).
     for (const ip of gone) {
-      const n = this.counts.get(ip) ?? 0;
-      if (n > 1) {
-        this.counts.set(ip, n - 1);
-        continue;
-      }
-      if (n === 0) continue;
-      this.counts.delete(ip);
-      removed.push(ip);
+      const n = this.shared.get(ip);
+      if (n === undefined) removed.push(ip);
+      else if (n > 2) this.shared.set(ip, n - 1);
+      else this.shared.delete(ip);
     }
-    if (added.length === 0 && removed.length === 0) return;
-    this.sorted = this.sorted.with(removed.sort(), added.sort());
+    if (added.size === 0 && removed.length === 0) return;
+    this.sorted = this.sorted.with(removed.sort(), [...added].sort());
   }
 }
