@@ -13,7 +13,8 @@
  * - Full agents, each its own process (bench/scale/agent.ts): two in controller mode (node-143,
  *   whose Pod ns-7/pod-3 the churn relabels, and a Node far from it) and, unless
  *   `--no-standalone`, one in standalone mode on node-143 (the whole cluster from the API server,
- *   as every agent is without the controller). They compile their policy flows (no bridge).
+ *   as every agent is without the controller). They compile their policy flows (no bridge), with
+ *   every module of a whole agent loaded (bench/scale/agent.ts), so that their RSS counts its code.
  *
  * Then a churn through the API server, `--reps` times each: a Pod created (with its address) and
  * deleted, a Pod relabelled in and out of groups, a Pod label no policy reads, a NetworkPolicy's
@@ -248,7 +249,7 @@ if (STANDALONE) agents.push(fullAgent('standalone, node-143', { mode: 'standalon
 for (const a of agents) {
   const r = await a.ready;
   const f = r.figures;
-  console.log(`agent ${a.label}: first state compiled ${((r.at - agentT0) / 1000).toFixed(1)} s after start; received ${mibOf(f.bytes)}; RSS ${f.rssMiB} MiB (heap ${f.heapMiB} MiB); ${f.rules} node rules, ${f.flows} policy flows; CPU ${(f.cpuMs / 1000).toFixed(1)} s`);
+  console.log(`agent ${a.label}: first state compiled ${((r.at - agentT0) / 1000).toFixed(1)} s after start; received ${mibOf(f.bytes)}; RSS ${f.rssMiB} MiB (heap ${f.heapMiB} MiB; the whole agent's modules, loaded first, ${f.codeRssMiB} MiB of it); ${f.rules} node rules, ${f.flows} policy flows; CPU ${(f.cpuMs / 1000).toFixed(1)} s`);
 }
 
 // ---------------------------------------------------------------------------- watch clients

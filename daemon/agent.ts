@@ -3,7 +3,7 @@
  * the node reconciler (daemon/node/reconciler.ts: OVS, flows, host networking), the host-change
  * watches that ask for repairs, traceflow and /status. The timers live in daemon/node/schedules.ts,
  * adoption of running Pods in daemon/node/adopter.ts, Kubernetes Events in daemon/node/events.ts;
- * daemon/main.ts builds those parts and hands them over.
+ * daemon/agent-program.ts builds those parts and hands them over.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir } from 'node:fs/promises';
@@ -38,7 +38,7 @@ import type { NodeReconciler, ResyncRecord } from './node/reconciler.js';
 import type { NodeSchedules } from './node/schedules.js';
 import { collectStartupGarbage } from './node-flags.js';
 
-/** The parts daemon/main.ts builds and the agent runs. */
+/** The parts daemon/agent-program.ts builds and the agent runs. */
 export interface AgentParts {
   config: AgentConfig;
   log: Logger;
@@ -68,7 +68,7 @@ export interface AgentParts {
   serviceCidrSource?: string;
   /** Start the CNI socket server (false in tests that drive the handler directly). */
   serveCni?: boolean;
-  /** Closes the adapters main.ts opened (netlink sockets, helper processes, OVSDB session), last. */
+  /** Closes the adapters agent-program.ts opened (netlink sockets, helper processes, OVSDB session), last. */
   closeAdapters(): void;
 }
 

@@ -1,12 +1,17 @@
 /**
  * One simulated agent of bench/scale.ts, run as its own process (forked, IPC) so that its memory
  * and CPU are its own. It is the agent's policy side with no bridge: what it receives, the state it
- * keeps and the policy flows it compiles, the same modules the agent runs.
+ * keeps, the policy flows it compiles and the FlowStore they are written to (each delta taken as a
+ * flow sync takes it for the bridge), the same modules the agent runs.
  *
  * - `controller`: ControlPlaneWatcher (its Node's span from the controller, with a Node-bound
  *   token) -> ControlPlaneFollower (commits at consistent cuts) -> FlushScheduler -> PolicyFlows;
  * - `standalone`: ClusterWatch of the whole cluster (the API server) -> Enforcer (its engine and
  *   policy flows), compiled after each event.
+ *
+ * Before it starts, it loads every module a whole agent loads (daemon/agent-program.ts: the bridge's
+ * connections, netlink, the CNI server, metrics...) without running them, so that its RSS counts a
+ * whole agent's code; what that added is reported apart (`codeRssMiB`).
  *
  * Bytes received are counted as the JSON of the objects received (lists and watch events), the
  * same measure in both modes. Messages to the parent: `ready` once the first state is compiled,
@@ -22,6 +27,8 @@ import { Enforcer } from '../../daemon/enforcement/enforcer.js';
 import { FlushScheduler } from '../../daemon/enforcement/flush-scheduler.js';
 import { ClusterWatch } from '../../daemon/enforcement/watch/clusterwatch.js';
 import { PolicyFlows } from '../../daemon/flows/policy/index.js';
+import { FlowStore } from '../../daemon/flows/store.js';
+import { PolicyFlowWriter } from '../../daemon/enforcement/policy-flow-writer.js';
 import { KubeAccess } from '../../daemon/kube/access.js';
 
 export interface ScaleAgentConfig {
@@ -47,6 +54,8 @@ export interface ScaleAgentFigures {
   flows: number;
   rules: number;
   commits: number;
+  /** RSS the whole agent's modules added when they were loaded, before anything else. */
+  codeRssMiB: number;
 }
 
 export type ScaleAgentMessage =
@@ -131,22 +140,46 @@ let events = 0;
 let commits = 0;
 let flowCount = () => 0;
 let ruleCount = () => 0;
+let codeRssMiB = 0;
+
+/** Loads a whole agent's modules (importing the program runs nothing), measuring the RSS they add. */
+async function loadAgentCode(): Promise<void> {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  gc?.();
+  const before = process.memoryUsage().rss;
+  await import('../../daemon/agent-program.js');
+  gc?.();
+  codeRssMiB = Math.round((process.memoryUsage().rss - before) / 2 ** 20);
+}
 
 /**
- * With `collect`, after a full garbage collection (memory figures); without, CPU figures are not
- * charged one. `cpuMs` is the agent's: the process's CPU less the bench's instrumentation.
+ * The figures now (see collectedFigures for memory). `cpuMs` is the agent's: the process's CPU less
+ * the bench's instrumentation.
  */
-function figures(collect = true): ScaleAgentFigures {
+function figures(): ScaleAgentFigures {
   const cpu = process.cpuUsage();
   const cpuMs = (cpu.user + cpu.system) / 1000 - benchCpuMs;
   return bench(() => {
-    if (collect) (globalThis as { gc?: () => void }).gc?.();
     const m = process.memoryUsage();
     return {
       rssMiB: Math.round(m.rss / 2 ** 20), heapMiB: Math.round(m.heapUsed / 2 ** 20), cpuMs, handlerCpuMs,
-      bytes, events, flows: flowCount(), rules: ruleCount(), commits,
+      bytes, events, flows: flowCount(), rules: ruleCount(), commits, codeRssMiB,
     };
   });
+}
+
+/**
+ * Memory figures: after full collections, with turns of the loop between them so that the sweeping
+ * a collection leaves to background threads is done (one collection alone leaves garbage counted).
+ */
+async function collectedFigures(): Promise<ScaleAgentFigures> {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  for (let i = 0; i < 3; i++) {
+    bench(() => gc?.());
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  bench(() => gc?.());
+  return figures();
 }
 
 function committed(ready: () => boolean): void {
@@ -157,6 +190,9 @@ function committed(ready: () => boolean): void {
 async function controllerMode(c: ScaleAgentConfig): Promise<void> {
   let synced = false;
   const flows = new PolicyFlows();
+  // As the agent's controller-mode enforcer writes its compiled flows; no DNS, guards or cuts here.
+  const writer = new PolicyFlowWriter({ policy: () => flows.flows(), dnsIntercept: () => undefined, newPodGuards: () => undefined, cutConnections: () => undefined });
+  const store = new FlowStore();
   // The follower and the flush scheduler call each other: the scheduler is made just below.
   let flusher: FlushScheduler;
   const follower = new ControlPlaneFollower({
@@ -168,7 +204,7 @@ async function controllerMode(c: ScaleAgentConfig): Promise<void> {
   const state = follower.state;
   flusher = new FlushScheduler({
     rules: state, clock: handlerClock, minIntervalMs: 20, log,
-    compile: (dirty) => flows.sync({ rules: state.nodeRuleSet(), isolations: state.nodeIsolations(), serviceEndpoints: (ip, p, port) => state.serviceBackends(ip, p, port) }, dirty),
+    compile: (dirty) => writer.compiled(flows.sync({ rules: state.nodeRuleSet(), isolations: state.nodeIsolations(), serviceEndpoints: (ip, p, port) => state.serviceBackends(ip, p, port) }, dirty)),
     flowCount: () => flows.size,
     deliveredResourceVersion: () => undefined,
     committed: () => committed(() => synced),
@@ -191,19 +227,24 @@ async function controllerMode(c: ScaleAgentConfig): Promise<void> {
     log,
   });
   follower.bind(watcher);
-  // No bridge: the flows are compiled, and "on the bridge" once compiled.
-  flusher.bind(async () => undefined);
+  // No bridge: the flows are "on the bridge" once written to the store and its delta taken.
+  flusher.bind(async () => handler(() => {
+    writer.write(store);
+    store.take();
+  }));
   watcher.start();
   await follower.whenSynced();
   flusher.compileNow();
+  await flusher.applyNow();
   synced = true;
-  send({ type: 'ready', at: now(), figures: figures() });
+  send({ type: 'ready', at: now(), figures: await collectedFigures() });
 }
 
 async function standaloneMode(c: ScaleAgentConfig): Promise<void> {
   const access = KubeAccess.load(c.kubeconfig!);
   let synced = false;
   const enforcer = new Enforcer({ nodeName: c.nodeName, ovsRunDir: '/nonexistent', bridge: 'br-scale', log });
+  const store = new FlowStore();
   flowCount = () => enforcer.policyFlows.size;
   ruleCount = () => enforcer.engine.nodeRuleSet().length;
   let planned = false;
@@ -212,7 +253,8 @@ async function standaloneMode(c: ScaleAgentConfig): Promise<void> {
     planned = true;
     setImmediate(() => handler(() => {
       planned = false;
-      enforcer.compileNow();
+      enforcer.writeFlows(store);
+      store.take();
       committed(() => true);
     }));
   };
@@ -233,19 +275,23 @@ async function standaloneMode(c: ScaleAgentConfig): Promise<void> {
     compileSoon();
   }) });
   await watch.waitSynced();
-  enforcer.compileNow();
+  enforcer.writeFlows(store);
+  store.take();
   synced = true;
-  send({ type: 'ready', at: now(), figures: figures() });
+  send({ type: 'ready', at: now(), figures: await collectedFigures() });
 }
 
 process.on('message', (m: { type: string; config?: ScaleAgentConfig; collect?: boolean; file?: string }) => {
   if (m.type === 'start') {
     const c = m.config!;
-    (c.mode === 'controller' ? controllerMode(c) : standaloneMode(c)).catch((err) => {
+    loadAgentCode().then(() => (c.mode === 'controller' ? controllerMode(c) : standaloneMode(c))).catch((err) => {
       console.error(`scale agent ${c.nodeName} (${c.mode}): ${(err as Error).stack ?? err}`);
       process.exit(1);
     });
-  } else if (m.type === 'figures') send({ type: 'figures', figures: figures(m.collect ?? true) });
+  } else if (m.type === 'figures') {
+    if (m.collect ?? true) void collectedFigures().then((f) => send({ type: 'figures', figures: f }));
+    else send({ type: 'figures', figures: figures() });
+  }
   else if (m.type === 'profile') void startProfile();
   else if (m.type === 'profile-stop') void stopProfile(m.file!);
   else if (m.type === 'stop') process.exit(0);
