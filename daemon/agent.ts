@@ -272,11 +272,7 @@ export class Agent {
     const node = this.node;
     metrics.setSources({
       pods: () => ({ attached: this.pods.size }),
-      flowsByTable: () => {
-        const byTable: Record<string, number> = {};
-        if (node.gateway) for (const f of node.desiredFlows()) byTable[f.table] = (byTable[f.table] ?? 0) + 1;
-        return byTable;
-      },
+      flowsByTable: () => (node.gateway ? node.desiredFlowCounts() : {}),
       ovsdbReachable: () => node.ovsReachable,
       resyncs: () => ({ ...node.resyncCounts }),
       enforcement: () => this.enforcement?.metrics?.(),

@@ -191,7 +191,7 @@ async function controllerMode(c: ScaleAgentConfig): Promise<void> {
   let synced = false;
   const flows = new PolicyFlows();
   // As the agent's controller-mode enforcer writes its compiled flows; no DNS, guards or cuts here.
-  const writer = new PolicyFlowWriter({ policy: () => flows.flows(), dnsIntercept: () => undefined, newPodGuards: () => undefined, cutConnections: () => undefined });
+  const writer = new PolicyFlowWriter({ policy: () => flows.flows(), policyCountByTable: () => flows.countByTable(), dnsIntercept: () => undefined, newPodGuards: () => undefined, cutConnections: () => undefined });
   const store = new FlowStore();
   // The follower and the flush scheduler call each other: the scheduler is made just below.
   let flusher: FlushScheduler;

@@ -113,6 +113,7 @@ export class Enforcer {
     this.egressSources = new LocalEgressSources(() => policyFlowInput(engine));
     this.writer = new PolicyFlowWriter({
       policy: () => this.policyFlows.flows(),
+      policyCountByTable: () => this.policyFlows.countByTable(),
       dnsIntercept: () => opts.dns?.interceptFlows(engine),
       newPodGuards: () => this.newPods && newPodGuardFlows(this.newPods.guarded()),
       // Blocked connections are a flow owner of this side: blocking is a flow sync.

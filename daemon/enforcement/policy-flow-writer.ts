@@ -20,6 +20,8 @@ export const CUT_CONNECTIONS_OWNER = 'cut-connections';
 export interface PolicyFlowSources {
   /** Every compiled policy flow (the state the deltas lead to). */
   policy(): Flow[];
+  /** How many of them are in each table. */
+  policyCountByTable(): Record<string, number>;
   dnsIntercept(): Flow[] | undefined;
   newPodGuards(): Flow[] | undefined;
   cutConnections(): Flow[] | undefined;
@@ -54,6 +56,8 @@ export class PolicyFlowWriter {
   write(store: FlowStore): void {
     const { sources } = this;
     if (store !== this.store) {
+      // The compiler keeps what it needs to build its flows again: the store keeps their cookies only.
+      store.renderedBy(POLICY_OWNER, { flows: () => sources.policy(), countByTable: () => sources.policyCountByTable() });
       store.replace(POLICY_OWNER, sources.policy());
       this.store = store;
       this.interceptStale = true;

@@ -274,6 +274,12 @@ export class NodeReconciler<Api extends StartupApi = StartupApi, Net extends Nod
     return this.d.flows.store.flows();
   }
 
+  /** The desired flows per table (for metrics: the policy flows are counted, not listed). */
+  desiredFlowCounts(): Record<string, number> {
+    this.updateFlowStore(this.d.flows.store);
+    return this.d.flows.store.countByTable();
+  }
+
   /** Every owner of the desired flows brought up to date: the pipeline's (base, each Pod) and the sources'. */
   private updateFlowStore(store: FlowStore): void {
     if (!this.gateway) throw new Error('gateway not initialised');

@@ -9,6 +9,7 @@
  *    standalone flows again, in one change.
  */
 import t from 'tap';
+import { FlowStore } from '../../daemon/flows/store.js';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import type { IncomingMessage } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -131,7 +132,7 @@ t.test('controller mode: the standalone flows on every Node; the last state kept
     for (const a of agents) {
       await until(`${a.node} ${what}: controller mode's flows equal standalone's`, () => {
         a.standalone.compileNow();
-        a.cm.writeFlows({ replace() {}, patch() {} } as never);
+        a.cm.writeFlows(new FlowStore());
         return cookies(a.cm.policyFlows) === cookies(a.standalone.policyFlows);
       });
       t.ok(a.cm.policyFlows.size > 0, `${a.node} ${what}: ${a.cm.policyFlows.size} policy flows, as standalone`);
@@ -205,7 +206,7 @@ t.test('controller mode: the standalone flows on every Node; the last state kept
     return !a.standalone.policyFlows.flows().some((f) => JSON.stringify(f).includes('allow-y'));
   });
   agents.forEach((a, i) => {
-    a.cm.writeFlows({ replace() {}, patch() {} } as never);
+    a.cm.writeFlows(new FlowStore());
     t.equal(cookies(a.cm.policyFlows), kept[i]!.flows, `${a.node}: without the controller the last state stays`);
     t.equal(a.applies(), kept[i]!.applies, `${a.node}: and nothing is applied`);
     t.match(a.cm.status().controlPlane, { connected: false, reason: /./ }, `${a.node}: status says it is not connected`);
@@ -261,7 +262,7 @@ t.test('controller mode, new Pods: the controller names the Nodes and versions; 
   }));
   const [node1, node2] = agents as [ControllerModeEnforcer, ControllerModeEnforcer];
   const flowsOf = (e: ControllerModeEnforcer) => {
-    e.writeFlows({ replace() {}, patch() {} } as never);
+    e.writeFlows(new FlowStore());
     return e.policyFlows.flows().map((f) => `${f.table} ${f.match} ${f.actions}`);
   };
   const guards = (e: ControllerModeEnforcer) => e.newPods!.guarded();

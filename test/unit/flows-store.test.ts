@@ -3,7 +3,8 @@ import t from 'tap';
 import { diffFlows } from '../../daemon/flows/diff.js';
 import { type Flow, FlowCategory, flat, withCookie } from '../../daemon/flows/flow.js';
 import { computeFlows, PipelineOwners } from '../../daemon/flows/pipeline.js';
-import { FlowStore } from '../../daemon/flows/store.js';
+import { rng } from './policy-core-helpers.js';
+import { cookieNumber, cookieText, FlowStore } from '../../daemon/flows/store.js';
 
 const flow = (n: number): Flow => withCookie({ table: 'L3Forwarding', priority: 200, match: `ip,nw_dst=10.0.${n >> 8}.${n & 255}`, actions: 'drop', category: FlowCategory.policy });
 const sorted = (xs: Iterable<string>) => [...xs].sort();
@@ -191,4 +192,93 @@ t.test('flat: the same text, whatever it was built from', async (t) => {
   t.equal(flat('0x51ce'), '0x51ce', 'a text that reads as a number stays text');
   const spec = { table: 'IngressRule' as const, priority: 200, match: `ip,${'nw_src'}=${'10.0.0.1'}`, actions: `conjunction(${7},${'1/2'})`, category: FlowCategory.policy };
   t.same(withCookie(spec), { ...spec, cookie: withCookie({ ...spec, match: 'ip,nw_src=10.0.0.1', actions: 'conjunction(7,1/2)' }).cookie }, 'a flow of built texts is the flow of the same texts');
+});
+
+t.test('rendered owners: every step gives what the store gives when it keeps every owner\'s flows', async (t) => {
+  for (const seed0 of [11, 29, 47]) {
+    const next = rng(seed0).next;
+    const rnd = (n: number) => Math.floor(next() * n);
+    // The owners' sets as stated; a rendered owner's source lists its set from here.
+    const model = new Map<string, Set<number>>();
+    const kept = new FlowStore();
+    const lean = new FlowStore();
+    const ownerFlows = (owner: string) => [...(model.get(owner) ?? [])].map(flow);
+    const countByTable = (flows: readonly Flow[]) => {
+      const out: Record<string, number> = {};
+      for (const f of flows) out[f.table] = (out[f.table] ?? 0) + 1;
+      return out;
+    };
+    for (const owner of ['o0', 'o1']) lean.renderedBy(owner, { flows: () => ownerFlows(owner), countByTable: () => countByTable(ownerFlows(owner)) });
+    const pool = 24;
+    const deltaKey = (d: { add: Flow[]; remove: string[] }) => `${cookies(d.add).join()}|${sorted(d.remove).join()}`;
+    let failures = 0;
+    const check = (ok: boolean, what: string) => {
+      if (ok) return;
+      failures++;
+      t.fail(`seed ${seed0}: ${what}`);
+    };
+    for (let step = 0; step < 1500 && failures < 5; step++) {
+      const owner = `o${rnd(4)}`;
+      const op = rnd(6);
+      if (op === 0) {
+        const set = new Set(Array.from({ length: rnd(8) }, () => rnd(pool)));
+        const a = kept.replace(owner, [...set].map(flow));
+        const b = lean.replace(owner, [...set].map(flow));
+        check(a.added === b.added && a.removed === b.removed, `step ${step}: replace counts ${JSON.stringify(b)}, kept store ${JSON.stringify(a)}`);
+        model.set(owner, set);
+      } else if (op === 1) {
+        const add = Array.from({ length: rnd(4) }, () => rnd(pool));
+        const remove = Array.from({ length: rnd(4) }, () => rnd(pool));
+        kept.patch(owner, add.map(flow), remove.map((n) => flow(n).cookie));
+        lean.patch(owner, add.map(flow), remove.map((n) => flow(n).cookie));
+        const cur = model.get(owner) ?? new Set<number>();
+        for (const n of remove) cur.delete(n);
+        for (const n of add) cur.add(n);
+        model.set(owner, cur);
+      } else if (op === 2) {
+        kept.drop(owner);
+        lean.drop(owner);
+        model.delete(owner);
+      } else if (op === 3) {
+        const a = kept.take();
+        const b = lean.take();
+        check(deltaKey(a) === deltaKey(b), `step ${step}: take ${deltaKey(b)}, kept store ${deltaKey(a)}`);
+        if (rnd(3) === 0) {
+          kept.restore(a);
+          lean.restore(b);
+        }
+      } else if (op === 4) {
+        // The bridge read back: some of the pool, and a cookie that is not sluice's.
+        const installed = new Set([...Array.from({ length: rnd(pool) }, () => flow(rnd(pool)).cookie), '0x00000000000000aa']);
+        const a = kept.takeAgainst(installed);
+        const b = lean.takeAgainst(installed);
+        check(deltaKey(a) === deltaKey(b), `step ${step}: takeAgainst ${deltaKey(b)}, kept store ${deltaKey(a)}`);
+        if (rnd(2) === 0) {
+          kept.restore(a);
+          lean.restore(b);
+        }
+      } else {
+        check(sorted(lean.ownerFlows(owner).map((f) => f.cookie)).join() === sorted(kept.ownerFlows(owner).map((f) => f.cookie)).join(), `step ${step}: ${owner}'s flows`);
+      }
+      check(lean.size === kept.size, `step ${step}: size ${lean.size}, kept store ${kept.size}`);
+      check(lean.dirty === kept.dirty, `step ${step}: dirty ${lean.dirty}, kept store ${kept.dirty}`);
+      check(cookies(lean.flows()).join() === cookies(kept.flows()).join(), `step ${step}: the desired set`);
+      check(lean.flows().length === new Set(lean.flows().map((f) => f.cookie)).size, `step ${step}: a cookie listed twice`);
+      for (let n = 0; n < pool; n++) check(lean.has(flow(n).cookie) === kept.has(flow(n).cookie), `step ${step}: has ${n}`);
+      check(sorted(lean.ownerNames()).join() === sorted(kept.ownerNames()).join(), `step ${step}: owners ${lean.ownerNames()}`);
+    }
+    t.equal(failures, 0, `seed ${seed0}: 1500 random operations, the same store whether two owners are rendered or kept`);
+  }
+});
+
+t.test('a rendered owner: declared before it states flows, with sluice cookies only', async (t) => {
+  const s = new FlowStore();
+  s.replace('pipeline', [flow(1)]);
+  t.throws(() => s.renderedBy('pipeline', { flows: () => [], countByTable: () => ({}) }), /owner pipeline already has flows kept here/);
+  s.renderedBy('policy', { flows: () => [flow(2)], countByTable: () => ({ L3Forwarding: 1 }) });
+  s.replace('policy', [flow(2)]);
+  t.ok(s.has(flow(2).cookie));
+  t.same(s.countByTable(), { L3Forwarding: 2 }, 'the kept flow and the rendered owner\'s count');
+  t.throws(() => s.patch('policy', [{ ...flow(3), cookie: '0x1234' }], []), /cookie 0x1234 is not a sluice cookie/);
+  t.equal(cookieText(cookieNumber(flow(2).cookie)), flow(2).cookie, 'a cookie number gives its cookie back');
 });

@@ -374,14 +374,18 @@ t.test('deltas applied in turn are flows() and a fresh compile, through members,
     const cookies = (list: Iterable<Flow>) => [...list].map((f) => f.cookie).sort().join('\n');
     const fresh = new PolicyFlows({ classBits: 3 });
     fresh.sync({ rules: input, isolations: [] });
-    if (cookies(installed.values()) !== cookies(pf.flows()) || cookies(pf.flows()) !== cookies(fresh.flows()) || pf.size !== installed.size) {
+    const byTable: Record<string, number> = {};
+    for (const f of installed.values()) byTable[f.table] = (byTable[f.table] ?? 0) + 1;
+    const counted = JSON.stringify(Object.entries(pf.countByTable()).sort()) === JSON.stringify(Object.entries(byTable).sort());
+    if (cookies(installed.values()) !== cookies(pf.flows()) || cookies(pf.flows()) !== cookies(fresh.flows()) || pf.size !== installed.size || !counted) {
       problems++;
       t.same(cookies(installed.values()), cookies(fresh.flows()), `step ${step}: the deltas lead to a fresh compile's flows`);
       t.same(cookies(pf.flows()), cookies(fresh.flows()), `step ${step}: flows() is a fresh compile's`);
       t.equal(pf.size, installed.size, `step ${step}: size counts the flows`);
+      t.same(pf.countByTable(), byTable, `step ${step}: countByTable counts the flows per table`);
     }
   }
-  t.equal(problems, 0, 'every delta applied to what the ones before installed; flows() and size agree with them and with a fresh compile');
+  t.equal(problems, 0, 'every delta applied to what the ones before installed; flows(), size and countByTable agree with them and with a fresh compile');
   t.ok(classChanges > 50, `classification flows came and went (${classChanges} in the deltas)`);
 });
 

@@ -142,6 +142,7 @@ export class ControllerModeEnforcer {
     this.egressSources = new LocalEgressSources(base);
     this.writer = new PolicyFlowWriter({
       policy: () => this.policyFlows.flows(),
+      policyCountByTable: () => this.policyFlows.countByTable(),
       dnsIntercept: () => opts.dns?.interceptFlows(this.fqdnPolicy),
       newPodGuards: () => this.newPods && newPodGuardFlows(this.newPods.guarded()),
       cutConnections: () => this.sweeper && cutConnectionFlows(this.sweeper.blocked()),

@@ -970,6 +970,17 @@ export class PolicyFlows {
     return this.rendered.size + this.classTables.src.shownCount + this.classTables.dst.shownCount;
   }
 
+  /** Number of policy flows per table (without building flows()). */
+  countByTable(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const f of this.rendered.values()) out[f.table] = (out[f.table] ?? 0) + 1;
+    for (const side of ['src', 'dst'] as const) {
+      const n = this.classTables[side].shownCount;
+      if (n > 0) out[CLASS_TABLE[side]] = (out[CLASS_TABLE[side]] ?? 0) + n;
+    }
+    return out;
+  }
+
   /** Every rule's counter flows (per-rule statistics), with the cookies they are installed under. */
   metricFlows(): MetricFlow[] {
     const out: MetricFlow[] = [];
