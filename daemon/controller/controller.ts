@@ -136,6 +136,6 @@ export class PolicyController {
 
   /** Figures for /status. */
   status(): { changes: number; invalid: number; objects: ReturnType<ClusterComputation['counts']> } {
-    return { changes: this.changeCount, invalid: this.engine.errors().length, objects: this.computation.counts() };
+    return { changes: this.changeCount, invalid: this.engine.errorCount(), objects: this.computation.counts() };
   }
 }

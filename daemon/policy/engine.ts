@@ -321,6 +321,13 @@ export class PolicyEngine {
     return [...this.policies.values()].filter((e) => e.enforced !== e.result).map((e) => e.enforcedObj);
   }
 
+  /** How many errors errors() lists, without listing them (read at every /status). */
+  errorCount(): number {
+    let n = this.rejected.size;
+    for (const e of this.policies.values()) n += e.result.errors.length + (e.tierErrors?.length ?? 0);
+    return n;
+  }
+
   /** Current invalid objects and why, sorted by object. */
   errors(): ValidationError[] {
     const out: ValidationError[] = [...this.rejected.values()];

@@ -297,15 +297,18 @@ t.test('a policy naming an unknown tier is invalid until the Tier exists', async
   const tier: KubeObject = { apiVersion: 'crd.antrea.io/v1beta1', kind: 'Tier', metadata: { name: 'mytier' }, spec: { priority: 10 } };
   e.upsert(acnp);
   t.match(e.errors()[0]?.message, /does not exist/);
+  t.equal(e.errorCount(), e.errors().length, 'errorCount counts what errors lists');
   t.equal(v(e, 'y/a', 'x/a').verdict, 'allow');
   const cs = e.upsert(tier);
   t.same(e.errors(), []);
+  t.equal(e.errorCount(), 0);
   t.equal(v(e, 'y/a', 'x/a').verdict, 'drop');
   t.equal(cs.rules.added.length, 1, 'the Tier change re-normalized the policy');
   t.equal(e.tierPriority('mytier'), 10);
   t.equal(e.tierPriority('baseline'), 253, 'static tiers are always known');
   e.upsert({ ...tier, metadata: { name: 'dup' } });
   t.match(e.errors().find((x) => x.name === 'dup')?.message, /already used by Tier "mytier"/, 'two Tiers may not share a priority');
+  t.equal(e.errorCount(), e.errors().length, 'errorCount counts a refused Tier too');
   e.remove({ apiVersion: 'crd.antrea.io/v1beta1', kind: 'Tier', name: 'mytier' });
   t.notOk(e.errors().some((x) => x.name === 'dup'), 'the refused Tier becomes valid once the priority is free');
   t.equal(e.tierPriority('dup'), 10);
