@@ -150,14 +150,18 @@ export function classPrefix(text: string): ClassPrefix | undefined {
 }
 
 /**
- * One prefix of a class table: the prefix itself (its fields, not a reference: one object per
- * address of every class), the bits of the classes listing it, and the actions of the flow last
- * rendered for it (`shown`), from which the flow to replace is rebuilt instead of being kept.
+ * One prefix of a class table: the bits of the classes listing it, and the actions of the flow last
+ * rendered for it (`shown`), from which the flow to replace is rebuilt instead of being kept. A host
+ * prefix (most of them: every address of every class) is only that, under its text; its range is
+ * parsed from the text again when asked for. A CIDR also holds its range (`prefix`), which lookups
+ * of the CIDRs around an address read.
  */
-interface ClassEntry extends ClassPrefix {
+interface ClassEntry {
   /** One bit per listing (a class lists a prefix once, bar an address given both bare and as a host CIDR): a number while there is one. */
   bits: number | number[];
   shown: string | undefined;
+  /** A CIDR's range (undefined for a host prefix). */
+  prefix?: ClassPrefix | undefined;
 }
 
 const bitList = (b: number | number[]): readonly number[] => (typeof b === 'number' ? [b] : b);
@@ -178,17 +182,18 @@ export class ClassTable {
 
   /** Bit `bit` listed at `prefix`; adds the prefixes whose flows may change to `touched`. */
   add(prefix: ClassPrefix, bit: number, touched: Set<string>): void {
+    const host = isHost(prefix);
     let e = this.prefixes.get(prefix.text);
     if (!e) {
-      e = { text: prefix.text, family: prefix.family, start: prefix.start, len: prefix.len, bits: [], shown: undefined };
+      e = host ? { bits: [], shown: undefined } : { bits: [], shown: undefined, prefix: { text: prefix.text, family: prefix.family, start: prefix.start, len: prefix.len } };
       this.prefixes.set(prefix.text, e);
     }
     const had = bitList(e.bits);
-    if (had.length === 0 && !isHost(e)) this.indexCidr(e);
+    if (had.length === 0 && !host) this.indexCidr(prefix);
     const first = !had.includes(bit);
     e.bits = had.length === 0 ? bit : [...had, bit];
-    touched.add(e.text);
-    if (first && !isHost(e)) this.touchInside(e, touched);
+    touched.add(prefix.text);
+    if (first && !host) this.touchInside(prefix, touched);
   }
 
   remove(prefix: ClassPrefix, bit: number, touched: Set<string>): void {
@@ -196,33 +201,35 @@ export class ClassTable {
     const had = e ? bitList(e.bits) : [];
     const at = had.indexOf(bit);
     if (!e || at < 0) return;
-    touched.add(e.text);
+    touched.add(prefix.text);
     const left = had.filter((_, i) => i !== at);
     e.bits = left.length === 1 ? left[0]! : left;
     if (left.includes(bit)) return;
-    if (!isHost(e)) this.touchInside(e, touched);
+    const cidr = e.prefix;
+    if (cidr) this.touchInside(cidr, touched);
     if (left.length > 0) return;
-    if (!isHost(e)) {
-      const m = this.cidrs[e.family].get(e.len);
-      m?.delete(e.start);
-      if (m?.size === 0) this.cidrs[e.family].delete(e.len);
+    if (cidr) {
+      const m = this.cidrs[cidr.family].get(cidr.len);
+      m?.delete(cidr.start);
+      if (m?.size === 0) this.cidrs[cidr.family].delete(cidr.len);
     }
-    if (e.shown === undefined) this.prefixes.delete(e.text);
+    if (e.shown === undefined) this.prefixes.delete(prefix.text);
   }
 
   /** The prefix, and the bits its flow sets; undefined when no class lists it. */
   flowOf(text: string): { prefix: ClassPrefix; bits: number[] } | undefined {
     const e = this.prefixes.get(text);
     if (!e || bitList(e.bits).length === 0) return undefined;
+    const prefix = this.prefixOf(text, e);
     const bits = new Set(bitList(e.bits));
-    const max = e.family === 4 ? 32 : 128;
-    for (const [len, m] of this.cidrs[e.family]) {
-      if (len >= e.len) continue;
+    const max = prefix.family === 4 ? 32 : 128;
+    for (const [len, m] of this.cidrs[prefix.family]) {
+      if (len >= prefix.len) continue;
       const shift = BigInt(max - len);
-      const around = m.get((e.start >> shift) << shift);
+      const around = m.get((prefix.start >> shift) << shift);
       if (around !== undefined) for (const b of bitList(this.prefixes.get(around)!.bits)) bits.add(b);
     }
-    return { prefix: e, bits: [...bits].sort((a, b) => a - b) };
+    return { prefix, bits: [...bits].sort((a, b) => a - b) };
   }
 
   /** The actions of the flow last shown for `text` (undefined: none). */
@@ -247,7 +254,7 @@ export class ClassTable {
 
   /** Every prefix with a flow shown, and its actions. */
   *shownFlows(): Generator<{ prefix: ClassPrefix; actions: string }> {
-    for (const e of this.prefixes.values()) if (e.shown !== undefined) yield { prefix: e, actions: e.shown };
+    for (const [text, e] of this.prefixes) if (e.shown !== undefined) yield { prefix: this.prefixOf(text, e), actions: e.shown };
   }
 
   /** Prefixes with a flow shown. */
@@ -255,21 +262,38 @@ export class ClassTable {
     return this.showing;
   }
 
-  private indexCidr(e: ClassEntry): void {
-    const byLen = this.cidrs[e.family];
-    let m = byLen.get(e.len);
-    if (!m) byLen.set(e.len, (m = new Map()));
-    m.set(e.start, e.text);
+  /** An entry's prefix: a CIDR's own, a host's parsed from its text. */
+  private prefixOf(text: string, e: ClassEntry): ClassPrefix {
+    const p = e.prefix ?? classPrefix(text);
+    if (!p) throw new Error(`address class prefix ${text} is no address`);
+    return p;
   }
 
-  /** Every listed prefix strictly inside `outer` (their flows carry its bits). */
+  private indexCidr(p: ClassPrefix): void {
+    const byLen = this.cidrs[p.family];
+    let m = byLen.get(p.len);
+    if (!m) byLen.set(p.len, (m = new Map()));
+    m.set(p.start, p.text);
+  }
+
+  /**
+   * Every listed prefix strictly inside `outer` (their flows carry its bits). Hosts are parsed from
+   * their texts: this runs when a CIDR comes or goes, not per address.
+   */
   private touchInside(outer: ClassPrefix, touched: Set<string>): void {
     const max = outer.family === 4 ? 32 : 128;
     const shift = BigInt(max - outer.len);
-    for (const p of this.prefixes.values()) {
-      if (p.family === outer.family && p.len > outer.len && (p.start >> shift) << shift === outer.start) touched.add(p.text);
+    for (const [text, e] of this.prefixes) {
+      const p = e.prefix ?? hostPrefix(text);
+      if (p && p.family === outer.family && p.len > outer.len && (p.start >> shift) << shift === outer.start) touched.add(text);
     }
   }
+}
+
+/** A host prefix parsed from its text, without the cache classPrefix fills (a pass over every host would only churn it). */
+function hostPrefix(text: string): ClassPrefix | undefined {
+  const ip = parseIp(text);
+  return ip && { text, family: ip.family, start: ip.value, len: ip.family === 4 ? 32 : 128 };
 }
 
 const isHost = (p: ClassPrefix): boolean => p.len === (p.family === 4 ? 32 : 128);
