@@ -13,25 +13,24 @@ import type { GroupMember } from './types.js';
  */
 export type PeerMember = GroupMember | string | readonly string[];
 
-/** The addresses a member contributes to its group's peer addresses (none for a Service member: see PeerIps.services). */
-export function peerAddresses(m: PeerMember): readonly string[] {
-  if (typeof m === 'string') return [m];
-  if (isAddressList(m)) return m;
-  return m.kind === 'service' ? [] : m.ips;
-}
-
 /** A member's addresses, for a Service member too. */
 export function memberAddresses(m: PeerMember): readonly string[] {
-  return typeof m === 'string' ? [m] : isAddressList(m) ? m : m.ips;
+  return typeof m === 'string' ? [m] : isWholeMember(m) ? m.ips : m;
+}
+
+/** The addresses a member contributes to its group's peer addresses (none for a Service member: see PeerIps.services). */
+export function peerAddresses(m: PeerMember): readonly string[] {
+  return isService(m) ? [] : memberAddresses(m);
 }
 
 /** A member held whole (not as its addresses alone). */
 export function isWholeMember(m: PeerMember): m is GroupMember {
-  return typeof m !== 'string' && !isAddressList(m);
+  return typeof m !== 'string' && !Array.isArray(m);
 }
 
-function isAddressList(m: PeerMember): m is readonly string[] {
-  return Array.isArray(m);
+/** A Service member (always held whole: its ports are read). */
+function isService(m: PeerMember | undefined): m is GroupMember {
+  return m !== undefined && isWholeMember(m) && m.kind === 'service';
 }
 
 /**
@@ -53,12 +52,12 @@ export class PeerIps {
   constructor(members: ReadonlyMap<string, PeerMember>) {
     const all: string[] = [];
     for (const [key, m] of members) {
-      if (isWholeMember(m) && m.kind === 'service') {
+      if (isService(m)) {
         this.services.set(key, m);
         continue;
       }
       if (typeof m === 'string') all.push(m);
-      else for (const ip of peerAddresses(m)) all.push(ip);
+      else for (const ip of memberAddresses(m)) all.push(ip);
     }
     all.sort();
     const unique: string[] = [];
@@ -77,8 +76,8 @@ export class PeerIps {
   /** Member `key` changes from `old` to `now` (either may be undefined). */
   update(key: string, old: PeerMember | undefined, now: PeerMember | undefined): void {
     // As in the members map: a member replaced in place keeps its position.
-    if (now !== undefined && isWholeMember(now) && now.kind === 'service') this.services.set(key, now);
-    else if (old !== undefined && isWholeMember(old) && old.kind === 'service') this.services.delete(key);
+    if (isService(now)) this.services.set(key, now);
+    else if (isService(old)) this.services.delete(key);
     const gone = old === undefined ? [] : peerAddresses(old);
     const come = now === undefined ? [] : peerAddresses(now);
     const added = new Set<string>();

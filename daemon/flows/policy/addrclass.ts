@@ -129,6 +129,14 @@ const PREFIX_CACHE_MAX = 1 << 12;
 export function classPrefix(text: string): ClassPrefix | undefined {
   const known = PREFIX_CACHE.get(text);
   if (known !== undefined) return known ?? undefined;
+  const out = parsePrefix(text);
+  if (PREFIX_CACHE.size >= PREFIX_CACHE_MAX) PREFIX_CACHE.clear();
+  PREFIX_CACHE.set(text, out ?? null);
+  return out;
+}
+
+/** classPrefix without its cache (a pass over every prefix of a table would only churn it). */
+function parsePrefix(text: string): ClassPrefix | undefined {
   let out: ClassPrefix | undefined;
   if (text.includes('/')) {
     const c = parseCidr(text);
@@ -144,8 +152,6 @@ export function classPrefix(text: string): ClassPrefix | undefined {
       out = { text: canonical === text ? text : canonical, family: ip.family, start: ip.value, len: ip.family === 4 ? 32 : 128 };
     }
   }
-  if (PREFIX_CACHE.size >= PREFIX_CACHE_MAX) PREFIX_CACHE.clear();
-  PREFIX_CACHE.set(text, out ?? null);
   return out;
 }
 
@@ -185,7 +191,7 @@ export class ClassTable {
     const host = isHost(prefix);
     let e = this.prefixes.get(prefix.text);
     if (!e) {
-      e = host ? { bits: [], shown: undefined } : { bits: [], shown: undefined, prefix: { text: prefix.text, family: prefix.family, start: prefix.start, len: prefix.len } };
+      e = host ? { bits: [], shown: undefined } : { bits: [], shown: undefined, prefix };
       this.prefixes.set(prefix.text, e);
     }
     const had = bitList(e.bits);
@@ -252,9 +258,14 @@ export class ClassTable {
     if (actions === undefined && bitList(e.bits).length === 0) this.prefixes.delete(text);
   }
 
-  /** Every prefix with a flow shown, and its actions. */
-  *shownFlows(): Generator<{ prefix: ClassPrefix; actions: string }> {
-    for (const [text, e] of this.prefixes) if (e.shown !== undefined) yield { prefix: this.prefixOf(text, e), actions: e.shown };
+  /**
+   * Every prefix with a flow shown (its text and length, what the flow matches), and its actions.
+   * A host's length is its family's, read from its text: no address is parsed.
+   */
+  *shownFlows(): Generator<{ prefix: Pick<ClassPrefix, 'text' | 'len'>; actions: string }> {
+    for (const [text, e] of this.prefixes) {
+      if (e.shown !== undefined) yield { prefix: e.prefix ?? { text, len: text.includes(':') ? 128 : 32 }, actions: e.shown };
+    }
   }
 
   /** Prefixes with a flow shown. */
@@ -284,16 +295,10 @@ export class ClassTable {
     const max = outer.family === 4 ? 32 : 128;
     const shift = BigInt(max - outer.len);
     for (const [text, e] of this.prefixes) {
-      const p = e.prefix ?? hostPrefix(text);
+      const p = e.prefix ?? parsePrefix(text);
       if (p && p.family === outer.family && p.len > outer.len && (p.start >> shift) << shift === outer.start) touched.add(text);
     }
   }
-}
-
-/** A host prefix parsed from its text, without the cache classPrefix fills (a pass over every host would only churn it). */
-function hostPrefix(text: string): ClassPrefix | undefined {
-  const ip = parseIp(text);
-  return ip && { text, family: ip.family, start: ip.value, len: ip.family === 4 ? 32 : 128 };
 }
 
 const isHost = (p: ClassPrefix): boolean => p.len === (p.family === 4 ? 32 : 128);
