@@ -140,6 +140,8 @@ export class ClusterComputation {
    */
   hold(): void {
     this.held ??= { addressGroups: new Set(), appliedToGroups: new Set(), rules: new Set(), isolations: new Set(), serviceEndpoints: new Set() };
+    // The engine's per-change ChangeSets would only be noted here: it keeps them as one.
+    this.engine.holdChanges();
   }
 
   get holding(): boolean {
@@ -148,10 +150,12 @@ export class ClusterComputation {
 
   /** Computes the views for everything named while held, as one change from what was computed before. */
   release(): void {
-    const held = this.held;
-    if (!held) return;
-    this.held = undefined;
+    if (!this.held) return;
     const { engine } = this;
+    // Noted like any other while held: the groups are read whole below.
+    this.apply(engine.releaseChanges({ members: false }));
+    const held = this.held;
+    this.held = undefined;
     // Groups are read whole (no member changes): one that exists now is updated (read whole
     // whether the views had it or not), one that does not is removed. Rules and isolations are
     // looked up by id in any case.

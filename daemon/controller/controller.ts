@@ -70,6 +70,8 @@ export class PolicyController {
    * previous owner of a reused address, each with its address and the versions of its view now.
    */
   podRealization(q: PodQuestion): PodRealization | undefined {
+    // No view holds anything yet while the initial lists come in (computation.hold).
+    if (this.computation.holding) return undefined;
     const ref = podKey(q);
     const { engine } = this;
     for (const ip of q.ips) {

@@ -123,7 +123,13 @@ export function parsePublishedAddresses(message: unknown): string[] | undefined 
 export function podAddresses(obj: KubeObject): string[] {
   const status = obj.status;
   const ips: string[] = [];
-  if (Array.isArray(status?.podIPs)) for (const p of status.podIPs) if (typeof p?.ip === 'string' && p.ip && !ips.includes(canonical(p.ip))) ips.push(canonical(p.ip));
+  if (Array.isArray(status?.podIPs)) {
+    for (const p of status.podIPs) {
+      if (typeof p?.ip !== 'string' || !p.ip) continue;
+      const ip = canonical(p.ip);
+      if (!ips.includes(ip)) ips.push(ip);
+    }
+  }
   if (ips.length === 0 && typeof status?.podIP === 'string' && status.podIP) ips.push(canonical(status.podIP));
   if (ips.length === 0 && Array.isArray(status?.conditions)) {
     const c = status.conditions.find((x: any) => x?.type === POD_ADDRESSES_CONDITION && x.status === 'True');

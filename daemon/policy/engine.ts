@@ -13,7 +13,7 @@ import { canonicalDnsName, FqdnPatternSet } from './fqdn.js';
 import { ClusterState, clusterObjectError, podKey } from './cluster.js';
 import { ServiceEndpointTracker } from './endpoints.js';
 import { Evaluator, UnknownEndpointError, type SideDecision } from './evaluator.js';
-import { InternalModel, type ComputedIsolation, type NodeIsolation, type ChangeSet, type NodeRule, type NodeTarget, type AddressGroup, type AppliedToGroup, type ComputedRule } from './internal.js';
+import { InternalModel, emptyChangeSet, type ComputedIsolation, type NodeIsolation, type ChangeSet, type NodeRule, type NodeTarget, type AddressGroup, type AppliedToGroup, type ComputedRule } from './internal.js';
 import { normalizers as k8sNormalizers } from './k8s/index.js';
 import { targetPodIps } from './noderules.js';
 import { emptyResult } from './problems.js';
@@ -275,6 +275,27 @@ export class PolicyEngine {
   /** The learned names and their addresses, sorted by name (inspection and tests). */
   fqdnAddresses(): { name: string; ips: string[] }[] {
     return [...this.fqdnNames].sort(([a], [b]) => (a < b ? -1 : 1)).map(([name, ips]) => ({ name, ips: [...ips] }));
+  }
+
+  /**
+   * A bulk intake: from now on every change goes into one ChangeSet, which releaseChanges()
+   * returns; each call meanwhile returns an empty ChangeSet. For the controller's initial lists,
+   * whose views are computed once at the end: 150 000 Pods would otherwise each build a ChangeSet
+   * (every group it joins recorded before and after) that nothing reads. A Node's rules and
+   * isolations cannot be read during a hold (they follow each change's end).
+   */
+  holdChanges(): void {
+    this.model.holdChanges();
+  }
+
+  /**
+   * Ends a hold (holdChanges) with every change since, as one ChangeSet; empty when none is held.
+   * `members: false` leaves out its member changes, for a caller that reads the groups whole.
+   */
+  releaseChanges(opts: { members?: boolean } = {}): ChangeSet {
+    if (!this.model.holding) return emptyChangeSet();
+    this.model.releaseChanges(opts.members ?? true);
+    return this.finish();
   }
 
   /** Ends a change: collects the ChangeSet and drops the evaluation caches it made stale. */

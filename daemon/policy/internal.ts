@@ -315,6 +315,10 @@ export class InternalModel {
   private readonly expansions = new Map<string, string[]>();
   private readonly computed = new Map<string, ComputedRule>();
   private readonly relativeRules = new Set<string>();
+  /** While set (holdChanges), one change spans every begin/end until releaseChanges. */
+  private holdingChanges = false;
+  /** The next end() leaves out member changes (a hold released for a caller that reads groups whole). */
+  private skipMemberChanges = false;
   private touched?: {
     address: Map<string, GroupBefore | null>;
     appliedTo: Map<string, GroupBefore | null>;
@@ -393,10 +397,27 @@ export class InternalModel {
   // change tracking
 
   begin(): void {
+    if (this.holdingChanges && this.touched) return;
     this.touched = { address: new Map(), appliedTo: new Map(), rules: new Map(), isolations: new Map() };
   }
 
+  /** See PolicyEngine.holdChanges. */
+  holdChanges(): void {
+    this.holdingChanges = true;
+  }
+
+  /** Ends a hold: the next end() returns every change since holdChanges (without member changes when `members` is false). */
+  releaseChanges(members: boolean): void {
+    this.holdingChanges = false;
+    this.skipMemberChanges = !members;
+  }
+
+  get holding(): boolean {
+    return this.holdingChanges;
+  }
+
   end(): ChangeSet {
+    if (this.holdingChanges) return emptyChangeSet();
     const t = this.touched ?? { address: new Map(), appliedTo: new Map(), rules: new Map(), isolations: new Map() };
     this.touched = undefined;
     const delta = <S>(before: Map<string, S | null>, now: (id: string) => S | null, equal: (a: S, b: S) => boolean): IdDelta => {
@@ -434,7 +455,8 @@ export class InternalModel {
       isolations: delta(t.isolations, (id) => this.isolationJson(id), (a, b) => a === b),
       serviceEndpoints: serviceEndpoints.sort(),
     };
-    if (this.trackMembers) cs.memberChanges = this.memberChangesOf(t, cs);
+    if (this.trackMembers && !this.skipMemberChanges) cs.memberChanges = this.memberChangesOf(t, cs);
+    this.skipMemberChanges = false;
     if (cs.rules.added.length + cs.rules.updated.length + cs.rules.removed.length + cs.addressGroups.updated.length +
         cs.addressGroups.added.length + cs.addressGroups.removed.length + cs.appliedToGroups.added.length +
         cs.appliedToGroups.updated.length + cs.appliedToGroups.removed.length + cs.isolations.added.length +
@@ -687,6 +709,7 @@ export class InternalModel {
 
   /** Isolations with local targets: what the node default-drops per direction. */
   nodeIsolations(): NodeIsolation[] {
+    this.notHolding('node isolations');
     if (this.nodeIsolationCache) return this.nodeIsolationCache;
     const staleIds = new Set<string>();
     for (const g of this.staleIsolationGroups) for (const id of this.isolationsByGroup.get(g) ?? []) staleIds.add(id);
@@ -1101,7 +1124,11 @@ export class InternalModel {
         if (this.recomputeGroup(g) && g.kind === 'appliedTo') changedAppliedTo.add(g.id);
         continue;
       }
-      if (this.updateMember(g, key, pod ? this.podMember(g, pod) : undefined) && g.kind === 'appliedTo') changedAppliedTo.add(g.id);
+      const member = pod ? this.podMember(g, pod) : undefined;
+      // A Pod new to the cluster is in no group yet: only those it joins change (most candidates
+      // of a new Pod are not, and looking it up in each would cost as much as its whole intake).
+      if (!old && !member) continue;
+      if (this.updateMember(g, key, member) && g.kind === 'appliedTo') changedAppliedTo.add(g.id);
     }
     this.reexpandRelative((r) => r.appliedTo.some((p) => changedAppliedTo.has(groupId('appliedTo', p))));
   }
@@ -1181,6 +1208,7 @@ export class InternalModel {
   // node rule set
 
   nodeRuleSet(): NodeRule[] {
+    this.notHolding('node rules');
     if (this.nodeRuleCache) return this.nodeRuleCache;
     const groups: NodeRuleGroups = {
       appliedToMembers: (id) => [...this.localMembers(this.groups.appliedTo.get(id)!)],
@@ -1230,6 +1258,11 @@ export class InternalModel {
     for (const p of this.lastNodeRules!.parts) for (const n of p.rules) out.push(n);
     this.nodeRuleCache = out;
     return out;
+  }
+
+  /** The node's rules and isolations are kept up to date by each change's end: a hold has none yet. */
+  private notHolding(what: string): void {
+    if (this.holdingChanges) throw new Error(`${what} are not computed while changes are held (holdChanges)`);
   }
 
   private memberFor(pod: PodInfo): GroupMember {
