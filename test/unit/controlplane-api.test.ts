@@ -6,6 +6,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import type { Clock, TimerHandle } from '../../daemon/clock.js';
@@ -473,6 +475,38 @@ t.test('a restarted controller (a new store) makes the watcher list again', asyn
   server = await serve(t, fresh, { port });
   await until(() => c.calls.length === 1, 'a relist');
   t.same(c.calls, ['sync AddressGroup ag-2'], 'the consumer diffs the whole set: ag-1 went, ag-2 came');
+});
+
+t.test('a list handed to the consumer is not kept by the watcher while it watches', async (t) => {
+  // gc() for this test only: the flag takes effect for contexts made after it is set.
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const store = new ControlPlaneStore({ initialResourceVersion: 0 });
+  store.set('n1', 'AddressGroup', 'ag-1', ag('ag-1', Array.from({ length: 200 }, (_, i) => pod(`x/p${i}`, `10.0.${i >> 8}.${i & 255}`))));
+  const server = await serve(t, store);
+  let listed: WeakRef<object> | undefined;
+  let events = 0;
+  const watcher = new ControlPlaneWatcher({
+    server: server.url, nodeName: 'n1', token: 'tok-n1', kinds: ['AddressGroup'],
+    // As NodePolicyState does, the consumer keeps what it needs (here nothing), not the list.
+    onSync: (_kind, items) => {
+      listed = new WeakRef(items);
+    },
+    onEvent: () => events++,
+    onState: () => {},
+  });
+  t.teardown(() => watcher.stop());
+  watcher.start();
+  await until(() => listed !== undefined && server.api.openWatches() === 1, 'listed and watching');
+  let collected = false;
+  for (let i = 0; i < 20 && !collected; i++) {
+    gc();
+    await new Promise((r) => setTimeout(r, 10));
+    collected = listed!.deref() === undefined;
+  }
+  t.ok(collected, 'the list is garbage once handed over, while the watch runs');
+  store.set('n1', 'AddressGroup', 'ag-2', ag('ag-2', []));
+  await until(() => events === 1, 'the watch still delivers');
 });
 
 t.test('the watcher retries with exponential backoff from 100 ms to 5 s, and reports why', async (t) => {
