@@ -1125,8 +1125,9 @@ export class InternalModel {
         continue;
       }
       const member = pod ? this.podMember(g, pod) : undefined;
-      // A Pod new to the cluster is in no group yet: only those it joins change (most candidates
-      // of a new Pod are not, and looking it up in each would cost as much as its whole intake).
+      // A Pod new to the cluster is in no group yet: only those it joins change. Most candidates of
+      // a new Pod are not, and looking it up in each (maps of up to the whole cluster's Pods) was
+      // an eighth of the controller's intake of its initial Pods.
       if (!old && !member) continue;
       if (this.updateMember(g, key, member) && g.kind === 'appliedTo') changedAppliedTo.add(g.id);
     }
