@@ -294,13 +294,13 @@ export class PolicyEngine {
    */
   releaseChanges(opts: { members?: boolean } = {}): ChangeSet {
     if (!this.model.holding) return emptyChangeSet();
-    this.model.releaseChanges(opts.members ?? true);
-    return this.finish();
+    this.model.releaseChanges();
+    return this.finish(opts.members ?? true);
   }
 
   /** Ends a change: collects the ChangeSet and drops the evaluation caches it made stale. */
-  private finish(): ChangeSet {
-    const cs = this.model.end();
+  private finish(members = true): ChangeSet {
+    const cs = this.model.end(members);
     for (const key of this.model.takeChangedTargets()) {
       const pod = this.cluster.pods.get(key);
       if (pod) this.evaluator.podChanged(pod);

@@ -317,8 +317,6 @@ export class InternalModel {
   private readonly relativeRules = new Set<string>();
   /** While set (holdChanges), one change spans every begin/end until releaseChanges. */
   private holdingChanges = false;
-  /** The next end() leaves out member changes (a hold released for a caller that reads groups whole). */
-  private skipMemberChanges = false;
   private touched?: {
     address: Map<string, GroupBefore | null>;
     appliedTo: Map<string, GroupBefore | null>;
@@ -406,17 +404,17 @@ export class InternalModel {
     this.holdingChanges = true;
   }
 
-  /** Ends a hold: the next end() returns every change since holdChanges (without member changes when `members` is false). */
-  releaseChanges(members: boolean): void {
+  /** Ends a hold: the next end() returns every change since holdChanges. */
+  releaseChanges(): void {
     this.holdingChanges = false;
-    this.skipMemberChanges = !members;
   }
 
   get holding(): boolean {
     return this.holdingChanges;
   }
 
-  end(): ChangeSet {
+  /** Ends a change; `members: false` leaves its member changes out (a caller that reads the groups whole). */
+  end(members = true): ChangeSet {
     if (this.holdingChanges) return emptyChangeSet();
     const t = this.touched ?? { address: new Map(), appliedTo: new Map(), rules: new Map(), isolations: new Map() };
     this.touched = undefined;
@@ -455,8 +453,7 @@ export class InternalModel {
       isolations: delta(t.isolations, (id) => this.isolationJson(id), (a, b) => a === b),
       serviceEndpoints: serviceEndpoints.sort(),
     };
-    if (this.trackMembers && !this.skipMemberChanges) cs.memberChanges = this.memberChangesOf(t, cs);
-    this.skipMemberChanges = false;
+    if (this.trackMembers && members) cs.memberChanges = this.memberChangesOf(t, cs);
     if (cs.rules.added.length + cs.rules.updated.length + cs.rules.removed.length + cs.addressGroups.updated.length +
         cs.addressGroups.added.length + cs.addressGroups.removed.length + cs.appliedToGroups.added.length +
         cs.appliedToGroups.updated.length + cs.appliedToGroups.removed.length + cs.isolations.added.length +
