@@ -41,11 +41,10 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { ControlPlaneWatcher } from '../daemon/controlplane/client.js';
 import { AGENT_ENV, AGENT_NODE_FLAGS } from '../daemon/node-flags.js';
-import type { KubeObject } from '../daemon/policy/types.js';
 import { serviceAccountToken } from '../lab/apiserver/satoken.js';
-import { builtinTypes, seedCrds, typesFromCrd } from '../lab/apiserver/resources.js';
 import { controllerGet, freePort } from '../lab/controller.js';
 import { clusterModel, podContainers, podLabels } from './cluster-model.js';
+import { writeClusterSeed } from './cluster-seed.js';
 import type { ScaleAgentConfig, ScaleAgentFigures, ScaleAgentMessage } from './scale/agent.js';
 
 const arg = (name: string, dflt: number): number => {
@@ -91,23 +90,11 @@ const dir = mkdtempSync(join(tmpdir(), 'sluice-scale-'));
 const namespaces = Math.round(PODS / PODS_PER_NS);
 console.log(`== scale: ${PODS} Pods in ${namespaces} Namespaces on ${NODES} Nodes, ${POLICIES} policies; ${WATCHERS} watch clients (load ${loadavg()[0]!.toFixed(1)})`);
 const model = clusterModel({ namespaces, podsPerNamespace: PODS_PER_NS, nodes: NODES, policies: POLICIES });
-const storage = new Map<string, string>();
-for (const t of [...builtinTypes, ...seedCrds().flatMap(typesFromCrd)]) storage.set(`${t.apiVersion}/${t.kind}`, t.storageKey);
-{
-  const resources: Record<string, KubeObject[]> = {};
-  let rv = 0;
-  const add = (o: KubeObject) => {
-    const key = storage.get(`${o.apiVersion}/${o.kind}`);
-    if (!key) throw new Error(`no storage for ${o.apiVersion} ${o.kind}`);
-    rv++;
-    o.metadata = { ...o.metadata, uid: `uid-${rv}`, resourceVersion: String(rv), creationTimestamp: '2026-11-29T00:00:00Z' };
-    (resources[key] ??= []).push(o);
-  };
-  for (const o of [...model.cluster, ...model.policies]) add(o);
-  add({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
-  add({ apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'sluice-agent', namespace: NS } });
-  writeFileSync(join(dir, 'seed.json'), JSON.stringify({ resourceVersion: rv, resources }));
-}
+writeClusterSeed(join(dir, 'seed.json'), [
+  ...model.cluster, ...model.policies,
+  { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } },
+  { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'sluice-agent', namespace: NS } },
+]);
 const np = model.policies.find((p) => p.apiVersion === 'networking.k8s.io/v1' && p.kind === 'NetworkPolicy');
 if (!np) throw new Error(`--policies ${POLICIES}: too few for a Kubernetes NetworkPolicy (the first 500 are of the other kinds)`);
 const anp = model.policies.find((p) => p.kind === 'AdminNetworkPolicy')!;

@@ -19,7 +19,7 @@ export type PolicySource = (typeof POLICY_SOURCES)[number];
 export const DEFAULT_POLICY_SOURCE: PolicySource = 'controller';
 
 export type Command =
-  | { cmd: 'up'; name: string; nodes: number; primary: Primary; sluice: boolean; files: string[]; ipFamily: IpFamily; policySource: PolicySource }
+  | { cmd: 'up'; name: string; nodes: number; primary: Primary; sluice: boolean; files: string[]; ipFamily: IpFamily; policySource: PolicySource; seed?: string }
   | { cmd: 'down'; name: string; all: boolean }
   | { cmd: 'apply'; name: string; files: string[] }
   | { cmd: 'delete'; name: string; files: string[]; ignoreNotFound: boolean }
@@ -45,7 +45,11 @@ function parser(argv: string[]) {
         .option('ip-family', { type: 'string', choices: [...IP_FAMILIES], default: 'ipv4', describe: 'Pod address families (ipv6, dual: ptp only; host-local IPv6 ranges fd00:10:<node>::/64)' })
         .option('sluice', { type: 'boolean', default: true, describe: 'chain sluice after the primary and run an enforcing sluice-agent per node (--no-sluice: primary CNI only)' })
         .option('policy-source', { type: 'string', choices: [...POLICY_SOURCES], describe: `the agents' policy state: controller (sluice-controller runs on the host and serves each node its span; the default) or standalone (each agent computes the whole cluster)` })
-        .option('f', { alias: 'filename', type: 'string', array: true, default: [], describe: 'scenario manifest file or directory' }),
+        .option('f', { alias: 'filename', type: 'string', array: true, default: [], describe: 'scenario manifest file or directory' })
+        .option('seed', {
+          type: 'string',
+          describe: 'start the API server with the objects of this file ({"resourceVersion": N, "resources": {...}}, the API server\'s data file format): a large cluster at once. Its Pods on the lab\'s nodes run; the others stay objects. A seeded lab keeps its objects in memory only',
+        }),
     )
     .command('down', 'remove a lab completely (works after a crash)', (y) =>
       y.option('all', { type: 'boolean', default: false, describe: 'remove every lab on this machine' }),
@@ -122,7 +126,9 @@ export function parseArgs(argv: string[]): Command {
       if (given === 'controller' && !a.sluice) throw new UsageError('--policy-source controller needs the lab\'s agents (not --no-sluice)');
       // Without agents nothing follows a policy source; the field keeps its type.
       const policySource = given ?? (a.sluice ? DEFAULT_POLICY_SOURCE : 'standalone');
-      return { cmd, name, nodes: checkNodes(), primary: a.primary as Primary, sluice: Boolean(a.sluice), files, ipFamily, policySource };
+      const seed = a.seed === undefined ? {} : { seed: String(a.seed) };
+      if (seed.seed === '') throw new UsageError('--seed needs a file');
+      return { cmd, name, nodes: checkNodes(), primary: a.primary as Primary, sluice: Boolean(a.sluice), files, ipFamily, policySource, ...seed };
     }
     case 'down':
       return { cmd, name, all: Boolean(a.all) };

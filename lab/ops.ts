@@ -3,9 +3,9 @@
  * call lab/net. Each returns normally or throws an Error whose message is what the user sees.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
+import { accessSync, closeSync, constants, existsSync, openSync, readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { loadManifests } from '../daemon/manifests.js';
 import { formatMatrices, parseProbes } from '../daemon/policy/probes.js';
 import type { KubeObject, Probe, ProbeResult } from '../daemon/policy/types.js';
@@ -50,6 +50,8 @@ export interface UpOptions {
   ipFamily?: IpFamily;
   /** controller (the default, DEFAULT_POLICY_SOURCE): sluice-controller on the host, the agents following it; standalone: each agent computes the cluster. */
   policySource?: PolicySource;
+  /** The API server starts with the objects of this file (its data file format). */
+  seed?: string;
 }
 
 export async function up(opts: UpOptions, out: Out): Promise<{ ms: number; info: ControlInfo }> {
@@ -63,6 +65,16 @@ export async function up(opts: UpOptions, out: Out): Promise<{ ms: number; info:
   const nodes = Array.from({ length: opts.nodes }, (_, k) => nodeName(k + 1));
   // Read and check the scenario before anything is created.
   const plan = planApply(await loadManifests(opts.files), nodes);
+  if (opts.seed !== undefined) {
+    // The supervisor (its own process and working directory) reads it: named absolutely, checked now.
+    const seed = resolve(opts.seed);
+    try {
+      accessSync(seed, constants.R_OK);
+    } catch (err) {
+      throw new Error(`--seed ${seed}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message}`);
+    }
+    opts = { ...opts, seed };
+  }
   if (supervisorPid(opts.name) !== null) {
     throw new Error(`lab "${opts.name}" is already up; change it with sluice-lab apply, or remove it first with: sluice-lab down --name ${opts.name}`);
   }
@@ -133,7 +145,9 @@ async function startSupervisor(opts: UpOptions): Promise<ControlInfo> {
   const script = join(repoRoot(), 'dist', 'lab', 'supervisor.js');
   if (!existsSync(script)) throw new Error(`${script} is missing: build first (npx tsc -p tsconfig.json)`);
   const log = openSync(supervisorLogPath(opts.name), 'a');
-  const args = [script, '--name', opts.name, '--nodes', String(opts.nodes), '--primary', opts.primary, ...(opts.sluice ? ['--sluice', '--policy-source', opts.policySource ?? DEFAULT_POLICY_SOURCE] : []), '--state-dir', `${stateDir(opts.name)}/`];
+  // A seeded cluster's objects and the informers over them outgrow node's default heap limit.
+  const args = [...(opts.seed !== undefined ? ['--max-old-space-size=8192'] : []), script, '--name', opts.name, '--nodes', String(opts.nodes), '--primary', opts.primary, ...(opts.sluice ? ['--sluice', '--policy-source', opts.policySource ?? DEFAULT_POLICY_SOURCE] : []),
+    ...(opts.seed !== undefined ? ['--seed', opts.seed] : []), '--state-dir', `${stateDir(opts.name)}/`];
   const child = spawn(process.execPath, args, { detached: true, stdio: ['ignore', log, log] });
   closeSync(log);
   let exited: number | null | undefined;
@@ -452,10 +466,14 @@ export async function summary(rest: RestClient, lab: string, info: ControlInfo):
     indent(table(['NAME', 'INTERNAL-IP', 'POD-CIDR', 'NETNS'], info.nodes.map((n) => [n, nodeIP(n), podCidr(n), nodeNetns(lab, n)]))),
   ];
   if (labInfo) parts.push(`EXTERNAL HOST\n  ${labInfo.ext.netns}  ${labInfo.ext.ip} (also ${labInfo.ext.publicIp})`);
-  const userPods = pods.items.sort((a, b) => objectRef(a).localeCompare(objectRef(b)));
+  // A seeded cluster's Pods on Nodes the lab does not run are objects only: counted, not listed.
+  const onLab = new Set(info.nodes);
+  const userPods = pods.items.filter((p) => p.spec?.nodeName === undefined || onLab.has(p.spec.nodeName)).sort((a, b) => objectRef(a).localeCompare(objectRef(b)));
   if (userPods.length) {
     parts.push('PODS', indent(table(['POD', 'IP', 'NODE', 'STATUS'], userPods.map((p) => [objectRef(p), p.status?.podIP ?? '<none>', p.spec?.nodeName ?? '<none>', p.status?.phase ?? '']))));
   }
+  const elsewhere = pods.items.length - userPods.length;
+  if (elsewhere > 0) parts.push(`(and ${elsewhere} Pods on Nodes outside the lab, objects only)`);
   const userServices = services.items.filter((s) => !(s.metadata.namespace === 'default' && s.metadata.name === 'kubernetes'));
   if (userServices.length) {
     parts.push('SERVICES', indent(table(['SERVICE', 'CLUSTER-IP', 'PORTS'], userServices.sort((a, b) => objectRef(a).localeCompare(objectRef(b))).map((s) => [objectRef(s), s.spec?.clusterIP ?? '<none>', shortPorts(s)]))));

@@ -7,7 +7,7 @@
  * podman kubelet (DaemonSet and Deployment Pods, lab/cluster/podman-kubelet.ts) and a kube-proxy
  * (and, with --sluice, sluice-agent). It writes control.json once all of that runs; SIGTERM stops it.
  *
- * usage: supervisor.js --name L --nodes N --primary ptp|eks [--sluice] --state-dir /run/sluice-lab/L/
+ * usage: supervisor.js --name L --nodes N --primary ptp|eks [--sluice [--policy-source standalone|controller]] [--seed FILE] --state-dir /run/sluice-lab/L/
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -51,6 +51,8 @@ export interface SupervisorArgs {
   sluice: boolean;
   /** The agents follow sluice-controller, which the supervisor runs on the host. */
   controller?: boolean;
+  /** The API server starts with this file's objects, kept in memory only (see startApiServer below). */
+  seed?: string;
 }
 
 /** The Node object a kubelet registers (pure). */
@@ -209,11 +211,12 @@ export function parseSupervisorArgs(argv: string[]): SupervisorArgs {
   const nodes = Number(get('--nodes'));
   const primary = get('--primary');
   if (!name || !Number.isInteger(nodes) || nodes < 1 || (primary !== 'ptp' && primary !== 'eks')) {
-    throw new Error('usage: supervisor.js --name L --nodes N --primary ptp|eks [--sluice [--policy-source standalone|controller]] --state-dir DIR/');
+    throw new Error('usage: supervisor.js --name L --nodes N --primary ptp|eks [--sluice [--policy-source standalone|controller]] [--seed FILE] --state-dir DIR/');
   }
   const source = get('--policy-source') ?? 'standalone';
   if (source !== 'standalone' && source !== 'controller') throw new Error(`--policy-source "${source}": standalone or controller`);
-  return { name, nodes, primary, sluice: argv.includes('--sluice'), controller: source === 'controller' };
+  const seed = get('--seed');
+  return { name, nodes, primary, sluice: argv.includes('--sluice'), controller: source === 'controller', ...(seed !== undefined ? { seed } : {}) };
 }
 
 export async function runSupervisor(args: SupervisorArgs): Promise<void> {
@@ -234,7 +237,10 @@ export async function runSupervisor(args: SupervisorArgs): Promise<void> {
   // through a dialer in the VPC namespace, the host's loopback directly.
   const dialer = startVpcDialer(lab, log);
   const api = await startApiServer({
-    host: '127.0.0.1', port: 0, unixSocket: apiSocketPath(lab), token, dataFile: apiDataPath(lab), installCRDs: true,
+    host: '127.0.0.1', port: 0, unixSocket: apiSocketPath(lab), token, installCRDs: true,
+    // A seeded cluster is large: rewriting it to disk after each change would stall the API server
+    // for seconds each time, so it is held in memory only (a restarted supervisor starts from the seed).
+    ...(args.seed !== undefined ? { seedFile: args.seed } : { dataFile: apiDataPath(lab) }),
     tls: { cert: pki.cert, key: pki.key, unixSocket: apiTlsSocketPath(lab) }, serviceAccountKey: saKey,
     serviceCIDR: serviceCIDRs(family).join(','), bookmarkOnChange: true,
     frontProxy: { caCert: frontProxy.caCert, clientCert: frontProxy.clientCert, clientKey: frontProxy.clientKey },

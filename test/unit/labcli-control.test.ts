@@ -198,6 +198,7 @@ t.test('kubelet status, Node object, agent config, supervisor args', async (t) =
 
   t.same(parseSupervisorArgs(['--name', 'lb1', '--nodes', '3', '--primary', 'eks', '--sluice', '--state-dir', '/run/sluice-lab/lb1/']), { name: 'lb1', nodes: 3, primary: 'eks', sluice: true, controller: false });
   t.same(parseSupervisorArgs(['--name', 'lb1', '--nodes', '1', '--primary', 'ptp', '--sluice', '--policy-source', 'controller']), { name: 'lb1', nodes: 1, primary: 'ptp', sluice: true, controller: true });
+  t.same(parseSupervisorArgs(['--name', 'lb1', '--nodes', '2', '--primary', 'ptp', '--sluice', '--seed', '/tmp/c.json']), { name: 'lb1', nodes: 2, primary: 'ptp', sluice: true, controller: false, seed: '/tmp/c.json' });
   t.throws(() => parseSupervisorArgs(['--name', 'lb1', '--nodes', '1', '--primary', 'ptp', '--policy-source', 'central']), /--policy-source "central": standalone or controller/);
   t.throws(() => parseSupervisorArgs(['--name', 'lb1', '--nodes', 'x', '--primary', 'ptp']), /usage/);
 });

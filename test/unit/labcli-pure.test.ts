@@ -61,6 +61,9 @@ t.test('args: commands, defaults and errors', async (t) => {
     cmd: 'up', name: 'lb1', nodes: 3, primary: 'eks', sluice: false, files: ['a.yaml', 'dir'], ipFamily: 'ipv4', policySource: 'standalone',
   }, 'without agents, nothing follows the controller');
   t.equal((parseArgs(['up', '--sluice']) as { sluice: boolean }).sluice, true);
+  t.equal((parseArgs(['up', '--seed', 'cluster.json']) as { seed?: string }).seed, 'cluster.json');
+  t.notOk('seed' in parseArgs(['up']), 'no seed unless given');
+  t.throws(() => parseArgs(['up', '--seed', '']), /--seed needs a file/);
   t.equal((parseArgs(['up', '--no-sluice']) as { sluice: boolean }).sluice, false);
   t.same(parseArgs(['get', 'pods', 'x/a', '-o', 'json', '--name', 'lb2']), { cmd: 'get', name: 'lb2', kind: 'pods', ref: 'x/a', output: 'json' });
   t.same(parseArgs(['get', 'nodes']), { cmd: 'get', name: 'sl', kind: 'nodes', output: 'table' });
