@@ -276,7 +276,7 @@ t.test('controller mode, new Pods: the controller names the Nodes and versions; 
   await newPod('new1', '10.1.0.21');
   t.ok(flowsOf(node2).some((f) => f.includes('10.1.0.21')), 'when the ADD answers, node-2 already has the new Pod\'s address in its flows (from the published status, through the controller)');
   t.same(guards(node1), [], 'both nodes confirmed: nothing guarded');
-  t.match(node1.status().newPods, { admitted: 1, guarded: 0, isolated: 0 });
+  t.match(node1.status().newPods, { admitted: 1, guarded: 0, isolated: 0, answersHeld: 0 }, 'admitted with no guard: the controller\'s answer is not kept');
   // A standalone agent (a cluster switching modes) asks without versions: answered from the groups held.
   t.match(await node2.realizedAnswer(new URLSearchParams('pod=z/new1&ips=10.1.0.21&waitMs=0')), { code: 200, body: { realized: true } }, 'asked without versions: node-2 holds z/new1 in its groups');
   t.match(await node2.realizedAnswer(new URLSearchParams('pod=z/other&ips=10.1.0.99&waitMs=20')), { code: 200, body: { realized: false } }, 'a Pod it holds in no group: no');
@@ -294,5 +294,5 @@ t.test('controller mode, new Pods: the controller names the Nodes and versions; 
   controller = await startController(kubeconfig, Number(new URL(server).port));
   await until('the isolation is lifted once the controller answers and the nodes hold the Pod', () => guards(node1).length === 0, 30_000);
   t.ok(flowsOf(node2).some((f) => f.includes('10.1.0.22')), 'node-2 drops the released Pod\'s traffic itself');
-  t.match(node1.status().newPods, { isolated: 1, released: 1, isolatedPods: [] });
+  t.match(node1.status().newPods, { isolated: 1, released: 1, isolatedPods: [], answersHeld: 0 });
 });

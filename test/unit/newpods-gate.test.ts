@@ -3,7 +3,7 @@
  * an ADD waits, when a guard goes on and comes off, and that nothing hangs or leaks once closed.
  */
 import t from 'tap';
-import { NewPodGate, type NewPodGateDeps, type NewPod } from '../../daemon/enforcement/newpods/gate.js';
+import { GUARD_PEER_BUDGET, NewPodGate, type NewPodGateDeps, type NewPod } from '../../daemon/enforcement/newpods/gate.js';
 import { ManualClock } from './manual-clock.js';
 
 const POD: NewPod = { namespace: 'z', name: 'new', ips: ['10.1.0.9'] };
@@ -22,6 +22,7 @@ function setup(opts: { span?: Record<string, string[]>; peers?: Record<string, P
   let applies = 0;
   const published: NewPod[] = [];
   const warnings: string[] = [];
+  const ended: string[] = [];
   const deps: NewPodGateDeps = {
     nodeName: 'node-1',
     span: () => span,
@@ -46,10 +47,11 @@ function setup(opts: { span?: Record<string, string[]>; peers?: Record<string, P
     log: { info: () => undefined, warn: (_o, m) => warnings.push(m) },
     confirmWithinMs: 2000,
     backgroundWaitMs: 10_000,
+    guardEnded: (pod) => ended.push(`${pod.namespace}/${pod.name}`),
   };
   const gate = new NewPodGate(deps);
   t.teardown(() => gate.close());
-  return { gate, clock, span, peers, asked, held, published, warnings, applies: () => applies };
+  return { gate, clock, span, peers, asked, held, published, warnings, ended, applies: () => applies };
 }
 
 t.test('every node of the span confirms: no guard, no flow change, this node is not asked', async (t) => {
@@ -77,12 +79,16 @@ t.test('an unreachable agent is asked again within the bound, then guarded; a ye
   t.same(out.guarded, ['node-3']);
   t.equal(s.applies(), 1, 'the guard was applied before the ADD answered');
   t.same(s.gate.guarded(), [{ podIps: ['10.1.0.9'], peerIps: ['10.3.0.5', '10.3.0.6'] }], 'guarded from node-3\'s span Pods only');
-  t.match(s.gate.status(), { guardedPods: [{ pod: 'z/new', nodes: ['node-3'] }], guarded: 1, lifted: 0 });
+  t.match(s.gate.status(), { guardedPods: [{ pod: 'z/new', nodes: ['node-3'], peers: 2, whole: false }], guarded: 1, lifted: 0 });
   t.match(s.warnings, [/did not confirm/]);
+  t.ok(s.gate.guarding('z', 'new'));
+  t.same(s.ended, [], 'the guard has not ended');
   // node-3's agent comes back and answers yes.
   s.peers['node-3'] = { answer: 'yes' };
   await s.clock.advance(6000);
   t.same(s.gate.guarded(), [], 'lifted');
+  t.notOk(s.gate.guarding('z', 'new'));
+  t.same(s.ended, ['z/new'], 'the end of its last guard is told');
   t.equal(s.applies(), 2, 'and the lift applied');
   t.match(s.gate.status(), { guardedPods: [], lifted: 1 });
   const asks = s.asked.length;
@@ -163,4 +169,25 @@ t.test('a reused address: the previous owner\'s span is asked and guarded too', 
   t.same(out.span, ['node-2', 'node-4'], 'the previous owner\'s nodes join the span (this node aside)');
   t.same(out.guarded, ['node-4']);
   t.same(s.gate.guarded(), [{ podIps: ['10.1.0.9'], peerIps: ['10.4.0.5'] }], 'guarded from the Pods whose rules named the previous owner');
+});
+
+t.test('a guard with more peers than the budget cuts the Pod off whole, and goes back to pairs as nodes confirm', async (t) => {
+  const many = Array.from({ length: GUARD_PEER_BUDGET - 10 }, (_, i) => `10.3.${i >> 8}.${i & 255}`);
+  const s = setup({
+    span: { 'node-3': many, 'node-4': Array.from({ length: 20 }, (_, i) => `10.4.0.${i}`), 'node-5': ['10.5.0.1'] },
+    peers: { 'node-3': { answer: 'unreachable' }, 'node-4': { answer: 'unreachable' }, 'node-5': { answer: 'unreachable' } },
+  });
+  const admitted = s.gate.admit(POD);
+  await s.clock.advance(2100);
+  t.same((await admitted).guarded, ['node-3', 'node-4', 'node-5']);
+  t.same(s.gate.guarded(), [{ podIps: ['10.1.0.9'], peerIps: [], all: true }], `${many.length + 21} peers: every new connection of the Pod is dropped, not each pair`);
+  t.match(s.gate.status(), { guardedPods: [{ pod: 'z/new', peers: many.length + 21, whole: true }] });
+  // node-4 confirms: 10 + 1 peers under the budget are guarded pair by pair.
+  s.peers['node-4'] = { answer: 'yes' };
+  await s.clock.advance(6000);
+  const [g] = s.gate.guarded();
+  t.equal(g?.all, undefined, 'under the budget: pairs again');
+  t.equal(g?.peerIps.length, many.length + 1);
+  t.match(s.gate.status(), { guardedPods: [{ nodes: ['node-3', 'node-5'], whole: false }] });
+  t.same(s.ended, [], 'still guarded');
 });

@@ -55,7 +55,11 @@ interface Isolation {
 const refOf = (p: { namespace: string; name: string }) => `${p.namespace}/${p.name}`;
 
 export class ControlledPodAdmission {
-  /** The controller's last answer per local Pod (the peers' gate reads its span from it). */
+  /**
+   * The controller's last answer per local Pod while the Pod is isolated or guarded (the peers'
+   * gate reads its span from it); dropped once neither: an answer lists every Node of the span with
+   * its Pods' addresses, tens of thousands in a large cluster, and nothing reads it after.
+   */
   private readonly answers = new Map<string, PodRealization>();
   /** Node → address, from the answers. */
   private readonly addresses = new Map<string, string>();
@@ -87,7 +91,14 @@ export class ControlledPodAdmission {
       clock: d.clock,
       log: d.log,
       confirmWithinMs: d.confirmWithinMs,
+      guardEnded: (pod) => this.settled(pod),
     });
+  }
+
+  /** The Pod's admission is over if it is neither isolated nor guarded: its answer goes. */
+  private settled(pod: PodQuestion): void {
+    const ref = refOf(pod);
+    if (!this.isolated.has(ref) && !this.peers.guarding(pod.namespace, pod.name)) this.answers.delete(ref);
   }
 
   /** Steps 1–3; resolves once the Pod may start (its guards, if any, are on the bridge). */
@@ -115,6 +126,7 @@ export class ControlledPodAdmission {
       return { span: answer.nodes.map((n) => n.name), guarded: ['*'], published, ms: d.clock.now() - t0 };
     }
     const out = await this.peers.admit(pod);
+    this.settled(pod);
     return { span: answer.nodes.map((n) => n.name), guarded: out.guarded, published, ms: d.clock.now() - t0 };
   }
 
@@ -132,11 +144,12 @@ export class ControlledPodAdmission {
     return out;
   }
 
-  status(): ReturnType<NewPodGate['status']> & { isolatedPods: { pod: string; why: string; sinceMs: number }[]; isolated: number; released: number; controllerUnanswered: number } {
+  status(): ReturnType<NewPodGate['status']> & { isolatedPods: { pod: string; why: string; sinceMs: number }[]; isolated: number; released: number; controllerUnanswered: number; answersHeld: number } {
     const now = this.d.clock.now();
     return {
       ...this.peers.status(),
       ...this.counts,
+      answersHeld: this.answers.size,
       isolatedPods: [...this.isolated].map(([pod, i]) => ({ pod, why: i.why, sinceMs: now - i.since })),
     };
   }
@@ -212,6 +225,7 @@ export class ControlledPodAdmission {
       await this.peers.admit(iso.pod);
       if (!current()) return;
       this.isolated.delete(ref);
+      this.settled(iso.pod);
       this.counts.released++;
       d.log.info({ pod: ref, isolatedMs: d.clock.now() - iso.since }, 'new Pod: its policies are enforced here; isolation lifted');
       await d.applyFlows().catch((err: unknown) => d.log.warn({ err: (err as Error).message }, 'new Pod: lifting an isolation: applying flows failed; the next sync lifts it'));

@@ -44,7 +44,18 @@ export interface NewPodGateDeps {
   confirmWithinMs: number;
   /** Long-poll length of the background questions to lagging nodes. */
   backgroundWaitMs?: number;
+  /** The last guard of a Pod was lifted (every lagging node confirmed or left its span). */
+  guardEnded?(pod: NewPod): void;
 }
+
+/**
+ * The most peer addresses a guard drops pair by pair. Its flows are the Pod's addresses times its
+ * peers', both ways: a Pod guarded from thousands of nodes at once (a large cluster, its agents
+ * slow to answer) would put hundreds of thousands of flows on the bridge for the few seconds the
+ * answers take. Over this, the Pod is cut off from every new connection instead (two flows per
+ * address), still failing closed, until enough nodes confirm to bring it under.
+ */
+export const GUARD_PEER_BUDGET = 512;
 
 export interface AdmitOutcome {
   /** Nodes whose answer was asked for. */
@@ -117,22 +128,38 @@ export class NewPodGate {
     this.guards.delete(podRef({ namespace, name }));
   }
 
-  /** The guard's pairs as the engine shows them now (each lagging node's current span Pods). */
+  /** Whether the Pod is guarded from some node. */
+  guarding(namespace: string, name: string): boolean {
+    return this.guards.has(podRef({ namespace, name }));
+  }
+
+  /**
+   * The guard's pairs as the engine shows them now (each lagging node's current span Pods); a Pod
+   * with more peers than GUARD_PEER_BUDGET is guarded whole.
+   */
   guarded(): GuardedPod[] {
     const out: GuardedPod[] = [];
     for (const g of this.guards.values()) {
-      const span = this.d.span(g.pod.namespace, g.pod.name);
-      const peerIps = [...new Set([...g.lagging].flatMap((n) => [...(span.get(n) ?? []), ...(g.previous.get(n) ?? [])]))].sort();
-      if (peerIps.length > 0) out.push({ podIps: g.pod.ips, peerIps });
+      const peerIps = this.peersOf(g);
+      if (peerIps.length > GUARD_PEER_BUDGET) out.push({ podIps: g.pod.ips, peerIps: [], all: true });
+      else if (peerIps.length > 0) out.push({ podIps: g.pod.ips, peerIps });
     }
     return out;
   }
 
-  status(): { guardedPods: { pod: string; nodes: string[]; sinceMs: number }[]; admitted: number; guarded: number; lifted: number; publishFailures: number } {
+  private peersOf(g: Guard): string[] {
+    const span = this.d.span(g.pod.namespace, g.pod.name);
+    return [...new Set([...g.lagging].flatMap((n) => [...(span.get(n) ?? []), ...(g.previous.get(n) ?? [])]))].sort();
+  }
+
+  status(): { guardedPods: { pod: string; nodes: string[]; peers: number; whole: boolean; sinceMs: number }[]; admitted: number; guarded: number; lifted: number; publishFailures: number } {
     const now = this.d.clock.now();
     return {
       ...this.counts,
-      guardedPods: [...this.guards].map(([pod, g]) => ({ pod, nodes: [...g.lagging].sort(), sinceMs: now - g.since })),
+      guardedPods: [...this.guards].map(([pod, g]) => {
+        const peers = this.peersOf(g).length;
+        return { pod, nodes: [...g.lagging].sort(), peers, whole: peers > GUARD_PEER_BUDGET, sinceMs: now - g.since };
+      }),
     };
   }
 
@@ -181,6 +208,7 @@ export class NewPodGate {
       if (guard.lagging.size === 0) {
         this.guards.delete(ref);
         this.counts.lifted++;
+        d.guardEnded?.(guard.pod);
       }
       d.applyFlows().catch((err: unknown) => d.log.warn({ err: (err as Error).message }, 'new Pod: lifting a guard: applying flows failed; the next sync lifts it'));
     };
