@@ -203,6 +203,26 @@ export class SortedList extends ChunkedList<string> {
     recordListStep(this, next, e.removed, e.added);
     return next;
   }
+
+  /**
+   * What went from `before` and came in this list (each ascending), from the chunks the two do not
+   * share. A version made from another, however many steps back and whether or not the steps are
+   * still recorded, shares every chunk no change touched, and a chunk is never modified once a
+   * version holds it, so the items of a shared chunk are in both. O(chunks + the items of the
+   * unshared chunks); two lists that share nothing cost every item.
+   */
+  diffFrom(before: SortedList): { gone: string[]; come: string[] } {
+    const mine = new Set(this.chunks);
+    const theirs = new Set(before.chunks);
+    const onlyBefore = new Set<string>();
+    for (const c of before.chunks) if (!mine.has(c)) for (const x of c) onlyBefore.add(x);
+    const come: string[] = [];
+    for (const c of this.chunks) {
+      if (theirs.has(c)) continue;
+      for (const x of c) if (!onlyBefore.delete(x)) come.push(x);
+    }
+    return { gone: [...onlyBefore], come };
+  }
 }
 
 /** The index of the last chunk whose first key is not above `key` (-1: below every chunk). */
@@ -241,7 +261,7 @@ export function addressArray(list: AddressList): readonly string[] {
 export function sameAddressList(a: AddressList, b: AddressList): boolean {
   if (a === b) return true;
   if (a.length !== b.length) return false;
-  const known = knownListDiff(a, b);
+  const known = knownListDiff(a, b) ?? (a instanceof SortedList && b instanceof SortedList ? b.diffFrom(a) : undefined);
   if (known) return known.gone.length === 0 && known.come.length === 0;
   const y = b[Symbol.iterator]();
   for (const x of a) if (y.next().value !== x) return false;

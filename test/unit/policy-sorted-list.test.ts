@@ -117,3 +117,37 @@ t.test('KeyedList: puts replace by key, removals by key, a prefix range; old ver
   t.equal(JSON.stringify(list), JSON.stringify(sorted(model)), 'JSON: the array');
   t.equal(list.with([], [list.get(sorted(model)[0]!.key)!]), list, 'putting the very item already there: the same version');
 });
+
+t.test('diffFrom: any two versions of one list, however far apart, and lists sharing nothing', async (t) => {
+  const rand = rng(11).next;
+  let model = asc(Array.from({ length: 3000 }, (_, i) => ip(i * 2)));
+  let list = SortedList.from(model);
+  const versions: { list: SortedList; content: string[] }[] = [{ list, content: model }];
+  for (let step = 0; step < 120; step++) {
+    const center = Math.floor(rand() * 6000);
+    const spread = rand() < 0.5 ? 30 : 6000;
+    const pick = () => asc(Array.from({ length: Math.floor(rand() * 30) }, () => ip(Math.max(0, center + Math.floor((rand() - 0.5) * spread)))));
+    const gone = pick();
+    const come = pick();
+    model = asc([...model.filter((x) => !gone.includes(x)), ...come]);
+    list = list.with(gone, come);
+    versions.push({ list, content: model });
+  }
+  let failures = 0;
+  let shortcuts = 0;
+  for (let k = 0; k < 300; k++) {
+    const a = versions[Math.floor(rand() * versions.length)]!;
+    const b = versions[Math.floor(rand() * versions.length)]!;
+    const d = b.list.diffFrom(a.list);
+    const want = { gone: a.content.filter((x) => !b.content.includes(x)), come: b.content.filter((x) => !a.content.includes(x)) };
+    if (canonicalJson(d) !== canonicalJson(want)) failures++;
+    if (sameAddressList(a.list, b.list) !== (canonicalJson(a.content) === canonicalJson(b.content))) failures++;
+    if (knownListDiff(a.list, b.list) === undefined) shortcuts++;
+  }
+  t.equal(failures, 0, 'the difference of every pair of versions is the set difference of their contents');
+  t.ok(shortcuts > 100, `${shortcuts} of the pairs are beyond the recorded steps (answered from the chunks)`);
+  const fresh = SortedList.from(versions[60]!.content);
+  t.same(fresh.diffFrom(versions[60]!.list), { gone: [], come: [] }, 'the same content sharing no chunk: nothing went or came');
+  t.same(SortedList.from([ip(1), ip(5)]).diffFrom(SortedList.from([ip(1), ip(3)])), { gone: [ip(3)], come: [ip(5)] });
+  t.same(SortedList.EMPTY.diffFrom(SortedList.from([ip(2)])), { gone: [ip(2)], come: [] });
+});

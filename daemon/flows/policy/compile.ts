@@ -42,7 +42,7 @@ import { allocateConjIds } from './conjids.js';
 import { maskedPortText, rangeToMasks } from './portmasks.js';
 import { allocatePriorities, PRIORITY } from './priorities.js';
 import { knownListDiff, lastListStep } from '../../policy/liststeps.js';
-import { type AddressList, addressArray, sameAddressList } from '../../policy/sorted-list.js';
+import { type AddressList, addressArray, sameAddressList, SortedList } from '../../policy/sorted-list.js';
 import { comparePriority } from '../../policy/order.js';
 import { Disposition, policyCopyActions, policyPuntActions } from './punt.js';
 import type { MetricFlow } from './stats.js';
@@ -610,6 +610,7 @@ function sameList(a: readonly string[], b: readonly string[]): boolean {
 function listDiff(listA: AddressList, listB: AddressList): { gone: string[]; come: string[] } {
   const known = knownListDiff(listA, listB);
   if (known) return known;
+  if (listA instanceof SortedList && listB instanceof SortedList) return listB.diffFrom(listA);
   const a = addressArray(listA);
   const b = addressArray(listB);
   const sorted = sortedDiff(a, b);
