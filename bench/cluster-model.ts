@@ -34,6 +34,17 @@ export const podLabels = (j: number): Record<string, string> => ({ app: `app-${j
 export const namespaceLabels = (i: number): Record<string, string> => ({ team: `t${i % 20}`, env: i % 2 ? 'prod' : 'dev' });
 export const podContainers = (j: number) => [{ name: 'c', ports: [{ name: 'http', containerPort: 8080 + (j % 3) }, { name: 'dns', containerPort: 53, protocol: 'UDP' }] }];
 
+/** A bench's numeric `--name N` argument, `dflt` when absent. */
+export function numberArg(name: string, dflt: number): number {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? Number(process.argv[i + 1]) : dflt;
+}
+
+/** The scale benches' cluster (`--pods`, `--nodes`, `--policies`): by default 150 000 Pods on 5 000 Nodes, 10 000 policies. */
+export function scaleClusterArgs(): { pods: number; nodes: number; policies: number } {
+  return { pods: numberArg('pods', 150_000), nodes: numberArg('nodes', 5000), policies: numberArg('policies', 10_000) };
+}
+
 /**
  * Kinds split: Antrea 300 (200 ClusterNetworkPolicies with 20 ClusterGroups, 100 NetworkPolicies),
  * admin 200 (1 BaselineAdminNetworkPolicy, 49 v1alpha2 ClusterNetworkPolicies, the rest

@@ -45,16 +45,11 @@ import { CONFIG_DEFAULTS } from '../daemon/config.js';
 import { clientFor, down, probeLab, up } from '../lab/ops.js';
 import { servedPorts } from '../lab/scenario.js';
 import { agentHeapMiB, flowCount, LogTail, pct, sleep } from './lab-agent.js';
-import { clusterModel } from './cluster-model.js';
+import { clusterModel, numberArg, scaleClusterArgs } from './cluster-model.js';
 import { writeClusterSeed } from './cluster-seed.js';
 
-const arg = (name: string, dflt: number): number => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? Number(process.argv[i + 1]) : dflt;
-};
-const PODS = arg('pods', 150_000);
-const NODES = arg('nodes', 5000);
-const POLICIES = arg('policies', 10_000);
+const arg = numberArg;
+const { pods: PODS, nodes: NODES, policies: POLICIES } = scaleClusterArgs();
 const REPS = arg('reps', 10);
 const PROBES = arg('probes', 200);
 const KEEP = process.argv.includes('--keep');

@@ -43,17 +43,12 @@ import { ControlPlaneWatcher } from '../daemon/controlplane/client.js';
 import { AGENT_ENV, AGENT_NODE_FLAGS } from '../daemon/node-flags.js';
 import { serviceAccountToken } from '../lab/apiserver/satoken.js';
 import { controllerGet, freePort } from '../lab/controller.js';
-import { clusterModel, podContainers, podLabels } from './cluster-model.js';
+import { clusterModel, numberArg, podContainers, podLabels, scaleClusterArgs } from './cluster-model.js';
 import { writeClusterSeed } from './cluster-seed.js';
 import type { ScaleAgentConfig, ScaleAgentFigures, ScaleAgentMessage } from './scale/agent.js';
 
-const arg = (name: string, dflt: number): number => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? Number(process.argv[i + 1]) : dflt;
-};
-const PODS = arg('pods', 150_000);
-const NODES = arg('nodes', 5000);
-const POLICIES = arg('policies', 10_000);
+const arg = numberArg;
+const { pods: PODS, nodes: NODES, policies: POLICIES } = scaleClusterArgs();
 const WATCHERS = Math.min(arg('watchers', 500), NODES);
 const REPS = arg('reps', 10);
 const STANDALONE = !process.argv.includes('--no-standalone');
