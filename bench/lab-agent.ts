@@ -4,7 +4,7 @@
  * Measures only; asserts nothing.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { closeSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { agentPidPath } from '../lab/agent.js';
@@ -96,21 +96,48 @@ export const datapathCounters = (lab: string, node: string) => {
   };
 };
 
+/** A process's resident memory now and at its peak (MiB), from /proc. */
+export function processMemoryMiB(pid: number): { rss: number; peak: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const mib = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+)`).exec(status)?.[1] ?? Number.NaN) / 1024;
+  return { rss: mib('VmRSS'), peak: mib('VmHWM') };
+}
+
+/** A process's CPU time so far in ms, every thread's: the scheduler's own count (ns), not 10 ms ticks. */
+export function processCpuMs(pid: number): number {
+  let ns = 0;
+  for (const task of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0]);
+    } catch {
+      // a thread that ended meanwhile
+    }
+  }
+  return ns / 1e6;
+}
+
+/** The pid of the node's agent (its pid file). */
+export const agentPid = (lab: string, node: string): number => Number(readFileSync(agentPidPath(lab, node), 'utf8').trim());
+
 /** The agent's RSS in MiB, from /proc. */
 export function agentRssMiB(lab: string, node: string): number {
-  const pid = readFileSync(agentPidPath(lab, node), 'utf8').trim();
-  return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
+  return processMemoryMiB(agentPid(lab, node)).rss;
+}
+
+/** The agent's /status (JSON), undefined when it does not answer. */
+export function agentStatus(lab: string, node: string): Record<string, unknown> | undefined {
+  const r = spawnSync('ip', ['netns', 'exec', nodeNetns(lab, node), 'curl', '-s', '--max-time', '5', 'http://127.0.0.1:10349/status'], { encoding: 'utf8' });
+  try {
+    return JSON.parse(r.stdout) as Record<string, unknown>;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The JS heap the agent reports in /status (live and reserved, MiB), if it answers. */
 export function agentHeapMiB(lab: string, node: string): { used: number; total: number } | undefined {
-  const r = spawnSync('ip', ['netns', 'exec', nodeNetns(lab, node), 'curl', '-s', '--max-time', '5', 'http://127.0.0.1:10349/status'], { encoding: 'utf8' });
-  try {
-    const m = (JSON.parse(r.stdout) as { memory?: { heapUsedMiB: number; heapTotalMiB: number } }).memory;
-    return m && { used: m.heapUsedMiB, total: m.heapTotalMiB };
-  } catch {
-    return undefined;
-  }
+  const m = agentStatus(lab, node)?.memory as { heapUsedMiB: number; heapTotalMiB: number } | undefined;
+  return m && { used: m.heapUsedMiB, total: m.heapTotalMiB };
 }
 
 /** Agent memory: RSS from /proc, and the JS heap split the agent reports in /status (live vs reserved). */

@@ -29,29 +29,28 @@
  * (--keep: the lab stays up at the end, to look at.)
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PolicyEngine } from '../daemon/policy/engine.js';
 import type { KubeObject, Probe } from '../daemon/policy/types.js';
 import { POLICY_INPUT_RESOURCES } from '../daemon/enforcement/watch/resources.js';
-import { agentLogPath, agentPidPath, newPodAdmissions } from '../lab/agent.js';
+import { agentLogPath, newPodAdmissions } from '../lab/agent.js';
 import { controllerPidPath } from '../lab/controller.js';
 import { resolveKind } from '../lab/kinds.js';
-import { nodeNetns, vpcNetns } from '../lab/net/names.js';
+import { vpcNetns } from '../lab/net/names.js';
 import { missingLabPrerequisites } from '../lab/net/prereq.js';
 import { listNetns } from '../lab/net/topology.js';
 import { CONFIG_DEFAULTS } from '../daemon/config.js';
 import { clientFor, down, probeLab, up } from '../lab/ops.js';
 import { servedPorts } from '../lab/scenario.js';
-import { agentHeapMiB, flowCount, LogTail, pct, sleep } from './lab-agent.js';
+import { agentHeapMiB, agentPid, agentStatus, flowCount, LogTail, pct, processCpuMs, processMemoryMiB, sleep } from './lab-agent.js';
 import { clusterModel, numberArg, scaleClusterArgs } from './cluster-model.js';
 import { writeClusterSeed } from './cluster-seed.js';
 
-const arg = numberArg;
 const { pods: PODS, nodes: NODES, policies: POLICIES } = scaleClusterArgs();
-const REPS = arg('reps', 10);
-const PROBES = arg('probes', 200);
+const REPS = numberArg('reps', 10);
+const PROBES = numberArg('probes', 200);
 const KEEP = process.argv.includes('--keep');
 const PODS_PER_NS = 20;
 const LAB = 'scale';
@@ -70,38 +69,6 @@ const missing = missingLabPrerequisites();
 if (missing.length > 0) {
   console.log(`bench/scale-lab: skipped: the lab needs ${missing.join(', ')} (npm run prepare-host installs them)`);
   process.exit(0);
-}
-
-/** A process's resident memory now and at its peak (MiB), from /proc. */
-function memoryOf(pid: number): { rssMiB: number; peakMiB: number } {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const mib = (field: string) => Math.round(Number(new RegExp(`${field}:\\s+(\\d+)`).exec(status)?.[1] ?? Number.NaN) / 1024);
-  return { rssMiB: mib('VmRSS'), peakMiB: mib('VmHWM') };
-}
-
-/** A process's CPU time so far in ms, every thread's: the scheduler's own count (ns), not 10 ms ticks. */
-function cpuMs(pid: number): number {
-  let ns = 0;
-  for (const task of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      ns += Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0]);
-    } catch {
-      // a thread that ended meanwhile
-    }
-  }
-  return ns / 1e6;
-}
-const pidOf = (file: string) => Number(readFileSync(file, 'utf8').trim());
-
-interface AgentStatus { enforcement?: { newPods?: { guardedPods?: { pod: string }[] } } }
-/** The agent's /status, undefined when it does not answer. */
-function agentStatus(node: string): AgentStatus | undefined {
-  const r = spawnSync('ip', ['netns', 'exec', nodeNetns(LAB, node), 'curl', '-s', '--max-time', '5', 'http://127.0.0.1:10349/status'], { encoding: 'utf8' });
-  try {
-    return JSON.parse(r.stdout) as AgentStatus;
-  } catch {
-    return undefined;
-  }
 }
 
 /**
@@ -192,7 +159,8 @@ async function run(): Promise<void> {
     if (Date.now() > deadline) throw new Error(`the lab's Pods did not all run within 600 s: ${local.filter((p) => p.status?.phase !== 'Running').map((p) => `${p.metadata.namespace}/${p.metadata.name} ${String(p.status?.phase)}`).slice(0, 5).join(', ')}`);
   }
   const podsS = (performance.now() - t0) / 1000;
-  const guarded = () => LAB_NODES.flatMap((n) => agentStatus(n)?.enforcement?.newPods?.guardedPods ?? [{ pod: `${n}: /status unavailable` }]);
+  type NewPodsStatus = { newPods?: { guardedPods?: { pod: string }[] } };
+  const guarded = () => LAB_NODES.flatMap((n) => (agentStatus(LAB, n)?.enforcement as NewPodsStatus | undefined)?.newPods?.guardedPods ?? [{ pod: `${n}: /status unavailable` }]);
   for (const deadline = Date.now() + 300_000; guarded().length > 0; await sleep(500)) {
     if (Date.now() > deadline) throw new Error(`Pods still guarded 300 s after they ran: ${guarded().slice(0, 3).map((g) => g.pod).join(', ')}`);
   }
@@ -203,14 +171,13 @@ async function run(): Promise<void> {
     `p50 ${f1(pct(admissions.map((a) => a.ms), 50))} ms, max ${f1(Math.max(...admissions.map((a) => a.ms)))} ms; ${admissions.filter((a) => a.guarded.length > 0).length} of ${admissions.length} started guarded`);
   console.log(`lab up ${upS.toFixed(1)} s after the start (API server loaded, controller serving, agents running); the lab's ${local.length} Pods running ${podsS.toFixed(1)} s after it; flows standing still ${((performance.now() - t0) / 1000).toFixed(1)} s after it`);
 
-  const agentPids = new Map(LAB_NODES.map((n) => [n, pidOf(agentPidPath(LAB, n))]));
-  const controllerPid = pidOf(controllerPidPath(LAB, 'controller-0'));
+  const controllerPid = Number(readFileSync(controllerPidPath(LAB, 'controller-0'), 'utf8').trim());
   const memory = () => LAB_NODES.map((n) => {
-    const p = memoryOf(agentPids.get(n)!);
+    const p = processMemoryMiB(agentPid(LAB, n));
     const heap = agentHeapMiB(LAB, n);
-    return `${n}: agent RSS ${p.rssMiB} MiB (peak ${p.peakMiB}), JS heap ${heap ? `${heap.used.toFixed(0)} of ${heap.total.toFixed(0)} MiB` : '?'}, ${flowCount(LAB, n)} flows on its bridge, ${local.filter((q) => q.spec?.nodeName === n).length} local Pods`;
+    return `${n}: agent RSS ${p.rss.toFixed(0)} MiB (peak ${p.peak.toFixed(0)}), JS heap ${heap ? `${heap.used.toFixed(0)} of ${heap.total.toFixed(0)} MiB` : '?'}, ${flowCount(LAB, n)} flows on its bridge, ${local.filter((q) => q.spec?.nodeName === n).length} local Pods`;
   }).join('\n  ');
-  console.log(`whole agents at rest:\n  ${memory()}\n  controller RSS ${memoryOf(controllerPid).rssMiB} MiB`);
+  console.log(`whole agents at rest:\n  ${memory()}\n  controller RSS ${processMemoryMiB(controllerPid).rss.toFixed(0)} MiB`);
 
   // ---------------------------------------------------------------------- real packets
 
@@ -290,7 +257,7 @@ async function run(): Promise<void> {
     },
   ];
   const tail = tails.get(LAB_NODES[0]!)!;
-  const agentPid = agentPids.get(LAB_NODES[0]!)!;
+  const pid = agentPid(LAB, LAB_NODES[0]!);
   for (const kind of churn) {
     const realized: number[] = [];
     const cpu: number[] = [];
@@ -299,10 +266,10 @@ async function run(): Promise<void> {
     for (let i = 0; i < REPS; i++) {
       await tail.settle();
       // CPU in one second with nothing to do, then in the second that starts with the write.
-      const q0 = cpuMs(agentPid);
+      const q0 = processCpuMs(pid);
       await sleep(1000);
-      idle.push(cpuMs(agentPid) - q0);
-      const c0 = cpuMs(agentPid);
+      idle.push(processCpuMs(pid) - q0);
+      const c0 = processCpuMs(pid);
       const wrote = Date.now();
       await kind.run(i);
       try {
@@ -312,10 +279,10 @@ async function run(): Promise<void> {
         silent++;
       }
       await sleep(Math.max(0, wrote + 1000 - Date.now()));
-      cpu.push(cpuMs(agentPid) - c0);
+      cpu.push(processCpuMs(pid) - c0);
     }
     console.log(`\n${kind.name} (${REPS} reps):\n  node-1: ${realized.length ? `flows committed p50 ${f1(pct(realized, 50))} ms, p99 ${f1(pct(realized, 99))} ms after the API write` : 'nothing committed'}` +
       `${silent ? ` (${silent} of ${REPS} reps committed nothing within ${kind.inSpan ? 10 : 1} s)` : ''}; agent CPU (the whole process) in the second from the write p50 ${f1(pct(cpu, 50))} ms, in an idle second before it p50 ${f1(pct(idle, 50))} ms`);
   }
-  console.log(`\nafter the churn:\n  ${memory()}\n  controller RSS ${memoryOf(controllerPid).rssMiB} MiB`);
+  console.log(`\nafter the churn:\n  ${memory()}\n  controller RSS ${processMemoryMiB(controllerPid).rss.toFixed(0)} MiB`);
 }

@@ -47,10 +47,9 @@ import { clusterModel, numberArg, podContainers, podLabels, scaleClusterArgs } f
 import { writeClusterSeed } from './cluster-seed.js';
 import type { ScaleAgentConfig, ScaleAgentFigures, ScaleAgentMessage } from './scale/agent.js';
 
-const arg = numberArg;
 const { pods: PODS, nodes: NODES, policies: POLICIES } = scaleClusterArgs();
-const WATCHERS = Math.min(arg('watchers', 500), NODES);
-const REPS = arg('reps', 10);
+const WATCHERS = Math.min(numberArg('watchers', 500), NODES);
+const REPS = numberArg('reps', 10);
 const STANDALONE = !process.argv.includes('--no-standalone');
 const flag = (name: string) => (process.argv.includes(`--${name}`) ? process.argv[process.argv.indexOf(`--${name}`) + 1] : undefined);
 const PROFILE_DIR = flag('profile-controller');
