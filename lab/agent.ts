@@ -17,7 +17,8 @@ export const agentConfigPath = (lab: string, node: string): string => join(nodeS
 export const agentLogPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.log');
 
 /** A new Pod's CNI ADD as its node's agent logged it: how long it asked the Pod's span, the nodes it guarded the Pod from, and when the last guard was lifted. */
-export interface NewPodAdmission { ms: number; guarded: string[]; liftedAt?: number }
+/** In controller mode, `span`: the Nodes the controller named (the Pod's own included); `confirmed`: those it confirmed from their agents' reports (not asked). */
+export interface NewPodAdmission { ms: number; guarded: string[]; span?: number; confirmed?: number; liftedAt?: number }
 
 /** Every new Pod's ADD in the log of `node`'s agent, by namespace/name (the last ADD of each). */
 export function newPodAdmissions(lab: string, node: string): Map<string, NewPodAdmission> {
@@ -31,8 +32,15 @@ export function newPodAdmissions(lab: string, node: string): Map<string, NewPodA
   for (const l of text.split('\n')) {
     if (!l.includes('"new Pod: ')) continue;
     try {
-      const o = JSON.parse(l) as { msg?: string; pod?: string; ms?: number; guarded?: string[]; time?: number };
-      if (o.msg === 'new Pod: span asked' && o.pod && typeof o.ms === 'number') out.set(o.pod, { ms: o.ms, guarded: o.guarded ?? [] });
+      const o = JSON.parse(l) as { msg?: string; pod?: string; ms?: number; guarded?: string[]; span?: unknown; confirmed?: number; time?: number };
+      if (o.msg === 'new Pod: span asked' && o.pod && typeof o.ms === 'number') {
+        out.set(o.pod, {
+          ms: o.ms,
+          guarded: o.guarded ?? [],
+          ...(Array.isArray(o.span) ? { span: o.span.length } : {}),
+          ...(typeof o.confirmed === 'number' ? { confirmed: o.confirmed } : {}),
+        });
+      }
       const added = o.pod ? out.get(o.pod) : undefined;
       if (o.msg === 'new Pod: guard lifted for a node' && added && typeof o.time === 'number') added.liftedAt = o.time;
     } catch {

@@ -9,10 +9,16 @@
  *   `resourceVersion`, BOOKMARKs with `allowWatchBookmarks`, an ERROR event carrying a 410 Expired
  *   Status when the version is too old, `timeoutSeconds`);
  * - `GET …/<resource>/<name>?fieldSelector=nodeName=<node>`: one object of that view;
- * - `GET /realization?pod=<ns>/<name>&ips=<a>,<b>&waitMs=<ms>` (authenticated, served by the
- *   leader): a new Pod's realization question (a long poll) — `{"realized": true, "node", "nodes"}`
- *   (the Nodes where the Pod matters, each with its address, its Pods the Pod's rules select and
- *   its view's versions that hold the Pod) or `{"realized": false}` at the end of the wait;
+ * - `GET /realization?pod=<ns>/<name>&ips=<a>,<b>&waitMs=<ms>[&confirmMs=<ms>]` (authenticated,
+ *   served by the leader): a new Pod's realization question (a long poll) — `{"realized": true,
+ *   "node", "nodes"}` (the Nodes where the Pod matters, each with its address, its Pods the Pod's
+ *   rules select and its view's versions that hold the Pod) or `{"realized": false}` at the end of
+ *   the wait; with `confirmMs`, the answer waits up to that long (from the question) for the
+ *   span's agents to report those versions enforced, and marks the Nodes that have `confirmed`;
+ * - `POST /realized-views` (an agent, served by the leader): one long request whose body is a line
+ *   of JSON per report, `{"store", "versions"}`, the view versions the agent's bridge enforces now
+ *   (what a confirmation waits for); the response's headers come at once (the store that serves),
+ *   its body when the agent ends the request;
  * - `GET /trace-destination?to=<ns/pod|service:ns/name|ip:ADDRESS>&family=4|6` (authenticated,
  *   served by the leader): where a traceflow destination leads — `{"ip", "nodes": [{"name",
  *   "address"}], "beyond"?}` (the Nodes whose bridge the packet may reach after the caller's Node)
@@ -45,8 +51,11 @@ import {
   type ControlPlaneKind,
   type PodRealization,
   STORE_HEADER,
+  REALIZED_VIEWS_PATH,
   type TraceDestination,
   type TraceTask,
+  type ViewVersions,
+  viewVersionsOf,
 } from '../controlplane/types.js';
 import { parseQuestion, type PodQuestion } from '../enforcement/newpods/peers.js';
 import { CONTROLPLANE_KINDS, type ControlPlaneStore, eventJson, GoneError } from './store.js';
@@ -75,7 +84,13 @@ export interface ControlPlaneApiOptions {
   /** The body of GET /status (authenticated callers), completed with the open watches and the Nodes with a view. */
   status?: () => unknown;
   /** A new Pod's realization question (GET /realization): the answer once the controller holds the Pod, undefined after `waitMs`. */
-  realization?: (q: PodQuestion, waitMs: number) => Promise<PodRealization | undefined>;
+  realization?: (q: PodQuestion, waitMs: number, confirmMs?: number) => Promise<PodRealization | undefined>;
+  /**
+   * Agents' reports of the view versions their Node's bridge enforces (POST /realized-views), of
+   * this store: `report` for each, `broken` when the request (`source`) that carried them broke
+   * instead of being ended by the agent.
+   */
+  realizedViews?: { report(node: string, versions: ViewVersions, source: object): void; broken(node: string, source: object): void };
   /** Where a traceflow destination leads from Node `node` (GET /trace-destination); throws a TraceError for a destination that names nothing. */
   traceDestination?: (to: string, family: 4 | 6, node: string) => TraceDestination;
   /** Traceflows asked through the controller and taken by the source Node's agent (absent: not served). */
@@ -146,6 +161,23 @@ function sendJson(res: ServerResponse, code: number, body: unknown, headers: Rec
   res.end(text);
 }
 
+/** The longest line a realized-views report may be. */
+const MAX_REPORT_LINE = 4096;
+
+/** One realized-views line, or what is wrong with it. */
+function parseRealizedReport(line: string): { store: string; versions: ViewVersions } | string {
+  let o: { store?: unknown; versions?: unknown };
+  try {
+    o = JSON.parse(line) as typeof o;
+  } catch {
+    return `not JSON: ${line.slice(0, 100)}`;
+  }
+  if (typeof o?.store !== 'string' || o.store === '') return 'no "store"';
+  const versions = typeof o.versions === 'object' && o.versions !== null ? viewVersionsOf(o.versions as Record<string, string>) : undefined;
+  if (!versions) return '"versions" is not {NetworkPolicy, AppliedToGroup, AddressGroup} as decimal strings';
+  return { store: o.store, versions };
+}
+
 /**
  * The Node a request is for, from its field selector: exactly `nodeName=<node>` (or `==`);
  * anything else is a 400 naming what is wrong.
@@ -184,6 +216,8 @@ export class ControlPlaneApi {
   private listsInFlight = 0;
   private readonly listQueue: (() => void)[] = [];
   private readonly watches = new Set<OpenWatch>();
+  /** Open realized-views requests of agents (ended with the watches). */
+  private readonly reportStreams = new Set<OpenWatch>();
 
   constructor(private readonly opts: ControlPlaneApiOptions) {
     this.clock = opts.clock ?? realClock;
@@ -265,7 +299,7 @@ export class ControlPlaneApi {
 
   /** Ends every watch cleanly: on shutdown, or when this controller stops being the leader. */
   endWatches(): void {
-    for (const w of [...this.watches]) w.end();
+    for (const w of [...this.watches, ...this.reportStreams]) w.end();
   }
 
   private readiness(): ControlPlaneReadiness {
@@ -281,8 +315,8 @@ export class ControlPlaneApi {
   private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://controller');
     const path = url.pathname.length > 1 ? url.pathname.replace(/\/+$/, '') : url.pathname;
-    const post = req.method === 'POST' && (path === TRACEFLOWS_PATH || path === '/traceflow-results');
-    if (req.method !== 'GET' && !post) throw new ApiError(405, 'MethodNotAllowed', `${req.method} is not allowed: the control plane API is read-only (GET), but for the creation of traceflows`);
+    const post = req.method === 'POST' && (path === TRACEFLOWS_PATH || path === '/traceflow-results' || path === REALIZED_VIEWS_PATH);
+    if (req.method !== 'GET' && !post) throw new ApiError(405, 'MethodNotAllowed', `${req.method} is not allowed: the control plane API is read-only (GET), but for the creation of traceflows and agents' reports`);
     if (path === '/healthz' || path === '/livez') {
       res.writeHead(200, { 'Content-Type': 'text/plain' });
       res.end('ok');
@@ -303,9 +337,10 @@ export class ControlPlaneApi {
     if (!identity) throw new ApiError(401, 'Unauthorized', 'Unauthorized: no valid credentials');
     // What the replica is doing (leadership, views, watches): for any authenticated caller.
     if (path === '/status' && this.opts.status) {
-      return sendJson(res, 200, { ...(this.opts.status() as object), watches: this.watches.size, listsWaiting: this.listQueue.length, nodes: this.opts.store.nodeCount() });
+      return sendJson(res, 200, { ...(this.opts.status() as object), watches: this.watches.size, reportStreams: this.reportStreams.size, listsWaiting: this.listQueue.length, nodes: this.opts.store.nodeCount() });
     }
     if (path === '/realization' && this.opts.realization) return this.serveRealization(res, url.searchParams, this.opts.realization);
+    if (path === REALIZED_VIEWS_PATH && this.opts.realizedViews) return this.serveRealizedViews(req, res, identity, this.opts.realizedViews);
     if (path === '/trace-destination' && this.opts.traceDestination) return this.serveTraceDestination(res, url.searchParams, identity, this.opts.traceDestination);
     const tf = this.opts.traceflows;
     if (tf && path === TRACEFLOWS_PATH) return this.serveTraceflow(req, res, identity, tf);
@@ -354,13 +389,70 @@ export class ControlPlaneApi {
     this.requireServing('realization questions are not answered now');
     const parsed = parseQuestion(q);
     if ('error' in parsed) throw new ApiError(400, 'BadRequest', parsed.error);
+    const confirm = q.get('confirmMs');
+    if (confirm !== null && !/^[0-9]{1,6}$/.test(confirm)) throw new ApiError(400, 'BadRequest', `confirmMs "${confirm}" is not a number of milliseconds (0–999999)`);
     let out: PodRealization | undefined;
     try {
-      out = await answer(parsed.question, parsed.waitMs);
+      out = await answer(parsed.question, parsed.waitMs, confirm === null ? undefined : Number(confirm));
     } catch (err) {
       throw new ApiError(503, 'ServiceUnavailable', (err as Error).message);
     }
     sendJson(res, 200, out ? { realized: true, ...out } : { realized: false });
+  }
+
+  /**
+   * An agent's realized-views reports: a line each, applied as it comes, for the caller's own Node
+   * only. A line that is not a report ends the request with a Status naming what is wrong (the
+   * agent opens another); a report of another store's versions (the agent follows another replica,
+   * or has not relisted since this one took over) means nothing here and is counted, not applied.
+   * A request that breaks, not ended by the agent, is reported `broken`.
+   */
+  private serveRealizedViews(req: IncomingMessage, res: ServerResponse, id: ControlPlaneIdentity, sink: NonNullable<ControlPlaneApiOptions['realizedViews']>): Promise<void> {
+    const node = id.nodeName;
+    if (node === undefined) throw new ApiError(403, 'Forbidden', `user "${id.user}" is no Node's agent: only an agent reports what its own Node enforces`);
+    this.requireServing('realized views are not taken now');
+    const store = this.opts.store.id;
+    res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private', [STORE_HEADER]: store });
+    res.flushHeaders();
+    const counts = { applied: 0, otherStore: 0 };
+    return new Promise((resolve) => {
+      let buffered = '';
+      let ended = false;
+      const end = (failure?: string, broken = false) => {
+        if (ended) return;
+        ended = true;
+        this.reportStreams.delete(stream);
+        req.off('data', onData);
+        if (broken) sink.broken(node, stream);
+        if (failure !== undefined) this.opts.log?.warn({ node, err: failure }, 'control plane API: a realized-views report refused; the request is ended');
+        if (!res.destroyed) res.end(`${JSON.stringify(failure === undefined ? counts : statusObject(400, 'BadRequest', failure))}\n`);
+        resolve();
+      };
+      const stream: OpenWatch = { end: () => end() };
+      this.reportStreams.add(stream);
+      const onData = (chunk: string) => {
+        buffered += chunk;
+        let nl: number;
+        while (!ended && (nl = buffered.indexOf('\n')) >= 0) {
+          const line = buffered.slice(0, nl).trim();
+          buffered = buffered.slice(nl + 1);
+          if (line === '') continue;
+          const r = parseRealizedReport(line);
+          if (typeof r === 'string') return end(r);
+          if (r.store !== store) counts.otherStore++;
+          else {
+            counts.applied++;
+            sink.report(node, r.versions, stream);
+          }
+        }
+        if (buffered.length > MAX_REPORT_LINE) end(`a line of over ${MAX_REPORT_LINE} bytes`);
+      };
+      req.setEncoding('utf8');
+      req.on('data', onData);
+      req.once('end', () => end());
+      // Closed before the agent ended its request: the connection broke (or the agent is gone).
+      res.once('close', () => end(undefined, !req.complete));
+    });
   }
 
   private async serveTraceflow(req: IncomingMessage, res: ServerResponse, id: ControlPlaneIdentity, tf: NonNullable<ControlPlaneApiOptions['traceflows']>): Promise<void> {

@@ -8,7 +8,7 @@
  */
 import type { Logger } from 'pino';
 import { type Clock, realClock } from '../clock.js';
-import type { ControlPlaneKind, PodRealization, TraceDestination } from '../controlplane/types.js';
+import { type ControlPlaneKind, type PodRealization, type TraceDestination, type ViewVersions, viewVersionsOf } from '../controlplane/types.js';
 import { ConditionWaiters } from '../enforcement/condition-waiters.js';
 import { PolicyIntake } from '../enforcement/intake.js';
 import type { PodQuestion } from '../enforcement/newpods/index.js';
@@ -17,6 +17,7 @@ import { podKey } from '../policy/cluster.js';
 import type { WatchEvent } from '../enforcement/watch/clusterwatch.js';
 import { PolicyEngine } from '../policy/engine.js';
 import { ClusterComputation, type NodeViewSink } from './computation.js';
+import { RealizedViews } from './realized-views.js';
 
 export interface PolicyControllerOptions {
   log: Pick<Logger, 'warn' | 'error'>;
@@ -32,13 +33,18 @@ const MAX_WAITING_QUESTIONS = 10_000;
 export class PolicyController {
   readonly engine: PolicyEngine;
   readonly computation: ClusterComputation;
+  /** What each Node's agent reports its bridge enforces (realized-views.ts). */
+  readonly realizedViews: RealizedViews;
+  private readonly clock: Clock;
   private readonly intake: PolicyIntake;
   private changeCount = 0;
   private readonly waiters: ConditionWaiters;
 
   constructor(private readonly opts: PolicyControllerOptions) {
     const { log } = opts;
-    this.waiters = new ConditionWaiters(opts.clock ?? realClock);
+    this.clock = opts.clock ?? realClock;
+    this.waiters = new ConditionWaiters(this.clock);
+    this.realizedViews = new RealizedViews(this.clock);
     this.engine = new PolicyEngine({
       trackMembers: true,
       log: (e) => log.warn({ kind: e.kind, namespace: e.namespace, name: e.name, field: e.field, err: e.message }, 'policy: invalid object ignored'),
@@ -114,8 +120,36 @@ export class PolicyController {
     return traceDestination(this.engine.cluster, to, family, node);
   }
 
-  /** Resolves with podRealization(q) as soon as it is defined (checked at each poke), undefined after `waitMs`. */
-  async whenPodRealized(q: PodQuestion, waitMs: number): Promise<PodRealization | undefined> {
+  /**
+   * Resolves with podRealization(q) as soon as it is defined (checked at each poke), undefined after
+   * `waitMs`. With `confirmMs` (counted from now), the answer then waits until every other Node of
+   * the span has reported that its bridge enforces the versions named for it, or until `confirmMs`
+   * has passed; those that have are marked `confirmed`, without their Pods' addresses.
+   */
+  async whenPodRealized(q: PodQuestion, waitMs: number, confirmMs?: number): Promise<PodRealization | undefined> {
+    const t0 = this.clock.now();
+    const answer = await this.whenHeld(q, waitMs);
+    if (!answer || confirmMs === undefined) return answer;
+    const need = new Map<string, ViewVersions>();
+    for (const n of answer.nodes) {
+      const v = viewVersionsOf(n.versions);
+      if (n.name !== answer.node && v) need.set(n.name, v);
+    }
+    const left = confirmMs - (this.clock.now() - t0);
+    if (left > 0) {
+      if (this.realizedViews.waitingQuestions >= MAX_WAITING_QUESTIONS) throw new Error(`${MAX_WAITING_QUESTIONS} realization questions are waiting already`);
+      await this.realizedViews.whenConfirmed(need, left);
+    }
+    return {
+      node: answer.node,
+      nodes: answer.nodes.map((n) => {
+        const v = need.get(n.name);
+        return v && this.realizedViews.confirmed(n.name, v) ? { ...n, podIps: [], confirmed: true } : n;
+      }),
+    };
+  }
+
+  private async whenHeld(q: PodQuestion, waitMs: number): Promise<PodRealization | undefined> {
     const now = this.podRealization(q);
     if (now || waitMs <= 0) return now;
     if (this.waiters.size >= MAX_WAITING_QUESTIONS) throw new Error(`${MAX_WAITING_QUESTIONS} realization questions are waiting already`);
@@ -129,6 +163,7 @@ export class PolicyController {
 
   close(): void {
     this.waiters.close();
+    this.realizedViews.clear();
   }
 
   /** Engine changes taken in so far. */
@@ -137,7 +172,7 @@ export class PolicyController {
   }
 
   /** Figures for /status. */
-  status(): { changes: number; invalid: number; objects: ReturnType<ClusterComputation['counts']> } {
-    return { changes: this.changeCount, invalid: this.engine.errorCount(), objects: this.computation.counts() };
+  status(): { changes: number; invalid: number; objects: ReturnType<ClusterComputation['counts']>; realizedViews: ReturnType<RealizedViews['status']> } {
+    return { changes: this.changeCount, invalid: this.engine.errorCount(), objects: this.computation.counts(), realizedViews: this.realizedViews.status() };
   }
 }

@@ -101,7 +101,8 @@ async function main(): Promise<number> {
     authenticate: async (req) => (requestHeader && proxiedIdentity(req, requestHeader)) || auth.authenticateRequest(req),
     // Users with no Node of their own: the allow-list, else RBAC through a SubjectAccessReview.
     readAll: (user, id, resource) => readAll.has(user) || sar.mayList(id, resource),
-    realization: (q, waitMs) => controller.whenPodRealized(q, waitMs),
+    realization: (q, waitMs, confirmMs) => controller.whenPodRealized(q, waitMs, confirmMs),
+    realizedViews: controller.realizedViews.sink(),
     traceDestination: (to, family, node) => controller.traceDestination(to, family, node),
     traceflows: {
       broker: traceflows,
@@ -165,8 +166,10 @@ async function main(): Promise<number> {
       },
       onStoppedLeading: () => {
         leading = false;
-        // The agents go to the new leader, resuming where they were (or relisting).
+        // The agents go to the new leader, resuming where they were (or relisting), and report
+        // to it what they enforce; what they reported here is not kept for a later term.
         server.api.endWatches();
+        controller.realizedViews.clear();
         traceflows.close('this replica stopped leading: ask again (the new leader runs it)');
         label(false);
         log.warn('leader: lost the Lease; standing by');

@@ -131,6 +131,11 @@ export class ControlPlaneWatcher {
     await Promise.all(this.running);
   }
 
+  /** The store the lists came from (STORE_HEADER of the last list; undefined before one or from a server that sends none). */
+  storeId(): string | undefined {
+    return this.store;
+  }
+
   /** The last resourceVersion seen of each kind (undefined before its first list or after a 410). */
   resourceVersions(): Partial<Record<ControlPlaneKind, string>> {
     return Object.fromEntries(this.loops.filter((k) => k.rv !== undefined).map((k) => [k.kind, k.rv]));
@@ -414,7 +419,7 @@ async function send(
   url: URL,
   access: Omit<ControllerAccess, 'server'>,
   body?: unknown,
-  opts: { signal?: AbortSignal; onRequest?: (req: ClientRequest) => void } = {},
+  opts: { signal?: AbortSignal | undefined; onRequest?: (req: ClientRequest) => void; open?: boolean } = {},
 ): Promise<IncomingMessage> {
   const { signal } = opts;
   signal?.throwIfAborted();
@@ -425,6 +430,7 @@ async function send(
   if (token) headers.Authorization = `Bearer ${token}`;
   const text = body === undefined ? undefined : JSON.stringify(body);
   if (text !== undefined) headers['Content-Type'] = 'application/json';
+  if (opts.open) headers['Content-Type'] = 'application/x-ndjson';
   const lookup = access.lookup !== undefined ? { lookup: access.lookup } : {};
   return new Promise((resolve, reject) => {
     const req = https_
@@ -441,8 +447,28 @@ async function send(
     }
     req.on('response', resolve);
     req.on('error', (err) => reject(new RequestError(`${url.host}: ${err.message}`)));
-    req.end(text);
+    // An open body is the caller's to write and end; its headers go now, so the server answers.
+    if (opts.open) req.flushHeaders();
+    else req.end(text);
   });
+}
+
+/**
+ * Opens a POST to the controller whose body the caller writes (a line at a time) and ends: an
+ * agent's realized-views reports. Resolves once the controller answered 200, with the request and
+ * the response (its body comes when the request ends); rejects with an error naming the
+ * controller otherwise, the request destroyed.
+ */
+export async function openControllerStream(access: ControllerAccess, path: string, signal?: AbortSignal): Promise<{ req: ClientRequest; res: IncomingMessage }> {
+  let req: ClientRequest | undefined;
+  try {
+    const res = await send('POST', new URL(path, access.server), access, undefined, { signal, onRequest: (r) => (req = r), open: true });
+    if (res.statusCode !== 200) throw statusError(res.statusCode, await readBody(res));
+    return { req: req!, res };
+  } catch (err) {
+    req?.destroy();
+    throw new Error(`controller ${access.server}: ${(err as Error).message}`);
+  }
 }
 
 /** `p`, or the signal's reason once it aborts first. */
@@ -482,12 +508,20 @@ export async function postTraceResult(access: ControllerAccess, id: string, outc
 /**
  * A new Pod's realization question, asked of the controller (its `/realization`, a long poll):
  * which Nodes need Pod `q` at its addresses and at which versions of their views they hold it;
- * undefined when the controller does not hold the Pod at those addresses within `waitMs`. Rejects
- * with an error naming the controller when it cannot be asked or its answer is not one.
+ * undefined when the controller does not hold the Pod at those addresses within `waitMs`. With
+ * `confirmMs`, the controller also waits up to that long for the span's agents to report those
+ * versions enforced, and marks the Nodes that did `confirmed`. Rejects with an error naming the
+ * controller when it cannot be asked or its answer is not one.
  */
-export async function askController(access: ControllerAccess, q: { namespace: string; name: string; ips: readonly string[] }, waitMs: number): Promise<PodRealization | undefined> {
-  const query = { pod: `${q.namespace}/${q.name}`, ips: q.ips.join(','), waitMs: String(Math.max(0, Math.round(waitMs))) };
-  return callController(access, { path: '/realization', query, timeoutMs: waitMs + 5000 }, (status, body) => {
+export async function askController(
+  access: ControllerAccess,
+  q: { namespace: string; name: string; ips: readonly string[] },
+  waitMs: number,
+  confirmMs?: number,
+): Promise<PodRealization | undefined> {
+  const query: Record<string, string> = { pod: `${q.namespace}/${q.name}`, ips: q.ips.join(','), waitMs: String(Math.max(0, Math.round(waitMs))) };
+  if (confirmMs !== undefined) query.confirmMs = String(Math.min(999_999, Math.max(0, Math.round(confirmMs))));
+  return callController(access, { path: '/realization', query, timeoutMs: Math.max(waitMs, confirmMs ?? 0) + 5000 }, (status, body) => {
     if (status !== 200) throw statusError(status, body);
     const a = parseJson(body, 'realization') as { realized?: unknown; node?: unknown; nodes?: unknown };
     if (a.realized === false) return undefined;
@@ -526,8 +560,9 @@ export class TraceDestinationRefused extends Error {
 }
 
 function isRealizationNode(n: unknown): n is PodRealization['nodes'][number] {
-  const o = n as { name?: unknown; address?: unknown; podIps?: unknown; versions?: unknown };
+  const o = n as { name?: unknown; address?: unknown; podIps?: unknown; versions?: unknown; confirmed?: unknown };
   return typeof o?.name === 'string' && (o.address === undefined || typeof o.address === 'string') && Array.isArray(o.podIps) && o.podIps.every((x) => typeof x === 'string') &&
+    (o.confirmed === undefined || typeof o.confirmed === 'boolean') &&
     typeof o.versions === 'object' && o.versions !== null && viewVersionsOf(o.versions as Record<string, string>) !== undefined;
 }
 

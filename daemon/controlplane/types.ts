@@ -182,7 +182,24 @@ export function memberKey(m: Pick<GroupMember, 'kind' | 'ref'>): string {
 export interface PodRealization {
   /** The Pod's own Node. */
   node: string;
-  nodes: { name: string; address?: string; podIps: string[]; versions: Record<ControlPlaneKind, string> }[];
+  /**
+   * `confirmed`: the Node's agent reported to the controller that its bridge enforces its view at
+   * these versions or later (POST /realized-views), so nobody need ask it; its `podIps` are left
+   * out then (nothing is guarded from it).
+   */
+  nodes: { name: string; address?: string; podIps: string[]; versions: Record<ControlPlaneKind, string>; confirmed?: boolean }[];
+}
+
+/**
+ * The controller's path where an agent reports, on one long request, the view versions its bridge
+ * enforces: a line of JSON (`RealizedViewReport`) each time they advance.
+ */
+export const REALIZED_VIEWS_PATH = '/realized-views';
+
+/** One line of a realized-views report: the store that issued the versions, and the versions per kind as decimal strings. */
+export interface RealizedViewReport {
+  store: string;
+  versions: Record<ControlPlaneKind, string>;
 }
 
 /**

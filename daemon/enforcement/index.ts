@@ -12,6 +12,7 @@ import { readFileSync } from 'node:fs';
 import type { KubeObject } from '../policy/types.js';
 import type { ClusterWatch } from './watch/clusterwatch.js';
 import { askController, askTraceDestination, type ControllerAccess, TraceDestinationRefused } from '../controlplane/client.js';
+import { RealizedReporter } from '../controlplane/realized-reporter.js';
 import { CA_CONFIGMAP, caFromConfigMap, caFromFile } from '../controlplane/controller-ca.js';
 import { readThroughApi, ServiceAddresses, serviceOfHost } from '../controlplane/service-address.js';
 import { KubeAccess } from '../kube/access.js';
@@ -77,12 +78,14 @@ async function startControllerMode(
   opts: { onRealized?: (seconds: number) => void; onConnectionsCut?: (count: number) => void },
 ): Promise<{ enforcer: PolicySide; hooks: EnforcementHooks }> {
   const access = controllerAccess(cfg);
+  const reporter = new RealizedReporter({ ...access, log });
   const listeners: ((state: 'connected' | 'disconnected', reason: string) => void)[] = [];
   const enforcer = new ControllerModeEnforcer({
     ...sharedOptions(cfg, log, opts),
     dns: fqdnLearning(log),
     controller: access,
-    askController: (pod, waitMs) => askController(access, pod, waitMs),
+    askController: (pod, waitMs, confirmMs) => askController(access, pod, waitMs, confirmMs),
+    realizedViews: reporter,
     traceDestination: async (to, family) => {
       try {
         return await askTraceDestination(access, to, family);
@@ -96,6 +99,7 @@ async function startControllerMode(
     },
   });
   await enforcer.start();
+  reporter.start();
   const hooks: EnforcementHooks = {
     ...commonHooks(enforcer),
     watchControlPlane: (listener) => listeners.push(listener),

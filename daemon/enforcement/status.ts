@@ -2,6 +2,7 @@
  * The figures enforcement shows: the agent status's `enforcement` section (/status, sluicectl node
  * status) and the /metrics figures, gathered from the enforcer's parts.
  */
+import type { RealizedReporterStatus } from '../controlplane/realized-reporter.js';
 import type { OpenFlowController } from '../ovs/openflow/controller.js';
 import type { EnforcementMetrics } from '../metrics.js';
 import type { ConnectionSweeper, SweeperStatus } from './conntrack/index.js';
@@ -74,6 +75,8 @@ export interface ControlPlaneStatus {
   lists: number;
   /** Times the lists came from another controller store (a takeover, a restart). */
   storeChanges: number;
+  /** The reports to the controller of what the bridge enforces (what spares new Pods' agents asking this one). */
+  realizedReports?: RealizedReporterStatus | undefined;
 }
 
 /** What the status reads of the policy side's state, in either mode. */

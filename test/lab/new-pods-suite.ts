@@ -153,6 +153,13 @@ export function newPodsSuite(lab: string, primary: 'ptp' | 'eks', ipFamily: 'ipv
       const asked = [...outcomes].filter(([pod]) => /^[xz]\/n[xz]-/.test(pod)).map(([, o]) => o.ms);
       t.equal(asked.length, 2 * COUNT, 'every new Pod\'s ADD asked its span (node-2)');
       t.comment(`the ADD's wait for node-2's confirmation: ${fig(asked)}`);
+      if (policySource === 'controller') {
+        // node-2's agent reports every commit to the controller, which answers for it: node-1
+        // asks node-2 only when its report is late (a loaded machine).
+        const byController = [...outcomes].filter(([pod, o]) => /^[xz]\/n[xz]-/.test(pod) && (o.confirmed ?? 0) > 0).length;
+        t.ok(byController > 0, `node-2 confirmed by the controller from its reports for ${byController} of ${2 * COUNT} new Pods`);
+        t.match(((await agentStatus(lab, 'node-2')) as { enforcement?: { controlPlane?: unknown } }).enforcement?.controlPlane, { realizedReports: { connected: true } }, 'node-2 reports what it enforces');
+      }
     });
 
     t.test('the Service ranges come from the lab\'s ServiceCIDRs, and one added later is followed', async (t) => {

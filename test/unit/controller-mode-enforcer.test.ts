@@ -23,6 +23,7 @@ import { Enforcer } from '../../daemon/enforcement/enforcer.js';
 import { ClusterWatch } from '../../daemon/enforcement/watch/clusterwatch.js';
 import { startLab } from './apiserver-helpers.js';
 import { askController, askTraceDestination } from '../../daemon/controlplane/client.js';
+import { RealizedReporter } from '../../daemon/controlplane/realized-reporter.js';
 import { startEndpoint } from '../../daemon/health.js';
 import { newPodGuardFlows } from '../../daemon/flows/newpod-guard.js';
 
@@ -41,7 +42,7 @@ async function until(what: string, cond: () => boolean | Promise<boolean>, ms = 
 const cookies = (flows: { flows(): { cookie: string }[] }) => flows.flows().map((f) => f.cookie).sort().join('\n');
 
 /** A controller in this process, wired as its main.ts wires it: the cluster's informers into the engine, the views and realization answers served over HTTP (agents authenticate as "tok-<node>"). */
-async function startController(kubeconfig: string, port = 0): Promise<{ server: ControlPlaneApiServer; stop(): Promise<void> }> {
+async function startController(kubeconfig: string, port = 0): Promise<{ server: ControlPlaneApiServer; controller: PolicyController; stop(): Promise<void> }> {
   const store = new ControlPlaneStore();
   const controller = new PolicyController({ log, sink: store, versions: (node) => store.lastChanges(node) });
   const watch = await ClusterWatch.start({
@@ -53,7 +54,8 @@ async function startController(kubeconfig: string, port = 0): Promise<{ server: 
   });
   const server = await startControlPlaneApiServer({
     store, port, log,
-    realization: (q, waitMs) => controller.whenPodRealized(q, waitMs),
+    realization: (q, waitMs, confirmMs) => controller.whenPodRealized(q, waitMs, confirmMs),
+    realizedViews: controller.realizedViews.sink(),
     traceDestination: (to, family, node) => controller.traceDestination(to, family, node),
     authenticate: async (req: IncomingMessage) => {
       const m = /^Bearer tok-(.+)$/.exec(req.headers.authorization ?? '');
@@ -64,6 +66,7 @@ async function startController(kubeconfig: string, port = 0): Promise<{ server: 
   });
   return {
     server,
+    controller,
     stop: async () => {
       controller.close();
       await server.close();
@@ -243,24 +246,37 @@ t.test('controller mode, new Pods: the controller names the Nodes and versions; 
   let controller = await startController(kubeconfig);
   const server = controller.server.url;
   t.teardown(() => controller.stop());
+  // What each node's realization endpoint was asked directly (a new Pod's agent asks only the nodes the controller did not confirm).
+  const asked = new Map<string, number>(NODES.map((n) => [n, 0]));
+  const reporters = new Map<string, RealizedReporter>();
   const agents = await Promise.all(NODES.map(async (node, i) => {
+    const reporter = new RealizedReporter({ server, token: `tok-${node}`, initialBackoffMs: 50, maxBackoffMs: 200 });
+    reporters.set(node, reporter);
     const cm = new ControllerModeEnforcer({
       nodeName: node, kubeconfig, ovsRunDir: dir, bridge: 'br-int', log,
       controller: { server, token: `tok-${node}` },
       watcherTuning: { initialBackoffMs: 50, maxBackoffMs: 200 },
       newPods: { realizationPort: port, confirmWithinMs: 1500 },
-      askController: (pod, waitMs) => askController({ server, token: `tok-${node}` }, pod, waitMs),
+      askController: (pod, waitMs, confirmMs) => askController({ server, token: `tok-${node}` }, pod, waitMs, confirmMs),
+      realizedViews: reporter,
     });
     t.teardown(() => cm.close());
     await cm.start();
+    reporter.start();
     await cm.waitSynced();
     cm.bindFlows(async () => {});
     cm.flowsConverged();
-    const endpoint = await startEndpoint('realization', { host: `127.0.0.${i + 1}`, port }, log, { '/realized': (q) => cm.realizedAnswer(q) });
+    const endpoint = await startEndpoint('realization', { host: `127.0.0.${i + 1}`, port }, log, {
+      '/realized': (q) => {
+        asked.set(node, asked.get(node)! + 1);
+        return cm.realizedAnswer(q);
+      },
+    });
     t.teardown(() => endpoint.close());
     return cm;
   }));
   const [node1, node2] = agents as [ControllerModeEnforcer, ControllerModeEnforcer];
+  await until('both nodes\' reports reach the controller', () => controller.controller.realizedViews.status().nodes === 2);
   const flowsOf = (e: ControllerModeEnforcer) => {
     e.writeFlows(new FlowStore());
     return e.policyFlows.flows().map((f) => `${f.table} ${f.match} ${f.actions}`);
@@ -276,7 +292,20 @@ t.test('controller mode, new Pods: the controller names the Nodes and versions; 
   await newPod('new1', '10.1.0.21');
   t.ok(flowsOf(node2).some((f) => f.includes('10.1.0.21')), 'when the ADD answers, node-2 already has the new Pod\'s address in its flows (from the published status, through the controller)');
   t.same(guards(node1), [], 'both nodes confirmed: nothing guarded');
-  t.match(node1.status().newPods, { admitted: 1, guarded: 0, isolated: 0, answersHeld: 0 }, 'admitted with no guard: the controller\'s answer is not kept');
+  t.match(node1.status().newPods, { admitted: 1, guarded: 0, isolated: 0, answersHeld: 0, spanNodes: 2, confirmedByController: 1 }, 'admitted with no guard: node-2 confirmed through the controller; the answer is not kept');
+  t.equal(asked.get('node-2'), 0, 'node-2 was not asked: its report to the controller answered');
+  const reports = node2.status().controlPlane?.realizedReports;
+  t.match(reports, { connected: true, opened: 1 }, 'node-2 reports what it enforces, on one request');
+  t.notOk(reports && 'lastError' in reports, 'no failure since it opened (the controller answered 503 while it listed)');
+
+  // node-2's reports stop reaching the controller: its last one is older than the new Pod, so
+  // node-1 asks node-2 itself once the controller's wait is over.
+  await reporters.get('node-2')!.stop();
+  await newPod('new1b', '10.1.0.23');
+  t.ok(flowsOf(node2).some((f) => f.includes('10.1.0.23')), 'node-2 holds the second Pod too');
+  t.same(guards(node1), [], 'node-2 confirmed when asked directly: nothing guarded');
+  t.equal(asked.get('node-2'), 1, 'node-2 was asked directly, once');
+  t.match(node1.status().newPods, { admitted: 2, guarded: 0, spanNodes: 4, confirmedByController: 1 }, 'the controller did not confirm node-2 this time');
   // A standalone agent (a cluster switching modes) asks without versions: answered from the groups held.
   t.match(await node2.realizedAnswer(new URLSearchParams('pod=z/new1&ips=10.1.0.21&waitMs=0')), { code: 200, body: { realized: true } }, 'asked without versions: node-2 holds z/new1 in its groups');
   t.match(await node2.realizedAnswer(new URLSearchParams('pod=z/other&ips=10.1.0.99&waitMs=20')), { code: 200, body: { realized: false } }, 'a Pod it holds in no group: no');

@@ -34,7 +34,7 @@ function setup() {
     changes: () => changes,
     committedChanges: () => committed,
   });
-  f.bind({ resourceVersions: () => rvs });
+  f.bind({ resourceVersions: () => rvs, storeId: () => 'store-1' });
   return { clock, rvs, commits, f, flushed: () => (committed = changes) };
 }
 

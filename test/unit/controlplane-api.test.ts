@@ -154,7 +154,7 @@ t.test('/status: for authenticated callers, with the open watches and the Nodes 
   const server = await startControlPlaneApiServer({ store, authenticate, readAll: () => false, status: () => ({ leading: true }) });
   t.teardown(() => server.close());
   t.equal((await get(server, '/status')).status, 401, 'not without credentials');
-  t.same((await get(server, '/status', 'tok-n1')).body, { leading: true, watches: 0, listsWaiting: 0, nodes: 1 });
+  t.same((await get(server, '/status', 'tok-n1')).body, { leading: true, watches: 0, reportStreams: 0, listsWaiting: 0, nodes: 1 });
 });
 
 t.test('lists take turns (maxListsInFlight): a list a slow client holds keeps its turn, the next waits, then is served', async (t) => {

@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { type Clock, Pauses, realClock } from '../../clock.js';
 import { type ControllerAccess, ControlPlaneWatcher, type ControlPlaneConnection, type ControlPlaneWatcherOptions, postTraceResult, takeTraceTask } from '../../controlplane/client.js';
+import type { RealizedReporterStatus } from '../../controlplane/realized-reporter.js';
 import type { PodRealization, TraceTask, ViewVersions } from '../../controlplane/types.js';
 import { cutConnectionFlows } from '../../flows/cut-connections.js';
 import { newPodGuardFlows } from '../../flows/newpod-guard.js';
@@ -68,7 +69,9 @@ export interface ControllerModeOptions {
   watcherTuning?: Partial<Pick<ControlPlaneWatcherOptions, 'initialBackoffMs' | 'maxBackoffMs' | 'idleTimeoutMs' | 'requestTimeoutMs'>>;
   newPods?: { realizationPort: number; confirmWithinMs?: number };
   /** The controller's answer to a new Pod's question (the controlplane client; tests inject one). */
-  askController?: (pod: PodQuestion, waitMs: number) => Promise<PodRealization | undefined>;
+  askController?: (pod: PodQuestion, waitMs: number, confirmMs?: number) => Promise<PodRealization | undefined>;
+  /** Told the view versions this Node's bridge enforces, each time they advance (the controlplane's RealizedReporter). */
+  realizedViews?: { set(store: string, versions: ViewVersions): void; status?(): RealizedReporterStatus; stop?(): Promise<void> };
   /** The Service ranges in use (connections to them are judged as Service connections). */
   serviceRanges?: () => readonly string[];
   /** FQDN learning (enforcement/fqdn): the names this Node's Pods resolve become members of the fqdn groups the controller sends. */
@@ -158,6 +161,7 @@ export class ControllerModeEnforcer {
       committed: () => {
         this.sweeper?.request();
         this.waiters.poke();
+        this.reportRealized();
       },
       onRealized: opts.onRealized,
     });
@@ -408,6 +412,15 @@ export class ControllerModeEnforcer {
     this.bridgeSynced = true;
     this.sweeper?.request();
     this.waiters.poke();
+    this.reportRealized();
+  }
+
+  /** Tells the controller what the bridge enforces now (nothing before the bridge holds the flows, or without a store to name). */
+  private reportRealized(): void {
+    const sink = this.opts.realizedViews;
+    if (!sink || !this.bridgeSynced) return;
+    const e = this.follower.enforcedView();
+    if (e?.store !== undefined) sink.set(e.store, e.versions);
   }
 
   connectionsSettled(): Promise<void> {
@@ -427,7 +440,7 @@ export class ControllerModeEnforcer {
       sweeper: this.sweeper,
       newPods: this.newPods,
       dns: this.opts.dns,
-      controlPlane: this.follower.status(this.opts.controller.server),
+      controlPlane: { ...this.follower.status(this.opts.controller.server), realizedReports: this.opts.realizedViews?.status?.() },
     };
   }
 
@@ -545,6 +558,7 @@ export class ControllerModeEnforcer {
     this.sweeper?.close();
     await this.sweeper?.idle();
     await this.watcher.stop();
+    await this.opts.realizedViews?.stop?.();
     await this.api?.stop();
     this.packetIn.close();
     this.opts.dns?.close();

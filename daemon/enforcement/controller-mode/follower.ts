@@ -25,6 +25,7 @@ import type { ControlPlaneStatus } from '../status.js';
 /** What the follower reads of the watcher (ControlPlaneWatcher). */
 export interface FollowedWatcher {
   resourceVersions(): Partial<Record<ControlPlaneKind, string>>;
+  storeId(): string | undefined;
 }
 
 export interface FollowerOptions {
@@ -44,6 +45,8 @@ export interface FollowerOptions {
 
 interface Accepted {
   versions: ViewVersions;
+  /** The store that issued them (undefined: a server that names none). */
+  store: string | undefined;
   /** The flush scheduler's change count right after this commit. */
   seq: number;
 }
@@ -171,7 +174,7 @@ export class ControlPlaneFollower {
     this.pending = false;
     const cs = this.state.commit();
     this.opts.changed(cs);
-    this.accepted.push({ versions: delivered, seq: this.opts.changes() });
+    this.accepted.push({ versions: delivered, store: this.watcher?.storeId(), seq: this.opts.changes() });
     this.everCommitted = true;
     // Flushes that keep failing must not grow this without bound: dropping an older pending commit
     // only makes a realization answer wait for a newer one (later, never wrong).
@@ -208,6 +211,12 @@ export class ControlPlaneFollower {
     const done = this.opts.committedChanges();
     while (this.accepted.length > 0 && this.accepted[0]!.seq <= done) this.enforced = this.accepted.shift();
     return this.enforced?.versions;
+  }
+
+  /** The newest commit whose flows are on the bridge, with the store its versions are of (undefined: none yet, or none since the store changed). */
+  enforcedView(): { versions: ViewVersions; store: string | undefined } | undefined {
+    this.enforcedVersions();
+    return this.enforced && { versions: this.enforced.versions, store: this.enforced.store };
   }
 
   /** This Node enforces its view as of `v`: a commit took in at least `v` of every kind and its flows are on the bridge. */

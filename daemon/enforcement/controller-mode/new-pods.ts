@@ -6,10 +6,14 @@
  * 1. publish the Pod's addresses (its status condition: the controller learns them from it);
  * 2. ask the controller (`/realization`, a long poll) which Nodes need the Pod and at which
  *    versions of their views they hold it — the Pod's own Node (its own policies, through its
- *    AppliedToGroups) and the Nodes whose rules name it as a peer;
+ *    AppliedToGroups) and the Nodes whose rules name it as a peer. The controller waits, for up to
+ *    CONFIRM_SHARE of the time left, until each of those Nodes' agents has reported that its
+ *    bridge enforces those versions (they report every commit to it: one line per Node and
+ *    commit, however many Pods start), and marks the ones that have `confirmed`;
  * 3. wait until this Node enforces its own view as of its versions (the Pod's own rules are on the
- *    bridge), then ask the other Nodes the same with their versions (newpods/gate.ts: the nodes that
- *    do not confirm in time are guarded from, their span Pods' addresses given by the controller).
+ *    bridge), then ask the Nodes not confirmed the same, directly, with their versions, in the
+ *    time left (newpods/gate.ts: the nodes that do not confirm in time are guarded from, their span
+ *    Pods' addresses given by the controller, and asked again in the background).
  *
  * When the controller does not answer, or this Node does not receive the Pod's own state in time,
  * nothing is known of the Pod's policies here: every new connection of the Pod is dropped, both
@@ -21,6 +25,12 @@ import { type PodRealization, type ViewVersions, viewVersionsOf } from '../../co
 import type { GuardedPod } from '../../flows/newpod-guard.js';
 import { NewPodGate, type PodQuestion } from '../newpods/index.js';
 
+/**
+ * The share of a new Pod's time the controller may wait for the span's reports: the rest is for
+ * this Node's own state and a last direct question to the Nodes still not confirmed.
+ */
+export const CONFIRM_SHARE = 0.75;
+
 export interface ControlledPodAdmissionDeps {
   nodeName: string;
   clock: Clock;
@@ -29,8 +39,11 @@ export interface ControlledPodAdmissionDeps {
   /** Long poll length of the background follow-up (default 30 s). */
   backgroundWaitMs?: number;
   publish(pod: PodQuestion): Promise<void>;
-  /** The controller's answer (undefined: it does not hold the Pod at these addresses within `waitMs`); rejects when it cannot be asked. */
-  askController(pod: PodQuestion, waitMs: number): Promise<PodRealization | undefined>;
+  /**
+   * The controller's answer (undefined: it does not hold the Pod at these addresses within
+   * `waitMs`), waiting up to `confirmMs` for the span's reports; rejects when it cannot be asked.
+   */
+  askController(pod: PodQuestion, waitMs: number, confirmMs: number): Promise<PodRealization | undefined>;
   /** Resolves true once this Node enforces its view as of `v`, false after `waitMs`. */
   whenLocalRealized(v: ViewVersions, waitMs: number): Promise<boolean>;
   askPeer(address: string, pod: PodQuestion, waitMs: number, versions: ViewVersions): Promise<boolean>;
@@ -40,6 +53,8 @@ export interface ControlledPodAdmissionDeps {
 export interface ControlledAdmitOutcome {
   /** Nodes the controller named (this one included). */
   span: string[];
+  /** Of those, the Nodes the controller confirmed (their agents reported the versions enforced): not asked. */
+  confirmed: number;
   /** Nodes guarded from ("*": everything, the Pod's own state not enforced here yet). */
   guarded: string[];
   published: boolean;
@@ -68,7 +83,7 @@ export class ControlledPodAdmission {
   /** Pending pauses (asking again), ended by close. */
   private readonly pauses: Pauses;
   private closed = false;
-  private readonly counts = { isolated: 0, released: 0, controllerUnanswered: 0 };
+  private readonly counts = { isolated: 0, released: 0, controllerUnanswered: 0, spanNodes: 0, confirmedByController: 0 };
 
   constructor(private readonly d: ControlledPodAdmissionDeps) {
     this.pauses = new Pauses(d.clock);
@@ -76,7 +91,8 @@ export class ControlledPodAdmission {
       nodeName: d.nodeName,
       span: (namespace, name) => {
         const a = this.answers.get(`${namespace}/${name}`);
-        return new Map((a?.nodes ?? []).filter((n) => n.name !== d.nodeName).map((n) => [n.name, n.podIps]));
+        // A Node the controller confirmed holds the Pod already: not asked, never guarded from.
+        return new Map((a?.nodes ?? []).filter((n) => n.name !== d.nodeName && !n.confirmed).map((n) => [n.name, n.podIps]));
       },
       peerAddress: (node) => this.addresses.get(node),
       // Published in step 1, before the controller is asked.
@@ -118,16 +134,18 @@ export class ControlledPodAdmission {
     if (!answer) {
       this.counts.controllerUnanswered++;
       await this.isolate(pod, 'the controller did not say where the Pod matters in time');
-      return { span: [], guarded: ['*'], published, ms: d.clock.now() - t0 };
+      return { span: [], confirmed: 0, guarded: ['*'], published, ms: d.clock.now() - t0 };
     }
     this.learn(ref, answer);
+    const span = answer.nodes.map((n) => n.name);
+    const confirmed = answer.nodes.filter((n) => n.confirmed).length;
     if (!(await this.ownStateIn(answer, Math.max(0, deadline - d.clock.now())))) {
       await this.isolate(pod, 'this node has not received the Pod\'s own policies in time');
-      return { span: answer.nodes.map((n) => n.name), guarded: ['*'], published, ms: d.clock.now() - t0 };
+      return { span, confirmed, guarded: ['*'], published, ms: d.clock.now() - t0 };
     }
-    const out = await this.peers.admit(pod);
+    const out = await this.peers.admit(pod, new Map(), Math.max(0, deadline - d.clock.now()));
     this.settled(pod);
-    return { span: answer.nodes.map((n) => n.name), guarded: out.guarded, published, ms: d.clock.now() - t0 };
+    return { span, confirmed, guarded: out.guarded, published, ms: d.clock.now() - t0 };
   }
 
   /** The Pod is gone from this node: its guards go with its flows. */
@@ -144,7 +162,16 @@ export class ControlledPodAdmission {
     return out;
   }
 
-  status(): ReturnType<NewPodGate['status']> & { isolatedPods: { pod: string; why: string; sinceMs: number }[]; isolated: number; released: number; controllerUnanswered: number; answersHeld: number } {
+  status(): ReturnType<NewPodGate['status']> & {
+    isolatedPods: { pod: string; why: string; sinceMs: number }[];
+    isolated: number;
+    released: number;
+    controllerUnanswered: number;
+    /** Nodes named in the controller's answers, and of those, the ones it confirmed (not asked). */
+    spanNodes: number;
+    confirmedByController: number;
+    answersHeld: number;
+  } {
     const now = this.d.clock.now();
     return {
       ...this.peers.status(),
@@ -162,6 +189,8 @@ export class ControlledPodAdmission {
 
   private learn(ref: string, answer: PodRealization): void {
     this.answers.set(ref, answer);
+    this.counts.spanNodes += answer.nodes.length;
+    this.counts.confirmedByController += answer.nodes.filter((n) => n.confirmed).length;
     for (const n of answer.nodes) if (n.address) this.addresses.set(n.name, n.address);
   }
 
@@ -181,7 +210,7 @@ export class ControlledPodAdmission {
       const left = deadline - clock.now();
       if (left <= 0 || this.closed) return undefined;
       try {
-        return await this.d.askController(pod, left);
+        return await this.d.askController(pod, left, Math.floor(left * CONFIRM_SHARE));
       } catch (err) {
         if (attempt === 0) this.d.log.warn({ pod: refOf(pod), err: (err as Error).message }, 'new Pod: the controller could not be asked; asking again');
       }
@@ -210,7 +239,7 @@ export class ControlledPodAdmission {
     while (current()) {
       let answer: PodRealization | undefined;
       try {
-        answer = await d.askController(iso.pod, wait);
+        answer = await d.askController(iso.pod, wait, d.confirmWithinMs);
         failures = 0;
       } catch {
         await this.pauses.sleep(Math.min(5000, 100 * 2 ** failures++));

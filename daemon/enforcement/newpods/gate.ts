@@ -93,8 +93,10 @@ export class NewPodGate {
    * Steps 1–3 of the header; resolves once the Pod may start (its guard, if any, is on the bridge).
    * `previous`: the span of a Pod that held one of these addresses before (a reused address):
    * those nodes must also have let go of the old owner, or they would judge the new Pod as it.
+   * `waitMs`: how long the answers are waited for (default `confirmWithinMs`; 0 guards every node
+   * of the span at once and asks them in the background).
    */
-  async admit(pod: NewPod, previous: ReadonlyMap<string, readonly string[]> = new Map()): Promise<AdmitOutcome> {
+  async admit(pod: NewPod, previous: ReadonlyMap<string, readonly string[]> = new Map(), waitMs = this.d.confirmWithinMs): Promise<AdmitOutcome> {
     const { d } = this;
     const t0 = d.clock.now();
     const ref = podRef(pod);
@@ -106,7 +108,7 @@ export class NewPodGate {
     });
     const span = this.spanNodes(pod, previous);
     // The question may be asked as the publication goes: the answer waits for it.
-    const answers = await Promise.all(span.map((node) => this.askOnce(node, pod, d.confirmWithinMs)));
+    const answers = await Promise.all(span.map((node) => this.askOnce(node, pod, waitMs)));
     await publication;
     const lagging = span.filter((_, i) => !answers[i]);
     this.counts.admitted++;
