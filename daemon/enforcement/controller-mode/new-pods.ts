@@ -76,6 +76,8 @@ export class ControlledPodAdmission {
    * its Pods' addresses, tens of thousands in a large cluster, and nothing reads it after.
    */
   private readonly answers = new Map<string, PodRealization>();
+  /** Each answer's span as the gate reads it (Node → its span Pods' addresses), the confirmed Nodes left out. */
+  private readonly spans = new WeakMap<PodRealization, Map<string, string[]>>();
   /** Node → address, from the answers. */
   private readonly addresses = new Map<string, string>();
   private readonly isolated = new Map<string, Isolation>();
@@ -91,8 +93,12 @@ export class ControlledPodAdmission {
       nodeName: d.nodeName,
       span: (namespace, name) => {
         const a = this.answers.get(`${namespace}/${name}`);
+        if (!a) return new Map();
+        // Built once per answer: the gate reads it for every lagging Node it follows.
+        let span = this.spans.get(a);
         // A Node the controller confirmed holds the Pod already: not asked, never guarded from.
-        return new Map((a?.nodes ?? []).filter((n) => n.name !== d.nodeName && !n.confirmed).map((n) => [n.name, n.podIps]));
+        if (!span) this.spans.set(a, (span = new Map(a.nodes.filter((n) => n.name !== d.nodeName && !n.confirmed).map((n) => [n.name, n.podIps]))));
+        return span;
       },
       peerAddress: (node) => this.addresses.get(node),
       // Published in step 1, before the controller is asked.

@@ -82,6 +82,9 @@ export class NewPodGate {
   /** Pending pauses (asking again), ended by close. */
   private readonly pauses: Pauses;
   private closed = false;
+  /** A lift waits for the flows to be applied; an apply for lifts is under way. */
+  private liftsWaiting = false;
+  private liftsApplying = false;
   /** Figures for status and metrics. */
   private readonly counts = { admitted: 0, guarded: 0, lifted: 0, publishFailures: 0 };
 
@@ -142,24 +145,37 @@ export class NewPodGate {
   guarded(): GuardedPod[] {
     const out: GuardedPod[] = [];
     for (const g of this.guards.values()) {
-      const peerIps = this.peersOf(g);
-      if (peerIps.length > GUARD_PEER_BUDGET) out.push({ podIps: g.pod.ips, peerIps: [], all: true });
-      else if (peerIps.length > 0) out.push({ podIps: g.pod.ips, peerIps });
+      const peers = this.peersOf(g);
+      if (peers.size > GUARD_PEER_BUDGET) out.push({ podIps: g.pod.ips, peerIps: [], all: true });
+      else if (peers.size > 0) out.push({ podIps: g.pod.ips, peerIps: [...peers].sort() });
     }
     return out;
   }
 
-  private peersOf(g: Guard): string[] {
+  /**
+   * The guard's peer addresses, gathered only up to one over the budget: past it the guard is the
+   * Pod's whole isolation, and a guard from thousands of Nodes (tens of thousands of addresses) is
+   * read again at every apply while they confirm.
+   */
+  private peersOf(g: Guard): Set<string> {
     const span = this.d.span(g.pod.namespace, g.pod.name);
-    return [...new Set([...g.lagging].flatMap((n) => [...(span.get(n) ?? []), ...(g.previous.get(n) ?? [])]))].sort();
+    const out = new Set<string>();
+    for (const n of g.lagging) {
+      for (const ip of [...(span.get(n) ?? []), ...(g.previous.get(n) ?? [])]) {
+        out.add(ip);
+        if (out.size > GUARD_PEER_BUDGET) return out;
+      }
+    }
+    return out;
   }
 
   status(): { guardedPods: { pod: string; nodes: string[]; peers: number; whole: boolean; sinceMs: number }[]; admitted: number; guarded: number; lifted: number; publishFailures: number } {
     const now = this.d.clock.now();
     return {
       ...this.counts,
+      // `peers` counted up to GUARD_PEER_BUDGET + 1 (`whole` past the budget).
       guardedPods: [...this.guards].map(([pod, g]) => {
-        const peers = this.peersOf(g).length;
+        const peers = this.peersOf(g).size;
         return { pod, nodes: [...g.lagging].sort(), peers, whole: peers > GUARD_PEER_BUDGET, sinceMs: now - g.since };
       }),
     };
@@ -170,6 +186,25 @@ export class NewPodGate {
     this.pauses.close();
   }
 
+
+  /**
+   * Applies the flows once for every lift made meanwhile: thousands of Nodes may confirm within
+   * moments of each other (a Pod guarded from a large span), and one apply per lift would each
+   * recompute every guard. A lift only lets traffic through, so it may wait for the apply under
+   * way; a guard is always put in place at once (admit).
+   */
+  private applyLifts(): void {
+    this.liftsWaiting = true;
+    if (this.liftsApplying) return;
+    this.liftsApplying = true;
+    void (async () => {
+      while (this.liftsWaiting && !this.closed) {
+        this.liftsWaiting = false;
+        await this.d.applyFlows().catch((err: unknown) => this.d.log.warn({ err: (err as Error).message }, 'new Pod: lifting a guard: applying flows failed; the next sync lifts it'));
+      }
+      this.liftsApplying = false;
+    })();
+  }
 
   private spanNodes(pod: NewPod, previous: ReadonlyMap<string, readonly string[]>): string[] {
     return [...new Set([...this.d.span(pod.namespace, pod.name).keys(), ...previous.keys()])].filter((n) => n !== this.d.nodeName).sort();
@@ -212,11 +247,11 @@ export class NewPodGate {
         this.counts.lifted++;
         d.guardEnded?.(guard.pod);
       }
-      d.applyFlows().catch((err: unknown) => d.log.warn({ err: (err as Error).message }, 'new Pod: lifting a guard: applying flows failed; the next sync lifts it'));
+      this.applyLifts();
     };
     void (async () => {
       if (!current()) return;
-      if (!this.spanNodes(guard.pod, guard.previous).includes(node)) return lift('no longer in the span');
+      if (!guard.previous.has(node) && !d.span(guard.pod.namespace, guard.pod.name).has(node)) return lift('no longer in the span');
       const address = d.peerAddress(node);
       let yes = false;
       let failed = false;
