@@ -11,6 +11,10 @@
  *   it, and the lab's nodes, node-1 and node-2, are two of the model's Nodes. The model's Pods on
  *   them (30 each at the default size) run for real: the lab's kubelet creates their sandboxes
  *   through the CNI chain (ptp, then sluice) and reports their addresses.
+ * - The other Nodes' agents are stand-ins: each reports to the controller that its bridge enforces
+ *   every version (standInReports), and a responder answers yes to any question asked of them
+ *   directly (standInAgents). The new-Pod admissions of the lab's Pods: how many span Nodes the
+ *   controller confirmed, how many questions went to agents directly, the ADD's time.
  * - Once every local Pod runs and the agents' flows stand still: each agent's RSS (current and
  *   peak) and JS heap, the flows on its bridge, the controller's RSS.
  * - Real packets: a sample of connections between the lab's Pods, each verdict compared with the
@@ -29,16 +33,21 @@
  * (--keep: the lab stays up at the end, to look at.)
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import type http from 'node:http';
+import https from 'node:https';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PolicyEngine } from '../daemon/policy/engine.js';
 import type { KubeObject, Probe } from '../daemon/policy/types.js';
 import { POLICY_INPUT_RESOURCES } from '../daemon/enforcement/watch/resources.js';
 import { agentLogPath, newPodAdmissions } from '../lab/agent.js';
-import { controllerPidPath } from '../lab/controller.js';
+import { serviceAccountToken } from '../lab/apiserver/satoken.js';
+import { CONTROLLER_NAMESPACE, controllerPidPath } from '../lab/controller.js';
+import { serviceAccountKeyPath } from '../lab/control.js';
+import { REALIZED_VIEWS_PATH, STORE_HEADER } from '../daemon/controlplane/types.js';
 import { resolveKind } from '../lab/kinds.js';
-import { vpcNetns } from '../lab/net/names.js';
+import { nodeStateDir, vpcNetns } from '../lab/net/names.js';
 import { missingLabPrerequisites } from '../lab/net/prereq.js';
 import { listNetns } from '../lab/net/topology.js';
 import { CONFIG_DEFAULTS } from '../daemon/config.js';
@@ -73,7 +82,8 @@ if (missing.length > 0) {
 
 /**
  * The agents of the Nodes outside the lab, as far as a lab agent sees them: each new local Pod's
- * agent asks the Nodes whose rules name the Pod whether they enforce it (enforcement/newpods), at
+ * agent asks the Nodes whose rules name the Pod, and that the controller did not confirm from
+ * their reports, whether they enforce it (enforcement/newpods), at
  * their addresses (the model's 172.20.0.0/16, routed to the lab's VPC namespace). A responder there
  * takes every such address and answers yes at once, as healthy agents would; without it no answer
  * comes and every local Pod stays guarded from those Nodes (fail closed, as designed). It counts
@@ -104,6 +114,72 @@ async function standInAgents(): Promise<{ questions(): Promise<number>; stop(): 
   };
 }
 
+/**
+ * The realized-views reports of the Nodes outside the lab (controlplane/realized-reporter.ts): a
+ * stand-in for each holds its own request to the controller, authenticated as its Node's agent,
+ * and reports that its bridge enforces every version, as a healthy agent does once it commits.
+ * The controller then confirms those Nodes for a new Pod as it would real ones, and the lab's
+ * agents ask them nothing. Opened as soon as the controller's CA and port are known (before the
+ * lab's Pods start), and opened again until every one is taken.
+ */
+async function standInReports(nodes: string[]): Promise<{ open(): number; stop(): void }> {
+  const caPath = join(nodeStateDir(LAB, LAB_NODES[0]!), 'controller-ca.crt');
+  const pidPath = controllerPidPath(LAB, 'controller-0');
+  for (const deadline = Date.now() + 300_000; !(existsSync(caPath) && existsSync(pidPath)); await sleep(100)) {
+    if (Date.now() > deadline) throw new Error(`the lab's controller did not start within 300 s (${caPath}, ${pidPath})`);
+  }
+  const args = readFileSync(`/proc/${readFileSync(pidPath, 'utf8').trim()}/cmdline`, 'utf8').split('\0');
+  const port = Number(args[args.indexOf('--listen') + 1]?.split(':').pop());
+  const ca = readFileSync(caPath);
+  const key = readFileSync(serviceAccountKeyPath(LAB), 'utf8').trim();
+  const agent = new https.Agent({ keepAlive: false, maxSockets: Number.POSITIVE_INFINITY });
+  // The largest version a report may carry (30 digits): above any a store issues.
+  const EVERY = '9'.repeat(30);
+  const open = new Map<string, http.ClientRequest>();
+  let stopped = false;
+  const report = (node: string) => new Promise<void>((resolve) => {
+    const token = serviceAccountToken(key, CONTROLLER_NAMESPACE, 'sluice-agent', { podName: `sluice-agent-${node}`, nodeName: node });
+    const req = https.request({ host: '127.0.0.1', port, path: REALIZED_VIEWS_PATH, method: 'POST', ca, agent, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/x-ndjson' } });
+    req.on('response', (res) => {
+      const store = res.headers[STORE_HEADER];
+      if (res.statusCode === 200 && typeof store === 'string') {
+        req.write(`${JSON.stringify({ store, versions: { NetworkPolicy: EVERY, AppliedToGroup: EVERY, AddressGroup: EVERY } })}\n`);
+        open.set(node, req);
+        res.on('close', () => open.delete(node));
+        res.on('error', () => undefined);
+      } else req.destroy();
+      res.resume();
+      resolve();
+    });
+    req.on('error', () => resolve());
+    req.flushHeaders();
+  });
+  const ready = () => new Promise<boolean>((resolve) => {
+    const req = https.get({ host: '127.0.0.1', port, path: '/readyz', ca, agent }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.on('error', () => resolve(false));
+  });
+  // As agents do, they back off while the controller cannot take them: every attempt costs it a
+  // TLS handshake and a TokenReview, and thousands at once would starve its first lists.
+  void (async () => {
+    while (!stopped && !(await ready())) await sleep(500);
+    while (!stopped && open.size < nodes.length) {
+      const missing = nodes.filter((n) => !open.has(n));
+      for (let i = 0; i < missing.length && !stopped; i += 200) await Promise.all(missing.slice(i, i + 200).map(report));
+      if (open.size < nodes.length) await sleep(2000);
+    }
+  })();
+  return {
+    open: () => open.size,
+    stop: () => {
+      stopped = true;
+      for (const r of open.values()) r.destroy();
+    },
+  };
+}
+
 // ---------------------------------------------------------------------------- the cluster
 
 const dir = mkdtempSync(join(tmpdir(), 'sluice-scale-lab-'));
@@ -111,9 +187,11 @@ const seed = join(dir, 'seed.json');
 const namespaces = Math.round(PODS / PODS_PER_NS);
 console.log(`== scale-lab: ${PODS} Pods in ${namespaces} Namespaces on ${NODES} Nodes (the lab runs ${LAB_NODES.join(' and ')}), ${POLICIES} policies (load ${loadavg()[0]!.toFixed(1)})`);
 let npCandidates: KubeObject[];
+let modelNodes: string[];
 {
   const model = clusterModel({ namespaces, podsPerNamespace: PODS_PER_NS, nodes: NODES, policies: POLICIES });
   const labNamespaces = new Set(model.cluster.filter((o) => o.kind === 'Pod' && LAB_NODES.includes(String(o.spec?.nodeName))).map((o) => o.metadata.namespace));
+  modelNodes = model.cluster.filter((o) => o.kind === 'Node').map((o) => o.metadata.name);
   npCandidates = model.policies.filter((p) => p.kind === 'NetworkPolicy' && p.apiVersion === 'networking.k8s.io/v1' && labNamespaces.has(p.metadata.namespace));
   // The lab's Pods as the scheduler leaves them, bound and not running yet: their sandboxes, and so
   // their addresses, come from the lab's kubelets (a seeded Pod's status would claim an address of
@@ -124,8 +202,10 @@ let npCandidates: KubeObject[];
 
 let labUp = false;
 let responder: Awaited<ReturnType<typeof standInAgents>> | undefined;
+let reports: Awaited<ReturnType<typeof standInReports>> | undefined;
 const cleanup = async () => {
   responder?.stop();
+  reports?.stop();
   if (labUp && KEEP) console.log(`lab ${LAB} left up (--keep): sluice-lab down --name ${LAB} removes it`);
   else if (labUp) await down({ name: LAB, all: false }, () => undefined).catch((err: Error) => console.log(`removing lab ${LAB}: ${err.message}`));
   rmSync(dir, { recursive: true, force: true });
@@ -147,6 +227,7 @@ async function run(): Promise<void> {
   // controller and the agents). A question it missed would leave a guard, which the agent lifts
   // when it asks again; the figures below are taken once no guard is left.
   responder = await standInAgents();
+  reports = await standInReports(modelNodes.filter((n) => !LAB_NODES.includes(n)));
   const { info } = await upDone;
   const rest = clientFor(info);
   const upS = (performance.now() - t0) / 1000;
@@ -159,7 +240,7 @@ async function run(): Promise<void> {
     if (Date.now() > deadline) throw new Error(`the lab's Pods did not all run within 600 s: ${local.filter((p) => p.status?.phase !== 'Running').map((p) => `${p.metadata.namespace}/${p.metadata.name} ${String(p.status?.phase)}`).slice(0, 5).join(', ')}`);
   }
   const podsS = (performance.now() - t0) / 1000;
-  type NewPodsStatus = { newPods?: { guardedPods?: { pod: string }[] } };
+  type NewPodsStatus = { newPods?: { guardedPods?: { pod: string }[]; spanNodes?: number; confirmedByController?: number } };
   const guarded = () => LAB_NODES.flatMap((n) => (agentStatus(LAB, n)?.enforcement as NewPodsStatus | undefined)?.newPods?.guardedPods ?? [{ pod: `${n}: /status unavailable` }]);
   for (const deadline = Date.now() + 300_000; guarded().length > 0; await sleep(500)) {
     if (Date.now() > deadline) throw new Error(`Pods still guarded 300 s after they ran: ${guarded().slice(0, 3).map((g) => g.pod).join(', ')}`);
@@ -167,7 +248,12 @@ async function run(): Promise<void> {
   const tails = new Map(LAB_NODES.map((n) => [n, new LogTail(agentLogPath(LAB, n))]));
   await Promise.all([...tails.values()].map((t) => t.settle()));
   const admissions = LAB_NODES.flatMap((n) => [...newPodAdmissions(LAB, n).values()]);
-  console.log(`new-Pod admissions of the lab's Pods (CNI ADD: the span's agents asked, ${await responder.questions()} questions answered by the stand-ins): ` +
+  const newPodsOf = (n: string) => (agentStatus(LAB, n)?.enforcement as NewPodsStatus | undefined)?.newPods;
+  const spanNodes = LAB_NODES.reduce((sum, n) => sum + (newPodsOf(n)?.spanNodes ?? 0), 0);
+  const confirmed = LAB_NODES.reduce((sum, n) => sum + (newPodsOf(n)?.confirmedByController ?? 0), 0);
+  console.log(`the controller's answers named ${spanNodes} span Nodes and confirmed ${confirmed} of them from their agents' reports (${reports.open()} stand-ins reporting); ` +
+    `${await responder.questions()} questions asked of agents directly`);
+  console.log('new-Pod admissions of the lab\'s Pods (CNI ADD): ' +
     `p50 ${f1(pct(admissions.map((a) => a.ms), 50))} ms, max ${f1(Math.max(...admissions.map((a) => a.ms)))} ms; ${admissions.filter((a) => a.guarded.length > 0).length} of ${admissions.length} started guarded`);
   console.log(`lab up ${upS.toFixed(1)} s after the start (API server loaded, controller serving, agents running); the lab's ${local.length} Pods running ${podsS.toFixed(1)} s after it; flows standing still ${((performance.now() - t0) / 1000).toFixed(1)} s after it`);
 
@@ -215,6 +301,50 @@ async function run(): Promise<void> {
     const allowed = results.filter((r) => r.verdict === 'allow').length;
     console.log(`real packets: ${results.length} connections between the lab's Pods (${allowed} allowed, ${results.length - allowed} not), each compared with the evaluator fed the whole cluster (${objects} objects): ${differ.length} differed` +
       differ.slice(0, 5).map((r) => `\n  ${r.from} -> ${r.to} ${r.protocol}/${r.port}: datapath ${r.verdict}`).join(''));
+  }
+
+  // ---------------------------------------------------------------------- new Pods, the lab running
+
+  // A real Pod started on node-1 once everything stands still, like one of its own (the same
+  // Namespace and labels, so the same span), then deleted: the ADD's time, the span Nodes the
+  // controller confirmed from their agents' reports, and the questions asked of agents directly.
+  {
+    // The steady state: every stand-in reporting (they connect while the lab starts).
+    const standIns = modelNodes.length - LAB_NODES.length;
+    for (const deadline = Date.now() + 300_000; reports.open() < standIns; await sleep(500)) {
+      if (Date.now() > deadline) throw new Error(`only ${reports.open()} of ${standIns} stand-ins report to the controller after 300 s`);
+    }
+    const template = local.find((p) => p.spec?.nodeName === LAB_NODES[0])!;
+    const ns = template.metadata.namespace!;
+    const times: number[] = [];
+    const confirmedOf: number[] = [];
+    const spans: number[] = [];
+    let guardedCount = 0;
+    const questions0 = await responder.questions();
+    for (let i = 0; i < REPS; i++) {
+      const name = `bench-new-${i}`;
+      await rest.create(POD, { apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: ns, labels: template.metadata.labels ?? {} }, spec: { ...template.spec } });
+      let outcome: { ms: number; guarded: string[]; confirmed?: number; span?: number } | undefined;
+      for (const deadline = Date.now() + 120_000; !(outcome = newPodAdmissions(LAB, LAB_NODES[0]!).get(`${ns}/${name}`)); await sleep(100)) {
+        if (Date.now() > deadline) throw new Error(`${ns}/${name}: no ADD on ${LAB_NODES[0]} within 120 s`);
+      }
+      times.push(outcome.ms);
+      confirmedOf.push(outcome.confirmed ?? 0);
+      spans.push(outcome.span ?? 0);
+      if (outcome.guarded.length > 0) guardedCount++;
+      await rest.delete(POD, name, ns);
+      for (const deadline = Date.now() + 120_000; ; await sleep(200)) {
+        try {
+          await rest.get(POD, name, ns);
+        } catch {
+          break; // gone: its sandbox was torn down
+        }
+        if (Date.now() > deadline) throw new Error(`${ns}/${name}: not gone within 120 s of its deletion`);
+      }
+    }
+    const questions = (await responder.questions()) - questions0;
+    console.log(`\nnew Pods on ${LAB_NODES[0]} once the lab runs (like ${ns}/${template.metadata.name}, ${REPS} reps): CNI ADD p50 ${f1(pct(times, 50))} ms, max ${f1(Math.max(...times))} ms; ` +
+      `span ${pct(spans, 50)} Nodes, ${pct(confirmedOf, 50)} confirmed by the controller (p50); ${questions} questions asked of agents directly; ${guardedCount} of ${REPS} started guarded`);
   }
 
   // ---------------------------------------------------------------------- churn

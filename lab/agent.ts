@@ -37,7 +37,8 @@ export function newPodAdmissions(lab: string, node: string): Map<string, NewPodA
         out.set(o.pod, {
           ms: o.ms,
           guarded: o.guarded ?? [],
-          ...(Array.isArray(o.span) ? { span: o.span.length } : {}),
+          // Standalone agents log the span's Nodes, controller-mode agents their number.
+          ...(Array.isArray(o.span) ? { span: o.span.length } : typeof o.span === 'number' ? { span: o.span } : {}),
           ...(typeof o.confirmed === 'number' ? { confirmed: o.confirmed } : {}),
         });
       }

@@ -44,6 +44,9 @@ export const nodeStatusCommand: CommandModule<object, NodeArgs & { json: boolean
         ? `  policy source: sluice-controller ${cp.server}, following since ${cp.since} (${cp.enforcedPolicies} policies, ${cp.appliedToGroups} AppliedToGroups, ${cp.addressGroups} AddressGroups)${cp.held ? `; held: ${cp.held}` : ''}`
         : `  POLICY SOURCE UNREACHABLE: sluice-controller ${cp.server} since ${cp.since}: ${cp.reason ?? ''}; the state received last stays enforced`);
       if (!cp.connected) process.exitCode = 1;
+      // Costs time, not safety: new Pods' agents ask this node directly instead.
+      const r = cp.realizedReports;
+      if (r && !r.connected) console.log(`  realized views not reported to the controller${r.lastError ? `: ${r.lastError}` : ''}; new Pods' agents ask this node directly meanwhile`);
     }
     const newPods = enforcement?.newPods;
     if (newPods) {

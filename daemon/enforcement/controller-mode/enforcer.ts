@@ -274,7 +274,8 @@ export class ControllerModeEnforcer {
   async podStarting(pod: PodAttachment): Promise<void> {
     if (!pod.podName || !this.newPods || pod.ips.length === 0) return;
     const out = await this.newPods.admit({ namespace: pod.podNamespace, name: pod.podName, ips: pod.ips });
-    this.opts.log.info({ pod: `${pod.podNamespace}/${pod.podName}`, ...out }, 'new Pod: span asked');
+    // The span's size, not its names: thousands of Nodes in a large cluster, on every ADD.
+    this.opts.log.info({ pod: `${pod.podNamespace}/${pod.podName}`, ...out, span: out.span.length }, 'new Pod: span asked');
   }
 
   localPodsAtStart(pods: PodAttachment[]): void {
