@@ -415,6 +415,9 @@ export class ControlPlaneApi {
     res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private', [STORE_HEADER]: store });
     res.flushHeaders();
     const counts = { applied: 0, otherStore: 0 };
+    // What the reports kept name as their request: an empty object, so a kept report holds
+    // nothing of the request once it is over.
+    const source = {};
     return new Promise((resolve) => {
       let buffered = '';
       let ended = false;
@@ -423,7 +426,7 @@ export class ControlPlaneApi {
         ended = true;
         this.reportStreams.delete(stream);
         req.off('data', onData);
-        if (broken) sink.broken(node, stream);
+        if (broken) sink.broken(node, source);
         if (failure !== undefined) this.opts.log?.warn({ node, err: failure }, 'control plane API: a realized-views report refused; the request is ended');
         if (!res.destroyed) res.end(`${JSON.stringify(failure === undefined ? counts : statusObject(400, 'BadRequest', failure))}\n`);
         resolve();
@@ -442,7 +445,7 @@ export class ControlPlaneApi {
           if (r.store !== store) counts.otherStore++;
           else {
             counts.applied++;
-            sink.report(node, r.versions, stream);
+            sink.report(node, r.versions, source);
           }
         }
         if (buffered.length > MAX_REPORT_LINE) end(`a line of over ${MAX_REPORT_LINE} bytes`);
