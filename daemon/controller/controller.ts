@@ -123,8 +123,9 @@ export class PolicyController {
   /**
    * Resolves with podRealization(q) as soon as it is defined (checked at each poke), undefined after
    * `waitMs`. With `confirmMs` (counted from now), the answer then waits until every other Node of
-   * the span has reported that its bridge enforces the versions named for it, or until `confirmMs`
-   * has passed; those that have are marked `confirmed`, without their Pods' addresses.
+   * the span that reports has reported that its bridge enforces the versions named for it, or until
+   * `confirmMs` has passed; those that have are marked `confirmed`, without their Pods' addresses.
+   * A Node with no report is not waited for (realized-views.ts): it is asked directly.
    */
   async whenPodRealized(q: PodQuestion, waitMs: number, confirmMs?: number): Promise<PodRealization | undefined> {
     const t0 = this.clock.now();

@@ -67,9 +67,14 @@ export class RealizedViews {
     return have !== undefined && viewCovers(have.versions, need);
   }
 
-  /** Resolves once every Node of `need` has reported at least its versions, or after `waitMs`. */
+  /**
+   * Resolves once every Node of `need` that reports has reported at least its versions, or after
+   * `waitMs`. A Node with no report kept (its agent does not report, has not yet in this term, or
+   * its request broke) is not waited for: the new Pod's agent asks it directly, and should not
+   * lose its time here first.
+   */
   whenConfirmed(need: ReadonlyMap<string, ViewVersions>, waitMs: number): Promise<void> {
-    const left = new Map([...need].filter(([node, v]) => !this.confirmed(node, v)));
+    const left = new Map([...need].filter(([node, v]) => this.reports.has(node) && !this.confirmed(node, v)));
     if (left.size === 0 || waitMs <= 0) return Promise.resolve();
     return new Promise((resolve) => {
       const p: Pending = {

@@ -24,6 +24,7 @@ t.test('RealizedViews: a question waits for the Nodes it names; one report answe
   t.ok(viewCovers(v(3, 2, 5), v(3, 1, 5)) && !viewCovers(v(3, 2, 5), v(4, 0, 0)), 'covers: at least every kind');
 
   views.report('n2', v(1, 1, 1), REQUEST);
+  views.report('n3', v(0, 0, 0), REQUEST);
   let a = false;
   let b = false;
   void views.whenConfirmed(new Map([['n2', v(2, 1, 4)], ['n3', v(0, 0, 2)]]), 1000).then(() => (a = true));
@@ -40,7 +41,9 @@ t.test('RealizedViews: a question waits for the Nodes it names; one report answe
   t.ok(a, 'answered once both Nodes reported enough');
   t.equal(views.waitingQuestions, 0);
 
-  // Nothing reported: answered when the wait is over; a question already covered, at once.
+  // A Node that reports but not enough: answered when the wait is over. A Node with no report at
+  // all is not waited for. A question already covered: at once.
+  views.report('n4', v(0, 0, 0), REQUEST);
   let late = false;
   void views.whenConfirmed(new Map([['n4', v(1, 1, 1)]]), 500).then(() => (late = true));
   await clock.advance(499);
@@ -48,6 +51,10 @@ t.test('RealizedViews: a question waits for the Nodes it names; one report answe
   await clock.advance(1);
   t.ok(late, 'answered at the end of the wait');
   t.notOk(views.confirmed('n4', v(1, 1, 1)));
+  let silent = false;
+  void views.whenConfirmed(new Map([['n9', v(1, 1, 1)]]), 500).then(() => (silent = true));
+  await clock.advance(0);
+  t.ok(silent, 'a Node that never reported is not waited for');
   t.ok(views.confirmed('n3', v(0, 0, 9)));
   await views.whenConfirmed(new Map([['n3', v(0, 0, 1)]]), 0);
 
@@ -64,6 +71,7 @@ t.test('RealizedViews: a question waits for the Nodes it names; one report answe
   t.notOk(views.confirmed('n3', v(0, 0, 0)), 'the request that carried it broke: the report goes');
 
   // Leadership lost: every report goes, waiting questions are answered (with nothing confirmed).
+  views.report('n5', v(0, 0, 0), REQUEST);
   let cleared = false;
   void views.whenConfirmed(new Map([['n5', v(1, 1, 1)]]), 10_000).then(() => (cleared = true));
   views.clear();
