@@ -248,9 +248,10 @@ async function run(): Promise<void> {
   const tails = new Map(LAB_NODES.map((n) => [n, new LogTail(agentLogPath(LAB, n))]));
   await Promise.all([...tails.values()].map((t) => t.settle()));
   const admissions = LAB_NODES.flatMap((n) => [...newPodAdmissions(LAB, n).values()]);
-  const newPodsOf = (n: string) => (agentStatus(LAB, n)?.enforcement as NewPodsStatus | undefined)?.newPods;
-  const spanNodes = LAB_NODES.reduce((sum, n) => sum + (newPodsOf(n)?.spanNodes ?? 0), 0);
-  const confirmed = LAB_NODES.reduce((sum, n) => sum + (newPodsOf(n)?.confirmedByController ?? 0), 0);
+  // Each agent's /status read once for both figures.
+  const newPods = LAB_NODES.map((n) => (agentStatus(LAB, n)?.enforcement as NewPodsStatus | undefined)?.newPods);
+  const spanNodes = newPods.reduce((sum, p) => sum + (p?.spanNodes ?? 0), 0);
+  const confirmed = newPods.reduce((sum, p) => sum + (p?.confirmedByController ?? 0), 0);
   console.log(`the controller's answers named ${spanNodes} span Nodes and confirmed ${confirmed} of them from their agents' reports (${reports.open()} stand-ins reporting); ` +
     `${await responder.questions()} questions asked of agents directly`);
   console.log('new-Pod admissions of the lab\'s Pods (CNI ADD): ' +

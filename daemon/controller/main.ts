@@ -102,7 +102,7 @@ async function main(): Promise<number> {
     // Users with no Node of their own: the allow-list, else RBAC through a SubjectAccessReview.
     readAll: (user, id, resource) => readAll.has(user) || sar.mayList(id, resource),
     realization: (q, waitMs, confirmMs) => controller.whenPodRealized(q, waitMs, confirmMs),
-    realizedViews: controller.realizedViews.sink(),
+    realizedViews: controller.realizedViews,
     traceDestination: (to, family, node) => controller.traceDestination(to, family, node),
     traceflows: {
       broker: traceflows,

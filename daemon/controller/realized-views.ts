@@ -7,23 +7,18 @@
  *
  * A report replaces the Node's last one: an agent that restarted reports what its bridge holds now.
  * A report is trusted while the request that carried it lasts or was ended cleanly (the agent
- * opens the next): one whose request broke goes (`forget`), since the agent may be gone and its
+ * opens the next): one whose request broke goes (`broken`), since the agent may be gone and its
  * bridge with it; the Node is then asked directly until it reports again. Every report goes when
  * this replica stops leading (clear): a later term may meet agents that followed another leader
  * meanwhile, and they report again.
  */
 import type { Clock } from '../clock.js';
-import { CONTROLPLANE_KINDS, type ViewVersions } from '../controlplane/types.js';
+import { type ViewVersions, viewCovers } from '../controlplane/types.js';
 
 interface Pending {
   /** Node → the versions it must report, for the Nodes that have not yet. */
   left: Map<string, ViewVersions>;
   finish(): void;
-}
-
-/** `have` is at least `need` in every kind. */
-export function viewCovers(have: ViewVersions, need: ViewVersions): boolean {
-  return CONTROLPLANE_KINDS.every((k) => have[k] >= need[k]);
 }
 
 export class RealizedViews {
@@ -52,13 +47,8 @@ export class RealizedViews {
   }
 
   /** The request `source` that carried Node `node`'s last report broke: that report goes (a later one, on another request, stays). */
-  forget(node: string, source: object): void {
+  broken(node: string, source: object): void {
     if (this.reports.get(node)?.source === source) this.reports.delete(node);
-  }
-
-  /** What the API server calls (ControlPlaneApiOptions.realizedViews). */
-  sink(): { report(node: string, versions: ViewVersions, source: object): void; broken(node: string, source: object): void } {
-    return { report: (node, versions, source) => this.report(node, versions, source), broken: (node, source) => this.forget(node, source) };
   }
 
   /** Node `node` reported at least `need`. */

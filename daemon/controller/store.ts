@@ -30,6 +30,7 @@ import {
   type ControlPlaneKind,
   type ControlPlaneObject,
   formatViewVersions,
+  viewVersionStrings,
   VIEW_VERSIONS_ANNOTATION,
 } from '../controlplane/types.js';
 
@@ -446,8 +447,7 @@ export class ControlPlaneStore {
    * answer tells the agents to wait for.
    */
   lastChanges(node: string): Record<ControlPlaneKind, string> {
-    const last = this.views.get(node)?.last;
-    return { NetworkPolicy: String(last?.NetworkPolicy ?? 0), AppliedToGroup: String(last?.AppliedToGroup ?? 0), AddressGroup: String(last?.AddressGroup ?? 0) };
+    return viewVersionStrings(this.views.get(node)?.last ?? NO_CHANGES);
   }
 
   /**

@@ -14,7 +14,7 @@ import type { ClientRequest } from 'node:http';
 import type { Logger } from 'pino';
 import { type Clock, Pauses, realClock, type TimerHandle } from '../clock.js';
 import { type ControllerAccess, openControllerStream } from './client.js';
-import { REALIZED_VIEWS_PATH, type RealizedViewReport, type ViewVersions } from './types.js';
+import { REALIZED_VIEWS_PATH, type RealizedViewReport, type ViewVersions, viewVersionStrings } from './types.js';
 
 export interface RealizedReporterOptions extends ControllerAccess {
   clock?: Clock;
@@ -61,10 +61,7 @@ export class RealizedReporter {
 
   /** This Node's bridge enforces its view at `versions`, of the controller store `store`. */
   set(store: string, versions: ViewVersions): void {
-    const report: RealizedViewReport = {
-      store,
-      versions: { NetworkPolicy: String(versions.NetworkPolicy), AppliedToGroup: String(versions.AppliedToGroup), AddressGroup: String(versions.AddressGroup) },
-    };
+    const report: RealizedViewReport = { store, versions: viewVersionStrings(versions) };
     const line = `${JSON.stringify(report)}\n`;
     if (line === this.latest) return;
     this.latest = line;

@@ -58,6 +58,16 @@ export function formatViewVersions(v: Record<ControlPlaneKind, bigint | number>)
   return `NetworkPolicy=${v.NetworkPolicy},AppliedToGroup=${v.AppliedToGroup},AddressGroup=${v.AddressGroup}`;
 }
 
+/** Versions as decimal strings per kind (the realization answer's and a realized-views report's form); viewVersionsOf reads them back. */
+export function viewVersionStrings(v: Record<ControlPlaneKind, bigint | number>): Record<ControlPlaneKind, string> {
+  return { NetworkPolicy: String(v.NetworkPolicy), AppliedToGroup: String(v.AppliedToGroup), AddressGroup: String(v.AddressGroup) };
+}
+
+/** `have` is at least `need` in every kind: a view at `have` holds everything one at `need` does. */
+export function viewCovers(have: ViewVersions, need: ViewVersions): boolean {
+  return CONTROLPLANE_KINDS.every((k) => have[k] >= need[k]);
+}
+
 /** Versions given as decimal strings per kind (the realization answer's form); undefined when one is missing or not a number. */
 export function viewVersionsOf(r: Partial<Record<string, string>>): ViewVersions | undefined {
   const out: Partial<ViewVersions> = {};

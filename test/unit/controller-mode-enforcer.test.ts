@@ -55,7 +55,7 @@ async function startController(kubeconfig: string, port = 0): Promise<{ server: 
   const server = await startControlPlaneApiServer({
     store, port, log,
     realization: (q, waitMs, confirmMs) => controller.whenPodRealized(q, waitMs, confirmMs),
-    realizedViews: controller.realizedViews.sink(),
+    realizedViews: controller.realizedViews,
     traceDestination: (to, family, node) => controller.traceDestination(to, family, node),
     authenticate: async (req: IncomingMessage) => {
       const m = /^Bearer tok-(.+)$/.exec(req.headers.authorization ?? '');

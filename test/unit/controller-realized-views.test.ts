@@ -8,10 +8,10 @@ import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import t from 'tap';
 import { type ControlPlaneIdentity, startControlPlaneApiServer } from '../../daemon/controller/apiserver.js';
-import { RealizedViews, viewCovers } from '../../daemon/controller/realized-views.js';
+import { RealizedViews } from '../../daemon/controller/realized-views.js';
 import { ControlPlaneStore } from '../../daemon/controller/store.js';
 import { RealizedReporter } from '../../daemon/controlplane/realized-reporter.js';
-import type { ViewVersions } from '../../daemon/controlplane/types.js';
+import { type ViewVersions, viewCovers } from '../../daemon/controlplane/types.js';
 import { ManualClock } from './manual-clock.js';
 
 /** The request a report came on (the API server's stream object). */
@@ -65,9 +65,9 @@ t.test('RealizedViews: a question waits for the Nodes it names; one report answe
   // A broken request takes its report with it, not a later one that came on another request.
   const next = {};
   views.report('n3', v(0, 0, 5), next);
-  views.forget('n3', REQUEST);
+  views.broken('n3', REQUEST);
   t.ok(views.confirmed('n3', v(0, 0, 5)), 'the old request broke after the new one reported: the new report stays');
-  views.forget('n3', next);
+  views.broken('n3', next);
   t.notOk(views.confirmed('n3', v(0, 0, 0)), 'the request that carried it broke: the report goes');
 
   // Leadership lost: every report goes, waiting questions are answered (with nothing confirmed).

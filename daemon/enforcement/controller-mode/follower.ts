@@ -18,7 +18,7 @@ import type { Logger } from 'pino';
 import type { Clock, TimerHandle } from '../../clock.js';
 import type { ControlPlaneConnection } from '../../controlplane/client.js';
 import { NodePolicyState } from '../../controlplane/node-state.js';
-import { CONTROLPLANE_KINDS, type ControlPlaneEvent, type ControlPlaneKind, type ControlPlaneObject, parseViewVersions, VIEW_VERSIONS_ANNOTATION, type ViewVersions } from '../../controlplane/types.js';
+import { CONTROLPLANE_KINDS, type ControlPlaneEvent, type ControlPlaneKind, type ControlPlaneObject, parseViewVersions, VIEW_VERSIONS_ANNOTATION, type ViewVersions, viewCovers } from '../../controlplane/types.js';
 import type { ChangeSet } from '../../policy/internal.js';
 import type { ControlPlaneStatus } from '../status.js';
 
@@ -222,7 +222,7 @@ export class ControlPlaneFollower {
   /** This Node enforces its view as of `v`: a commit took in at least `v` of every kind and its flows are on the bridge. */
   realized(v: ViewVersions): boolean {
     const e = this.enforcedVersions();
-    return e !== undefined && CONTROLPLANE_KINDS.every((k) => e[k] >= v[k]);
+    return e !== undefined && viewCovers(e, v);
   }
 
   /** Everything received is committed (nothing held back). */
