@@ -34,6 +34,7 @@ import { type InvalidPolicy, type InvalidPolicySource, NodeEvents } from './node
 import { PodRegistry } from './node/pod-registry.js';
 import { NodeReconciler } from './node/reconciler.js';
 import { NodeSchedules } from './node/schedules.js';
+import { realQuietCollector } from './quiet-collector.js';
 import { sluiceEntry } from '../install/conflist.js';
 
 /** The agent program: its flags, its configuration, then the agent or the cleanup. Resolves with the exit code. */
@@ -245,9 +246,13 @@ async function startAgent(
     events,
     pathExists: existsSync,
   });
+  const collector = realQuietCollector(clock);
   const schedules = new NodeSchedules({
     clock,
     work: {
+      collectIfQuiet: () => {
+        if (collector.check()) log.debug(collector.status(), 'quiet: full garbage collection');
+      },
       resync: (reason) => node.resync(reason),
       checkFlows: () => node.checkFlows(),
       adoptUnattached: (reason) => adopter.adoptUnattached(reason),
@@ -283,6 +288,7 @@ async function startAgent(
     ...(opts.serviceCidrSource ? { serviceCidrSource: opts.serviceCidrSource } : {}),
     clock,
     schedules,
+    collector,
     adopter,
     events,
     chainKeeper,

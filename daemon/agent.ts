@@ -36,7 +36,7 @@ import type { NodeEvents } from './node/events.js';
 import type { PodRegistry } from './node/pod-registry.js';
 import type { NodeReconciler, ResyncRecord } from './node/reconciler.js';
 import type { NodeSchedules } from './node/schedules.js';
-import { collectStartupGarbage } from './node-flags.js';
+import type { QuietCollector, QuietCollectorStatus } from './quiet-collector.js';
 
 /** The parts daemon/agent-program.ts builds and the agent runs. */
 export interface AgentParts {
@@ -58,6 +58,8 @@ export interface AgentParts {
   clock: Clock;
   /** The periodic resync, flow watchdog and invalid-policy Events; repairs and re-chain adoption. */
   schedules: NodeSchedules;
+  /** Full garbage collections: once start-up is done, then when quiet after a burst (also run by the schedules). */
+  collector?: Pick<QuietCollector, 'collectNow' | 'status'>;
   /** Adoption of running Pods that cross no bridge. */
   adopter: PodAdopter;
   /** Kubernetes Events (attach failures, adoption, invalid policies). */
@@ -90,7 +92,7 @@ export interface AgentStatus {
   lastResync?: ResyncRecord;
   ovsReachable: boolean;
   /** The agent process's memory in MiB: resident set, and the JS heap's live part vs its reservation. */
-  memory: { rssMiB: number; heapUsedMiB: number; heapTotalMiB: number; externalMiB: number };
+  memory: { rssMiB: number; heapUsedMiB: number; heapTotalMiB: number; externalMiB: number; quietCollections?: QuietCollectorStatus };
   enforcement?: unknown;
   /** Keeping sluice chained in the node's CNI configuration (when cniConfDir is set). */
   chain?: ChainStatus;
@@ -234,7 +236,7 @@ export class Agent {
     node.ready = true;
     log.info({ ms: this.parts.clock.now() - t0, pods: this.pods.size, nodeIP: node.nodeIP, nodeIPv6: node.nodeIPv6 }, 'startup: ready');
     // Right after the requests already waiting are served.
-    this.parts.clock.setTimeout(() => collectStartupGarbage(), 0);
+    this.parts.clock.setTimeout(() => this.parts.collector?.collectNow(), 0);
 
     this.watchHostChanges();
     // Pods that were running before the agent (sluice installed on a busy node) cross no bridge yet.
@@ -421,7 +423,13 @@ export class Agent {
       pods: this.pods.list(),
       ...(this.node.lastResync ? { lastResync: this.node.lastResync } : {}),
       ovsReachable: this.node.ovsReachable,
-      memory: (({ rss, heapUsed, heapTotal, external }) => ({ rssMiB: mib(rss), heapUsedMiB: mib(heapUsed), heapTotalMiB: mib(heapTotal), externalMiB: mib(external) }))(process.memoryUsage()),
+      memory: (({ rss, heapUsed, heapTotal, external }) => ({
+        rssMiB: mib(rss),
+        heapUsedMiB: mib(heapUsed),
+        heapTotalMiB: mib(heapTotal),
+        externalMiB: mib(external),
+        ...(this.parts.collector ? { quietCollections: this.parts.collector.status() } : {}),
+      }))(process.memoryUsage()),
       ...(this.enforcement?.status ? { enforcement: this.enforcement.status() } : {}),
       ...(this.chainKeeper ? { chain: this.chainKeeper.status() } : {}),
       ...(this.kube ? { adoption: this.adopter.status() } : {}),

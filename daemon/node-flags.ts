@@ -10,30 +10,31 @@
  * of long-lived state (cluster view, compiled flows), so small semi-spaces cost only more, shorter
  * scavenges.
  *
- * --expose-gc: for collectStartupGarbage() below.
+ * --expose-gc: for the full collections the agent asks for when start-up is done and when it has
+ * gone quiet after a burst (daemon/quiet-collector.ts).
  */
 export const AGENT_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=4', '--expose-gc'];
 
 /**
- * Environment the agent's node process starts with (a value set by the user wins).
+ * Environment the agent's node process starts with (a value set by the user wins). Both are
+ * glibc's malloc tunables; another C library ignores them.
  *
  * MALLOC_ARENA_MAX: glibc gives each thread that allocates its own malloc arena (up to 8 per core),
  * and node's threads (libuv's pool: DNS, file I/O, crypto for cookies; V8's compiler and GC
  * helpers) each keep one with free memory that is rarely returned. Two arenas cut the agent's
  * settled RSS by 5–9 MiB at 10 000 Pods and 1 000 policies (bench/cold-start --env), with the
  * same start-up time: the agent's allocation is on its main thread.
+ *
+ * MALLOC_MMAP_THRESHOLD_: blocks of 16 KiB and more get their own mapping, returned to the kernel
+ * when freed. The agent's large transient blocks are of that size: the 16 KiB chunks TLS reads
+ * come in (its whole view from the controller or the API server at start and on every relist),
+ * and the 64 KiB chunks of plain sockets (a new Pod's questions to other agents). Below glibc's
+ * default (128 KiB, raised further as big blocks are freed) they are carved from the main heap
+ * between long-lived small blocks, and once freed that memory stays resident: glibc only returns
+ * the top of the heap. Measured at 150 000 Pods (bench/scale-lab), an agent restarted on a running
+ * node settled at 135 MiB of RSS, 28 of it free heap that a malloc_trim() gave back; with 16 KiB,
+ * 106 MiB. At 10 000 Pods (bench/cold-start --env, 3 starts of each kind) it settled 2–7 MiB
+ * lower, and the cost, a mapping per such block, showed in start-up to ready: 5–12 % longer idle,
+ * 9–22 % on a loaded machine.
  */
-export const AGENT_ENV: Readonly<Record<string, string>> = { MALLOC_ARENA_MAX: '2' };
-
-/**
- * One full collection once start-up is done. Start-up leaves tens of MiB of dead objects in the
- * old generation (the initial list bodies and their parsed objects, the first flow bundle's
- * text), and an agent that then idles allocates too little for V8 to collect them soon: its RSS
- * would stay at the start-up peak. Returns whether it ran (only with --expose-gc).
- */
-export function collectStartupGarbage(): boolean {
-  const gc = (globalThis as { gc?: () => void }).gc;
-  if (typeof gc !== 'function') return false;
-  gc();
-  return true;
-}
+export const AGENT_ENV: Readonly<Record<string, string>> = { MALLOC_ARENA_MAX: '2', MALLOC_MMAP_THRESHOLD_: '16384' };

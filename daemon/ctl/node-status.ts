@@ -18,7 +18,7 @@ export const nodeStatusCommand: CommandModule<object, NodeArgs & { json: boolean
     console.log(`  bridge ${s.bridge} (datapath ${s.datapath}${s.datapathWhy ? `, chosen by datapath: auto: ${s.datapathWhy}` : ', as configured'}), node IP ${s.nodeIP ?? '(none)'}`);
     if (s.gateway) console.log(`  gateway ${s.gateway.name} ofport ${s.gateway.ofport} mac ${s.gateway.mac}`);
     console.log(`  ${s.pods.length} Pod(s) attached`);
-    if (s.memory) console.log(`  memory: RSS ${s.memory.rssMiB} MiB, JS heap ${s.memory.heapUsedMiB} of ${s.memory.heapTotalMiB} MiB, external ${s.memory.externalMiB} MiB`);
+    if (s.memory) console.log(`  memory: RSS ${s.memory.rssMiB} MiB, JS heap ${s.memory.heapUsedMiB} of ${s.memory.heapTotalMiB} MiB, external ${s.memory.externalMiB} MiB${s.memory.quietCollections?.collections ? `; ${s.memory.quietCollections.collections} quiet collection(s), the last freed ${s.memory.quietCollections.lastFreedMiB} MiB` : ''}`);
     if (s.lastResync) {
       const r = s.lastResync;
       console.log(`  last resync ${r.at}: ${r.error ? `FAILED: ${r.error}` : r.repairs.length ? `repaired ${r.repairs.join('; ')}` : 'nothing to repair'}`);

@@ -1,10 +1,12 @@
 /**
  * When the agent's background work runs, on an injected Clock: the periodic resync followed by
- * adoption of unattached Pods, the flow watchdog, the invalid-policy Events, host-change repairs
- * collapsed into one resync, and adoption after a re-chain. What runs is given as narrow
+ * adoption of unattached Pods, the flow watchdog, the invalid-policy Events, the look for a quiet
+ * moment to collect garbage in, host-change repairs collapsed into one resync, and adoption after
+ * a re-chain. What runs is given as narrow
  * functions (real: the node reconciler, the Pod adopter, the agent's Events).
  */
 import { type Clock, type TimerHandle, every } from '../clock.js';
+import { QUIET_CHECK_MS } from '../quiet-collector.js';
 
 /** The work the schedules start. */
 export interface ScheduledWork {
@@ -16,6 +18,8 @@ export interface ScheduledWork {
   adoptUnattached(reason: string): Promise<void>;
   /** Warning Events on objects the agent cannot honour: invalid policies, Services outside the Service ranges (real: NodeEvents, deduplicated). */
   reportInvalidPolicies(): void;
+  /** One full garbage collection if the agent went quiet after a burst (real: QuietCollector.check). */
+  collectIfQuiet(): void;
 }
 
 export interface ScheduleOptions {
@@ -57,6 +61,7 @@ export class NodeSchedules {
       every(clock, this.o.resyncIntervalMs, () => void work.resync('periodic').then(() => work.adoptUnattached('periodic resync'))),
       every(clock, this.o.flowCheckIntervalMs, () => void work.checkFlows()),
       every(clock, INVALID_POLICY_CHECK_MS, () => work.reportInvalidPolicies()),
+      every(clock, QUIET_CHECK_MS, () => work.collectIfQuiet()),
     );
     work.reportInvalidPolicies();
   }

@@ -50,7 +50,7 @@ function setUp() {
   });
   const schedules = new NodeSchedules({
     clock,
-    work: { resync: async () => [], checkFlows: async () => undefined, adoptUnattached: async () => undefined, reportInvalidPolicies: () => events.reportInvalidPolicies() },
+    work: { resync: async () => [], checkFlows: async () => undefined, adoptUnattached: async () => undefined, reportInvalidPolicies: () => events.reportInvalidPolicies(), collectIfQuiet: () => undefined },
     resyncIntervalMs: 60_000,
     flowCheckIntervalMs: 5000,
   });

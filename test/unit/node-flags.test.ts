@@ -1,10 +1,10 @@
 /**
  * The agent's V8 flags (daemon/node-flags.ts): node accepts them, they bound the young
- * generation and expose gc() to collectStartupGarbage(), which does nothing without it.
+ * generation and expose gc() to the agent's full collections (daemon/quiet-collector.ts).
  */
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
-import { AGENT_NODE_FLAGS, collectStartupGarbage } from '../../daemon/node-flags.js';
+import { AGENT_NODE_FLAGS } from '../../daemon/node-flags.js';
 
 t.test('node starts with the flags: semi-spaces bounded, gc exposed', async (t) => {
   // Allocates fast enough that V8 would grow the young generation to its default maximum.
@@ -27,19 +27,4 @@ t.test('node starts with the flags: semi-spaces bounded, gc exposed', async (t) 
   const plain = run([]);
   t.ok(plain.young > bounded.young, `without the flags it grows further (${plain.young} bytes)`);
   t.equal(plain.gc, 'undefined');
-});
-
-t.test('collectStartupGarbage runs only when gc is exposed', async (t) => {
-  const g = globalThis as { gc?: () => void };
-  const saved = g.gc;
-  try {
-    let calls = 0;
-    g.gc = () => calls++;
-    t.equal(collectStartupGarbage(), true);
-    t.equal(calls, 1);
-    delete g.gc;
-    t.equal(collectStartupGarbage(), false);
-  } finally {
-    if (saved) g.gc = saved;
-  }
 });

@@ -1,9 +1,10 @@
 /**
  * The agent's schedules (daemon/node/schedules.ts) on a manual clock, with fakes for the work they
  * start: the periodic resync and the adoption after it, the flow watchdog, invalid-policy Events
- * every 10 s, host-change repairs collapsed into one resync, adoption after a re-chain, and stop().
+ * every 10 s, the quiet-collection look every 10 s, host-change repairs collapsed into one resync, adoption after a re-chain, and stop().
  */
 import t from 'tap';
+import { QUIET_CHECK_MS } from '../../daemon/quiet-collector.js';
 import { ADOPT_AFTER_RECHAIN_MS, INVALID_POLICY_CHECK_MS, NodeSchedules, REPAIR_COLLAPSE_MS, type ScheduledWork } from '../../daemon/node/schedules.js';
 import { ManualClock } from './manual-clock.js';
 
@@ -31,6 +32,9 @@ class FakeWork implements ScheduledWork {
   }
   reportInvalidPolicies(): void {
     this.calls.push('invalidPolicies');
+  }
+  collectIfQuiet(): void {
+    this.calls.push('collectIfQuiet');
   }
 
   /** The calls of one kind (the intervals run side by side). */
@@ -98,6 +102,17 @@ t.test('flow watchdog every flowCheckInterval; invalid policies at start and eve
   schedules.stop();
 });
 
+t.test('a look for a quiet moment to collect garbage in, every QUIET_CHECK_MS from start', async (t) => {
+  const { clock, work, schedules } = setUp();
+  schedules.start();
+  t.same(work.only('collectIfQuiet'), [], 'none at start: start-up runs its own collection');
+  await clock.advance(QUIET_CHECK_MS * 6);
+  t.equal(work.only('collectIfQuiet').length, 6);
+  schedules.stop();
+  await clock.advance(QUIET_CHECK_MS * 6);
+  t.equal(work.only('collectIfQuiet').length, 6, 'none after stop');
+});
+
 t.test('host-change repairs: a burst within 200 ms of each other collapses into one resync, for the last reason', async (t) => {
   const { clock, work, schedules } = setUp();
   schedules.repairSoon('netlink: route deleted');
@@ -139,7 +154,7 @@ t.test('stop() cancels every timer; repairs and re-chains asked for afterwards s
   schedules.start();
   schedules.repairSoon('netlink: route deleted');
   schedules.afterRechain('10-aws.conflist');
-  t.ok(clock.waiting >= 6, 'three intervals, a repair and two re-chain adoptions wait');
+  t.ok(clock.waiting >= 7, 'four intervals, a repair and two re-chain adoptions wait');
   schedules.stop();
   t.equal(clock.waiting, 0, 'no timer left');
   schedules.repairSoon('netlink: route deleted');
