@@ -25,6 +25,7 @@
  *   policy reads). Per kind: API write -> node-1's flows committed on its
  *   bridge (the agent's log), and node-1's agent CPU in the second from the write (its whole
  *   process, every thread, from /proc), beside its CPU in an idle second just before.
+ * - After the churn, each agent's memory again once its quiet collection has run (or 2 min).
  *
  * Needs root and the lab's packages (npm run prepare-host). The lab is removed at the end, and
  * also when the bench fails.
@@ -416,4 +417,13 @@ async function run(): Promise<void> {
       `${silent ? ` (${silent} of ${REPS} reps committed nothing within ${kind.inSpan ? 10 : 1} s)` : ''}; agent CPU (the whole process) in the second from the write p50 ${f1(pct(cpu, 50))} ms, in an idle second before it p50 ${f1(pct(idle, 50))} ms`);
   }
   console.log(`\nafter the churn:\n  ${memory()}\n  controller RSS ${processMemoryMiB(controllerPid).rss.toFixed(0)} MiB`);
+
+  // The agents' quiet collection (daemon/quiet-collector.ts) runs at a look every 10 s once the
+  // loop has gone quiet: the memory once each has run one more since the churn (or 2 min passed).
+  const quietCount = (n: string) => ((agentStatus(LAB, n)?.memory as { quietCollections?: { collections: number } } | undefined)?.quietCollections?.collections ?? 0);
+  const counts = new Map(LAB_NODES.map((n) => [n, quietCount(n)]));
+  const quietT0 = performance.now();
+  while (performance.now() - quietT0 < 120_000 && LAB_NODES.some((n) => quietCount(n) <= counts.get(n)!)) await sleep(1000);
+  const ran = LAB_NODES.filter((n) => quietCount(n) > counts.get(n)!);
+  console.log(`once quiet (${((performance.now() - quietT0) / 1000).toFixed(0)} s later; ${ran.length ? `a quiet collection ran on ${ran.join(', ')}` : 'no quiet collection ran'}):\n  ${memory()}`);
 }
