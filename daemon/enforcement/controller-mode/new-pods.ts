@@ -12,7 +12,7 @@
  *    commit, however many Pods start), and marks the ones that have `confirmed`;
  * 3. wait until this Node enforces its own view as of its versions (the Pod's own rules are on the
  *    bridge), then ask the Nodes not confirmed the same, directly, with their versions, in the
- *    time left (newpods/gate.ts: the nodes that do not confirm in time are guarded from, their span
+ *    time left (one question open per Node, shared by every Pod waiting on it: peer-questions.ts) (newpods/gate.ts: the nodes that do not confirm in time are guarded from, their span
  *    Pods' addresses given by the controller, and asked again in the background).
  *
  * When the controller does not answer, or this Node does not receive the Pod's own state in time,
@@ -24,6 +24,7 @@ import { type Clock, Pauses } from '../../clock.js';
 import { type PodRealization, type ViewVersions, viewVersionsOf } from '../../controlplane/types.js';
 import type { GuardedPod } from '../../flows/newpod-guard.js';
 import { NewPodGate, type PodQuestion } from '../newpods/index.js';
+import { PeerQuestions } from './peer-questions.js';
 
 /**
  * The share of a new Pod's time the controller may wait for the span's reports: the rest is for
@@ -82,6 +83,8 @@ export class ControlledPodAdmission {
   private readonly addresses = new Map<string, string>();
   private readonly isolated = new Map<string, Isolation>();
   private readonly peers: NewPodGate;
+  /** The direct questions to Nodes the controller did not confirm: one open per Node, shared by its waiting Pods. */
+  private readonly questions: PeerQuestions;
   /** Pending pauses (asking again), ended by close. */
   private readonly pauses: Pauses;
   private closed = false;
@@ -89,6 +92,7 @@ export class ControlledPodAdmission {
 
   constructor(private readonly d: ControlledPodAdmissionDeps) {
     this.pauses = new Pauses(d.clock);
+    this.questions = new PeerQuestions({ clock: d.clock, askPeer: (address, pod, waitMs, versions) => d.askPeer(address, pod, waitMs, versions) });
     this.peers = new NewPodGate({
       nodeName: d.nodeName,
       span: (namespace, name) => {
@@ -107,7 +111,7 @@ export class ControlledPodAdmission {
         const node = this.answers.get(refOf(pod))?.nodes.find((n) => n.address === address);
         const versions = node && viewVersionsOf(node.versions);
         if (!versions) return Promise.resolve(false);
-        return d.askPeer(address, pod, waitMs, versions);
+        return this.questions.ask(address, pod, versions, waitMs);
       },
       applyFlows: () => d.applyFlows(),
       clock: d.clock,
@@ -177,12 +181,15 @@ export class ControlledPodAdmission {
     spanNodes: number;
     confirmedByController: number;
     answersHeld: number;
+    /** Questions asked of Nodes directly, and the Pods' waits they answered (several Pods share one). */
+    directQuestions: { asked: number; waited: number; open: number };
   } {
     const now = this.d.clock.now();
     return {
       ...this.peers.status(),
       ...this.counts,
       answersHeld: this.answers.size,
+      directQuestions: this.questions.status(),
       isolatedPods: [...this.isolated].map(([pod, i]) => ({ pod, why: i.why, sinceMs: now - i.since })),
     };
   }
