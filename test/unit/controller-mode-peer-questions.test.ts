@@ -127,3 +127,14 @@ t.test('Nodes are asked independently', async (t) => {
   await clock.advance(0);
   t.same(q.status(), { asked: 2, waited: 2, open: 0 });
 });
+
+t.test('close answers every waiter no at once and leaves no timer', async (t) => {
+  const { clock, q } = setUp();
+  const a = track(q.ask('10.0.0.2', pod('a'), v(1, 1, 1), 3000));
+  const b = track(q.ask('10.0.0.3', pod('b'), v(1, 1, 1), 3000));
+  t.equal(clock.waiting, 2);
+  q.close();
+  await clock.advance(0);
+  t.same([a.outcome, b.outcome], [false, false]);
+  t.equal(clock.waiting, 0);
+});

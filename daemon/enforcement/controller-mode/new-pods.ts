@@ -12,8 +12,9 @@
  *    commit, however many Pods start), and marks the ones that have `confirmed`;
  * 3. wait until this Node enforces its own view as of its versions (the Pod's own rules are on the
  *    bridge), then ask the Nodes not confirmed the same, directly, with their versions, in the
- *    time left (one question open per Node, shared by every Pod waiting on it: peer-questions.ts) (newpods/gate.ts: the nodes that do not confirm in time are guarded from, their span
- *    Pods' addresses given by the controller, and asked again in the background).
+ *    time left, one question open per Node shared by every Pod waiting on it (peer-questions.ts).
+ *    The nodes that do not confirm in time are guarded from (newpods/gate.ts), their span Pods'
+ *    addresses given by the controller, and asked again in the background.
  *
  * When the controller does not answer, or this Node does not receive the Pod's own state in time,
  * nothing is known of the Pod's policies here: every new connection of the Pod is dropped, both
@@ -197,6 +198,7 @@ export class ControlledPodAdmission {
   close(): void {
     this.closed = true;
     this.peers.close();
+    this.questions.close();
     this.pauses.close();
   }
 

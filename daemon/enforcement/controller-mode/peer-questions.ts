@@ -84,6 +84,11 @@ export class PeerQuestions {
     });
   }
 
+  /** Answers every waiter no now (the agent stops); questions still open end on their own. */
+  close(): void {
+    for (const q of this.nodes.values()) for (const w of [...q.waiters]) w.settle(false);
+  }
+
   status(): { asked: number; waited: number; open: number } {
     let open = 0;
     for (const q of this.nodes.values()) if (q.open) open++;
