@@ -15,6 +15,7 @@ import type { NodeIsolation, NodeRule } from '../../daemon/policy/internal.js';
 import { canonicalJson } from '../../daemon/policy/order.js';
 import { decidedByOf, type NodeConnection, type NodeSideVerdict, NodeVerdictError, NodeVerdicts, nodeVerdict, toSideDecision } from '../../daemon/policy/node-verdict.js';
 import type { Probe } from '../../daemon/policy/types.js';
+import { type AddressList, SortedList } from '../../daemon/policy/sorted-list.js';
 import { rng } from './policy-core-helpers.js';
 import { CLUSTER_IPS, EXTERNAL, engineFor, NODES, PORTS, randomCluster } from './policy-node-verdict-helpers.js';
 
@@ -242,6 +243,20 @@ t.test('hand-written cases', async (t) => {
     t.equal(nodeVerdict(rules, [], v6({}))[0]!.target, 'x/a');
     t.equal(nodeVerdict(rules, [], v6({ dst: 'fd00:2::5' }))[0]!.verdict, 'allow');
     t.equal(nodeVerdict(rules, [], v6({ protocol: 'ICMP', icmpType: 128 }))[0]!.verdict, 'drop');
+  });
+
+  await t.test('peer lists: a SortedList of canonical addresses answered as it is, other lists through their canonical forms', async (t) => {
+    const peers = (ips: AddressList) => ({ ips, cidrs: [], services: [] });
+    const sorted = SortedList.from(['10.0.0.2', '10.0.0.7', 'fd00:1::5']);
+    // The same addresses, one written long: canonical forms are looked up instead.
+    const longForm = SortedList.from(['10.0.0.2', '10.0.0.7', 'fd00:1:0:0::5']);
+    const plain = ['fd00:1:0::5', '10.0.0.7', '10.0.0.2'];
+    for (const [name, list] of [['sorted', sorted], ['sorted, one long form', longForm], ['array', plain]] as const) {
+      const rules = [base('drop', { action: 'Drop', targets: [{ kind: 'pod', ref: 'x/a', ips: ['10.0.0.1', 'fd00::1'] }], peers: peers(list) })];
+      t.equal(nodeVerdict(rules, [], conn({ dst: '10.0.0.7' }))[0]!.verdict, 'drop', `${name}: a member`);
+      t.equal(nodeVerdict(rules, [], conn({ dst: '10.0.0.3' }))[0]!.verdict, 'allow', `${name}: not a member`);
+      t.equal(nodeVerdict(rules, [], conn({ src: 'fd00::1', dst: 'FD00:1::5' }))[0]!.verdict, 'drop', `${name}: an IPv6 member asked in another form`);
+    }
   });
 
   await t.test('host traffic is exempt from ingress rules', async (t) => {
