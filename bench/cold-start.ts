@@ -156,8 +156,8 @@ interface Build {
 async function buildSettings(dist: string): Promise<{ flags: readonly string[]; env: Record<string, string> }> {
   const file = join(dist, 'daemon', 'node-flags.js');
   if (!existsSync(file)) return { flags: [], env: {} };
-  const m = (await import(pathToFileURL(file).href)) as { AGENT_NODE_FLAGS: readonly string[]; AGENT_ENV?: Record<string, string> };
-  return { flags: m.AGENT_NODE_FLAGS, env: { ...(m.AGENT_ENV ?? {}) } };
+  const m = (await import(pathToFileURL(file).href)) as { AGENT_NODE_FLAGS: readonly string[]; AGENT_ENV?: Record<string, string>; agentEnv?: () => Record<string, string> };
+  return { flags: m.AGENT_NODE_FLAGS, env: { ...(m.agentEnv?.() ?? m.AGENT_ENV ?? {}) } };
 }
 
 /** Starts the agent of `dist` (a build's dist/ directory) the way the lab does, and times its start-up from its log's timestamps. */

@@ -40,7 +40,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { ControlPlaneWatcher } from '../daemon/controlplane/client.js';
-import { AGENT_ENV, AGENT_NODE_FLAGS } from '../daemon/node-flags.js';
+import { AGENT_NODE_FLAGS, agentEnv } from '../daemon/node-flags.js';
 import { serviceAccountToken } from '../lab/apiserver/satoken.js';
 import { controllerGet, freePort } from '../lab/controller.js';
 import { clusterModel, numberArg, podContainers, podLabels, scaleClusterArgs } from './cluster-model.js';
@@ -192,7 +192,7 @@ const profiled: string[] = [];
 function fullAgent(label: string, config: ScaleAgentConfig): FullAgent {
   // With the V8 flags and environment sluice-agent runs with (the image's wrapper, the lab): its memory as deployed.
   const child = fork(join(here, 'scale', 'agent.js'), [], {
-    execArgv: [...AGENT_NODE_FLAGS, '--max-old-space-size=8192'], env: { ...AGENT_ENV, ...process.env }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    execArgv: [...AGENT_NODE_FLAGS, '--max-old-space-size=8192'], env: { ...agentEnv(), ...process.env }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   children.push(child);
   const commits: number[] = [];

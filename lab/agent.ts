@@ -10,7 +10,7 @@ import { dumpYaml } from '../daemon/kube-yaml.js';
 import { sleep } from './net/exec.js';
 import { readLabInfo } from './net/lab.js';
 import { cniBinDir, cniCacheDir, cniConfDir, type IpFamily, nodeNetns, nodeStateDir, ovsDir, repoRoot, SERVICE_CIDR, SERVICE_CIDR6, sluiceSocketPath } from './net/names.js';
-import { AGENT_ENV, AGENT_NODE_FLAGS } from '../daemon/node-flags.js';
+import { AGENT_NODE_FLAGS, agentEnv } from '../daemon/node-flags.js';
 import { savedControllerModeSettings } from './controller.js';
 
 export const agentConfigPath = (lab: string, node: string): string => join(nodeStateDir(lab, node), 'agent.yaml');
@@ -95,7 +95,7 @@ export async function startAgent(lab: string, node: string, timeoutMs = 30_000, 
   const log = openSync(agentLogPath(lab, node), 'a');
   const child = spawn('ip', ['netns', 'exec', nodeNetns(lab, node), process.execPath, ...AGENT_NODE_FLAGS, main, '--config', config], {
     detached: true,
-    env: { ...AGENT_ENV, ...process.env, ...env },
+    env: { ...agentEnv(), ...process.env, ...env },
     stdio: ['ignore', log, log],
   });
   closeSync(log);

@@ -35,8 +35,9 @@ const BASE = {
   // openvswitch-switch: ovs-vswitchd/ovsdb-server/ovs-ctl (the ovs container); iptables: both the nft and
   // the legacy backend; kmod: ovs-ctl loads the openvswitch module; procps: ovs-ctl's process checks;
   // ethtool: the userspace datapath (datapath: netdev) turns TX checksum offload off on Pod veths
-  // through a perl helper (perl-base is in every Debian system); ethtool is its per-Pod fallback.
-  packages: ['ca-certificates', 'ethtool', 'iproute2', 'iptables', 'kmod', 'nftables', 'openvswitch-switch', 'procps'],
+  // through a perl helper (perl-base is in every Debian system); ethtool is its per-Pod fallback;
+  // libjemalloc2: the agent's allocator (daemon/node-flags.ts agentEnv).
+  packages: ['ca-certificates', 'ethtool', 'iproute2', 'iptables', 'kmod', 'libjemalloc2', 'nftables', 'openvswitch-switch', 'procps'],
   // Lean: no documentation, manual pages or translations.
   dpkgopts: ['path-exclude=/usr/share/doc/*', 'path-exclude=/usr/share/man/*', 'path-exclude=/usr/share/locale/*', 'path-include=/usr/share/locale/locale.alias'],
   recipe: 1,
@@ -138,7 +139,10 @@ function wrapper(main, flags = [], env = {}) {
 
 /** The agent's V8 flags and environment (dist/daemon/node-flags.js, built with the app); none before a build. */
 const flagsModule = join(ROOT, 'dist', 'daemon', 'node-flags.js');
-const { AGENT_NODE_FLAGS: agentNodeFlags = [], AGENT_ENV: agentEnv = {} } = existsSync(flagsModule) ? await import(pathToFileURL(flagsModule).href) : {};
+const flagsOf = existsSync(flagsModule) ? await import(pathToFileURL(flagsModule).href) : {};
+const agentNodeFlags = flagsOf.AGENT_NODE_FLAGS ?? [];
+// The image installs jemalloc (BASE.packages), so the agent's launcher preloads it.
+const agentEnv = flagsOf.agentEnv?.(() => true) ?? flagsOf.AGENT_ENV ?? {};
 
 function build() {
   const t0 = Date.now();

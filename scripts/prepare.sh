@@ -23,6 +23,8 @@ done
 [ -x /usr/lib/cni/ptp ] && [ -x /usr/lib/cni/host-local ] || need_pkgs+=(containernetworking-plugins)
 # The static C library the front end links against.
 [ -f "/usr/lib/$(uname -m)-linux-gnu/libc.a" ] || need_pkgs+=(libc6-dev)
+# The agent's allocator (daemon/node-flags.ts agentEnv), as in its image.
+[ -f "/usr/lib/$(uname -m)-linux-gnu/libjemalloc.so.2" ] || need_pkgs+=(libjemalloc2)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "prepare: missing OS packages (${need_pkgs[*]}) and not root: install them and retry" >&2

@@ -10,7 +10,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseYamlDocuments } from '../../daemon/kube-yaml.js';
-import { AGENT_ENV } from '../../daemon/node-flags.js';
+import { AGENT_ENV, jemallocPath } from '../../daemon/node-flags.js';
 import { repoRoot } from '../../lab/net/names.js';
 
 const IMAGE_SCRIPT = join(repoRoot(), 'scripts', 'image.mjs');
@@ -82,6 +82,12 @@ if (why) {
       const r = inImage(`${given}sh -x /usr/local/bin/sluice-agent --help 2>&1 >/dev/null | grep MALLOC_ARENA_MAX`);
       t.match(r.stdout, new RegExp(`export MALLOC_ARENA_MAX=${expect}\\b`), `${given || 'no value given: '}the agent starts with MALLOC_ARENA_MAX=${expect}`);
     }
+    // The agent runs on the image's jemalloc: its launcher preloads it, and node maps it.
+    const lib = jemallocPath()!;
+    const preload = inImage(`test -f ${lib} && sh -x /usr/local/bin/sluice-agent --help 2>&1 >/dev/null | grep LD_PRELOAD`);
+    t.match(preload.stdout, new RegExp(`export LD_PRELOAD=${lib.replace(/\./g, '\\.')}$`, 'm'), `the launcher preloads ${lib}, which the image holds${preload.code ? `: ${preload.stderr}` : ''}`);
+    const mapped = inImage(`LD_PRELOAD=${lib} node -e "process.stdout.write(String(require('fs').readFileSync('/proc/self/maps', 'utf8').includes('libjemalloc')))"`);
+    t.equal(mapped.stdout.trim(), 'true', 'node runs with it mapped');
     const lean = inImage('ls /usr/bin/gcc /usr/bin/cc /usr/bin/npm /root/.npm /usr/share/doc/openvswitch-switch 2>/dev/null; true');
     t.equal(lean.stdout.trim(), '', 'no compiler, npm, npm cache or documentation');
   });

@@ -1,10 +1,12 @@
 /**
  * The agent's V8 flags (daemon/node-flags.ts): node accepts them, they bound the young
- * generation and expose gc() to the agent's full collections (daemon/quiet-collector.ts).
+ * generation and expose gc() to the agent's full collections (daemon/quiet-collector.ts); its
+ * environment preloads jemalloc where it is installed.
  */
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
-import { AGENT_NODE_FLAGS } from '../../daemon/node-flags.js';
+import { existsSync } from 'node:fs';
+import { AGENT_ENV, AGENT_NODE_FLAGS, agentEnv, JEMALLOC_CONF, jemallocPath } from '../../daemon/node-flags.js';
 
 t.test('node starts with the flags: semi-spaces bounded, gc exposed', async (t) => {
   // Allocates fast enough that V8 would grow the young generation to its default maximum.
@@ -27,4 +29,25 @@ t.test('node starts with the flags: semi-spaces bounded, gc exposed', async (t) 
   const plain = run([]);
   t.ok(plain.young > bounded.young, `without the flags it grows further (${plain.young} bytes)`);
   t.equal(plain.gc, 'undefined');
+});
+
+t.test('agentEnv: jemalloc preloaded when it is installed, the glibc settings otherwise', async (t) => {
+  t.equal(jemallocPath('x64'), '/usr/lib/x86_64-linux-gnu/libjemalloc.so.2');
+  t.equal(jemallocPath('arm64'), '/usr/lib/aarch64-linux-gnu/libjemalloc.so.2');
+  t.equal(jemallocPath('s390x'), undefined);
+  t.same(agentEnv(() => false), AGENT_ENV, 'not installed: glibc tunables only');
+  const lib = jemallocPath();
+  t.same(agentEnv((p) => p === lib), { ...AGENT_ENV, LD_PRELOAD: lib, MALLOC_CONF: JEMALLOC_CONF });
+});
+
+const lib = jemallocPath();
+const notInstalled = !lib || !existsSync(lib) ? `${lib ?? 'jemalloc'} is not installed on this host (npm run prepare-host installs it)` : false;
+t.test('a node process started with agentEnv() runs on jemalloc', { skip: notInstalled }, async (t) => {
+  const r = spawnSync(process.execPath, ['-e', "const m = require('fs').readFileSync('/proc/self/maps', 'utf8'); console.log(m.includes('libjemalloc'))"], {
+    encoding: 'utf8',
+    env: { ...process.env, ...agentEnv() },
+  });
+  t.equal(r.status, 0, r.stderr);
+  t.equal(r.stdout.trim(), 'true', 'jemalloc mapped');
+  t.equal(r.stderr, '', 'no loader or allocator complaint (MALLOC_CONF read as given)');
 });
