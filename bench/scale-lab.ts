@@ -25,7 +25,7 @@
  *   policy reads). Per kind: API write -> node-1's flows committed on its
  *   bridge (the agent's log), and node-1's agent CPU in the second from the write (its whole
  *   process, every thread, from /proc), beside its CPU in an idle second just before.
- * - After the churn, each agent's memory again once its quiet collection has run (or 2 min).
+ * - After the churn, each agent's memory again 15 s after its quiet collection has run (or 2 min).
  *
  * Needs root and the lab's packages (npm run prepare-host). The lab is removed at the end, and
  * also when the bench fails.
@@ -425,5 +425,8 @@ async function run(): Promise<void> {
   const quietT0 = performance.now();
   while (performance.now() - quietT0 < 120_000 && LAB_NODES.some((n) => quietCount(n) <= counts.get(n)!)) await sleep(1000);
   const ran = LAB_NODES.filter((n) => quietCount(n) > counts.get(n)!);
-  console.log(`once quiet (${((performance.now() - quietT0) / 1000).toFixed(0)} s later; ${ran.length ? `a quiet collection ran on ${ran.join(', ')}` : 'no quiet collection ran'}):\n  ${memory()}`);
+  // The collection's own working memory is freed with it; the allocator returns such pages after
+  // its decay time (jemalloc's, 10 s).
+  await sleep(15_000);
+  console.log(`once quiet (${((performance.now() - quietT0) / 1000).toFixed(0)} s later; ${ran.length ? `a quiet collection ran on ${ran.join(', ')}, 15 s before` : 'no quiet collection ran'}):\n  ${memory()}`);
 }
