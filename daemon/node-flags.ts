@@ -19,7 +19,8 @@ export const AGENT_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=4', '
 
 /**
  * Environment the agent's node process starts with (a value set by the user wins). Both are
- * glibc's malloc tunables; another C library ignores them.
+ * glibc's malloc tunables, for an agent on glibc's malloc: jemalloc, which agentEnv() below
+ * preloads where it is installed, ignores them, as another C library does.
  *
  * MALLOC_ARENA_MAX: glibc gives each thread that allocates its own malloc arena (up to 8 per core),
  * and node's threads (libuv's pool: DNS, file I/O, crypto for cookies; V8's compiler and GC
