@@ -63,8 +63,9 @@ export const JEMALLOC_CONF = 'background_thread:true';
  * calls; jemalloc returns any freed page. A whole cluster starting at once leaves an agent's
  * heap of small blocks (sockets, requests) freed around ones that stay, and at 150 000 Pods
  * (bench/scale-lab) the agents settled after the churn at 133 / 164 MiB of RSS on glibc (malloc_trim
- * through gdb: 117 / 135) and at 117 / 134 MiB on jemalloc. `exists` is asked whether the library
- * is there (the image build says yes: the image installs it).
+ * through gdb: 117 / 135) and at 117 / 134 MiB on jemalloc. At 10 000 Pods with no such start
+ * (bench/cold-start), jemalloc started as fast or faster and settled 1–4 MiB higher. `exists` is
+ * asked whether the library is there (the image build says yes: the image installs it).
  */
 export function agentEnv(exists: (path: string) => boolean = existsSync): Record<string, string> {
   const lib = jemallocPath();
