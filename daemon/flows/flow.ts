@@ -8,6 +8,7 @@
  * No dump output has to be parsed beyond the cookie, whatever format ovs-ofctl prints.
  */
 import { hash } from 'node:crypto';
+import { flat } from '../policy/flat-string.js';
 import { tableId, type TableName } from './tables.js';
 
 export const COOKIE_PREFIX = '51ce';
@@ -41,18 +42,6 @@ export interface Flow extends FlowSpec {
 }
 
 const contentKey = (f: FlowSpec): string => `table=${f.table},priority=${f.priority},${f.match} actions=${f.actions}`;
-
-/**
- * `s` as one flat string. A string built by concatenation is kept by V8 as the tree of its parts
- * (32 bytes per join, its parts kept alive); a flow's texts kept so took three times the memory of
- * the texts, and an agent holds tens of thousands of flows. A property key is always flat (V8
- * internalizes it; the string table lets it go with its last user), whatever its engine tier, where
- * reading a character flattens only in some.
- */
-export function flat(s: string): string {
-  for (const k in { [s]: 0 }) return k;
-  return s;
-}
 
 export function withCookie(spec: FlowSpec): Flow {
   if (!Number.isInteger(spec.category) || spec.category < 0 || spec.category > 0xff) {

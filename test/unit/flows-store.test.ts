@@ -1,7 +1,8 @@
 /** FlowStore: owners, the exact pending delta, reference-counted collisions, restore after a failed apply. */
 import t from 'tap';
 import { diffFlows } from '../../daemon/flows/diff.js';
-import { type Flow, FlowCategory, flat, withCookie } from '../../daemon/flows/flow.js';
+import { type Flow, FlowCategory, withCookie } from '../../daemon/flows/flow.js';
+import { flat } from '../../daemon/policy/flat-string.js';
 import { computeFlows, PipelineOwners } from '../../daemon/flows/pipeline.js';
 import { rng } from './policy-core-helpers.js';
 import { cookieNumber, cookieText, FlowStore } from '../../daemon/flows/store.js';

@@ -35,7 +35,8 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import type { ChangeSet, NodeRule } from '../../policy/internal.js';
 import type { Direction, PolicyKind, PortMatch } from '../../policy/types.js';
-import { type Flow, FlowCategory, flat, withCookie } from '../flow.js';
+import { type Flow, FlowCategory, withCookie } from '../flow.js';
+import { flat } from '../../policy/flat-string.js';
 import { hex, masked, nextTable, REG0, RULE_REG, tableId, type TableName } from '../tables.js';
 import { allocateClassBits, CLASS_BITS, CLASS_PRIORITY_BASE, CLASS_TABLE, type ClassPrefix, type ClassSide, ClassTable, classBitMatch, classPrefix, classSetActions, naturalClassBit } from './addrclass.js';
 import { allocateConjIds } from './conjids.js';
