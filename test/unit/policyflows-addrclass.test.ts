@@ -413,3 +413,30 @@ t.test('a class table keeps a prefix no class lists until its flow is shown gone
   table.add(classPrefix('10.0.0.0/8')!, 3, touched);
   t.same(table.flowOf('10.1.2.3')?.bits, [2, 3], 'listed again, with its new bit');
 });
+
+t.test('host prefixes listed by the same classes, showing the same flow, share one entry; a change to one is its own', async (t) => {
+  const table = new ClassTable();
+  const touched = new Set<string>();
+  const hosts = Array.from({ length: 50 }, (_, i) => `10.2.0.${i + 1}`);
+  // Bits listed in different orders: the same classes.
+  hosts.forEach((h, i) => {
+    for (const b of i % 2 === 0 ? [3, 7, 1] : [1, 3, 7]) table.add(classPrefix(h)!, b, touched);
+  });
+  for (const h of hosts) table.show(h, 'A');
+  t.equal(table.sharedEntries, 1, '50 prefixes, one entry');
+  table.add(classPrefix(hosts[0]!)!, 9, touched);
+  t.same(table.flowOf(hosts[0]!)?.bits, [1, 3, 7, 9], 'the changed prefix has its new bit');
+  t.same(table.flowOf(hosts[1]!)?.bits, [1, 3, 7], 'the others are as they were');
+  table.show(hosts[0]!, 'B');
+  t.equal(table.sharedEntries, 2, 'shown again, it shares an entry of its own kind');
+  t.equal(table.shown(hosts[1]!), 'A');
+  table.remove(classPrefix(hosts[0]!)!, 9, touched);
+  table.show(hosts[0]!, 'A');
+  t.equal(table.sharedEntries, 1, 'back with the others: the entry it left is gone');
+  for (const h of hosts) for (const b of [1, 3, 7]) table.remove(classPrefix(h)!, b, touched);
+  t.same(table.flowOf(hosts[5]!), undefined, 'no class lists them');
+  t.equal(table.shown(hosts[5]!), 'A', 'what was shown stays until shown gone');
+  for (const h of hosts) table.show(h, undefined);
+  t.equal(table.sharedEntries, 0, 'every prefix gone: nothing is held');
+  t.equal(table.shownCount, 0);
+});

@@ -173,14 +173,65 @@ interface ClassEntry {
 const bitList = (b: number | number[]): readonly number[] => (typeof b === 'number' ? [b] : b);
 
 /**
+ * The entries of host prefixes once rendered, shared: most addresses are listed by the same
+ * classes and show the same flow (an address of a cluster-wide group is in tens of classes), so a
+ * Node with 100 000 of them holds a few hundred entries, not an entry and a list of bits each
+ * (measured at 150 000 Pods: ~9 MiB of 12 in the source side's table). A shared entry is never
+ * changed: the table gives a prefix its own copy before changing it, and shares it again once its
+ * flow is shown.
+ */
+class SharedEntries {
+  private readonly byKey = new Map<string, ClassEntry>();
+  /** Prefixes holding each shared entry. */
+  private readonly users = new Map<ClassEntry, number>();
+
+  has(e: ClassEntry): boolean {
+    return this.users.has(e);
+  }
+
+  /** The shared entry equal to `e` (a host entry of the caller's own, whose bits it may reorder). */
+  share(e: ClassEntry): ClassEntry {
+    if (typeof e.bits !== 'number') e.bits.sort((a, b) => a - b);
+    const key = `${typeof e.bits === 'number' ? e.bits : e.bits.join()}|${e.shown ?? ''}`;
+    const known = this.byKey.get(key);
+    if (known) {
+      this.users.set(known, this.users.get(known)! + 1);
+      return known;
+    }
+    this.byKey.set(key, e);
+    this.users.set(e, 1);
+    return e;
+  }
+
+  /** A prefix no longer holds shared entry `e`. */
+  release(e: ClassEntry): void {
+    const n = this.users.get(e);
+    if (n === undefined) return;
+    if (n > 1) {
+      this.users.set(e, n - 1);
+      return;
+    }
+    this.users.delete(e);
+    this.byKey.delete(`${typeof e.bits === 'number' ? e.bits : e.bits.join()}|${e.shown ?? ''}`);
+  }
+
+  /** Distinct shared entries (for tests). */
+  get size(): number {
+    return this.byKey.size;
+  }
+}
+
+/**
  * The classification table of one side: which classes (with a bit) hold each prefix, kept
  * incrementally; `flowOf(prefix)` = the bits a prefix's flow sets (its own classes' and those of
  * every prefix around it). Callers re-render the prefixes `add`/`remove` report as touched, and
- * record what they rendered with `show()`: a prefix no class lists stays until its flow is shown gone.
+ * record what they rendered with `show()`, for every touched prefix: a prefix no class lists stays
+ * until its flow is shown gone.
  */
 export class ClassTable {
   /** Prefix text -> entry: one per address of every class, tens of thousands, so kept small. */
   private readonly prefixes = new Map<string, ClassEntry>();
+  private readonly shared = new SharedEntries();
   /** Per family, per length shorter than a host's: network start -> prefix text (CIDRs around others, while listed). */
   private readonly cidrs: Record<4 | 6, Map<number, Map<bigint, string>>> = { 4: new Map(), 6: new Map() };
   /** Entries with a flow shown. */
@@ -193,7 +244,7 @@ export class ClassTable {
     if (!e) {
       e = host ? { bits: [], shown: undefined } : { bits: [], shown: undefined, prefix };
       this.prefixes.set(prefix.text, e);
-    }
+    } else e = this.own(prefix.text, e);
     const had = bitList(e.bits);
     if (had.length === 0 && !host) this.indexCidr(prefix);
     const first = !had.includes(bit);
@@ -203,10 +254,11 @@ export class ClassTable {
   }
 
   remove(prefix: ClassPrefix, bit: number, touched: Set<string>): void {
-    const e = this.prefixes.get(prefix.text);
+    let e = this.prefixes.get(prefix.text);
     const had = e ? bitList(e.bits) : [];
     const at = had.indexOf(bit);
     if (!e || at < 0) return;
+    e = this.own(prefix.text, e);
     touched.add(prefix.text);
     const left = had.filter((_, i) => i !== at);
     e.bits = left.length === 1 ? left[0]! : left;
@@ -244,18 +296,30 @@ export class ClassTable {
   }
 
   /**
-   * Records the flow now rendered for a prefix that is listed or was shown (`actions` undefined:
-   * none). The caller passes the same string for equal actions, so entries share it.
+   * Records the flow now rendered for a prefix that `add`/`remove` touched (`actions` undefined:
+   * none), whether or not it changed. The caller passes the same string for equal actions, so
+   * entries share it.
    */
   show(text: string, actions: string | undefined): void {
-    const e = this.prefixes.get(text);
+    let e = this.prefixes.get(text);
     if (!e) {
       if (actions !== undefined) throw new Error(`address class prefix ${text} is shown but no class lists it`);
       return;
     }
-    this.showing += (actions !== undefined ? 1 : 0) - (e.shown !== undefined ? 1 : 0);
-    e.shown = actions;
-    if (actions === undefined && bitList(e.bits).length === 0) this.prefixes.delete(text);
+    if (e.shown !== actions) {
+      e = this.own(text, e);
+      this.showing += (actions !== undefined ? 1 : 0) - (e.shown !== undefined ? 1 : 0);
+      e.shown = actions;
+    }
+    if (actions === undefined && bitList(e.bits).length === 0) {
+      this.shared.release(e);
+      this.prefixes.delete(text);
+    } else if (!e.prefix && !this.shared.has(e)) this.prefixes.set(text, this.shared.share(e));
+  }
+
+  /** Host entries shared by prefixes, distinct (for tests). */
+  get sharedEntries(): number {
+    return this.shared.size;
   }
 
   /**
@@ -271,6 +335,15 @@ export class ClassTable {
   /** Prefixes with a flow shown. */
   get shownCount(): number {
     return this.showing;
+  }
+
+  /** The entry of `text` as the prefix's own, to change: a copy of a shared one. */
+  private own(text: string, e: ClassEntry): ClassEntry {
+    if (!this.shared.has(e)) return e;
+    this.shared.release(e);
+    const copy: ClassEntry = { bits: typeof e.bits === 'number' ? e.bits : [...e.bits], shown: e.shown };
+    this.prefixes.set(text, copy);
+    return copy;
   }
 
   /** An entry's prefix: a CIDR's own, a host's parsed from its text. */

@@ -895,13 +895,13 @@ export class PolicyFlows {
     // flat() also makes equal actions one string, which every prefix with those bits then shares.
     const actions = f && f.bits.length > 0 ? flat(`${classSetActions(side, f.bits).join(',')},goto_table:${nextTable(CLASS_TABLE[side])}`) : undefined;
     const was = classes.shown(text);
+    classes.show(text, actions);
     if (actions === was) return;
     const prefix = f?.prefix ?? classPrefix(text)!;
     const key = `${side}|${text}`;
     const flow = (a: string | undefined) => (a === undefined ? undefined : classFlow(side, prefix, a));
     const pending = this.classPending.get(key);
     this.classPending.set(key, { old: pending ? pending.old : flow(was), now: flow(actions) });
-    classes.show(text, actions);
   }
 
   /**
