@@ -14,11 +14,12 @@
  *
  * Rendered owners: an owner whose flows its own source can list again (the policy compiler, which
  * keeps what it needs to build each flow) is declared with `renderedBy()`. The store then keeps
- * only its cookies, each as a number, not a copy of its flows: at 150 000 Pods a node's 82 000
- * policy flows held as flow objects under two maps took 18 MiB. Its flows are listed from the
+ * only its cookies, each as a number (in a CookieSet), not a copy of its flows: at 150 000 Pods a
+ * node's 82 000 policy flows held as flow objects under two maps took 18 MiB. Its flows are listed from the
  * source when every flow is asked for (`flows()`, a verify against the bridge that finds some
  * missing); a delta carries the flow objects the owner stated, until it is taken.
  */
+import { CookieSet } from './cookie-set.js';
 import { COOKIE_PREFIX, type Flow } from './flow.js';
 
 /** Brings its owners in the store up to date (called before each sync takes the delta). */
@@ -63,7 +64,7 @@ export interface RenderedSource {
 
 interface RenderedOwner {
   /** The cookies the owner states, as cookieNumber()s. */
-  cookies: Set<number>;
+  cookies: CookieSet;
   source: RenderedSource;
 }
 
@@ -108,7 +109,7 @@ export class FlowStore {
     if (this.owners.has(owner)) throw new Error(`flow store: owner ${owner} already has flows kept here; declare it rendered before it states any`);
     const cur = this.rendered.get(owner);
     if (cur) cur.source = source;
-    else this.rendered.set(owner, { cookies: new Set(), source });
+    else this.rendered.set(owner, { cookies: new CookieSet(), source });
   }
 
   /**
