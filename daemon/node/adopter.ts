@@ -69,6 +69,11 @@ export class PodAdopter {
     return this.adopting;
   }
 
+  /** Resolves once no run goes on and none is folded to come after it. */
+  async settled(): Promise<void> {
+    while (this.adopting) await this.adopting;
+  }
+
   /** No adoption starts from now on. */
   close(): void {
     this.closed = true;
