@@ -23,7 +23,9 @@
  *   largest AddressGroup created on a remote Node and deleted; a NetworkPolicy of a node-1 Pod's
  *   Namespace made to select all its Pods and none) and one outside it (a remote Pod's label no
  *   policy reads). Per kind: API write -> node-1's flows committed on its
- *   bridge (the agent's log), and node-1's agent CPU in the second from the write (its whole
+ *   bridge (the agent's log), with the part of it in the agent (from the first change it took in)
+ *   and in the userspace datapath's megaflow purge (the lab's netdev datapath only), and node-1's
+ *   agent CPU in the second from the write (its whole
  *   process, every thread, from /proc), beside its CPU in an idle second just before.
  * - After the churn, each agent's memory again 15 s after its quiet collection has run (or 2 min).
  *
@@ -392,6 +394,11 @@ async function run(): Promise<void> {
   const pid = agentPid(LAB, LAB_NODES[0]!);
   for (const kind of churn) {
     const realized: number[] = [];
+    // The userspace datapath's megaflow purge after each commit (FlowProgrammer.applyDiff: netdev
+    // only, the kernel datapath needs none), from the agent's "flows: applied" line.
+    const purges: number[] = [];
+    // The agent's own part: from the first change it took in to the flows committed (the line's `ms`).
+    const inAgent: number[] = [];
     const cpu: number[] = [];
     const idle: number[] = [];
     let silent = 0;
@@ -405,15 +412,25 @@ async function run(): Promise<void> {
       const wrote = Date.now();
       await kind.run(i);
       try {
-        const { line } = await tail.waitFor(['policy: flows committed'], kind.inSpan ? 10_000 : 1000);
-        realized.push(Number((JSON.parse(line) as { time: number }).time) - wrote);
+        const passed: string[] = [];
+        const { line } = await tail.waitFor(['policy: flows committed'], kind.inSpan ? 10_000 : 1000, passed);
+        const committed = JSON.parse(line) as { time: number; ms?: number };
+        realized.push(Number(committed.time) - wrote);
+        if (committed.ms !== undefined) inAgent.push(committed.ms);
+        const applied = passed.findLast((l) => l.includes('"msg":"flows: applied"'));
+        if (applied) purges.push(Number((JSON.parse(applied) as { purgeMs?: number }).purgeMs ?? 0));
       } catch {
         silent++;
       }
       await sleep(Math.max(0, wrote + 1000 - Date.now()));
       cpu.push(processCpuMs(pid) - c0);
     }
-    console.log(`\n${kind.name} (${REPS} reps):\n  node-1: ${realized.length ? `flows committed p50 ${f1(pct(realized, 50))} ms, p99 ${f1(pct(realized, 99))} ms after the API write` : 'nothing committed'}` +
+    const parts = [
+      ...(inAgent.length ? [`in the agent from the change taken in p50 ${f1(pct(inAgent, 50))} ms, max ${f1(Math.max(...inAgent))} ms`] : []),
+      ...(purges.length ? [`the netdev datapath's megaflow purge p50 ${f1(pct(purges, 50))} ms, max ${f1(Math.max(...purges))} ms`] : []),
+    ];
+    const split = parts.length ? ` (of which ${parts.join('; ')})` : '';
+    console.log(`\n${kind.name} (${REPS} reps):\n  node-1: ${realized.length ? `flows committed p50 ${f1(pct(realized, 50))} ms, p99 ${f1(pct(realized, 99))} ms after the API write${split}` : 'nothing committed'}` +
       `${silent ? ` (${silent} of ${REPS} reps committed nothing within ${kind.inSpan ? 10 : 1} s)` : ''}; agent CPU (the whole process) in the second from the write p50 ${f1(pct(cpu, 50))} ms, in an idle second before it p50 ${f1(pct(idle, 50))} ms`);
   }
   console.log(`\nafter the churn:\n  ${memory()}\n  controller RSS ${processMemoryMiB(controllerPid).rss.toFixed(0)} MiB`);
