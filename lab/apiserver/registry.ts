@@ -193,7 +193,7 @@ export class Registry {
 
   list(rt: ResourceType, namespace: string | undefined, sel: Selection): KObject[] {
     const matches = this.matcher(rt, namespace, sel);
-    return this.store.list(rt.storageKey).filter(matches)
+    return this.store.list(rt.storageKey, matches)
       .sort((a, b) => objectKey(a.metadata).localeCompare(objectKey(b.metadata)));
   }
 

@@ -114,8 +114,17 @@ export class ObjectStore {
     return obj && structuredClone(obj);
   }
 
-  list(resource: string): KObject[] {
-    return [...(this.tables.get(resource)?.values() ?? [])].map((o) => structuredClone(o));
+  /**
+   * Copies of the resource's objects, only those `keep` accepts when it is given. `keep` reads the
+   * stored objects and must not change them: filtering before copying is what lets a Node's agent
+   * or kubelet list its own Pods (a fieldSelector) without the server copying every Pod of the
+   * cluster first (~1 s and as much again in garbage collection at 150 000 Pods, during which the
+   * server answered nothing else).
+   */
+  list(resource: string, keep?: (obj: KObject) => boolean): KObject[] {
+    const out: KObject[] = [];
+    for (const o of this.tables.get(resource)?.values() ?? []) if (!keep || keep(o)) out.push(structuredClone(o));
+    return out;
   }
 
   resources(): string[] {
