@@ -15,9 +15,9 @@
  * Rendered owners: an owner whose flows its own source can list again (the policy compiler, which
  * keeps what it needs to build each flow) is declared with `renderedBy()`. The store then keeps
  * only its cookies, each as a number (in a CookieSet), not a copy of its flows: at 150 000 Pods a
- * node's 82 000 policy flows held as flow objects under two maps took 18 MiB. Its flows are listed from the
- * source when every flow is asked for (`flows()`, a verify against the bridge that finds some
- * missing); a delta carries the flow objects the owner stated, until it is taken.
+ * node's 82 000 policy flows held as flow objects under two maps took 18 MiB. Its flows are listed
+ * from the source when every flow is asked for (`flows()`, a verify against the bridge that finds
+ * some missing); a delta carries the flow objects the owner stated, until it is taken.
  */
 import { CookieSet } from './cookie-set.js';
 import { COOKIE_PREFIX, type Flow } from './flow.js';
