@@ -172,6 +172,9 @@ interface ClassEntry {
 
 const bitList = (b: number | number[]): readonly number[] => (typeof b === 'number' ? [b] : b);
 
+/** A shared entry's key: its (sorted) bits and the actions shown. */
+const entryKey = (e: ClassEntry): string => `${typeof e.bits === 'number' ? e.bits : e.bits.join()}|${e.shown ?? ''}`;
+
 /**
  * The entries of host prefixes once rendered, shared: most addresses are listed by the same
  * classes and show the same flow (an address of a cluster-wide group is in tens of classes), so a
@@ -192,7 +195,7 @@ class SharedEntries {
   /** The shared entry equal to `e` (a host entry of the caller's own, whose bits it may reorder). */
   share(e: ClassEntry): ClassEntry {
     if (typeof e.bits !== 'number') e.bits.sort((a, b) => a - b);
-    const key = `${typeof e.bits === 'number' ? e.bits : e.bits.join()}|${e.shown ?? ''}`;
+    const key = entryKey(e);
     const known = this.byKey.get(key);
     if (known) {
       this.users.set(known, this.users.get(known)! + 1);
@@ -212,7 +215,7 @@ class SharedEntries {
       return;
     }
     this.users.delete(e);
-    this.byKey.delete(`${typeof e.bits === 'number' ? e.bits : e.bits.join()}|${e.shown ?? ''}`);
+    this.byKey.delete(entryKey(e));
   }
 
   /** Distinct shared entries (for tests). */
